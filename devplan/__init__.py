@@ -1,0 +1,20 @@
+"""devplan: compile, plan and inspect ExecuTorch .pte programs across devices.
+
+    devplan.compile("model.pt2", "model.pte")   -> CompileResult
+    devplan.inspect("model.pte")                -> the inspection document (a dict)
+    devplan.read_pte("model.pte")               -> PteFile
+
+Imports are lazy so that reading and inspecting programs never pays for importing torch."""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspect", "read_pte": "devplan.pte", "write_pte": "devplan.pte"}
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'devplan' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

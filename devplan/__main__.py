@@ -1,0 +1,3 @@
+from devplan.cli import main
+
+main()

@@ -1,0 +1,180 @@
+"""The `devplan` command: parse options, call a stage, render. Nothing else lives here."""
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+try:  # newer typer releases carry their own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:
+    from click import exceptions as click_errors
+
+from devplan.errors import DevplanError
+from devplan.inspect import sections as inspect_sections
+
+app = typer.Typer(
+    help="Compile, plan and inspect ExecuTorch .pte programs across devices.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+InspectSection = enum.Enum(
+    "InspectSection", {name: name for name in (*inspect_sections.SECTIONS, inspect_sections.ALL)}, type=str
+)
+
+
+@app.command("inspect")
+def inspect_command(
+    program: Annotated[
+        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to inspect.", show_default=False)
+    ],
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the inspection document as JSON (keys described in docs/inspect-json.md) "
+            "instead of tables. The whole document unless --section is given.",
+        ),
+    ] = False,
+    method: Annotated[
+        Optional[str],
+        typer.Option("--method", "-m", metavar="NAME", help="Show only the method NAME (default: every method)."),
+    ] = None,
+    section: Annotated[
+        Optional[list[InspectSection]],
+        typer.Option(
+            "--section",
+            "-s",
+            case_sensitive=False,
+            help="Show this section; repeat for several, 'all' for every one. "
+            f"Default: {', '.join(inspect_sections.DEFAULT_SECTIONS)}. "
+            "With --json, keeps only the lists of each method that these sections need.",
+            show_default=False,
+        ),
+    ] = None,
+    exact_bytes: Annotated[
+        bool, typer.Option("--bytes", help="Show every size as an exact byte count instead of KiB/MiB.")
+    ] = False,
+) -> None:
+    """Show what a .pte program holds, devplan's or ExecuTorch's.
+
+    Methods, planned buffers and their devices, tensors with offsets and lifetimes,
+    instructions, delegates, and a chart of each buffer's memory over time."""
+    from devplan.inspect import inspect
+
+    doc = inspect(program, method=method)
+    chosen = inspect_sections.resolve([choice.value for choice in section or ()])
+    if json_output:
+        typer.echo(json.dumps(inspect_sections.only(doc, chosen) if section else doc, sort_keys=True, indent=2))
+        return
+    # Imported only once there is something to draw, so a bad file fails fast.
+    from rich.console import Console
+
+    from devplan.inspect.render import render
+
+    render(doc, Console(highlight=False), chosen or inspect_sections.DEFAULT_SECTIONS, exact_bytes=exact_bytes)
+
+
+@app.command("compile")
+def compile_command(
+    model: Annotated[Path, typer.Argument(metavar="MODEL.pt2", help="A program saved with torch.export.save.", show_default=False)],
+    output: Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", metavar="PROGRAM.pte", help="Where to write the program (default: MODEL with .pte).", show_default=False),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the compile summary as JSON.")] = False,
+    alignment: Annotated[int, typer.Option("--alignment", metavar="BYTES", help="Alignment of every planned tensor's offset (a power of two).")] = 16,
+    planner: Annotated[
+        str,
+        typer.Option("--planner", metavar="NAME", help="Placement algorithm: best (tries all, keeps the smallest), "
+                     "greedy-size, greedy-order, naive, or another listed in the error for an unknown name."),
+    ] = "best",
+    budget: Annotated[
+        Optional[list[str]],
+        typer.Option("--budget", metavar="BUFFER=SIZE", help="Fail unless a buffer fits, e.g. 1=512KiB or cpu=2MiB; "
+                     "BUFFER is a mem_id or a device. Repeatable.", show_default=False),
+    ] = None,
+    dump_dir: Annotated[
+        Optional[Path],
+        typer.Option("--dump-dir", metavar="DIR", help="Write the program after each stage to DIR, one readable file per stage.", show_default=False),
+    ] = None,
+) -> None:
+    """Compile a torch.export program (.pt2) to an ExecuTorch program (.pte).
+
+    Lowers to the portable kernels, folds constants, plans memory, verifies the plan, and
+    writes the program atomically. Prints a summary: buffers, planned bytes next to the
+    lower bound, constant bytes, seconds taken."""
+    from devplan.compiler import compile
+    from devplan.planning import parse_budget
+
+    budgets = dict(parse_budget(text) for text in budget or ())
+    target = output if output is not None else model.with_suffix(".pte")
+    if target.resolve() == model.resolve():
+        raise DevplanError(f"{target}: output would overwrite the input; pass -o with another name")
+    status = _progress(json_output)
+    with status:
+        result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, dump_dir=dump_dir,
+                         on_stage=lambda name: status.update(f"devplan compile: {name}..."))
+    summary = result.summary()
+    if json_output:
+        typer.echo(json.dumps(summary, sort_keys=True, indent=2))
+        return
+    from devplan.inspect.units import size_text
+
+    for method in summary["methods"]:
+        typer.echo(f"method {method['name']}: {method['instructions']} instructions, "
+                   f"{method['operators']} operators, planner {method['planner']}")
+        for b in method["buffers"]:
+            ratio = b["size"] / b["lower_bound"] if b["lower_bound"] else 1.0
+            typer.echo(f"  buffer {b['mem_id']} ({b['device']}): {size_text(b['size'])} planned "
+                       f"({b['size']} bytes), lower bound {b['lower_bound']} bytes, ratio {ratio:.3f}, "
+                       f"{b['tensors']} tensors")
+    typer.echo(f"constants: {size_text(summary['constant_bytes'])} ({summary['constant_bytes']} bytes)")
+    typer.echo(f"wrote {summary['output']} ({summary['bytes']} bytes) in {summary['seconds']:.2f} s")
+
+
+def _progress(quiet: bool):
+    """A spinner on stderr naming the running stage, only when a person is watching."""
+    from contextlib import nullcontext
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if quiet or not console.is_terminal:
+        class _Silent(nullcontext):
+            def update(self, _text: str) -> None:
+                pass
+        return _Silent()
+    return console.status("devplan compile: loading...")
+
+
+def main() -> None:
+    """Entry point: every user-facing failure becomes one line on stderr and exit code 2."""
+    try:
+        app(standalone_mode=False)
+    except DevplanError as error:
+        _fail(str(error))
+    except click_errors.UsageError as error:
+        if type(error).__name__ == "NoArgsIsHelpError":  # bare `devplan` or `devplan compile`: show help
+            print(error.format_message())
+            sys.exit(0)
+        command = error.ctx.command_path if error.ctx else "devplan"
+        _fail(f"{error.format_message()} (see '{command} --help')")
+    except click_errors.Exit as done:
+        sys.exit(done.exit_code)
+    except click_errors.Abort:
+        _fail("aborted")
+    except KeyboardInterrupt:
+        _fail("interrupted")
+
+
+def _fail(message: str) -> None:
+    print(f"devplan: error: {message}", file=sys.stderr)
+    sys.exit(2)

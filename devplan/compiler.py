@@ -1,0 +1,120 @@
+"""`devplan.compile`: the pipeline as a row of stages, each a plain function.
+
+    load -> from_exported -> decompose -> fold_constants -> build_method -> plan_method -> to_program -> write
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping
+
+from devplan.errors import DevplanError
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    data: bytes                      # the .pte bytes
+    path: Path | None                # where they were written, if anywhere
+    planned: "PlannedMethod"
+    constant_bytes: int
+    seconds: float
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        """The facts `devplan compile` prints, as a JSON-able dict."""
+        method = self.planned.method
+        return {
+            "output": str(self.path) if self.path else None,
+            "bytes": len(self.data),
+            "methods": [{
+                "name": method.name,
+                "instructions": len(method.kernels),
+                "operators": len({k.op for k in method.kernels}),
+                "values": len(method.values),
+                "planner": self.planned.algorithm,
+                "buffers": [{"mem_id": b.mem_id, "device": str(b.device), "size": b.size,
+                             "lower_bound": b.lower_bound, "tensors": b.tensors} for b in self.planned.buffers],
+            }],
+            "constant_bytes": self.constant_bytes,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def compile(source, output: str | os.PathLike | None = None, *, alignment: int = 16, planner: str = "best",
+            budgets: Mapping[str, int] | None = None, dump_dir: str | os.PathLike | None = None,
+            on_stage: Callable[[str], None] | None = None) -> CompileResult:
+    """Compile a .pt2 path or an ExportedProgram to an ET12 program. Writes `output` when
+    given (atomically); nothing is written when any stage fails."""
+    from devplan.emit.build import build_method
+    from devplan.emit.program import to_program
+    from devplan.load import load
+    from devplan.passes.decompose import decompose
+    from devplan.passes.fold import fold_constants
+    from devplan.passes.graph import from_exported
+    from devplan.planning.assign import plan_method
+    from devplan.pte import dumps_pte, write_atomic
+
+    if alignment < 1 or alignment & (alignment - 1):
+        raise DevplanError(f"--alignment {alignment}: must be a power of two, e.g. 16")
+    start = time.perf_counter()
+    seconds: dict[str, float] = {}
+
+    def stage(name: str, fn, *args, **kwargs):
+        if on_stage:
+            on_stage(name)
+        began = time.perf_counter()
+        result = fn(*args, **kwargs)
+        seconds[name] = time.perf_counter() - began
+        if dump_dir is not None:
+            _dump(Path(dump_dir), len(seconds), name, result if result is not None else args[0])
+        return result
+
+    ep = stage("load", load, source) if isinstance(source, (str, os.PathLike)) else source
+    low = stage("split", from_exported, ep)
+    stage("decompose", decompose, low.gm)
+    stage("fold", fold_constants, low)
+    method = stage("build", build_method, low)
+    planned = stage("plan", plan_method, method, alignment=alignment, algorithm=planner, budgets=budgets)
+    program, segments = stage("emit", to_program, planned)
+    data = stage("serialize", dumps_pte, program, segments)
+    path = Path(output) if output is not None else None
+    if path is not None:
+        stage("write", write_atomic, path, data)
+    constant_bytes = sum(t.nbytes for t in method.constants.values())
+    return CompileResult(data, path, planned, constant_bytes, time.perf_counter() - start, seconds)
+
+
+def _dump(folder: Path, step: int, name: str, result) -> None:
+    """One readable file per stage, so that a regression shows as a file diff."""
+    from devplan.passes.graph import Lowered
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(result, Lowered):
+        text = str(result.gm.graph)
+    elif hasattr(result, "graph_module"):  # ExportedProgram
+        text = str(result.graph_module.graph)
+    elif hasattr(result, "graph"):  # GraphModule
+        text = str(result.graph)
+    elif isinstance(result, (bytes, bytearray)):
+        text = f"{len(result)} bytes\n"
+    else:
+        text = _describe(result)
+    (folder / f"{step:02d}-{name}.txt").write_text(text)
+
+
+def _describe(result) -> str:
+    from devplan.method import Method
+    from devplan.planning.assign import PlannedMethod
+
+    method = result.method if isinstance(result, PlannedMethod) else result if isinstance(result, Method) else None
+    if method is None:
+        return repr(result) + "\n"
+    lines = [f"method {method.name}: inputs {list(method.inputs)} outputs {list(method.outputs)}"]
+    lines += [f"  v{i} = {value!r}" for i, value in enumerate(method.values)]
+    lines += [f"  #{i} {k.op}({', '.join(f'v{a}' for a in k.args)})  # {k.node}" for i, k in enumerate(method.kernels)]
+    if isinstance(result, PlannedMethod):
+        lines += [f"buffer {b.mem_id} ({b.device}): {b.size} bytes, lower bound {b.lower_bound}, {result.algorithm}"
+                  for b in result.buffers]
+    return "\n".join(lines) + "\n"

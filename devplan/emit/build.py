@@ -1,0 +1,159 @@
+"""A lowered graph as one Method: every kernel call's arguments follow its operator's
+schema (schema arguments, then the returned values), as the runtime unpacks them."""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+
+from devplan.errors import DevplanError
+from devplan.ops import kernel_name, out_variant, PORTABLE
+from devplan.passes.graph import Lowered
+from devplan.method import (BoolList, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
+                            Value)
+from devplan.spec import TensorSpec
+
+
+@dataclass
+class _Builder:
+    values: list = field(default_factory=list)
+    scalars: dict = field(default_factory=dict)   # (type, value) -> index; scalars are shared
+    of_node: dict = field(default_factory=dict)   # fx node -> value index (or list for multi-output ops)
+    constants: dict = field(default_factory=dict)
+    kernels: list = field(default_factory=list)
+
+    def add(self, value: Value) -> int:
+        self.values.append(value)
+        return len(self.values) - 1
+
+    def scalar(self, value) -> int:
+        key = (type(value), repr(value))  # repr keeps -0.0 apart from 0.0 and lets nan match itself
+        if key not in self.scalars:
+            self.scalars[key] = self.add(value)
+        return self.scalars[key]
+
+    def tensor(self, fake: torch.Tensor, **facts) -> int:
+        return self.add(spec_of(fake, **facts))
+
+
+def spec_of(t: torch.Tensor, **facts) -> TensorSpec:
+    """Every tensor is contiguous: view ops became copies, so a view's strides say nothing
+    about the tensor the runtime will hold."""
+    return TensorSpec(tuple(int(s) for s in t.shape), str(t.dtype).removeprefix("torch."), tuple(range(t.dim())), **facts)
+
+
+def build_method(low: Lowered, name: str = "forward") -> Method:
+    b = _Builder()
+    gm = low.gm
+    updates, user_outputs = low.results()
+    state = {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and node.name in low.constants and node.users:
+            b.of_node[node] = b.tensor(low.constants[node.name], constant=True)
+            b.constants[b.of_node[node]] = low.constants[node.name]
+        elif node.op == "placeholder" and node.name in low.state:
+            b.of_node[node] = b.tensor(low.state[node.name])
+            state[b.of_node[node]] = low.state[node.name]
+        elif node.op == "placeholder" and node.name in low.inputs:
+            b.of_node[node] = b.tensor(node.meta["val"])
+        elif node.op == "get_attr":
+            data = getattr(gm, node.target)
+            b.of_node[node] = b.tensor(data, constant=True)
+            b.constants[b.of_node[node]] = data
+        elif node.op == "call_function" and node.target is not operator.getitem:
+            _emit_call(b, node)
+    for target, value in updates.items():
+        buffer = next(n for n in gm.graph.nodes if n.name == target)
+        copy = torch.ops.aten.copy_.default
+        args = (b.of_node[buffer], _arg(b, value, copy._schema.arguments[1].type, target), b.scalar(False))
+        b.kernels.append(Kernel(kernel_name(copy), args + (b.of_node[buffer],), target))
+    inputs = tuple(b.of_node[n] for n in gm.graph.nodes if n.op == "placeholder" and n.name in low.inputs)
+    outputs = tuple(_output(b, value) for value in user_outputs)
+    return Method(name, tuple(b.values), tuple(b.kernels), inputs, outputs, b.constants, state,
+                  low.in_spec, low.out_spec)
+
+
+def _output(b: _Builder, value) -> int:
+    if isinstance(value, torch.fx.Node):
+        return b.of_node[value]
+    raise DevplanError(f"output {value!r}: only tensors can be method outputs; return tensors from forward")
+
+
+def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
+    out = out_variant(node.target)
+    if out is None or kernel_name(out) not in PORTABLE:
+        raise DevplanError(f"node {node.name}: op {node.target} has no kernel in the portable library; "
+                           f"rewrite the model without it")
+    schema = out._schema
+    given = dict(zip((a.name for a in node.target._schema.arguments if not a.kwarg_only), node.args))
+    given.update(node.kwargs)
+    outs = _out_values(b, node, [a for a in schema.arguments if a.is_out])
+    args = []
+    for a in schema.arguments:
+        if a.is_out:
+            args.append(outs[a.name])
+        elif a.name in given:
+            args.append(_arg(b, given[a.name], a.type, node.name))
+        elif a.has_default_value():
+            args.append(_arg(b, a.default_value, a.type, node.name))
+        else:
+            raise DevplanError(f"node {node.name}: argument {a.name} of {kernel_name(out)} is missing")
+    # The runtime's unboxing takes one trailing value for the result: the out argument itself,
+    # or a list of them when the op returns several tensors.
+    out_values = [outs[a.name] for a in schema.arguments if a.is_out]
+    result = out_values[0] if len(out_values) == 1 else b.add(TensorList(tuple(out_values)))
+    b.kernels.append(Kernel(kernel_name(out), tuple(args) + (result,), node.name))
+
+
+def _out_values(b: _Builder, node: torch.fx.Node, out_args) -> dict[str, int]:
+    """Value indices for the op's out arguments: the node's own value for one output, one
+    value per element for several (getitem users pick them up), a TensorList for Tensor[]."""
+    val = node.meta["val"]
+    if len(out_args) == 1 and isinstance(val, torch.Tensor):
+        b.of_node[node] = b.tensor(val)
+        return {out_args[0].name: b.of_node[node]}
+    items = [b.tensor(v) for v in val]
+    for user in node.users:
+        if user.target is operator.getitem:
+            b.of_node[user] = items[user.args[1]]
+    if len(out_args) == 1:  # a Tensor[] out, e.g. split_copy
+        return {out_args[0].name: b.add(TensorList(tuple(items)))}
+    return {a.name: i for a, i in zip(out_args, items)}
+
+
+def _arg(b: _Builder, value, kind, where: str) -> int:
+    kind_text = str(kind)
+    if isinstance(value, torch.fx.Node):
+        return b.of_node[value]
+    if value is None:
+        return b.scalar(None)
+    if isinstance(value, (list, tuple)):
+        if "Optional[Tensor]" in kind_text:
+            return b.add(OptionalTensorList(tuple(-1 if v is None else b.of_node[v] for v in value)))
+        if "Tensor" in kind_text:
+            return b.add(TensorList(tuple(_arg(b, v, "Tensor", where) for v in value)))
+        if "float" in kind_text:
+            return b.add(DoubleList(tuple(float(v) for v in value)))
+        if "bool" in kind_text:
+            return b.add(BoolList(tuple(bool(v) for v in value)))
+        return b.add(IntList(tuple(b.scalar(int(v)) for v in value)))
+    if isinstance(value, torch.dtype):
+        from devplan.dtypes import code_of
+
+        return b.scalar(code_of(str(value).removeprefix("torch.")))
+    if isinstance(value, torch.memory_format):
+        formats = {torch.contiguous_format: 0, torch.preserve_format: 1}
+        if value not in formats:
+            raise DevplanError(f"node {where}: memory format {value} is not supported; use contiguous tensors")
+        return b.scalar(formats[value])
+    if isinstance(value, (torch.layout, torch.device)):
+        return b.scalar(None)
+    if "Tensor" in kind_text and isinstance(value, (bool, int, float)):
+        data = torch.tensor(value)  # a number where the schema wants a tensor: store it as a 0-dim constant
+        index = b.tensor(data, constant=True)
+        b.constants[index] = data
+        return index
+    if isinstance(value, (bool, int, float, str)):
+        return b.scalar(value)
+    raise DevplanError(f"node {where}: argument value {value!r} of type {type(value).__name__} cannot be stored in a program")

@@ -1,0 +1,166 @@
+"""A planned Method to ET12 program objects: values, operators, one chain of kernel calls,
+per-buffer sizes and devices, and the constant data laid out as a segment."""
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from devplan.dtypes import code_of
+from devplan.method import BoolList, DoubleList, IntList, OptionalTensorList, TensorList
+from devplan.planning.assign import PlannedMethod
+from devplan.pte.fb import KernelTypes, InstructionArguments
+from devplan.pte.fb.AllocationDetails import AllocationDetailsT
+from devplan.pte.fb.Bool import BoolT
+from devplan.pte.fb.BoolList import BoolListT
+from devplan.pte.fb.Chain import ChainT
+from devplan.pte.fb.ContainerMetadata import ContainerMetadataT
+from devplan.pte.fb.Double import DoubleT
+from devplan.pte.fb.DoubleList import DoubleListT
+from devplan.pte.fb.EValue import EValueT
+from devplan.pte.fb.ExecutionPlan import ExecutionPlanT
+from devplan.pte.fb.ExtraTensorInfo import ExtraTensorInfoT
+from devplan.pte.fb.Instruction import InstructionT
+from devplan.pte.fb.Int import IntT
+from devplan.pte.fb.IntList import IntListT
+from devplan.pte.fb.KernelCall import KernelCallT
+from devplan.pte.fb.NonConstBufferDevice import NonConstBufferDeviceT
+from devplan.pte.fb.Null import NullT
+from devplan.pte.fb.Operator import OperatorT
+from devplan.pte.fb.OptionalTensorList import OptionalTensorListT
+from devplan.pte.fb.Program import ProgramT
+from devplan.pte.fb.String import StringT
+from devplan.pte.fb.SubsegmentOffsets import SubsegmentOffsetsT
+from devplan.pte.fb.Tensor import TensorT
+from devplan.pte.fb.TensorList import TensorListT
+from devplan.spec import CPU, Device, TensorSpec
+
+CONSTANT_ALIGNMENT = 16
+
+
+class _Blob:
+    """One data segment of deduplicated, aligned tensors; item 0 is the format's empty placeholder."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.offsets = [0]
+        self.index: dict[bytes, int] = {}
+
+    def add(self, tensor: torch.Tensor) -> int:
+        raw = tensor.detach().contiguous().numpy().tobytes() if tensor.numel() else b""
+        key = hashlib.sha256(raw).digest() + str(len(raw)).encode()
+        if key not in self.index:
+            self.data += bytes(-len(self.data) % CONSTANT_ALIGNMENT)
+            self.offsets.append(len(self.data))
+            self.data += raw
+            self.index[key] = len(self.offsets) - 1
+        return self.index[key]
+
+
+def to_program(planned: PlannedMethod) -> tuple[ProgramT, list[bytes]]:
+    """The program and its data segments (constants, then initial state if any is non-zero)."""
+    method = planned.method
+    constants, state = _Blob(), _Blob()
+    data_index = {i: constants.add(t) for i, t in method.constants.items()}
+    initial = {i: state.add(t) for i, t in method.state.items() if bool(torch.count_nonzero(t))}
+    operators: dict[str, int] = {}
+    instructions = []
+    for kernel in method.kernels:
+        call = KernelCallT()
+        call.opIndex = operators.setdefault(kernel.op, len(operators))
+        call.args = list(kernel.args)
+        instructions.append(_instruction(call))
+    plan = ExecutionPlanT()
+    plan.name = method.name
+    plan.containerMetaType = ContainerMetadataT()
+    plan.containerMetaType.encodedInpStr = method.in_spec
+    plan.containerMetaType.encodedOutStr = method.out_spec
+    plan.values = [_evalue(i, v, data_index, initial) for i, v in enumerate(method.values)]
+    plan.inputs, plan.outputs = list(method.inputs), list(method.outputs)
+    chain = ChainT()
+    chain.inputs, chain.outputs, chain.instructions = [], [], instructions
+    plan.chains = [chain]
+    plan.operators = [_operator(name) for name in operators]
+    plan.delegates = []
+    plan.nonConstBufferSizes = [0] + [b.size for b in planned.buffers]
+    plan.nonConstBufferDevice = [_buffer_device(b.mem_id, b.device) for b in planned.buffers]
+    program = ProgramT()
+    program.version = 0
+    program.executionPlan = [plan]
+    program.constantBuffer = []
+    program.backendDelegateData = []
+    segments = [bytes(constants.data)]
+    program.constantSegment = SubsegmentOffsetsT()
+    program.constantSegment.segmentIndex = 0
+    program.constantSegment.offsets = constants.offsets
+    if initial:
+        mutable = SubsegmentOffsetsT()
+        mutable.segmentIndex, mutable.offsets = 1, state.offsets
+        program.mutableDataSegments = [mutable]
+        segments.append(bytes(state.data))
+    return program, segments
+
+
+def _buffer_device(mem_id: int, device: Device) -> NonConstBufferDeviceT:
+    entry = NonConstBufferDeviceT()
+    entry.bufferIdx, entry.deviceType, entry.deviceIndex = mem_id, device.code, device.index
+    return entry
+
+
+def _operator(name: str) -> OperatorT:
+    op = OperatorT()
+    op.name, _, op.overload = name.partition(".")
+    return op
+
+
+def _instruction(call: KernelCallT) -> InstructionT:
+    instruction = InstructionT()
+    instruction.instrArgsType = InstructionArguments.InstructionArguments.KernelCall
+    instruction.instrArgs = call
+    return instruction
+
+
+def _tensor(spec: TensorSpec, data_index: int) -> TensorT:
+    t = TensorT()
+    t.scalarType = code_of(spec.dtype)
+    t.sizes = list(spec.shape)
+    t.dimOrder = list(spec.dim_order)
+    t.dataBufferIdx = data_index
+    if spec.mem_id is not None:
+        t.allocationInfo = AllocationDetailsT()
+        t.allocationInfo.memoryId = spec.mem_id
+        t.allocationInfo.memoryOffsetLow = spec.offset & 0xFFFFFFFF
+        t.allocationInfo.memoryOffsetHigh = spec.offset >> 32
+    if spec.device != CPU:
+        t.extraTensorInfo = ExtraTensorInfoT()
+        t.extraTensorInfo.deviceType, t.extraTensorInfo.deviceIndex = spec.device.code, spec.device.index
+    return t
+
+
+def _evalue(index: int, value, data_index: dict, initial: dict) -> EValueT:
+    kinds = KernelTypes.KernelTypes
+    e = EValueT()
+    if isinstance(value, TensorSpec):
+        e.valType, e.val = kinds.Tensor, _tensor(value, data_index.get(index, initial.get(index, 0)))
+    elif value is None:
+        e.valType, e.val = kinds.Null, NullT()
+    elif isinstance(value, bool):
+        e.valType, e.val = kinds.Bool, BoolT()
+        e.val.boolVal = value
+    elif isinstance(value, int):
+        e.valType, e.val = kinds.Int, IntT()
+        e.val.intVal = value
+    elif isinstance(value, float):
+        e.valType, e.val = kinds.Double, DoubleT()
+        e.val.doubleVal = value
+    elif isinstance(value, str):
+        e.valType, e.val = kinds.String, StringT()
+        e.val.stringVal = value
+    else:
+        table = {IntList: (kinds.IntList, IntListT), DoubleList: (kinds.DoubleList, DoubleListT),
+                 BoolList: (kinds.BoolList, BoolListT), TensorList: (kinds.TensorList, TensorListT),
+                 OptionalTensorList: (kinds.OptionalTensorList, OptionalTensorListT)}
+        e.valType, cls = table[type(value)]
+        e.val = cls()
+        e.val.items = list(value.items)
+    return e

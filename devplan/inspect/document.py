@@ -1,0 +1,309 @@
+"""The inspection document: everything a person asks of a program, as plain JSON-able data.
+
+docs/inspect-json.md describes every key; bump SCHEMA_VERSION when a key changes meaning or
+goes away (adding a key does not bump it)."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from devplan import dtypes
+from devplan.errors import DevplanError
+from devplan.pte import PteFile
+from devplan.pte.fb.DataLocation import DataLocation
+from devplan.pte.fb.InstructionArguments import InstructionArguments
+from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.spec import CPU, Device
+
+SCHEMA_VERSION = 1
+
+# Value kinds as the document spells them, by KernelTypes union code.
+_VALUE_KINDS = {
+    KernelTypes.NONE: "none",
+    KernelTypes.Null: "null",
+    KernelTypes.Int: "int",
+    KernelTypes.Bool: "bool",
+    KernelTypes.Double: "double",
+    KernelTypes.Tensor: "tensor",
+    KernelTypes.String: "string",
+    KernelTypes.IntList: "int_list",
+    KernelTypes.DoubleList: "double_list",
+    KernelTypes.BoolList: "bool_list",
+    KernelTypes.TensorList: "tensor_list",
+    KernelTypes.OptionalTensorList: "optional_tensor_list",
+}
+_INSTRUCTION_KINDS = {
+    InstructionArguments.KernelCall: "kernel",
+    InstructionArguments.DelegateCall: "delegate",
+    InstructionArguments.MoveCall: "move",
+    InstructionArguments.JumpFalseCall: "jump_false",
+    InstructionArguments.FreeCall: "free",
+}
+_LIST_KINDS = (KernelTypes.TensorList, KernelTypes.OptionalTensorList)
+
+
+def document(pte: PteFile, name: str, method: str | None = None) -> dict:
+    """The inspection document of a read program (a devplan.pte.PteFile); name is the file's
+    basename. method keeps only that method; an unknown name is a DevplanError."""
+    program = pte.program
+    plans = list(program.executionPlan or ())
+    names = [_text(plan.name) for plan in plans]
+    if method is not None and method not in names:
+        listed = ", ".join(names) or "none"
+        raise DevplanError(f"{pte.name}: no method {method!r}; the program's methods are: {listed}")
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "format": "ET12",
+        "file": {
+            "name": name,
+            "size": int(pte.size),
+            "program_version": int(program.version or 0),
+            "segments": _segments(pte),
+            "constant_bytes": _constant_bytes(program),
+        },
+        "methods": [
+            _method(pte, index, plan)
+            for index, plan in enumerate(plans)
+            if method is None or names[index] == method
+        ],
+    }
+
+
+def _segments(pte) -> list[dict]:
+    # Segment offsets count from the segment base; the document gives file offsets.
+    base = pte.header.segment_base_offset if pte.header is not None else 0
+    return [
+        {"index": index, "offset": base + int(segment.offset), "size": int(segment.size)}
+        for index, segment in enumerate(pte.program.segments or ())
+    ]
+
+
+def _constant_bytes(program) -> int:
+    """Bytes the file spends on constant tensor data: the constant segment when the program
+    uses one (alignment padding included), else the inline constant buffers."""
+    constant_segment = program.constantSegment
+    if constant_segment is not None and _ints(constant_segment.offsets):
+        return int(program.segments[constant_segment.segmentIndex].size)
+    return sum(len(buffer.storage) for buffer in program.constantBuffer or () if buffer.storage is not None)
+
+
+def _method(pte, plan_index: int, plan) -> dict:
+    values = list(plan.values or ())
+    instructions = [
+        instruction for chain in plan.chains or () for instruction in chain.instructions or ()
+    ]
+    inputs, outputs = _ints(plan.inputs), _ints(plan.outputs)
+    operators = [
+        {"index": index, "name": _text(op.name), "overload": _text(op.overload)}
+        for index, op in enumerate(plan.operators or ())
+    ]
+    instruction_rows = [_instruction(index, instruction, operators) for index, instruction in enumerate(instructions)]
+    lifetimes = _lifetimes(values, instruction_rows, inputs, outputs)
+    buffer_devices = _buffer_devices(plan)
+    sizes = _ints(plan.nonConstBufferSizes)
+    input_set, output_set = set(inputs), set(outputs)
+    tensors = [
+        _tensor(index, value.val, lifetimes.get(index), input_set, output_set, buffer_devices)
+        for index, value in enumerate(values)
+        if value.valType == KernelTypes.Tensor
+    ]
+    buffers = [
+        _buffer(mem_id, sizes[mem_id], buffer_devices.get(mem_id, CPU), tensors)
+        for mem_id in range(1, len(sizes))
+    ]
+    delegates = [_delegate(pte, plan_index, index, delegate) for index, delegate in enumerate(plan.delegates or ())]
+    return {
+        "name": _text(plan.name),
+        "inputs": inputs,
+        "outputs": outputs,
+        "counts": {
+            "values": len(values),
+            "instructions": len(instructions),
+            "operators": len(operators),
+            "delegates": len(delegates),
+        },
+        "values": dict(sorted(Counter(_VALUE_KINDS.get(v.valType, f"kind({v.valType})") for v in values).items())),
+        "buffers": buffers,
+        "tensors": tensors,
+        "instructions": instruction_rows,
+        "operators": operators,
+        "delegates": delegates,
+    }
+
+
+def _instruction(index: int, instruction, operators: list[dict]) -> dict:
+    kind = instruction.instrArgsType
+    call = instruction.instrArgs
+    row = {"index": index, "kind": _INSTRUCTION_KINDS.get(kind, f"kind({kind})"), "op": None, "delegate": None}
+    if kind == InstructionArguments.KernelCall:
+        op = operators[call.opIndex] if 0 <= call.opIndex < len(operators) else None
+        row["op"] = _op_name(op) if op else f"operator({call.opIndex})"
+        row["args"] = _ints(call.args)
+    elif kind == InstructionArguments.DelegateCall:
+        row["delegate"] = int(call.delegateIndex)
+        row["args"] = _ints(call.args)
+    elif kind == InstructionArguments.MoveCall:
+        row["args"] = [int(call.moveFrom), int(call.moveTo)]
+    elif kind == InstructionArguments.JumpFalseCall:
+        row["args"] = [int(call.condValueIndex)]
+    elif kind == InstructionArguments.FreeCall:
+        row["args"] = [int(call.valueIndex)]
+    else:
+        row["args"] = []
+    return row
+
+
+def _op_name(op: dict) -> str:
+    return f"{op['name']}.{op['overload']}" if op["overload"] else op["name"]
+
+
+def _lifetimes(values, instructions: list[dict], inputs: list[int], outputs: list[int]) -> dict[int, list[int]]:
+    """First and last instruction index that touch each value: as an argument, or as an item
+    of a tensor list that is an argument. Inputs live from instruction 0 and outputs to the
+    last instruction, because the caller owns them before and after the method runs."""
+    touched: dict[int, list[int]] = {}
+
+    def touch(value: int, at: int) -> None:
+        span = touched.setdefault(value, [at, at])
+        span[0], span[1] = min(span[0], at), max(span[1], at)
+
+    for row in instructions:
+        for arg in row["args"]:
+            touch(arg, row["index"])
+            if 0 <= arg < len(values) and values[arg].valType in _LIST_KINDS:
+                for item in _ints(values[arg].val.items):
+                    if item >= 0:
+                        touch(item, row["index"])
+    for value in inputs:
+        touch(value, 0)
+    if instructions:
+        for value in outputs:
+            touch(value, len(instructions) - 1)
+    return touched
+
+
+def _buffer_devices(plan) -> dict[int, Device]:
+    return {
+        int(entry.bufferIdx): Device.from_code(entry.deviceType, entry.deviceIndex)
+        for entry in plan.nonConstBufferDevice or ()
+    }
+
+
+def _tensor(index: int, tensor, lifetime, inputs: set[int], outputs: set[int], buffer_devices) -> dict:
+    dtype = dtypes.name_of(tensor.scalarType)
+    shape = _ints(tensor.sizes)
+    allocation = tensor.allocationInfo
+    mem_id = int(allocation.memoryId) if allocation is not None else None
+    offset = allocation.memoryOffsetLow + (allocation.memoryOffsetHigh << 32) if allocation is not None else None
+    constant = tensor.dataBufferIdx > 0
+    return {
+        "value": index,
+        "dtype": dtype,
+        "shape": shape,
+        "dim_order": _ints(tensor.dimOrder),
+        "mem_id": mem_id,
+        "offset": offset,
+        "nbytes": math.prod(shape) * dtypes.ITEMSIZE.get(dtype, 0),
+        "device": str(_tensor_device(tensor, buffer_devices.get(mem_id, CPU))),
+        "lifetime": list(lifetime) if lifetime is not None else None,
+        "role": _role(index, constant, inputs, outputs),
+        "constant": constant,
+    }
+
+
+def _tensor_device(tensor, buffer_device: Device) -> Device:
+    """A device that extra_tensor_info spells out wins; its CPU default says nothing, because
+    a writer that adds the table for other reasons leaves the device fields at their defaults."""
+    extra = tensor.extraTensorInfo
+    if extra is not None and (extra.deviceType, extra.deviceIndex) != (CPU.code, CPU.index):
+        return Device.from_code(extra.deviceType, extra.deviceIndex)
+    return buffer_device
+
+
+def _role(index: int, constant: bool, inputs: set[int], outputs: set[int]) -> str:
+    if index in inputs and index in outputs:
+        return "input+output"
+    if index in inputs:
+        return "input"
+    if index in outputs:
+        return "output"
+    return "constant" if constant else "activation"
+
+
+def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict]) -> dict:
+    placed = [t for t in tensors if t["mem_id"] == mem_id]
+    timed = sorted((t for t in placed if t["lifetime"] is not None), key=lambda t: t["lifetime"][0])
+    peak, peak_instruction = 0, None
+    alive: list[dict] = []
+    joined = 0
+    # Bytes in use only grow where a lifetime starts, so the busiest instruction is one of
+    # those; sweeping them in order keeps only the tensors alive there in hand.
+    for at in sorted({t["lifetime"][0] for t in timed}):
+        while joined < len(timed) and timed[joined]["lifetime"][0] <= at:
+            alive.append(timed[joined])
+            joined += 1
+        alive = [t for t in alive if t["lifetime"][1] >= at]
+        in_use = _union_size([(t["offset"], t["offset"] + t["nbytes"]) for t in alive])
+        if in_use > peak:
+            peak, peak_instruction = in_use, at
+    return {
+        "mem_id": mem_id,
+        "size": size,
+        "device": str(device),
+        "tensors": len(placed),
+        "peak": peak,
+        "peak_instruction": peak_instruction,
+    }
+
+
+def _union_size(ranges: list[tuple[int, int]]) -> int:
+    """Bytes covered by a set of half-open ranges, so tensors that alias count once."""
+    total, reach = 0, None
+    for start, end in sorted(ranges):
+        if reach is None or start >= reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
+def _delegate(pte, plan_index: int, index: int, delegate) -> dict:
+    specs = [
+        {"key": _text(spec.key), "value": _spec_value(bytes(_ints(spec.value)))}
+        for spec in delegate.compileSpecs or ()
+    ]
+    target = next((spec["value"] for spec in specs if spec["key"] == "target_device"), None)
+    # read_pte has checked that every delegate names a payload that exists.
+    processed = delegate.processed
+    location = "segment" if processed.location == DataLocation.SEGMENT else "inline"
+    return {
+        "index": index,
+        "id": _text(delegate.id),
+        "compile_specs": specs,
+        "target_device": target,
+        "payload_size": len(pte.delegate_payload(plan_index, index)),
+        "location": location,
+        "payload_index": int(processed.index),
+    }
+
+
+def _spec_value(raw: bytes) -> str:
+    """Text when the bytes are printable UTF-8, else hex, so the document stays valid JSON text."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.hex()
+    return text if text.isprintable() else raw.hex()
+
+
+def _text(value) -> str:
+    """FlatBuffers strings read back as bytes; programs built in memory hold str."""
+    if value is None:
+        return ""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _ints(vector) -> list[int]:
+    return [int(item) for item in vector] if vector is not None else []

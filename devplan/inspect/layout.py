@@ -1,0 +1,151 @@
+"""The memory layout chart: one planned buffer drawn as byte bands (rows) over instructions
+(columns), each cell naming the tensor that occupies it.
+
+Drawn from the inspection document alone, so a saved JSON document charts the same. Letters
+carry the meaning and colours only help, so the chart reads the same under NO_COLOR."""
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import dataclass
+
+from rich.columns import Columns
+from rich.console import Group
+from rich.text import Text
+
+from devplan.inspect.units import size_text
+
+GLYPHS = string.ascii_uppercase + string.ascii_lowercase + string.digits
+EMPTY = "·"
+# Background colours that stay distinguishable on dark and light terminals, paired with black text.
+PALETTE = (
+    "cyan", "magenta", "yellow", "green", "bright_blue", "bright_red",
+    "bright_cyan", "bright_magenta", "bright_yellow", "bright_green", "blue", "red",
+)
+MAX_COLUMNS_PER_INSTRUCTION = 4
+
+
+@dataclass(frozen=True)
+class Occupant:
+    """A tensor that appears on the chart: its glyph, value index, bytes and live instructions."""
+
+    glyph: str
+    style: str
+    value: int
+    start: int
+    end: int
+    first: int
+    last: int
+
+
+def layout_chart(method: dict, buffer: dict, width: int = 80, rows: int = 16, exact_bytes: bool = False) -> Group:
+    """The chart of one buffer of one method, with its legend, fitted to width columns."""
+    occupants = _occupants(method, buffer["mem_id"])
+    instruction_count = method["counts"]["instructions"]
+    title = Text.assemble(
+        (f"buffer {buffer['mem_id']}", "bold"),
+        f" · {buffer['device']} · {size_text(buffer['size'], exact_bytes)}",
+        f" · peak {size_text(buffer['peak'], exact_bytes)}",
+        f" at #{buffer['peak_instruction']}" if buffer["peak_instruction"] is not None else "",
+    )
+    if buffer["size"] <= 0 or instruction_count == 0 or not occupants:
+        return Group(title, Text("  (no live tensors to draw)", style="dim"))
+    band = _band_size(buffer["size"], rows)
+    rows = math.ceil(buffer["size"] / band)
+    labels = [size_text(row * band, exact_bytes) for row in range(rows)]
+    label_width = max(len(label) for label in labels)
+    columns = _columns(instruction_count, max(8, width - label_width - 3))
+    lines = [title, _axis(columns, label_width)]
+    alive_in_column = [[o for o in occupants if o.first <= last and first <= o.last] for first, last in columns]
+    for row, label in enumerate(labels):
+        line = Text(f"{label:>{label_width}} │")
+        low, high = row * band, min((row + 1) * band, buffer["size"])
+        for alive in alive_in_column:
+            occupant = _occupant_of(alive, low, high)
+            if occupant is None:
+                line.append(EMPTY, style="dim")
+            else:
+                line.append(occupant.glyph, style=occupant.style)
+        lines.append(line)
+    per_column = columns[0][1] - columns[0][0] + 1
+    if len(columns) > instruction_count:
+        across = f"{len(columns) // instruction_count} columns = 1 instruction"
+    else:
+        across = f"one column = {per_column} instruction{'s' if per_column > 1 else ''}"
+    lines.append(Text(f"{'':>{label_width}}   one row = {size_text(band, exact_bytes)}; {across}", style="dim"))
+    lines.append(Columns([_legend_entry(o, exact_bytes) for o in occupants], padding=(0, 2)))
+    return Group(*lines)
+
+
+def _band_size(size: int, rows: int) -> int:
+    """Bytes per row: the smallest 2**k or 3 * 2**k that fits the buffer in at most rows rows,
+    so that row labels land on round offsets."""
+    needed = math.ceil(size / rows)
+    power = 1 << (needed - 1).bit_length()
+    three_quarters = power // 4 * 3
+    return three_quarters if three_quarters >= needed else power
+
+
+def _occupants(method: dict, mem_id: int) -> list[Occupant]:
+    placed = [
+        t for t in method["tensors"]
+        if t["mem_id"] == mem_id and t["lifetime"] is not None and t["nbytes"] > 0
+    ]
+    placed.sort(key=lambda t: t["value"])
+    return [
+        Occupant(
+            glyph=GLYPHS[index % len(GLYPHS)],
+            style=f"black on {PALETTE[index % len(PALETTE)]}",
+            value=t["value"],
+            start=t["offset"],
+            end=t["offset"] + t["nbytes"],
+            first=t["lifetime"][0],
+            last=t["lifetime"][1],
+        )
+        for index, t in enumerate(placed)
+    ]
+
+
+def _columns(instruction_count: int, available: int) -> list[tuple[int, int]]:
+    """Instruction ranges, one per chart column: several columns per instruction when there
+    is room, several instructions per column when there is not."""
+    if instruction_count <= available:
+        repeat = max(1, min(MAX_COLUMNS_PER_INSTRUCTION, available // instruction_count))
+        return [(at, at) for at in range(instruction_count) for _ in range(repeat)]
+    per_column = math.ceil(instruction_count / available)
+    return [(at, min(at + per_column, instruction_count) - 1) for at in range(0, instruction_count, per_column)]
+
+
+def _axis(columns: list[tuple[int, int]], label_width: int) -> Text:
+    """Instruction numbers over the columns where they start, skipping any that would collide."""
+    axis = [" "] * len(columns)
+    free_from = 0
+    for position, (first, _) in enumerate(columns):
+        if position and columns[position - 1][0] == first:
+            continue
+        tick = f"#{first}" if position == 0 else str(first)
+        if position >= free_from and position + len(tick) <= len(columns):
+            axis[position:position + len(tick)] = tick
+            free_from = position + len(tick) + 1
+    return Text(f"{'offset':>{label_width}}  " + "".join(axis), style="dim")
+
+
+def _occupant_of(alive: list[Occupant], low: int, high: int) -> Occupant | None:
+    """The tensor shown in a cell: of those alive in its column that overlap its bytes, the
+    smallest, so that small tensors beside big ones stay visible; the lowest value index
+    breaks ties."""
+    best = None
+    for occupant in alive:
+        if occupant.start < high and low < occupant.end:
+            if best is None or occupant.end - occupant.start < best.end - best.start:
+                best = occupant
+    return best
+
+
+def _legend_entry(occupant: Occupant, exact_bytes: bool) -> Text:
+    return Text.assemble(
+        (occupant.glyph, occupant.style),
+        f" v{occupant.value} ",
+        f"{occupant.start}..{occupant.end} ",
+        (f"{size_text(occupant.end - occupant.start, exact_bytes)} #{occupant.first}-{occupant.last}", "dim"),
+    )

@@ -1,0 +1,61 @@
+"""A method as the runtime sees it: a table of values and a chain of kernel calls.
+Built from the graph by emit/, planned by planning/, written by emit/program.py."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from devplan.spec import TensorSpec
+
+
+@dataclass(frozen=True)
+class IntList:  # items are value indices of Int values, as the runtime expects
+    items: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DoubleList:
+    items: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class BoolList:
+    items: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class TensorList:
+    items: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OptionalTensorList:  # -1 stands for None
+    items: tuple[int, ...]
+
+
+Value = TensorSpec | int | float | bool | str | None | IntList | DoubleList | BoolList | TensorList | OptionalTensorList
+
+
+@dataclass(frozen=True)
+class Kernel:
+    op: str                 # runtime name, e.g. "aten::add.out"
+    args: tuple[int, ...]   # value indices
+    node: str               # graph node it came from, for messages and dumps
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    values: tuple[Value, ...]
+    kernels: tuple[Kernel, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    constants: dict[int, torch.Tensor]   # value index -> stored data (weights, folded results)
+    state: dict[int, torch.Tensor]       # value index -> initial data of updated buffers
+    in_spec: str
+    out_spec: str
+
+    def with_specs(self, specs: dict[int, TensorSpec]) -> "Method":
+        values = tuple(specs.get(i, v) for i, v in enumerate(self.values))
+        return replace(self, values=values)

@@ -1,0 +1,62 @@
+"""Op tables in one place: which kernels the target runtime has, and how a functional
+ATen op maps to the `.out` overload that runs it.
+
+portable_ops.txt lists the operators that ExecuTorch 1.5.1's portable kernel library
+registers (a test checks it against the library itself)."""
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import torch
+from torch._ops import OpOverload
+
+PORTABLE: frozenset[str] = frozenset(
+    resources.files("devplan").joinpath("portable_ops.txt").read_text().split()
+)
+
+# Elementwise ops whose output may take over the storage of a same-shaped, same-dtype
+# input that dies at this op (the in-place pass reads this).
+ELEMENTWISE = frozenset(
+    f"aten::{name}" for name in (
+        "abs ceil clamp cos exp floor gelu hardtanh leaky_relu log neg reciprocal relu round "
+        "rsqrt sigmoid sign sin sqrt tanh trunc add sub mul div pow maximum minimum where"
+    ).split()
+)
+
+
+def kernel_name(op: OpOverload) -> str:
+    """The runtime's name for an overload: 'aten::add.out'."""
+    schema = op._schema
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def _signature(schema) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+
+
+@functools.cache
+def out_variant(op: OpOverload) -> OpOverload | None:
+    """The `.out` overload with the same non-out arguments as `op` (views map to their
+    `_copy` forms), found from torch's schemas; None if there is none."""
+    schema = op._schema
+    namespace, name = schema.name.split("::")
+    if schema.arguments and any(a.is_out for a in schema.arguments):
+        return op
+    is_view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+    packet = getattr(getattr(torch.ops, namespace), f"{name}_copy" if is_view else name, None)
+    if packet is None:
+        return None
+    wanted = _signature(schema)
+    for overload in sorted(packet.overloads()):
+        candidate = getattr(packet, overload)
+        cs = candidate._schema
+        if any(a.is_out for a in cs.arguments) and _signature(cs) == wanted:
+            return candidate
+    return None
+
+
+def runnable(op: OpOverload) -> bool:
+    """True when the op, or its out variant, has a kernel in the portable library."""
+    out = out_variant(op)
+    return out is not None and kernel_name(out) in PORTABLE

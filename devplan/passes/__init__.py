@@ -1,0 +1,1 @@
+"""Graph passes, each a short function over the graph held by a `Lowered` program."""

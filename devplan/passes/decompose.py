@@ -1,0 +1,136 @@
+"""Rewrite every op that has no portable kernel into ops that do, with torch's own
+decompositions, one node at a time: ops the runtime already runs are left alone, so the
+graph is never retraced as a whole (that retrace is most of ExecuTorch's lowering time)."""
+from __future__ import annotations
+
+import functools
+import operator
+
+import torch
+from torch._ops import OpOverload
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils import _pytree as pytree
+
+from devplan.errors import DevplanError
+from devplan.ops import runnable
+
+# Ops that only check metadata or shapes at trace time; the runtime has nothing to do.
+_DROPPED = {"aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",
+            "aten::_assert_async", "aten::sym_constrain_range"}
+_MAX_ROUNDS = 8
+
+
+@functools.cache
+def _table() -> dict:
+    # torch's full table covers a few ops (e.g. _unsafe_view) that the core ATen table leaves alone
+    # and prims that some decompositions emit; batch norm in eval goes straight to its
+    # inference kernel instead of through the training form's scratch buffers
+    ours = {torch.ops.prims.convert_element_type.default:
+            lambda x, dtype: torch.ops.aten._to_copy.default(x, dtype=dtype),
+            torch.ops.aten.batch_norm.default: _batch_norm}
+    return {**torch._decomp.decomposition_table, **torch._decomp.core_aten_decompositions(), **ours}
+
+
+def _batch_norm(x, weight, bias, mean, var, training, momentum, eps, cudnn_enabled):
+    if training or mean is None:
+        return torch.ops.aten.batch_norm.default(x, weight, bias, mean, var, training, momentum, eps, cudnn_enabled)
+    return torch.ops.aten._native_batch_norm_legit_no_training.default(x, weight, bias, mean, var, momentum, eps)[0]
+
+
+def decompose(gm: torch.fx.GraphModule) -> None:
+    """Leave only ops with portable kernels (or getitem) in `gm`; raise naming the node otherwise."""
+    pending = [n for n in gm.graph.nodes if n.op == "call_function"]
+    for _ in range(_MAX_ROUNDS):
+        gm.graph.eliminate_dead_code()  # decompositions leave unused results (e.g. empty stats buffers)
+        added = []
+        for node in pending:
+            if node._erased:
+                continue
+            op = node.target
+            if not isinstance(op, OpOverload):
+                continue
+            if op._schema.name in _DROPPED:
+                gm.graph.erase_node(node)
+            elif _prefer_scalar(node) or not runnable(node.target):
+                added += _inline(gm, node, _table().get(node.target, node.target))
+        if not added:
+            break
+        pending = added
+    gm.graph.lint()
+
+
+def _prefer_scalar(node: torch.fx.Node) -> bool:
+    """`x * 2` exports as mul.Tensor with a number; switch to the .Scalar overload when it has
+    a kernel. Returns True when the node still needs decomposing."""
+    op = node.target
+    if op._overloadname != "Tensor" or not any(isinstance(a, (int, float, bool)) for a in node.args[1:2]):
+        return False
+    scalar = getattr(op.overloadpacket, "Scalar", None)
+    if scalar is not None and runnable(scalar):
+        node.target = scalar
+        return False
+    return not runnable(op)
+
+
+def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn) -> list[torch.fx.Node]:
+    """Trace fn on the node's fake inputs and splice the resulting ops in place of the node."""
+    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
+    fakes = [flat[i].meta["val"] for i in positions]
+
+    def call(*tensors):
+        values = list(flat)
+        for i, t in zip(positions, tensors):
+            values[i] = t
+        args, kwargs = pytree.tree_unflatten(values, spec)
+        return fn(*args, **kwargs)
+
+    # name the user's own node, even when the failing op came out of decomposing it
+    origin = node.meta.get("devplan_origin", (node.name, str(node.target)))
+    via = "" if origin[1] == str(node.target) else f" (it lowers to {node.target})"
+    try:
+        sub = make_fx(call, tracing_mode="fake" if not fakes else "real")(*fakes)
+    except Exception as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise DevplanError(f"node {origin[0]}: op {origin[1]}{via} has no portable kernel and torch cannot "
+                           f"decompose it ({reason}); rewrite the model without it") from None
+    if fn is node.target and _only_calls(sub, node.target):
+        raise DevplanError(f"node {origin[0]}: op {origin[1]} is not supported{via}: no portable kernel and no "
+                           f"decomposition; rewrite the model without it")
+    env, added = {}, []
+    inputs = iter(flat[i] for i in positions)
+    with gm.graph.inserting_before(node):
+        for sub_node in sub.graph.nodes:
+            if sub_node.op == "placeholder":
+                env[sub_node] = next(inputs)
+            elif sub_node.op == "get_attr":
+                name = f"_devplan_const_{len(list(gm.named_buffers()))}"
+                gm.register_buffer(name, getattr(sub, sub_node.target))
+                env[sub_node] = gm.graph.get_attr(name)
+                env[sub_node].meta["val"] = sub_node.meta.get("val")
+            elif sub_node.op == "call_function":
+                new = gm.graph.call_function(sub_node.target, *torch.fx.map_arg((sub_node.args, sub_node.kwargs), env.__getitem__))
+                new.meta = {"val": sub_node.meta.get("val"), "devplan_origin": origin}
+                env[sub_node] = new
+                added.append(new)
+            else:
+                result = torch.fx.map_arg(sub_node.args[0], env.__getitem__)
+    _replace(node, result)
+    gm.graph.erase_node(node)
+    return added
+
+
+def _only_calls(sub: torch.fx.GraphModule, op) -> bool:
+    return all(n.target == op for n in sub.graph.nodes if n.op == "call_function")
+
+
+def _replace(node: torch.fx.Node, result) -> None:
+    if isinstance(result, torch.fx.Node) or not isinstance(result, (tuple, list)):
+        node.replace_all_uses_with(result)
+        return
+    for user in list(node.users):
+        if user.target is operator.getitem:
+            user.replace_all_uses_with(result[user.args[1]])
+            user.graph.erase_node(user)
+        else:
+            raise DevplanError(f"node {user.name}: uses all outputs of {node.name} at once; this form is not supported")

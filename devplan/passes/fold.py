@@ -1,0 +1,57 @@
+"""Compute once, at compile time, whatever depends only on constants (the transpose of a
+weight, a scale folded into a bias), so that it is stored rather than planned and run."""
+from __future__ import annotations
+
+import torch
+
+from devplan.passes.graph import Lowered
+
+_NONDETERMINISTIC = {"aten::rand", "aten::randn", "aten::native_dropout", "aten::bernoulli", "aten::randint"}
+
+
+def fold_constants(low: Lowered) -> None:
+    """Replace each constant-only subgraph whose result is used at run time by a stored
+    constant, when that never grows the constant bytes: its inputs must be used by nothing
+    else, and the result must be no larger than they are."""
+    gm = low.gm
+    values: dict[torch.fx.Node, torch.Tensor] = {}
+    cone: dict[torch.fx.Node, set[torch.fx.Node]] = {}
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and node.name in low.constants:
+            values[node], cone[node] = low.constants[node.name], {node}
+        elif node.op == "get_attr":
+            values[node], cone[node] = getattr(gm, node.target), {node}
+        elif node.op == "call_function" and _foldable(node, values):
+            args, kwargs = torch.fx.map_arg((node.args, node.kwargs), values.__getitem__)
+            values[node] = node.target(*args, **kwargs)
+            cone[node] = {node}.union(*(cone[n] for n in node.all_input_nodes))
+    for node in list(values):
+        if node.op != "call_function" or all(user in values for user in node.users):
+            continue  # not a frontier: only constants use it
+        inside = cone[node]
+        closed = all(user in inside for n in inside - {node} for user in n.users)
+        leaves = [n for n in inside if n.op != "call_function"]
+        result = values[node]
+        if not (closed and isinstance(result, torch.Tensor)):
+            continue
+        if result.nbytes > sum(values[leaf].nbytes for leaf in leaves):
+            continue
+        name = f"_folded_{node.name}"
+        gm.register_buffer(name, result.contiguous())
+        with gm.graph.inserting_before(node):
+            stored = gm.graph.get_attr(name)
+        stored.meta["val"] = node.meta.get("val")
+        node.replace_all_uses_with(stored)
+    gm.graph.eliminate_dead_code()
+    for node in list(gm.graph.nodes):
+        # graph DCE keeps placeholders; drop weights that folding left unused
+        if node.op == "placeholder" and node.name in low.constants and not node.users:
+            del low.constants[node.name]
+
+
+def _foldable(node: torch.fx.Node, values) -> bool:
+    inputs = node.all_input_nodes
+    return (bool(inputs) and all(n in values for n in inputs)
+            and isinstance(node.target, torch._ops.OpOverload)
+            and node.target._schema.name not in _NONDETERMINISTIC
+            and not node.target._schema.is_mutable)

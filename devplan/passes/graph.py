@@ -1,0 +1,65 @@
+"""The graph every pass works on: an FX graph of runtime ops plus what the graph alone does
+not say (which placeholders are weights, which are state, how inputs and outputs nest)."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch.export.graph_signature import InputKind, OutputKind
+from torch.utils._pytree import treespec_dumps
+
+
+@dataclass(frozen=True)
+class Lowered:
+    gm: torch.fx.GraphModule
+    constants: dict[str, torch.Tensor]  # placeholder name -> data: weights, constant buffers, folded results
+    state: dict[str, torch.Tensor]      # placeholder name -> initial value of a buffer the program updates
+    inputs: tuple[str, ...]             # user input placeholder names, in call order
+    in_spec: str                        # pytree specs (torch's treespec_dumps), for ContainerMetadata
+    out_spec: str
+
+    def results(self) -> tuple[dict[str, object], list[object]]:
+        """(state placeholder name -> its value after a run, user outputs). The output node
+        holds both, state first, so that passes see every value the program must produce."""
+        values = list(self.gm.graph.output_node().args[0])
+        return dict(zip(self.state, values)), values[len(self.state):]
+
+
+def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
+    """Split an ExportedProgram's signature into constants, state and user inputs."""
+    if any(isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable for n in ep.graph.nodes):
+        # export keeps in-place ops (state updates); torch's functionalization turns them into
+        # pure ops plus buffer-mutation outputs. Only such programs pay for the retrace.
+        ep = ep.run_decompositions({})
+    gm = copy.deepcopy(ep.graph_module)
+    # deepcopy may rename placeholders (e.g. 'input'), so pair them with the signature by position
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    names = {spec.target: node.name for spec, node in zip(ep.graph_signature.input_specs, placeholders) if spec.target}
+    mutated = {o.target for o in ep.graph_signature.output_specs if o.kind == OutputKind.BUFFER_MUTATION}
+    constants, state, inputs = {}, {}, []
+    for spec, node in zip(ep.graph_signature.input_specs, placeholders):
+        name = node.name
+        if spec.kind == InputKind.USER_INPUT:
+            if isinstance(node.meta.get("val"), torch.Tensor):
+                inputs.append(name)
+            continue
+        source = ep.constants if spec.kind == InputKind.CONSTANT_TENSOR or spec.target in ep.constants else ep.state_dict
+        value = source[spec.target].detach()
+        (state if spec.target in mutated else constants)[name] = value
+    output = gm.graph.output_node()
+    results = list(output.args[0])
+    updates, user_outputs = {}, []
+    for spec, value in zip(ep.graph_signature.output_specs, results):
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            updates[names[spec.target]] = value
+        elif spec.kind == OutputKind.USER_OUTPUT:
+            user_outputs.append(value)
+        else:
+            from devplan.errors import DevplanError
+
+            raise DevplanError(f"output {spec.arg.name}: {spec.kind.name} outputs are not supported; return the value instead of mutating an input")
+    state = {name: state[name] for name in updates}
+    output.args = (tuple(updates.values()) + tuple(user_outputs),)
+    return Lowered(gm, constants, state, tuple(inputs),
+                   treespec_dumps(ep.call_spec.in_spec), treespec_dumps(ep.call_spec.out_spec))

@@ -1,0 +1,60 @@
+"""Plan a Method's memory: one buffer per device, an offset for every planned tensor,
+checked by the independent verifier before anyone writes it down."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+from devplan.errors import DevplanError
+from devplan.method import Method
+from devplan.planning.lifetimes import lifetimes
+from devplan.spec import Device, TensorSpec
+
+
+@dataclass(frozen=True)
+class BufferPlan:
+    mem_id: int
+    device: Device
+    size: int
+    lower_bound: int
+    tensors: int
+
+
+@dataclass(frozen=True)
+class PlannedMethod:
+    method: Method                 # every planned tensor spec has lifetime, mem_id and offset
+    buffers: tuple[BufferPlan, ...]
+    algorithm: str
+
+
+def mem_ids(devices) -> dict[Device, int]:
+    """mem_id 0 is reserved by the format; the CPU buffer comes first, then other devices in order."""
+    return {device: i + 1 for i, device in enumerate(sorted(set(devices), key=lambda d: (d.type != "cpu", d)))}
+
+
+def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
+                budgets: Mapping[str, int] | None = None) -> PlannedMethod:
+    from devplan.planning import Interval, Placed, check_budget, lower_bound, plan, verify
+
+    alive = lifetimes(method)
+    specs = {i: method.values[i] for i in alive}
+    ids = mem_ids(spec.device for spec in specs.values()) or {}
+    intervals = [Interval(i, spec.nbytes, *alive[i], group=ids[spec.device]) for i, spec in specs.items()]
+    placement = plan(intervals, alignment=alignment, algorithm=algorithm)
+    bounds = lower_bound(intervals, alignment=alignment)
+    placed = [Placed(f"value {i}", ids[spec.device], placement.offsets[i], spec.nbytes, *alive[i])
+              for i, spec in specs.items()]
+    verify(placed, placement.sizes, alignment)
+    if budgets:
+        named = {str(mem_id): mem_id for mem_id in ids.values()} | {str(d): m for d, m in ids.items()}
+        for target in budgets:
+            if target not in named:
+                raise DevplanError(f"--budget {target}: no such buffer in this program; "
+                                   f"budget one of: {', '.join(sorted(named))}")
+        check_budget(placement.sizes, {named[k]: v for k, v in budgets.items()}, intervals, alignment)
+    planned = {i: replace(spec, lifetime=alive[i], mem_id=ids[spec.device], offset=placement.offsets[i])
+               for i, spec in specs.items()}
+    buffers = tuple(BufferPlan(m, d, placement.sizes.get(m, 0), bounds.get(m, 0),
+                               sum(1 for s in planned.values() if s.mem_id == m))
+                    for d, m in sorted(ids.items(), key=lambda item: item[1]))
+    return PlannedMethod(method.with_specs(planned), buffers, placement.algorithm)

@@ -1,0 +1,63 @@
+"""Memory budgets: read them from the command line and explain a plan that does not fit."""
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Mapping, Sequence
+
+from devplan.errors import DevplanError
+from devplan.planning.bounds import peak
+from devplan.planning.model import Interval, split_groups
+
+UNITS = {"b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30}
+SHOWN_AT_PEAK = 5
+
+
+def parse_budget(text: str) -> tuple[str, int]:
+    """TARGET=SIZE (1=512KiB, cuda:0=2GiB, 1=1048576) -> (target, bytes). Units are B, KB,
+    KiB, MB, MiB, GB and GiB in any case; a number without one counts bytes."""
+    match = re.fullmatch(r"\s*([^=\s]+)\s*=\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(3).lower() not in UNITS | {"": 1}:
+        raise DevplanError(
+            f"bad memory budget {text!r}; write TARGET=SIZE such as 1=512KiB or cuda:0=2GiB "
+            f"(units: B, KB, KiB, MB, MiB, GB, GiB)"
+        )
+    target, number, unit = match.groups()
+    nbytes = Fraction(number) * UNITS.get(unit.lower(), 1)
+    if nbytes.denominator != 1:
+        raise DevplanError(f"memory budget {text!r} is not a whole number of bytes")
+    return target, int(nbytes)
+
+
+def check_budget(
+    plan_sizes: Mapping[int, int], budgets: Mapping[int, int], intervals: Sequence[Interval], alignment: int
+) -> None:
+    """Raise DevplanError for the first buffer (in group order) whose planned size exceeds its
+    budget, saying what the plan needs, what is available, the lower bound and which tensors
+    are alive at the peak."""
+    for group in sorted(budgets):
+        needed, available = plan_sizes.get(group, 0), budgets[group]
+        if needed <= available:
+            continue
+        problems = {problem.group: problem for problem in split_groups(intervals, alignment)}
+        if group not in problems:
+            raise DevplanError(f"memory buffer {group} needs {_bytes(needed)} but its budget is {_bytes(available)}")
+        top = peak(problems[group])
+        shown = ", ".join(f"value {key} ({_bytes(size)})" for key, size in top.alive[:SHOWN_AT_PEAK])
+        more = len(top.alive) - SHOWN_AT_PEAK
+        shown += f" and {more} more" if more > 0 else ""
+        if top.nbytes > available:
+            verdict = "no placement can fit, since more than that is alive at once; raise the budget or shrink the model's activations"
+        else:
+            verdict = "a tighter placement might fit; raise the budget or try another planning algorithm"
+        raise DevplanError(
+            f"memory buffer {group} needs {_bytes(needed)} but its budget is {_bytes(available)}; "
+            f"the lower bound is {_bytes(top.nbytes)} (at instruction {top.instruction}: {shown}); {verdict}"
+        )
+
+
+def _bytes(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes} bytes ({nbytes / scale:.1f} {unit})"
+    return f"{nbytes} bytes"

@@ -1,0 +1,101 @@
+"""The container around the FlatBuffer: identifier, optional extended header, segment region.
+
+Layout of a .pte with segments (all integers little-endian):
+
+    bytes 0..4    root table offset (u32)
+    bytes 4..8    file identifier b"ET12"
+    bytes 8..40   extended header: b"eh00", header length (u32), program size (u64),
+                  segment base offset (u64), segment data size (u64)
+    ...           the rest of the FlatBuffer, up to program size
+    ...           zero padding up to the segment base offset
+    ...           segment data (segment_data_size bytes)
+
+A file without segments is a plain FlatBuffer with no extended header."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from devplan.errors import DevplanError
+
+FILE_IDENTIFIER = b"ET12"
+HEADER_MAGIC = b"eh00"
+# Length written by ExecuTorch 1.5.1; older writers stopped before segment data size.
+HEADER_LENGTH = 32
+HEADER_MIN_LENGTH = 24
+HEADER_OFFSET = 8
+
+_ZIP_MAGIC = b"PK\x03\x04"
+_DAMAGED = "the file is damaged or not a .pte"
+_HEADER = struct.Struct("<4sIQQ")
+_DATA_SIZE = struct.Struct("<Q")
+
+
+@dataclass(frozen=True)
+class ExtendedHeader:
+    """Where the FlatBuffer ends and the segments start. segment_base_offset is 0 when the
+    file has no segments; segment_data_size counts from the segment base to the end of the
+    last segment."""
+
+    program_size: int
+    segment_base_offset: int
+    segment_data_size: int
+    length: int = HEADER_LENGTH
+
+    def to_bytes(self) -> bytes:
+        return _HEADER.pack(HEADER_MAGIC, self.length, self.program_size, self.segment_base_offset) + _DATA_SIZE.pack(
+            self.segment_data_size
+        )
+
+
+def check_container(data: bytes, name: str) -> ExtendedHeader | None:
+    """Check the identifier and the extended header against the file's size; return the header."""
+    size = len(data)
+    if size == 0:
+        raise DevplanError(f"{name}: empty file; expected an ExecuTorch .pte program")
+    if data.startswith(_ZIP_MAGIC):
+        raise DevplanError(
+            f"{name}: not an ET12 program (file identifier {data[:4]!r}, a zip archive); "
+            "is it a .pt2? compile it with 'devplan compile'"
+        )
+    if size < HEADER_OFFSET:
+        raise DevplanError(f"{name}: truncated: {size} bytes cannot hold a FlatBuffer's 8-byte start; {_DAMAGED}")
+    if data[4:8] != FILE_IDENTIFIER:
+        raise DevplanError(f"{name}: not an ET12 program (file identifier {data[4:8]!r}); {_DAMAGED}")
+    if data[HEADER_OFFSET : HEADER_OFFSET + 4] != HEADER_MAGIC:
+        return None
+    return _parse_header(data, name)
+
+
+def _parse_header(data: bytes, name: str) -> ExtendedHeader:
+    size = len(data)
+    if size < HEADER_OFFSET + HEADER_MIN_LENGTH:
+        raise DevplanError(f"{name}: truncated: the extended header at byte 8 needs 24 bytes but the file ends at byte {size}; {_DAMAGED}")
+    _, length, program_size, base = _HEADER.unpack_from(data, HEADER_OFFSET)
+    if length < HEADER_MIN_LENGTH:
+        raise DevplanError(f"{name}: corrupt: the extended header claims a length of {length} bytes (expected {HEADER_LENGTH}); {_DAMAGED}")
+    header_end = HEADER_OFFSET + length
+    if header_end > size:
+        raise DevplanError(f"{name}: truncated: the extended header claims {length} bytes but the file ends at byte {size}; {_DAMAGED}")
+    if length >= HEADER_LENGTH:
+        (data_size,) = _DATA_SIZE.unpack_from(data, HEADER_OFFSET + HEADER_MIN_LENGTH)
+    else:
+        data_size = size - base if base else 0
+    if program_size > size:
+        raise DevplanError(
+            f"{name}: truncated: the extended header says the program is {program_size} bytes but the file ends at byte {size}; {_DAMAGED}"
+        )
+    if program_size < header_end:
+        raise DevplanError(f"{name}: corrupt: the extended header says the program is {program_size} bytes, less than the header itself; {_DAMAGED}")
+    if base == 0:
+        if data_size:
+            raise DevplanError(f"{name}: corrupt: the extended header has {data_size} bytes of segment data but no segment base offset; {_DAMAGED}")
+    elif base < program_size:
+        raise DevplanError(
+            f"{name}: corrupt: the segment base offset {base} lies inside the program, which ends at byte {program_size}; {_DAMAGED}"
+        )
+    elif base + data_size > size:
+        raise DevplanError(
+            f"{name}: truncated: segment data at byte {base} claims {data_size} bytes but the file ends at byte {size}; {_DAMAGED}"
+        )
+    return ExtendedHeader(program_size, base, data_size, length)

@@ -1,0 +1,152 @@
+"""Reading a .pte: check the container and the FlatBuffer, then unpack with the object API."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from devplan.errors import DevplanError
+from devplan.pte.fb.DataLocation import DataLocation
+from devplan.pte.fb.Program import ProgramT
+from devplan.pte.header import HEADER_OFFSET, ExtendedHeader, check_container
+from devplan.pte.verify import verify_program
+
+_DAMAGED = "the file is damaged or not a .pte"
+
+
+@dataclass(frozen=True)
+class PteFile:
+    """A program and the bytes that live outside its FlatBuffer. Vectors of numbers in
+    `program` are numpy arrays viewing the file's bytes (the generated object API's choice);
+    strings are bytes."""
+
+    program: ProgramT
+    segments: tuple[bytes, ...]  # data of program.segments[i], in order
+    size: int  # file size in bytes
+    header: ExtendedHeader | None
+    name: str = "<bytes>"  # how messages name the file
+
+    def constant_data(self, data_buffer_idx: int) -> bytes | None:
+        """Bytes of constant `data_buffer_idx` (a Tensor's data_buffer_idx), or None for 0
+        (no constant) or an index the program does not have. From the constant segment the
+        bytes run to the next constant's offset, so they include its alignment padding."""
+        if data_buffer_idx <= 0:
+            return None
+        sub = self.program.constantSegment
+        if sub is not None and sub.offsets is not None and len(sub.offsets) > 0:
+            offsets = sub.offsets
+            if data_buffer_idx >= len(offsets):
+                return None
+            segment = self.segments[sub.segmentIndex]
+            stop = int(offsets[data_buffer_idx + 1]) if data_buffer_idx + 1 < len(offsets) else len(segment)
+            return segment[int(offsets[data_buffer_idx]) : stop]
+        buffers = self.program.constantBuffer or []
+        if data_buffer_idx >= len(buffers):
+            return None
+        storage = buffers[data_buffer_idx].storage
+        return b"" if storage is None else bytes(storage)
+
+    def delegate_payload(self, plan_index: int, delegate_index: int) -> bytes:
+        """The processed blob of delegate `delegate_index` in plan `plan_index`."""
+        plans = self.program.executionPlan or []
+        if not 0 <= plan_index < len(plans):
+            raise DevplanError(f"{self.name}: no execution plan {plan_index}; the program has {len(plans)}")
+        delegates = plans[plan_index].delegates or []
+        where = f"{self.name}: execution_plan[{plan_index}].delegates[{delegate_index}]"
+        if not 0 <= delegate_index < len(delegates):
+            raise DevplanError(f"{where}: no such delegate; the plan has {len(delegates)}")
+        reference = delegates[delegate_index].processed
+        if reference is None:
+            raise DevplanError(f"{where}: the delegate names no payload; {_DAMAGED}")
+        if reference.location == DataLocation.INLINE:
+            inline = self.program.backendDelegateData or []
+            if reference.index >= len(inline):
+                raise DevplanError(f"{where}: payload is inline blob {reference.index} but the program has {len(inline)}; {_DAMAGED}")
+            data = inline[reference.index].data
+            return b"" if data is None else bytes(data)
+        if reference.location == DataLocation.SEGMENT:
+            if reference.index >= len(self.segments):
+                raise DevplanError(f"{where}: payload is segment {reference.index} but the program has {len(self.segments)}; {_DAMAGED}")
+            return self.segments[reference.index]
+        raise DevplanError(f"{where}: unknown payload location {reference.location}; {_DAMAGED}")
+
+
+def read_pte(source: str | os.PathLike | bytes, name: str | None = None) -> PteFile:
+    """Read and check a .pte from a path or from its bytes; any problem is a DevplanError
+    whose message starts with `name` (default: the path, or "<bytes>")."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        # A private immutable copy: the unpacked program keeps views into it.
+        data = bytes(source)
+        name = name or "<bytes>"
+    else:
+        name = name or os.fspath(source)
+        data = _read_file(source, name)
+    header = check_container(data, name)
+    program_size = header.program_size if header else len(data)
+    verify_program(data, HEADER_OFFSET + (header.length if header else 0), program_size, name)
+    try:
+        program = ProgramT.InitFromPackedBuf(data, 0)
+    except Exception as error:  # a bug or gap in the checks above must still read as bad input
+        detail = " ".join(str(error).split())
+        raise DevplanError(f"{name}: cannot decode the program ({type(error).__name__}: {detail}); {_DAMAGED}") from error
+    pte = PteFile(program, _segments(program, data, header, name), len(data), header, name)
+    _check_references(pte)
+    return pte
+
+
+def _read_file(path: str | os.PathLike, name: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except FileNotFoundError:
+        raise DevplanError(f"{name}: no such file; check the path") from None
+    except IsADirectoryError:
+        raise DevplanError(f"{name}: is a directory; pass the path of a .pte file") from None
+    except PermissionError:
+        raise DevplanError(f"{name}: permission denied; check the file's permissions") from None
+    except OSError as error:
+        raise DevplanError(f"{name}: cannot read ({error.strerror or error}); check the path") from None
+
+
+def _segments(program: ProgramT, data: bytes, header: ExtendedHeader | None, name: str) -> tuple[bytes, ...]:
+    listed = program.segments or []
+    located = header is not None and header.segment_base_offset > 0
+    # ExecuTorch writes no header when every segment is empty, so those need none.
+    base, available = (header.segment_base_offset, header.segment_data_size) if located else (0, 0)
+    for index, segment in enumerate(listed):
+        if segment.offset + segment.size <= available:
+            continue
+        if not located:
+            raise DevplanError(
+                f"{name}: corrupt: segment {index} claims {segment.size} bytes but the file has no extended header "
+                f"locating segment data; {_DAMAGED}"
+            )
+        raise DevplanError(
+            f"{name}: truncated: segment {index} claims bytes {segment.offset}..{segment.offset + segment.size} "
+            f"of the segment data but that holds {available} bytes (file size {len(data)}); {_DAMAGED}"
+        )
+    return tuple(data[base + segment.offset : base + segment.offset + segment.size] for segment in listed)
+
+
+def _check_references(pte: PteFile) -> None:
+    """Every segment index and constant offset in the program must land inside the file."""
+    program, name, count = pte.program, pte.name, len(pte.segments)
+    subsegments = [("constant_segment", program.constantSegment)]
+    subsegments += [(f"mutable_data_segments[{i}]", sub) for i, sub in enumerate(program.mutableDataSegments or [])]
+    for where, sub in subsegments:
+        if sub is None or sub.offsets is None or len(sub.offsets) == 0:
+            continue
+        if sub.segmentIndex >= count:
+            raise DevplanError(f"{name}: corrupt: {where} names segment {sub.segmentIndex} but the program has {count}; {_DAMAGED}")
+        furthest, available = int(max(sub.offsets)), len(pte.segments[sub.segmentIndex])
+        if furthest > available:
+            raise DevplanError(
+                f"{name}: corrupt: {where} has offset {furthest} but segment {sub.segmentIndex} holds {available} bytes; {_DAMAGED}"
+            )
+    for index, entry in enumerate(program.namedData or []):
+        if entry.segmentIndex >= count:
+            raise DevplanError(
+                f"{name}: corrupt: named_data[{index}] names segment {entry.segmentIndex} but the program has {count}; {_DAMAGED}"
+            )
+    for plan_index, plan in enumerate(program.executionPlan or []):
+        for delegate_index in range(len(plan.delegates or [])):
+            pte.delegate_payload(plan_index, delegate_index)

@@ -1,0 +1,284 @@
+"""Structural check of an ET12 FlatBuffer, done before any generated code reads it.
+
+The flatbuffers Python runtime has no verifier: generated accessors on a damaged buffer can
+raise anything or spin on a vector length the file does not hold. This walks the buffer from
+the root table by the schema below and checks every offset, vtable, string, vector and
+union tag against the bytes that are there, like the C++ runtime's verifier. Work is linear
+in the number of objects; byte vectors are checked by their length, never byte by byte."""
+from __future__ import annotations
+
+import struct
+
+from devplan.errors import DevplanError
+
+# Field kinds. A field is (name, kind, detail): detail is a scalar's or vector element's
+# width in bytes, or the name of the table or union.
+_SCALAR, _STRING, _TABLE, _SCALARS, _TABLES, _UNION = range(6)
+
+U8, U32, U64 = 1, 4, 8
+
+
+def _scalar(name: str, width: int) -> tuple:
+    return (name, _SCALAR, width)
+
+
+def _string(name: str) -> tuple:
+    return (name, _STRING, None)
+
+
+def _table(name: str, table: str) -> tuple:
+    return (name, _TABLE, table)
+
+
+def _scalars(name: str, width: int) -> tuple:
+    return (name, _SCALARS, width)
+
+
+def _tables(name: str, table: str) -> tuple:
+    return (name, _TABLES, table)
+
+
+def _union(name: str, union: str) -> tuple:
+    return (name, _UNION, union)
+
+
+# Mirrors schema/program.fbs: fields in slot order (a union takes two slots: tag, value),
+# union members in tag order starting at 1. tests/pte checks this against the bindings.
+TABLES: dict[str, tuple[tuple, ...]] = {
+    "ContainerMetadata": (_string("encoded_inp_str"), _string("encoded_out_str")),
+    "Null": (),
+    "AllocationDetails": (_scalar("memory_id", U32), _scalar("memory_offset_low", U32), _scalar("memory_offset_high", U32)),
+    "ExtraTensorInfo": (
+        _scalar("mutable_data_segments_idx", U64),
+        _string("fully_qualified_name"),
+        _scalar("location", U8),
+        _scalar("device_type", U8),
+        _scalar("device_index", U8),
+    ),
+    "Tensor": (
+        _scalar("scalar_type", U8),
+        _scalar("storage_offset", U32),
+        _scalars("sizes", U32),
+        _scalars("dim_order", U8),
+        _scalar("requires_grad", U8),
+        _scalar("data_buffer_idx", U32),
+        _table("allocation_info", "AllocationDetails"),
+        _scalar("layout", U8),
+        _scalar("shape_dynamism", U8),
+        _table("extra_tensor_info", "ExtraTensorInfo"),
+    ),
+    "Int": (_scalar("int_val", U64),),
+    "Bool": (_scalar("bool_val", U8),),
+    "Double": (_scalar("double_val", U64),),
+    "String": (_string("string_val"),),
+    "IntList": (_scalars("items", U64),),
+    "DoubleList": (_scalars("items", U64),),
+    "BoolList": (_scalars("items", U8),),
+    "TensorList": (_scalars("items", U32),),
+    "OptionalTensorList": (_scalars("items", U32),),
+    "EValue": (_union("val", "KernelTypes"),),
+    "Operator": (_string("name"), _string("overload")),
+    "KernelCall": (_scalar("op_index", U32), _scalars("args", U32)),
+    "DelegateCall": (_scalar("delegate_index", U32), _scalars("args", U32)),
+    "MoveCall": (_scalar("move_from", U32), _scalar("move_to", U32)),
+    "JumpFalseCall": (_scalar("cond_value_index", U32), _scalar("destination_instruction", U32)),
+    "FreeCall": (_scalar("value_index", U32),),
+    "Instruction": (_union("instr_args", "InstructionArguments"),),
+    "Frame": (_string("filename"), _scalar("lineno", U32), _string("name"), _string("context")),
+    "FrameList": (_tables("items", "Frame"),),
+    "BackendDelegateDataReference": (_scalar("location", U8), _scalar("index", U32)),
+    "CompileSpec": (_string("key"), _scalars("value", U8)),
+    "BackendDelegate": (
+        _string("id"),
+        _table("processed", "BackendDelegateDataReference"),
+        _tables("compile_specs", "CompileSpec"),
+    ),
+    "Chain": (
+        _scalars("inputs", U32),
+        _scalars("outputs", U32),
+        _tables("instructions", "Instruction"),
+        _tables("stacktrace", "FrameList"),
+    ),
+    "ExecutionPlan": (
+        _string("name"),
+        _table("container_meta_type", "ContainerMetadata"),
+        _tables("values", "EValue"),
+        _scalars("inputs", U32),
+        _scalars("outputs", U32),
+        _tables("chains", "Chain"),
+        _tables("operators", "Operator"),
+        _tables("delegates", "BackendDelegate"),
+        _scalars("non_const_buffer_sizes", U64),
+        _tables("non_const_buffer_device", "NonConstBufferDevice"),
+    ),
+    "NonConstBufferDevice": (_scalar("buffer_idx", U32), _scalar("device_type", U8), _scalar("device_index", U8)),
+    "Buffer": (_scalars("storage", U8),),
+    "BackendDelegateInlineData": (_scalars("data", U8),),
+    "DataSegment": (_scalar("offset", U64), _scalar("size", U64)),
+    "SubsegmentOffsets": (_scalar("segment_index", U32), _scalars("offsets", U64)),
+    "NamedData": (_string("key"), _scalar("segment_index", U32)),
+    "Program": (
+        _scalar("version", U32),
+        _tables("execution_plan", "ExecutionPlan"),
+        _tables("constant_buffer", "Buffer"),
+        _tables("backend_delegate_data", "BackendDelegateInlineData"),
+        _tables("segments", "DataSegment"),
+        _table("constant_segment", "SubsegmentOffsets"),
+        _tables("mutable_data_segments", "SubsegmentOffsets"),
+        _tables("named_data", "NamedData"),
+    ),
+}
+UNIONS: dict[str, tuple[str, ...]] = {
+    "KernelTypes": (
+        "Null", "Int", "Bool", "Double", "Tensor", "String",
+        "IntList", "DoubleList", "BoolList", "TensorList", "OptionalTensorList",
+    ),
+    "InstructionArguments": ("KernelCall", "DelegateCall", "MoveCall", "JumpFalseCall", "FreeCall"),
+}
+ROOT = "Program"
+
+# The schema is not recursive, so real nesting stops at depth 4; the bound guards edits to it.
+_MAX_DEPTH = 32
+_DAMAGED = "the file is damaged or not a .pte"
+
+_u16 = struct.Struct("<H").unpack_from
+_u16_pair = struct.Struct("<HH").unpack_from
+_u32 = struct.Struct("<I").unpack_from
+_i32 = struct.Struct("<i").unpack_from
+
+
+def _slots(fields: tuple[tuple, ...]) -> tuple[tuple, ...]:
+    """(vtable entry offset, kind, detail, name, bytes the field takes inside its table)."""
+    compiled, slot = [], 0
+    for name, kind, detail in fields:
+        inline = detail if kind == _SCALAR else 1 if kind == _UNION else 4
+        compiled.append((4 + 2 * slot, kind, detail, name, inline))
+        slot += 2 if kind == _UNION else 1
+    return tuple(compiled)
+
+
+_COMPILED = {name: _slots(fields) for name, fields in TABLES.items()}
+
+
+def _where(path) -> str:
+    """Render a path kept as nested (parent, label) pairs; built only when reporting."""
+    parts = []
+    while path is not None:
+        path, label = path
+        parts.append(f"[{label}]" if isinstance(label, int) else f".{label}")
+    return "".join(reversed(parts)).lstrip(".") or "root table"
+
+
+class _Walker:
+    def __init__(self, data: bytes, end: int, name: str, whole_file: bool) -> None:
+        self.data = data
+        self.end = end
+        self.name = name
+        self.limit = "the file ends" if whole_file else "the program data (per the extended header) ends"
+        # Every object a well-formed file holds owns at least 4 bytes (its length or its
+        # vtable offset), so more visits than that means offsets shared or crossed on purpose.
+        self.budget = end // 4
+
+    def corrupt(self, path, what: str):
+        raise DevplanError(f"{self.name}: corrupt: {_where(path)}: {what}; {_DAMAGED}")
+
+    def truncated(self, path, what: str):
+        raise DevplanError(f"{self.name}: truncated: {_where(path)}: {what} but {self.limit} at byte {self.end}; {_DAMAGED}")
+
+    def follow(self, at: int, path) -> int:
+        """Target of the uoffset stored at byte `at` (which the caller has bounds-checked)."""
+        (offset,) = _u32(self.data, at)
+        target = at + offset
+        if offset == 0:
+            self.corrupt(path, f"offset at byte {at} is zero")
+        if target + 4 > self.end:
+            self.truncated(path, f"offset at byte {at} points to byte {target}")
+        if target % 4:
+            self.corrupt(path, f"offset at byte {at} points to misaligned byte {target}")
+        self.budget -= 1
+        if self.budget < 0:
+            self.corrupt(path, f"offsets lead to more objects than {self.end} bytes can hold")
+        return target
+
+    def vector(self, pos: int, width: int, path) -> int:
+        (count,) = _u32(self.data, pos)
+        if pos + 4 + count * width > self.end:
+            self.truncated(path, f"vector at byte {pos} claims {count} elements of {width} bytes")
+        return count
+
+    def string(self, pos: int, path) -> None:
+        (length,) = _u32(self.data, pos)
+        if pos + 5 + length > self.end:
+            self.truncated(path, f"string at byte {pos} claims {length} bytes")
+        if self.data[pos + 4 + length] != 0:
+            self.corrupt(path, f"string at byte {pos} is not NUL-terminated")
+
+    def table(self, pos: int, table: str, path, depth: int) -> None:
+        data, end = self.data, self.end
+        if depth > _MAX_DEPTH:
+            self.corrupt(path, f"tables nest deeper than {_MAX_DEPTH}")
+        vtable = pos - _i32(data, pos)[0]
+        if vtable < 0 or vtable % 2:
+            self.corrupt(path, f"{table} table at byte {pos} has its vtable at byte {vtable}")
+        if vtable + 4 > end:
+            self.truncated(path, f"{table} table at byte {pos} has its vtable at byte {vtable}")
+        vtable_size, table_size = _u16_pair(data, vtable)
+        if vtable_size < 4 or vtable_size % 2 or table_size < 4:
+            self.corrupt(path, f"vtable at byte {vtable} claims sizes {vtable_size} and {table_size}")
+        if vtable + vtable_size > end:
+            self.truncated(path, f"vtable at byte {vtable} claims {vtable_size} bytes")
+        if pos + table_size > end:
+            self.truncated(path, f"{table} table at byte {pos} claims {table_size} bytes")
+        for entry, kind, detail, name, inline in _COMPILED[table]:
+            if entry >= vtable_size:
+                break
+            field_path = (path, name)
+            at = self.field(pos, vtable, vtable_size, table_size, entry, inline, field_path)
+            if at is None or kind == _SCALAR:
+                continue
+            if kind == _UNION:
+                value = self.field(pos, vtable, vtable_size, table_size, entry + 2, 4, field_path)
+                self.union(data[at], detail, value, path, name, depth)
+                continue
+            target = self.follow(at, field_path)
+            if kind == _STRING:
+                self.string(target, field_path)
+            elif kind == _TABLE:
+                self.table(target, detail, field_path, depth + 1)
+            elif kind == _SCALARS:
+                self.vector(target, detail, field_path)
+            else:
+                for index in range(self.vector(target, 4, field_path)):
+                    element = (field_path, index)
+                    self.table(self.follow(target + 4 + 4 * index, element), detail, element, depth + 1)
+
+    def field(self, pos: int, vtable: int, vtable_size: int, table_size: int, entry: int, inline: int, path) -> int | None:
+        """Byte where the field in vtable entry `entry` starts, or None when it is absent."""
+        if entry >= vtable_size:
+            return None
+        (offset,) = _u16(self.data, vtable + entry)
+        if offset == 0:
+            return None
+        if offset + inline > table_size:
+            self.corrupt(path, f"field at byte {pos + offset} runs past its {table_size}-byte table at byte {pos}")
+        return pos + offset
+
+    def union(self, tag: int, union: str, value: int | None, path, name: str, depth: int) -> None:
+        members = UNIONS[union]
+        if tag > len(members):
+            self.corrupt((path, name), f"{union} tag {tag} is not one of 0..{len(members)}")
+        if tag == 0 or value is None:
+            return
+        member = members[tag - 1]
+        member_path = (path, f"{name}({member})")
+        self.table(self.follow(value, member_path), member, member_path, depth + 1)
+
+
+def verify_program(data: bytes, start: int, end: int, name: str) -> None:
+    """Check the FlatBuffer in data[:end] whose root table must lie at or after byte `start`
+    (past the identifier and any extended header). Raises DevplanError naming `name`."""
+    walker = _Walker(data, end, name, whole_file=end == len(data))
+    root = walker.follow(0, None)
+    if root < start:
+        walker.corrupt(None, f"root offset points to byte {root}, inside the file header")
+    walker.table(root, ROOT, None, 0)

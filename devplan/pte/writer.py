@@ -1,0 +1,144 @@
+"""Writing a .pte: pack the program, append segments behind an extended header, write atomically."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import stat
+import struct
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import flatbuffers
+
+from devplan.errors import DevplanError
+from devplan.pte.fb.DataSegment import DataSegmentT
+from devplan.pte.fb.Program import ProgramT
+from devplan.pte.header import FILE_IDENTIFIER, HEADER_LENGTH, HEADER_OFFSET, ExtendedHeader
+
+# The schema's force_align on constant and delegate blobs; the generated Python Pack drops it.
+_BLOB_ALIGNMENT = 16
+_root_offset = struct.Struct("<I")
+
+
+def dumps_pte(program: ProgramT, segments: Sequence[bytes] = (), *, segment_alignment: int = 128) -> bytes:
+    """The bytes of a .pte holding `program` and the data of its segments, in order.
+
+    program.segments is rewritten (in the output only) to say where each segment landed;
+    when it already lists entries, there must be one per segment given. Without segment
+    bytes the output is the plain FlatBuffer, with no extended header."""
+    if segment_alignment <= 0 or segment_alignment & (segment_alignment - 1):
+        raise DevplanError(f"segment alignment {segment_alignment} is not a power of two; use e.g. 128")
+    listed = program.segments or []
+    if listed and len(listed) != len(segments):
+        raise DevplanError(
+            f"the program lists {len(listed)} data segments but {len(segments)} were given; pass the data of every segment"
+        )
+    packed = copy.copy(program)
+    placed = _place_segments([len(segment) for segment in segments], segment_alignment)
+    if segments:
+        packed.segments = [DataSegmentT(offset=offset, size=size) for offset, size in placed]
+    if program.constantBuffer is not None:
+        packed.constantBuffer = [_AlignedBlob.of(buffer.storage) for buffer in program.constantBuffer]
+    if program.backendDelegateData is not None:
+        packed.backendDelegateData = [_AlignedBlob.of(blob.data) for blob in program.backendDelegateData]
+
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(packed.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    flat = bytes(builder.Output())
+    data_size = placed[-1][0] + placed[-1][1] if placed else 0
+    if data_size == 0:  # like ExecuTorch: empty segments need no header
+        return flat
+
+    # The header goes inside the FlatBuffer, so its padded length must keep every aligned
+    # object aligned.
+    padded = _round_up(HEADER_LENGTH, builder.minalign)
+    program_size = len(flat) + padded
+    base = _round_up(program_size, segment_alignment)
+    header = ExtendedHeader(program_size, base, data_size).to_bytes()
+    (root,) = _root_offset.unpack_from(flat)
+    parts = [_root_offset.pack(root + padded), flat[4:HEADER_OFFSET], header.ljust(padded, b"\0"), flat[HEADER_OFFSET:]]
+    end = program_size
+    for (offset, _), segment in zip(placed, segments):
+        parts.append(bytes(base + offset - end))
+        parts.append(bytes(segment))
+        end = base + offset + len(segment)
+    return b"".join(parts)
+
+
+def write_pte(path: str | os.PathLike, program: ProgramT, segments: Sequence[bytes] = ()) -> None:
+    write_atomic(path, dumps_pte(program, segments))
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` so that readers see the old file or the whole new one: a
+    failure leaves no partial file and the old one untouched."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        mode = _mode_for(path)
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    except OSError as error:
+        raise DevplanError(f"{path}: cannot write ({error.strerror or error}); check that the directory exists and is writable") from None
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException as error:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise DevplanError(f"{path}: cannot write ({error.strerror or error}); check the path and free disk space") from None
+        raise
+
+
+def _mode_for(path: str) -> int:
+    """Keep an existing file's permissions; a new file gets what open() would give it."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _place_segments(sizes: list[int], alignment: int) -> list[tuple[int, int]]:
+    """(offset from the segment base, size) of each segment, each start aligned."""
+    placed, end = [], 0
+    for size in sizes:
+        offset = _round_up(end, alignment)
+        placed.append((offset, size))
+        end = offset + size
+    return placed
+
+
+def _round_up(value: int, alignment: int) -> int:
+    return -(-value // alignment) * alignment
+
+
+@dataclass(frozen=True)
+class _AlignedBlob:
+    """Stands in for a BufferT or BackendDelegateInlineDataT while packing: both tables hold
+    one byte vector in slot 0, which the runtime expects aligned to _BLOB_ALIGNMENT."""
+
+    data: bytes | None
+
+    @classmethod
+    def of(cls, vector) -> "_AlignedBlob":
+        return cls(None if vector is None else bytes(vector))
+
+    def Pack(self, builder: flatbuffers.Builder) -> int:
+        if self.data is not None:
+            size = len(self.data)
+            builder.StartVector(1, size, _BLOB_ALIGNMENT)
+            builder.head -= size
+            builder.Bytes[builder.head : builder.head + size] = self.data
+            vector = builder.EndVector()
+        builder.StartObject(1)
+        if self.data is not None:
+            builder.PrependUOffsetTRelativeSlot(0, vector, 0)
+        return builder.EndObject()

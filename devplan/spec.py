@@ -1,0 +1,68 @@
+"""The facts about one tensor that every stage reads and later stages fill in."""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from devplan.dtypes import ITEMSIZE
+from devplan.errors import DevplanError
+
+DEVICE_TYPES = ("cpu", "cuda")  # ET12 DeviceType enum order: CPU = 0, CUDA = 1
+
+
+@dataclass(frozen=True, order=True)
+class Device:
+    type: str = "cpu"
+    index: int = 0
+
+    def __str__(self) -> str:
+        return "cpu" if self.type == "cpu" and self.index == 0 else f"{self.type}:{self.index}"
+
+    @property
+    def code(self) -> int:
+        """ET12 DeviceType value."""
+        return DEVICE_TYPES.index(self.type)
+
+    @classmethod
+    def parse(cls, text: str) -> "Device":
+        match = re.fullmatch(r"([a-z]+)(?::(\d+))?", text.strip().lower())
+        if not match or match.group(1) not in DEVICE_TYPES:
+            raise DevplanError(f"unknown device {text!r}; use one of: cpu, cuda:N")
+        index = int(match.group(2) or 0)
+        if index > 127:
+            raise DevplanError(f"device index {index} in {text!r} is out of range (0..127)")
+        return cls(match.group(1), index)
+
+    @classmethod
+    def from_code(cls, code: int, index: int = 0) -> "Device":
+        kind = DEVICE_TYPES[code] if 0 <= code < len(DEVICE_TYPES) else f"device_type({code})"
+        return cls(kind, index)
+
+
+CPU = Device()
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """shape, dtype (torch-style name), dim order and device describe the tensor; constant,
+    lifetime (first and last instruction that touch it, inclusive), mem_id and offset say
+    where its bytes live. alias_of names the value whose storage this one reuses in place."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    dim_order: tuple[int, ...] = ()
+    device: Device = CPU
+    constant: bool = False
+    lifetime: tuple[int, int] | None = None
+    mem_id: int | None = None
+    offset: int | None = None
+    alias_of: int | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * ITEMSIZE[self.dtype]
+
+    @property
+    def planned(self) -> bool:
+        return self.mem_id is not None

@@ -1,0 +1,103 @@
+"""`devplan compile` as a user runs it: files in, one summary or one error line out."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def devplan(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "devplan", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def assert_one_line_error(run, *needles):
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("devplan: error:"), run.stderr
+    assert "Traceback" not in run.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def test_compile_sample_then_inspect(tmp_path):
+    model = tmp_path / "mlp.pt2"
+    shutil.copy(ROOT / "samples" / "mlp.pt2", model)
+    run = devplan("compile", model)
+    assert run.returncode == 0, run.stderr
+    program = tmp_path / "mlp.pte"  # -o defaults to the input's name
+    assert program.exists() and f"wrote {program}" in run.stdout
+    assert "buffer 1 (cpu)" in run.stdout and "lower bound" in run.stdout
+    doc = json.loads(devplan("inspect", program, "--json").stdout)
+    assert doc["methods"][0]["buffers"][0]["device"] == "cpu"
+
+
+def test_json_summary(tmp_path):
+    run = devplan("compile", ROOT / "samples" / "two_io.pt2", "-o", tmp_path / "p.pte", "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    (method,) = summary["methods"]
+    assert method["instructions"] > 0 and method["buffers"][0]["size"] >= method["buffers"][0]["lower_bound"] > 0
+    assert summary["bytes"] == (tmp_path / "p.pte").stat().st_size
+
+
+def test_dump_dir_has_one_file_per_stage(tmp_path):
+    run = devplan("compile", ROOT / "samples" / "cnn.pt2", "-o", tmp_path / "p.pte", "--dump-dir", tmp_path / "dump")
+    assert run.returncode == 0, run.stderr
+    names = sorted(p.name for p in (tmp_path / "dump").iterdir())
+    assert [n.split("-", 1)[1] for n in names] == ["load.txt", "split.txt", "decompose.txt", "fold.txt", "build.txt",
+                                                   "plan.txt", "emit.txt", "serialize.txt", "write.txt"]
+    assert "convolution" in (tmp_path / "dump" / names[2]).read_text()
+    assert "aten::convolution.out" in (tmp_path / "dump" / names[5]).read_text()
+
+
+class Unsupported(torch.nn.Module):
+    def forward(self, x):
+        return torch.linalg.cholesky(x @ x.mT + torch.eye(3))
+
+
+def test_unsupported_op_names_op_and_node_and_writes_nothing(tmp_path):
+    model = tmp_path / "bad.pt2"
+    torch.export.save(torch.export.export(Unsupported(), (torch.randn(3, 3),)), model)
+    out = tmp_path / "bad.pte"
+    run = devplan("compile", model, "-o", out)
+    assert_one_line_error(run, "cholesky", "node ")
+    assert not out.exists()
+
+
+def test_failure_keeps_an_existing_output(tmp_path):
+    out = tmp_path / "keep.pte"
+    out.write_bytes(b"previous program")
+    run = devplan("compile", ROOT / "samples" / "mlp.pt2", "-o", out, "--budget", "1=1KiB")
+    assert_one_line_error(run, "budget")
+    assert out.read_bytes() == b"previous program"
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda p: p, "no such file"),
+    (lambda p: (p.mkdir(), p)[1], "directory"),
+    (lambda p: (p.write_bytes(b"not a zip"), p)[1], "not a .pt2"),
+    (lambda p: (p.write_bytes(b""), p)[1], "not a .pt2"),
+])
+def test_bad_model_files(tmp_path, make, needle):
+    path = make(tmp_path / "model.pt2")
+    assert_one_line_error(devplan("compile", path, "-o", tmp_path / "x.pte"), str(path), needle)
+    assert not (tmp_path / "x.pte").exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--alignment", "12"], "power of two"),
+    (["--planner", "magic"], "magic"),
+    (["--budget", "1=lots"], "lots"),
+    (["--budget", "7=1MiB"], "7"),
+    (["--no-such-option"], "--no-such-option"),
+])
+def test_bad_options(tmp_path, args, needle):
+    run = devplan("compile", ROOT / "samples" / "two_io.pt2", "-o", tmp_path / "x.pte", *args)
+    assert_one_line_error(run, needle)
+    assert not (tmp_path / "x.pte").exists()

@@ -1,0 +1,54 @@
+"""Constant folding: work that depends only on weights is done at compile time."""
+import torch
+
+import devplan
+from tests.models import eager_outputs, run_executorch
+
+
+class TransposedWeight(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(64, 32))
+        self.scale = torch.nn.Parameter(torch.randn(64))
+
+    def forward(self, x):
+        return x @ (self.weight * 2.0).t() + self.scale
+
+
+def compile_it(module, args):
+    module.eval().requires_grad_(False)
+    return devplan.compile(torch.export.export(module, args, strict=False))
+
+
+def test_weight_transform_is_stored_not_planned():
+    module, args = TransposedWeight(), (torch.randn(4, 32),)
+    result = compile_it(module, args)
+    method = result.planned.method
+    ops = [k.op for k in method.kernels]
+    assert "aten::permute_copy.out" not in ops and "aten::t_copy.out" not in ops
+    assert "aten::mul.Scalar_out" not in ops
+    weight_bytes = 64 * 32 * 4 + 64 * 4
+    assert result.constant_bytes <= weight_bytes
+    # the activation buffer holds only input, matmul result and output, never a 64x32 weight copy
+    assert result.planned.buffers[0].size < 64 * 32 * 4
+    got = run_executorch(result.data, args)[0][0]
+    torch.testing.assert_close(got, eager_outputs(module, args)[0][0], rtol=1e-4, atol=1e-5)
+
+
+class SharedWeight(torch.nn.Module):
+    """The weight is used both as is and transposed: folding the transpose would store it twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(16, 16))
+
+    def forward(self, x):
+        return x @ self.weight.t() + x @ self.weight
+
+
+def test_folding_never_grows_constant_bytes():
+    module, args = SharedWeight(), (torch.randn(2, 16),)
+    result = compile_it(module, args)
+    assert result.constant_bytes <= 16 * 16 * 4
+    got = run_executorch(result.data, args)[0][0]
+    torch.testing.assert_close(got, eager_outputs(module, args)[0][0], rtol=1e-4, atol=1e-5)

@@ -1,0 +1,34 @@
+"""Programs that ExecuTorch 1.5.1 (the reference writer) lowers for the inspector tests."""
+from __future__ import annotations
+
+import torch
+
+from samples.make_samples import sample_models
+from tests.models import executorch_lower, export
+
+# Corpus models that add what the samples lack: tensor lists (cat), mutable state.
+CORPUS_CASES = ("cat_split_chunk", "accumulator")
+NAMES = (*sample_models(), *CORPUS_CASES, "xnnpack")
+
+
+def lower_all() -> dict[str, bytes]:
+    """Name -> .pte bytes for every name in NAMES."""
+    built = {
+        name: executorch_lower(torch.export.export(model, args)) for name, (model, args) in sample_models().items()
+    }
+    for name in CORPUS_CASES:
+        built[name] = executorch_lower(export(name)[0])
+    built["xnnpack"] = _xnnpack_lowered()
+    return built
+
+
+def _xnnpack_lowered() -> bytes:
+    """A delegate whose payload ExecuTorch stores in a segment, beside portable kernels."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU()).eval()
+    exported = torch.export.export(model, (torch.randn(2, 8),))
+    lowered = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    return lowered.to_executorch().buffer

