@@ -253,7 +253,26 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict]) -> dict
         "tensors": len(placed),
         "peak": peak,
         "peak_instruction": peak_instruction,
+        "lower_bound": _lower_bound(timed),
     }
+
+
+def _lower_bound(timed: list[dict]) -> int:
+    """The planner's lower bound (16-byte aligned bytes alive at the busiest instruction) for
+    the storages this buffer holds: tensors at the same bytes with overlapping lifetimes
+    are one storage (in-place reuse), so the bound is one that no placement of them beats."""
+    from devplan.planning import Interval, lower_bound
+
+    storages: list[list[int]] = []  # [offset, nbytes, first, last]
+    for t in sorted(timed, key=lambda t: (t["offset"], t["nbytes"], t["lifetime"][0])):
+        first, last = t["lifetime"]
+        top = storages[-1] if storages else None
+        if top and top[:2] == [t["offset"], t["nbytes"]] and first <= top[3]:
+            top[3] = max(top[3], last)
+        else:
+            storages.append([t["offset"], t["nbytes"], first, last])
+    intervals = [Interval(key, nbytes, first, last) for key, (_, nbytes, first, last) in enumerate(storages)]
+    return lower_bound(intervals, alignment=16).get(1, 0)
 
 
 def _union_size(ranges: list[tuple[int, int]]) -> int:

@@ -67,9 +67,9 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
         console.print(Text("buffers: none (no planned memory)", style="dim"))
         return
     table = _table("buffers", ("mem_id", "right"), ("device", "left"), ("size", "right"), ("tensors", "right"),
-                   ("peak", "right"), ("peak/size", "right"), ("busiest", "right"))
+                   ("peak", "right"), ("busiest", "right"), ("lower bound", "right"), ("size/bound", "right"))
     for buffer in method["buffers"]:
-        share = f"{100 * buffer['peak'] / buffer['size']:.1f}%" if buffer["size"] else "-"
+        ratio = f"{buffer['size'] / buffer['lower_bound']:.3f}" if buffer["lower_bound"] else "-"
         _row(
             table,
             str(buffer["mem_id"]),
@@ -77,8 +77,9 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
             size_text(buffer["size"], exact_bytes),
             str(buffer["tensors"]),
             size_text(buffer["peak"], exact_bytes),
-            share,
             _instruction_ref(buffer["peak_instruction"]),
+            size_text(buffer["lower_bound"], exact_bytes),
+            ratio,
         )
     console.print(table)
 

@@ -38,6 +38,7 @@ def test_executorch_and_devplan_read_the_program(name):
     assert [f"{op.name}.{op.overload}" for op in theirs.operators] == [op_name(o) for o in ours["operators"]]
     assert theirs.non_const_buffer_sizes == [0] + [b["size"] for b in ours["buffers"]]
     assert list(theirs.inputs) == ours["inputs"] and list(theirs.outputs) == ours["outputs"]
+    assert [b["lower_bound"] for b in ours["buffers"]] == [b.lower_bound for b in result.planned.buffers]
 
 
 def op_name(op: dict) -> str:

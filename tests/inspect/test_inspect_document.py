@@ -83,7 +83,8 @@ def test_peak_counts_in_place_aliases_once(hand_built):
     (buffer,) = method_of(devplan.inspect(hand_built["lifetimes"]))["buffers"]
     # At #2: v0, v1, v2 (16 B each) and v4 (32 B) = 80 B. At #3 v9 reuses v4's bytes, so
     # 64 B there, not 96 B.
-    assert buffer == {"mem_id": 1, "size": 128, "device": "cpu", "tensors": 6, "peak": 80, "peak_instruction": 2}
+    assert buffer == {"mem_id": 1, "size": 128, "device": "cpu", "tensors": 6, "peak": 80, "peak_instruction": 2,
+                      "lower_bound": 80}
 
 
 def test_instructions_number_across_chains(hand_built):
