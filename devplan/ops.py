@@ -25,6 +25,14 @@ ELEMENTWISE = frozenset(
 )
 
 
+# Ops whose result holds exactly the bytes of their first argument (every tensor devplan
+# plans is contiguous): they need no kernel and no memory, the result views the input.
+SAME_BYTES = frozenset({
+    "aten::view_copy.out", "aten::unsqueeze_copy.out", "aten::squeeze_copy.dim_out", "aten::squeeze_copy.dims_out",
+    "aten::alias_copy.out", "aten::clone.out", "aten::detach_copy.out", "aten::lift_fresh_copy.out",
+})
+
+
 def kernel_name(op: OpOverload) -> str:
     """The runtime's name for an overload: 'aten::add.out'."""
     schema = op._schema

@@ -3,12 +3,12 @@ schema (schema arguments, then the returned values), as the runtime unpacks them
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from devplan.errors import DevplanError
-from devplan.ops import kernel_name, out_variant, PORTABLE
+from devplan.ops import PORTABLE, SAME_BYTES, kernel_name, out_variant
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
                             Value)
@@ -21,6 +21,7 @@ class _Builder:
     scalars: dict = field(default_factory=dict)   # (type, value) -> index; scalars are shared
     of_node: dict = field(default_factory=dict)   # fx node -> value index (or list for multi-output ops)
     constants: dict = field(default_factory=dict)
+    state: dict = field(default_factory=dict)     # value index -> initial data of updated buffers
     kernels: list = field(default_factory=list)
 
     def add(self, value: Value) -> int:
@@ -47,14 +48,13 @@ def build_method(low: Lowered, name: str = "forward") -> Method:
     b = _Builder()
     gm = low.gm
     updates, user_outputs = low.results()
-    state = {}
     for node in gm.graph.nodes:
         if node.op == "placeholder" and node.name in low.constants and node.users:
             b.of_node[node] = b.tensor(low.constants[node.name], constant=True)
             b.constants[b.of_node[node]] = low.constants[node.name]
         elif node.op == "placeholder" and node.name in low.state:
             b.of_node[node] = b.tensor(low.state[node.name])
-            state[b.of_node[node]] = low.state[node.name]
+            b.state[b.of_node[node]] = low.state[node.name]
         elif node.op == "placeholder" and node.name in low.inputs:
             b.of_node[node] = b.tensor(node.meta["val"])
         elif node.op == "get_attr":
@@ -70,8 +70,41 @@ def build_method(low: Lowered, name: str = "forward") -> Method:
         b.kernels.append(Kernel(kernel_name(copy), args + (b.of_node[buffer],), target))
     inputs = tuple(b.of_node[n] for n in gm.graph.nodes if n.op == "placeholder" and n.name in low.inputs)
     outputs = tuple(_output(b, value) for value in user_outputs)
-    return Method(name, tuple(b.values), tuple(b.kernels), inputs, outputs, b.constants, state,
-                  low.in_spec, low.out_spec)
+    return _compact(Method(name, tuple(b.values), tuple(b.kernels), inputs, outputs, b.constants, b.state,
+                           low.in_spec, low.out_spec))
+
+
+def _compact(method: Method) -> Method:
+    """Drop values nothing refers to (views of views that ran no kernel), renumbering the rest."""
+    used = set(method.inputs) | set(method.outputs) | set(method.state)
+    for kernel in method.kernels:
+        for index in kernel.args:
+            used.add(index)
+            value = method.values[index]
+            if isinstance(value, (IntList, TensorList, OptionalTensorList)):
+                used.update(i for i in value.items if i >= 0)
+    used.update(v.alias_of for i, v in enumerate(method.values)
+                if i in used and isinstance(v, TensorSpec) and v.alias_of is not None)
+    order = sorted(used)
+    new = {old: i for i, old in enumerate(order)}
+    new[-1] = -1
+
+    def renumber(value):
+        if isinstance(value, TensorSpec) and value.alias_of is not None:
+            return replace(value, alias_of=new[value.alias_of])
+        if isinstance(value, (IntList, TensorList, OptionalTensorList)):
+            return type(value)(tuple(new[i] for i in value.items))
+        return value
+
+    return replace(
+        method,
+        values=tuple(renumber(method.values[i]) for i in order),
+        kernels=tuple(replace(k, args=tuple(new[a] for a in k.args)) for k in method.kernels),
+        inputs=tuple(new[i] for i in method.inputs),
+        outputs=tuple(new[i] for i in method.outputs),
+        constants={new[i]: t for i, t in method.constants.items() if i in new},
+        state={new[i]: t for i, t in method.state.items()},
+    )
 
 
 def _output(b: _Builder, value) -> int:
@@ -85,6 +118,9 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
     if out is None or kernel_name(out) not in PORTABLE:
         raise DevplanError(f"node {node.name}: op {node.target} has no kernel in the portable library; "
                            f"rewrite the model without it")
+    if kernel_name(out) in SAME_BYTES and _view_of(b, node) is not None:
+        b.of_node[node] = b.tensor(node.meta["val"], alias_of=_view_of(b, node))
+        return
     schema = out._schema
     given = dict(zip((a.name for a in node.target._schema.arguments if not a.kwarg_only), node.args))
     given.update(node.kwargs)
@@ -104,6 +140,19 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
     out_values = [outs[a.name] for a in schema.arguments if a.is_out]
     result = out_values[0] if len(out_values) == 1 else b.add(TensorList(tuple(out_values)))
     b.kernels.append(Kernel(kernel_name(out), tuple(args) + (result,), node.name))
+
+
+def _view_of(b: _Builder, node: torch.fx.Node) -> int | None:
+    """The storage a same-bytes op's result can share: its input's, when that is planned
+    memory other than state (a state buffer is overwritten at the end of the run, while a
+    view of its old value may still be read)."""
+    source = node.args[0]
+    index = b.of_node.get(source) if isinstance(source, torch.fx.Node) else None
+    spec = b.values[index] if index is not None else None
+    if not isinstance(spec, TensorSpec) or spec.constant:
+        return None
+    root = spec.alias_of if spec.alias_of is not None else index
+    return None if root in b.state else root
 
 
 def _out_values(b: _Builder, node: torch.fx.Node, out_args) -> dict[str, int]:

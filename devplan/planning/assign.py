@@ -39,11 +39,17 @@ def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
     alive = lifetimes(method)
     specs = {i: method.values[i] for i in alive}
     ids = mem_ids(spec.device for spec in specs.values()) or {}
-    intervals = [Interval(i, spec.nbytes, *alive[i], group=ids[spec.device]) for i, spec in specs.items()]
+    # a storage (a tensor and every view of it) is alive from its first to its last user
+    storage = {i: spec.alias_of if spec.alias_of is not None else i for i, spec in specs.items()}
+    span: dict[int, tuple[int, int]] = {}
+    for i, root in storage.items():
+        first, last = alive[i]
+        span[root] = (min(first, span[root][0]), max(last, span[root][1])) if root in span else (first, last)
+    intervals = [Interval(root, specs[root].nbytes, *span[root], group=ids[specs[root].device]) for root in span]
     placement = plan(intervals, alignment=alignment, algorithm=algorithm)
     bounds = lower_bound(intervals, alignment=alignment)
-    placed = [Placed(f"value {i}", ids[spec.device], placement.offsets[i], spec.nbytes, *alive[i])
-              for i, spec in specs.items()]
+    placed = [Placed(f"value {i}", ids[spec.device], placement.offsets[storage[i]], spec.nbytes, *alive[i],
+                     storage=storage[i]) for i, spec in specs.items()]
     verify(placed, placement.sizes, alignment)
     if budgets:
         named = {str(mem_id): mem_id for mem_id in ids.values()} | {str(d): m for d, m in ids.items()}
@@ -52,7 +58,7 @@ def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
                 raise DevplanError(f"--budget {target}: no such buffer in this program; "
                                    f"budget one of: {', '.join(sorted(named))}")
         check_budget(placement.sizes, {named[k]: v for k, v in budgets.items()}, intervals, alignment)
-    planned = {i: replace(spec, lifetime=alive[i], mem_id=ids[spec.device], offset=placement.offsets[i])
+    planned = {i: replace(spec, lifetime=alive[i], mem_id=ids[spec.device], offset=placement.offsets[storage[i]])
                for i, spec in specs.items()}
     buffers = tuple(BufferPlan(m, d, placement.sizes.get(m, 0), bounds.get(m, 0),
                                sum(1 for s in planned.values() if s.mem_id == m))
