@@ -101,6 +101,9 @@ def compile_command(
         typer.Option("--budget", metavar="BUFFER=SIZE", help="Fail unless a buffer fits, e.g. 1=512KiB or cpu=2MiB; "
                      "BUFFER is a mem_id or a device. Repeatable.", show_default=False),
     ] = None,
+    inplace: Annotated[
+        bool, typer.Option("--inplace/--no-inplace", help="Let elementwise ops write over an input that dies there.")
+    ] = True,
     dump_dir: Annotated[
         Optional[Path],
         typer.Option("--dump-dir", metavar="DIR", help="Write the program after each stage to DIR, one readable file per stage.", show_default=False),
@@ -120,7 +123,7 @@ def compile_command(
         raise DevplanError(f"{target}: output would overwrite the input; pass -o with another name")
     status = _progress(json_output)
     with status:
-        result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, dump_dir=dump_dir,
+        result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, dump_dir=dump_dir,
                          on_stage=lambda name: status.update(f"devplan compile: {name}..."))
     summary = result.summary()
     if json_output:

@@ -1,6 +1,7 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
-    load -> from_exported -> decompose -> fold_constants -> build_method -> plan_method -> to_program -> write
+    load -> from_exported -> decompose -> fold_constants -> build_method -> reuse_dead_inputs
+         -> plan_method -> to_program -> dumps_pte -> write
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ class CompileResult:
 
 
 def compile(source, output: str | os.PathLike | None = None, *, alignment: int = 16, planner: str = "best",
-            budgets: Mapping[str, int] | None = None, dump_dir: str | os.PathLike | None = None,
+            budgets: Mapping[str, int] | None = None, inplace: bool = True, dump_dir: str | os.PathLike | None = None,
             on_stage: Callable[[str], None] | None = None) -> CompileResult:
     """Compile a .pt2 path or an ExportedProgram to an ET12 program. Writes `output` when
     given (atomically); nothing is written when any stage fails."""
@@ -53,6 +54,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     from devplan.passes.decompose import decompose
     from devplan.passes.fold import fold_constants
     from devplan.passes.graph import from_exported
+    from devplan.passes.inplace import reuse_dead_inputs
     from devplan.planning.assign import plan_method
     from devplan.pte import dumps_pte, write_atomic
 
@@ -76,6 +78,8 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     stage("decompose", decompose, low.gm)
     stage("fold", fold_constants, low)
     method = stage("build", build_method, low)
+    if inplace:
+        method = stage("inplace", reuse_dead_inputs, method)
     planned = stage("plan", plan_method, method, alignment=alignment, algorithm=planner, budgets=budgets)
     program, segments = stage("emit", to_program, planned)
     data = stage("serialize", dumps_pte, program, segments)

@@ -7,7 +7,7 @@ from typing import Mapping
 
 from devplan.errors import DevplanError
 from devplan.method import Method
-from devplan.planning.lifetimes import lifetimes
+from devplan.planning.lifetimes import lifetimes, storages
 from devplan.spec import Device, TensorSpec
 
 
@@ -39,12 +39,7 @@ def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
     alive = lifetimes(method)
     specs = {i: method.values[i] for i in alive}
     ids = mem_ids(spec.device for spec in specs.values()) or {}
-    # a storage (a tensor and every view of it) is alive from its first to its last user
-    storage = {i: spec.alias_of if spec.alias_of is not None else i for i, spec in specs.items()}
-    span: dict[int, tuple[int, int]] = {}
-    for i, root in storage.items():
-        first, last = alive[i]
-        span[root] = (min(first, span[root][0]), max(last, span[root][1])) if root in span else (first, last)
+    storage, span = storages(method, alive)
     intervals = [Interval(root, specs[root].nbytes, *span[root], group=ids[specs[root].device]) for root in span]
     placement = plan(intervals, alignment=alignment, algorithm=algorithm)
     bounds = lower_bound(intervals, alignment=alignment)

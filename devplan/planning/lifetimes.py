@@ -36,3 +36,14 @@ def lifetimes(method: Method) -> dict[int, tuple[int, int]]:
         first[index], last[index] = 0, end
     return {i: (first[i], last[i]) for i in first
             if isinstance(method.values[i], TensorSpec) and not method.values[i].constant}
+
+
+def storages(method: Method, alive: dict[int, tuple[int, int]]) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
+    """(value -> its storage root, root -> span): a tensor and everything that shares its
+    bytes (views, in-place results) are one storage, alive from its first to its last user."""
+    root = {i: method.values[i].alias_of if method.values[i].alias_of is not None else i for i in alive}
+    span: dict[int, tuple[int, int]] = {}
+    for i, r in root.items():
+        first, last = alive[i]
+        span[r] = (min(first, span[r][0]), max(last, span[r][1])) if r in span else (first, last)
+    return root, span

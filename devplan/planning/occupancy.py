@@ -1,14 +1,14 @@
 """Which byte ranges of one buffer are taken during a span of instructions.
 
-A segment tree over (renumbered) instructions. A placed tensor is filed under the O(log T)
-nodes whose spans exactly tile its lifetime ("own" ranges); every node also keeps the union
-of the ranges filed anywhere in its subtree ("below"). The tensors whose lifetimes meet a
-query span are then exactly those filed under a node inside the span (read from the "below"
-union of the nodes tiling the span) or under a node that sticks out of it (such a node holds
-the span's first or last instruction, so it lies on one of the two root-to-leaf paths).
-Ranges are kept as flat sorted lists [start0, end0, start1, end1, ...] of disjoint,
-non-touching byte ranges, so a query costs the number of fragments, not the number of
-tensors it meets: tightly packed bytes collapse into few fragments."""
+A segment tree over (renumbered) instructions. A placed tensor's byte range is filed under
+the few nodes whose spans exactly tile its lifetime ("own"); every node also keeps the
+union of the ranges filed anywhere in its subtree ("below"). The tensors whose lifetimes
+meet a query span are then exactly those filed under a node inside the span (found in the
+"below" union of the nodes tiling the span) or under a node that sticks out of it (such a
+node holds the span's first or last instruction, so it lies on one of two root-to-leaf
+paths). Ranges are kept as flat sorted lists [start0, end0, start1, end1, ...] of
+disjoint, non-touching byte ranges, so a query costs the number of fragments, not the
+number of tensors it meets: tightly packed bytes collapse into few fragments."""
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
@@ -22,6 +22,8 @@ FANOUT = 1 << SHIFT  # children per node: fewer levels to update per tensor, mor
 
 
 class Occupancy:
+    """The byte ranges placed so far in one buffer, by lifetime."""
+
     def __init__(self, steps: int) -> None:
         # Levels of FANOUT-ary nodes from the leaves (one per step) up to a single root,
         # numbered consecutively: level L's node i is number bases[L] + i.
@@ -43,9 +45,7 @@ class Occupancy:
         tiles, sticking_out = self._tiles(first, last), self._sticking_out(first, last)
         parts = [below[node] for node in tiles if below[node]]
         parts += [own[node] for node in sticking_out if own[node]]
-        if not parts:
-            offset = 0
-        elif len(parts) == 1:
+        if len(parts) == 1:
             bounds = iter(parts[0])
             offset = fit(zip(bounds, bounds), size)
         else:

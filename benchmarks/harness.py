@@ -1,0 +1,113 @@
+"""What the devplan-vs-ExecuTorch benchmarks share: the models by name, ExecuTorch's lowering
+(the baseline; benchmarks and tests may import executorch, devplan itself never does), and
+plain-text tables.
+
+Import as `benchmarks.harness` with the repository root on sys.path."""
+from __future__ import annotations
+
+import copy
+import gc
+import math
+import statistics
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from samples.make_samples import sample_models
+from tests.models import CORPUS, transformer
+
+TRANSFORMER_LAYERS = (2, 8, 32)
+SAMPLES = ("mlp", "cnn", "transformer", "two_io")
+TRANSFORMERS = tuple(f"transformer_{layers}" for layers in TRANSFORMER_LAYERS)
+
+Build = Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]
+
+
+def catalogue() -> dict[str, Build]:
+    """Every benchmark model by name: samples, the test corpus and the transformer stacks.
+    Builders are lazy so that naming a model never builds the 32-layer stack."""
+    models: dict[str, Build] = {name: (lambda name=name: sample_models()[name]) for name in SAMPLES}
+    models.update(CORPUS)
+    models.update({f"transformer_{layers}": (lambda layers=layers: transformer(layers)) for layers in TRANSFORMER_LAYERS})
+    return models
+
+
+def choose(selection: str | None, default: Sequence[str]) -> list[str]:
+    """The models named in a comma-separated `--models` value, or `default`."""
+    if not selection:
+        return list(default)
+    names = [name.strip() for name in selection.split(",") if name.strip()]
+    unknown = [name for name in names if name not in catalogue()]
+    if unknown:
+        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(catalogue())}")
+    return names
+
+
+def export(name: str) -> torch.export.ExportedProgram:
+    module, args = catalogue()[name]()
+    return torch.export.export(module, args, strict=False)
+
+
+def executorch_pte(ep: torch.export.ExportedProgram, *, const_prop: bool = False) -> bytes:
+    """Lower `ep` with ExecuTorch's default portable pipeline (alignment 16, inputs, outputs
+    and mutable buffers planned) and return the .pte bytes; `const_prop` turns on its
+    constant propagation. Mutated buffers keep their initial values, as devplan's do."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    # Buffer write-back copies a value computed from grad-requiring parameters into the
+    # buffer, which autograd rejects outside no_grad.
+    with torch.no_grad():
+        edge = to_edge_transform_and_lower(ep)
+        signature = edge.exported_program().graph_signature
+        mutated = set(signature.buffers_to_mutate.values())
+        placeholders = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]
+        config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(placeholders)],
+                                         do_quant_fusion_and_const_prop=const_prop)
+        return edge.to_executorch(config).buffer
+
+
+def planned_bytes(pte: bytes) -> int:
+    """Bytes of all planned (non-constant) buffers of a program's first method."""
+    import devplan
+
+    return int(sum(devplan.read_pte(pte).program.executionPlan[0].nonConstBufferSizes))
+
+
+def best_time(run: Callable[[torch.export.ExportedProgram], object], ep: torch.export.ExportedProgram,
+              repeat: int) -> tuple[float, object]:
+    """Fastest of `repeat` runs of `run` and the last result; each run gets its own copy of `ep`
+    (copied and garbage-collected outside the clock) so no run sees another's mutations."""
+    best, result = math.inf, None
+    for _ in range(repeat):
+        fresh = copy.deepcopy(ep)
+        gc.collect()
+        start = time.perf_counter()
+        result = run(fresh)
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else math.nan
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Columns padded to their widest cell; the first column left-aligned, the rest right."""
+    cells = [list(headers)] + [[_cell(value) for value in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: Sequence[str]) -> str:
+        padded = (text.ljust(w) if i == 0 else text.rjust(w) for i, (text, w) in enumerate(zip(row, widths)))
+        return "  ".join(padded).rstrip()
+
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(row) for row in cells[1:]])
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:#.4g}"
+    return str(value)

@@ -1,0 +1,47 @@
+"""In-place reuse: an elementwise op writes its result over an input of the same shape and
+dtype whose storage nobody reads afterwards, so the result needs no bytes of its own.
+
+Runs on the built Method, where lifetimes are known. The portable kernels compute element i
+of the result from element i of such an input alone, so writing over it is safe; the
+runtime tests prove it for every op in devplan.ops.ELEMENTWISE."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from devplan.method import Method
+from devplan.ops import ELEMENTWISE
+from devplan.planning.lifetimes import lifetimes, storages
+from devplan.spec import TensorSpec
+
+
+def reuse_dead_inputs(method: Method) -> Method:
+    alive = lifetimes(method)
+    root, span = storages(method, alive)
+    # the caller's inputs, the results and the state must keep their own bytes
+    pinned = {root[i] for i in (*method.inputs, *method.outputs, *method.state) if i in root}
+    values = list(method.values)
+    for step, kernel in enumerate(method.kernels):
+        if kernel.op.split(".")[0] not in ELEMENTWISE:
+            continue
+        out = kernel.args[-1]
+        result = values[out]
+        if result.alias_of is not None:
+            continue
+        donor = next((root[a] for a in kernel.args[:-2] if _can_take(values, a, result, root, span, pinned, step)), None)
+        if donor is None:
+            continue
+        for i, r in root.items():  # the result, and views already made of it, join the donor's storage
+            if r == out:
+                values[i] = replace(values[i], alias_of=donor)
+                root[i] = donor
+        span[donor] = (span[donor][0], max(span[donor][1], span.pop(out)[1]))
+        if out in pinned:
+            pinned.add(donor)
+    return replace(method, values=tuple(values))
+
+
+def _can_take(values, a: int, result: TensorSpec, root, span, pinned, step: int) -> bool:
+    spec = values[a]
+    return (isinstance(spec, TensorSpec) and a in root and not spec.constant
+            and (spec.shape, spec.dtype, spec.device) == (result.shape, result.dtype, result.device)
+            and root[a] not in pinned and span[root[a]][1] == step)

@@ -1,0 +1,61 @@
+"""In-place reuse: an elementwise result takes over a dying input's storage, never the
+bytes of anything still read later, nor the caller's inputs, nor state."""
+import torch
+
+import devplan
+from devplan.spec import TensorSpec
+from tests.models import eager_outputs, run_executorch
+
+
+class Chain(torch.nn.Module):
+    def forward(self, x):
+        h = x @ x.mT          # a fresh intermediate, larger than x
+        return torch.sigmoid(torch.relu(h) * 3.0)
+
+
+class StillRead(torch.nn.Module):
+    def forward(self, a, b):
+        s = a @ b
+        r = torch.relu(s)     # s is read again below, so r needs its own bytes
+        return r + s
+
+
+def compile_it(module, args, **options):
+    result = devplan.compile(torch.export.export(module.eval(), args, strict=False), **options)
+    return result, result.planned.method
+
+
+def kernel_out(method, op):
+    return next(k.args[-1] for k in method.kernels if k.op == op)
+
+
+def test_chain_runs_in_one_storage_and_matches_eager():
+    args = (torch.randn(8, 2),)  # the 8x8 intermediates dominate the plan
+    result, method = compile_it(Chain(), args)
+    mm = kernel_out(method, "aten::mm.out")
+    relu, mul = kernel_out(method, "aten::relu.out"), kernel_out(method, "aten::mul.Scalar_out")
+    assert method.values[relu].alias_of == mm and method.values[mul].alias_of == mm
+    plain, _ = compile_it(Chain(), args, inplace=False)
+    assert result.planned.buffers[0].size < plain.planned.buffers[0].size
+    torch.testing.assert_close(run_executorch(result.data, args)[0][0], eager_outputs(Chain(), args)[0][0])
+
+
+def test_a_storage_read_later_is_not_overwritten():
+    args = (torch.randn(4, 6), torch.randn(6, 4))
+    result, method = compile_it(StillRead(), args)
+    assert method.values[kernel_out(method, "aten::relu.out")].alias_of is None
+    torch.testing.assert_close(run_executorch(result.data, args)[0][0], eager_outputs(StillRead(), args)[0][0])
+
+
+def test_inputs_are_never_overwritten():
+    class OnInput(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x)
+
+    _, method = compile_it(OnInput(), (torch.randn(5),))
+    assert all(v.alias_of is None for v in method.values if isinstance(v, TensorSpec))
+
+
+def test_no_inplace_option_keeps_every_result_apart():
+    _, method = compile_it(Chain(), (torch.randn(8, 8),), inplace=False)
+    assert all(v.alias_of is None for v in method.values if isinstance(v, TensorSpec))

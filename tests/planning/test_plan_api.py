@@ -1,0 +1,81 @@
+"""plan() and lower_bound() on hand-checked cases and bad arguments."""
+from __future__ import annotations
+
+import pytest
+from planning_cases import placed_from
+
+from devplan.errors import DevplanError
+from devplan.planning import ALGORITHMS, Interval, lower_bound, plan, verify
+
+
+def test_greedy_size_beats_first_fit_in_order_of_appearance():
+    # x (16 B) dies at once; y (32 B) lives long and lands above x; z (48 B) then fits
+    # neither under y nor in x's old 16 bytes. Largest first puts z at 0, y above it, and x
+    # in the gap z leaves below y: 80 bytes, the most alive at once (y + z at instruction 1).
+    intervals = [Interval(0, 16, 0, 0), Interval(1, 32, 0, 3), Interval(2, 48, 1, 1)]
+    assert lower_bound(intervals) == {1: 80}
+    assert plan(intervals, 16, "greedy-order").sizes == {1: 96}
+    by_size = plan(intervals, 16, "greedy-size")
+    assert dict(by_size.offsets) == {0: 0, 1: 48, 2: 0}
+    assert by_size.sizes == {1: 80}
+    assert plan(intervals).sizes == {1: 80}
+
+
+def test_lower_bound_is_the_most_aligned_bytes_alive_at_one_instruction_per_group():
+    intervals = [
+        Interval(0, 1, 0, 2),  # 16 bytes once aligned
+        Interval(1, 20, 2, 3),  # 32
+        Interval(2, 100, 4, 4),  # 112
+        Interval(3, 64, 0, 9, group=7),
+        Interval(4, 0, 0, 9, group=7),
+    ]
+    assert lower_bound(intervals) == {1: 112, 7: 64}
+    assert lower_bound(intervals, alignment=1) == {1: 100, 7: 64}
+    assert lower_bound([]) == {}
+
+
+def test_every_algorithm_plans_empty_input_as_an_empty_plan():
+    for name in ALGORITHMS:
+        result = plan([], 16, name)
+        assert (dict(result.offsets), dict(result.sizes)) == ({}, {})
+
+
+def test_groups_are_planned_apart_and_never_get_entries_they_do_not_use():
+    intervals = [Interval(1, 64, 0, 5, group=3), Interval(2, 64, 0, 5, group=5), Interval(3, 0, 0, 0, group=9)]
+    for name in ALGORITHMS:
+        result = plan(intervals, 16, name)
+        assert dict(result.sizes) == {3: 64, 5: 64, 9: 0}
+        assert dict(result.offsets) == {1: 0, 2: 0, 3: 0}
+        verify(placed_from(result, intervals, 16), result.sizes, 16)
+
+
+def test_plans_are_immutable():
+    result = plan([Interval(1, 8, 0, 0)])
+    with pytest.raises(TypeError):
+        result.offsets[1] = 16  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        result.algorithm = "naive"  # type: ignore[misc]
+
+
+def test_unknown_algorithm_lists_the_choices():
+    with pytest.raises(DevplanError, match="unknown memory planning algorithm 'fastest'; use one of: naive, greedy-order, .*best"):
+        plan([], 16, "fastest")
+
+
+@pytest.mark.parametrize("alignment", [0, -16, 1.5, True])
+def test_bad_alignment_is_a_user_error(alignment):
+    with pytest.raises(DevplanError, match="alignment"):
+        plan([Interval(1, 8, 0, 0)], alignment)
+
+
+@pytest.mark.parametrize(
+    "intervals",
+    [
+        [Interval(1, 8, 0, 0), Interval(1, 8, 1, 1)],
+        [Interval(1, -8, 0, 0)],
+        [Interval(1, 8, 3, 2)],
+    ],
+)
+def test_malformed_intervals_are_the_callers_bug(intervals):
+    with pytest.raises(ValueError):
+        plan(intervals)

@@ -1,0 +1,75 @@
+"""The benchmark scripts run end to end on a tiny model and print well-formed tables and JSON.
+Timings and sizes are machine- and planner-dependent, so only shapes and arithmetic are checked."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import compile_vs_executorch, plan_vs_executorch
+
+MODEL = "linear"
+
+
+def table_rows(text: str, headers: tuple[str, ...]) -> list[list[str]]:
+    """Cells of the table whose header line starts `text` after any preamble lines."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split() and line.split()[0] == headers[0])
+    assert all(header in lines[start] for header in headers if header)
+    assert set(lines[start + 1].replace(" ", "")) == {"-"}
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.strip():
+            break
+        rows.append(line.split())
+    return rows
+
+
+def test_compile_table_has_a_row_per_model_with_consistent_ratios(capsys: pytest.CaptureFixture[str]) -> None:
+    assert compile_vs_executorch.main(["--models", MODEL, "--repeat", "1"]) == 0
+    (row,) = table_rows(capsys.readouterr().out, compile_vs_executorch.HEADERS)
+    assert row[0] == MODEL and len(row) == len(compile_vs_executorch.HEADERS)
+    devplan_s, executorch_s, speedup = map(float, row[1:4])
+    devplan_bytes, executorch_bytes = map(int, row[4:6])
+    assert devplan_s > 0 and executorch_s > 0 and devplan_bytes > 0 and executorch_bytes > 0
+    assert speedup == pytest.approx(executorch_s / devplan_s, rel=2e-3)
+    assert float(row[6]) == pytest.approx(devplan_bytes / executorch_bytes, rel=2e-3)
+
+
+def test_compile_json_rows_match_the_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    compile_vs_executorch.main(["--models", MODEL, "--repeat", "1", "--json"])
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["model"] == MODEL and len(row) == len(compile_vs_executorch.HEADERS)
+    assert row["speedup"] == pytest.approx(row["executorch_seconds"] / row["devplan_seconds"])
+    assert row["bytes_ratio"] == pytest.approx(row["devplan_bytes"] / row["executorch_bytes"])
+
+
+def test_plan_table_compares_with_both_executorch_configs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan_vs_executorch.main(["--models", f"{MODEL},accumulator"]) == 0
+    out = capsys.readouterr().out
+    rows = table_rows(out, plan_vs_executorch.HEADERS)
+    assert [row[0] for row in rows] == [MODEL, "accumulator"]
+    for row in rows:
+        devplan, bound, et_default, et_constprop = map(int, row[1:5])
+        assert 0 < bound <= devplan
+        assert float(row[5]) == pytest.approx(devplan / min(et_default, et_constprop), rel=2e-3)
+        assert float(row[6]) == pytest.approx(devplan / bound, rel=2e-3)
+        assert float(row[7]) == pytest.approx(devplan / et_default, rel=2e-3)
+        assert (row[-1] == plan_vs_executorch.LARGER) == (devplan > min(et_default, et_constprop))
+    assert "of 2 models" in out and "median devplan / lower bound" in out and "geometric mean" in out
+
+
+def test_plan_json_summary_agrees_with_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    plan_vs_executorch.main(["--models", MODEL, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    (row,) = report["rows"]
+    summary = report["summary"]
+    assert row["best_et"] == min(row["et_default"], row["et_constprop"])
+    assert summary["devplan_not_larger"] == (0 if row["larger_than_et"] else 1)
+    assert summary["median_devplan_over_bound"] == pytest.approx(row["devplan"] / row["lower_bound"])
+    assert summary["geomean_devplan_over_et_default"] == pytest.approx(row["devplan"] / row["et_default"])
+
+
+def test_unknown_model_is_refused() -> None:
+    with pytest.raises(SystemExit, match="unknown model"):
+        plan_vs_executorch.main(["--models", "no_such_model"])
