@@ -19,7 +19,7 @@ from devplan.spec import TensorSpec
 class _Builder:
     values: list = field(default_factory=list)
     scalars: dict = field(default_factory=dict)   # (type, value) -> index; scalars are shared
-    of_node: dict = field(default_factory=dict)   # fx node -> value index (or list for multi-output ops)
+    of_node: dict = field(default_factory=dict)   # fx node -> value index
     constants: dict = field(default_factory=dict)
     state: dict = field(default_factory=dict)     # value index -> initial data of updated buffers
     kernels: list = field(default_factory=list)
@@ -118,8 +118,9 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
     if out is None or kernel_name(out) not in PORTABLE:
         raise DevplanError(f"node {node.name}: op {node.target} has no kernel in the portable library; "
                            f"rewrite the model without it")
-    if kernel_name(out) in SAME_BYTES and _view_of(b, node) is not None:
-        b.of_node[node] = b.tensor(node.meta["val"], alias_of=_view_of(b, node))
+    storage = _view_of(b, node) if kernel_name(out) in SAME_BYTES else None
+    if storage is not None:
+        b.of_node[node] = b.tensor(node.meta["val"], alias_of=storage)
         return
     schema = out._schema
     given = dict(zip((a.name for a in node.target._schema.arguments if not a.kwarg_only), node.args))
@@ -137,8 +138,8 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
             raise DevplanError(f"node {node.name}: argument {a.name} of {kernel_name(out)} is missing")
     # The runtime's unboxing takes one trailing value for the result: the out argument itself,
     # or a list of them when the op returns several tensors.
-    out_values = [outs[a.name] for a in schema.arguments if a.is_out]
-    result = out_values[0] if len(out_values) == 1 else b.add(TensorList(tuple(out_values)))
+    out_values = tuple(outs.values())
+    result = out_values[0] if len(out_values) == 1 else b.add(TensorList(out_values))
     b.kernels.append(Kernel(kernel_name(out), tuple(args) + (result,), node.name))
 
 

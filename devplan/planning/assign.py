@@ -48,11 +48,14 @@ def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
     verify(placed, placement.sizes, alignment)
     if budgets:
         named = {str(mem_id): mem_id for mem_id in ids.values()} | {str(d): m for d, m in ids.items()}
-        for target in budgets:
-            if target not in named:
+        by_id = {}
+        for target, nbytes in budgets.items():
+            key = target if target.isdigit() else str(Device.parse(target))
+            if key not in named:
                 raise DevplanError(f"--budget {target}: no such buffer in this program; "
                                    f"budget one of: {', '.join(sorted(named))}")
-        check_budget(placement.sizes, {named[k]: v for k, v in budgets.items()}, intervals, alignment)
+            by_id[named[key]] = nbytes
+        check_budget(placement.sizes, by_id, intervals, alignment)
     planned = {i: replace(spec, lifetime=alive[i], mem_id=ids[spec.device], offset=placement.offsets[storage[i]])
                for i, spec in specs.items()}
     buffers = tuple(BufferPlan(m, d, placement.sizes.get(m, 0), bounds.get(m, 0),
