@@ -101,3 +101,18 @@ def test_bad_options(tmp_path, args, needle):
     run = devplan("compile", ROOT / "samples" / "two_io.pt2", "-o", tmp_path / "x.pte", *args)
     assert_one_line_error(run, needle)
     assert not (tmp_path / "x.pte").exists()
+
+
+def test_byte_identical_across_processes(tmp_path):
+    """Same input, separate processes, different hash seeds: the same bytes and JSON."""
+    import os
+
+    outputs = []
+    for seed in ("1", "2"):
+        (tmp_path / seed).mkdir()
+        out = tmp_path / seed / "program.pte"  # same name: the JSON names the file
+        run = subprocess.run([sys.executable, "-m", "devplan", "compile", ROOT / "samples" / "transformer.pt2", "-o", out],
+                             capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert run.returncode == 0, run.stderr
+        outputs.append((out.read_bytes(), devplan("inspect", out, "--json", "-s", "all").stdout))
+    assert outputs[0] == outputs[1]
