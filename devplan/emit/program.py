@@ -137,30 +137,28 @@ def _tensor(spec: TensorSpec, data_index: int) -> TensorT:
     return t
 
 
+_KINDS = KernelTypes.KernelTypes
+# Python type of a value -> (union tag, table, field holding the value); bool before int,
+# since a bool is an int to isinstance
+_SCALARS = ((bool, _KINDS.Bool, BoolT, "boolVal"), (int, _KINDS.Int, IntT, "intVal"),
+            (float, _KINDS.Double, DoubleT, "doubleVal"), (str, _KINDS.String, StringT, "stringVal"))
+_LISTS = {IntList: (_KINDS.IntList, IntListT), DoubleList: (_KINDS.DoubleList, DoubleListT),
+          BoolList: (_KINDS.BoolList, BoolListT), TensorList: (_KINDS.TensorList, TensorListT),
+          OptionalTensorList: (_KINDS.OptionalTensorList, OptionalTensorListT)}
+
+
 def _evalue(index: int, value, data_index: dict, initial: dict) -> EValueT:
-    kinds = KernelTypes.KernelTypes
     e = EValueT()
     if isinstance(value, TensorSpec):
-        e.valType, e.val = kinds.Tensor, _tensor(value, data_index.get(index, initial.get(index, 0)))
+        e.valType, e.val = _KINDS.Tensor, _tensor(value, data_index.get(index, initial.get(index, 0)))
     elif value is None:
-        e.valType, e.val = kinds.Null, NullT()
-    elif isinstance(value, bool):
-        e.valType, e.val = kinds.Bool, BoolT()
-        e.val.boolVal = value
-    elif isinstance(value, int):
-        e.valType, e.val = kinds.Int, IntT()
-        e.val.intVal = value
-    elif isinstance(value, float):
-        e.valType, e.val = kinds.Double, DoubleT()
-        e.val.doubleVal = value
-    elif isinstance(value, str):
-        e.valType, e.val = kinds.String, StringT()
-        e.val.stringVal = value
-    else:
-        table = {IntList: (kinds.IntList, IntListT), DoubleList: (kinds.DoubleList, DoubleListT),
-                 BoolList: (kinds.BoolList, BoolListT), TensorList: (kinds.TensorList, TensorListT),
-                 OptionalTensorList: (kinds.OptionalTensorList, OptionalTensorListT)}
-        e.valType, cls = table[type(value)]
-        e.val = cls()
+        e.valType, e.val = _KINDS.Null, NullT()
+    elif type(value) in _LISTS:
+        e.valType, table = _LISTS[type(value)]
+        e.val = table()
         e.val.items = list(value.items)
+    else:
+        kind, table, field = next(entry[1:] for entry in _SCALARS if isinstance(value, entry[0]))
+        e.valType, e.val = kind, table()
+        setattr(e.val, field, value)
     return e
