@@ -15,12 +15,14 @@ PORTABLE: frozenset[str] = frozenset(
     resources.files("devplan").joinpath("portable_ops.txt").read_text().split()
 )
 
-# Elementwise ops whose output may take over the storage of a same-shaped, same-dtype
-# input that dies at this op (the in-place pass reads this).
+# Ops whose (first) result element i depends only on element i of a same-shaped input
+# (per-channel constants aside), so the result may take over the storage of such an input
+# that dies at this op (the in-place pass reads this).
 ELEMENTWISE = frozenset(
     f"aten::{name}" for name in (
         "abs ceil clamp cos exp floor gelu hardtanh leaky_relu log neg reciprocal relu round "
-        "rsqrt sigmoid sign sin sqrt tanh trunc add sub mul div pow maximum minimum where"
+        "rsqrt sigmoid sign sin sqrt tanh trunc add sub mul div pow maximum minimum where "
+        "_native_batch_norm_legit_no_training"
     ).split()
 )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from devplan.method import Method
+from devplan.method import Method, TensorList
 from devplan.ops import ELEMENTWISE
 from devplan.planning.lifetimes import lifetimes, storages
 from devplan.spec import TensorSpec
@@ -23,11 +23,13 @@ def reuse_dead_inputs(method: Method) -> Method:
     for step, kernel in enumerate(method.kernels):
         if kernel.op.split(".")[0] not in ELEMENTWISE:
             continue
-        out = kernel.args[-1]
-        result = values[out]
+        returned = values[kernel.args[-1]]
+        outs = returned.items if isinstance(returned, TensorList) else (kernel.args[-1],)
+        out, result = outs[0], values[outs[0]]
         if result.alias_of is not None:
             continue
-        donor = next((root[a] for a in kernel.args[:-2] if _can_take(values, a, result, root, span, pinned, step)), None)
+        inputs = [a for a in kernel.args[:-1] if a not in outs]
+        donor = next((root[a] for a in inputs if _can_take(values, a, result, root, span, pinned, step)), None)
         if donor is None:
             continue
         for i, r in root.items():  # the result, and views already made of it, join the donor's storage

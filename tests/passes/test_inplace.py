@@ -59,3 +59,16 @@ def test_inputs_are_never_overwritten():
 def test_no_inplace_option_keeps_every_result_apart():
     _, method = compile_it(Chain(), (torch.randn(8, 8),), inplace=False)
     assert all(v.alias_of is None for v in method.values if isinstance(v, TensorSpec))
+
+
+def test_batch_norm_writes_over_the_convolution_it_normalizes():
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.Tanh())
+    with torch.no_grad():
+        module[1].running_mean.uniform_(-1, 1)
+        module[1].running_var.uniform_(0.5, 2)
+    args = (torch.randn(1, 3, 12, 12),)
+    result, method = compile_it(module, args)
+    conv = kernel_out(method, "aten::convolution.out")
+    bn = next(k for k in method.kernels if k.op == "aten::_native_batch_norm_legit_no_training.out")
+    assert method.values[method.values[bn.args[-1]].items[0]].alias_of == conv
+    torch.testing.assert_close(run_executorch(result.data, args)[0][0], eager_outputs(module, args)[0][0])
