@@ -21,10 +21,28 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
             head = f.read(8)
         hint = " (it is an ET12 .pte program; use 'devplan inspect')" if head[4:8] == b"ET12" else ""
         raise DevplanError(f"{path}: not a .pt2 archive{hint}; export the model with torch.export.save")
+    import logging
+
     import torch
 
+    # torch logs the real reason, with a traceback, before it tries an older archive reader
+    # and fails with a generic message; keep the log to ourselves and report its reason
+    logger = logging.getLogger("torch.export")
+    records: list[logging.LogRecord] = []
+    catcher = logging.Handler()
+    catcher.emit = records.append
+    handlers, propagate = logger.handlers, logger.propagate
+    logger.handlers, logger.propagate = [catcher], False
     try:
         return torch.export.load(path)
     except Exception as error:  # torch raises many kinds here; all mean the archive is unusable
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
+        reason = _first_line(logged[0] if logged else error)
         raise DevplanError(f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save") from None
+    finally:
+        logger.handlers, logger.propagate = handlers, propagate
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

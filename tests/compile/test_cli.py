@@ -78,11 +78,21 @@ def test_failure_keeps_an_existing_output(tmp_path):
     assert out.read_bytes() == b"previous program"
 
 
+def _zip_of(path, members):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in members.items():
+            archive.writestr(name, text)
+
+
 @pytest.mark.parametrize("make, needle", [
     (lambda p: p, "no such file"),
     (lambda p: (p.mkdir(), p)[1], "directory"),
     (lambda p: (p.write_bytes(b"not a zip"), p)[1], "not a .pt2"),
     (lambda p: (p.write_bytes(b""), p)[1], "not a .pt2"),
+    (lambda p: (p.write_bytes((ROOT / "samples" / "mlp.pt2").read_bytes()[:20000]), p)[1], "not a .pt2"),
+    (lambda p: (_zip_of(p, {"a.txt": "not a model"}), p)[1], "cannot load the .pt2 archive"),
 ])
 def test_bad_model_files(tmp_path, make, needle):
     path = make(tmp_path / "model.pt2")
@@ -116,3 +126,8 @@ def test_byte_identical_across_processes(tmp_path):
         assert run.returncode == 0, run.stderr
         outputs.append((out.read_bytes(), devplan("inspect", out, "--json", "-s", "all").stdout))
     assert outputs[0] == outputs[1]
+
+
+def test_unwritable_output_is_one_line(tmp_path):
+    run = devplan("compile", ROOT / "samples" / "two_io.pt2", "-o", tmp_path / "missing" / "x.pte")
+    assert_one_line_error(run, "missing", "cannot write")
