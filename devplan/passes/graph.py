@@ -9,6 +9,8 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils._pytree import treespec_dumps
 
+from devplan.errors import DevplanError
+
 
 @dataclass(frozen=True)
 class Lowered:
@@ -32,6 +34,11 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
         # export keeps in-place ops (state updates); torch's functionalization turns them into
         # pure ops plus buffer-mutation outputs. Only such programs pay for the retrace.
         ep = ep.run_decompositions({})
+    for node in ep.graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor) and any(not isinstance(d, int) for d in value.shape):
+            raise DevplanError(f"node {node.name}: shape {tuple(value.shape)} is dynamic; devplan plans static shapes, "
+                               f"so export without dynamic_shapes (one program per shape)")
     gm = copy.deepcopy(ep.graph_module)
     # deepcopy may rename placeholders (e.g. 'input'), so pair them with the signature by position
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -56,8 +63,6 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
         elif spec.kind == OutputKind.USER_OUTPUT:
             user_outputs.append(value)
         else:
-            from devplan.errors import DevplanError
-
             raise DevplanError(f"output {spec.arg.name}: {spec.kind.name} outputs are not supported; return the value instead of mutating an input")
     state = {name: state[name] for name in updates}
     output.args = (tuple(updates.values()) + tuple(user_outputs),)

@@ -131,3 +131,16 @@ def test_byte_identical_across_processes(tmp_path):
 def test_unwritable_output_is_one_line(tmp_path):
     run = devplan("compile", ROOT / "samples" / "two_io.pt2", "-o", tmp_path / "missing" / "x.pte")
     assert_one_line_error(run, "missing", "cannot write")
+
+
+def test_dynamic_shapes_are_refused_by_name(tmp_path):
+    class Relu(torch.nn.Module):
+        def forward(self, x):
+            return x.relu()
+
+    model = tmp_path / "dynamic.pt2"
+    dims = {"x": {0: torch.export.Dim("batch", max=16)}}
+    torch.export.save(torch.export.export(Relu(), (torch.randn(4, 3),), dynamic_shapes=dims), model)
+    run = devplan("compile", model, "-o", tmp_path / "dynamic.pte")
+    assert_one_line_error(run, "node x", "dynamic")
+    assert not (tmp_path / "dynamic.pte").exists()
