@@ -56,7 +56,9 @@ def build_method(low: Lowered, name: str = "forward") -> Method:
             b.of_node[node] = b.tensor(low.state[node.name])
             b.state[b.of_node[node]] = low.state[node.name]
         elif node.op == "placeholder" and node.name in low.inputs:
-            b.of_node[node] = b.tensor(node.meta["val"])
+            value = node.meta.get("val")
+            # a number input has its own value slot, which the runtime fills on every call
+            b.of_node[node] = b.tensor(value) if isinstance(value, torch.Tensor) else b.add(value)
         elif node.op == "get_attr":
             data = getattr(gm, node.target)
             b.of_node[node] = b.tensor(data, constant=True)

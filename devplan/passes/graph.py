@@ -48,8 +48,7 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
     for spec, node in zip(ep.graph_signature.input_specs, placeholders):
         name = node.name
         if spec.kind == InputKind.USER_INPUT:
-            if isinstance(node.meta.get("val"), torch.Tensor):
-                inputs.append(name)
+            inputs.append(name)  # numbers too: export bakes them in, but callers still pass them
             continue
         source = ep.constants if spec.kind == InputKind.CONSTANT_TENSOR or spec.target in ep.constants else ep.state_dict
         value = source[spec.target].detach()
