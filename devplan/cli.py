@@ -93,8 +93,8 @@ def compile_command(
     alignment: Annotated[int, typer.Option("--alignment", metavar="BYTES", help="Alignment of every planned tensor's offset (a power of two).")] = 16,
     planner: Annotated[
         str,
-        typer.Option("--planner", metavar="NAME", help="Placement algorithm: best (tries all, keeps the smallest), "
-                     "greedy-size, greedy-order, naive, or another listed in the error for an unknown name."),
+        typer.Option("--planner", metavar="NAME", help="Placement algorithm: best (runs the others but naive and keeps the smallest "
+                     "plan per buffer), greedy-size, greedy-breadth, greedy-order, hill-climb, or naive (no reuse)."),
     ] = "best",
     budget: Annotated[
         Optional[list[str]],
