@@ -41,8 +41,12 @@ def kernel_name(op: OpOverload) -> str:
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
-def _signature(schema) -> list[tuple[str, str]]:
-    return [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
+# Factory options (arange(..., dtype=...)) that an out variant takes from its out tensor
+_OPTIONS = {"dtype", "layout", "device", "pin_memory"}
+
+
+def _signature(schema, drop=frozenset()) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in schema.arguments if not a.is_out and a.name not in drop]
 
 
 @functools.cache
@@ -57,11 +61,14 @@ def out_variant(op: OpOverload) -> OpOverload | None:
     packet = getattr(getattr(torch.ops, namespace), f"{name}_copy" if is_view else name, None)
     if packet is None:
         return None
-    wanted = _signature(schema)
     for overload in sorted(packet.overloads()):
         candidate = getattr(packet, overload)
         cs = candidate._schema
-        if any(a.is_out for a in cs.arguments) and _signature(cs) == wanted:
+        if not any(a.is_out for a in cs.arguments):
+            continue
+        # options the out variant lacks are carried by the out tensor's own dtype
+        drop = _OPTIONS - {a.name for a in cs.arguments}
+        if _signature(cs, drop) == _signature(schema, drop):
             return candidate
     return None
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
-from torch.utils._pytree import treespec_dumps
+from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
 
@@ -65,5 +65,24 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
             raise DevplanError(f"output {spec.arg.name}: {spec.kind.name} outputs are not supported; return the value instead of mutating an input")
     state = {name: state[name] for name in updates}
     output.args = (tuple(updates.values()) + tuple(user_outputs),)
-    return Lowered(gm, constants, state, tuple(inputs),
-                   treespec_dumps(ep.call_spec.in_spec), treespec_dumps(ep.call_spec.out_spec))
+    return Lowered(gm, constants, state, tuple(inputs), _dumps(ep.call_spec.in_spec), _dumps(ep.call_spec.out_spec))
+
+
+def _dumps(spec: pytree.TreeSpec) -> str:
+    """The spec as text; result types torch cannot name (torch.return_types.topk, ...) are
+    written as the plain tuples they are to a caller that flattens them."""
+    try:
+        return pytree.treespec_dumps(spec)
+    except NotImplementedError:
+        tree = pytree.tree_unflatten([0] * spec.num_leaves, spec)
+        return pytree.treespec_dumps(pytree.tree_structure(_as_tuples(tree)))
+
+
+def _as_tuples(tree):
+    if isinstance(tree, tuple):  # named tuples and torch's result structs included
+        return tuple(_as_tuples(item) for item in tree)
+    if isinstance(tree, list):
+        return [_as_tuples(item) for item in tree]
+    if isinstance(tree, dict):
+        return {key: _as_tuples(item) for key, item in tree.items()}
+    return tree
