@@ -25,6 +25,23 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from devplan import __version__
+
+        typer.echo(f"devplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print devplan's version and exit.")
+    ] = False,
+) -> None:
+    """Compile, plan and inspect ExecuTorch .pte programs across devices."""
+
 InspectSection = enum.Enum(
     "InspectSection", {name: name for name in (*inspect_sections.SECTIONS, inspect_sections.ALL)}, type=str
 )
@@ -170,9 +187,9 @@ def main() -> None:
             sys.exit(0)
         command = error.ctx.command_path if error.ctx else "devplan"
         _fail(f"{error.format_message()} (see '{command} --help')")
-    except click_errors.Exit as done:
+    except typer.Exit as done:
         sys.exit(done.exit_code)
-    except click_errors.Abort:
+    except typer.Abort:
         _fail("aborted")
     except KeyboardInterrupt:
         _fail("interrupted")

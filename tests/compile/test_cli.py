@@ -144,3 +144,25 @@ def test_dynamic_shapes_are_refused_by_name(tmp_path):
     run = devplan("compile", model, "-o", tmp_path / "dynamic.pte")
     assert_one_line_error(run, "node x", "dynamic")
     assert not (tmp_path / "dynamic.pte").exists()
+
+
+def test_version_and_help():
+    version = devplan("--version")
+    assert version.returncode == 0 and version.stdout.startswith("devplan ")
+    for command in ("compile", "inspect"):
+        run = devplan(command, "--help")
+        assert run.returncode == 0 and "--json" in run.stdout
+
+
+def test_output_cut_short_by_the_reader_is_quiet(tmp_path):
+    """`devplan inspect x.pte | head`: no traceback when the reader goes away."""
+    from tests.models import transformer
+
+    module, args = transformer(16)  # its full listing (~130 KB) is far larger than a pipe's buffer
+    program = tmp_path / "p.pte"
+    import devplan as api
+
+    api.compile(torch.export.export(module, args, strict=False), program)
+    pipeline = subprocess.run(f"{sys.executable} -m devplan inspect {program} -s all | head -2", shell=True,
+                              capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in pipeline.stderr and len(pipeline.stdout.splitlines()) == 2
