@@ -40,6 +40,7 @@ def _batch_norm(x, weight, bias, mean, var, training, momentum, eps, cudnn_enabl
 def decompose(gm: torch.fx.GraphModule) -> None:
     """Leave only ops with portable kernels (or getitem) in `gm`; raise naming the node otherwise."""
     pending = [n for n in gm.graph.nodes if n.op == "call_function"]
+    traces: dict = {}
     for _ in range(_MAX_ROUNDS):
         gm.graph.eliminate_dead_code()  # decompositions leave unused results (e.g. empty stats buffers)
         added = []
@@ -52,7 +53,7 @@ def decompose(gm: torch.fx.GraphModule) -> None:
             if op._schema.name in _DROPPED:
                 gm.graph.erase_node(node)
             elif _prefer_scalar(node) or not runnable(node.target):
-                added += _inline(gm, node, _table().get(node.target, node.target))
+                added += _inline(gm, node, _table().get(node.target, node.target), traces)
         if not added:
             break
         pending = added
@@ -72,11 +73,27 @@ def _prefer_scalar(node: torch.fx.Node) -> bool:
     return not runnable(op)
 
 
-def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn) -> list[torch.fx.Node]:
-    """Trace fn on the node's fake inputs and splice the resulting ops in place of the node."""
+def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict) -> list[torch.fx.Node]:
+    """Trace fn on the node's fake inputs and splice the resulting ops in place of the node.
+    A model repeats the same op on the same shapes many times (one per layer): `traces`
+    keeps each trace for the rest of this compile."""
     flat, spec = pytree.tree_flatten((node.args, node.kwargs))
     positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
     fakes = [flat[i].meta["val"] for i in positions]
+    key = (node.target, repr(spec), tuple(_signature(a) for a in flat))
+    if key not in traces:
+        traces[key] = _trace(node, fn, flat, spec, positions, fakes)
+    return _splice(gm, node, traces[key], [flat[i] for i in positions])
+
+
+def _signature(arg) -> object:
+    value = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    return repr(value)
+
+
+def _trace(node: torch.fx.Node, fn, flat, spec, positions, fakes) -> torch.fx.GraphModule:
 
     def call(*tensors):
         values = list(flat)
@@ -97,8 +114,13 @@ def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn) -> list[torch.fx.
     if fn is node.target and _only_calls(sub, node.target):
         raise DevplanError(f"node {origin[0]}: op {origin[1]} is not supported{via}: no portable kernel and no "
                            f"decomposition; rewrite the model without it")
+    return sub
+
+
+def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule, tensors) -> list[torch.fx.Node]:
+    origin = node.meta.get("devplan_origin", (node.name, str(node.target)))
     env, added = {}, []
-    inputs = iter(flat[i] for i in positions)
+    inputs = iter(tensors)
     with gm.graph.inserting_before(node):
         for sub_node in sub.graph.nodes:
             if sub_node.op == "placeholder":
