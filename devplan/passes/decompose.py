@@ -78,12 +78,10 @@ def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict) -> 
     A model repeats the same op on the same shapes many times (one per layer): `traces`
     keeps each trace for the rest of this compile."""
     flat, spec = pytree.tree_flatten((node.args, node.kwargs))
-    positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
-    fakes = [flat[i].meta["val"] for i in positions]
     key = (node.target, repr(spec), tuple(_signature(a) for a in flat))
     if key not in traces:
-        traces[key] = _trace(node, fn, flat, spec, positions, fakes)
-    return _splice(gm, node, traces[key], [flat[i] for i in positions])
+        traces[key] = _trace(node, fn)
+    return _splice(gm, node, traces[key], [a for a in flat if isinstance(a, torch.fx.Node)])
 
 
 def _signature(arg) -> object:
@@ -93,7 +91,11 @@ def _signature(arg) -> object:
     return repr(value)
 
 
-def _trace(node: torch.fx.Node, fn, flat, spec, positions, fakes) -> torch.fx.GraphModule:
+def _trace(node: torch.fx.Node, fn) -> torch.fx.GraphModule:
+    """fn traced on the node's fake tensors, its other arguments fixed."""
+    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
+    fakes = [flat[i].meta["val"] for i in positions]
 
     def call(*tensors):
         values = list(flat)
