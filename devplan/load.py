@@ -5,7 +5,7 @@ import os
 import zipfile
 from pathlib import Path
 
-from devplan.errors import DevplanError
+from devplan.errors import DevplanError, first_line
 
 
 def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
@@ -37,12 +37,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
         return torch.export.load(path)
     except Exception as error:  # torch raises many kinds here; all mean the archive is unusable
         logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
-        reason = _first_line(logged[0] if logged else error)
+        reason = first_line(logged[0] if logged else error)
         raise DevplanError(f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save") from None
     finally:
         logger.handlers, logger.propagate = handlers, propagate
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

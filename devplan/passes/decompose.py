@@ -11,7 +11,7 @@ from torch._ops import OpOverload
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from devplan.errors import DevplanError
+from devplan.errors import DevplanError, first_line
 from devplan.ops import runnable
 
 # Ops that only check metadata or shapes at trace time; the runtime has nothing to do.
@@ -104,15 +104,13 @@ def _trace(node: torch.fx.Node, fn) -> torch.fx.GraphModule:
         args, kwargs = pytree.tree_unflatten(values, spec)
         return fn(*args, **kwargs)
 
-    # name the user's own node, even when the failing op came out of decomposing it
-    origin = node.meta.get("devplan_origin", (node.name, str(node.target)))
+    origin = _origin(node)
     via = "" if origin[1] == str(node.target) else f" (it lowers to {node.target})"
     try:
         sub = make_fx(call, tracing_mode="fake" if not fakes else "real")(*fakes)
     except Exception as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise DevplanError(f"node {origin[0]}: op {origin[1]}{via} has no portable kernel and torch cannot "
-                           f"decompose it ({reason}); rewrite the model without it") from None
+                           f"decompose it ({first_line(error)}); rewrite the model without it") from None
     if fn is node.target and _only_calls(sub, node.target):
         raise DevplanError(f"node {origin[0]}: op {origin[1]} is not supported{via}: no portable kernel and no "
                            f"decomposition; rewrite the model without it")
@@ -120,7 +118,7 @@ def _trace(node: torch.fx.Node, fn) -> torch.fx.GraphModule:
 
 
 def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule, tensors) -> list[torch.fx.Node]:
-    origin = node.meta.get("devplan_origin", (node.name, str(node.target)))
+    origin = _origin(node)
     env, added = {}, []
     inputs = iter(tensors)
     with gm.graph.inserting_before(node):
@@ -142,6 +140,12 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
     _replace(node, result)
     gm.graph.erase_node(node)
     return added
+
+
+def _origin(node: torch.fx.Node) -> tuple[str, str]:
+    """(name, op) of the user's own node that `node` came from, so that messages name it
+    even when the failing op came out of decomposing it."""
+    return node.meta.get("devplan_origin", (node.name, str(node.target)))
 
 
 def _only_calls(sub: torch.fx.GraphModule, op) -> bool:
