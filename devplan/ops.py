@@ -49,6 +49,11 @@ def _signature(schema, drop=frozenset()) -> list[tuple[str, str]]:
     return [(a.name, str(a.type)) for a in schema.arguments if not a.is_out and a.name not in drop]
 
 
+def is_view(op: OpOverload) -> bool:
+    """True for ops whose result aliases their input (slice, expand, split, ...)."""
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)
+
+
 @functools.cache
 def out_variant(op: OpOverload) -> OpOverload | None:
     """The `.out` overload with the same non-out arguments as `op` (views map to their
@@ -57,8 +62,7 @@ def out_variant(op: OpOverload) -> OpOverload | None:
     namespace, name = schema.name.split("::")
     if schema.arguments and any(a.is_out for a in schema.arguments):
         return op
-    is_view = any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
-    packet = getattr(getattr(torch.ops, namespace), f"{name}_copy" if is_view else name, None)
+    packet = getattr(getattr(torch.ops, namespace), f"{name}_copy" if is_view(op) else name, None)
     if packet is None:
         return None
     for overload in sorted(packet.overloads()):

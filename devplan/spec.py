@@ -47,7 +47,9 @@ CPU = Device()
 class TensorSpec:
     """shape, dtype (torch-style name), dim order and device describe the tensor; constant,
     lifetime (first and last instruction that touch it, inclusive), mem_id and offset say
-    where its bytes live. alias_of names the value whose storage this one reuses in place."""
+    where its bytes live. alias_of names the value whose storage this one shares (a view, an
+    in-place result, a piece written straight into a concatenation), alias_offset the byte
+    where this tensor starts inside that storage."""
 
     shape: tuple[int, ...]
     dtype: str
@@ -58,6 +60,7 @@ class TensorSpec:
     mem_id: int | None = None
     offset: int | None = None
     alias_of: int | None = None
+    alias_offset: int = 0
 
     @property
     def nbytes(self) -> int:

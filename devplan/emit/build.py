@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from devplan.errors import DevplanError
-from devplan.ops import PORTABLE, SAME_BYTES, kernel_name, out_variant
+from devplan.ops import PORTABLE, SAME_BYTES, is_view, kernel_name, out_variant
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
                             Value)
@@ -120,9 +120,8 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
     if out is None or kernel_name(out) not in PORTABLE:
         raise DevplanError(f"node {node.name}: op {node.target} has no kernel in the portable library; "
                            f"rewrite the model without it")
-    storage = _view_of(b, node) if kernel_name(out) in SAME_BYTES else None
-    if storage is not None:
-        b.of_node[node] = b.tensor(node.meta["val"], alias_of=storage)
+    same_bytes = kernel_name(out) in SAME_BYTES
+    if (same_bytes or is_view(node.target)) and _emit_view(b, node, same_bytes):
         return
     schema = out._schema
     given = dict(zip((a.name for a in node.target._schema.arguments if not a.kwarg_only), node.args))
@@ -145,17 +144,54 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
     b.kernels.append(Kernel(kernel_name(out), tuple(args) + (result,), node.name))
 
 
-def _view_of(b: _Builder, node: torch.fx.Node) -> int | None:
-    """The storage a same-bytes op's result can share: its input's, when that is planned
-    memory other than state (a state buffer is overwritten at the end of the run, while a
-    view of its old value may still be read)."""
-    source = node.args[0]
+def _emit_view(b: _Builder, node: torch.fx.Node, same_bytes: bool) -> bool:
+    """Give a view's results no kernel and no bytes of their own when each is one contiguous
+    run of its source's bytes (a reshape, a leading-dim slice or split, an expand to the same
+    shape); False when any is not, and the op runs as a copy."""
+    storage = _storage_of(b, node.args[0])
+    if storage is None:
+        return False
+    root, start = storage
+    val = node.meta.get("val")
+    pieces = val if isinstance(val, (list, tuple)) else (val,)
+    starts = [0] * len(pieces) if same_bytes else _runs(node)
+    if starts is None:
+        return False
+    specs = [b.tensor(piece, alias_of=root, alias_offset=start + at) for piece, at in zip(pieces, starts)]
+    if isinstance(val, torch.Tensor):
+        b.of_node[node] = specs[0]
+    for user in node.users:
+        if user.target is operator.getitem:
+            b.of_node[user] = specs[user.args[1]]
+    return True
+
+
+def _runs(node: torch.fx.Node) -> list[int] | None:
+    """Where each result of view op `node` starts in its source's bytes, or None unless every
+    result is one contiguous run of them. devplan holds every tensor contiguous, so the view
+    is replayed on a contiguous meta tensor of the source's shape (the traced tensors' strides
+    describe eager memory, not devplan's)."""
+    source = node.args[0].meta.get("val")
+    rest = (*node.args[1:], *node.kwargs.values())
+    if not isinstance(source, torch.Tensor) or any(isinstance(a, torch.fx.Node) for a in rest):
+        return None
+    result = node.target(torch.empty(source.shape, dtype=source.dtype, device="meta"), *node.args[1:], **node.kwargs)
+    pieces = result if isinstance(result, (list, tuple)) else (result,)
+    if not all(isinstance(p, torch.Tensor) and p.dtype == source.dtype and p.is_contiguous() for p in pieces):
+        return None
+    return [p.storage_offset() * p.element_size() for p in pieces]
+
+
+def _storage_of(b: _Builder, source) -> tuple[int, int] | None:
+    """(storage root, byte offset in it) of a planned tensor a view may share; None for
+    constants, numbers and state (a state buffer is overwritten at the end of the run,
+    while a view of its old value may still be read)."""
     index = b.of_node.get(source) if isinstance(source, torch.fx.Node) else None
     spec = b.values[index] if index is not None else None
     if not isinstance(spec, TensorSpec) or spec.constant:
         return None
     root = spec.alias_of if spec.alias_of is not None else index
-    return None if root in b.state else root
+    return None if root in b.state else (root, spec.alias_offset)
 
 
 def _out_values(b: _Builder, node: torch.fx.Node, out_args) -> dict[str, int]:

@@ -5,6 +5,7 @@ goes away (adding a key does not bump it)."""
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter
 
 from devplan import dtypes
@@ -99,6 +100,7 @@ def _method(pte, plan_index: int, plan) -> dict:
     ]
     instruction_rows = [_instruction(index, instruction, operators) for index, instruction in enumerate(instructions)]
     lifetimes = _lifetimes(values, instruction_rows, inputs, outputs)
+    written = _written(values, instruction_rows, inputs)
     buffer_devices = _buffer_devices(plan)
     sizes = _ints(plan.nonConstBufferSizes)
     input_set, output_set = set(inputs), set(outputs)
@@ -108,7 +110,7 @@ def _method(pte, plan_index: int, plan) -> dict:
         if value.valType == KernelTypes.Tensor
     ]
     buffers = [
-        _buffer(mem_id, sizes[mem_id], buffer_devices.get(mem_id, CPU), tensors)
+        _buffer(mem_id, sizes[mem_id], buffer_devices.get(mem_id, CPU), tensors, written)
         for mem_id in range(1, len(sizes))
     ]
     delegates = [_delegate(pte, plan_index, index, delegate) for index, delegate in enumerate(plan.delegates or ())]
@@ -182,6 +184,20 @@ def _lifetimes(values, instructions: list[dict], inputs: list[int], outputs: lis
     return touched
 
 
+def _written(values, instructions: list[dict], inputs: list[int]) -> set[int]:
+    """Values some instruction writes: a kernel's result (its last argument, or the items of
+    that list), anything a delegate or a move touches, and the method's inputs. A planned
+    tensor outside this set is a view: its bytes hold what an earlier tensor wrote there."""
+    written = set(inputs)
+    for row in instructions:
+        results = row["args"][-1:] if row["kind"] == "kernel" else row["args"]
+        for arg in results:
+            written.add(arg)
+            if 0 <= arg < len(values) and values[arg].valType in _LIST_KINDS:
+                written.update(_ints(values[arg].val.items))
+    return written
+
+
 def _buffer_devices(plan) -> dict[int, Device]:
     return {
         int(entry.bufferIdx): Device.from_code(entry.deviceType, entry.deviceIndex)
@@ -230,7 +246,7 @@ def _role(index: int, constant: bool, inputs: set[int], outputs: set[int]) -> st
     return "constant" if constant else "activation"
 
 
-def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict]) -> dict:
+def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: set[int]) -> dict:
     placed = [t for t in tensors if t["mem_id"] == mem_id]
     timed = sorted((t for t in placed if t["lifetime"] is not None), key=lambda t: t["lifetime"][0])
     peak, peak_instruction = 0, None
@@ -253,25 +269,55 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict]) -> dict
         "tensors": len(placed),
         "peak": peak,
         "peak_instruction": peak_instruction,
-        "lower_bound": _lower_bound(timed),
+        "lower_bound": _lower_bound(timed, written),
     }
 
 
-def _lower_bound(timed: list[dict]) -> int:
+def _lower_bound(timed: list[dict], written: set[int]) -> int:
     """The planner's lower bound (16-byte aligned bytes alive at the busiest instruction) for
-    the storages this buffer holds: tensors at the same bytes with overlapping lifetimes
-    are one storage (in-place reuse), so the bound is one that no placement of them beats."""
+    the storages this buffer holds, inferred from where tensors sit. Tensors that share bytes
+    while both are alive are one storage (a view, an in-place result, a slice of a larger
+    tensor); a view no instruction writes holds its bytes from the time the tensor under it
+    was written. A storage counts the bytes it spans for as long as any member lives, which
+    no placement of those storages beats."""
     from devplan.planning import Interval, lower_bound
 
-    storages: list[list[int]] = []  # [offset, nbytes, first, last]
-    for t in sorted(timed, key=lambda t: (t["offset"], t["nbytes"], t["lifetime"][0])):
-        first, last = t["lifetime"]
-        top = storages[-1] if storages else None
-        if top and top[:2] == [t["offset"], t["nbytes"]] and first <= top[3]:
-            top[3] = max(top[3], last)
-        else:
-            storages.append([t["offset"], t["nbytes"], first, last])
-    intervals = [Interval(key, nbytes, first, last) for key, (_, nbytes, first, last) in enumerate(storages)]
+    spans = [list(t["lifetime"]) for t in timed]
+    ranges = [(t["offset"], t["offset"] + t["nbytes"]) for t in timed]
+    by_offset = sorted(range(len(timed)), key=lambda i: ranges[i])
+    widest = max((end - start for start, end in ranges), default=0)
+    starts = [ranges[i][0] for i in by_offset]
+
+    def sharing(i: int):
+        """Tensors whose bytes meet tensor i's."""
+        start, end = ranges[i]
+        for j in by_offset[bisect_left(starts, start - widest):bisect_left(starts, end)]:
+            if j != i and ranges[j][0] < end and ranges[j][1] > start:
+                yield j
+
+    for i in sorted(range(len(timed)), key=lambda i: spans[i][0]):
+        if timed[i]["value"] not in written:
+            under = [j for j in sharing(i) if spans[j][0] <= spans[i][0]]
+            if under:
+                spans[i][0] = max(spans[j][0] for j in under)
+    parent = list(range(len(timed)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in range(len(timed)):
+        for j in sharing(i):
+            if spans[i][0] <= spans[j][1] and spans[j][0] <= spans[i][1]:
+                parent[find(i)] = find(j)
+    pools: dict[int, list[int]] = {}
+    for i in range(len(timed)):
+        (start, end), (first, last) = ranges[i], spans[i]
+        pool = pools.setdefault(find(i), [start, end, first, last])
+        pool[:] = [min(pool[0], start), max(pool[1], end), min(pool[2], first), max(pool[3], last)]
+    intervals = [Interval(key, end - start, first, last) for key, (start, end, first, last) in sorted(pools.items())]
     return lower_bound(intervals, alignment=16).get(1, 0)
 
 

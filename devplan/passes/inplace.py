@@ -1,5 +1,6 @@
 """In-place reuse: an elementwise op writes its result over an input of the same shape and
-dtype whose storage nobody reads afterwards, so the result needs no bytes of its own.
+dtype whose storage nobody reads afterwards, so the result needs no bytes of its own. A method
+input can be that storage too.
 
 Runs on the built Method, where lifetimes are known. The portable kernels compute element i
 of the result from element i of such an input alone, so writing over it is safe; the
@@ -17,8 +18,10 @@ from devplan.spec import TensorSpec
 def reuse_dead_inputs(method: Method) -> Method:
     alive = lifetimes(method)
     root, span = storages(method, alive)
-    # the caller's inputs, the results and the state must keep their own bytes
-    pinned = {root[i] for i in (*method.inputs, *method.outputs, *method.state) if i in root}
+    # Results and state must keep their bytes to the end. Inputs need not: set_input copies
+    # the caller's data into the planned input, and that memory is free after its last
+    # read, the same contract ExecuTorch's own planner gives graph inputs.
+    pinned = {root[i] for i in (*method.outputs, *method.state) if i in root}
     values = list(method.values)
     for step, kernel in enumerate(method.kernels):
         if kernel.op.split(".")[0] not in ELEMENTWISE:
@@ -29,12 +32,13 @@ def reuse_dead_inputs(method: Method) -> Method:
         if result.alias_of is not None:
             continue
         inputs = [a for a in kernel.args[:-1] if a not in outs]
-        donor = next((root[a] for a in inputs if _can_take(values, a, result, root, span, pinned, step)), None)
-        if donor is None:
+        taken = next((a for a in inputs if _can_take(values, a, result, root, span, pinned, step)), None)
+        if taken is None:
             continue
+        donor, at = root[taken], values[taken].alias_offset
         for i, r in root.items():  # the result, and views already made of it, join the donor's storage
             if r == out:
-                values[i] = replace(values[i], alias_of=donor)
+                values[i] = replace(values[i], alias_of=donor, alias_offset=at + values[i].alias_offset)
                 root[i] = donor
         span[donor] = (span[donor][0], max(span[donor][1], span.pop(out)[1]))
         if out in pinned:

@@ -43,8 +43,9 @@ def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
     intervals = [Interval(root, specs[root].nbytes, *span[root], group=ids[specs[root].device]) for root in span]
     placement = plan(intervals, alignment=alignment, algorithm=algorithm)
     bounds = lower_bound(intervals, alignment=alignment)
-    placed = [Placed(f"value {i}", ids[spec.device], placement.offsets[storage[i]], spec.nbytes, *alive[i],
-                     storage=storage[i]) for i, spec in specs.items()]
+    offset = {i: placement.offsets[storage[i]] + spec.alias_offset for i, spec in specs.items()}
+    placed = [Placed(f"value {i}", ids[spec.device], offset[i], spec.nbytes, *alive[i],
+                     storage=storage[i], within=spec.alias_offset) for i, spec in specs.items()]
     verify(placed, placement.sizes, alignment)
     if budgets:
         named = {str(mem_id): mem_id for mem_id in ids.values()} | {str(d): m for d, m in ids.items()}
@@ -56,7 +57,7 @@ def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
                                    f"budget one of: {', '.join(sorted(named))}")
             by_id[named[key]] = nbytes
         check_budget(placement.sizes, by_id, intervals, alignment)
-    planned = {i: replace(spec, lifetime=alive[i], mem_id=ids[spec.device], offset=placement.offsets[storage[i]])
+    planned = {i: replace(spec, lifetime=alive[i], mem_id=ids[spec.device], offset=offset[i])
                for i, spec in specs.items()}
     buffers = tuple(BufferPlan(m, d, placement.sizes.get(m, 0), bounds.get(m, 0),
                                sum(1 for s in planned.values() if s.mem_id == m))

@@ -19,7 +19,9 @@ class PlanError(DevplanError):
 class Placed:
     """One tensor as the program will hold it: bytes [offset, offset + size) of buffer
     `group`, alive from instruction `first` through `last`. Tensors with the same non-None
-    `storage` are in-place aliases of one storage and may share bytes."""
+    `storage` are in-place aliases of one storage and may share bytes; `within` is where the
+    tensor starts inside its storage (a slice of a larger tensor), so the storage itself
+    starts at `offset - within`."""
 
     name: str
     group: int
@@ -28,6 +30,7 @@ class Placed:
     first: int
     last: int
     storage: int | None = None
+    within: int = 0
 
     @property
     def end(self) -> int:
@@ -64,9 +67,10 @@ def _check_position(tensor: Placed, sizes: Mapping[int, int], alignment: int) ->
         raise PlanError(
             f"plan check failed: {tensor.name} in buffer {tensor.group} starts at negative offset {tensor.offset}"
         )
-    if tensor.offset % alignment:
+    if (tensor.offset - tensor.within) % alignment:
         raise PlanError(
-            f"plan check failed: {tensor.name} in buffer {tensor.group} starts at offset {tensor.offset}, "
+            f"plan check failed: {tensor.name} in buffer {tensor.group} starts at offset {tensor.offset}"
+            f"{f' ({tensor.within} bytes into its storage)' if tensor.within else ''}, "
             f"which is not a multiple of the alignment {alignment}"
         )
     if tensor.end > sizes[tensor.group]:

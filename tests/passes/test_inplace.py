@@ -1,5 +1,6 @@
-"""In-place reuse: an elementwise result takes over a dying input's storage, never the
-bytes of anything still read later, nor the caller's inputs, nor state."""
+"""In-place reuse: an elementwise result takes over a dying input's storage (a method input
+too: the runtime copies the caller's data in on every run), never the bytes of anything
+still read later, nor state."""
 import torch
 
 import devplan
@@ -47,13 +48,29 @@ def test_a_storage_read_later_is_not_overwritten():
     torch.testing.assert_close(run_executorch(result.data, args)[0][0], eager_outputs(StillRead(), args)[0][0])
 
 
-def test_inputs_are_never_overwritten():
+def test_a_dying_input_is_written_over_and_each_run_sets_it_again():
     class OnInput(torch.nn.Module):
-        def forward(self, x):
-            return torch.relu(x)
+        def forward(self, x, y):
+            return torch.sigmoid(x) * y  # not idempotent: a stale x would show
 
-    _, method = compile_it(OnInput(), (torch.randn(5),))
-    assert all(v.alias_of is None for v in method.values if isinstance(v, TensorSpec))
+    args = (torch.randn(5), torch.randn(5))
+    result, method = compile_it(OnInput(), args)
+    assert method.values[kernel_out(method, "aten::sigmoid.out")].alias_of == method.inputs[0]
+    # the second run reads x again: the runtime copied the caller's x in afresh, or it fails
+    first, second = run_executorch(result.data, args, runs=2)
+    torch.testing.assert_close(first[0], eager_outputs(OnInput(), args)[0][0])
+    torch.testing.assert_close(second[0], first[0])
+
+
+def test_an_input_read_later_keeps_its_bytes():
+    class ReadTwice(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) + x
+
+    args = (torch.randn(6),)
+    result, method = compile_it(ReadTwice(), args)
+    assert method.values[kernel_out(method, "aten::relu.out")].alias_of is None
+    torch.testing.assert_close(run_executorch(result.data, args)[0][0], eager_outputs(ReadTwice(), args)[0][0])
 
 
 def test_no_inplace_option_keeps_every_result_apart():

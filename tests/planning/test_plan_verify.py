@@ -58,6 +58,15 @@ def test_misaligned_offset_names_the_tensor_offset_and_alignment():
         verify([Placed("value 2", 1, 40, 8, 0, 0)], {1: 64}, 16)
 
 
+def test_a_slice_may_start_anywhere_in_its_storage_but_the_storage_must_be_aligned():
+    whole, row = Placed("h", 1, 32, 60, 0, 4, storage=1), Placed("h[1]", 1, 52, 20, 2, 4, storage=1, within=20)
+    verify([whole, row], {1: 96}, 16)
+    shifted = Placed("h[1]", 1, 56, 20, 2, 4, storage=1, within=20)
+    with pytest.raises(PlanError, match=r"h\[1\] in buffer 1 starts at offset 56 \(20 bytes into its storage\), "
+                                        r"which is not a multiple of the alignment 16"):
+        verify([whole, shifted], {1: 96}, 16)
+
+
 def test_tensor_past_the_buffer_end_names_its_end_and_the_buffer_size():
     with pytest.raises(PlanError, match=r"value 5 \[64, 160\) in buffer 1 ends at byte 160, past the end of the buffer \(128 bytes\)"):
         verify([Placed("value 5", 1, 64, 96, 0, 0)], {1: 128}, 16)
