@@ -119,7 +119,7 @@ def compile_command(
                      "BUFFER is a mem_id or a device. Repeatable.", show_default=False),
     ] = None,
     inplace: Annotated[
-        bool, typer.Option("--inplace/--no-inplace", help="Let elementwise ops write over an input that dies there.")
+        bool, typer.Option("--inplace/--no-inplace", help="Let elementwise ops write over an input that dies there, and cat pieces be computed in place.")
     ] = True,
     dump_dir: Annotated[
         Optional[Path],

@@ -1,7 +1,7 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
-    load -> from_exported -> decompose -> fold_constants -> build_method -> reuse_dead_inputs
-         -> plan_method -> to_program -> dumps_pte -> write
+    load -> from_exported -> decompose -> fold_constants -> build_method -> write_cats_in_place
+         -> reuse_dead_inputs -> plan_method -> to_program -> dumps_pte -> write
 """
 from __future__ import annotations
 
@@ -54,6 +54,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     from devplan.passes.decompose import decompose
     from devplan.passes.fold import fold_constants
     from devplan.passes.graph import from_exported
+    from devplan.passes.concat import write_cats_in_place
     from devplan.passes.inplace import reuse_dead_inputs
     from devplan.planning.assign import plan_method
     from devplan.pte import dumps_pte, write_atomic
@@ -79,6 +80,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     stage("fold", fold_constants, low)
     method = stage("build", build_method, low)
     if inplace:
+        method = stage("concat", write_cats_in_place, method)
         method = stage("inplace", reuse_dead_inputs, method)
     planned = stage("plan", plan_method, method, alignment=alignment, algorithm=planner, budgets=budgets)
     program, segments = stage("emit", to_program, planned)

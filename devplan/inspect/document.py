@@ -297,9 +297,7 @@ def _lower_bound(timed: list[dict], written: set[int]) -> int:
 
     for i in sorted(range(len(timed)), key=lambda i: spans[i][0]):
         if timed[i]["value"] not in written:
-            under = [j for j in sharing(i) if spans[j][0] <= spans[i][0]]
-            if under:
-                spans[i][0] = max(spans[j][0] for j in under)
+            spans[i][0] = _held_since(i, spans, ranges, sharing(i))
     parent = list(range(len(timed)))
 
     def find(i: int) -> int:
@@ -319,6 +317,27 @@ def _lower_bound(timed: list[dict], written: set[int]) -> int:
         pool[:] = [min(pool[0], start), max(pool[1], end), min(pool[2], first), max(pool[3], last)]
     intervals = [Interval(key, end - start, first, last) for key, (start, end, first, last) in sorted(pools.items())]
     return lower_bound(intervals, alignment=16).get(1, 0)
+
+
+def _held_since(view: int, spans: list[list[int]], ranges: list[tuple[int, int]], sharing) -> int:
+    """When the bytes a view reads were last written: each byte holds what the latest tensor
+    over it that started by the view's first use put there, and the view needs them all."""
+    first = spans[view][0]
+    uncovered = [ranges[view]]
+    since = first
+    for j in sorted((j for j in sharing if spans[j][0] <= first), key=lambda j: -spans[j][0]):
+        start, end = ranges[j]
+        left = []
+        for a, b in uncovered:
+            if a < end and start < b:
+                since = spans[j][0]
+                left += [piece for piece in ((a, start), (end, b)) if piece[0] < piece[1]]
+            else:
+                left.append((a, b))
+        uncovered = left
+        if not uncovered:
+            break
+    return since
 
 
 def _union_size(ranges: list[tuple[int, int]]) -> int:
