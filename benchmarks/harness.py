@@ -10,12 +10,18 @@ import gc
 import math
 import statistics
 import time
+import warnings
 from typing import Callable, Sequence
 
 import torch
 
 from samples.make_samples import sample_models
 from tests.models import CORPUS, transformer
+
+# ExecuTorch's lowering warns once per model about deprecated pytree calls and buffer
+# mutation; hundreds of identical lines would bury the table.
+warnings.filterwarnings("ignore", category=FutureWarning)
+warnings.filterwarnings("ignore", message="Mutation on a buffer")
 
 TRANSFORMER_LAYERS = (2, 8, 32)
 SAMPLES = ("mlp", "cnn", "transformer", "two_io")

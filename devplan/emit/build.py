@@ -177,7 +177,8 @@ def _runs(node: torch.fx.Node) -> list[int] | None:
         return None
     result = node.target(torch.empty(source.shape, dtype=source.dtype, device="meta"), *node.args[1:], **node.kwargs)
     pieces = result if isinstance(result, (list, tuple)) else (result,)
-    if not all(isinstance(p, torch.Tensor) and p.dtype == source.dtype and p.is_contiguous() for p in pieces):
+    if not all(isinstance(p, torch.Tensor) and p.dtype == source.dtype and p.is_contiguous()
+               and p.storage_offset() + p.numel() <= source.numel() for p in pieces):
         return None
     return [p.storage_offset() * p.element_size() for p in pieces]
 
