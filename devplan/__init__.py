@@ -3,6 +3,7 @@
     devplan.compile("model.pt2", "model.pte")   -> CompileResult
     devplan.inspect("model.pte")                -> the inspection document (a dict)
     devplan.read_pte("model.pte")               -> PteFile
+    devplan.run("model.pte", [x])               -> outputs of each run (the reference runtime)
 
 Imports are lazy so that reading and inspecting programs never pays for importing torch."""
 from __future__ import annotations
@@ -11,7 +12,8 @@ import importlib
 
 __version__ = "0.1.0"
 
-_HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspect", "read_pte": "devplan.pte", "write_pte": "devplan.pte"}
+_HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspect", "read_pte": "devplan.pte", "write_pte": "devplan.pte",
+          "run": "devplan.runtime"}
 
 
 def __getattr__(name: str):

@@ -160,6 +160,86 @@ def compile_command(
     typer.echo(f"wrote {summary['output']} ({summary['bytes']} bytes) in {summary['seconds']:.2f} s")
 
 
+@app.command("run")
+def run_command(
+    program: Annotated[
+        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to run.", show_default=False)
+    ],
+    inputs: Annotated[
+        Optional[Path],
+        typer.Option("--inputs", "-i", metavar="FILE.pt",
+                     help="Inputs saved with torch.save (a tensor, or a list or tuple of them). "
+                          "Default: seeded random floats, zeros for integer inputs."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for the random inputs.")] = 0,
+    runs: Annotated[int, typer.Option("--runs", min=1, help="Run the method this many times in a row "
+                                      "(state carries over).")] = 1,
+    method: Annotated[str, typer.Option("--method", "-m", metavar="NAME", help="The method to run.")] = "forward",
+    save: Annotated[
+        Optional[Path], typer.Option("--save", metavar="FILE.pt", help="Also save the last run's outputs with torch.save.")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the outputs' summaries as JSON.")] = False,
+) -> None:
+    """Run a .pte in devplan's reference runtime and summarize its outputs.
+
+    Every planned tensor lives where the plan put it, in one arena per buffer from the
+    DeviceAllocator registered for the buffer's device, so a broken plan shows as wrong outputs."""
+    import io
+
+    import torch
+
+    from devplan.pte import read_pte, write_atomic
+    from devplan.runtime import LoadedMethod
+
+    loaded = LoadedMethod(read_pte(program), method)
+    try:
+        given = _load_inputs(inputs) if inputs is not None else loaded.sample_inputs(seed)
+        results = [loaded.execute(given) for _ in range(runs)]
+    finally:
+        loaded.release()
+    if save is not None:
+        buffer = io.BytesIO()
+        torch.save(results[-1], buffer)
+        write_atomic(save, buffer.getvalue())
+    report = {"file": program.name, "method": method,
+              "runs": [[_describe(value) for value in outputs] for outputs in results]}
+    if json_output:
+        typer.echo(json.dumps(report, sort_keys=True, indent=2))
+        return
+    for number, outputs in enumerate(report["runs"], 1):
+        for index, out in enumerate(outputs):
+            prefix = f"run {number} " if runs > 1 else ""
+            if "value" in out:
+                typer.echo(f"{prefix}output {index}: {out['value']!r}")
+            else:
+                typer.echo(f"{prefix}output {index}: {out['dtype']} {tuple(out['shape'])}  min {out['min']:.6g}  "
+                           f"max {out['max']:.6g}  mean {out['mean']:.6g}")
+
+
+def _load_inputs(path: Path) -> list:
+    import torch
+
+    try:
+        loaded = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        raise DevplanError(f"{path}: no such file; check the path") from None
+    except Exception as error:  # torch.load raises pickle, zip and OS errors alike for a bad file
+        raise DevplanError(f"{path}: not a file of tensors saved with torch.save ({type(error).__name__}); "
+                           f"save a tensor or a list of tensors with torch.save") from None
+    return list(loaded) if isinstance(loaded, (list, tuple)) else [loaded]
+
+
+def _describe(value) -> dict:
+    """A tensor as dtype, shape and value range; anything else as itself."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        return {"value": value}
+    data = value.double() if value.numel() else torch.zeros(1, dtype=torch.float64)
+    return {"dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
+            "min": float(data.min()), "max": float(data.max()), "mean": float(data.mean())}
+
+
 def _progress(quiet: bool):
     """A spinner on stderr naming the running stage, only when a person is watching."""
     from contextlib import nullcontext

@@ -1,7 +1,9 @@
-"""Every corpus model and sample: devplan compiles it, ExecuTorch's runtime runs it, and
-the outputs match eager PyTorch (two runs in a row for models that keep state)."""
+"""Every corpus model and sample: devplan compiles it, ExecuTorch's runtime and devplan's
+reference runtime run it, and the outputs match eager PyTorch (two runs in a row for models
+that keep state)."""
 import pytest
 import torch
+from torch.utils import _pytree as pytree
 
 import devplan
 from samples.make_samples import sample_models
@@ -11,12 +13,15 @@ CASES = {**CORPUS, **{f"sample_{name}": (lambda name=name: sample_models()[name]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_runtime_output_matches_eager(name):
+def test_both_runtimes_match_eager(name):
+    from devplan.runtime import run
+
     module, args = CASES[name]()
     expected = eager_outputs(module, args, runs=2)
     result = devplan.compile(torch.export.export(module, args, strict=False))
     runs = run_executorch(result.data, args, runs=2)
-    for got_run, want_run in zip(runs, expected):
+    reference = run(result.data, pytree.tree_leaves(args), runs=2)
+    for got_run, want_run in [*zip(runs, expected), *zip(reference, expected)]:
         assert len(got_run) == len(want_run)
         for got, want in zip(got_run, want_run):
             assert got.shape == want.shape and got.dtype == want.dtype

@@ -1,0 +1,245 @@
+"""The reference executor: runs one method of any ET12 program in Python, every planned
+tensor a view into its buffer's arena exactly where the plan put it, so a plan that lets two
+live tensors overwrite each other gives wrong outputs here too. Kernels are torch's own
+out-variant ops, called as the program's argument lists say."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from devplan import dtypes
+from devplan.errors import DevplanError, first_line
+from devplan.pte import PteFile, read_pte
+from devplan.pte.fb.InstructionArguments import InstructionArguments
+from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.runtime.allocator import allocator_for
+from devplan.spec import CPU, Device
+
+# Operators outside torch's aten namespace that ExecuTorch programs use.
+_EXTRA_KERNELS = {
+    "dim_order_ops::_to_dim_order_copy.out": lambda self, non_blocking, dim_order, out: out.copy_(self),
+    "dim_order_ops::_clone_dim_order.out": lambda self, non_blocking, dim_order, out: out.copy_(self),
+}
+
+
+@dataclass(frozen=True)
+class _Step:
+    kind: int
+    name: str = ""                        # the operator, for messages
+    call: Any = None                      # a kernel: the torch op, positional and keyword value indices
+    args: tuple[int, ...] = ()
+    keywords: tuple[tuple[str, int], ...] = ()
+
+
+class LoadedMethod:
+    """One method with its arenas allocated and its values bound; `execute` may run it many
+    times, and state kept in planned buffers carries over between runs as on a device."""
+
+    def __init__(self, pte: PteFile, name: str = "forward") -> None:
+        plans = {_text(plan.name): plan for plan in pte.program.executionPlan or ()}
+        if name not in plans:
+            raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(plans) or 'none'}")
+        plan, self.where = plans[name], f"{pte.name}: method {name}"
+        devices = {int(e.bufferIdx): Device.from_code(e.deviceType, e.deviceIndex) for e in plan.nonConstBufferDevice or ()}
+        sizes = [int(size) for size in plan.nonConstBufferSizes] if plan.nonConstBufferSizes is not None else []
+        # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
+        self.arenas = {}
+        for mem_id in range(1, len(sizes)):
+            device = devices.get(mem_id, CPU)
+            self.arenas[mem_id] = (allocator_for(device).allocate(sizes[mem_id], device), device)
+        self.values: list[Any] = [None] * len(plan.values or ())
+        self.devices: dict[int, Device] = {}
+        for index, value in enumerate(plan.values or ()):
+            self.values[index] = self._bind(pte, index, value)
+        self.inputs, self.outputs = [int(i) for i in plan.inputs], [int(i) for i in plan.outputs]
+        self.operators = [f"{_text(op.name)}.{_text(op.overload)}" if _text(op.overload) else _text(op.name)
+                          for op in plan.operators or ()]
+        self.steps = [self._step(i, instruction) for chain in plan.chains or ()
+                      for i, instruction in enumerate(chain.instructions or ())]
+
+    def execute(self, inputs: Sequence[Any]) -> list[Any]:
+        """Run once: copy `inputs` in, run every instruction, return host copies of the outputs."""
+        if len(inputs) != len(self.inputs):
+            raise DevplanError(f"{self.where} takes {len(self.inputs)} inputs, got {len(inputs)}")
+        for position, (index, given) in enumerate(zip(self.inputs, inputs)):
+            self._set_input(position, index, given)
+        pc = 0
+        while pc < len(self.steps):
+            try:
+                pc = self._run(pc, self.steps[pc])
+            except (RuntimeError, TypeError, ValueError, IndexError) as error:
+                raise DevplanError(f"{self.where}: instruction {pc} ({self.steps[pc].name}) failed: "
+                                   f"{first_line(error)}") from None
+        return [self._output(index) for index in self.outputs]
+
+    def sample_inputs(self, seed: int = 0) -> list[Any]:
+        """Inputs of the right shapes and dtypes: seeded normal floats, zeros for integer and
+        bool tensors (always valid indices), and the program's own values for number inputs."""
+        generator = torch.Generator().manual_seed(seed)
+        samples = []
+        for index in self.inputs:
+            slot = self.values[index]
+            if isinstance(slot, torch.Tensor) and slot.dtype.is_floating_point:
+                samples.append(torch.randn(slot.shape, generator=generator).to(slot.dtype))
+            elif isinstance(slot, torch.Tensor):
+                samples.append(torch.zeros(slot.shape, dtype=slot.dtype))
+            else:
+                samples.append(slot)
+        return samples
+
+    def release(self) -> None:
+        for arena, device in self.arenas.values():
+            allocator_for(device).deallocate(arena)
+        self.arenas = {}
+
+    def _bind(self, pte: PteFile, index: int, value) -> Any:
+        kind, val = value.valType, value.val
+        if kind == KernelTypes.Tensor:
+            return self._tensor(pte, index, val)
+        if kind == KernelTypes.Int:
+            return int(val.intVal)
+        if kind == KernelTypes.Double:
+            return float(val.doubleVal)
+        if kind == KernelTypes.Bool:
+            return bool(val.boolVal)
+        if kind == KernelTypes.String:
+            return _text(val.stringVal)
+        if kind in (KernelTypes.IntList, KernelTypes.TensorList, KernelTypes.OptionalTensorList):
+            return _Refs(kind, tuple(int(i) for i in val.items))
+        if kind == KernelTypes.DoubleList:
+            return [float(x) for x in val.items]
+        if kind == KernelTypes.BoolList:
+            return [bool(x) for x in val.items]
+        return None
+
+    def _tensor(self, pte: PteFile, index: int, t) -> torch.Tensor:
+        dtype = getattr(torch, dtypes.name_of(t.scalarType), None)
+        if not isinstance(dtype, torch.dtype):
+            raise DevplanError(f"{self.where}: value {index} has element type {dtypes.name_of(t.scalarType)}, "
+                               f"which the reference runtime cannot hold")
+        shape = [int(s) for s in t.sizes] if t.sizes is not None else []
+        nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+        data = pte.constant_data(int(t.dataBufferIdx)) if t.allocationInfo is None else None
+        if data is not None:  # a constant: host bytes from the program
+            return torch.frombuffer(bytearray(data[:nbytes]), dtype=torch.uint8).view(dtype).reshape(shape)
+        if t.allocationInfo is None:  # unplanned (an input or output the caller would own): host memory
+            return torch.zeros(shape, dtype=dtype)
+        mem_id = int(t.allocationInfo.memoryId)
+        offset = int(t.allocationInfo.memoryOffsetLow) + (int(t.allocationInfo.memoryOffsetHigh) << 32)
+        if mem_id not in self.arenas or offset + nbytes > self.arenas[mem_id][0].numel():
+            raise DevplanError(f"{self.where}: value {index} lies outside buffer {mem_id}; the program is damaged")
+        arena, device = self.arenas[mem_id]
+        self.devices[index] = device
+        view = arena[offset:offset + nbytes].view(dtype).reshape(shape)
+        if t.dataBufferIdx > 0:  # initial state of a mutable buffer
+            initial = _mutable_data(pte, int(t.dataBufferIdx))[:nbytes]
+            allocator_for(device).copy_to_device(view, torch.frombuffer(bytearray(initial), dtype=torch.uint8)
+                                                 .view(dtype).reshape(shape))
+        return view
+
+    def _step(self, index: int, instruction) -> _Step:
+        kind, call = instruction.instrArgsType, instruction.instrArgs
+        if kind == InstructionArguments.KernelCall:
+            return self._kernel(index, int(call.opIndex), [int(a) for a in call.args])
+        if kind == InstructionArguments.DelegateCall:
+            raise DevplanError(f"{self.where}: instruction {index} calls delegate {int(call.delegateIndex)}; "
+                               f"the reference runtime runs portable kernels only")
+        if kind == InstructionArguments.MoveCall:
+            return _Step(kind, "move", args=(int(call.moveFrom), int(call.moveTo)))
+        if kind == InstructionArguments.JumpFalseCall:
+            return _Step(kind, "jump_false", args=(int(call.condValueIndex), int(call.destinationInstruction)))
+        return _Step(kind, "free")  # planned memory needs no freeing
+
+    def _kernel(self, index: int, op_index: int, args: list[int]) -> _Step:
+        name = self.operators[op_index] if 0 <= op_index < len(self.operators) else f"operator({op_index})"
+        op = _EXTRA_KERNELS.get(name) or _torch_op(name)
+        if op is None:
+            raise DevplanError(f"{self.where}: instruction {index} calls {name}, which the reference runtime "
+                               f"does not know")
+        if name in _EXTRA_KERNELS:
+            return _Step(InstructionArguments.KernelCall, name, op, tuple(args[:-1]))
+        schema = op._schema.arguments
+        if len(args) < len(schema):
+            raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments; "
+                               f"its schema takes {len(schema)}")
+        positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
+        keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
+        return _Step(InstructionArguments.KernelCall, name, op, positional, keywords)
+
+    def _run(self, pc: int, step: _Step) -> int:
+        if step.kind == InstructionArguments.KernelCall:
+            step.call(*(self._value(a) for a in step.args), **{k: self._value(a) for k, a in step.keywords})
+        elif step.kind == InstructionArguments.MoveCall:
+            self.values[step.args[1]] = self.values[step.args[0]]
+        elif step.kind == InstructionArguments.JumpFalseCall and not self._value(step.args[0]):
+            return step.args[1]
+        return pc + 1
+
+    def _value(self, index: int) -> Any:
+        value = self.values[index]
+        if isinstance(value, _Refs):
+            if value.kind == KernelTypes.IntList:
+                return [self.values[i] for i in value.items]
+            return [None if i < 0 else self.values[i] for i in value.items]
+        return value
+
+    def _set_input(self, position: int, index: int, given: Any) -> None:
+        slot = self.values[index]
+        if not isinstance(slot, torch.Tensor):
+            self.values[index] = given
+            return
+        if not isinstance(given, torch.Tensor) or given.shape != slot.shape or given.dtype != slot.dtype:
+            got = f"{tuple(given.shape)} {given.dtype}" if isinstance(given, torch.Tensor) else type(given).__name__
+            raise DevplanError(f"{self.where}: input {position} must be a {tuple(slot.shape)} {slot.dtype} tensor, got {got}")
+        allocator_for(self.devices.get(index, CPU)).copy_to_device(slot, given.detach().cpu())
+
+    def _output(self, index: int) -> Any:
+        value = self.values[index]
+        if isinstance(value, torch.Tensor):
+            return allocator_for(self.devices.get(index, CPU)).copy_to_host(value)
+        return self._value(index)
+
+
+@dataclass(frozen=True)
+class _Refs:
+    """A list value: the value indices it holds, resolved when a kernel reads it."""
+    kind: int
+    items: tuple[int, ...]
+
+
+def _torch_op(name: str):
+    qualified, _, overload = name.partition(".")
+    namespace, _, op = qualified.partition("::")
+    packet = getattr(getattr(torch.ops, namespace, None), op, None) if namespace and op else None
+    return getattr(packet, overload or "default", None) if packet is not None else None
+
+
+def _mutable_data(pte: PteFile, index: int) -> bytes:
+    segments = pte.program.mutableDataSegments or ()
+    if not segments:
+        raise DevplanError(f"{pte.name}: a planned tensor has initial data {index} but the program has no mutable data")
+    sub = segments[0]
+    offsets = [int(o) for o in sub.offsets]
+    data = pte.segments[sub.segmentIndex]
+    stop = offsets[index + 1] if index + 1 < len(offsets) else len(data)
+    return data[offsets[index]:stop]
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def run(source: str | os.PathLike | bytes | PteFile, inputs: Sequence[Any], *, method: str = "forward",
+        runs: int = 1) -> list[list[Any]]:
+    """Run `method` of a .pte `runs` times on the same loaded method; the outputs of each run."""
+    pte = source if isinstance(source, PteFile) else read_pte(source)
+    loaded = LoadedMethod(pte, method)
+    try:
+        return [loaded.execute(inputs) for _ in range(runs)]
+    finally:
+        loaded.release()

@@ -1,0 +1,49 @@
+"""`devplan run` as a user runs it: a program and inputs in, output summaries or one error line out."""
+import json
+
+import torch
+
+from samples.make_samples import sample_models
+from tests.compile.test_cli import ROOT, assert_one_line_error, devplan
+
+
+def compiled(tmp_path, name="two_io"):
+    program = tmp_path / f"{name}.pte"
+    assert devplan("compile", ROOT / "samples" / f"{name}.pt2", "-o", program).returncode == 0
+    return program
+
+
+def test_run_with_saved_inputs_matches_eager_and_saves_outputs(tmp_path):
+    program = compiled(tmp_path)
+    module, args = sample_models()["two_io"]
+    torch.save(list(args), tmp_path / "inputs.pt")
+    run = devplan("run", program, "--inputs", tmp_path / "inputs.pt", "--save", tmp_path / "out.pt", "--json")
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    saved = torch.load(tmp_path / "out.pt")
+    with torch.no_grad():
+        a, (b, c) = module(*args)
+    for got, want, summary in zip(saved, (a, b, c), report["runs"][0]):
+        torch.testing.assert_close(got, want)
+        assert summary["shape"] == list(want.shape) and summary["dtype"] == "float32"
+        assert abs(summary["max"] - float(want.max())) < 1e-5
+
+
+def test_run_twice_with_random_inputs_prints_each_output(tmp_path):
+    run = devplan("run", compiled(tmp_path), "--runs", "2", "--seed", "3")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == [f"run {r} output {i}" for r in (1, 2) for i in range(3)]
+    assert "float32 (4, 16)" in lines[0] and "min" in lines[0] and "mean" in lines[0]
+    assert devplan("run", compiled(tmp_path), "--runs", "2", "--seed", "3").stdout == run.stdout
+
+
+def test_run_errors_are_one_line(tmp_path):
+    program = compiled(tmp_path)
+    torch.save([torch.randn(4, 16)], tmp_path / "one.pt")
+    assert_one_line_error(devplan("run", program, "-i", tmp_path / "one.pt"), "takes 2 inputs, got 1")
+    assert_one_line_error(devplan("run", program, "-i", program), "not a file of tensors saved with torch.save")
+    assert_one_line_error(devplan("run", program, "-i", tmp_path / "missing.pt"), "missing.pt: no such file")
+    assert_one_line_error(devplan("run", tmp_path / "missing.pte"), "missing.pte")
+    assert_one_line_error(devplan("run", ROOT / "samples" / "mlp.pt2"), "not an ET12 program")
+    assert_one_line_error(devplan("run", program, "--method", "nope"), "no method 'nope'")

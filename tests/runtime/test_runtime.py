@@ -1,0 +1,137 @@
+"""The reference runtime: runs devplan's and ExecuTorch's programs like the real runtime,
+through a DeviceAllocator per device type, and shows a broken plan by its wrong outputs."""
+from dataclasses import replace
+
+import pytest
+import torch
+from torch.utils import _pytree as pytree
+
+import devplan
+from devplan.emit.program import to_program
+from devplan.errors import DevplanError
+from devplan.planning.assign import plan_method
+from devplan.pte import dumps_pte
+from devplan.runtime import HostAllocator, registered, run
+from devplan.spec import Device, TensorSpec
+from tests.models import CORPUS, eager_outputs, executorch_lower, export
+
+
+def assert_outputs(got_runs, want_runs):
+    for got, want in zip(got_runs, want_runs):
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["cat_split_chunk", "rolling_cache", "transformer_encoder", "residual_cnn"])
+def test_it_runs_programs_executorch_lowered(name):
+    ep, module, args = export(name)
+    assert_outputs(run(executorch_lower(ep), pytree.tree_leaves(args), runs=2), eager_outputs(module, args, runs=2))
+
+
+class Chain(torch.nn.Module):
+    def forward(self, x):
+        a = torch.relu(x @ x.mT)
+        b = torch.sigmoid(x @ x.mT - 1.0)
+        return (a.sum(0) + b.sum(0)) * 2
+
+
+def planned(module, args, **options):
+    result = devplan.compile(torch.export.export(module.eval(), args, strict=False), **options)
+    return result.planned
+
+
+def program_bytes(planned_method) -> bytes:
+    return dumps_pte(*to_program(planned_method))
+
+
+def test_a_plan_that_overlaps_live_tensors_gives_wrong_outputs():
+    args = (torch.randn(6, 6),)
+    good = planned(Chain(), args, inplace=False)
+    method = good.method
+    relu = next(k.args[-1] for k in method.kernels if k.op == "aten::relu.out")
+    sigmoid = next(k.args[-1] for k in method.kernels if k.op == "aten::sigmoid.out")
+    # both are alive at the add; put the sigmoid result on top of the relu result
+    broken = method.with_specs({sigmoid: replace(method.values[sigmoid], offset=method.values[relu].offset)})
+    want = eager_outputs(Chain(), args)
+    assert_outputs(run(program_bytes(good), list(args)), want)
+    with pytest.raises(AssertionError):
+        assert_outputs(run(program_bytes(replace(good, method=broken)), list(args)), want)
+
+
+class Recording(HostAllocator):
+    """Host memory standing in for a device, with a log of every allocator call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def allocate(self, nbytes, device):
+        self.calls.append(("allocate", nbytes, str(device)))
+        return super().allocate(nbytes, device)
+
+    def deallocate(self, arena):
+        self.calls.append(("deallocate", arena.numel()))
+
+    def copy_to_device(self, dst, src):
+        self.calls.append(("to_device", tuple(src.shape)))
+        super().copy_to_device(dst, src)
+
+    def copy_to_host(self, src):
+        self.calls.append(("to_host", tuple(src.shape)))
+        return super().copy_to_host(src)
+
+
+def on_cuda(planned_method):
+    """The same program with every planned tensor on cuda:0, planned again."""
+    method = planned_method.method
+    cuda = Device("cuda", 0)
+    moved = method.with_specs({i: replace(v, device=cuda, lifetime=None, mem_id=None, offset=None)
+                               for i, v in enumerate(method.values) if isinstance(v, TensorSpec) and not v.constant})
+    return plan_method(moved)
+
+
+def test_a_cuda_program_goes_through_the_allocator_registered_for_cuda():
+    args = (torch.randn(5, 3),)
+    program = on_cuda(planned(Chain(), args))
+    (buffer,) = program.buffers
+    assert (buffer.mem_id, str(buffer.device)) == (1, "cuda:0")
+    data = program_bytes(program)
+    assert devplan.inspect(data)["methods"][0]["buffers"][0]["device"] == "cuda:0"
+    with registered("cuda", Recording()) as device:
+        assert_outputs(run(data, list(args)), eager_outputs(Chain(), args))
+    assert device.calls == [("allocate", buffer.size, "cuda:0"), ("to_device", (5, 3)), ("to_host", (5,)),
+                            ("deallocate", buffer.size)]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_without_cuda_a_cuda_program_says_what_to_register():
+    data = program_bytes(on_cuda(planned(Chain(), (torch.randn(5, 3),))))
+    with pytest.raises(DevplanError, match=r"places a buffer on cuda:0, but this machine has no CUDA device; "
+                                           r"register a DeviceAllocator for 'cuda'"):
+        run(data, [torch.randn(5, 3)])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_program_runs_on_the_gpu():
+    args = (torch.randn(5, 3),)
+    assert_outputs(run(program_bytes(on_cuda(planned(Chain(), args))), list(args)), eager_outputs(Chain(), args))
+
+
+def test_wrong_inputs_and_unknown_methods_are_one_clear_error():
+    data = program_bytes(planned(Chain(), (torch.randn(5, 3),)))
+    with pytest.raises(DevplanError, match=r"input 0 must be a \(5, 3\) torch.float32 tensor, got \(3, 5\) torch.float32"):
+        run(data, [torch.randn(3, 5)])
+    with pytest.raises(DevplanError, match=r"takes 1 inputs, got 2"):
+        run(data, [torch.randn(5, 3), torch.randn(5, 3)])
+    with pytest.raises(DevplanError, match=r"no method 'backward'; the program has forward"):
+        run(data, [torch.randn(5, 3)], method="backward")
+
+
+def test_a_delegated_program_names_the_delegate():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    module, args = CORPUS["linear"]()
+    edge = to_edge_transform_and_lower(torch.export.export(module, args, strict=False), partitioner=[XnnpackPartitioner()])
+    with pytest.raises(DevplanError, match=r"instruction 0 calls delegate 0; the reference runtime runs portable kernels only"):
+        run(edge.to_executorch().buffer, list(args))
