@@ -9,8 +9,8 @@ from devplan.errors import DevplanError, first_line
 
 
 def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
-    """Load a torch.export archive. Note: torch.export.load unpickles parts of the archive,
-    so only load .pt2 files from sources you trust."""
+    """Load a torch.export archive, refusing first any archive member that torch.export.load
+    would unpickle (unpickling can run code that a crafted file carries)."""
     path = Path(path)
     if not path.exists():
         raise DevplanError(f"{path}: no such file; pass a .pt2 written by torch.export.save")
@@ -21,6 +21,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
             head = f.read(8)
         hint = " (it is an ET12 .pte program; use 'devplan inspect')" if head[4:8] == b"ET12" else ""
         raise DevplanError(f"{path}: not a .pt2 archive{hint}; export the model with torch.export.save")
+    _refuse_pickles(path)
     import logging
 
     import torch
@@ -41,3 +42,46 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
         raise DevplanError(f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save") from None
     finally:
         logger.handlers, logger.propagate = handlers, propagate
+
+
+_SAFE_PREFIXES = {"weights_config.json": "weight_", "constants_config.json": "tensor_"}
+
+
+def _refuse_pickles(path: Path) -> None:
+    """torch.export.load unpickles weights and constants marked use_pickle, custom and opaque
+    objects, sample inputs that fail a weights-only load, and the whole of an old-format
+    archive. Plain tensors, which is what torch.export.save writes for ordinary models, are
+    raw bytes and pass."""
+    import io
+    import json
+
+    def refuse(member: str, what: str) -> DevplanError:
+        return DevplanError(f"{path}: archive member {member} is {what}, which loading would unpickle, and "
+                            f"unpickling can run code; export the model with plain tensors and torch.export.save")
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            if "version" in names:
+                raise DevplanError(f"{path}: an old-format .pt2 archive, which torch loads by unpickling; "
+                                   f"re-export the model with torch.export.save")
+            if not any(n.endswith("archive_format") for n in names):
+                raise DevplanError(f"{path}: cannot load the .pt2 archive (it has no archive_format member, so "
+                                   f"torch.export.save did not write it); re-export it with torch.export.save")
+            for name in names:
+                kind = next((k for k in _SAFE_PREFIXES if name.endswith("_" + k)), None)
+                if kind is not None:
+                    config = json.loads(archive.read(name)).get("config") or {}
+                    for fqn, meta in config.items():
+                        if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(_SAFE_PREFIXES[kind]):
+                            raise refuse(name, f"{fqn!r}, a pickled object")
+                elif "/data/sample_inputs/" in f"/{name}" and name.endswith(".pt"):
+                    import torch
+
+                    try:
+                        torch.load(io.BytesIO(archive.read(name)), weights_only=True)
+                    except Exception:  # anything a weights-only load rejects would be unpickled in full
+                        raise refuse(name, "sample inputs that are not plain tensors") from None
+    except (zipfile.BadZipFile, ValueError, AttributeError, OSError) as error:
+        raise DevplanError(f"{path}: cannot load the .pt2 archive ({first_line(error)}); "
+                           f"re-export it with torch.export.save") from None
