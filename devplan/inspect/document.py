@@ -222,6 +222,8 @@ def _tensor(index: int, tensor, lifetime, inputs: set[int], outputs: set[int], b
         "nbytes": math.prod(shape) * dtypes.ITEMSIZE.get(dtype, 0),
         "device": str(_tensor_device(tensor, buffer_devices.get(mem_id, CPU))),
         "lifetime": list(lifetime) if lifetime is not None else None,
+        # from when the tensor's bytes must be kept; earlier than lifetime for a view
+        "held": list(lifetime) if lifetime is not None else None,
         "role": _role(index, constant, inputs, outputs),
         "constant": constant,
     }
@@ -248,17 +250,22 @@ def _role(index: int, constant: bool, inputs: set[int], outputs: set[int]) -> st
 
 def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: set[int]) -> dict:
     placed = [t for t in tensors if t["mem_id"] == mem_id]
-    timed = sorted((t for t in placed if t["lifetime"] is not None), key=lambda t: t["lifetime"][0])
+    timed = [t for t in placed if t["lifetime"] is not None]
+    sharing = _sharing(timed)
+    for i in sorted(range(len(timed)), key=lambda i: timed[i]["lifetime"][0]):
+        if timed[i]["value"] not in written:
+            timed[i]["held"][0] = _held_since(i, timed, sharing(i))
+    by_start = sorted(timed, key=lambda t: t["held"][0])
     peak, peak_instruction = 0, None
     alive: list[dict] = []
     joined = 0
-    # Bytes in use only grow where a lifetime starts, so the busiest instruction is one of
-    # those; sweeping them in order keeps only the tensors alive there in hand.
-    for at in sorted({t["lifetime"][0] for t in timed}):
-        while joined < len(timed) and timed[joined]["lifetime"][0] <= at:
-            alive.append(timed[joined])
+    # Bytes in use only grow where a tensor starts holding bytes, so the busiest instruction
+    # is one of those; sweeping them in order keeps only the tensors held there in hand.
+    for at in sorted({t["held"][0] for t in timed}):
+        while joined < len(by_start) and by_start[joined]["held"][0] <= at:
+            alive.append(by_start[joined])
             joined += 1
-        alive = [t for t in alive if t["lifetime"][1] >= at]
+        alive = [t for t in alive if t["held"][1] >= at]
         in_use = _union_size([(t["offset"], t["offset"] + t["nbytes"]) for t in alive])
         if in_use > peak:
             peak, peak_instruction = in_use, at
@@ -269,35 +276,34 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
         "tensors": len(placed),
         "peak": peak,
         "peak_instruction": peak_instruction,
-        "lower_bound": _lower_bound(timed, written),
+        "lower_bound": _lower_bound(timed, sharing),
     }
 
 
-def _lower_bound(timed: list[dict], written: set[int]) -> int:
-    """The planner's lower bound (16-byte aligned bytes alive at the busiest instruction) for
-    the storages this buffer holds, inferred from where tensors sit. Tensors that share bytes
-    while both are alive are one storage (a view, an in-place result, a slice of a larger
-    tensor); a view no instruction writes holds its bytes from the time the tensor under it
-    was written. A storage counts the bytes it spans for as long as any member lives, which
-    no placement of those storages beats."""
-    from devplan.planning import Interval, lower_bound
-
-    spans = [list(t["lifetime"]) for t in timed]
+def _sharing(timed: list[dict]):
+    """sharing(i): the tensors whose bytes meet tensor i's."""
     ranges = [(t["offset"], t["offset"] + t["nbytes"]) for t in timed]
     by_offset = sorted(range(len(timed)), key=lambda i: ranges[i])
     widest = max((end - start for start, end in ranges), default=0)
     starts = [ranges[i][0] for i in by_offset]
 
     def sharing(i: int):
-        """Tensors whose bytes meet tensor i's."""
         start, end = ranges[i]
         for j in by_offset[bisect_left(starts, start - widest):bisect_left(starts, end)]:
             if j != i and ranges[j][0] < end and ranges[j][1] > start:
                 yield j
 
-    for i in sorted(range(len(timed)), key=lambda i: spans[i][0]):
-        if timed[i]["value"] not in written:
-            spans[i][0] = _held_since(i, spans, ranges, sharing(i))
+    return sharing
+
+
+def _lower_bound(timed: list[dict], sharing) -> int:
+    """The planner's lower bound (16-byte aligned bytes alive at the busiest instruction) for
+    the storages this buffer holds, inferred from where tensors sit. Tensors that share bytes
+    while both hold them are one storage (a view, an in-place result, a slice of a larger
+    tensor); a storage counts the bytes it spans for as long as any member holds them, which
+    no placement of those storages beats."""
+    from devplan.planning import Interval, lower_bound
+
     parent = list(range(len(timed)))
 
     def find(i: int) -> int:
@@ -306,31 +312,33 @@ def _lower_bound(timed: list[dict], written: set[int]) -> int:
             i = parent[i]
         return i
 
-    for i in range(len(timed)):
+    for i, t in enumerate(timed):
         for j in sharing(i):
-            if spans[i][0] <= spans[j][1] and spans[j][0] <= spans[i][1]:
+            (a, b), (c, d) = t["held"], timed[j]["held"]
+            if a <= d and c <= b:
                 parent[find(i)] = find(j)
     pools: dict[int, list[int]] = {}
-    for i in range(len(timed)):
-        (start, end), (first, last) = ranges[i], spans[i]
+    for i, t in enumerate(timed):
+        start, end, (first, last) = t["offset"], t["offset"] + t["nbytes"], t["held"]
         pool = pools.setdefault(find(i), [start, end, first, last])
         pool[:] = [min(pool[0], start), max(pool[1], end), min(pool[2], first), max(pool[3], last)]
     intervals = [Interval(key, end - start, first, last) for key, (start, end, first, last) in sorted(pools.items())]
     return lower_bound(intervals, alignment=16).get(1, 0)
 
 
-def _held_since(view: int, spans: list[list[int]], ranges: list[tuple[int, int]], sharing) -> int:
+def _held_since(view: int, timed: list[dict], sharing) -> int:
     """When the bytes a view reads were last written: each byte holds what the latest tensor
-    over it that started by the view's first use put there, and the view needs them all."""
-    first = spans[view][0]
-    uncovered = [ranges[view]]
+    over it that started before the view's first use put there (an instruction reads its
+    arguments before it writes), and the view needs them all."""
+    first = timed[view]["held"][0]
+    uncovered = [(timed[view]["offset"], timed[view]["offset"] + timed[view]["nbytes"])]
     since = first
-    for j in sorted((j for j in sharing if spans[j][0] <= first), key=lambda j: -spans[j][0]):
-        start, end = ranges[j]
+    for j in sorted((j for j in sharing if timed[j]["held"][0] < first), key=lambda j: -timed[j]["held"][0]):
+        start, end = timed[j]["offset"], timed[j]["offset"] + timed[j]["nbytes"]
         left = []
         for a, b in uncovered:
             if a < end and start < b:
-                since = spans[j][0]
+                since = timed[j]["held"][0]
                 left += [piece for piece in ((a, start), (end, b)) if piece[0] < piece[1]]
             else:
                 left.append((a, b))

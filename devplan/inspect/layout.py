@@ -99,8 +99,8 @@ def _occupants(method: dict, mem_id: int) -> list[Occupant]:
             value=t["value"],
             start=t["offset"],
             end=t["offset"] + t["nbytes"],
-            first=t["lifetime"][0],
-            last=t["lifetime"][1],
+            first=t["held"][0],
+            last=t["held"][1],
         )
         for index, t in enumerate(placed)
     ]

@@ -1,0 +1,34 @@
+"""A view that no instruction writes holds its bytes from when the tensor under it was
+written: inspect's `held`, peak and lower bound count those bytes through the gap."""
+import torch
+
+import devplan
+
+
+class LateView(torch.nn.Module):
+    def forward(self, x):
+        h = x * 2.0                       # written at instruction 0
+        head = h[:2]                      # a view of h's first rows, first read at the end
+        big = torch.relu(x @ x.mT)        # work in between that needs bytes of its own
+        return head + 1.0, big.sum()
+
+
+def test_a_late_view_holds_its_bytes_from_the_write_under_it():
+    args = (torch.randn(8, 4),)
+    result = devplan.compile(torch.export.export(LateView(), args, strict=False))
+    method = devplan.inspect(result.data)["methods"][0]
+    tensors = {t["value"]: t for t in method["tensors"]}
+    planned = result.planned.method
+    h = next(k.args[-1] for k in planned.kernels if k.op == "aten::mul.Scalar_out")
+    view = next(k.args[0] for k in planned.kernels if k.op == "aten::add.Scalar_out")
+    assert planned.values[view].alias_of == h
+    assert tensors[view]["lifetime"][0] > tensors[h]["lifetime"][1]          # a gap between the uses
+    assert tensors[view]["held"] == [tensors[h]["lifetime"][0], tensors[view]["lifetime"][1]]
+    assert tensors[h]["held"] == tensors[h]["lifetime"]
+    (buffer,) = method["buffers"]
+    assert buffer["lower_bound"] == result.planned.buffers[0].lower_bound
+    # the bytes the view keeps are busy while the matmul runs, so nothing else sits there
+    matmul = next(i for i, k in enumerate(planned.kernels) if k.op == "aten::mm.out")
+    alive = [t for t in method["tensors"] if t["held"] and t["mem_id"] == 1 and t["held"][0] <= matmul <= t["held"][1]]
+    assert any(t["value"] == view for t in alive)
+    assert buffer["peak"] >= sum(t["nbytes"] for t in alive if t["value"] != h)
