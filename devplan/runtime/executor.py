@@ -4,6 +4,7 @@ live tensors overwrite each other gives wrong outputs here too. Kernels are torc
 out-variant ops, called as the program's argument lists say."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -17,6 +18,9 @@ from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.allocator import allocator_for
 from devplan.spec import CPU, Device
+
+_STEP_BUDGET = 1000
+_SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach (alignment, reserves)
 
 # Operators outside torch's aten namespace that ExecuTorch programs use.
 _EXTRA_KERNELS = {
@@ -45,16 +49,23 @@ class LoadedMethod:
         plan, self.where = plans[name], f"{pte.name}: method {name}"
         devices = {int(e.bufferIdx): Device.from_code(e.deviceType, e.deviceIndex) for e in plan.nonConstBufferDevice or ()}
         sizes = [int(size) for size in plan.nonConstBufferSizes] if plan.nonConstBufferSizes is not None else []
+        values = list(plan.values or ())
+        self._check_sizes(sizes, values)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas = {}
         for mem_id in range(1, len(sizes)):
             device = devices.get(mem_id, CPU)
             self.arenas[mem_id] = (allocator_for(device).allocate(sizes[mem_id], device), device)
-        self.values: list[Any] = [None] * len(plan.values or ())
+        self.values: list[Any] = [None] * len(values)
         self.devices: dict[int, Device] = {}
-        for index, value in enumerate(plan.values or ()):
-            self.values[index] = self._bind(pte, index, value)
-        self.inputs, self.outputs = [int(i) for i in plan.inputs], [int(i) for i in plan.outputs]
+        for index, value in enumerate(values):
+            try:
+                self.values[index] = self._bind(pte, index, value)
+            except (RuntimeError, ValueError, TypeError, OverflowError) as error:
+                raise DevplanError(f"{self.where}: value {index} cannot be held ({first_line(error)}); "
+                                   f"the program is damaged") from None
+        self.inputs = [self._index(int(i), "an input") for i in plan.inputs]
+        self.outputs = [self._index(int(i), "an output") for i in plan.outputs]
         self.operators = [f"{_text(op.name)}.{_text(op.overload)}" if _text(op.overload) else _text(op.name)
                           for op in plan.operators or ()]
         self.steps = [self._step(i, instruction) for chain in plan.chains or ()
@@ -66,11 +77,15 @@ class LoadedMethod:
             raise DevplanError(f"{self.where} takes {len(self.inputs)} inputs, got {len(inputs)}")
         for position, (index, given) in enumerate(zip(self.inputs, inputs)):
             self._set_input(position, index, given)
-        pc = 0
+        pc, budget = 0, _STEP_BUDGET * max(1, len(self.steps))
         while pc < len(self.steps):
+            budget -= 1
+            if budget < 0:  # only jumps can run this long; a damaged program must not hang us
+                raise DevplanError(f"{self.where}: ran {_STEP_BUDGET}x its {len(self.steps)} instructions "
+                                   f"without finishing; its jumps loop")
             try:
                 pc = self._run(pc, self.steps[pc])
-            except (RuntimeError, TypeError, ValueError, IndexError) as error:
+            except (RuntimeError, TypeError, ValueError, IndexError, OverflowError, NotImplementedError) as error:
                 raise DevplanError(f"{self.where}: instruction {pc} ({self.steps[pc].name}) failed: "
                                    f"{first_line(error)}") from None
         return [self._output(index) for index in self.outputs]
@@ -97,6 +112,8 @@ class LoadedMethod:
 
     def _bind(self, pte: PteFile, index: int, value) -> Any:
         kind, val = value.valType, value.val
+        if val is None and kind != KernelTypes.Null:
+            raise DevplanError(f"{self.where}: value {index} has a type but no content; the program is damaged")
         if kind == KernelTypes.Tensor:
             return self._tensor(pte, index, val)
         if kind == KernelTypes.Int:
@@ -108,49 +125,78 @@ class LoadedMethod:
         if kind == KernelTypes.String:
             return _text(val.stringVal)
         if kind in (KernelTypes.IntList, KernelTypes.TensorList, KernelTypes.OptionalTensorList):
-            return _Refs(kind, tuple(int(i) for i in val.items))
+            items = tuple(int(i) for i in val.items)
+            return _Refs(kind, tuple(i if i == -1 and kind == KernelTypes.OptionalTensorList
+                                     else self._index(i, f"list value {index}") for i in items))
         if kind == KernelTypes.DoubleList:
             return [float(x) for x in val.items]
         if kind == KernelTypes.BoolList:
             return [bool(x) for x in val.items]
         return None
 
+    def _layout(self, index: int, t) -> tuple[torch.dtype, list[int], int]:
+        """dtype, shape and byte size of tensor value `index`, checked."""
+        name = dtypes.name_of(t.scalarType)
+        dtype = getattr(torch, name, None)
+        if not isinstance(dtype, torch.dtype) or dtype.is_complex or name.startswith(("q", "bits", "float8")):
+            raise DevplanError(f"{self.where}: value {index} has element type {name}, which the reference runtime "
+                               f"cannot hold")
+        shape = [int(size) for size in t.sizes] if t.sizes is not None else []
+        if any(size < 0 for size in shape):
+            raise DevplanError(f"{self.where}: value {index} has a negative size in {shape}; the program is damaged")
+        return dtype, shape, math.prod(shape) * dtypes.ITEMSIZE[name]
+
+    def _check_sizes(self, sizes: list[int], values) -> None:
+        """Every planned tensor inside its buffer, and no buffer far larger than its tensors
+        reach (a damaged size would otherwise have us allocate it)."""
+        reach: dict[int, int] = {}
+        for index, value in enumerate(values):
+            if value.valType == KernelTypes.Tensor and value.val.allocationInfo is not None:
+                _, _, nbytes = self._layout(index, value.val)
+                mem_id, offset = _where(value.val)
+                if not 0 < mem_id < len(sizes) or offset + nbytes > sizes[mem_id]:
+                    raise DevplanError(f"{self.where}: value {index} lies outside buffer {mem_id}; "
+                                       f"the program is damaged")
+                if offset % dtypes.ITEMSIZE[dtypes.name_of(value.val.scalarType)]:
+                    raise DevplanError(f"{self.where}: value {index} starts at byte {offset} of buffer {mem_id}, "
+                                       f"not a multiple of its element size; the program is damaged")
+                reach[mem_id] = max(reach.get(mem_id, 0), offset + nbytes)
+        for mem_id in range(1, len(sizes)):
+            if sizes[mem_id] > 2 * reach.get(mem_id, 0) + _SLACK:
+                raise DevplanError(f"{self.where}: buffer {mem_id} claims {sizes[mem_id]} bytes but its tensors "
+                                   f"reach only {reach.get(mem_id, 0)}; the program is damaged")
+
     def _tensor(self, pte: PteFile, index: int, t) -> torch.Tensor:
-        dtype = getattr(torch, dtypes.name_of(t.scalarType), None)
-        if not isinstance(dtype, torch.dtype):
-            raise DevplanError(f"{self.where}: value {index} has element type {dtypes.name_of(t.scalarType)}, "
-                               f"which the reference runtime cannot hold")
-        shape = [int(s) for s in t.sizes] if t.sizes is not None else []
-        nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-        data = pte.constant_data(int(t.dataBufferIdx)) if t.allocationInfo is None else None
-        if data is not None:  # a constant: host bytes from the program
-            return torch.frombuffer(bytearray(data[:nbytes]), dtype=torch.uint8).view(dtype).reshape(shape)
-        if t.allocationInfo is None:  # unplanned (an input or output the caller would own): host memory
-            return torch.zeros(shape, dtype=dtype)
-        mem_id = int(t.allocationInfo.memoryId)
-        offset = int(t.allocationInfo.memoryOffsetLow) + (int(t.allocationInfo.memoryOffsetHigh) << 32)
-        if mem_id not in self.arenas or offset + nbytes > self.arenas[mem_id][0].numel():
-            raise DevplanError(f"{self.where}: value {index} lies outside buffer {mem_id}; the program is damaged")
+        dtype, shape, nbytes = self._layout(index, t)
+        if t.allocationInfo is None:
+            data = pte.constant_data(int(t.dataBufferIdx))
+            if data is None:  # unplanned (an input or output the caller would own): host memory
+                return torch.zeros(shape, dtype=dtype)
+            return _from_bytes(data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
+        mem_id, offset = _where(t)
         arena, device = self.arenas[mem_id]
         self.devices[index] = device
         view = arena[offset:offset + nbytes].view(dtype).reshape(shape)
         if t.dataBufferIdx > 0:  # initial state of a mutable buffer
-            initial = _mutable_data(pte, int(t.dataBufferIdx))[:nbytes]
-            allocator_for(device).copy_to_device(view, torch.frombuffer(bytearray(initial), dtype=torch.uint8)
-                                                 .view(dtype).reshape(shape))
+            initial = _from_bytes(_mutable_data(pte, int(t.dataBufferIdx)), dtype, shape, nbytes,
+                                  f"{self.where}: initial value of {index}")
+            allocator_for(device).copy_to_device(view, initial)
         return view
 
     def _step(self, index: int, instruction) -> _Step:
         kind, call = instruction.instrArgsType, instruction.instrArgs
         if kind == InstructionArguments.KernelCall:
-            return self._kernel(index, int(call.opIndex), [int(a) for a in call.args])
+            return self._kernel(index, int(call.opIndex), [self._index(int(a), f"instruction {index}") for a in call.args])
         if kind == InstructionArguments.DelegateCall:
             raise DevplanError(f"{self.where}: instruction {index} calls delegate {int(call.delegateIndex)}; "
                                f"the reference runtime runs portable kernels only")
         if kind == InstructionArguments.MoveCall:
-            return _Step(kind, "move", args=(int(call.moveFrom), int(call.moveTo)))
+            where = f"instruction {index}"
+            return _Step(kind, "move", args=(self._index(int(call.moveFrom), where), self._index(int(call.moveTo), where)))
         if kind == InstructionArguments.JumpFalseCall:
-            return _Step(kind, "jump_false", args=(int(call.condValueIndex), int(call.destinationInstruction)))
+            # a destination past the end just ends the run
+            return _Step(kind, "jump_false", args=(self._index(int(call.condValueIndex), f"instruction {index}"),
+                                                   max(0, int(call.destinationInstruction))))
         return _Step(kind, "free")  # planned memory needs no freeing
 
     def _kernel(self, index: int, op_index: int, args: list[int]) -> _Step:
@@ -186,6 +232,12 @@ class LoadedMethod:
             return [None if i < 0 else self.values[i] for i in value.items]
         return value
 
+    def _index(self, value: int, user: str) -> int:
+        if not 0 <= value < len(self.values):
+            raise DevplanError(f"{self.where}: {user} names value {value}, but the method has {len(self.values)}; "
+                               f"the program is damaged")
+        return value
+
     def _set_input(self, position: int, index: int, given: Any) -> None:
         slot = self.values[index]
         if not isinstance(slot, torch.Tensor):
@@ -210,6 +262,17 @@ class _Refs:
     items: tuple[int, ...]
 
 
+def _where(t) -> tuple[int, int]:
+    info = t.allocationInfo
+    return int(info.memoryId), int(info.memoryOffsetLow) + (int(info.memoryOffsetHigh) << 32)
+
+
+def _from_bytes(data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int, what: str) -> torch.Tensor:
+    if len(data) < nbytes:
+        raise DevplanError(f"{what} has {len(data)} bytes of data but needs {nbytes}; the program is damaged")
+    return torch.frombuffer(bytearray(data[:nbytes]), dtype=torch.uint8).view(dtype).reshape(shape)
+
+
 def _torch_op(name: str):
     qualified, _, overload = name.partition(".")
     namespace, _, op = qualified.partition("::")
@@ -223,6 +286,9 @@ def _mutable_data(pte: PteFile, index: int) -> bytes:
         raise DevplanError(f"{pte.name}: a planned tensor has initial data {index} but the program has no mutable data")
     sub = segments[0]
     offsets = [int(o) for o in sub.offsets]
+    if not 0 < index < len(offsets):
+        raise DevplanError(f"{pte.name}: a planned tensor names initial data {index} of {len(offsets)}; "
+                           f"the program is damaged")
     data = pte.segments[sub.segmentIndex]
     stop = offsets[index + 1] if index + 1 < len(offsets) else len(data)
     return data[offsets[index]:stop]
