@@ -4,6 +4,7 @@
     devplan.inspect("model.pte")                -> the inspection document (a dict)
     devplan.read_pte("model.pte")               -> PteFile
     devplan.run("model.pte", [x])               -> outputs of each run (the reference runtime)
+    devplan.check("model.pte", budgets={"cpu": 2 << 20}) -> a BufferCheck per planned buffer
 
 Imports are lazy so that reading and inspecting programs never pays for importing torch."""
 from __future__ import annotations
@@ -13,7 +14,7 @@ import importlib
 __version__ = "0.1.0"
 
 _HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspect", "read_pte": "devplan.pte", "write_pte": "devplan.pte",
-          "run": "devplan.runtime"}
+          "run": "devplan.runtime", "check": "devplan.inspect.check"}
 
 
 def __getattr__(name: str):

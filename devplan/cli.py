@@ -99,6 +99,13 @@ def inspect_command(
     render(doc, Console(highlight=False), chosen or inspect_sections.DEFAULT_SECTIONS, exact_bytes=exact_bytes)
 
 
+Budgets = Annotated[
+    Optional[list[str]],
+    typer.Option("--budget", metavar="BUFFER=SIZE", help="Fail unless a buffer fits, e.g. 1=512KiB or cpu=2MiB; "
+                 "BUFFER is a mem_id or a device. Repeatable.", show_default=False),
+]
+
+
 @app.command("compile")
 def compile_command(
     model: Annotated[Path, typer.Argument(metavar="MODEL.pt2", help="A program saved with torch.export.save.", show_default=False)],
@@ -113,11 +120,7 @@ def compile_command(
         typer.Option("--planner", metavar="NAME", help="Placement algorithm: best (runs the others but naive and keeps the smallest "
                      "plan per buffer), greedy-size, greedy-breadth, greedy-order, hill-climb, or naive (no reuse)."),
     ] = "best",
-    budget: Annotated[
-        Optional[list[str]],
-        typer.Option("--budget", metavar="BUFFER=SIZE", help="Fail unless a buffer fits, e.g. 1=512KiB or cpu=2MiB; "
-                     "BUFFER is a mem_id or a device. Repeatable.", show_default=False),
-    ] = None,
+    budget: Budgets = None,
     inplace: Annotated[
         bool, typer.Option("--inplace/--no-inplace", help="Let elementwise ops write over an input that dies there, and cat pieces be computed in place.")
     ] = True,
@@ -158,6 +161,48 @@ def compile_command(
                        f"{b['tensors']} tensors")
     typer.echo(f"constants: {size_text(summary['constant_bytes'])} ({summary['constant_bytes']} bytes)")
     typer.echo(f"wrote {summary['output']} ({summary['bytes']} bytes) in {summary['seconds']:.2f} s")
+
+
+@app.command("check")
+def check_command(
+    program: Annotated[
+        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to check, devplan's or ExecuTorch's.", show_default=False)
+    ],
+    budget: Budgets = None,
+    max_ratio: Annotated[
+        Optional[float],
+        typer.Option("--max-ratio", metavar="R", help="Fail when a buffer is more than R times its lower bound, e.g. 1.05.",
+                     show_default=False),
+    ] = None,
+    method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Check only this method.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+) -> None:
+    """Check a program's planned memory in CI: exit 0 when every buffer passes, 1 when one
+    does not (each buffer's line says why), 2 for bad input.
+
+    Each buffer is checked against its --budget and, with --max-ratio, against its lower bound."""
+    from devplan.inspect.check import check
+    from devplan.inspect.units import size_text
+    from devplan.planning import parse_budget
+
+    checks = check(program, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
+                   method=method)
+    if json_output:
+        rows = [{"method": c.method, "mem_id": c.mem_id, "device": c.device, "size": c.size,
+                 "lower_bound": c.lower_bound, "ratio": round(c.ratio, 6), "budget": c.budget,
+                 "max_ratio": c.max_ratio, "ok": c.ok} for c in checks]
+        typer.echo(json.dumps({"file": program.name, "ok": all(c.ok for c in checks), "buffers": rows},
+                              sort_keys=True, indent=2))
+    for c in checks if not json_output else ():
+        facts = [f"{size_text(c.size)} ({c.size} bytes)"]
+        if c.budget is not None:
+            facts.append(f"budget {size_text(c.budget)}" + ("" if c.size <= c.budget else
+                                                             f", over by {size_text(c.size - c.budget)}"))
+        facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
+                     + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
+        typer.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} buffer {c.mem_id} ({c.device}): {'; '.join(facts)}")
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
 
 
 @app.command("run")
@@ -258,7 +303,10 @@ def _progress(quiet: bool):
 def main() -> None:
     """Entry point: every user-facing failure becomes one line on stderr and exit code 2."""
     try:
-        app(standalone_mode=False)
+        # outside standalone mode click hands back a command's exit code instead of exiting
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except DevplanError as error:
         _fail(str(error))
     except click_errors.UsageError as error:
