@@ -79,6 +79,11 @@ def inspect_command(
     exact_bytes: Annotated[
         bool, typer.Option("--bytes", help="Show every size as an exact byte count instead of KiB/MiB.")
     ] = False,
+    svg: Annotated[
+        Optional[Path],
+        typer.Option("--svg", metavar="FILE.svg", help="Also draw each buffer's layout over time as an SVG picture "
+                     "(hover a rectangle to name its tensor).", show_default=False),
+    ] = None,
 ) -> None:
     """Show what a .pte program holds, devplan's or ExecuTorch's.
 
@@ -88,6 +93,11 @@ def inspect_command(
 
     doc = inspect(program, method=method)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
+    if svg is not None:
+        from devplan.inspect.svg import layout_svg
+        from devplan.pte import write_atomic
+
+        write_atomic(svg, layout_svg(doc).encode())
     if json_output:
         typer.echo(json.dumps(inspect_sections.only(doc, chosen) if section else doc, sort_keys=True, indent=2))
         return

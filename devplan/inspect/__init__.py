@@ -1,4 +1,5 @@
-"""Inspect a .pte program: a JSON-able document (document.py) and terminal views (render.py).
+"""Inspect a .pte program: a JSON-able document (document.py), terminal views (render.py),
+an SVG picture of each buffer (svg.py) and CI checks (check.py).
 
     devplan.inspect("model.pte")                  -> the inspection document (a dict)
     devplan.inspect("model.pte", method="forward") -> the same, one method only

@@ -1,0 +1,44 @@
+"""`devplan inspect --svg`: each planned buffer drawn over time, one rectangle per tensor."""
+import xml.etree.ElementTree as ET
+
+import torch
+
+import devplan
+from devplan.inspect.svg import HEIGHT, TOP, WIDTH, LEFT, layout_svg
+from tests.compile.test_cli import devplan as cli
+from tests.models import export
+
+NS = {"svg": "http://www.w3.org/2000/svg"}
+
+
+def test_every_held_tensor_is_a_rectangle_where_the_plan_put_it():
+    ep, _, _ = export("cat_split_chunk")
+    data = devplan.compile(ep).data
+    doc = devplan.inspect(data)
+    text = layout_svg(doc)
+    assert text == layout_svg(devplan.inspect(data))           # deterministic
+    root = ET.fromstring(text)
+    rects = {r.find("svg:title", NS).text.split()[0]: r for r in root.findall("svg:rect", NS)
+             if r.find("svg:title", NS) is not None}
+    method, (buffer,) = doc["methods"][0], doc["methods"][0]["buffers"]
+    held = [t for t in method["tensors"] if t["mem_id"] == 1 and t["held"] and t["nbytes"]]
+    assert set(rects) == {f"v{t['value']}" for t in held}
+    steps = method["counts"]["instructions"]
+    for t in held:
+        rect = rects[f"v{t['value']}"]
+        assert abs(float(rect.get("y")) - (TOP + t["offset"] * HEIGHT / buffer["size"])) < 0.01
+        assert abs(float(rect.get("height")) - t["nbytes"] * HEIGHT / buffer["size"]) < 0.01
+        assert abs(float(rect.get("x")) - (LEFT + t["held"][0] * WIDTH / steps)) < 0.01
+        assert abs(float(rect.get("width")) - (t["held"][1] + 1 - t["held"][0]) * WIDTH / steps) < 0.01
+
+
+def test_the_command_writes_the_picture_and_still_prints(tmp_path):
+    program = tmp_path / "p.pte"
+    ep, _, _ = export("multi_input_nested")
+    program.write_bytes(devplan.compile(ep).data)
+    run = cli("inspect", program, "--svg", tmp_path / "p.svg", "-s", "buffers")
+    assert run.returncode == 0, run.stderr
+    assert "lower bound" in run.stdout
+    root = ET.parse(tmp_path / "p.svg").getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert "buffer 1 (cpu)" in "".join(root.itertext())
