@@ -48,14 +48,21 @@ class LoadedMethod:
             raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(plans) or 'none'}")
         plan, self.where = plans[name], f"{pte.name}: method {name}"
         devices = {int(e.bufferIdx): Device.from_code(e.deviceType, e.deviceIndex) for e in plan.nonConstBufferDevice or ()}
-        sizes = [int(size) for size in plan.nonConstBufferSizes] if plan.nonConstBufferSizes is not None else []
+        sizes = _ints(plan.nonConstBufferSizes)
         values = list(plan.values or ())
         self._check_sizes(sizes, values)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas = {}
-        for mem_id in range(1, len(sizes)):
-            device = devices.get(mem_id, CPU)
-            self.arenas[mem_id] = (allocator_for(device).allocate(sizes[mem_id], device), device)
+        try:
+            for mem_id in range(1, len(sizes)):
+                device = devices.get(mem_id, CPU)
+                self.arenas[mem_id] = (allocator_for(device).allocate(sizes[mem_id], device), device)
+            self._load(pte, plan, values)
+        except BaseException:
+            self.release()  # a device allocator gets back what it gave, even for a damaged program
+            raise
+
+    def _load(self, pte: PteFile, plan, values: list) -> None:
         self.values: list[Any] = [None] * len(values)
         self.devices: dict[int, Device] = {}
         for index, value in enumerate(values):
@@ -64,8 +71,8 @@ class LoadedMethod:
             except (RuntimeError, ValueError, TypeError, OverflowError) as error:
                 raise DevplanError(f"{self.where}: value {index} cannot be held ({first_line(error)}); "
                                    f"the program is damaged") from None
-        self.inputs = [self._index(int(i), "an input") for i in plan.inputs]
-        self.outputs = [self._index(int(i), "an output") for i in plan.outputs]
+        self.inputs = [self._index(i, "an input") for i in _ints(plan.inputs)]
+        self.outputs = [self._index(i, "an output") for i in _ints(plan.outputs)]
         self.operators = [f"{_text(op.name)}.{_text(op.overload)}" if _text(op.overload) else _text(op.name)
                           for op in plan.operators or ()]
         self.steps = [self._step(i, instruction) for chain in plan.chains or ()
@@ -125,13 +132,13 @@ class LoadedMethod:
         if kind == KernelTypes.String:
             return _text(val.stringVal)
         if kind in (KernelTypes.IntList, KernelTypes.TensorList, KernelTypes.OptionalTensorList):
-            items = tuple(int(i) for i in val.items)
+            items = tuple(_ints(val.items))
             return _Refs(kind, tuple(i if i == -1 and kind == KernelTypes.OptionalTensorList
                                      else self._index(i, f"list value {index}") for i in items))
         if kind == KernelTypes.DoubleList:
-            return [float(x) for x in val.items]
+            return [float(x) for x in (val.items if val.items is not None else ())]
         if kind == KernelTypes.BoolList:
-            return [bool(x) for x in val.items]
+            return [bool(x) for x in (val.items if val.items is not None else ())]
         return None
 
     def _layout(self, index: int, t) -> tuple[torch.dtype, list[int], int]:
@@ -186,7 +193,7 @@ class LoadedMethod:
     def _step(self, index: int, instruction) -> _Step:
         kind, call = instruction.instrArgsType, instruction.instrArgs
         if kind == InstructionArguments.KernelCall:
-            return self._kernel(index, int(call.opIndex), [self._index(int(a), f"instruction {index}") for a in call.args])
+            return self._kernel(index, int(call.opIndex), [self._index(a, f"instruction {index}") for a in _ints(call.args)])
         if kind == InstructionArguments.DelegateCall:
             raise DevplanError(f"{self.where}: instruction {index} calls delegate {int(call.delegateIndex)}; "
                                f"the reference runtime runs portable kernels only")
@@ -292,6 +299,11 @@ def _mutable_data(pte: PteFile, index: int) -> bytes:
     data = pte.segments[sub.segmentIndex]
     stop = offsets[index + 1] if index + 1 < len(offsets) else len(data)
     return data[offsets[index]:stop]
+
+
+def _ints(vector) -> list[int]:
+    """A FlatBuffers vector of numbers (a numpy array, or None when absent) as ints."""
+    return [] if vector is None else [int(item) for item in vector]
 
 
 def _text(value) -> str:

@@ -133,5 +133,9 @@ def test_a_delegated_program_names_the_delegate():
 
     module, args = CORPUS["linear"]()
     edge = to_edge_transform_and_lower(torch.export.export(module, args, strict=False), partitioner=[XnnpackPartitioner()])
-    with pytest.raises(DevplanError, match=r"instruction 0 calls delegate 0; the reference runtime runs portable kernels only"):
-        run(edge.to_executorch().buffer, list(args))
+    with registered("cpu", Recording()) as host:
+        with pytest.raises(DevplanError, match=r"instruction 0 calls delegate 0; the reference runtime runs portable kernels only"):
+            run(edge.to_executorch().buffer, list(args))
+    # the arena allocated before the delegate was found goes back to its allocator
+    allocated = [call[1] for call in host.calls if call[0] == "allocate"]
+    assert allocated and allocated == [call[1] for call in host.calls if call[0] == "deallocate"]
