@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich import box
 from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
@@ -43,22 +42,22 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
         f"#{segment['index']} {size_text(segment['size'], exact_bytes)} at byte {segment['offset']}"
         for segment in file["segments"]
     )
-    _row(grid, "file", f"{size_text(file['size'], exact_bytes)} ({file['size']} bytes)")
-    _row(grid, "format", f"{doc['format']}, program version {file['program_version']}")
-    _row(grid, "document", f"schema version {doc['schema_version']}")
-    _row(grid, "methods", ", ".join(method["name"] for method in doc["methods"]) or "none")
-    _row(grid, "segments", segments or "none")
-    _row(grid, "constant data", size_text(file["constant_bytes"], exact_bytes))
+    _pair(grid, "file", f"{size_text(file['size'], exact_bytes)} ({file['size']} bytes)")
+    _pair(grid, "format", f"{doc['format']}, program version {file['program_version']}")
+    _pair(grid, "document", f"schema version {doc['schema_version']}")
+    _pair(grid, "methods", ", ".join(method["name"] for method in doc["methods"]) or "none")
+    _pair(grid, "segments", segments or "none")
+    _pair(grid, "constant data", size_text(file["constant_bytes"], exact_bytes))
     for method in doc["methods"]:
         counts = method["counts"]
-        _row(
+        _pair(
             grid,
             method["name"],
             f"{counts['values']} values, {counts['instructions']} instructions, "
             f"{counts['operators']} operators, {counts['delegates']} delegates",
         )
-        _row(grid, "", "values: " + ", ".join(f"{count} {kind}" for kind, count in method["values"].items()))
-        _row(grid, "", f"inputs {_value_list(method['inputs'])} -> outputs {_value_list(method['outputs'])}")
+        _pair(grid, "", "values: " + ", ".join(f"{count} {kind}" for kind, count in method["values"].items()))
+        _pair(grid, "", f"inputs {_value_list(method['inputs'])} -> outputs {_value_list(method['outputs'])}")
     console.print(grid)
 
 
@@ -70,8 +69,7 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
                    ("peak", "right"), ("busiest", "right"), ("lower bound", "right"), ("size/bound", "right"))
     for buffer in method["buffers"]:
         ratio = f"{buffer['size'] / buffer['lower_bound']:.3f}" if buffer["lower_bound"] else "-"
-        _row(
-            table,
+        table.add_row(
             str(buffer["mem_id"]),
             buffer["device"],
             size_text(buffer["size"], exact_bytes),
@@ -92,8 +90,7 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
                    ("offset", "right"), ("nbytes", "right"), ("device", "left"), ("life", "left"), ("role", "left"))
     for tensor in method["tensors"]:
         lifetime = tensor["lifetime"]
-        _row(
-            table,
+        table.add_row(
             f"v{tensor['value']}",
             tensor["dtype"],
             "×".join(str(size) for size in tensor["shape"]) or "scalar",
@@ -113,31 +110,38 @@ def _instructions(method: dict, console: Console, exact_bytes: bool) -> None:
         return
     console.print(Text("instructions", style="bold"))
     delegates = {delegate["index"]: delegate for delegate in method["delegates"]}
-    # A grid, so that a long call wraps under itself rather than under the numbers.
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(justify="right", style="dim", no_wrap=True)
-    grid.add_column()
+    label = len(f"#{method['instructions'][-1]['index']}")
+    room = max(console.width - label - 1, 10)
+    text = Text()
     for row in method["instructions"]:
-        grid.add_row(Text(f"#{row['index']}"), _call_text(row, delegates))
-    console.print(grid)
+        head, tail = _call_parts(row, delegates)
+        call = head + tail
+        # a long call wraps under itself, not under the numbers
+        for start in range(0, len(call), room):
+            prefix = f"#{row['index']}".rjust(label) if start == 0 else " " * label
+            text.append(prefix, style="dim")
+            text.append(" ")
+            piece = call[start:start + room]
+            bold = max(0, min(len(head) - start, len(piece)))
+            text.append(piece[:bold], style="bold")
+            text.append(piece[bold:] + "\n")
+    console.print(text, end="")
 
 
-def _call_text(row: dict, delegates: dict[int, dict]) -> Text:
+def _call_parts(row: dict, delegates: dict[int, dict]) -> tuple[str, str]:
+    """An instruction as (what it runs, shown bold; its arguments)."""
     args = row["args"]
     if row["kind"] == "kernel":
         inputs, returns = _split_returns(args)
-        text = Text(row["op"], style="bold")
-        text.append(f"({_value_list(inputs, brackets=False)})")
-        if returns:
-            text.append(f" -> {_value_list(returns, brackets=False)}")
-        return text
+        return row["op"], f"({_value_list(inputs, brackets=False)})" + (
+            f" -> {_value_list(returns, brackets=False)}" if returns else "")
     if row["kind"] == "delegate":
         delegate = delegates.get(row["delegate"])
         backend = delegate["id"] if delegate else "?"
-        return Text.assemble((f"delegate {row['delegate']} {backend}", "bold"), f"({_value_list(args, brackets=False)})")
+        return f"delegate {row['delegate']} {backend}", f"({_value_list(args, brackets=False)})"
     if row["kind"] == "move":
-        return Text.assemble(("move", "bold"), f" v{args[0]} -> v{args[1]}")
-    return Text.assemble((row["kind"], "bold"), f"({_value_list(args, brackets=False)})")
+        return "move", f" v{args[0]} -> v{args[1]}"
+    return row["kind"], f"({_value_list(args, brackets=False)})"
 
 
 def _split_returns(args: list[int]) -> tuple[list[int], list[int]]:
@@ -157,8 +161,7 @@ def _delegates(method: dict, console: Console, exact_bytes: bool) -> None:
                    ("stored", "left"), ("compile specs", "left"))
     for delegate in method["delegates"]:
         specs = "; ".join(f"{spec['key']}={_shorten(spec['value'])}" for spec in delegate["compile_specs"])
-        _row(
-            table,
+        table.add_row(
             str(delegate["index"]),
             delegate["id"],
             delegate["target_device"] or "-",
@@ -191,19 +194,48 @@ _VIEWS = {
 }
 
 
-def _table(title: str, *columns: tuple[str, str]) -> Table:
-    table = Table(
-        title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD,
-        pad_edge=False, collapse_padding=True, show_edge=False,
-    )
-    for header, justify in columns:
-        table.add_column(header, justify=justify, no_wrap=header not in _WRAPPING, overflow="fold")
-    return table
+def _table(title: str, *columns: tuple[str, str]) -> "_Table":
+    return _Table(title, columns)
 
 
-def _row(table: Table, *cells: str) -> None:
-    """Cells are plain text: names and compile specs come from the file and may hold '['."""
-    table.add_row(*(Text(cell) for cell in cells))
+class _Table:
+    """A titled table of plain text cells, laid out directly: rich's Table measures every cell
+    through its layout engine, which takes seconds for the thousands of rows a big program has.
+    Columns are two spaces apart; a column in _WRAPPING folds its cells when the table would
+    be wider than the console, the others never wrap."""
+
+    def __init__(self, title: str, columns: Sequence[tuple[str, str]]) -> None:
+        self.title, self.columns, self.rows = title, list(columns), []
+
+    def add_row(self, *cells: str) -> None:
+        self.rows.append(cells)
+
+    def __rich_console__(self, console: Console, options):
+        widths = [max([len(header)] + [len(row[i]) for row in self.rows]) for i, (header, _) in enumerate(self.columns)]
+        excess = sum(widths) + 2 * (len(widths) - 1) - options.max_width
+        for i, (header, _) in enumerate(self.columns):
+            if excess > 0 and header in _WRAPPING:
+                cut = min(excess, widths[i] - max(len(header), 8))
+                widths[i], excess = widths[i] - cut, excess - cut
+        text = Text(self.title + "\n", style="bold")
+        text.append(self._line([header for header, _ in self.columns], widths) + "\n", style="bold")
+        text.append("─" * (sum(widths) + 2 * (len(widths) - 1)) + "\n")
+        for row in self.rows:
+            folded = [[cell[at:at + width] for at in range(0, len(cell), width)] or [""]
+                      for cell, width in zip(row, widths)]
+            for depth in range(max(len(pieces) for pieces in folded)):
+                text.append(self._line([pieces[depth] if depth < len(pieces) else "" for pieces in folded], widths) + "\n")
+        text.rstrip()
+        yield text
+
+    def _line(self, cells: Sequence[str], widths: Sequence[int]) -> str:
+        return "  ".join(cell.rjust(width) if justify == "right" else cell.ljust(width)
+                         for cell, width, (_, justify) in zip(cells, widths, self.columns)).rstrip()
+
+
+def _pair(grid: Table, key: str, value: str) -> None:
+    """Plain text: names come from the file and may hold '[', which rich would read as markup."""
+    grid.add_row(Text(key), Text(value))
 
 
 def _value_list(values: list[int], brackets: bool = True) -> str:
