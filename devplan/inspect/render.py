@@ -89,7 +89,6 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
     table = _table("tensors", ("value", "right"), ("dtype", "left"), ("shape", "left"), ("mem", "right"),
                    ("offset", "right"), ("nbytes", "right"), ("device", "left"), ("life", "left"), ("role", "left"))
     for tensor in method["tensors"]:
-        lifetime = tensor["lifetime"]
         table.add_row(
             f"v{tensor['value']}",
             tensor["dtype"],
@@ -98,10 +97,18 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
             _optional(tensor["offset"]),
             size_text(tensor["nbytes"], exact_bytes),
             tensor["device"],
-            f"{lifetime[0]}-{lifetime[1]}" if lifetime is not None else "-",
+            _life(tensor),
             tensor["role"],
         )
     console.print(table)
+
+
+def _life(tensor: dict) -> str:
+    """Instructions that use the tensor, and, for a view, those through which its bytes are held."""
+    (first, last), held = tensor["lifetime"] or (None, None), tensor["held"]
+    if first is None:
+        return "-"
+    return f"{first}-{last}" + (f" held {held[0]}-{held[1]}" if held != [first, last] else "")
 
 
 def _instructions(method: dict, console: Console, exact_bytes: bool) -> None:

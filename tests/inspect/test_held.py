@@ -32,3 +32,20 @@ def test_a_late_view_holds_its_bytes_from_the_write_under_it():
     alive = [t for t in method["tensors"] if t["held"] and t["mem_id"] == 1 and t["held"][0] <= matmul <= t["held"][1]]
     assert any(t["value"] == view for t in alive)
     assert buffer["peak"] >= sum(t["nbytes"] for t in alive if t["value"] != h)
+
+
+def test_the_tensors_table_says_when_a_view_holds_its_bytes():
+    import io
+
+    from rich.console import Console
+
+    from devplan.inspect.render import render
+
+    args = (torch.randn(8, 4),)
+    result = devplan.compile(torch.export.export(LateView(), args, strict=False))
+    doc = devplan.inspect(result.data)
+    out = io.StringIO()
+    render(doc, Console(file=out, width=80, color_system=None), ("tensors",))
+    view = next(t for t in doc["methods"][0]["tensors"] if t["held"] and t["held"] != t["lifetime"])
+    (row,) = [line for line in out.getvalue().splitlines() if line.split() and line.split()[0] == f"v{view['value']}"]
+    assert f"{view['lifetime'][0]}-{view['lifetime'][1]} held {view['held'][0]}-{view['held'][1]}" in row
