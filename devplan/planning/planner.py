@@ -25,14 +25,14 @@ def _hill_climb(problem: GroupProblem) -> list[int]:
 
 def _candidates(problem: GroupProblem) -> list[tuple[str, list[int]]]:
     """Every non-naive algorithm's placement, in tie-break order; the hill climb reuses the
-    greedy placements it starts from."""
+    greedy placements it starts from, and is skipped when a greedy one is already at the
+    lower bound (nothing can beat it, and the climb is most of the time spent)."""
     by_size, by_breadth = greedy.greedy_size(problem), greedy.greedy_breadth(problem)
-    return [
-        ("greedy-order", greedy.greedy_order(problem)),
-        ("greedy-size", by_size),
-        ("greedy-breadth", by_breadth),
-        ("hill-climb", _climb(problem, by_size, by_breadth)),
-    ]
+    greedy_ones = [("greedy-order", greedy.greedy_order(problem)), ("greedy-size", by_size),
+                   ("greedy-breadth", by_breadth)]
+    if min(buffer_size(problem, offsets) for _, offsets in greedy_ones) <= max(live_bytes(problem), default=0):
+        return greedy_ones
+    return greedy_ones + [("hill-climb", _climb(problem, by_size, by_breadth))]
 
 
 def _best_of(problem: GroupProblem) -> tuple[str, list[int]]:
