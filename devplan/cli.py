@@ -191,6 +191,8 @@ def check_command(
     does not (each buffer's line says why), 2 for bad input.
 
     Each buffer is checked against its --budget and, with --max-ratio, against its lower bound."""
+    from dataclasses import asdict
+
     from devplan.inspect.check import check
     from devplan.inspect.units import size_text
     from devplan.planning import parse_budget
@@ -198,9 +200,7 @@ def check_command(
     checks = check(program, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
                    method=method)
     if json_output:
-        rows = [{"method": c.method, "mem_id": c.mem_id, "device": c.device, "size": c.size,
-                 "lower_bound": c.lower_bound, "ratio": round(c.ratio, 6), "budget": c.budget,
-                 "max_ratio": c.max_ratio, "ok": c.ok} for c in checks]
+        rows = [asdict(c) | {"ratio": round(c.ratio, 6), "ok": c.ok} for c in checks]
         typer.echo(json.dumps({"file": program.name, "ok": all(c.ok for c in checks), "buffers": rows},
                               sort_keys=True, indent=2))
     for c in checks if not json_output else ():

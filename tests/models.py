@@ -371,3 +371,12 @@ def eager_outputs(module: nn.Module, args: tuple, runs: int = 1) -> list[list[Te
     with torch.no_grad():
         # Clone so that an output aliasing a buffer keeps the value of its own call.
         return [[leaf.clone() for leaf in pytree.tree_leaves(module(*args))] for _ in range(runs)]
+
+
+def assert_runs_match(got_runs: list[list[Tensor]], want_runs: list[list[Tensor]], **tolerance) -> None:
+    """Each run's flat outputs equal the expected ones, as many and each close (assert_close's
+    tolerance keywords pass through)."""
+    for got, want in zip(got_runs, want_runs, strict=True):
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, **tolerance)

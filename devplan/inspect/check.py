@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from devplan.errors import DevplanError
-from devplan.spec import Device
 
 
 @dataclass(frozen=True)
@@ -35,11 +34,12 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
     """One BufferCheck per planned buffer of each method (or of `method`). A budget names a
     buffer by mem_id ("1") or by device ("cpu", "cuda:0"); one that names no buffer is an error."""
     from devplan.inspect import inspect
+    from devplan.planning.budget import budget_key
 
     if max_ratio is not None and max_ratio < 1:
         raise DevplanError(f"--max-ratio {max_ratio}: no plan is below its lower bound; use a ratio of 1 or more")
     doc = inspect(source, method=method)
-    budgets = {_key(target): nbytes for target, nbytes in (budgets or {}).items()}
+    budgets = {budget_key(target): nbytes for target, nbytes in (budgets or {}).items()}
     checks = [BufferCheck(m["name"], b["mem_id"], b["device"], b["size"], b["lower_bound"],
                           budgets.get(str(b["mem_id"]), budgets.get(b["device"])), max_ratio)
               for m in doc["methods"] for b in m["buffers"]]
@@ -49,7 +49,3 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
         raise DevplanError(f"--budget {unknown[0]}: {doc['file']['name']} has no such buffer; "
                            f"budget one of: {', '.join(sorted(named)) or 'none (it plans no memory)'}")
     return checks
-
-
-def _key(target: str) -> str:
-    return target if target.isdigit() else str(Device.parse(target))

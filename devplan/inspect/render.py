@@ -65,7 +65,7 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
     if not method["buffers"]:
         console.print(Text("buffers: none (no planned memory)", style="dim"))
         return
-    table = _table("buffers", ("mem_id", "right"), ("device", "left"), ("size", "right"), ("tensors", "right"),
+    table = _Table("buffers", ("mem_id", "right"), ("device", "left"), ("size", "right"), ("tensors", "right"),
                    ("peak", "right"), ("busiest", "right"), ("lower bound", "right"), ("size/bound", "right"))
     for buffer in method["buffers"]:
         ratio = f"{buffer['size'] / buffer['lower_bound']:.3f}" if buffer["lower_bound"] else "-"
@@ -86,7 +86,7 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
     if not method["tensors"]:
         console.print(Text("tensors: none", style="dim"))
         return
-    table = _table("tensors", ("value", "right"), ("dtype", "left"), ("shape", "left"), ("mem", "right"),
+    table = _Table("tensors", ("value", "right"), ("dtype", "left"), ("shape", "left"), ("mem", "right"),
                    ("offset", "right"), ("nbytes", "right"), ("device", "left"), ("life", "left"), ("role", "left"))
     for tensor in method["tensors"]:
         table.add_row(
@@ -164,7 +164,7 @@ def _delegates(method: dict, console: Console, exact_bytes: bool) -> None:
     if not method["delegates"]:
         console.print(Text("delegates: none", style="dim"))
         return
-    table = _table("delegates", ("#", "right"), ("backend", "left"), ("target", "left"), ("payload", "right"),
+    table = _Table("delegates", ("#", "right"), ("backend", "left"), ("target", "left"), ("payload", "right"),
                    ("stored", "left"), ("compile specs", "left"))
     for delegate in method["delegates"]:
         specs = "; ".join(f"{spec['key']}={_shorten(spec['value'])}" for spec in delegate["compile_specs"])
@@ -201,17 +201,13 @@ _VIEWS = {
 }
 
 
-def _table(title: str, *columns: tuple[str, str]) -> "_Table":
-    return _Table(title, columns)
-
-
 class _Table:
     """A titled table of plain text cells, laid out directly: rich's Table measures every cell
     through its layout engine, which takes seconds for the thousands of rows a big program has.
     Columns are two spaces apart; a column in _WRAPPING folds its cells when the table would
     be wider than the console, the others never wrap."""
 
-    def __init__(self, title: str, columns: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, title: str, *columns: tuple[str, str]) -> None:
         self.title, self.columns, self.rows = title, list(columns), []
 
     def add_row(self, *cells: str) -> None:
@@ -226,7 +222,7 @@ class _Table:
                 widths[i], excess = widths[i] - cut, excess - cut
         text = Text(self.title + "\n", style="bold")
         text.append(self._line([header for header, _ in self.columns], widths) + "\n", style="bold")
-        text.append("─" * (sum(widths) + 2 * (len(widths) - 1)) + "\n")
+        text.append("─" * (sum(widths) + 2 * (len(widths) - 1)) + "\n")  # after any column shrank
         for row in self.rows:
             folded = [[cell[at:at + width] for at in range(0, len(cell), width)] or [""]
                       for cell, width in zip(row, widths)]

@@ -35,6 +35,7 @@ def mem_ids(devices) -> dict[Device, int]:
 def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
                 budgets: Mapping[str, int] | None = None) -> PlannedMethod:
     from devplan.planning import Interval, Placed, check_budget, lower_bound, plan, verify
+    from devplan.planning.budget import budget_key
 
     alive = lifetimes(method)
     specs = {i: method.values[i] for i in alive}
@@ -51,7 +52,7 @@ def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
         named = {str(mem_id): mem_id for mem_id in ids.values()} | {str(d): m for d, m in ids.items()}
         by_id = {}
         for target, nbytes in budgets.items():
-            key = target if target.isdigit() else str(Device.parse(target))
+            key = budget_key(target)
             if key not in named:
                 raise DevplanError(f"--budget {target}: no such buffer in this program; "
                                    f"budget one of: {', '.join(sorted(named))}")

@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 from devplan.errors import DevplanError
 from devplan.planning.bounds import peak
 from devplan.planning.model import Interval, split_groups
+from devplan.spec import Device
 
 UNITS = {"b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30}
 SHOWN_AT_PEAK = 5
@@ -27,6 +28,11 @@ def parse_budget(text: str) -> tuple[str, int]:
     if nbytes.denominator != 1:
         raise DevplanError(f"memory budget {text!r} is not a whole number of bytes")
     return target, int(nbytes)
+
+
+def budget_key(target: str) -> str:
+    """The buffer a budget's TARGET names, spelled as mem_id ("1") or canonical device ("cuda:0")."""
+    return target if target.isdigit() else str(Device.parse(target))
 
 
 def check_budget(

@@ -5,7 +5,7 @@ import torch
 
 import devplan
 from devplan.runtime import run
-from tests.models import eager_outputs, run_executorch
+from tests.models import assert_runs_match, eager_outputs, run_executorch
 
 
 class InputInsideCats(torch.nn.Module):
@@ -61,7 +61,4 @@ def test_both_runtimes_match_eager(name):
     assert shared, "the case should exercise shared storage"
     want = eager_outputs(module, args, runs=2)
     for got in (run_executorch(result.data, args, runs=2), run(result.data, list(args), runs=2)):
-        for got_run, want_run in zip(got, want):
-            assert len(got_run) == len(want_run)
-            for a, b in zip(got_run, want_run):
-                torch.testing.assert_close(a, b)
+        assert_runs_match(got, want)

@@ -13,14 +13,11 @@ from devplan.planning.assign import plan_method
 from devplan.pte import dumps_pte
 from devplan.runtime import HostAllocator, registered, run
 from devplan.spec import Device, TensorSpec
-from tests.models import CORPUS, eager_outputs, executorch_lower, export
+from tests.models import CORPUS, assert_runs_match, eager_outputs, executorch_lower, export
 
 
 def assert_outputs(got_runs, want_runs):
-    for got, want in zip(got_runs, want_runs):
-        assert len(got) == len(want)
-        for a, b in zip(got, want):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert_runs_match(got_runs, want_runs, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["cat_split_chunk", "rolling_cache", "transformer_encoder", "residual_cnn"])
