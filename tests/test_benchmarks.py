@@ -6,7 +6,10 @@ import json
 
 import pytest
 
+import devplan
 from benchmarks import compile_vs_executorch, plan_vs_executorch
+from benchmarks.floor import order_free_floor
+from benchmarks.harness import export
 
 MODEL = "linear"
 
@@ -50,11 +53,12 @@ def test_plan_table_compares_with_both_executorch_configs(capsys: pytest.Capture
     rows = table_rows(out, plan_vs_executorch.HEADERS)
     assert [row[0] for row in rows] == [MODEL, "accumulator"]
     for row in rows:
-        devplan, bound, et_default, et_constprop = map(int, row[1:5])
-        assert 0 < bound <= devplan
-        assert float(row[5]) == pytest.approx(devplan / min(et_default, et_constprop), rel=2e-3)
-        assert float(row[6]) == pytest.approx(devplan / bound, rel=2e-3)
-        assert float(row[7]) == pytest.approx(devplan / et_default, rel=2e-3)
+        devplan, bound, floor, et_default, et_constprop = map(int, row[1:6])
+        assert 0 < floor <= bound <= devplan
+        assert float(row[6]) == pytest.approx(devplan / min(et_default, et_constprop), rel=2e-3)
+        assert float(row[7]) == pytest.approx(devplan / bound, rel=2e-3)
+        assert float(row[8]) == pytest.approx(devplan / et_default, rel=2e-3)
+        assert float(row[9]) == pytest.approx(floor / et_default, rel=2e-3)
         assert (row[-1] == plan_vs_executorch.LARGER) == (devplan > min(et_default, et_constprop))
     assert "of 2 models" in out and "median devplan / lower bound" in out and "geometric mean" in out
 
@@ -68,8 +72,25 @@ def test_plan_json_summary_agrees_with_rows(capsys: pytest.CaptureFixture[str]) 
     assert summary["devplan_not_larger"] == (0 if row["larger_than_et"] else 1)
     assert summary["median_devplan_over_bound"] == pytest.approx(row["devplan"] / row["lower_bound"])
     assert summary["geomean_devplan_over_et_default"] == pytest.approx(row["devplan"] / row["et_default"])
+    assert summary["geomean_floor_over_et_default"] == pytest.approx(row["floor"] / row["et_default"])
 
 
 def test_unknown_model_is_refused() -> None:
     with pytest.raises(SystemExit, match="unknown model"):
         plan_vs_executorch.main(["--models", "no_such_model"])
+
+
+def test_floor_of_a_fan_out_holds_the_input_and_both_results() -> None:
+    # softmax(x) and log_softmax(x) are both outputs: whichever runs last still reads x
+    # while the other's result is kept, so every order holds three tensors of x's size.
+    planned = devplan.compile(export("softmaxes")).planned
+    (x,) = planned.method.inputs
+    size = -(-planned.method.values[x].nbytes // 16) * 16
+    assert order_free_floor(planned.method) == 3 * size == planned.buffers[0].lower_bound
+
+
+@pytest.mark.parametrize("name", ["transformer", "residual_cnn", "cat_split_chunk", "rolling_cache"])
+def test_floor_never_exceeds_the_bound_of_devplan_own_order(name: str) -> None:
+    planned = devplan.compile(export(name)).planned
+    bound = sum(buffer.lower_bound for buffer in planned.buffers)
+    assert 0 < order_free_floor(planned.method) <= bound
