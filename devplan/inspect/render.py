@@ -79,7 +79,7 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
             size_text(buffer["lower_bound"], exact_bytes),
             ratio,
         )
-    console.print(table)
+    table.print(console)
 
 
 def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
@@ -92,7 +92,7 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
         table.add_row(
             f"v{tensor['value']}",
             tensor["dtype"],
-            "×".join(str(size) for size in tensor["shape"]) or "scalar",
+            tuple(f"{size}×" for size in tensor["shape"][:-1]) + (str(tensor["shape"][-1]),) if tensor["shape"] else "scalar",
             _optional(tensor["mem_id"]),
             _optional(tensor["offset"]),
             size_text(tensor["nbytes"], exact_bytes),
@@ -100,15 +100,15 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
             _life(tensor),
             tensor["role"],
         )
-    console.print(table)
+    table.print(console)
 
 
-def _life(tensor: dict) -> str:
+def _life(tensor: dict) -> str | tuple[str, str]:
     """Instructions that use the tensor, and, for a view, those through which its bytes are held."""
     (first, last), held = tensor["lifetime"] or (None, None), tensor["held"]
     if first is None:
         return "-"
-    return f"{first}-{last}" + (f" held {held[0]}-{held[1]}" if held != [first, last] else "")
+    return (f"{first}-{last} ", f"held {held[0]}-{held[1]}") if held != [first, last] else f"{first}-{last}"
 
 
 def _instructions(method: dict, console: Console, exact_bytes: bool) -> None:
@@ -167,16 +167,16 @@ def _delegates(method: dict, console: Console, exact_bytes: bool) -> None:
     table = _Table("delegates", ("#", "right"), ("backend", "left"), ("target", "left"), ("payload", "right"),
                    ("stored", "left"), ("compile specs", "left"))
     for delegate in method["delegates"]:
-        specs = "; ".join(f"{spec['key']}={_shorten(spec['value'])}" for spec in delegate["compile_specs"])
+        specs = [f"{spec['key']}={_shorten(spec['value'])}; " for spec in delegate["compile_specs"]]
         table.add_row(
             str(delegate["index"]),
             delegate["id"],
             delegate["target_device"] or "-",
             size_text(delegate["payload_size"], exact_bytes),
             f"{delegate['location']} {delegate['payload_index']}",
-            specs or "-",
+            tuple(specs[:-1]) + (specs[-1][:-2],) if specs else "-",
         )
-    console.print(table)
+    table.print(console)
 
 
 def _layout(method: dict, console: Console, exact_bytes: bool) -> None:
@@ -190,7 +190,7 @@ def _layout(method: dict, console: Console, exact_bytes: bool) -> None:
 
 
 # Columns whose text may be long; the rest stay on one line.
-_WRAPPING = ("shape", "compile specs")
+_WRAPPING = ("life", "compile specs", "shape")  # the order in which they give up width
 
 _VIEWS = {
     "buffers": _buffers,
@@ -204,36 +204,54 @@ _VIEWS = {
 class _Table:
     """A titled table of plain text cells, laid out directly: rich's Table measures every cell
     through its layout engine, which takes seconds for the thousands of rows a big program has.
-    Columns are two spaces apart; a column in _WRAPPING folds its cells when the table would
-    be wider than the console, the others never wrap."""
+    Columns are two spaces apart. A cell is a string or a tuple of pieces; a column in
+    _WRAPPING folds its cells between pieces when that makes the table fit the console. A
+    table that cannot fit is printed unfolded, one line per row, so that lines stay whole for
+    grep and the terminal wraps them, not us."""
 
     def __init__(self, title: str, *columns: tuple[str, str]) -> None:
         self.title, self.columns, self.rows = title, list(columns), []
 
-    def add_row(self, *cells: str) -> None:
-        self.rows.append(cells)
+    def add_row(self, *cells: str | tuple[str, ...]) -> None:
+        self.rows.append([(cell,) if isinstance(cell, str) else cell for cell in cells])
 
-    def __rich_console__(self, console: Console, options):
-        widths = [max([len(header)] + [len(row[i]) for row in self.rows]) for i, (header, _) in enumerate(self.columns)]
-        excess = sum(widths) + 2 * (len(widths) - 1) - options.max_width
-        for i, (header, _) in enumerate(self.columns):
-            if excess > 0 and header in _WRAPPING:
-                cut = min(excess, widths[i] - max(len(header), 8))
+    def print(self, console: Console) -> None:
+        natural = [max([len(header)] + [len("".join(row[i])) for row in self.rows])
+                   for i, (header, _) in enumerate(self.columns)]
+        widths, excess = list(natural), sum(natural) + 2 * (len(natural) - 1) - console.width
+        for name in _WRAPPING:
+            i = next((i for i, (header, _) in enumerate(self.columns) if header == name), None)
+            if excess > 0 and i is not None:
+                cut = min(excess, widths[i] - max(len(name), 8))
                 widths[i], excess = widths[i] - cut, excess - cut
+        if excess > 0:
+            widths = natural
         text = Text(self.title + "\n", style="bold")
         text.append(self._line([header for header, _ in self.columns], widths) + "\n", style="bold")
         text.append("─" * (sum(widths) + 2 * (len(widths) - 1)) + "\n")  # after any column shrank
         for row in self.rows:
-            folded = [[cell[at:at + width] for at in range(0, len(cell), width)] or [""]
-                      for cell, width in zip(row, widths)]
-            for depth in range(max(len(pieces) for pieces in folded)):
-                text.append(self._line([pieces[depth] if depth < len(pieces) else "" for pieces in folded], widths) + "\n")
+            folded = [_fold(pieces, width) for pieces, width in zip(row, widths)]
+            for depth in range(max(len(lines) for lines in folded)):
+                text.append(self._line([lines[depth] if depth < len(lines) else "" for lines in folded], widths) + "\n")
         text.rstrip()
-        yield text
+        console.print(text, soft_wrap=True)
 
     def _line(self, cells: Sequence[str], widths: Sequence[int]) -> str:
         return "  ".join(cell.rjust(width) if justify == "right" else cell.ljust(width)
                          for cell, width, (_, justify) in zip(cells, widths, self.columns)).rstrip()
+
+
+def _fold(pieces: tuple[str, ...], width: int) -> list[str]:
+    """Lines of at most `width` characters, breaking between pieces, and inside a piece only
+    when it alone is wider."""
+    lines = [""]
+    for piece in pieces:
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines.append("")
+        lines[-1] += piece
+        while len(lines[-1]) > width:
+            lines[-1:] = [lines[-1][:width], lines[-1][width:]]
+    return [line.rstrip() for line in lines]
 
 
 def _pair(grid: Table, key: str, value: str) -> None:
