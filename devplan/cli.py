@@ -134,6 +134,13 @@ def compile_command(
     inplace: Annotated[
         bool, typer.Option("--inplace/--no-inplace", help="Let elementwise ops write over an input that dies there, and cat pieces be computed in place.")
     ] = True,
+    delegate: Annotated[
+        Optional[list[str]],
+        typer.Option("--delegate", metavar="DEVICE[=OPS]", help="Run ops on DEVICE as delegates: cuda:0 takes every op, "
+                     "cuda:0=aten::linear,aten::relu only those. Tensors crossing to and from the device are copied "
+                     "(et_copy ops) and planned in a buffer of that device. Repeatable; earlier ones choose first.",
+                     show_default=False),
+    ] = None,
     dump_dir: Annotated[
         Optional[Path],
         typer.Option("--dump-dir", metavar="DIR", help="Write the program after each stage to DIR, one readable file per stage.", show_default=False),
@@ -141,19 +148,23 @@ def compile_command(
 ) -> None:
     """Compile a torch.export program (.pt2) to an ExecuTorch program (.pte).
 
-    Lowers to the portable kernels, folds constants, plans memory, verifies the plan, and
-    writes the program atomically. Prints a summary: buffers, planned bytes next to the
-    lower bound, constant bytes, seconds taken."""
+    Lowers to the portable kernels, folds constants, partitions ops onto devices (--delegate),
+    plans memory per device, verifies the plan, and writes the program atomically. Prints a
+    summary: buffers, planned bytes next to the lower bound, delegates, constant bytes,
+    seconds taken."""
     from devplan.compiler import compile
+    from devplan.passes.partition import Backend
     from devplan.planning import parse_budget
 
+    backends = [Backend.parse(text) for text in delegate or ()]
     budgets = dict(parse_budget(text) for text in budget or ())
     target = output if output is not None else model.with_suffix(".pte")
     if target.resolve() == model.resolve():
         raise DevplanError(f"{target}: output would overwrite the input; pass -o with another name")
     status = _progress(json_output)
     with status:
-        result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, dump_dir=dump_dir,
+        result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace,
+                         delegates=backends, dump_dir=dump_dir,
                          on_stage=lambda name: status.update(f"devplan compile: {name}..."))
     summary = result.summary()
     if json_output:
@@ -169,6 +180,8 @@ def compile_command(
             typer.echo(f"  buffer {b['mem_id']} ({b['device']}): {size_text(b['size'])} planned "
                        f"({b['size']} bytes), lower bound {b['lower_bound']} bytes, ratio {ratio:.3f}, "
                        f"{b['tensors']} tensors")
+        for number, d in enumerate(method["delegates"]):
+            typer.echo(f"  delegate {number}: {d['backend']} on {d['target_device']}, payload {size_text(d['payload_bytes'])}")
     typer.echo(f"constants: {size_text(summary['constant_bytes'])} ({summary['constant_bytes']} bytes)")
     typer.echo(f"wrote {summary['output']} ({summary['bytes']} bytes) in {summary['seconds']:.2f} s")
 
@@ -234,24 +247,31 @@ def run_command(
         Optional[Path], typer.Option("--save", metavar="FILE.pt", help="Also save the last run's outputs with torch.save.")
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the outputs' summaries as JSON.")] = False,
+    devices_on_host: Annotated[
+        bool, typer.Option("--devices-on-host", help="Back every device buffer (cuda:N) with host memory, to prove a "
+                           "device program's plan on a machine without the device.")
+    ] = False,
 ) -> None:
     """Run a .pte in devplan's reference runtime and summarize its outputs.
 
     Every planned tensor lives where the plan put it, in one arena per buffer from the
-    DeviceAllocator registered for the buffer's device, so a broken plan shows as wrong outputs."""
+    DeviceAllocator registered for the buffer's device, so a broken plan shows as wrong outputs.
+    Delegates devplan compiled (--delegate) run their payloads on their device."""
     import io
+    from contextlib import nullcontext
 
     import torch
 
     from devplan.pte import read_pte, write_atomic
-    from devplan.runtime import LoadedMethod
+    from devplan.runtime import HostAllocator, LoadedMethod, registered
 
-    loaded = LoadedMethod(read_pte(program), method)
-    try:
-        given = _load_inputs(inputs) if inputs is not None else loaded.sample_inputs(seed)
-        results = [loaded.execute(given) for _ in range(runs)]
-    finally:
-        loaded.release()
+    with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
+        loaded = LoadedMethod(read_pte(program), method)
+        try:
+            given = _load_inputs(inputs) if inputs is not None else loaded.sample_inputs(seed)
+            results = [loaded.execute(given) for _ in range(runs)]
+        finally:
+            loaded.release()
     if save is not None:
         buffer = io.BytesIO()
         torch.save(results[-1], buffer)

@@ -1,7 +1,8 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
-    load -> from_exported -> decompose -> fold_constants -> build_method -> write_cats_in_place
-         -> reuse_dead_inputs -> plan_method -> to_program -> dumps_pte -> write
+    load -> from_exported -> decompose -> fold_constants [-> partition -> compile_delegates]
+         -> build_method -> write_cats_in_place -> reuse_dead_inputs -> plan_method -> to_program
+         -> dumps_pte -> write
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from devplan.errors import DevplanError
 
@@ -32,7 +33,9 @@ class CompileResult:
             "methods": [{
                 "name": method.name,
                 "instructions": len(method.kernels),
-                "operators": len({k.op for k in method.kernels}),
+                "operators": len({k.op for k in method.kernels if k.delegate is None}),
+                "delegates": [{"backend": d.backend, "target_device": dict(d.compile_specs)["target_device"].decode(),
+                               "payload_bytes": len(d.payload)} for d in method.delegates],
                 "values": len(method.values),
                 "planner": self.planned.algorithm,
                 "buffers": [{"mem_id": b.mem_id, "device": str(b.device), "size": b.size,
@@ -44,11 +47,14 @@ class CompileResult:
 
 
 def compile(source, output: str | os.PathLike | None = None, *, alignment: int = 16, planner: str = "best",
-            budgets: Mapping[str, int] | None = None, inplace: bool = True, dump_dir: str | os.PathLike | None = None,
-            on_stage: Callable[[str], None] | None = None) -> CompileResult:
+            budgets: Mapping[str, int] | None = None, inplace: bool = True, delegates: Sequence["Backend | str"] = (),
+            dump_dir: str | os.PathLike | None = None, on_stage: Callable[[str], None] | None = None) -> CompileResult:
     """Compile a .pt2 path or an ExportedProgram to an ET12 program. Writes `output` when
-    given (atomically); nothing is written when any stage fails."""
+    given (atomically); nothing is written when any stage fails. `delegates` are backends
+    ('cuda:0', 'cuda:0=aten::linear,aten::relu', or Backend objects), each taking the ops it
+    supports, in turn, to run them on its device."""
     from devplan.emit.build import build_method
+    from devplan.emit.delegate import compile_delegates
     from devplan.emit.program import to_program
     from devplan.load import load
     from devplan.passes.decompose import decompose
@@ -56,11 +62,13 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     from devplan.passes.graph import from_exported
     from devplan.passes.concat import write_cats_in_place
     from devplan.passes.inplace import reuse_dead_inputs
+    from devplan.passes.partition import Backend, partition
     from devplan.planning.assign import plan_method
     from devplan.pte import dumps_pte, write_atomic
 
     if alignment < 1 or alignment & (alignment - 1):
         raise DevplanError(f"--alignment {alignment}: must be a power of two, e.g. 16")
+    backends = [Backend.parse(d) if isinstance(d, str) else d for d in delegates]
     start = time.perf_counter()
     seconds: dict[str, float] = {}
 
@@ -78,6 +86,9 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     low = stage("split", from_exported, ep)
     stage("decompose", decompose, low.gm)
     stage("fold", fold_constants, low)
+    if backends:
+        low = stage("partition", partition, low, backends)
+        low = stage("delegates", compile_delegates, low, alignment=alignment, planner=planner)
     method = stage("build", build_method, low)
     if inplace:
         method = stage("concat", write_cats_in_place, method)

@@ -39,9 +39,17 @@ Value = TensorSpec | int | float | bool | str | None | IntList | DoubleList | Bo
 
 @dataclass(frozen=True)
 class Kernel:
-    op: str                 # runtime name, e.g. "aten::add.out"
-    args: tuple[int, ...]   # value indices
+    op: str                 # runtime name, e.g. "aten::add.out"; for a delegate call, its backend
+    args: tuple[int, ...]   # value indices; a delegate call's are its inputs, then its outputs
     node: str               # graph node it came from, for messages and dumps
+    delegate: int | None = None  # index into Method.delegates when this calls a delegate
+
+
+@dataclass(frozen=True)
+class Delegate:
+    backend: str                                  # backend id the runtime looks up
+    payload: bytes                                # what the backend runs (devplan's: an ET12 program)
+    compile_specs: tuple[tuple[str, bytes], ...]  # e.g. ("target_device", b"cuda:0")
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,7 @@ class Method:
     state: dict[int, torch.Tensor]       # value index -> initial data of updated buffers
     in_spec: str
     out_spec: str
+    delegates: tuple[Delegate, ...] = ()
 
     def with_specs(self, specs: dict[int, TensorSpec]) -> "Method":
         values = tuple(specs.get(i, v) for i, v in enumerate(self.values))

@@ -10,9 +10,10 @@ import torch
 from devplan.errors import DevplanError
 from devplan.ops import PORTABLE, SAME_BYTES, is_view, kernel_name, out_variant
 from devplan.passes.graph import Lowered
-from devplan.method import (BoolList, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
+from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
                             Value)
-from devplan.spec import TensorSpec
+from devplan.passes.partition import BACKEND_ID
+from devplan.spec import CPU, Device, TensorSpec
 
 
 @dataclass
@@ -23,6 +24,8 @@ class _Builder:
     constants: dict = field(default_factory=dict)
     state: dict = field(default_factory=dict)     # value index -> initial data of updated buffers
     kernels: list = field(default_factory=list)
+    delegates: list = field(default_factory=list)
+    copies: dict = field(default_factory=dict)    # (value index, device) -> its copy there
 
     def add(self, value: Value) -> int:
         self.values.append(value)
@@ -36,6 +39,26 @@ class _Builder:
 
     def tensor(self, fake: torch.Tensor, **facts) -> int:
         return self.add(spec_of(fake, **facts))
+
+    def host(self, index: int) -> int:
+        """The value itself, or for a tensor on a device its host copy (made once, when a
+        host kernel or the caller first needs it: same-device delegates pass it on directly)."""
+        spec = self.values[index]
+        return index if not isinstance(spec, TensorSpec) or spec.device == CPU else self._copy(index, CPU)
+
+    def on(self, device: Device, index: int) -> int:
+        """Tensor value `index` on `device`: itself, or a copy made there once."""
+        if self.values[index].device not in (CPU, device):
+            index = self.host(index)
+        return index if self.values[index].device == device else self._copy(index, device)
+
+    def _copy(self, index: int, device: Device) -> int:
+        if (index, device) not in self.copies:
+            spec = self.values[index]
+            copy = self.copies[index, device] = self.add(TensorSpec(spec.shape, spec.dtype, spec.dim_order, device))
+            op = "et_copy::_d2h_copy.out" if device == CPU else "et_copy::_h2d_copy.out"
+            self.kernels.append(Kernel(op, (index, copy, copy), f"copy to {device}"))  # self, out=, returned
+        return self.copies[index, device]
 
 
 def spec_of(t: torch.Tensor, **facts) -> TensorSpec:
@@ -65,6 +88,8 @@ def build_method(low: Lowered, name: str = "forward") -> Method:
             b.constants[b.of_node[node]] = data
         elif node.op == "call_function" and node.target is not operator.getitem:
             _emit_call(b, node)
+        elif node.op == "call_module":
+            _emit_delegate(b, node)
     for target, value in updates.items():
         buffer = next(n for n in gm.graph.nodes if n.name == target)
         copy = torch.ops.aten.copy_.default
@@ -73,7 +98,7 @@ def build_method(low: Lowered, name: str = "forward") -> Method:
     inputs = tuple(b.of_node[n] for n in gm.graph.nodes if n.op == "placeholder" and n.name in low.inputs)
     outputs = tuple(_output(b, value) for value in user_outputs)
     return _compact(Method(name, tuple(b.values), tuple(b.kernels), inputs, outputs, b.constants, b.state,
-                           low.in_spec, low.out_spec))
+                           low.in_spec, low.out_spec, tuple(b.delegates)))
 
 
 def _compact(method: Method) -> Method:
@@ -111,7 +136,7 @@ def _compact(method: Method) -> Method:
 
 def _output(b: _Builder, value) -> int:
     if isinstance(value, torch.fx.Node):
-        return b.of_node[value]
+        return b.host(b.of_node[value])
     raise DevplanError(f"output {value!r}: only tensors can be method outputs; return tensors from forward")
 
 
@@ -142,6 +167,22 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
     out_values = tuple(outs.values())
     result = out_values[0] if len(out_values) == 1 else b.add(TensorList(out_values))
     b.kernels.append(Kernel(kernel_name(out), tuple(args) + (result,), node.name))
+
+
+def _emit_delegate(b: _Builder, node: torch.fx.Node) -> None:
+    """A call of a group partition() gave a backend: its inputs copied to the backend's device
+    (ExecuTorch's et_copy ops), its results left there until something needs them on the host."""
+    device = node.meta["backend"].device
+    inputs = tuple(b.on(device, b.of_node[arg]) for arg in node.meta["delegate_inputs"])
+    val = node.meta["val"]
+    outs = tuple(b.tensor(result, device=device) for result in (val if isinstance(val, (list, tuple)) else (val,)))
+    b.delegates.append(Delegate(BACKEND_ID, node.meta["payload"], node.meta["backend"].compile_specs))
+    b.kernels.append(Kernel(BACKEND_ID, inputs + outs, node.target, delegate=len(b.delegates) - 1))
+    if isinstance(val, torch.Tensor):
+        b.of_node[node] = outs[0]
+    for user in node.users:
+        if user.target is operator.getitem:
+            b.of_node[user] = outs[user.args[1]]
 
 
 def _emit_view(b: _Builder, node: torch.fx.Node, same_bytes: bool) -> bool:
@@ -187,7 +228,7 @@ def _storage_of(b: _Builder, source) -> tuple[int, int] | None:
     """(storage root, byte offset in it) of a planned tensor a view may share; None for
     constants, numbers and state (a state buffer is overwritten at the end of the run,
     while a view of its old value may still be read)."""
-    index = b.of_node.get(source) if isinstance(source, torch.fx.Node) else None
+    index = b.host(b.of_node[source]) if isinstance(source, torch.fx.Node) and source in b.of_node else None
     spec = b.values[index] if index is not None else None
     if not isinstance(spec, TensorSpec) or spec.constant:
         return None
@@ -214,12 +255,12 @@ def _out_values(b: _Builder, node: torch.fx.Node, out_args) -> dict[str, int]:
 def _arg(b: _Builder, value, kind, where: str) -> int:
     kind_text = str(kind)
     if isinstance(value, torch.fx.Node):
-        return b.of_node[value]
+        return b.host(b.of_node[value])
     if value is None:
         return b.scalar(None)
     if isinstance(value, (list, tuple)):
         if "Optional[Tensor]" in kind_text:
-            return b.add(OptionalTensorList(tuple(-1 if v is None else b.of_node[v] for v in value)))
+            return b.add(OptionalTensorList(tuple(-1 if v is None else b.host(b.of_node[v]) for v in value)))
         if "Tensor" in kind_text:
             return b.add(TensorList(tuple(_arg(b, v, "Tensor", where) for v in value)))
         if "float" in kind_text:

@@ -11,10 +11,15 @@ from devplan.method import BoolList, DoubleList, IntList, OptionalTensorList, Te
 from devplan.planning.assign import PlannedMethod
 from devplan.pte.fb import KernelTypes, InstructionArguments
 from devplan.pte.fb.AllocationDetails import AllocationDetailsT
+from devplan.pte.fb.BackendDelegate import BackendDelegateT
+from devplan.pte.fb.BackendDelegateDataReference import BackendDelegateDataReferenceT
 from devplan.pte.fb.Bool import BoolT
 from devplan.pte.fb.BoolList import BoolListT
 from devplan.pte.fb.Chain import ChainT
+from devplan.pte.fb.CompileSpec import CompileSpecT
 from devplan.pte.fb.ContainerMetadata import ContainerMetadataT
+from devplan.pte.fb.DataLocation import DataLocation
+from devplan.pte.fb.DelegateCall import DelegateCallT
 from devplan.pte.fb.Double import DoubleT
 from devplan.pte.fb.DoubleList import DoubleListT
 from devplan.pte.fb.EValue import EValueT
@@ -58,7 +63,8 @@ class _Blob:
 
 
 def to_program(planned: PlannedMethod) -> tuple[ProgramT, list[bytes]]:
-    """The program and its data segments (constants, then initial state if any is non-zero)."""
+    """The program and its data segments (constants, initial state if any is non-zero, then
+    one per delegate payload)."""
     method = planned.method
     constants, state = _Blob(), _Blob()
     data_index = {i: constants.add(t) for i, t in method.constants.items()}
@@ -66,8 +72,12 @@ def to_program(planned: PlannedMethod) -> tuple[ProgramT, list[bytes]]:
     operators: dict[str, int] = {}
     instructions = []
     for kernel in method.kernels:
-        call = KernelCallT()
-        call.opIndex = operators.setdefault(kernel.op, len(operators))
+        if kernel.delegate is None:
+            call = KernelCallT()
+            call.opIndex = operators.setdefault(kernel.op, len(operators))
+        else:
+            call = DelegateCallT()
+            call.delegateIndex = kernel.delegate
         call.args = list(kernel.args)
         instructions.append(_instruction(call))
     plan = ExecutionPlanT()
@@ -81,7 +91,6 @@ def to_program(planned: PlannedMethod) -> tuple[ProgramT, list[bytes]]:
     chain.inputs, chain.outputs, chain.instructions = [], [], instructions
     plan.chains = [chain]
     plan.operators = [_operator(name) for name in operators]
-    plan.delegates = []
     plan.nonConstBufferSizes = [0] + [b.size for b in planned.buffers]
     plan.nonConstBufferDevice = [_buffer_device(b.mem_id, b.device) for b in planned.buffers]
     program = ProgramT()
@@ -98,7 +107,24 @@ def to_program(planned: PlannedMethod) -> tuple[ProgramT, list[bytes]]:
         mutable.segmentIndex, mutable.offsets = 1, state.offsets
         program.mutableDataSegments = [mutable]
         segments.append(bytes(state.data))
+    plan.delegates = []
+    for delegate in method.delegates:
+        plan.delegates.append(_delegate(delegate, len(segments)))
+        segments.append(delegate.payload)
     return program, segments
+
+
+def _delegate(delegate, segment: int) -> BackendDelegateT:
+    entry = BackendDelegateT()
+    entry.id = delegate.backend
+    entry.processed = BackendDelegateDataReferenceT()
+    entry.processed.location, entry.processed.index = DataLocation.SEGMENT, segment
+    entry.compileSpecs = []
+    for key, value in delegate.compile_specs:
+        spec = CompileSpecT()
+        spec.key, spec.value = key, list(value)
+        entry.compileSpecs.append(spec)
+    return entry
 
 
 def _buffer_device(mem_id: int, device: Device) -> NonConstBufferDeviceT:
@@ -113,9 +139,10 @@ def _operator(name: str) -> OperatorT:
     return op
 
 
-def _instruction(call: KernelCallT) -> InstructionT:
+def _instruction(call: KernelCallT | DelegateCallT) -> InstructionT:
     instruction = InstructionT()
-    instruction.instrArgsType = InstructionArguments.InstructionArguments.KernelCall
+    kinds = InstructionArguments.InstructionArguments
+    instruction.instrArgsType = kinds.KernelCall if isinstance(call, KernelCallT) else kinds.DelegateCall
     instruction.instrArgs = call
     return instruction
 

@@ -1,7 +1,9 @@
 """The reference executor: runs one method of any ET12 program in Python, every planned
 tensor a view into its buffer's arena exactly where the plan put it, so a plan that lets two
 live tensors overwrite each other gives wrong outputs here too. Kernels are torch's own
-out-variant ops, called as the program's argument lists say."""
+out-variant ops, called as the program's argument lists say; ExecuTorch's et_copy ops move
+tensors between host and device through the DeviceAllocators; a DevplanDelegate call runs
+its payload, itself an ET12 program, on the device where its buffers are planned."""
 from __future__ import annotations
 
 import math
@@ -19,6 +21,8 @@ from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.allocator import allocator_for
 from devplan.spec import CPU, Device
 
+DELEGATE_BACKEND = "DevplanDelegate"  # the backend whose payloads this runtime can run
+
 _STEP_BUDGET = 1000
 _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach (alignment, reserves)
 
@@ -33,7 +37,8 @@ _EXTRA_KERNELS = {
 class _Step:
     kind: int
     name: str = ""                        # the operator, for messages
-    call: Any = None                      # a kernel: the torch op, positional and keyword value indices
+    call: Any = None                      # a kernel: the torch op, positional and keyword value indices;
+                                          # a delegate: the LoadedMethod of its payload
     args: tuple[int, ...] = ()
     keywords: tuple[tuple[str, int], ...] = ()
 
@@ -54,9 +59,12 @@ class LoadedMethod:
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas = {}
         try:
+            self.delegates: list[LoadedMethod] = []
             for mem_id in range(1, len(sizes)):
                 device = devices.get(mem_id, CPU)
                 self.arenas[mem_id] = (allocator_for(device).allocate(sizes[mem_id], device), device)
+            for index, delegate in enumerate(plan.delegates or ()):
+                self.delegates.append(self._open_delegate(pte, plans, name, index, delegate))
             self._load(pte, plan, values)
         except BaseException:
             self.release()  # a device allocator gets back what it gave, even for a damaged program
@@ -84,6 +92,22 @@ class LoadedMethod:
             raise DevplanError(f"{self.where} takes {len(self.inputs)} inputs, got {len(inputs)}")
         for position, (index, given) in enumerate(zip(self.inputs, inputs)):
             self._set_input(position, index, given)
+        self._run_all()
+        return [self._output(index) for index in self.outputs]
+
+    def call(self, args: Sequence[torch.Tensor]) -> list[Any]:
+        """Run once as a delegate: `args` already on this method's device are copied into its
+        inputs there, and its outputs come back as views of its arenas, never via the host."""
+        for position, (index, given) in enumerate(zip(self.inputs, args)):
+            slot = self.values[index]
+            if not isinstance(slot, torch.Tensor) or given.shape != slot.shape or given.dtype != slot.dtype:
+                raise DevplanError(f"{self.where}: delegate input {position} does not match the payload's input "
+                                   f"{index}; the program is damaged")
+            slot.copy_(given)
+        self._run_all()
+        return [self._value(index) for index in self.outputs]
+
+    def _run_all(self) -> None:
         pc, budget = 0, _STEP_BUDGET * max(1, len(self.steps))
         while pc < len(self.steps):
             budget -= 1
@@ -95,7 +119,6 @@ class LoadedMethod:
             except (RuntimeError, TypeError, ValueError, IndexError, OverflowError, NotImplementedError) as error:
                 raise DevplanError(f"{self.where}: instruction {pc} ({self.steps[pc].name}) failed: "
                                    f"{first_line(error)}") from None
-        return [self._output(index) for index in self.outputs]
 
     def sample_inputs(self, seed: int = 0) -> list[Any]:
         """Inputs of the right shapes and dtypes: seeded normal floats, zeros for integer and
@@ -113,9 +136,20 @@ class LoadedMethod:
         return samples
 
     def release(self) -> None:
+        for delegate in getattr(self, "delegates", ()):
+            delegate.release()
         for arena, device in self.arenas.values():
             allocator_for(device).deallocate(arena)
-        self.arenas = {}
+        self.arenas, self.delegates = {}, []
+
+    def _open_delegate(self, pte: PteFile, plans: dict, name: str, index: int, delegate) -> "LoadedMethod":
+        backend = _text(delegate.id)
+        if backend != DELEGATE_BACKEND:
+            raise DevplanError(f"{self.where}: delegate {index} runs on backend {backend!r}, which the reference "
+                               f"runtime does not have (it runs {DELEGATE_BACKEND} payloads only)")
+        plan_index = list(plans).index(name)
+        payload = pte.delegate_payload(plan_index, index)
+        return LoadedMethod(read_pte(payload, name=f"{pte.name} delegate {index}"))
 
     def _bind(self, pte: PteFile, index: int, value) -> Any:
         kind, val = value.valType, value.val
@@ -195,8 +229,7 @@ class LoadedMethod:
         if kind == InstructionArguments.KernelCall:
             return self._kernel(index, int(call.opIndex), [self._index(a, f"instruction {index}") for a in _ints(call.args)])
         if kind == InstructionArguments.DelegateCall:
-            raise DevplanError(f"{self.where}: instruction {index} calls delegate {int(call.delegateIndex)}; "
-                               f"the reference runtime runs portable kernels only")
+            return self._delegate(index, int(call.delegateIndex), [self._index(a, f"instruction {index}") for a in _ints(call.args)])
         if kind == InstructionArguments.MoveCall:
             where = f"instruction {index}"
             return _Step(kind, "move", args=(self._index(int(call.moveFrom), where), self._index(int(call.moveTo), where)))
@@ -206,8 +239,32 @@ class LoadedMethod:
                                                    max(0, int(call.destinationInstruction))))
         return _Step(kind, "free")  # planned memory needs no freeing
 
+    def _delegate(self, index: int, delegate: int, args: list[int]) -> _Step:
+        if not 0 <= delegate < len(self.delegates):
+            raise DevplanError(f"{self.where}: instruction {index} calls delegate {delegate} of {len(self.delegates)}; "
+                               f"the program is damaged")
+        method = self.delegates[delegate]
+        if len(args) != len(method.inputs) + len(method.outputs) or not all(
+                isinstance(self.values[a], torch.Tensor) for a in args):
+            raise DevplanError(f"{self.where}: instruction {index} passes {len(args)} values to delegate {delegate}, "
+                               f"whose payload takes {len(method.inputs)} tensors and returns {len(method.outputs)}; "
+                               f"the program is damaged")
+        return _Step(InstructionArguments.DelegateCall, f"delegate {delegate}", method, tuple(args))
+
+    def _device_copy(self, name: str, args: list[int]) -> _Step:
+        """et_copy::_h2d_copy.out / _d2h_copy.out (self, out, returned): through the allocator of
+        the device end."""
+        source, out = args[0], args[1]
+        if name == "et_copy::_h2d_copy.out":
+            allocator = allocator_for(self.devices.get(out, CPU))
+            return _Step(InstructionArguments.KernelCall, name, lambda src, dst: allocator.copy_to_device(dst, src), (source, out))
+        allocator = allocator_for(self.devices.get(source, CPU))
+        return _Step(InstructionArguments.KernelCall, name, lambda src, dst: dst.copy_(allocator.copy_to_host(src)), (source, out))
+
     def _kernel(self, index: int, op_index: int, args: list[int]) -> _Step:
         name = self.operators[op_index] if 0 <= op_index < len(self.operators) else f"operator({op_index})"
+        if name in ("et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out") and len(args) >= 2:
+            return self._device_copy(name, args)
         op = _EXTRA_KERNELS.get(name) or _torch_op(name)
         if op is None:
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which the reference runtime "
@@ -225,6 +282,10 @@ class LoadedMethod:
     def _run(self, pc: int, step: _Step) -> int:
         if step.kind == InstructionArguments.KernelCall:
             step.call(*(self._value(a) for a in step.args), **{k: self._value(a) for k, a in step.keywords})
+        elif step.kind == InstructionArguments.DelegateCall:
+            inputs = len(step.call.inputs)
+            for out, result in zip(step.args[inputs:], step.call.call([self.values[a] for a in step.args[:inputs]])):
+                self.values[out].copy_(result)
         elif step.kind == InstructionArguments.MoveCall:
             self.values[step.args[1]] = self.values[step.args[0]]
         elif step.kind == InstructionArguments.JumpFalseCall and not self._value(step.args[0]):

@@ -13,7 +13,7 @@ from devplan.planning.assign import plan_method
 from devplan.pte import dumps_pte
 from devplan.runtime import HostAllocator, registered, run
 from devplan.spec import Device, TensorSpec
-from tests.models import CORPUS, assert_runs_match, eager_outputs, executorch_lower, export
+from tests.models import assert_runs_match, eager_outputs, executorch_lower, export
 
 
 def assert_outputs(got_runs, want_runs):
@@ -122,17 +122,3 @@ def test_wrong_inputs_and_unknown_methods_are_one_clear_error():
         run(data, [torch.randn(5, 3), torch.randn(5, 3)])
     with pytest.raises(DevplanError, match=r"no method 'backward'; the program has forward"):
         run(data, [torch.randn(5, 3)], method="backward")
-
-
-def test_a_delegated_program_names_the_delegate():
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    module, args = CORPUS["linear"]()
-    edge = to_edge_transform_and_lower(torch.export.export(module, args, strict=False), partitioner=[XnnpackPartitioner()])
-    with registered("cpu", Recording()) as host:
-        with pytest.raises(DevplanError, match=r"instruction 0 calls delegate 0; the reference runtime runs portable kernels only"):
-            run(edge.to_executorch().buffer, list(args))
-    # the arena allocated before the delegate was found goes back to its allocator
-    allocated = [call[1] for call in host.calls if call[0] == "allocate"]
-    assert allocated and allocated == [call[1] for call in host.calls if call[0] == "deallocate"]

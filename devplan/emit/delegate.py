@@ -1,0 +1,60 @@
+"""Delegate payloads: each group partition() gave a backend is compiled, by devplan's own
+pipeline, into an ET12 program whose planned tensors all live on the backend's device. The
+runtime's DevplanDelegate backend runs that program, and `devplan inspect` reads it like any
+other. The group's weights move into its program; only tensors computed at run time cross."""
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import torch
+from torch.utils import _pytree as pytree
+
+from devplan.emit.build import build_method
+from devplan.emit.program import to_program
+from devplan.passes.concat import write_cats_in_place
+from devplan.passes.graph import Lowered
+from devplan.passes.inplace import reuse_dead_inputs
+from devplan.planning.assign import plan_method
+from devplan.pte import dumps_pte
+from devplan.spec import TensorSpec
+
+
+def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best") -> Lowered:
+    """Store on every delegate call node its payload ('payload') and the argument nodes it
+    takes at run time ('delegate_inputs'), in the order the payload's method takes them."""
+    for node in low.gm.graph.nodes:
+        if node.op == "call_module":
+            node.meta["payload"], node.meta["delegate_inputs"] = _payload(low, node, alignment, planner)
+    return low
+
+
+def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str) -> tuple[bytes, tuple[torch.fx.Node, ...]]:
+    sub = copy.deepcopy(low.gm.get_submodule(node.target))
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    constants, inputs, runtime_args = {}, [], []
+    for placeholder, arg in zip(placeholders, node.args):
+        placeholder.meta.setdefault("val", arg.meta.get("val"))
+        data = (low.constants.get(arg.name) if arg.op == "placeholder"
+                else getattr(low.gm, arg.target) if arg.op == "get_attr" else None)
+        if data is not None:
+            constants[placeholder.name] = data
+        else:
+            inputs.append(placeholder.name)
+            runtime_args.append(arg)
+    output = sub.graph.output_node()
+    results = output.args[0] if isinstance(output.args[0], (list, tuple)) else (output.args[0],)
+    output.args = (tuple(results),)
+    sub.recompile()
+    in_spec, out_spec = _flat_spec((tuple(inputs), {})), _flat_spec(tuple(results))
+    method = build_method(Lowered(sub, constants, {}, tuple(inputs), in_spec, out_spec))
+    device = node.meta["backend"].device
+    method = method.with_specs({i: replace(v, device=device) for i, v in enumerate(method.values)
+                                if isinstance(v, TensorSpec) and not v.constant})
+    planned = plan_method(reuse_dead_inputs(write_cats_in_place(method)), alignment=alignment, algorithm=planner)
+    return dumps_pte(*to_program(planned)), tuple(runtime_args)
+
+
+def _flat_spec(tree) -> str:
+    """The pytree spec of a flat call: the payload's method takes and returns plain tensors."""
+    return pytree.treespec_dumps(pytree.tree_structure(pytree.tree_map(lambda _: 0, tree)))

@@ -1,0 +1,92 @@
+"""Partitioning: the ops a backend takes are grouped, by torch's CapabilityBasedPartitioner
+(which never makes a group that would form a cycle), into submodules, each called once
+from the graph. build turns each call into a delegate that runs on the backend's device."""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from devplan.errors import DevplanError
+from devplan.passes.graph import Lowered
+from devplan.spec import Device
+
+BACKEND_ID = "DevplanDelegate"  # devplan's own backend: its payload is an ET12 program for the device
+TARGET_DEVICE = "target_device"  # the compile spec key ExecuTorch reads a delegate's device from
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A target that runs a group of ops on `device`: those named in `ops` ("aten::linear"),
+    or every op when `ops` is None."""
+
+    device: Device
+    ops: frozenset[str] | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Backend":
+        """'cuda:0' takes every op; 'cuda:0=aten::linear,aten::relu' only those."""
+        where, _, names = text.partition("=")
+        try:
+            device = Device.parse(where)
+            ops = frozenset(_op_name(name) for name in names.split(",") if name.strip()) if "=" in text else None
+        except DevplanError as error:
+            raise DevplanError(f"--delegate {text!r}: {error}") from None
+        if ops is not None and not ops:
+            raise DevplanError(f"--delegate {text!r}: no op names after '='; e.g. cuda:0=aten::linear,aten::relu")
+        return cls(device, ops)
+
+    def takes(self, node: torch.fx.Node) -> bool:
+        if node.op != "call_function" or node.target is operator.getitem:
+            return False
+        return self.ops is None or node.target._schema.name in self.ops
+
+    @property
+    def compile_specs(self) -> tuple[tuple[str, bytes], ...]:
+        return ((TARGET_DEVICE, str(self.device).encode()),)
+
+
+def _op_name(name: str) -> str:
+    short = name.strip().removeprefix("aten::").removeprefix("aten.").split(".")[0]
+    if not hasattr(torch.ops.aten, short):
+        raise DevplanError(f"unknown op {name.strip()!r}; name aten ops as aten::linear")
+    return f"aten::{short}"
+
+
+class _Takes(OperatorSupportBase):
+    def __init__(self, backend: Backend) -> None:
+        super().__init__()
+        self.backend = backend
+
+    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
+        return self.backend.takes(node)
+
+
+def partition(low: Lowered, backends: Sequence[Backend]) -> Lowered:
+    """Each backend in turn takes the ops it supports among those no earlier one took. Every
+    call of a group is a `call_module` node named delegate_N (in graph order) whose meta
+    'backend' says which backend runs it."""
+    gm = low.gm
+    for round, backend in enumerate(backends):
+        partitioner = CapabilityBasedPartitioner(gm, _Takes(backend), allows_single_node_partition=True)
+        gm = partitioner.fuse_partitions(partitioner.propose_partitions())
+        fresh = [node for node in gm.graph.nodes if node.op == "call_module" and "backend" not in node.meta]
+        for node in fresh:
+            node.meta["backend"] = backend
+        _rename(gm, fresh, f"round{round}")  # torch names every round's groups fused_<id> afresh
+    _rename(gm, [node for node in gm.graph.nodes if node.op == "call_module"], "delegate")
+    gm.recompile()
+    return replace(low, gm=gm)
+
+
+def _rename(gm: torch.fx.GraphModule, calls: list[torch.fx.Node], prefix: str) -> None:
+    modules = {node: gm.get_submodule(node.target) for node in calls}
+    for node in calls:
+        delattr(gm, node.target)
+    for number, node in enumerate(calls):
+        node.target = f"{prefix}_{number}"
+        gm.add_submodule(node.target, modules[node])
