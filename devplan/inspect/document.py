@@ -368,17 +368,34 @@ def _delegate(pte, plan_index: int, index: int, delegate) -> dict:
     ]
     target = next((spec["value"] for spec in specs if spec["key"] == "target_device"), None)
     # read_pte has checked that every delegate names a payload that exists.
-    processed = delegate.processed
+    processed, payload = delegate.processed, pte.delegate_payload(plan_index, index)
     location = "segment" if processed.location == DataLocation.SEGMENT else "inline"
     return {
         "index": index,
         "id": _text(delegate.id),
         "compile_specs": specs,
         "target_device": target,
-        "payload_size": len(pte.delegate_payload(plan_index, index)),
+        "payload_size": len(payload),
         "location": location,
         "payload_index": int(processed.index),
+        "payload_buffers": _payload_buffers(payload, f"{pte.name} delegate {index}"),
     }
+
+
+def _payload_buffers(payload: bytes, name: str) -> list[dict] | None:
+    """The planned buffers of a payload that is itself an ET12 program (devplan's delegates
+    are): memory the delegate holds on its device besides the method's own buffers."""
+    from devplan.errors import DevplanError
+    from devplan.pte import read_pte
+
+    if payload[4:8] != b"ET12":
+        return None
+    try:
+        inner = document(read_pte(payload, name=name), name)
+    except DevplanError:
+        return None  # another backend's bytes that merely look like a program
+    return [{"method": method["name"], "mem_id": buffer["mem_id"], "device": buffer["device"], "size": buffer["size"],
+             "lower_bound": buffer["lower_bound"]} for method in inner["methods"] for buffer in method["buffers"]]
 
 
 def _spec_value(raw: bytes) -> str:

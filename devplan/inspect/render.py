@@ -165,15 +165,17 @@ def _delegates(method: dict, console: Console, exact_bytes: bool) -> None:
         console.print(Text("delegates: none", style="dim"))
         return
     table = _Table("delegates", ("#", "right"), ("backend", "left"), ("target", "left"), ("payload", "right"),
-                   ("stored", "left"), ("compile specs", "left"))
+                   ("stored", "left"), ("planned", "left"), ("compile specs", "left"))
     for delegate in method["delegates"]:
-        specs = [f"{spec['key']}={_shorten(spec['value'])}; " for spec in delegate["compile_specs"]]
+        specs = [piece for spec in delegate["compile_specs"] for piece in (f"{spec['key']}=", f"{_shorten(spec['value'])}; ")]
+        buffers = [f"{b['device']} {size_text(b['size'], exact_bytes)}; " for b in delegate["payload_buffers"] or ()]
         table.add_row(
             str(delegate["index"]),
             delegate["id"],
             delegate["target_device"] or "-",
             size_text(delegate["payload_size"], exact_bytes),
             f"{delegate['location']} {delegate['payload_index']}",
+            tuple(buffers[:-1]) + (buffers[-1][:-2],) if buffers else "-",
             tuple(specs[:-1]) + (specs[-1][:-2],) if specs else "-",
         )
     table.print(console)

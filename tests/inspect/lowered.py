@@ -8,7 +8,7 @@ from tests.models import executorch_lower, export
 
 # Corpus models that add what the samples lack: tensor lists (cat), mutable state.
 CORPUS_CASES = ("cat_split_chunk", "accumulator")
-NAMES = (*sample_models(), *CORPUS_CASES, "xnnpack")
+NAMES = (*sample_models(), *CORPUS_CASES, "xnnpack", "device")
 
 
 def lower_all() -> dict[str, bytes]:
@@ -19,7 +19,24 @@ def lower_all() -> dict[str, bytes]:
     for name in CORPUS_CASES:
         built[name] = executorch_lower(export(name)[0])
     built["xnnpack"] = _xnnpack_lowered()
+    built["device"] = _device_lowered()
     return built
+
+
+def _device_lowered() -> bytes:
+    """ExecuTorch's own device program: adds delegated with target_device cuda:0, et_copy ops
+    around them, their tensors in a CUDA buffer that only a sparse NonConstBufferDevice names."""
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir.backend.test.device_util import DeviceAwarePartitioner
+
+    class AddTwice(torch.nn.Module):
+        def forward(self, x, y):
+            first = x + y
+            return (first * 2) + x, first
+
+    exported = torch.export.export(AddTwice(), (torch.randn(2, 4), torch.randn(2, 4)))
+    lowered = to_edge_transform_and_lower(exported, partitioner=[DeviceAwarePartitioner("cuda:0")])
+    return lowered.to_executorch().buffer
 
 
 def _xnnpack_lowered() -> bytes:

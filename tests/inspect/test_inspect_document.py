@@ -137,6 +137,7 @@ def test_delegates_and_compile_specs(hand_built):
             "payload_size": 40,
             "location": "inline",
             "payload_index": 0,
+            "payload_buffers": None,  # the payload is not an ET12 program
         }
     ]
     delegate_call = forward["instructions"][2]

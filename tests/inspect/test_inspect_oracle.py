@@ -24,6 +24,10 @@ def executorch_dtype_names() -> dict[int, str]:
     return {int(scalar_type_enum(dtype)): str(dtype).removeprefix("torch.") for dtype in dtypes}
 
 
+def device_name(device_type, index: int) -> str:
+    return "cpu" if int(device_type) == 0 and index == 0 else f"{device_type.name.lower()}:{index}"
+
+
 def qualified(operator) -> str:
     """aten::add.out, or aten::copy_ when the overload is empty."""
     return f"{operator.name}.{operator.overload}" if operator.overload else operator.name
@@ -69,8 +73,10 @@ def test_buffer_sizes_match(name, lowered, documents):
     for method, plan in zip(documents[name]["methods"], expected.execution_plan):
         assert [b["mem_id"] for b in method["buffers"]] == list(range(1, len(plan.non_const_buffer_sizes)))
         assert [b["size"] for b in method["buffers"]] == list(plan.non_const_buffer_sizes[1:])
+        # ExecuTorch lists only non-CPU buffers; one it leaves out is the CPU's
+        devices = {e.buffer_idx: device_name(e.device_type, e.device_index) for e in plan.non_const_buffer_device or ()}
         for buffer in method["buffers"]:
-            assert buffer["device"] == "cpu"
+            assert buffer["device"] == devices.get(buffer["mem_id"], "cpu")
             assert 0 < buffer["peak"] <= buffer["size"]
 
 
@@ -98,6 +104,9 @@ def test_every_tensor_matches(name, lowered, documents):
                 assert (got["mem_id"], got["offset"]) == (allocation.memory_id, offset), index
                 assert got["offset"] + got["nbytes"] <= plan.non_const_buffer_sizes[allocation.memory_id], index
             assert got["constant"] == (tensor.data_buffer_idx > 0), index
+            extra = tensor.extra_tensor_info
+            device = device_name(extra.device_type, extra.device_index) if extra is not None else "cpu"
+            assert got["device"] == device, index
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -111,6 +120,14 @@ def test_inputs_and_outputs_live_across_the_method(name, documents):
         for value in method["outputs"]:
             assert tensors[value]["role"] in ("output", "input+output")
             assert tensors[value]["lifetime"][1] == last
+
+
+def test_device_program_shows_devices_copies_and_delegates(documents):
+    method = documents["device"]["methods"][0]
+    assert {b["device"] for b in method["buffers"]} == {"cpu", "cuda:0"}
+    assert [d["target_device"] for d in method["delegates"]] == ["cuda:0", "cuda:0"]
+    ops = [row.get("op") for row in method["instructions"]]
+    assert ops.count("et_copy::_h2d_copy.out") == 4 and ops.count("et_copy::_d2h_copy.out") == 2
 
 
 def test_xnnpack_delegate_matches(lowered, documents):

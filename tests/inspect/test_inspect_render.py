@@ -56,7 +56,7 @@ def test_instructions_read_as_calls(hand_built):
     assert "#4 free(v2)" in text
     delegates = text_of(devplan.inspect(hand_built["cuda"]), sections=("instructions", "delegates"))
     assert "#2 delegate 0 CudaBackend(v1, v2)" in delegates
-    assert "target_device=cuda:0; blob=00ff10" in delegates
+    assert re.search(r"target_device=\s*cuda:0;\s+blob=\s*00ff10", delegates)
 
 
 def test_exact_bytes_replace_human_sizes(lowered):

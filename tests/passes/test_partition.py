@@ -87,6 +87,10 @@ def test_tensors_cross_to_the_device_through_et_copy_ops_and_live_in_its_buffer(
             assert buffers[spec.mem_id] == spec.device
     doc = devplan.inspect(result.data)["methods"][0]
     assert [d["target_device"] for d in doc["delegates"]] == ["cuda:0", "cuda:0"]
+    for shown, delegate in zip(doc["delegates"], method.delegates):
+        inner = devplan.inspect(delegate.payload)["methods"][0]["buffers"]
+        assert shown["payload_buffers"] == [{"method": "forward", "mem_id": b["mem_id"], "device": "cuda:0",
+                                             "size": b["size"], "lower_bound": b["lower_bound"]} for b in inner]
     assert [(b["mem_id"], b["device"]) for b in doc["buffers"]] == [(1, "cpu"), (2, "cuda:0")]
     # both linear layers' weights went into the payloads, none stayed on the host
     assert result.constant_bytes == 0
