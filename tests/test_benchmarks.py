@@ -7,7 +7,7 @@ import json
 import pytest
 
 import devplan
-from benchmarks import compile_vs_executorch, plan_vs_executorch
+from benchmarks import compile_vs_executorch, device_plan_vs_executorch, plan_vs_executorch
 from benchmarks.floor import order_free_floor
 from benchmarks.harness import export
 
@@ -94,3 +94,14 @@ def test_floor_never_exceeds_the_bound_of_devplan_own_order(name: str) -> None:
     planned = devplan.compile(export(name)).planned
     bound = sum(buffer.lower_bound for buffer in planned.buffers)
     assert 0 < order_free_floor(planned.method) <= bound
+
+
+def test_device_table_compares_each_device_with_the_same_ops_delegated(capsys: pytest.CaptureFixture[str]) -> None:
+    assert device_plan_vs_executorch.main(["--models", "two_io"]) == 0
+    (row,) = table_rows(capsys.readouterr().out, device_plan_vs_executorch.HEADERS)
+    assert row[0] == "two_io" and row[1] == row[2] == "1"  # one add, delegated by both tools
+    dp_cpu, et_cpu, dp_cuda, et_cuda = map(int, row[3:7])
+    assert min(dp_cpu, et_cpu, dp_cuda, et_cuda) > 0
+    assert float(row[7]) == pytest.approx(dp_cpu / et_cpu, rel=2e-3)
+    assert float(row[8]) == pytest.approx(dp_cuda / et_cuda, rel=2e-3)
+    assert float(row[9]) == pytest.approx((dp_cpu + dp_cuda) / (et_cpu + et_cuda), rel=2e-3)
