@@ -141,6 +141,11 @@ def compile_command(
                      "(et_copy ops) and planned in a buffer of that device. Repeatable; earlier ones choose first.",
                      show_default=False),
     ] = None,
+    device_io: Annotated[
+        bool, typer.Option("--device-io", help="With --delegate: plan an input that only one device's delegates read on "
+                           "that device, and return results from the device their delegate made them on; the caller's "
+                           "copies in and out replace et_copy ops.")
+    ] = False,
     dump_dir: Annotated[
         Optional[Path],
         typer.Option("--dump-dir", metavar="DIR", help="Write the program after each stage to DIR, one readable file per stage.", show_default=False),
@@ -164,7 +169,7 @@ def compile_command(
     status = _progress(json_output)
     with status:
         result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace,
-                         delegates=backends, dump_dir=dump_dir,
+                         delegates=backends, device_io=device_io, dump_dir=dump_dir,
                          on_stage=lambda name: status.update(f"devplan compile: {name}..."))
     summary = result.summary()
     if json_output:

@@ -48,11 +48,12 @@ class CompileResult:
 
 def compile(source, output: str | os.PathLike | None = None, *, alignment: int = 16, planner: str = "best",
             budgets: Mapping[str, int] | None = None, inplace: bool = True, delegates: Sequence["Backend | str"] = (),
-            dump_dir: str | os.PathLike | None = None, on_stage: Callable[[str], None] | None = None) -> CompileResult:
+            device_io: bool = False, dump_dir: str | os.PathLike | None = None, on_stage: Callable[[str], None] | None = None) -> CompileResult:
     """Compile a .pt2 path or an ExportedProgram to an ET12 program. Writes `output` when
     given (atomically); nothing is written when any stage fails. `delegates` are backends
     ('cuda:0', 'cuda:0=aten::linear,aten::relu', or Backend objects), each taking the ops it
-    supports, in turn, to run them on its device."""
+    supports, in turn, to run them on its device; with `device_io`, inputs only they read are
+    planned on their device and their results are returned from there."""
     from devplan.emit.build import build_method
     from devplan.emit.delegate import compile_delegates
     from devplan.emit.program import to_program
@@ -89,7 +90,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     if backends:
         low = stage("partition", partition, low, backends)
         low = stage("delegates", compile_delegates, low, alignment=alignment, planner=planner)
-    method = stage("build", build_method, low)
+    method = stage("build", build_method, low, device_io=device_io)
     if inplace:
         method = stage("concat", write_cats_in_place, method)
         method = stage("inplace", reuse_dead_inputs, method)

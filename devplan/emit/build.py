@@ -67,7 +67,10 @@ def spec_of(t: torch.Tensor, **facts) -> TensorSpec:
     return TensorSpec(tuple(int(s) for s in t.shape), str(t.dtype).removeprefix("torch."), tuple(range(t.dim())), **facts)
 
 
-def build_method(low: Lowered, name: str = "forward") -> Method:
+def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False) -> Method:
+    """`device_io`: a method input that only delegates of one device read is planned on that
+    device, and results stay where their delegate made them; the caller's copies in and out
+    replace et_copy ops (ExecuTorch's skip_h2d_for_method_inputs / skip_d2h_for_method_outputs)."""
     b = _Builder()
     gm = low.gm
     updates, user_outputs = low.results()
@@ -81,7 +84,8 @@ def build_method(low: Lowered, name: str = "forward") -> Method:
         elif node.op == "placeholder" and node.name in low.inputs:
             value = node.meta.get("val")
             # a number input has its own value slot, which the runtime fills on every call
-            b.of_node[node] = b.tensor(value) if isinstance(value, torch.Tensor) else b.add(value)
+            device = _only_device(node) if device_io else CPU
+            b.of_node[node] = b.tensor(value, device=device) if isinstance(value, torch.Tensor) else b.add(value)
         elif node.op == "get_attr":
             data = getattr(gm, node.target)
             b.of_node[node] = b.tensor(data, constant=True)
@@ -96,7 +100,7 @@ def build_method(low: Lowered, name: str = "forward") -> Method:
         args = (b.of_node[buffer], _arg(b, value, copy._schema.arguments[1].type, target), b.scalar(False))
         b.kernels.append(Kernel(kernel_name(copy), args + (b.of_node[buffer],), target))
     inputs = tuple(b.of_node[n] for n in gm.graph.nodes if n.op == "placeholder" and n.name in low.inputs)
-    outputs = tuple(_output(b, value) for value in user_outputs)
+    outputs = tuple(_output(b, value, device_io) for value in user_outputs)
     return _compact(Method(name, tuple(b.values), tuple(b.kernels), inputs, outputs, b.constants, b.state,
                            low.in_spec, low.out_spec, tuple(b.delegates)))
 
@@ -134,9 +138,15 @@ def _compact(method: Method) -> Method:
     )
 
 
-def _output(b: _Builder, value) -> int:
+def _only_device(node: torch.fx.Node) -> Device:
+    """The device of the delegates that are `node`'s only readers, else the host."""
+    devices = {user.meta["backend"].device if user.op == "call_module" else CPU for user in node.users}
+    return devices.pop() if len(devices) == 1 else CPU
+
+
+def _output(b: _Builder, value, device_io: bool) -> int:
     if isinstance(value, torch.fx.Node):
-        return b.host(b.of_node[value])
+        return b.of_node[value] if device_io else b.host(b.of_node[value])
     raise DevplanError(f"output {value!r}: only tensors can be method outputs; return tensors from forward")
 
 

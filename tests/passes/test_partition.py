@@ -128,3 +128,17 @@ def test_between_two_devices_a_tensor_goes_through_the_host():
 def test_delegated_programs_are_deterministic():
     first = devplan.compile(exported(), delegates=["cuda:0"]).data
     assert devplan.compile(exported(), delegates=["cuda:0"]).data == first
+
+
+def test_device_io_plans_inputs_and_results_on_the_device_when_only_delegates_use_them():
+    result = devplan.compile(exported(), delegates=["cuda:0=aten::linear"], device_io=True)
+    steps, method = instructions(result)
+    # x feeds the first linear and the host add: it stays on the host and is copied once;
+    # the second linear's result feeds the add: copied back; hidden (relu, a host op) is returned from the host
+    assert [op for op, _ in steps].count("et_copy::_h2d_copy.out") == 2
+    assert [str(method.values[i].device) for i in method.inputs] == ["cpu"]
+    everything = devplan.compile(exported(), delegates=["cuda:0"], device_io=True)
+    steps, method = instructions(everything)
+    assert [op for op, _ in steps] == ["DevplanDelegate"]
+    assert {str(method.values[i].device) for i in (*method.inputs, *method.outputs)} == {"cuda:0"}
+    assert [str(b.device) for b in everything.planned.buffers] == ["cuda:0"]

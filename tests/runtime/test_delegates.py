@@ -105,3 +105,11 @@ def test_compile_json_lists_the_delegates(tmp_path):
     summary = json.loads(done.stdout)["methods"][0]
     assert [d["target_device"] for d in summary["delegates"]] == ["cuda:0"]
     assert summary["delegates"][0]["backend"] == "DevplanDelegate" and summary["delegates"][0]["payload_bytes"] > 0
+
+
+def test_with_device_io_the_caller_copies_in_and_out_through_the_allocator():
+    ep, module, args = case("mlp")
+    result = devplan.compile(ep, delegates=["cuda:0"], device_io=True)
+    with registered("cuda", Recording()) as device:
+        assert_runs_match(run(result.data, list(args)), eager_outputs(module, args), rtol=1e-4, atol=1e-5)
+    assert [call[0] for call in device.calls if call[0] in ("to_device", "to_host")] == ["to_device", "to_host"]
