@@ -19,7 +19,7 @@ from devplan.pte import PteFile, read_pte
 from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.allocator import allocator_for
-from devplan.spec import CPU, Device
+from devplan.spec import CPU, DEVICE_TYPES, Device
 
 DELEGATE_BACKEND = "DevplanDelegate"  # the backend whose payloads this runtime can run
 
@@ -62,7 +62,13 @@ class LoadedMethod:
             self.delegates: list[LoadedMethod] = []
             for mem_id in range(1, len(sizes)):
                 device = devices.get(mem_id, CPU)
-                self.arenas[mem_id] = (allocator_for(device).allocate(sizes[mem_id], device), device)
+                if device.type not in DEVICE_TYPES:
+                    raise DevplanError(f"{self.where}: buffer {mem_id} is on {device}, a device type ET12 does not "
+                                       f"define; the program is damaged")
+                try:
+                    self.arenas[mem_id] = (allocator_for(device).allocate(sizes[mem_id], device), device)
+                except DevplanError as error:
+                    raise DevplanError(f"{self.where}: {error}") from None
             for index, delegate in enumerate(plan.delegates or ()):
                 self.delegates.append(self._open_delegate(pte, plans, name, index, delegate))
             self._load(pte, plan, values)

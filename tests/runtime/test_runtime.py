@@ -103,8 +103,8 @@ def test_a_cuda_program_goes_through_the_allocator_registered_for_cuda():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_without_cuda_a_cuda_program_says_what_to_register():
     data = program_bytes(on_cuda(planned(Chain(), (torch.randn(5, 3),))))
-    with pytest.raises(DevplanError, match=r"places a buffer on cuda:0, but this machine has no CUDA device; "
-                                           r"register a DeviceAllocator for 'cuda'"):
+    with pytest.raises(DevplanError, match=r"^<bytes>: method forward: the program places a buffer on cuda:0, but this "
+                                           r"machine has no CUDA device; register a DeviceAllocator for 'cuda'"):
         run(data, [torch.randn(5, 3)])
 
 
@@ -122,3 +122,12 @@ def test_wrong_inputs_and_unknown_methods_are_one_clear_error():
         run(data, [torch.randn(5, 3), torch.randn(5, 3)])
     with pytest.raises(DevplanError, match=r"no method 'backward'; the program has forward"):
         run(data, [torch.randn(5, 3)], method="backward")
+
+
+def test_a_buffer_on_an_undefined_device_type_is_refused_by_name():
+    program, segments = to_program(planned(Chain(), (torch.randn(5, 3),)))
+    program.executionPlan[0].nonConstBufferDevice[0].deviceType = 9
+    with pytest.raises(DevplanError, match=r"^odd.pte: method forward: buffer 1 is on device_type\(9\):0, a device "
+                                           r"type ET12 does not define; the program is damaged"):
+        run(devplan.read_pte(dumps_pte(program, segments), name="odd.pte"), [torch.randn(5, 3)])
+
