@@ -79,6 +79,12 @@ def inspect_command(
     exact_bytes: Annotated[
         bool, typer.Option("--bytes", help="Show every size as an exact byte count instead of KiB/MiB.")
     ] = False,
+    delegate: Annotated[
+        Optional[int],
+        typer.Option("--delegate", "-d", metavar="N", min=0, help="Show the program inside delegate N's payload "
+                     "(of the first method, or of --method) instead: devplan's delegates hold ET12 programs.",
+                     show_default=False),
+    ] = None,
     svg: Annotated[
         Optional[Path],
         typer.Option("--svg", metavar="FILE.svg", help="Also draw each buffer's layout over time as an SVG picture "
@@ -91,7 +97,7 @@ def inspect_command(
     instructions, delegates, and a chart of each buffer's memory over time."""
     from devplan.inspect import inspect
 
-    doc = inspect(program, method=method)
+    doc = inspect(program, method=method, delegate=delegate)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
     if svg is not None:
         from devplan.inspect.svg import layout_svg

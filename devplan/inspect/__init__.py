@@ -3,6 +3,8 @@ an SVG picture of each buffer (svg.py) and CI checks (check.py).
 
     devplan.inspect("model.pte")                  -> the inspection document (a dict)
     devplan.inspect("model.pte", method="forward") -> the same, one method only
+    devplan.inspect("model.pte", delegate=0)      -> the program inside delegate 0 of the
+                                                     (first, or named) method
 
 Importing this subpackage rebinds `devplan.inspect` from the lazy function to this module,
 so the module itself is made callable and both spellings keep working."""
@@ -15,22 +17,43 @@ import types
 __all__ = ["inspect"]
 
 
-def inspect(source: str | os.PathLike | bytes, *, method: str | None = None) -> dict:
-    """Read a program (a path, or the file's bytes) and return its inspection document."""
+def inspect(source: str | os.PathLike | bytes, *, method: str | None = None, delegate: int | None = None) -> dict:
+    """Read a program (a path, or the file's bytes) and return its inspection document; with
+    `delegate`, the document of the ET12 program that delegate's payload holds."""
     # Imported here so that the CLI can list this package's sections without loading the
     # FlatBuffers bindings for every command.
     from devplan.inspect.document import document
     from devplan.pte import read_pte
 
     pte = read_pte(source)
+    if delegate is not None:
+        pte = _payload_program(pte, method, delegate)
+        method = None
     # Messages name the path as given; the document keeps the basename so that it does not
     # depend on where the file happened to be.
     return document(pte, os.path.basename(pte.name), method=method)
 
 
+def _payload_program(pte, method: str | None, delegate: int):
+    from devplan.errors import DevplanError
+    from devplan.pte import read_pte
+
+    names = [plan.name.decode() if isinstance(plan.name, bytes) else plan.name for plan in pte.program.executionPlan or ()]
+    if method is not None and method not in names:
+        raise DevplanError(f"{pte.name}: no method {method!r}; the program's methods are: {', '.join(names) or 'none'}")
+    plan_index = names.index(method) if method is not None else 0
+    payload = pte.delegate_payload(plan_index, delegate)
+    name = f"{pte.name} delegate {delegate}"
+    if payload[4:8] != b"ET12":
+        raise DevplanError(f"{name}: the payload is not an ET12 program but the backend's own format; "
+                           f"devplan shows programs only (devplan's DevplanDelegate payloads are)")
+    return read_pte(payload, name=name)
+
+
 class _CallableModule(types.ModuleType):
-    def __call__(self, source: str | os.PathLike | bytes, *, method: str | None = None) -> dict:
-        return inspect(source, method=method)
+    def __call__(self, source: str | os.PathLike | bytes, *, method: str | None = None,
+                 delegate: int | None = None) -> dict:
+        return inspect(source, method=method, delegate=delegate)
 
 
 sys.modules[__name__].__class__ = _CallableModule

@@ -80,3 +80,25 @@ def test_a_bad_file_fails_without_importing_torch(tmp_path):
     assert not {name for name in imported if name.split(".")[0] in ("torch", "executorch", "rich")}
     (message,) = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
     assert message.startswith("devplan: error: ")
+
+
+def test_delegate_option_shows_the_program_inside_a_payload(tmp_path, lowered):
+    import devplan
+    from samples.make_samples import sample_models
+
+    import torch
+
+    module, args = sample_models()["two_io"]
+    program = tmp_path / "two_io.pte"
+    compiled = devplan.compile(torch.export.export(module, args), program, delegates=["cuda:0=aten::linear"])
+    result = invoke("inspect", str(program), "--delegate", "0", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["file"]["name"] == "two_io.pte delegate 0"
+    (payload,) = compiled.planned.method.delegates
+    assert doc == devplan.inspect(payload.payload) | {"file": doc["file"]}
+    assert [b["device"] for b in doc["methods"][0]["buffers"]] == ["cuda:0"]
+    for argv, message in (([str(program), "-d", "3"], "no such delegate; the plan has 1"),
+                          ([str(lowered["xnnpack"]), "-d", "0"], "the payload is not an ET12 program")):
+        failed = run_devplan("inspect", *argv)
+        assert failed.returncode == 2 and message in failed.stderr and len(failed.stderr.splitlines()) == 1
