@@ -20,16 +20,18 @@ from devplan.pte import dumps_pte
 from devplan.spec import TensorSpec
 
 
-def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best") -> Lowered:
+def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best", inplace: bool = True) -> Lowered:
     """Store on every delegate call node its payload ('payload') and the argument nodes it
-    takes at run time ('delegate_inputs'), in the order the payload's method takes them."""
+    takes at run time ('delegate_inputs'), in the order the payload's method takes them.
+    The payloads are planned with the same options as the program."""
     for node in low.gm.graph.nodes:
         if node.op == "call_module":
-            node.meta["payload"], node.meta["delegate_inputs"] = _payload(low, node, alignment, planner)
+            node.meta["payload"], node.meta["delegate_inputs"] = _payload(low, node, alignment, planner, inplace)
     return low
 
 
-def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str) -> tuple[bytes, tuple[torch.fx.Node, ...]]:
+def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str,
+             inplace: bool) -> tuple[bytes, tuple[torch.fx.Node, ...]]:
     sub = copy.deepcopy(low.gm.get_submodule(node.target))
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     constants, inputs, runtime_args = {}, [], []
@@ -51,7 +53,9 @@ def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str) ->
     device = node.meta["backend"].device
     method = method.with_specs({i: replace(v, device=device) for i, v in enumerate(method.values)
                                 if isinstance(v, TensorSpec) and not v.constant})
-    planned = plan_method(reuse_dead_inputs(write_cats_in_place(method)), alignment=alignment, algorithm=planner)
+    if inplace:
+        method = reuse_dead_inputs(write_cats_in_place(method))
+    planned = plan_method(method, alignment=alignment, algorithm=planner)
     return dumps_pte(*to_program(planned)), tuple(runtime_args)
 
 

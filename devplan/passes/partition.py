@@ -9,7 +9,7 @@ from typing import Sequence
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.fx.passes.operator_support import create_op_support
 
 from devplan.errors import DevplanError
 from devplan.passes.graph import Lowered
@@ -57,22 +57,14 @@ def _op_name(name: str) -> str:
     return f"aten::{short}"
 
 
-class _Takes(OperatorSupportBase):
-    def __init__(self, backend: Backend) -> None:
-        super().__init__()
-        self.backend = backend
-
-    def is_node_supported(self, submodules, node: torch.fx.Node) -> bool:
-        return self.backend.takes(node)
-
-
 def partition(low: Lowered, backends: Sequence[Backend]) -> Lowered:
     """Each backend in turn takes the ops it supports among those no earlier one took. Every
     call of a group is a `call_module` node named delegate_N (in graph order) whose meta
     'backend' says which backend runs it."""
     gm = low.gm
     for round, backend in enumerate(backends):
-        partitioner = CapabilityBasedPartitioner(gm, _Takes(backend), allows_single_node_partition=True)
+        support = create_op_support(lambda submodules, node, backend=backend: backend.takes(node))
+        partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
         gm = partitioner.fuse_partitions(partitioner.propose_partitions())
         fresh = [node for node in gm.graph.nodes if node.op == "call_module" and "backend" not in node.meta]
         for node in fresh:

@@ -142,3 +142,14 @@ def test_device_io_plans_inputs_and_results_on_the_device_when_only_delegates_us
     assert [op for op, _ in steps] == ["DevplanDelegate"]
     assert {str(method.values[i].device) for i in (*method.inputs, *method.outputs)} == {"cuda:0"}
     assert [str(b.device) for b in everything.planned.buffers] == ["cuda:0"]
+
+
+def test_payloads_are_planned_with_the_program_options():
+    def payload_plan(**options):
+        (delegate,) = devplan.compile(exported(), delegates=["cuda:0"], **options).planned.method.delegates
+        return devplan.inspect(delegate.payload)["methods"][0]
+
+    default, naive = payload_plan(), payload_plan(planner="naive", inplace=False)
+    assert naive["buffers"][0]["size"] > default["buffers"][0]["size"]
+    wide = payload_plan(alignment=256)
+    assert all(t["offset"] % 256 == 0 for t in wide["tensors"] if t["offset"] is not None)
