@@ -31,8 +31,10 @@ class BufferCheck:
 
 def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | None = None,
           max_ratio: float | None = None, method: str | None = None) -> list[BufferCheck]:
-    """One BufferCheck per planned buffer of each method (or of `method`). A budget names a
-    buffer by mem_id ("1") or by device ("cpu", "cuda:0"); one that names no buffer is an error."""
+    """One BufferCheck per planned buffer of each method (or of `method`), then one per buffer
+    that a delegate's ET12 payload plans (method "forward delegate 0"): device memory too. A
+    budget names a buffer by mem_id ("1", the method's own buffers) or by device ("cpu",
+    "cuda:0", each buffer on it); one that names no buffer is an error."""
     from devplan.inspect import inspect
     from devplan.planning.budget import budget_key
 
@@ -43,6 +45,9 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
     checks = [BufferCheck(m["name"], b["mem_id"], b["device"], b["size"], b["lower_bound"],
                           budgets.get(str(b["mem_id"]), budgets.get(b["device"])), max_ratio)
               for m in doc["methods"] for b in m["buffers"]]
+    checks += [BufferCheck(f"{m['name']} delegate {d['index']}", b["mem_id"], b["device"], b["size"], b["lower_bound"],
+                           budgets.get(b["device"]), max_ratio)
+               for m in doc["methods"] for d in m["delegates"] for b in d["payload_buffers"] or ()]
     named = {str(c.mem_id) for c in checks} | {c.device for c in checks}
     unknown = sorted(set(budgets) - named)
     if unknown:

@@ -52,3 +52,20 @@ def test_the_command_exits_0_1_or_2(programs):
     assert_one_line_error(cli("check", programs["devplan"], "--budget", "7=1KiB"), "--budget 7", "no such buffer")
     assert_one_line_error(cli("check", programs["devplan"], "--max-ratio", "0.5"), "ratio of 1 or more")
     assert_one_line_error(cli("check", programs["devplan"].with_name("missing.pte")), "missing.pte")
+
+
+def test_buffers_planned_inside_devplan_delegates_are_checked_too(tmp_path):
+    ep, _, _ = export("gated_mlp")
+    result = devplan.compile(ep, delegates=["cuda:0=aten::linear"])
+    checks = devplan.check(result.data, budgets={"cuda:0": 1 << 20})
+    own = [c for c in checks if c.method == "forward"]
+    inside = [c for c in checks if c.method != "forward"]
+    assert [(c.mem_id, c.device) for c in own] == [(b.mem_id, str(b.device)) for b in result.planned.buffers]
+    assert [c.method for c in inside] == [f"forward delegate {i}" for i in range(len(result.planned.method.delegates))]
+    assert all(c.device == "cuda:0" and c.budget == 1 << 20 and c.ok for c in inside)
+    smallest = min(c.size for c in inside)
+    assert not all(c.ok for c in devplan.check(result.data, budgets={"cuda:0": smallest - 16}))
+    program = tmp_path / "gated.pte"
+    program.write_bytes(result.data)
+    text = cli("check", program, "--budget", "cuda:0=1MiB")
+    assert text.returncode == 0 and "ok    forward delegate 0 buffer 1 (cuda:0)" in text.stdout, text.stderr
