@@ -57,7 +57,7 @@ class LoadedMethod:
         values = list(plan.values or ())
         self._check_sizes(sizes, values)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
-        self.arenas = {}
+        self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
         try:
             self.delegates: list[LoadedMethod] = []
             for mem_id in range(1, len(sizes)):
@@ -69,6 +69,10 @@ class LoadedMethod:
                     self.arenas[mem_id] = (allocator_for(device).allocate(sizes[mem_id], device), device)
                 except DevplanError as error:
                     raise DevplanError(f"{self.where}: {error}") from None
+            # A program whose buffers all sit on one device (a devplan payload) runs its kernels
+            # there, so its constants go there too.
+            placed = {device for _, device in self.arenas.values()}
+            self.home = placed.pop() if len(placed) == 1 else CPU
             for index, delegate in enumerate(plan.delegates or ()):
                 self.delegates.append(self._open_delegate(pte, plans, name, index, delegate))
             self._load(pte, plan, values)
@@ -144,9 +148,9 @@ class LoadedMethod:
     def release(self) -> None:
         for delegate in getattr(self, "delegates", ()):
             delegate.release()
-        for arena, device in self.arenas.values():
+        for arena, device in (*self.arenas.values(), *self.uploads):
             allocator_for(device).deallocate(arena)
-        self.arenas, self.delegates = {}, []
+        self.arenas, self.uploads, self.delegates = {}, [], []
 
     def _open_delegate(self, pte: PteFile, plans: dict, name: str, index: int, delegate) -> "LoadedMethod":
         backend = _text(delegate.id)
@@ -219,7 +223,8 @@ class LoadedMethod:
             data = pte.constant_data(int(t.dataBufferIdx))
             if data is None:  # unplanned (an input or output the caller would own): host memory
                 return torch.zeros(shape, dtype=dtype)
-            return _from_bytes(data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
+            host = _from_bytes(data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
+            return host if self.home == CPU else self._upload(host, nbytes)
         mem_id, offset = _where(t)
         arena, device = self.arenas[mem_id]
         self.devices[index] = device
@@ -228,6 +233,14 @@ class LoadedMethod:
             initial = _from_bytes(_mutable_data(pte, int(t.dataBufferIdx)), dtype, shape, nbytes,
                                   f"{self.where}: initial value of {index}")
             allocator_for(device).copy_to_device(view, initial)
+        return view
+
+    def _upload(self, host: torch.Tensor, nbytes: int) -> torch.Tensor:
+        allocator = allocator_for(self.home)
+        arena = allocator.allocate(nbytes, self.home)
+        self.uploads.append((arena, self.home))
+        view = arena[:nbytes].view(host.dtype).reshape(host.shape)
+        allocator.copy_to_device(view, host)
         return view
 
     def _step(self, index: int, instruction) -> _Step:

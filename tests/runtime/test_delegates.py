@@ -44,12 +44,15 @@ def test_every_device_step_goes_through_the_allocator_and_every_arena_comes_back
     with registered("cuda", Recording()) as device:
         run(result.data, list(args))
     allocated = [call[1] for call in device.calls if call[0] == "allocate"]
-    # the program's cuda buffer and one buffer per payload
-    assert len(allocated) == 1 + len(result.planned.method.delegates)
+    payloads = [devplan.inspect(d.payload)["methods"][0] for d in result.planned.method.delegates]
+    weights = [t["nbytes"] for p in payloads for t in p["tensors"] if t["role"] == "constant"]
+    # the program's cuda buffer, one buffer per payload, and each payload's weights uploaded at load
+    assert sorted(allocated) == sorted([b.size for b in result.planned.buffers if str(b.device) == "cuda:0"]
+                                       + [p["buffers"][0]["size"] for p in payloads] + weights)
     assert sorted(allocated) == sorted(call[1] for call in device.calls if call[0] == "deallocate")
-    copies = [op for op, *_ in ((k.op,) for k in result.planned.method.kernels) if op.startswith("et_copy")]
+    copies = [k.op for k in result.planned.method.kernels if k.op.startswith("et_copy")]
     moves = [call[0] for call in device.calls if call[0] in ("to_device", "to_host")]
-    assert moves == ["to_device" if "h2d" in op else "to_host" for op in copies]
+    assert moves == ["to_device"] * len(weights) + ["to_device" if "h2d" in op else "to_host" for op in copies]
 
 
 def test_a_delegate_of_another_backend_is_named_and_its_arenas_go_back():
@@ -112,4 +115,15 @@ def test_with_device_io_the_caller_copies_in_and_out_through_the_allocator():
     result = devplan.compile(ep, delegates=["cuda:0"], device_io=True)
     with registered("cuda", Recording()) as device:
         assert_runs_match(run(result.data, list(args)), eager_outputs(module, args), rtol=1e-4, atol=1e-5)
-    assert [call[0] for call in device.calls if call[0] in ("to_device", "to_host")] == ["to_device", "to_host"]
+    (payload,) = result.planned.method.delegates
+    weights = sum(t["role"] == "constant" for t in devplan.inspect(payload.payload)["methods"][0]["tensors"])
+    moves = [call[0] for call in device.calls if call[0] in ("to_device", "to_host")]
+    assert moves == ["to_device"] * weights + ["to_device", "to_host"]  # weights at load; then input, output
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("delegates", SPLITS[:1] + (["cuda:0=aten::linear"],), ids=("all", "linear"))
+def test_delegated_programs_run_on_the_gpu(delegates):
+    ep, module, args = case("transformer")
+    result = devplan.compile(ep, delegates=delegates)
+    assert_runs_match(run(result.data, list(args)), eager_outputs(module, args), rtol=1e-4, atol=1e-4)
