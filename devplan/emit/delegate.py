@@ -55,7 +55,7 @@ def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str,
                                 if isinstance(v, TensorSpec) and not v.constant})
     if inplace:
         method = reuse_dead_inputs(write_cats_in_place(method))
-    planned = plan_method(method, alignment=alignment, algorithm=planner)
+    planned = plan_method(method, alignment=alignment, algorithm=planner, home=device)
     return dumps_pte(*to_program(planned)), tuple(runtime_args)
 
 

@@ -8,7 +8,7 @@ from typing import Mapping
 from devplan.errors import DevplanError
 from devplan.method import Method
 from devplan.planning.lifetimes import lifetimes, storages
-from devplan.spec import Device, TensorSpec
+from devplan.spec import CPU, Device, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,13 @@ def mem_ids(devices) -> dict[Device, int]:
 
 
 def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
-                budgets: Mapping[str, int] | None = None) -> PlannedMethod:
+                budgets: Mapping[str, int] | None = None, home: Device = CPU) -> PlannedMethod:
+    """`home`: where the method's kernels run (the host; a delegate payload's device)."""
     from devplan.planning import Interval, Placed, check_budget, lower_bound, plan, verify
     from devplan.planning.budget import budget_key
+    from devplan.planning.verify import verify_devices
+
+    verify_devices(method, home)
 
     alive = lifetimes(method)
     specs = {i: method.values[i] for i in alive}

@@ -5,10 +5,14 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from devplan.errors import DevplanError
 from devplan.planning.model import check_alignment
+
+if TYPE_CHECKING:
+    from devplan.method import Method
+    from devplan.spec import Device
 
 
 class PlanError(DevplanError):
@@ -162,3 +166,44 @@ class _LiveBytes:
         self._pieces[unit] = [(start, end, unit) for start, end in union]
         for piece in self._pieces[unit]:
             insort(self._taken, piece)
+
+
+_TO_DEVICE, _TO_HOST = "et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"
+
+
+def verify_devices(method: Method, home: Device) -> None:
+    """Raise PlanError unless every tensor an instruction touches sits where it runs: a kernel
+    on `home` (the host for a program, the device for a delegate's payload), a delegate on
+    its target_device, an et_copy from the host to a device or back; and every view or
+    in-place result on the device of the storage it shares. Constants are stored data, not
+    planned memory, and may be read anywhere."""
+    from devplan.method import OptionalTensorList, TensorList
+    from devplan.spec import CPU, Device, TensorSpec
+
+    values = method.values
+    for index, spec in enumerate(values):
+        if isinstance(spec, TensorSpec) and spec.alias_of is not None and spec.device != values[spec.alias_of].device:
+            raise PlanError(f"device check failed: value {index} on {spec.device} shares the storage of "
+                            f"value {spec.alias_of} on {values[spec.alias_of].device}")
+    for step, kernel in enumerate(method.kernels):
+        tensors = []
+        for arg in kernel.args:
+            items = values[arg].items if isinstance(values[arg], (TensorList, OptionalTensorList)) else (arg,)
+            tensors += [i for i in items if i >= 0 and isinstance(values[i], TensorSpec) and not values[i].constant]
+        if kernel.delegate is not None:
+            target = dict(method.delegates[kernel.delegate].compile_specs).get("target_device")
+            wanted = {i: Device.parse(target.decode()) if target else home for i in tensors}
+        elif kernel.op in (_TO_DEVICE, _TO_HOST):
+            source, out = kernel.args[0], kernel.args[1]
+            device_side = values[out].device if kernel.op == _TO_DEVICE else values[source].device
+            wanted = {source: CPU if kernel.op == _TO_DEVICE else device_side,
+                      out: device_side if kernel.op == _TO_DEVICE else CPU}
+            if device_side == CPU:
+                raise PlanError(f"device check failed: instruction {step} ({kernel.op}) copies between the host "
+                                f"and the host (values {source} and {out})")
+        else:
+            wanted = {i: home for i in tensors}
+        for index, device in wanted.items():
+            if values[index].device != device:
+                raise PlanError(f"device check failed: instruction {step} ({kernel.op}, node {kernel.node}) runs on "
+                                f"{device} but value {index} is on {values[index].device}")

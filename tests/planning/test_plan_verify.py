@@ -1,13 +1,19 @@
 """The plan checker: rejects every unsound plan with a message that says what collides."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from planning_cases import brute_force_clash
 
+import devplan
 from devplan.errors import DevplanError
 from devplan.planning import Placed, PlanError, verify
+from devplan.planning.verify import verify_devices
+from devplan.spec import CPU, Device
 
 
 def test_two_live_tensors_sharing_bytes_are_named_with_the_instruction_where_they_meet():
@@ -127,3 +133,24 @@ def test_the_checker_agrees_with_checking_every_pair(case):
     except PlanError:
         rejected = True
     assert rejected == brute_force_clash(placed, sizes, alignment)
+
+
+def test_a_host_kernel_reading_device_memory_is_rejected_by_name():
+    class Chain(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(torch.nn.functional.linear(x, torch.ones(3, 3))) * 2
+
+    method = devplan.compile(torch.export.export(Chain(), (torch.randn(2, 3),)), delegates=["cuda:0=aten::linear"]).planned.method
+    verify_devices(method, CPU)
+    ops = [k.op for k in method.kernels]
+    back = ops.index("et_copy::_d2h_copy.out")
+    device_value, host_value = method.kernels[back].args[:2]
+    reader = next(i for i, k in enumerate(method.kernels) if i > back and host_value in k.args)
+    kernels = list(method.kernels)
+    kernels[reader] = replace(kernels[reader], args=tuple(device_value if a == host_value else a for a in kernels[reader].args))
+    with pytest.raises(PlanError, match=rf"instruction {reader} \(aten::relu.out, node relu\) runs on cpu but "
+                                        rf"value {device_value} is on cuda:0"):
+        verify_devices(replace(method, kernels=tuple(kernels)), CPU)
+    # a delegate's payload runs its kernels on the device: the same check with home cuda:0 there
+    with pytest.raises(PlanError, match=r"runs on cuda:0 but value \d+ is on cpu"):
+        verify_devices(method, Device("cuda", 0))

@@ -84,7 +84,7 @@ def on_cuda(planned_method):
     cuda = Device("cuda", 0)
     moved = method.with_specs({i: replace(v, device=cuda, lifetime=None, mem_id=None, offset=None)
                                for i, v in enumerate(method.values) if isinstance(v, TensorSpec) and not v.constant})
-    return plan_method(moved)
+    return plan_method(moved, home=cuda)  # its kernels run on the device, as in a delegate payload
 
 
 def test_a_cuda_program_goes_through_the_allocator_registered_for_cuda():
