@@ -89,7 +89,8 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     stage("fold", fold_constants, low)
     if backends:
         low = stage("partition", partition, low, backends)
-        low = stage("delegates", compile_delegates, low, alignment=alignment, planner=planner, inplace=inplace)
+        low = stage("delegates", compile_delegates, low, alignment=alignment, planner=planner, inplace=inplace,
+                    budgets=budgets)
     method = stage("build", build_method, low, device_io=device_io)
     if inplace:
         method = stage("concat", write_cats_in_place, method)

@@ -153,3 +153,14 @@ def test_payloads_are_planned_with_the_program_options():
     assert naive["buffers"][0]["size"] > default["buffers"][0]["size"]
     wide = payload_plan(alignment=256)
     assert all(t["offset"] % 256 == 0 for t in wide["tensors"] if t["offset"] is not None)
+
+
+def test_a_device_budget_holds_the_buffers_payloads_plan_there_too():
+    result = devplan.compile(exported(), delegates=["cuda:0=aten::linear"])
+    inner = max(devplan.inspect(d.payload)["methods"][0]["buffers"][0]["size"] for d in result.planned.method.delegates)
+    outer = next(b.size for b in result.planned.buffers if b.device == CUDA0)
+    assert devplan.compile(exported(), delegates=["cuda:0=aten::linear"], budgets={"cuda:0": max(inner, outer)}).data
+    with pytest.raises(DevplanError, match=r"^delegate_\d \(the ops delegated to cuda:0\): memory buffer 1 needs"):
+        devplan.compile(exported(), delegates=["cuda:0=aten::linear"], budgets={"cuda:0": inner - 16})
+    # a budget by mem_id names the program's own buffer, not a payload's
+    assert devplan.compile(exported(), delegates=["cuda:0=aten::linear"], budgets={"2": outer}).data
