@@ -191,8 +191,10 @@ def compile_command(
             typer.echo(f"  buffer {b['mem_id']} ({b['device']}): {size_text(b['size'])} planned "
                        f"({b['size']} bytes), lower bound {b['lower_bound']} bytes, ratio {ratio:.3f}, "
                        f"{b['tensors']} tensors")
-        for number, d in enumerate(method["delegates"]):
-            typer.echo(f"  delegate {number}: {d['backend']} on {d['target_device']}, payload {size_text(d['payload_bytes'])}")
+        for device in sorted({d["target_device"] for d in method["delegates"]}):
+            mine = [d for d in method["delegates"] if d["target_device"] == device]
+            typer.echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({mine[0]['backend']}), "
+                       f"payloads {size_text(sum(d['payload_bytes'] for d in mine))}")
     typer.echo(f"constants: {size_text(summary['constant_bytes'])} ({summary['constant_bytes']} bytes)")
     typer.echo(f"wrote {summary['output']} ({summary['bytes']} bytes) in {summary['seconds']:.2f} s")
 

@@ -41,8 +41,10 @@ class Backend:
         return cls(device, ops)
 
     def takes(self, node: torch.fx.Node) -> bool:
-        if node.op != "call_function" or node.target is operator.getitem:
+        if node.op != "call_function":
             return False
+        if node.target is operator.getitem:  # picks a result of a multi-output op: goes where the op goes
+            return isinstance(node.args[0], torch.fx.Node) and self.takes(node.args[0])
         return self.ops is None or node.target._schema.name in self.ops
 
     @property

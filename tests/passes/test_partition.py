@@ -164,3 +164,12 @@ def test_a_device_budget_holds_the_buffers_payloads_plan_there_too():
         devplan.compile(exported(), delegates=["cuda:0=aten::linear"], budgets={"cuda:0": inner - 16})
     # a budget by mem_id names the program's own buffer, not a payload's
     assert devplan.compile(exported(), delegates=["cuda:0=aten::linear"], budgets={"2": outer}).data
+
+
+def test_a_backend_taking_every_op_makes_one_delegate_even_across_multi_output_ops():
+    from samples.make_samples import sample_models
+
+    module, args = sample_models()["transformer"]  # layer norms: one op, three results picked by getitem
+    result = devplan.compile(torch.export.export(module, args), delegates=["cuda:0"])
+    assert [k.op for k in result.planned.method.kernels] == [
+        "et_copy::_h2d_copy.out", "DevplanDelegate", "et_copy::_d2h_copy.out"]
