@@ -117,8 +117,9 @@ def inspect_command(
 
 Budgets = Annotated[
     Optional[list[str]],
-    typer.Option("--budget", metavar="BUFFER=SIZE", help="Fail unless a buffer fits, e.g. 1=512KiB or cpu=2MiB; "
-                 "BUFFER is a mem_id or a device. Repeatable.", show_default=False),
+    typer.Option("--budget", metavar="BUFFER=SIZE", help="Fail unless a buffer fits, e.g. 1=512KiB or cuda:0=2MiB; "
+                 "BUFFER is a mem_id (that buffer) or a device (all of its buffers together, those its "
+                 "delegates plan there included). Repeatable.", show_default=False),
 ]
 
 
@@ -216,7 +217,9 @@ def check_command(
     """Check a program's planned memory in CI: exit 0 when every buffer passes, 1 when one
     does not (each buffer's line says why), 2 for bad input.
 
-    Each buffer is checked against its --budget and, with --max-ratio, against its lower bound."""
+    Each buffer is checked against a --budget naming its mem_id and, with --max-ratio, against
+    its lower bound; each device a --budget names, against the total of its buffers, those
+    its delegates plan there included."""
     from dataclasses import asdict
 
     from devplan.inspect.check import check
@@ -236,7 +239,8 @@ def check_command(
                                                              f", over by {size_text(c.size - c.budget)}"))
         facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
                      + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
-        typer.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} buffer {c.mem_id} ({c.device}): {'; '.join(facts)}")
+        what = f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else f"{c.device}, all {c.buffers} buffers"
+        typer.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}")
     if not all(c.ok for c in checks):
         raise typer.Exit(1)
 

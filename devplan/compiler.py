@@ -55,7 +55,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     supports, in turn, to run them on its device; with `device_io`, inputs only they read are
     planned on their device and their results are returned from there."""
     from devplan.emit.build import build_method
-    from devplan.emit.delegate import compile_delegates
+    from devplan.emit.delegate import compile_delegates, reserved_bytes
     from devplan.emit.program import to_program
     from devplan.load import load
     from devplan.passes.decompose import decompose
@@ -89,13 +89,13 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     stage("fold", fold_constants, low)
     if backends:
         low = stage("partition", partition, low, backends)
-        low = stage("delegates", compile_delegates, low, alignment=alignment, planner=planner, inplace=inplace,
-                    budgets=budgets)
+        low = stage("delegates", compile_delegates, low, alignment=alignment, planner=planner, inplace=inplace)
     method = stage("build", build_method, low, device_io=device_io)
     if inplace:
         method = stage("concat", write_cats_in_place, method)
         method = stage("inplace", reuse_dead_inputs, method)
-    planned = stage("plan", plan_method, method, alignment=alignment, algorithm=planner, budgets=budgets)
+    planned = stage("plan", plan_method, method, alignment=alignment, algorithm=planner, budgets=budgets,
+                    reserved=reserved_bytes(low) if backends else None)
     program, segments = stage("emit", to_program, planned)
     data = stage("serialize", dumps_pte, program, segments)
     path = Path(output) if output is not None else None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from typing import Mapping
 
 import torch
 from torch.utils import _pytree as pytree
@@ -18,30 +17,37 @@ from devplan.passes.concat import write_cats_in_place
 from devplan.passes.graph import Lowered
 from devplan.passes.inplace import reuse_dead_inputs
 from devplan.planning.assign import plan_method
-from devplan.planning.budget import budget_key
 from devplan.pte import dumps_pte
 from devplan.spec import TensorSpec
 
 
-def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best", inplace: bool = True,
-                      budgets: Mapping[str, int] | None = None) -> Lowered:
-    """Store on every delegate call node its payload ('payload') and the argument nodes it
-    takes at run time ('delegate_inputs'), in the order the payload's method takes them.
-    The payloads are planned with the same options as the program; a budget naming a
-    device ("cuda:0") holds each buffer a payload plans there too."""
+def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best", inplace: bool = True) -> Lowered:
+    """Store on every delegate call node its payload ('payload'), the argument nodes it takes
+    at run time ('delegate_inputs', in the order the payload's method takes them) and the
+    bytes it plans on its device ('payload_bytes'). The payloads are planned with the same
+    options as the program."""
     for node in low.gm.graph.nodes:
         if node.op == "call_module":
-            device = str(node.meta["backend"].device)
-            mine = {target: size for target, size in (budgets or {}).items() if budget_key(target) == device}
             try:
-                node.meta["payload"], node.meta["delegate_inputs"] = _payload(low, node, alignment, planner, inplace, mine)
+                node.meta["payload"], node.meta["delegate_inputs"], node.meta["payload_bytes"] = _payload(
+                    low, node, alignment, planner, inplace)
             except DevplanError as error:
-                raise DevplanError(f"{node.target} (the ops delegated to {device}): {error}") from None
+                raise DevplanError(f"{node.target} (the ops delegated to {node.meta['backend'].device}): {error}") from None
     return low
 
 
-def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str, inplace: bool,
-             budgets: Mapping[str, int]) -> tuple[bytes, tuple[torch.fx.Node, ...]]:
+def reserved_bytes(low: Lowered) -> dict[str, int]:
+    """Device -> bytes the delegates' payloads plan there, which a device budget must leave them."""
+    reserved: dict[str, int] = {}
+    for node in low.gm.graph.nodes:
+        if node.op == "call_module":
+            device = str(node.meta["backend"].device)
+            reserved[device] = reserved.get(device, 0) + node.meta["payload_bytes"]
+    return reserved
+
+
+def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str,
+             inplace: bool) -> tuple[bytes, tuple[torch.fx.Node, ...], int]:
     sub = copy.deepcopy(low.gm.get_submodule(node.target))
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     constants, inputs, runtime_args = {}, [], []
@@ -65,8 +71,8 @@ def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str, in
                                 if isinstance(v, TensorSpec) and not v.constant})
     if inplace:
         method = reuse_dead_inputs(write_cats_in_place(method))
-    planned = plan_method(method, alignment=alignment, algorithm=planner, budgets=budgets, home=device)
-    return dumps_pte(*to_program(planned)), tuple(runtime_args)
+    planned = plan_method(method, alignment=alignment, algorithm=planner, home=device)
+    return dumps_pte(*to_program(planned)), tuple(runtime_args), sum(b.size for b in planned.buffers)
 
 
 def _flat_spec(tree) -> str:

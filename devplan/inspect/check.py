@@ -11,13 +11,16 @@ from devplan.errors import DevplanError
 
 @dataclass(frozen=True)
 class BufferCheck:
+    """One planned buffer, or (mem_id None) all `buffers` of a device that a budget names."""
+
     method: str
-    mem_id: int
+    mem_id: int | None
     device: str
     size: int
     lower_bound: int
-    budget: int | None          # bytes allowed, if a budget names this buffer
+    budget: int | None          # bytes allowed, if a budget names this buffer or device
     max_ratio: float | None     # size / lower_bound allowed, if asked
+    buffers: int = 1
 
     @property
     def ratio(self) -> float:
@@ -32,9 +35,10 @@ class BufferCheck:
 def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | None = None,
           max_ratio: float | None = None, method: str | None = None) -> list[BufferCheck]:
     """One BufferCheck per planned buffer of each method (or of `method`), then one per buffer
-    that a delegate's ET12 payload plans (method "forward delegate 0"): device memory too. A
-    budget names a buffer by mem_id ("1", the method's own buffers) or by device ("cpu",
-    "cuda:0", each buffer on it); one that names no buffer is an error."""
+    that a delegate's ET12 payload plans (method "forward delegate 0"), then one per device a
+    budget names, totalling that device's buffers of the method, its delegates' included
+    (they are all allocated at once). A budget names a buffer by mem_id ("1", the method's
+    own buffers) or a device ("cpu", "cuda:0"); one that names neither is an error."""
     from devplan.inspect import inspect
     from devplan.planning.budget import budget_key
 
@@ -42,13 +46,18 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
         raise DevplanError(f"--max-ratio {max_ratio}: no plan is below its lower bound; use a ratio of 1 or more")
     doc = inspect(source, method=method)
     budgets = {budget_key(target): nbytes for target, nbytes in (budgets or {}).items()}
-    checks = [BufferCheck(m["name"], b["mem_id"], b["device"], b["size"], b["lower_bound"],
-                          budgets.get(str(b["mem_id"]), budgets.get(b["device"])), max_ratio)
-              for m in doc["methods"] for b in m["buffers"]]
-    checks += [BufferCheck(f"{m['name']} delegate {d['index']}", b["mem_id"], b["device"], b["size"], b["lower_bound"],
-                           budgets.get(b["device"]), max_ratio)
-               for m in doc["methods"] for d in m["delegates"] for b in d["payload_buffers"] or ()]
-    named = {str(c.mem_id) for c in checks} | {c.device for c in checks}
+    checks, named = [], set()
+    for m in doc["methods"]:
+        rows = [BufferCheck(m["name"], b["mem_id"], b["device"], b["size"], b["lower_bound"],
+                            budgets.get(str(b["mem_id"])), max_ratio) for b in m["buffers"]]
+        rows += [BufferCheck(f"{m['name']} delegate {d['index']}", b["mem_id"], b["device"], b["size"], b["lower_bound"],
+                             None, max_ratio) for d in m["delegates"] for b in d["payload_buffers"] or ()]
+        named |= {str(b["mem_id"]) for b in m["buffers"]} | {row.device for row in rows}
+        for device in sorted({row.device for row in rows} & set(budgets)):
+            mine = [row for row in rows if row.device == device]
+            rows.append(BufferCheck(m["name"], None, device, sum(r.size for r in mine), sum(r.lower_bound for r in mine),
+                                    budgets[device], None, len(mine)))
+        checks += rows
     unknown = sorted(set(budgets) - named)
     if unknown:
         raise DevplanError(f"--budget {unknown[0]}: {doc['file']['name']} has no such buffer; "

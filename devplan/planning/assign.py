@@ -33,14 +33,15 @@ def mem_ids(devices) -> dict[Device, int]:
 
 
 def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
-                budgets: Mapping[str, int] | None = None, home: Device = CPU) -> PlannedMethod:
-    """`home`: where the method's kernels run (the host; a delegate payload's device)."""
-    from devplan.planning import Interval, Placed, check_budget, lower_bound, plan, verify
-    from devplan.planning.budget import budget_key
+                budgets: Mapping[str, int] | None = None, home: Device = CPU,
+                reserved: Mapping[str, int] | None = None) -> PlannedMethod:
+    """`home`: where the method's kernels run (the host; a delegate payload's device).
+    `budgets`: bytes per buffer (by mem_id) or per device (all of its buffers together);
+    `reserved`: bytes per device that delegates plan there themselves, counted against it."""
+    from devplan.planning import Interval, Placed, lower_bound, plan, verify
     from devplan.planning.verify import verify_devices
 
     verify_devices(method, home)
-
     alive = lifetimes(method)
     specs = {i: method.values[i] for i in alive}
     ids = mem_ids(spec.device for spec in specs.values()) or {}
@@ -53,18 +54,30 @@ def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
                      storage=storage[i], within=spec.alias_offset) for i, spec in specs.items()]
     verify(placed, placement.sizes, alignment)
     if budgets:
-        named = {str(mem_id): mem_id for mem_id in ids.values()} | {str(d): m for d, m in ids.items()}
-        by_id = {}
-        for target, nbytes in budgets.items():
-            key = budget_key(target)
-            if key not in named:
-                raise DevplanError(f"--budget {target}: no such buffer in this program; "
-                                   f"budget one of: {', '.join(sorted(named))}")
-            by_id[named[key]] = nbytes
-        check_budget(placement.sizes, by_id, intervals, alignment)
+        _check_budgets(budgets, ids, reserved or {}, placement.sizes, intervals, alignment)
     planned = {i: replace(spec, lifetime=alive[i], mem_id=ids[spec.device], offset=offset[i])
                for i, spec in specs.items()}
     buffers = tuple(BufferPlan(m, d, placement.sizes.get(m, 0), bounds.get(m, 0),
                                sum(1 for s in planned.values() if s.mem_id == m))
                     for d, m in sorted(ids.items(), key=lambda item: item[1]))
     return PlannedMethod(method.with_specs(planned), buffers, placement.algorithm)
+
+
+def _check_budgets(budgets: Mapping[str, int], ids: Mapping[Device, int], reserved: Mapping[str, int],
+                   sizes: Mapping[int, int], intervals, alignment: int) -> None:
+    from devplan.planning import check_budget
+    from devplan.planning.budget import budget_key
+
+    named = {str(mem_id): mem_id for mem_id in ids.values()} | {str(d): m for d, m in ids.items()}
+    by_id, taken = {}, {}
+    for target, nbytes in budgets.items():
+        key = budget_key(target)
+        if key not in named:
+            raise DevplanError(f"--budget {target}: no such buffer in this program; "
+                               f"budget one of: {', '.join(sorted(named))}")
+        inside = reserved.get(key, 0)
+        if inside > nbytes:
+            raise DevplanError(f"--budget {target}: the delegates on {key} plan {inside} bytes there themselves, "
+                               f"more than the budget of {nbytes} bytes; raise the budget or delegate fewer ops")
+        by_id[named[key]], taken[named[key]] = nbytes - inside, inside
+    check_budget(sizes, by_id, intervals, alignment, taken)

@@ -36,18 +36,24 @@ def budget_key(target: str) -> str:
 
 
 def check_budget(
-    plan_sizes: Mapping[int, int], budgets: Mapping[int, int], intervals: Sequence[Interval], alignment: int
+    plan_sizes: Mapping[int, int], budgets: Mapping[int, int], intervals: Sequence[Interval], alignment: int,
+    taken: Mapping[int, int] | None = None,
 ) -> None:
     """Raise DevplanError for the first buffer (in group order) whose planned size exceeds its
     budget, saying what the plan needs, what is available, the lower bound and which tensors
-    are alive at the peak."""
+    are alive at the peak. `taken`: bytes of a buffer's budget that delegates already use."""
     for group in sorted(budgets):
         needed, available = plan_sizes.get(group, 0), budgets[group]
         if needed <= available:
             continue
+        if (taken or {}).get(group):
+            available_text = (f"{_bytes(available)} (its device's budget less {_bytes(taken[group])} "
+                              f"that delegates plan there)")
+        else:
+            available_text = _bytes(available)
         problems = {problem.group: problem for problem in split_groups(intervals, alignment)}
         if group not in problems:
-            raise DevplanError(f"memory buffer {group} needs {_bytes(needed)} but its budget is {_bytes(available)}")
+            raise DevplanError(f"memory buffer {group} needs {_bytes(needed)} but its budget is {available_text}")
         top = peak(problems[group])
         shown = ", ".join(f"value {key} ({_bytes(size)})" for key, size in top.alive[:SHOWN_AT_PEAK])
         more = len(top.alive) - SHOWN_AT_PEAK
@@ -57,7 +63,7 @@ def check_budget(
         else:
             verdict = "a tighter placement might fit; raise the budget or try another planning algorithm"
         raise DevplanError(
-            f"memory buffer {group} needs {_bytes(needed)} but its budget is {_bytes(available)}; "
+            f"memory buffer {group} needs {_bytes(needed)} but its budget is {available_text}; "
             f"the lower bound is {_bytes(top.nbytes)} (at instruction {top.instruction}: {shown}); {verdict}"
         )
 

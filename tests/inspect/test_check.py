@@ -24,8 +24,11 @@ def programs(tmp_path_factory):
 def test_budgets_and_ratios_pass_and_fail_by_buffer(programs):
     (mine,) = devplan.check(programs["devplan"])
     assert mine.ok and mine.size == mine.lower_bound and mine.budget is None
-    assert devplan.check(programs["devplan"], budgets={"cpu": mine.size})[0].ok
-    over = devplan.check(programs["devplan"], budgets={"1": mine.size - 16})[0]
+    buffer, total = devplan.check(programs["devplan"], budgets={"cpu": mine.size})
+    assert buffer.budget is None and (total.mem_id, total.device, total.size, total.buffers, total.ok) == (
+        None, "cpu", mine.size, 1, True)
+    assert not devplan.check(programs["devplan"], budgets={"cpu": mine.size - 16})[-1].ok
+    (over,) = devplan.check(programs["devplan"], budgets={"1": mine.size - 16})
     assert not over.ok and over.budget == mine.size - 16
     (theirs,) = devplan.check(programs["executorch"], max_ratio=1.0)
     assert theirs.size > theirs.lower_bound and not theirs.ok      # ExecuTorch's default plan is above its bound
@@ -34,8 +37,9 @@ def test_budgets_and_ratios_pass_and_fail_by_buffer(programs):
 
 def test_a_device_buffer_is_budgeted_by_its_device():
     data = program_bytes(on_cuda(planned(Chain(), (torch.randn(5, 3),))))
-    (buffer,) = devplan.check(data, budgets={"cuda:0": 1 << 20})
-    assert (buffer.device, buffer.budget, buffer.ok) == ("cuda:0", 1 << 20, True)
+    buffer, total = devplan.check(data, budgets={"cuda:0": 1 << 20})
+    assert (buffer.device, buffer.budget, total.device, total.budget, total.size, total.ok) == (
+        "cuda:0", None, "cuda:0", 1 << 20, buffer.size, True)
     with pytest.raises(DevplanError, match=r"--budget cpu: <bytes> has no such buffer; budget one of: 1, cuda:0"):
         devplan.check(data, budgets={"cpu": 1 << 20})
 
@@ -54,18 +58,22 @@ def test_the_command_exits_0_1_or_2(programs):
     assert_one_line_error(cli("check", programs["devplan"].with_name("missing.pte")), "missing.pte")
 
 
-def test_buffers_planned_inside_devplan_delegates_are_checked_too(tmp_path):
+def test_a_device_budget_totals_the_buffers_its_delegates_plan_there_too(tmp_path):
     ep, _, _ = export("gated_mlp")
     result = devplan.compile(ep, delegates=["cuda:0=aten::linear"])
     checks = devplan.check(result.data, budgets={"cuda:0": 1 << 20})
-    own = [c for c in checks if c.method == "forward"]
+    own = [c for c in checks if c.method == "forward" and c.mem_id is not None]
     inside = [c for c in checks if c.method != "forward"]
+    (total,) = [c for c in checks if c.mem_id is None]
     assert [(c.mem_id, c.device) for c in own] == [(b.mem_id, str(b.device)) for b in result.planned.buffers]
     assert [c.method for c in inside] == [f"forward delegate {i}" for i in range(len(result.planned.method.delegates))]
-    assert all(c.device == "cuda:0" and c.budget == 1 << 20 and c.ok for c in inside)
-    smallest = min(c.size for c in inside)
-    assert not all(c.ok for c in devplan.check(result.data, budgets={"cuda:0": smallest - 16}))
+    assert all(c.device == "cuda:0" and c.budget is None for c in inside)
+    on_device = [c for c in own if c.device == "cuda:0"] + inside
+    assert (total.size, total.buffers, total.budget, total.ok) == (sum(c.size for c in on_device), len(on_device),
+                                                                   1 << 20, True)
+    assert not devplan.check(result.data, budgets={"cuda:0": total.size - 16})[-1].ok
     program = tmp_path / "gated.pte"
     program.write_bytes(result.data)
     text = cli("check", program, "--budget", "cuda:0=1MiB")
     assert text.returncode == 0 and "ok    forward delegate 0 buffer 1 (cuda:0)" in text.stdout, text.stderr
+    assert f"ok    forward cuda:0, all {len(on_device)} buffers: " in text.stdout

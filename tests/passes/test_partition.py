@@ -155,16 +155,19 @@ def test_payloads_are_planned_with_the_program_options():
     assert all(t["offset"] % 256 == 0 for t in wide["tensors"] if t["offset"] is not None)
 
 
-def test_a_device_budget_holds_the_buffers_payloads_plan_there_too():
+def test_a_device_budget_holds_the_device_buffers_and_those_its_delegates_plan_there():
     result = devplan.compile(exported(), delegates=["cuda:0=aten::linear"])
-    inner = max(devplan.inspect(d.payload)["methods"][0]["buffers"][0]["size"] for d in result.planned.method.delegates)
+    inside = sum(devplan.inspect(d.payload)["methods"][0]["buffers"][0]["size"] for d in result.planned.method.delegates)
     outer = next(b.size for b in result.planned.buffers if b.device == CUDA0)
-    assert devplan.compile(exported(), delegates=["cuda:0=aten::linear"], budgets={"cuda:0": max(inner, outer)}).data
-    with pytest.raises(DevplanError, match=r"^delegate_\d \(the ops delegated to cuda:0\): memory buffer 1 needs"):
-        devplan.compile(exported(), delegates=["cuda:0=aten::linear"], budgets={"cuda:0": inner - 16})
-    # a budget by mem_id names the program's own buffer, not a payload's
-    assert devplan.compile(exported(), delegates=["cuda:0=aten::linear"], budgets={"2": outer}).data
-
+    compile = lambda budgets: devplan.compile(exported(), delegates=["cuda:0=aten::linear"], budgets=budgets)  # noqa: E731
+    assert compile({"cuda:0": outer + inside}).data == result.data
+    with pytest.raises(DevplanError, match=rf"memory buffer 2 needs {outer} bytes.* but its budget is {outer - 16} "
+                                           rf"bytes.*\(its device's budget less {inside} bytes.* that delegates plan there\)"):
+        compile({"cuda:0": outer + inside - 16})
+    with pytest.raises(DevplanError, match=rf"--budget cuda:0: the delegates on cuda:0 plan {inside} bytes there themselves"):
+        compile({"cuda:0": inside - 16})
+    # a budget by mem_id holds that buffer alone
+    assert compile({"2": outer}).data == result.data
 
 def test_a_backend_taking_every_op_makes_one_delegate_even_across_multi_output_ops():
     from samples.make_samples import sample_models
