@@ -49,7 +49,8 @@ class TorchCudaAllocator(HostAllocator):
     def allocate(self, nbytes: int, device: Device) -> torch.Tensor:
         if not torch.cuda.is_available():
             raise DevplanError(f"the program places a buffer on {device}, but this machine has no CUDA device; "
-                               f"register a DeviceAllocator for 'cuda' (devplan.runtime.register_allocator)")
+                               f"register a DeviceAllocator for 'cuda' (devplan.runtime.register_allocator), "
+                               f"or back it with host memory (devplan run --devices-on-host)")
         return torch.zeros(nbytes, dtype=torch.uint8, device=f"cuda:{device.index}")
 
     def copy_to_host(self, src: torch.Tensor) -> torch.Tensor:

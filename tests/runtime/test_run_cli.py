@@ -1,6 +1,7 @@
 """`devplan run` as a user runs it: a program and inputs in, output summaries or one error line out."""
 import json
 
+import pytest
 import torch
 
 from samples.make_samples import sample_models
@@ -47,3 +48,12 @@ def test_run_errors_are_one_line(tmp_path):
     assert_one_line_error(devplan("run", tmp_path / "missing.pte"), "missing.pte")
     assert_one_line_error(devplan("run", ROOT / "samples" / "mlp.pt2"), "not an ET12 program")
     assert_one_line_error(devplan("run", program, "--method", "nope"), "no method 'nope'")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_a_device_program_without_the_device_says_how_to_run_it_anyway(tmp_path):
+    program = tmp_path / "cuda.pte"
+    assert devplan("compile", ROOT / "samples" / "two_io.pt2", "-o", program, "--delegate", "cuda:0").returncode == 0
+    assert_one_line_error(devplan("run", program), "no CUDA device")
+    assert "--devices-on-host" in devplan("run", program).stderr
+    assert devplan("run", program, "--devices-on-host").returncode == 0
