@@ -49,7 +49,8 @@ class TensorSpec:
     lifetime (first and last instruction that touch it, inclusive), mem_id and offset say
     where its bytes live. alias_of names the value whose storage this one shares (a view, an
     in-place result, a piece written straight into a concatenation), alias_offset the byte
-    where this tensor starts inside that storage."""
+    where this tensor starts inside that storage. A dynamic tensor is planned at its upper
+    bound (shape holds it) and written as DYNAMIC_BOUND."""
 
     shape: tuple[int, ...]
     dtype: str
@@ -61,6 +62,7 @@ class TensorSpec:
     offset: int | None = None
     alias_of: int | None = None
     alias_offset: int = 0
+    dynamic: bool = False  # shape is the upper bound of a dynamic shape; the runtime may hold less
 
     @property
     def nbytes(self) -> int:

@@ -63,8 +63,18 @@ class _Builder:
 
 def spec_of(t: torch.Tensor, **facts) -> TensorSpec:
     """Every tensor is contiguous: view ops became copies, so a view's strides say nothing
-    about the tensor the runtime will hold."""
-    return TensorSpec(tuple(int(s) for s in t.shape), str(t.dtype).removeprefix("torch."), tuple(range(t.dim())), **facts)
+    about the tensor the runtime will hold. A dynamic size is planned at its upper bound."""
+    shape = tuple(size if isinstance(size, int) else _upper_bound(size) for size in t.shape)
+    dynamic = any(not isinstance(size, int) for size in t.shape)
+    return TensorSpec(shape, str(t.dtype).removeprefix("torch."), tuple(range(t.dim())), dynamic=dynamic, **facts)
+
+
+def _upper_bound(size: torch.SymInt) -> int:
+    bound = size.node.shape_env.bound_sympy(size.node.expr).upper
+    if not bound.is_Integer or int(bound) > 2**31:  # torch's int_oo is no sympy Integer
+        raise DevplanError(f"size {size} has no upper bound to plan for; export it with a maximum, "
+                           f"e.g. torch.export.Dim('batch', max=64)")
+    return int(bound)
 
 
 def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False) -> Method:
@@ -200,8 +210,8 @@ def _emit_view(b: _Builder, node: torch.fx.Node, same_bytes: bool) -> bool:
     run of its source's bytes (a reshape, a leading-dim slice or split, an expand to the same
     shape); False when any is not, and the op runs as a copy."""
     storage = _storage_of(b, node.args[0])
-    if storage is None:
-        return False
+    if storage is None or b.values[storage[0]].dynamic:
+        return False  # a view of a dynamic tensor needs its kernel to take the run-time shape
     root, start = storage
     val = node.meta.get("val")
     pieces = val if isinstance(val, (list, tuple)) else (val,)

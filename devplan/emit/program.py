@@ -38,6 +38,7 @@ from devplan.pte.fb.String import StringT
 from devplan.pte.fb.SubsegmentOffsets import SubsegmentOffsetsT
 from devplan.pte.fb.Tensor import TensorT
 from devplan.pte.fb.TensorList import TensorListT
+from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
 from devplan.spec import CPU, Device, TensorSpec
 
 CONSTANT_ALIGNMENT = 16
@@ -153,6 +154,7 @@ def _tensor(spec: TensorSpec, data_index: int) -> TensorT:
     t.sizes = list(spec.shape)
     t.dimOrder = list(spec.dim_order)
     t.dataBufferIdx = data_index
+    t.shapeDynamism = TensorShapeDynamism.DYNAMIC_BOUND if spec.dynamic else TensorShapeDynamism.STATIC
     if spec.mem_id is not None:
         t.allocationInfo = AllocationDetailsT()
         t.allocationInfo.memoryId = spec.mem_id

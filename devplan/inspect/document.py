@@ -217,6 +217,7 @@ def _tensor(index: int, tensor, lifetime, inputs: set[int], outputs: set[int], b
         "dtype": dtype,
         "shape": shape,
         "dim_order": _ints(tensor.dimOrder),
+        "dynamic": int(tensor.shapeDynamism) != 0,
         "mem_id": mem_id,
         "offset": offset,
         "nbytes": math.prod(shape) * dtypes.ITEMSIZE.get(dtype, 0),

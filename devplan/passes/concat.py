@@ -39,8 +39,8 @@ def _places(values, kernel, root, fixed) -> dict[int, int] | None:
     """piece storage -> byte offset in the cat's result, when every piece can move there."""
     pieces, dim, result = values[kernel.args[0]], values[kernel.args[1]], kernel.args[-1]
     out = values[result]
-    if not isinstance(pieces, TensorList) or out.alias_of is not None or result in fixed:
-        return None
+    if not isinstance(pieces, TensorList) or out.alias_of is not None or result in fixed or out.dynamic:
+        return None  # a dynamic cat's pieces start where their run-time sizes say, not at fixed offsets
     dim %= len(out.shape)
     if math.prod(out.shape[:dim]) != 1:
         return None
@@ -48,7 +48,7 @@ def _places(values, kernel, root, fixed) -> dict[int, int] | None:
     at = 0
     for index in pieces.items:
         spec, storage = values[index], root.get(index)
-        if (storage is None or storage in fixed or storage in starts or spec.alias_offset
+        if (storage is None or storage in fixed or storage in starts or spec.alias_offset or spec.dynamic
                 or values[storage].nbytes != spec.nbytes
                 or (spec.dtype, spec.device) != (out.dtype, out.device) or len(spec.shape) != len(out.shape)):
             return None

@@ -87,7 +87,7 @@ def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict) -> 
 def _signature(arg) -> object:
     value = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
     if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype)
+        return ("tensor", repr(tuple(value.shape)), value.dtype)  # sizes may be symbolic, which do not hash
     return repr(value)
 
 

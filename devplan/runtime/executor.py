@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -18,6 +19,7 @@ from devplan.errors import DevplanError, first_line
 from devplan.pte import PteFile, read_pte
 from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
 from devplan.runtime.allocator import allocator_for
 from devplan.spec import CPU, DEVICE_TYPES, Device
 
@@ -83,6 +85,7 @@ class LoadedMethod:
     def _load(self, pte: PteFile, plan, values: list) -> None:
         self.values: list[Any] = [None] * len(values)
         self.devices: dict[int, Device] = {}
+        self.bounds: dict[int, list[int]] = {}  # dynamic tensor -> its planned (upper bound) shape
         for index, value in enumerate(values):
             try:
                 self.values[index] = self._bind(pte, index, value)
@@ -109,15 +112,32 @@ class LoadedMethod:
         """Run once as a delegate: `args` already on this method's device are copied into its
         inputs there, and its outputs come back as views of its arenas, never via the host."""
         for position, (index, given) in enumerate(zip(self.inputs, args)):
-            slot = self.values[index]
-            if not isinstance(slot, torch.Tensor) or given.shape != slot.shape or given.dtype != slot.dtype:
+            if not isinstance(self.values[index], torch.Tensor) or not self._accept(index, given):
                 raise DevplanError(f"{self.where}: delegate input {position} does not match the payload's input "
                                    f"{index}; the program is damaged")
-            slot.copy_(given)
+            self.values[index].copy_(given)
         self._run_all()
         return [self._value(index) for index in self.outputs]
 
+    def _accept(self, index: int, given: Any) -> bool:
+        """Whether tensor `given` can be input `index`: of its shape, or for a dynamic input of
+        any shape of the same rank within the planned upper bound, which the slot then takes."""
+        slot = self.values[index]
+        if not isinstance(given, torch.Tensor) or given.dtype != slot.dtype:
+            return False
+        bound = self.bounds.get(index)
+        if bound is None or given.dim() != len(bound) or any(g > b for g, b in zip(given.shape, bound)):
+            return given.shape == slot.shape
+        slot.resize_(given.shape)  # inside the planned bytes: the storage is the arena's
+        return True
+
     def _run_all(self) -> None:
+        with warnings.catch_warnings():
+            # torch warns whenever an out= tensor is resized, which dynamic shapes do by design
+            warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
+            self._run_steps()
+
+    def _run_steps(self) -> None:
         pc, budget = 0, _STEP_BUDGET * max(1, len(self.steps))
         while pc < len(self.steps):
             budget -= 1
@@ -228,6 +248,8 @@ class LoadedMethod:
         mem_id, offset = _where(t)
         arena, device = self.arenas[mem_id]
         self.devices[index] = device
+        if t.shapeDynamism != TensorShapeDynamism.STATIC:  # planned at this bound; kernels resize it within
+            self.bounds[index] = shape
         view = arena[offset:offset + nbytes].view(dtype).reshape(shape)
         if t.dataBufferIdx > 0:  # initial state of a mutable buffer
             initial = _from_bytes(_mutable_data(pte, int(t.dataBufferIdx)), dtype, shape, nbytes,
@@ -276,9 +298,11 @@ class LoadedMethod:
         source, out = args[0], args[1]
         if name == "et_copy::_h2d_copy.out":
             allocator = allocator_for(self.devices.get(out, CPU))
-            return _Step(InstructionArguments.KernelCall, name, lambda src, dst: allocator.copy_to_device(dst, src), (source, out))
+            return _Step(InstructionArguments.KernelCall, name,
+                         lambda src, dst: allocator.copy_to_device(dst.resize_(src.shape), src), (source, out))
         allocator = allocator_for(self.devices.get(source, CPU))
-        return _Step(InstructionArguments.KernelCall, name, lambda src, dst: dst.copy_(allocator.copy_to_host(src)), (source, out))
+        return _Step(InstructionArguments.KernelCall, name,
+                     lambda src, dst: dst.resize_(src.shape).copy_(allocator.copy_to_host(src)), (source, out))
 
     def _kernel(self, index: int, op_index: int, args: list[int]) -> _Step:
         name = self.operators[op_index] if 0 <= op_index < len(self.operators) else f"operator({op_index})"
@@ -304,7 +328,7 @@ class LoadedMethod:
         elif step.kind == InstructionArguments.DelegateCall:
             inputs = len(step.call.inputs)
             for out, result in zip(step.args[inputs:], step.call.call([self.values[a] for a in step.args[:inputs]])):
-                self.values[out].copy_(result)
+                self.values[out].resize_(result.shape).copy_(result)  # a dynamic result takes its run-time shape
         elif step.kind == InstructionArguments.MoveCall:
             self.values[step.args[1]] = self.values[step.args[0]]
         elif step.kind == InstructionArguments.JumpFalseCall and not self._value(step.args[0]):
@@ -330,9 +354,11 @@ class LoadedMethod:
         if not isinstance(slot, torch.Tensor):
             self.values[index] = given
             return
-        if not isinstance(given, torch.Tensor) or given.shape != slot.shape or given.dtype != slot.dtype:
+        if not self._accept(index, given):
             got = f"{tuple(given.shape)} {given.dtype}" if isinstance(given, torch.Tensor) else type(given).__name__
-            raise DevplanError(f"{self.where}: input {position} must be a {tuple(slot.shape)} {slot.dtype} tensor, got {got}")
+            wanted = (f"a {slot.dtype} tensor of at most {tuple(self.bounds[index])}" if index in self.bounds
+                      else f"a {tuple(slot.shape)} {slot.dtype} tensor")
+            raise DevplanError(f"{self.where}: input {position} must be {wanted}, got {got}")
         allocator_for(self.devices.get(index, CPU)).copy_to_device(slot, given.detach().cpu())
 
     def _output(self, index: int) -> Any:

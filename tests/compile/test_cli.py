@@ -133,17 +133,22 @@ def test_unwritable_output_is_one_line(tmp_path):
     assert_one_line_error(run, "missing", "cannot write")
 
 
-def test_dynamic_shapes_are_refused_by_name(tmp_path):
+def test_a_dynamic_size_without_a_bound_or_used_as_a_value_is_refused_by_name(tmp_path):
     class Relu(torch.nn.Module):
         def forward(self, x):
             return x.relu()
 
-    model = tmp_path / "dynamic.pt2"
-    dims = {"x": {0: torch.export.Dim("batch", max=16)}}
-    torch.export.save(torch.export.export(Relu(), (torch.randn(4, 3),), dynamic_shapes=dims), model)
-    run = devplan("compile", model, "-o", tmp_path / "dynamic.pte")
-    assert_one_line_error(run, "node x", "dynamic")
-    assert not (tmp_path / "dynamic.pte").exists()
+    class Flatten(torch.nn.Module):
+        def forward(self, x):
+            return x.view(x.shape[0], -1)  # the batch size becomes a value the program computes
+
+    for module, dims, message in ((Relu(), {"x": {0: torch.export.Dim("batch")}}, "has no upper bound to plan for"),
+                                  (Flatten(), {"x": {0: torch.export.Dim("batch", max=16)}}, "uses a dynamic size as a value")):
+        model = tmp_path / "dynamic.pt2"
+        torch.export.save(torch.export.export(module, (torch.randn(4, 3, 2),), dynamic_shapes=dims), model)
+        run = devplan("compile", model, "-o", tmp_path / "dynamic.pte")
+        assert_one_line_error(run, message)
+        assert not (tmp_path / "dynamic.pte").exists()
 
 
 def test_version_and_help():

@@ -1,0 +1,81 @@
+"""Dynamic shapes: planned at their upper bound, written DYNAMIC_BOUND, and run at any size
+within it by ExecuTorch's runtime and by devplan's, outputs equal to eager PyTorch."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.export import Dim
+
+import devplan
+from devplan.errors import DevplanError
+from devplan.pte import read_pte
+from devplan.runtime import HostAllocator, LoadedMethod, registered
+from tests.models import executorch_lower
+
+BOUND = 16
+
+
+class Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        hidden = torch.relu(self.linear(x))
+        return hidden.reshape(-1, 4, 2).sum(1) * 2, torch.cat([hidden, x], 0)
+
+
+def exported(batch: int = 4, dynamic: bool = True):
+    dims = {"x": {0: Dim("batch", min=1, max=BOUND)}} if dynamic else None
+    return torch.export.export(Model().eval(), (torch.randn(batch, 8),), dynamic_shapes=dims)
+
+
+def test_a_dynamic_program_is_planned_at_its_upper_bound():
+    dynamic = devplan.compile(exported())
+    static = devplan.compile(exported(batch=BOUND, dynamic=False))
+    (planned,), (fixed,) = dynamic.planned.buffers, static.planned.buffers
+    # views and cat pieces of a dynamic tensor cannot share bytes at fixed offsets, so the
+    # plan holds more than the static one, but never more than its bound or ExecuTorch's plan
+    assert fixed.size <= planned.size == planned.lower_bound
+    executorch = devplan.inspect(executorch_lower(exported()))["methods"][0]["buffers"]
+    assert planned.size <= sum(b["size"] for b in executorch)
+    tensors = devplan.inspect(dynamic.data)["methods"][0]["tensors"]
+    (x,) = [t for t in tensors if t["role"] == "input"]
+    assert x["shape"] == [BOUND, 8] and x["dynamic"]
+    assert not any(t["dynamic"] for t in tensors if t["role"] == "constant")
+    assert not any(t["dynamic"] for t in devplan.inspect(static.data)["methods"][0]["tensors"])
+
+
+@pytest.mark.parametrize("delegates", [(), ("cuda:0=aten::linear",)], ids=("host", "delegated"))
+def test_devplan_runtime_runs_any_size_within_the_bound(delegates):
+    module = Model().eval()
+    data = devplan.compile(exported(), delegates=delegates).data
+    with registered("cuda", HostAllocator()):
+        loaded = LoadedMethod(read_pte(data))
+        try:
+            for batch in (BOUND, 3, 1, 9):  # shrinking and growing again on the same memory
+                x = torch.randn(batch, 8)
+                with torch.no_grad():
+                    want = module(x)
+                for got, expected in zip(loaded.execute([x]), want):
+                    torch.testing.assert_close(got, expected)
+            with pytest.raises(DevplanError, match=r"input 0 must be a torch.float32 tensor of at most \(16, 8\), "
+                                                   r"got \(17, 8\)"):
+                loaded.execute([torch.randn(BOUND + 1, 8)])
+        finally:
+            loaded.release()
+
+
+def test_executorch_runs_it_at_any_size_within_the_bound():
+    from executorch.runtime import Runtime
+
+    module = Model().eval()
+    data = devplan.compile(exported()).data  # the loaded program keeps pointing into these bytes
+    method = Runtime.get().load_program(data).load_method("forward")
+    for batch in (BOUND, 5, 1):
+        x = torch.randn(batch, 8)
+        with torch.no_grad():
+            want = module(x)
+        for got, expected in zip(method.execute([x]), want):
+            torch.testing.assert_close(got, expected)
