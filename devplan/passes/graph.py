@@ -37,7 +37,7 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
     for node in ep.graph.nodes:
         # A dynamic shape is planned at its upper bound, but a size the program would compute
         # while it runs (sym_size, arithmetic on sizes) has no kernel here.
-        if isinstance(node.meta.get("val"), torch.SymInt) or any(isinstance(a, torch.SymInt) for a in _flat(node.args)):
+        if isinstance(node.meta.get("val"), torch.SymInt) or any(isinstance(a, torch.SymInt) for a in _flat((*node.args, *node.kwargs.values()))):
             raise DevplanError(f"node {node.name}: uses a dynamic size as a value ({node.format_node()}); devplan plans "
                                f"dynamic shapes only where no op argument depends on them (reshape with -1 instead)")
     gm = copy.deepcopy(ep.graph_module)
