@@ -21,8 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import devplan  # noqa: E402
-from benchmarks.harness import SAMPLES, TRANSFORMERS, choose, export, geometric_mean, table  # noqa: E402
-from tests.models import CORPUS  # noqa: E402
+from benchmarks.harness import choose, export, geometric_mean, table  # noqa: E402
 
 HEADERS = ("model", "dp delegates", "et delegates", "dp cpu", "et cpu", "dp cuda:0", "et cuda:0",
            "cpu ratio", "cuda ratio", "total ratio")

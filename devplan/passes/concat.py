@@ -12,7 +12,6 @@ from dataclasses import replace
 
 from devplan.method import Method, TensorList
 from devplan.planning.lifetimes import lifetimes, storages
-from devplan.spec import TensorSpec
 
 
 def write_cats_in_place(method: Method) -> Method:

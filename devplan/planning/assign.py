@@ -8,7 +8,7 @@ from typing import Mapping
 from devplan.errors import DevplanError
 from devplan.method import Method
 from devplan.planning.lifetimes import lifetimes, storages
-from devplan.spec import CPU, Device, TensorSpec
+from devplan.spec import CPU, Device
 
 
 @dataclass(frozen=True)
