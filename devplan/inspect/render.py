@@ -92,7 +92,7 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
         table.add_row(
             f"v{tensor['value']}",
             tensor["dtype"],
-            tuple(f"{size}×" for size in tensor["shape"][:-1]) + (str(tensor["shape"][-1]),) if tensor["shape"] else "scalar",
+            _shape(tensor),
             _optional(tensor["mem_id"]),
             _optional(tensor["offset"]),
             size_text(tensor["nbytes"], exact_bytes),
@@ -101,6 +101,14 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
             tensor["role"],
         )
     table.print(console)
+
+
+def _shape(tensor: dict) -> str | tuple[str, ...]:
+    """Sizes as pieces that fold after each ×; a dynamic shape is its upper bound, shown as ≤."""
+    if not tensor["shape"]:
+        return "scalar"
+    pieces = tuple(f"{size}×" for size in tensor["shape"][:-1]) + (str(tensor["shape"][-1]),)
+    return ("≤",) + pieces if tensor["dynamic"] else pieces
 
 
 def _life(tensor: dict) -> str | tuple[str, str]:

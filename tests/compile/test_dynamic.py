@@ -79,3 +79,19 @@ def test_executorch_runs_it_at_any_size_within_the_bound():
             want = module(x)
         for got, expected in zip(method.execute([x]), want):
             torch.testing.assert_close(got, expected)
+
+
+def test_inspect_shows_a_dynamic_shape_as_its_bound():
+    import io
+
+    from rich.console import Console
+
+    from devplan.inspect.render import render
+
+    out = io.StringIO()
+    render(devplan.inspect(devplan.compile(exported()).data), Console(file=out, width=100, color_system=None),
+           ("tensors",))
+    rows = {line.split()[0]: line for line in out.getvalue().splitlines() if line.split() and line.split()[0].startswith("v")}
+    inputs = [row for row in rows.values() if row.rstrip().endswith("input")]
+    assert len(inputs) == 1 and f" ≤{BOUND}×8 " in inputs[0]
+    assert all("≤" not in row for row in rows.values() if row.rstrip().endswith("constant"))
