@@ -6,6 +6,7 @@ import zipfile
 from pathlib import Path
 
 from devplan.errors import DevplanError, first_line
+from devplan.pte.header import is_program
 
 
 def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
@@ -19,7 +20,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     if not zipfile.is_zipfile(path):
         with open(path, "rb") as f:
             head = f.read(8)
-        hint = " (it is an ET12 .pte program; use 'devplan inspect')" if head[4:8] == b"ET12" else ""
+        hint = " (it is an ET12 .pte program; use 'devplan inspect')" if is_program(head) else ""
         raise DevplanError(f"{path}: not a .pt2 archive{hint}; export the model with torch.export.save")
     _refuse_pickles(path)
     import logging

@@ -36,18 +36,17 @@ def inspect(source: str | os.PathLike | bytes, *, method: str | None = None, del
 
 def _payload_program(pte, method: str | None, delegate: int):
     from devplan.errors import DevplanError
-    from devplan.pte import read_pte
+    from devplan.pte.header import is_program
+    from devplan.pte.reader import text
 
-    names = [plan.name.decode() if isinstance(plan.name, bytes) else plan.name for plan in pte.program.executionPlan or ()]
+    names = [text(plan.name) for plan in pte.program.executionPlan or ()]
     if method is not None and method not in names:
         raise DevplanError(f"{pte.name}: no method {method!r}; the program's methods are: {', '.join(names) or 'none'}")
     plan_index = names.index(method) if method is not None else 0
-    payload = pte.delegate_payload(plan_index, delegate)
-    name = f"{pte.name} delegate {delegate}"
-    if payload[4:8] != b"ET12":
-        raise DevplanError(f"{name}: the payload is not an ET12 program but the backend's own format; "
-                           f"devplan shows programs only (devplan's DevplanDelegate payloads are)")
-    return read_pte(payload, name=name)
+    if not is_program(pte.delegate_payload(plan_index, delegate)):
+        raise DevplanError(f"{pte.name} delegate {delegate}: the payload is not an ET12 program but the backend's "
+                           f"own format; devplan shows programs only (devplan's DevplanDelegate payloads are)")
+    return pte.delegate_program(plan_index, delegate)
 
 
 class _CallableModule(types.ModuleType):

@@ -11,6 +11,7 @@ from collections import Counter
 from devplan import dtypes
 from devplan.errors import DevplanError
 from devplan.pte import PteFile
+from devplan.pte.reader import ints, text
 from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
@@ -48,7 +49,7 @@ def document(pte: PteFile, name: str, method: str | None = None) -> dict:
     basename. method keeps only that method; an unknown name is a DevplanError."""
     program = pte.program
     plans = list(program.executionPlan or ())
-    names = [_text(plan.name) for plan in plans]
+    names = [text(plan.name) for plan in plans]
     if method is not None and method not in names:
         listed = ", ".join(names) or "none"
         raise DevplanError(f"{pte.name}: no method {method!r}; the program's methods are: {listed}")
@@ -83,7 +84,7 @@ def _constant_bytes(program) -> int:
     """Bytes the file spends on constant tensor data: the constant segment when the program
     uses one (alignment padding included), else the inline constant buffers."""
     constant_segment = program.constantSegment
-    if constant_segment is not None and _ints(constant_segment.offsets):
+    if constant_segment is not None and ints(constant_segment.offsets):
         return int(program.segments[constant_segment.segmentIndex].size)
     return sum(len(buffer.storage) for buffer in program.constantBuffer or () if buffer.storage is not None)
 
@@ -93,16 +94,16 @@ def _method(pte, plan_index: int, plan) -> dict:
     instructions = [
         instruction for chain in plan.chains or () for instruction in chain.instructions or ()
     ]
-    inputs, outputs = _ints(plan.inputs), _ints(plan.outputs)
+    inputs, outputs = ints(plan.inputs), ints(plan.outputs)
     operators = [
-        {"index": index, "name": _text(op.name), "overload": _text(op.overload)}
+        {"index": index, "name": text(op.name), "overload": text(op.overload)}
         for index, op in enumerate(plan.operators or ())
     ]
     instruction_rows = [_instruction(index, instruction, operators) for index, instruction in enumerate(instructions)]
     lifetimes = _lifetimes(values, instruction_rows, inputs, outputs)
     written = _written(values, instruction_rows, inputs)
     buffer_devices = _buffer_devices(plan)
-    sizes = _ints(plan.nonConstBufferSizes)
+    sizes = ints(plan.nonConstBufferSizes)
     input_set, output_set = set(inputs), set(outputs)
     tensors = [
         _tensor(index, value.val, lifetimes.get(index), input_set, output_set, buffer_devices)
@@ -115,7 +116,7 @@ def _method(pte, plan_index: int, plan) -> dict:
     ]
     delegates = [_delegate(pte, plan_index, index, delegate) for index, delegate in enumerate(plan.delegates or ())]
     return {
-        "name": _text(plan.name),
+        "name": text(plan.name),
         "inputs": inputs,
         "outputs": outputs,
         "counts": {
@@ -140,10 +141,10 @@ def _instruction(index: int, instruction, operators: list[dict]) -> dict:
     if kind == InstructionArguments.KernelCall:
         op = operators[call.opIndex] if 0 <= call.opIndex < len(operators) else None
         row["op"] = _op_name(op) if op else f"operator({call.opIndex})"
-        row["args"] = _ints(call.args)
+        row["args"] = ints(call.args)
     elif kind == InstructionArguments.DelegateCall:
         row["delegate"] = int(call.delegateIndex)
-        row["args"] = _ints(call.args)
+        row["args"] = ints(call.args)
     elif kind == InstructionArguments.MoveCall:
         row["args"] = [int(call.moveFrom), int(call.moveTo)]
     elif kind == InstructionArguments.JumpFalseCall:
@@ -173,7 +174,7 @@ def _lifetimes(values, instructions: list[dict], inputs: list[int], outputs: lis
         for arg in row["args"]:
             touch(arg, row["index"])
             if 0 <= arg < len(values) and values[arg].valType in _LIST_KINDS:
-                for item in _ints(values[arg].val.items):
+                for item in ints(values[arg].val.items):
                     if item >= 0:
                         touch(item, row["index"])
     for value in inputs:
@@ -194,7 +195,7 @@ def _written(values, instructions: list[dict], inputs: list[int]) -> set[int]:
         for arg in results:
             written.add(arg)
             if 0 <= arg < len(values) and values[arg].valType in _LIST_KINDS:
-                written.update(_ints(values[arg].val.items))
+                written.update(ints(values[arg].val.items))
     return written
 
 
@@ -207,7 +208,7 @@ def _buffer_devices(plan) -> dict[int, Device]:
 
 def _tensor(index: int, tensor, lifetime, inputs: set[int], outputs: set[int], buffer_devices) -> dict:
     dtype = dtypes.name_of(tensor.scalarType)
-    shape = _ints(tensor.sizes)
+    shape = ints(tensor.sizes)
     allocation = tensor.allocationInfo
     mem_id = int(allocation.memoryId) if allocation is not None else None
     offset = allocation.memoryOffsetLow + (allocation.memoryOffsetHigh << 32) if allocation is not None else None
@@ -216,7 +217,7 @@ def _tensor(index: int, tensor, lifetime, inputs: set[int], outputs: set[int], b
         "value": index,
         "dtype": dtype,
         "shape": shape,
-        "dim_order": _ints(tensor.dimOrder),
+        "dim_order": ints(tensor.dimOrder),
         "dynamic": int(tensor.shapeDynamism) != 0,
         "mem_id": mem_id,
         "offset": offset,
@@ -364,7 +365,7 @@ def _union_size(ranges: list[tuple[int, int]]) -> int:
 
 def _delegate(pte, plan_index: int, index: int, delegate) -> dict:
     specs = [
-        {"key": _text(spec.key), "value": _spec_value(bytes(_ints(spec.value)))}
+        {"key": text(spec.key), "value": _spec_value(bytes(ints(spec.value)))}
         for spec in delegate.compileSpecs or ()
     ]
     target = next((spec["value"] for spec in specs if spec["key"] == "target_device"), None)
@@ -373,26 +374,27 @@ def _delegate(pte, plan_index: int, index: int, delegate) -> dict:
     location = "segment" if processed.location == DataLocation.SEGMENT else "inline"
     return {
         "index": index,
-        "id": _text(delegate.id),
+        "id": text(delegate.id),
         "compile_specs": specs,
         "target_device": target,
         "payload_size": len(payload),
         "location": location,
         "payload_index": int(processed.index),
-        "payload_buffers": _payload_buffers(payload, f"{pte.name} delegate {index}"),
+        "payload_buffers": _payload_buffers(pte, plan_index, index, payload),
     }
 
 
-def _payload_buffers(payload: bytes, name: str) -> list[dict] | None:
+def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[dict] | None:
     """The planned buffers of a payload that is itself an ET12 program (devplan's delegates
     are): memory the delegate holds on its device besides the method's own buffers."""
     from devplan.errors import DevplanError
-    from devplan.pte import read_pte
+    from devplan.pte.header import is_program
 
-    if payload[4:8] != b"ET12":
+    if not is_program(payload):
         return None
     try:
-        inner = document(read_pte(payload, name=name), name)
+        inner = pte.delegate_program(plan_index, index)
+        inner = document(inner, inner.name)
     except DevplanError:
         return None  # another backend's bytes that merely look like a program
     return [{"method": method["name"], "mem_id": buffer["mem_id"], "device": buffer["device"], "size": buffer["size"],
@@ -402,18 +404,9 @@ def _payload_buffers(payload: bytes, name: str) -> list[dict] | None:
 def _spec_value(raw: bytes) -> str:
     """Text when the bytes are printable UTF-8, else hex, so the document stays valid JSON text."""
     try:
-        text = raw.decode("utf-8")
+        decoded = raw.decode("utf-8")
     except UnicodeDecodeError:
         return raw.hex()
-    return text if text.isprintable() else raw.hex()
+    return decoded if decoded.isprintable() else raw.hex()
 
 
-def _text(value) -> str:
-    """FlatBuffers strings read back as bytes; programs built in memory hold str."""
-    if value is None:
-        return ""
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _ints(vector) -> list[int]:
-    return [int(item) for item in vector] if vector is not None else []

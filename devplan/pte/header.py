@@ -31,6 +31,12 @@ _HEADER = struct.Struct("<4sIQQ")
 _DATA_SIZE = struct.Struct("<Q")
 
 
+def is_program(data: bytes) -> bool:
+    """Whether `data` carries the ET12 file identifier, as a .pte program (or a delegate
+    payload that is one) does; a cheap look before reading it."""
+    return data[4:8] == FILE_IDENTIFIER
+
+
 @dataclass(frozen=True)
 class ExtendedHeader:
     """Where the FlatBuffer ends and the segments start. segment_base_offset is 0 when the
@@ -60,7 +66,7 @@ def check_container(data: bytes, name: str) -> ExtendedHeader | None:
         )
     if size < HEADER_OFFSET:
         raise DevplanError(f"{name}: truncated: {size} bytes cannot hold a FlatBuffer's 8-byte start; {_DAMAGED}")
-    if data[4:8] != FILE_IDENTIFIER:
+    if not is_program(data):
         raise DevplanError(f"{name}: not an ET12 program (file identifier {data[4:8]!r}); {_DAMAGED}")
     if data[HEADER_OFFSET : HEADER_OFFSET + 4] != HEADER_MAGIC:
         return None

@@ -45,6 +45,11 @@ class PteFile:
         storage = buffers[data_buffer_idx].storage
         return b"" if storage is None else bytes(storage)
 
+    def delegate_program(self, plan_index: int, delegate_index: int) -> "PteFile":
+        """The payload of a delegate read as a program (devplan's payloads are ET12 programs),
+        its messages naming it '<file> delegate N'."""
+        return read_pte(self.delegate_payload(plan_index, delegate_index), name=f"{self.name} delegate {delegate_index}")
+
     def delegate_payload(self, plan_index: int, delegate_index: int) -> bytes:
         """The processed blob of delegate `delegate_index` in plan `plan_index`."""
         plans = self.program.executionPlan or []
@@ -150,3 +155,16 @@ def _check_references(pte: PteFile) -> None:
     for plan_index, plan in enumerate(program.executionPlan or []):
         for delegate_index in range(len(plan.delegates or [])):
             pte.delegate_payload(plan_index, delegate_index)
+
+
+def text(value) -> str:
+    """A string field as str: FlatBuffers strings read back as bytes, programs built in
+    memory hold str, and an absent one is empty."""
+    if value is None:
+        return ""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def ints(vector) -> list[int]:
+    """A FlatBuffers vector of numbers (a numpy array, or None when absent) as ints."""
+    return [] if vector is None else [int(item) for item in vector]

@@ -17,6 +17,7 @@ import torch
 from devplan import dtypes
 from devplan.errors import DevplanError, first_line
 from devplan.pte import PteFile, read_pte
+from devplan.pte.reader import ints, text
 from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
@@ -50,12 +51,12 @@ class LoadedMethod:
     times, and state kept in planned buffers carries over between runs as on a device."""
 
     def __init__(self, pte: PteFile, name: str = "forward") -> None:
-        plans = {_text(plan.name): plan for plan in pte.program.executionPlan or ()}
+        plans = {text(plan.name): plan for plan in pte.program.executionPlan or ()}
         if name not in plans:
             raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(plans) or 'none'}")
         plan, self.where = plans[name], f"{pte.name}: method {name}"
         devices = {int(e.bufferIdx): Device.from_code(e.deviceType, e.deviceIndex) for e in plan.nonConstBufferDevice or ()}
-        sizes = _ints(plan.nonConstBufferSizes)
+        sizes = ints(plan.nonConstBufferSizes)
         values = list(plan.values or ())
         self._check_sizes(sizes, values)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
@@ -92,9 +93,9 @@ class LoadedMethod:
             except (RuntimeError, ValueError, TypeError, OverflowError) as error:
                 raise DevplanError(f"{self.where}: value {index} cannot be held ({first_line(error)}); "
                                    f"the program is damaged") from None
-        self.inputs = [self._index(i, "an input") for i in _ints(plan.inputs)]
-        self.outputs = [self._index(i, "an output") for i in _ints(plan.outputs)]
-        self.operators = [f"{_text(op.name)}.{_text(op.overload)}" if _text(op.overload) else _text(op.name)
+        self.inputs = [self._index(i, "an input") for i in ints(plan.inputs)]
+        self.outputs = [self._index(i, "an output") for i in ints(plan.outputs)]
+        self.operators = [f"{text(op.name)}.{text(op.overload)}" if text(op.overload) else text(op.name)
                           for op in plan.operators or ()]
         self.steps = [self._step(i, instruction) for chain in plan.chains or ()
                       for i, instruction in enumerate(chain.instructions or ())]
@@ -173,13 +174,11 @@ class LoadedMethod:
         self.arenas, self.uploads, self.delegates = {}, [], []
 
     def _open_delegate(self, pte: PteFile, plans: dict, name: str, index: int, delegate) -> "LoadedMethod":
-        backend = _text(delegate.id)
+        backend = text(delegate.id)
         if backend != DELEGATE_BACKEND:
             raise DevplanError(f"{self.where}: delegate {index} runs on backend {backend!r}, which the reference "
                                f"runtime does not have (it runs {DELEGATE_BACKEND} payloads only)")
-        plan_index = list(plans).index(name)
-        payload = pte.delegate_payload(plan_index, index)
-        return LoadedMethod(read_pte(payload, name=f"{pte.name} delegate {index}"))
+        return LoadedMethod(pte.delegate_program(list(plans).index(name), index))
 
     def _bind(self, pte: PteFile, index: int, value) -> Any:
         kind, val = value.valType, value.val
@@ -194,9 +193,9 @@ class LoadedMethod:
         if kind == KernelTypes.Bool:
             return bool(val.boolVal)
         if kind == KernelTypes.String:
-            return _text(val.stringVal)
+            return text(val.stringVal)
         if kind in (KernelTypes.IntList, KernelTypes.TensorList, KernelTypes.OptionalTensorList):
-            items = tuple(_ints(val.items))
+            items = tuple(ints(val.items))
             return _Refs(kind, tuple(i if i == -1 and kind == KernelTypes.OptionalTensorList
                                      else self._index(i, f"list value {index}") for i in items))
         if kind == KernelTypes.DoubleList:
@@ -268,9 +267,9 @@ class LoadedMethod:
     def _step(self, index: int, instruction) -> _Step:
         kind, call = instruction.instrArgsType, instruction.instrArgs
         if kind == InstructionArguments.KernelCall:
-            return self._kernel(index, int(call.opIndex), [self._index(a, f"instruction {index}") for a in _ints(call.args)])
+            return self._kernel(index, int(call.opIndex), [self._index(a, f"instruction {index}") for a in ints(call.args)])
         if kind == InstructionArguments.DelegateCall:
-            return self._delegate(index, int(call.delegateIndex), [self._index(a, f"instruction {index}") for a in _ints(call.args)])
+            return self._delegate(index, int(call.delegateIndex), [self._index(a, f"instruction {index}") for a in ints(call.args)])
         if kind == InstructionArguments.MoveCall:
             where = f"instruction {index}"
             return _Step(kind, "move", args=(self._index(int(call.moveFrom), where), self._index(int(call.moveTo), where)))
@@ -407,15 +406,6 @@ def _mutable_data(pte: PteFile, index: int) -> bytes:
     return data[offsets[index]:stop]
 
 
-def _ints(vector) -> list[int]:
-    """A FlatBuffers vector of numbers (a numpy array, or None when absent) as ints."""
-    return [] if vector is None else [int(item) for item in vector]
-
-
-def _text(value) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def run(source: str | os.PathLike | bytes | PteFile, inputs: Sequence[Any], *, method: str = "forward",
