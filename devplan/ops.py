@@ -6,6 +6,8 @@ registers (a test checks it against the library itself)."""
 from __future__ import annotations
 
 import functools
+import math
+import operator
 from importlib import resources
 
 import torch
@@ -33,6 +35,36 @@ SAME_BYTES = frozenset({
     "aten::view_copy.out", "aten::unsqueeze_copy.out", "aten::squeeze_copy.dim_out", "aten::squeeze_copy.dims_out",
     "aten::alias_copy.out", "aten::clone.out", "aten::detach_copy.out", "aten::lift_fresh_copy.out",
 })
+
+
+# Ops on sizes that a dynamic shape makes known only while the program runs (a flatten's
+# batch size, say): the fx target, and the runtime's name for it. Each writes a number value
+# of its own, which later ops' size lists refer to; calling the target on real tensors and
+# numbers computes what the runtime's kernel does.
+NUMBER_OPS = {
+    torch.ops.aten.sym_size.int: "aten::sym_size.int",
+    torch.ops.aten.sym_numel.default: "aten::sym_numel",
+    operator.add: "executorch_prim::add.Scalar",
+    operator.sub: "executorch_prim::sub.Scalar",
+    operator.mul: "executorch_prim::mul.Scalar",
+    operator.floordiv: "executorch_prim::floordiv.Scalar",
+    operator.truediv: "executorch_prim::truediv.Scalar",
+    operator.mod: "executorch_prim::mod.Scalar",
+    operator.neg: "executorch_prim::neg.Scalar",
+    torch.sym_max: "executorch_prim::sym_max.Scalar",
+    torch.sym_min: "executorch_prim::sym_min.Scalar",
+    torch.sym_float: "executorch_prim::sym_float.Scalar",
+    torch.sym_int: "executorch_prim::sym_int.Scalar",
+    torch.sym_not: "executorch_prim::sym_not.Scalar",
+    math.ceil: "executorch_prim::ceil.Scalar",
+    math.trunc: "executorch_prim::trunc.Scalar",
+    round: "executorch_prim::round.Scalar",
+    operator.eq: "executorch_prim::eq.Scalar",
+    operator.gt: "executorch_prim::gt.Scalar",
+    operator.lt: "executorch_prim::lt.Scalar",
+    operator.ge: "executorch_prim::ge.Scalar",
+    operator.le: "executorch_prim::le.Scalar",
+}
 
 
 def kernel_name(op: OpOverload) -> str:
@@ -79,5 +111,7 @@ def out_variant(op: OpOverload) -> OpOverload | None:
 
 def runnable(op: OpOverload) -> bool:
     """True when the op, or its out variant, has a kernel in the portable library."""
+    if op in NUMBER_OPS:
+        return True
     out = out_variant(op)
     return out is not None and kernel_name(out) in PORTABLE

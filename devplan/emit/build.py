@@ -6,9 +6,10 @@ import operator
 from dataclasses import dataclass, field, replace
 
 import torch
+from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.ops import PORTABLE, SAME_BYTES, is_view, kernel_name, out_variant
+from devplan.ops import NUMBER_OPS, PORTABLE, SAME_BYTES, is_view, kernel_name, out_variant
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
                             Value)
@@ -47,7 +48,10 @@ class _Builder:
         return index if not isinstance(spec, TensorSpec) or spec.device == CPU else self._copy(index, CPU)
 
     def on(self, device: Device, index: int) -> int:
-        """Tensor value `index` on `device`: itself, or a copy made there once."""
+        """Tensor value `index` on `device`: itself, or a copy made there once (a number
+        stays where it is: it is a value of the runtime, not a tensor)."""
+        if not isinstance(self.values[index], TensorSpec):
+            return index
         if self.values[index].device not in (CPU, device):
             index = self.host(index)
         return index if self.values[index].device == device else self._copy(index, device)
@@ -55,7 +59,8 @@ class _Builder:
     def _copy(self, index: int, device: Device) -> int:
         if (index, device) not in self.copies:
             spec = self.values[index]
-            copy = self.copies[index, device] = self.add(TensorSpec(spec.shape, spec.dtype, spec.dim_order, device))
+            copy = self.copies[index, device] = self.add(TensorSpec(spec.shape, spec.dtype, spec.dim_order, device,
+                                                                    dynamic=spec.dynamic))
             op = "et_copy::_d2h_copy.out" if device == CPU else "et_copy::_h2d_copy.out"
             self.kernels.append(Kernel(op, (index, copy, copy), f"copy to {device}"))  # self, out=, returned
         return self.copies[index, device]
@@ -95,7 +100,7 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
             value = node.meta.get("val")
             # a number input has its own value slot, which the runtime fills on every call
             device = _only_device(node) if device_io else CPU
-            b.of_node[node] = b.tensor(value, device=device) if isinstance(value, torch.Tensor) else b.add(value)
+            b.of_node[node] = b.tensor(value, device=device) if isinstance(value, torch.Tensor) else b.add(_slot(value))
         elif node.op == "get_attr":
             data = getattr(gm, node.target)
             b.of_node[node] = b.tensor(data, constant=True)
@@ -161,6 +166,14 @@ def _output(b: _Builder, value, device_io: bool) -> int:
 
 
 def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
+    if node.target in NUMBER_OPS:
+        return _emit_number(b, node)
+    if not isinstance(node.target, torch._ops.OpOverload):
+        name = getattr(node.target, "__name__", str(node.target))
+        if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise DevplanError(f"node {node.name}: {name} of dynamic sizes has no kernel in ExecuTorch's runtime; "
+                               f"compute sizes with + - * / // %, min, max or comparisons")
+        raise DevplanError(f"node {node.name}: {name} has no kernel in ExecuTorch's runtime; rewrite the model without it")
     out = out_variant(node.target)
     if out is None or kernel_name(out) not in PORTABLE:
         raise DevplanError(f"node {node.name}: op {node.target} has no kernel in the portable library; "
@@ -187,6 +200,24 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
     out_values = tuple(outs.values())
     result = out_values[0] if len(out_values) == 1 else b.add(TensorList(out_values))
     b.kernels.append(Kernel(kernel_name(out), tuple(args) + (result,), node.name))
+
+
+def _emit_number(b: _Builder, node: torch.fx.Node) -> None:
+    """A size the program computes while it runs (from a dynamic shape) goes to a number value
+    of its own; the size lists of later ops refer to that value, so the runtime reads it anew."""
+    val = node.meta.get("val")
+    if not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise DevplanError(f"node {node.name}: {node.format_node()} computes {type(val).__name__}, but the "
+                           f"runtime's {NUMBER_OPS[node.target]} works on sizes; compute it with tensor ops")
+    args = tuple(_arg(b, a, "int", node.name) for a in node.args)
+    b.of_node[node] = b.add(_slot(val))
+    b.kernels.append(Kernel(NUMBER_OPS[node.target], args + (b.of_node[node],), node.name))
+
+
+def _slot(value):
+    """A number value as stored; a size known only at run time (a delegate's size input, a
+    number op's result) is written there on every run, so any start value does."""
+    return {torch.SymInt: 0, torch.SymFloat: 0.0, torch.SymBool: False}.get(type(value), value)
 
 
 def _emit_delegate(b: _Builder, node: torch.fx.Node) -> None:
@@ -234,7 +265,7 @@ def _runs(node: torch.fx.Node) -> list[int] | None:
     describe eager memory, not devplan's)."""
     source = node.args[0].meta.get("val")
     rest = (*node.args[1:], *node.kwargs.values())
-    if not isinstance(source, torch.Tensor) or any(isinstance(a, torch.fx.Node) for a in rest):
+    if not isinstance(source, torch.Tensor) or any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(rest)):
         return None
     result = node.target(torch.empty(source.shape, dtype=source.dtype, device="meta"), *node.args[1:], **node.kwargs)
     pieces = result if isinstance(result, (list, tuple)) else (result,)
@@ -287,7 +318,7 @@ def _arg(b: _Builder, value, kind, where: str) -> int:
             return b.add(DoubleList(tuple(float(v) for v in value)))
         if "bool" in kind_text:
             return b.add(BoolList(tuple(bool(v) for v in value)))
-        return b.add(IntList(tuple(b.scalar(int(v)) for v in value)))
+        return b.add(IntList(tuple(b.of_node[v] if isinstance(v, torch.fx.Node) else b.scalar(int(v)) for v in value)))
     if isinstance(value, torch.dtype):
         from devplan.dtypes import code_of
 

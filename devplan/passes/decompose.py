@@ -64,13 +64,19 @@ def _prefer_scalar(node: torch.fx.Node) -> bool:
     """`x * 2` exports as mul.Tensor with a number; switch to the .Scalar overload when it has
     a kernel. Returns True when the node still needs decomposing."""
     op = node.target
-    if op._overloadname != "Tensor" or not any(isinstance(a, (int, float, bool)) for a in node.args[1:2]):
+    if op._overloadname != "Tensor" or not any(isinstance(_number(a), (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
+                                               for a in node.args[1:2]):
         return False
     scalar = getattr(op.overloadpacket, "Scalar", None)
     if scalar is not None and runnable(scalar):
         node.target = scalar
         return False
     return not runnable(op)
+
+
+def _number(arg):
+    """A number argument, or the size a number node computes while the program runs."""
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
 
 def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict) -> list[torch.fx.Node]:

@@ -34,12 +34,6 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
         # export keeps in-place ops (state updates); torch's functionalization turns them into
         # pure ops plus buffer-mutation outputs. Only such programs pay for the retrace.
         ep = ep.run_decompositions({})
-    for node in ep.graph.nodes:
-        # A dynamic shape is planned at its upper bound, but a size the program would compute
-        # while it runs (sym_size, arithmetic on sizes) has no kernel here.
-        if isinstance(node.meta.get("val"), torch.SymInt) or any(isinstance(a, torch.SymInt) for a in _flat((*node.args, *node.kwargs.values()))):
-            raise DevplanError(f"node {node.name}: uses a dynamic size as a value ({node.format_node()}); devplan plans "
-                               f"dynamic shapes only where no op argument depends on them (reshape with -1 instead)")
     gm = copy.deepcopy(ep.graph_module)
     # deepcopy may rename placeholders (e.g. 'input'), so pair them with the signature by position
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -67,10 +61,6 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
     state = {name: state[name] for name in updates}
     output.args = (tuple(updates.values()) + tuple(user_outputs),)
     return Lowered(gm, constants, state, tuple(inputs), _dumps(ep.call_spec.in_spec), _dumps(ep.call_spec.out_spec))
-
-
-def _flat(args) -> list:
-    return [leaf for arg in args for leaf in (_flat(arg) if isinstance(arg, (list, tuple)) else [arg])]
 
 
 def _dumps(spec: pytree.TreeSpec) -> str:

@@ -12,6 +12,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import create_op_support
 
 from devplan.errors import DevplanError
+from devplan.ops import NUMBER_OPS
 from devplan.passes.graph import Lowered
 from devplan.spec import Device
 
@@ -45,6 +46,8 @@ class Backend:
             return False
         if node.target is operator.getitem:  # picks a result of a multi-output op: goes where the op goes
             return isinstance(node.args[0], torch.fx.Node) and self.takes(node.args[0])
+        if node.target in NUMBER_OPS:  # sizes are computed on the host, where the runtime's number values live
+            return False
         return self.ops is None or node.target._schema.name in self.ops
 
     @property

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import torch
 
 from devplan import dtypes
+from devplan.ops import NUMBER_OPS
 from devplan.errors import DevplanError, first_line
 from devplan.pte import PteFile, read_pte
 from devplan.pte.reader import ints, text
@@ -34,6 +35,7 @@ _EXTRA_KERNELS = {
     "dim_order_ops::_to_dim_order_copy.out": lambda self, non_blocking, dim_order, out: out.copy_(self),
     "dim_order_ops::_clone_dim_order.out": lambda self, non_blocking, dim_order, out: out.copy_(self),
 }
+_NUMBER_KERNELS = {name: fn for fn, name in NUMBER_OPS.items()}
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class _Step:
                                           # a delegate: the LoadedMethod of its payload
     args: tuple[int, ...] = ()
     keywords: tuple[tuple[str, int], ...] = ()
+    result: int | None = None             # a number op: the value its result goes to
+    emptied: tuple[int, ...] = ()         # dynamic out tensors: emptied first, the kernel sizes them
 
 
 class LoadedMethod:
@@ -113,6 +117,9 @@ class LoadedMethod:
         """Run once as a delegate: `args` already on this method's device are copied into its
         inputs there, and its outputs come back as views of its arenas, never via the host."""
         for position, (index, given) in enumerate(zip(self.inputs, args)):
+            if not isinstance(self.values[index], torch.Tensor) and not isinstance(given, torch.Tensor):
+                self.values[index] = given  # a size the calling method computed
+                continue
             if not isinstance(self.values[index], torch.Tensor) or not self._accept(index, given):
                 raise DevplanError(f"{self.where}: delegate input {position} does not match the payload's input "
                                    f"{index}; the program is damaged")
@@ -284,11 +291,12 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: instruction {index} calls delegate {delegate} of {len(self.delegates)}; "
                                f"the program is damaged")
         method = self.delegates[delegate]
-        if len(args) != len(method.inputs) + len(method.outputs) or not all(
-                isinstance(self.values[a], torch.Tensor) for a in args):
+        wanted = [method.values[i] for i in method.inputs] + [torch.empty(0)] * len(method.outputs)
+        if len(args) != len(wanted) or not all(
+                isinstance(self.values[a], torch.Tensor) == isinstance(w, torch.Tensor) for a, w in zip(args, wanted)):
             raise DevplanError(f"{self.where}: instruction {index} passes {len(args)} values to delegate {delegate}, "
-                               f"whose payload takes {len(method.inputs)} tensors and returns {len(method.outputs)}; "
-                               f"the program is damaged")
+                               f"whose payload takes {len(method.inputs)} and returns {len(method.outputs)} tensors "
+                               f"or numbers that do not match them; the program is damaged")
         return _Step(InstructionArguments.DelegateCall, f"delegate {delegate}", method, tuple(args))
 
     def _device_copy(self, name: str, args: list[int]) -> _Step:
@@ -307,6 +315,8 @@ class LoadedMethod:
         name = self.operators[op_index] if 0 <= op_index < len(self.operators) else f"operator({op_index})"
         if name in ("et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out") and len(args) >= 2:
             return self._device_copy(name, args)
+        if name in _NUMBER_KERNELS and args:
+            return _Step(InstructionArguments.KernelCall, name, _NUMBER_KERNELS[name], tuple(args[:-1]), result=args[-1])
         op = _EXTRA_KERNELS.get(name) or _torch_op(name)
         if op is None:
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which the reference runtime "
@@ -319,11 +329,16 @@ class LoadedMethod:
                                f"its schema takes {len(schema)}")
         positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
-        return _Step(InstructionArguments.KernelCall, name, op, positional, keywords)
+        emptied = tuple(a for a, s in zip(args, schema) if s.is_out and a in self.bounds)
+        return _Step(InstructionArguments.KernelCall, name, op, positional, keywords, emptied=emptied)
 
     def _run(self, pc: int, step: _Step) -> int:
         if step.kind == InstructionArguments.KernelCall:
-            step.call(*(self._value(a) for a in step.args), **{k: self._value(a) for k, a in step.keywords})
+            for index in step.emptied:  # else torch sees a full-size out overlap an in-place input
+                self.values[index].resize_(0)
+            result = step.call(*(self._value(a) for a in step.args), **{k: self._value(a) for k, a in step.keywords})
+            if step.result is not None:
+                self.values[step.result] = result
         elif step.kind == InstructionArguments.DelegateCall:
             inputs = len(step.call.inputs)
             for out, result in zip(step.args[inputs:], step.call.call([self.values[a] for a in step.args[:inputs]])):

@@ -2,6 +2,8 @@
 within it by ExecuTorch's runtime and by devplan's, outputs equal to eager PyTorch."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch.export import Dim
@@ -95,3 +97,64 @@ def test_inspect_shows_a_dynamic_shape_as_its_bound():
     inputs = [row for row in rows.values() if row.rstrip().endswith("input")]
     assert len(inputs) == 1 and f" ≤{BOUND}×8 " in inputs[0]
     assert all("≤" not in row for row in rows.values() if row.rstrip().endswith("constant"))
+
+
+class Sizes(torch.nn.Module):
+    """Sizes the program computes while it runs: a flatten's batch, arithmetic and a
+    comparison on it, the element count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.linear = torch.nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        hidden = self.linear(torch.relu(self.conv(x)).flatten(1))
+        scale = math.ceil(x.shape[0] / 3) + 2 * x.numel() // (3 * 6 * 6)
+        return hidden * scale + hidden * (x.shape[0] > 4), hidden.view(x.shape[0] * 5)[: x.shape[0]]
+
+
+def sizes_program(delegates=()):
+    dims = {"x": {0: Dim("batch", min=1, max=BOUND)}}
+    ep = torch.export.export(Sizes().eval(), (torch.randn(4, 3, 6, 6),), dynamic_shapes=dims)
+    return devplan.compile(ep, delegates=delegates)
+
+
+def test_sizes_computed_at_run_time_become_number_kernels():
+    result = sizes_program()
+    ops = [k.op for k in result.planned.method.kernels]
+    assert "aten::sym_size.int" in ops and "executorch_prim::ceil.Scalar" in ops and "executorch_prim::gt.Scalar" in ops
+    assert "aten::sym_numel" in ops
+    operators = devplan.inspect(result.data)["methods"][0]["operators"]
+    assert {"aten::sym_size.int", "executorch_prim::floordiv.Scalar"} <= {f"{o['name']}.{o['overload']}" for o in operators}
+
+
+def test_executorch_runs_sizes_computed_at_run_time():
+    from executorch.runtime import Runtime
+
+    module = Sizes().eval()
+    data = sizes_program().data  # the loaded program keeps pointing into these bytes
+    assert_matches_eager(module, Runtime.get().load_program(data).load_method("forward").execute)
+
+
+@pytest.mark.parametrize("delegates", [(), ("cuda:0",), ("cuda:0=aten::view,aten::linear",)],
+                         ids=("host", "all-delegated", "view-delegated"))
+def test_devplan_runtime_runs_sizes_computed_at_run_time(delegates):
+    module = Sizes().eval()
+    data = sizes_program(delegates).data
+    with registered("cuda", HostAllocator()):
+        loaded = LoadedMethod(read_pte(data))
+        try:
+            assert_matches_eager(module, loaded.execute)
+        finally:
+            loaded.release()
+
+
+def assert_matches_eager(module: torch.nn.Module, execute) -> None:
+    for batch in (BOUND, 5, 1, 4):  # shrinking and growing again on the same memory
+        x = torch.randn(batch, 3, 6, 6)
+        with torch.no_grad():
+            want = module(x)
+        for got, expected in zip(execute([x]), want):
+            torch.testing.assert_close(got, expected)
