@@ -1,6 +1,6 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
-    load -> from_exported -> decompose -> fold_constants [-> partition -> compile_delegates]
+    load -> from_exported -> decompose -> fold_constants -> hoist_sizes [-> partition -> compile_delegates]
          -> build_method -> write_cats_in_place -> reuse_dead_inputs -> plan_method -> to_program
          -> dumps_pte -> write
 """
@@ -64,6 +64,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     from devplan.passes.concat import write_cats_in_place
     from devplan.passes.inplace import reuse_dead_inputs
     from devplan.passes.partition import Backend, partition
+    from devplan.passes.sizes import hoist_sizes
     from devplan.planning.assign import plan_method
     from devplan.pte import dumps_pte, write_atomic
 
@@ -87,6 +88,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     low = stage("split", from_exported, ep)
     stage("decompose", decompose, low.gm)
     stage("fold", fold_constants, low)
+    stage("sizes", hoist_sizes, low.gm)
     if backends:
         low = stage("partition", partition, low, backends)
         low = stage("delegates", compile_delegates, low, alignment=alignment, planner=planner, inplace=inplace)

@@ -37,6 +37,14 @@ SAME_BYTES = frozenset({
 })
 
 
+# Ops whose portable out kernel checks its results' sizes instead of setting them: a dynamic
+# input goes through torch's decomposition instead (split -> split_with_sizes, which sets them).
+CHECKS_OUT_SIZES = frozenset({torch.ops.aten.split.Tensor})
+
+# ExecuTorch's view of a dynamic tensor: its result takes the source's bytes under the shape
+# the size list gives at run time, the way a static view shares them at plan time.
+ET_VIEW = "executorch_prim::et_view.default"
+
 # Ops on sizes that a dynamic shape makes known only while the program runs (a flatten's
 # batch size, say): the fx target, and the runtime's name for it. Each writes a number value
 # of its own, which later ops' size lists refer to; calling the target on real tensors and

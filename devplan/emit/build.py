@@ -9,7 +9,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.ops import NUMBER_OPS, PORTABLE, SAME_BYTES, is_view, kernel_name, out_variant
+from devplan.ops import ET_VIEW, NUMBER_OPS, PORTABLE, SAME_BYTES, is_view, kernel_name, out_variant
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
                             Value)
@@ -241,9 +241,17 @@ def _emit_view(b: _Builder, node: torch.fx.Node, same_bytes: bool) -> bool:
     run of its source's bytes (a reshape, a leading-dim slice or split, an expand to the same
     shape); False when any is not, and the op runs as a copy."""
     storage = _storage_of(b, node.args[0])
-    if storage is None or b.values[storage[0]].dynamic:
-        return False  # a view of a dynamic tensor needs its kernel to take the run-time shape
+    if storage is None:
+        return False
     root, start = storage
+    if b.values[root].dynamic:  # the shape is known only at run time: ExecuTorch's et_view takes it then
+        if node.target is not torch.ops.aten.view.default:
+            return False
+        out = b.tensor(node.meta["val"], alias_of=root, alias_offset=start)
+        size = _arg(b, node.args[1], node.target._schema.arguments[1].type, node.name)
+        b.kernels.append(Kernel(ET_VIEW, (b.host(b.of_node[node.args[0]]), size, out), node.name))
+        b.of_node[node] = out
+        return True
     val = node.meta.get("val")
     pieces = val if isinstance(val, (list, tuple)) else (val,)
     starts = [0] * len(pieces) if same_bytes else _runs(node)

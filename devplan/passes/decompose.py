@@ -12,7 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError, first_line
-from devplan.ops import runnable
+from devplan.ops import CHECKS_OUT_SIZES, runnable
 
 # Ops that only check metadata or shapes at trace time; the runtime has nothing to do.
 _DROPPED = {"aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",
@@ -52,7 +52,7 @@ def decompose(gm: torch.fx.GraphModule) -> None:
                 continue
             if op._schema.name in _DROPPED:
                 gm.graph.erase_node(node)
-            elif _prefer_scalar(node) or not runnable(node.target):
+            elif _prefer_scalar(node) or not runnable(node.target) or (op in CHECKS_OUT_SIZES and _dynamic(node)):
                 added += _inline(gm, node, _table().get(node.target, node.target), traces)
         if not added:
             break
@@ -72,6 +72,11 @@ def _prefer_scalar(node: torch.fx.Node) -> bool:
         node.target = scalar
         return False
     return not runnable(op)
+
+
+def _dynamic(node: torch.fx.Node) -> bool:
+    return any(isinstance(size, torch.SymInt) for a in node.all_input_nodes
+               if isinstance(a.meta.get("val"), torch.Tensor) for size in a.meta["val"].shape)
 
 
 def _number(arg):

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import torch
 
 from devplan import dtypes
-from devplan.ops import NUMBER_OPS
+from devplan.ops import ET_VIEW, NUMBER_OPS
 from devplan.errors import DevplanError, first_line
 from devplan.pte import PteFile, read_pte
 from devplan.pte.reader import ints, text
@@ -315,6 +315,8 @@ class LoadedMethod:
         name = self.operators[op_index] if 0 <= op_index < len(self.operators) else f"operator({op_index})"
         if name in ("et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out") and len(args) >= 2:
             return self._device_copy(name, args)
+        if name == ET_VIEW and len(args) == 3:
+            return _Step(InstructionArguments.KernelCall, name, _et_view, tuple(args))
         if name in _NUMBER_KERNELS and args:
             return _Step(InstructionArguments.KernelCall, name, _NUMBER_KERNELS[name], tuple(args[:-1]), result=args[-1])
         op = _EXTRA_KERNELS.get(name) or _torch_op(name)
@@ -380,6 +382,13 @@ class LoadedMethod:
         if isinstance(value, torch.Tensor):
             return allocator_for(self.devices.get(index, CPU)).copy_to_host(value)
         return self._value(index)
+
+
+def _et_view(source: torch.Tensor, size: list[int], out: torch.Tensor) -> None:
+    """`out` becomes `source`'s bytes under the shape `size` gives now, as ExecuTorch's et_view
+    points its result at its source's data."""
+    view = source.view(size)
+    out.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def test_a_dynamic_program_is_planned_at_its_upper_bound():
     dynamic = devplan.compile(exported())
     static = devplan.compile(exported(batch=BOUND, dynamic=False))
     (planned,), (fixed,) = dynamic.planned.buffers, static.planned.buffers
-    # views and cat pieces of a dynamic tensor cannot share bytes at fixed offsets, so the
+    # cat pieces of a dynamic tensor start where their run-time sizes say, not at fixed offsets, so the
     # plan holds more than the static one, but never more than its bound or ExecuTorch's plan
     assert fixed.size <= planned.size == planned.lower_bound
     executorch = devplan.inspect(executorch_lower(exported()))["methods"][0]["buffers"]
@@ -115,17 +115,25 @@ class Sizes(torch.nn.Module):
         return hidden * scale + hidden * (x.shape[0] > 4), hidden.view(x.shape[0] * 5)[: x.shape[0]]
 
 
-def sizes_program(delegates=()):
+def sizes_exported():
     dims = {"x": {0: Dim("batch", min=1, max=BOUND)}}
-    ep = torch.export.export(Sizes().eval(), (torch.randn(4, 3, 6, 6),), dynamic_shapes=dims)
-    return devplan.compile(ep, delegates=delegates)
+    return torch.export.export(Sizes().eval(), (torch.randn(4, 3, 6, 6),), dynamic_shapes=dims)
+
+
+def sizes_program(delegates=()):
+    return devplan.compile(sizes_exported(), delegates=delegates)
 
 
 def test_sizes_computed_at_run_time_become_number_kernels():
     result = sizes_program()
     ops = [k.op for k in result.planned.method.kernels]
     assert "aten::sym_size.int" in ops and "executorch_prim::ceil.Scalar" in ops and "executorch_prim::gt.Scalar" in ops
-    assert "aten::sym_numel" in ops
+    # x.numel() is read right after x arrives, so x need not live on to where the product is used
+    assert ops.index("aten::sym_numel") < ops.index("aten::convolution.out")
+    # reshapes of dynamic tensors share their bytes through et_view, as ExecuTorch's own do
+    assert ops.count("executorch_prim::et_view.default") == 2 and "aten::view_copy.out" not in ops
+    executorch = devplan.inspect(executorch_lower(sizes_exported()))["methods"][0]["buffers"]
+    assert result.planned.buffers[0].size <= sum(b["size"] for b in executorch)
     operators = devplan.inspect(result.data)["methods"][0]["operators"]
     assert {"aten::sym_size.int", "executorch_prim::floordiv.Scalar"} <= {f"{o['name']}.{o['overload']}" for o in operators}
 
@@ -158,3 +166,16 @@ def assert_matches_eager(module: torch.nn.Module, execute) -> None:
             want = module(x)
         for got, expected in zip(execute([x]), want):
             torch.testing.assert_close(got, expected)
+
+
+def test_devplan_runtime_runs_executorchs_own_dynamic_program():
+    """ExecuTorch's lowering of the same model: its et_view, sym_size and executorch_prim
+    kernels run on devplan's runtime too."""
+    data = executorch_lower(sizes_exported())
+    ops = {f"{o['name']}.{o['overload']}" for o in devplan.inspect(data)["methods"][0]["operators"]}
+    assert {"executorch_prim::et_view.default", "aten::sym_size.int"} <= ops
+    loaded = LoadedMethod(read_pte(data))
+    try:
+        assert_matches_eager(Sizes().eval(), loaded.execute)
+    finally:
+        loaded.release()

@@ -1,0 +1,29 @@
+"""Sizes first: a number op (a dynamic shape's size read or combined, see ops.NUMBER_OPS)
+moves up to just after its last input. Export places them next to their first reader, so a
+sym_numel(x) late in the graph would keep all of x alive until then; computed early, they
+cost no tensor any bytes."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from devplan.ops import NUMBER_OPS
+
+
+def hoist_sizes(gm: torch.fx.GraphModule) -> None:
+    nodes = list(gm.graph.nodes)
+    position = {node: i for i, node in enumerate(nodes)}
+    placeholders = [node for node in nodes if node.op == "placeholder"]
+    anchor, follows = {}, defaultdict(list)  # number op -> the node it now follows, and the reverse
+    for node in nodes:
+        if node.op == "call_function" and node.target in NUMBER_OPS:
+            sources = [anchor.get(a, a) for a in node.all_input_nodes] + placeholders[-1:]
+            anchor[node] = max(sources, key=position.__getitem__)
+            follows[anchor[node]].append(node)
+    if not anchor:
+        return
+    order = [m for node in nodes if node not in anchor for m in (node, *follows[node])]
+    for previous, node in zip(order, order[1:]):
+        previous.append(node)
+    gm.recompile()
