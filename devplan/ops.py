@@ -38,8 +38,9 @@ SAME_BYTES = frozenset({
 
 
 # Ops whose portable out kernel checks its results' sizes instead of setting them: a dynamic
-# input goes through torch's decomposition instead (split -> split_with_sizes, which sets them).
-CHECKS_OUT_SIZES = frozenset({torch.ops.aten.split.Tensor})
+# input goes through torch's decomposition instead (split -> split_with_sizes, unbind -> select,
+# which set them).
+CHECKS_OUT_SIZES = frozenset({torch.ops.aten.split.Tensor, torch.ops.aten.unbind.int})
 
 # ExecuTorch's view of a dynamic tensor: its result takes the source's bytes under the shape
 # the size list gives at run time, the way a static view shares them at plan time.

@@ -3,11 +3,14 @@ decompositions, one node at a time: ops the runtime already runs are left alone,
 graph is never retraced as a whole (that retrace is most of ExecuTorch's lowering time)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import operator
 
 import torch
+from torch._guards import detect_fake_mode
 from torch._ops import OpOverload
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
@@ -118,7 +121,10 @@ def _trace(node: torch.fx.Node, fn) -> torch.fx.GraphModule:
     origin = _origin(node)
     via = "" if origin[1] == str(node.target) else f" (it lowers to {node.target})"
     try:
-        sub = make_fx(call, tracing_mode="fake" if not fakes else "real")(*fakes)
+        # symbolic sizes need the export's own fake mode, where torch's C++ kernels see them as
+        # symbols rather than values (SDPA's decomposition, for one, stops without it)
+        with detect_fake_mode(fakes) if _dynamic(node) else contextlib.nullcontext():
+            sub = make_fx(call, tracing_mode="fake" if not fakes else "real")(*fakes)
     except Exception as error:
         raise DevplanError(f"node {origin[0]}: op {origin[1]}{via} has no portable kernel and torch cannot "
                            f"decompose it ({first_line(error)}); rewrite the model without it") from None
@@ -138,7 +144,11 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
                 env[sub_node] = next(inputs)
             elif sub_node.op == "get_attr":
                 name = f"_devplan_const_{len(list(gm.named_buffers()))}"
-                gm.register_buffer(name, getattr(sub, sub_node.target))
+                data = getattr(sub, sub_node.target)
+                if isinstance(data, FakeTensor):  # made inside the fake mode: it has no values to store
+                    raise DevplanError(f"node {origin[0]}: op {origin[1]} decomposes into a constant that torch "
+                                       f"computes only for a static shape; export this part with static shapes")
+                gm.register_buffer(name, data)
                 env[sub_node] = gm.graph.get_attr(name)
                 env[sub_node].meta["val"] = sub_node.meta.get("val")
             elif sub_node.op == "call_function":

@@ -179,3 +179,48 @@ def test_devplan_runtime_runs_executorchs_own_dynamic_program():
         assert_matches_eager(Sizes().eval(), loaded.execute)
     finally:
         loaded.release()
+
+
+class CausalAttention(torch.nn.Module):
+    """torch's fused attention with a causal mask, over a dynamic batch and sequence."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = torch.nn.Linear(32, 96)
+
+    def forward(self, x):
+        batch, seq, dim = x.shape
+        q, k, v = self.qkv(x).view(batch, seq, 3, 4, dim // 4).permute(2, 0, 3, 1, 4)
+        attended = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return attended.transpose(1, 2).reshape(batch, seq, dim)
+
+
+def encoder() -> torch.nn.Module:
+    from samples.make_samples import EncoderBlock
+
+    torch.manual_seed(0)
+    return EncoderBlock(32, 4, 64)
+
+
+@pytest.mark.parametrize("make", [CausalAttention, encoder], ids=("sdpa", "encoder"))
+def test_a_dynamic_sequence_runs_in_both_runtimes_within_executorchs_plan(make):
+    from executorch.runtime import Runtime
+
+    module = make().eval()
+    dims = {"x": {0: Dim("batch", min=1, max=4), 1: Dim("seq", min=2, max=BOUND)}}
+    ep = torch.export.export(module, (torch.randn(2, 6, 32),), dynamic_shapes=dims)
+    result = devplan.compile(ep)
+    executorch = devplan.inspect(executorch_lower(ep))["methods"][0]["buffers"]
+    assert result.planned.buffers[0].size <= sum(b["size"] for b in executorch)
+    method = Runtime.get().load_program(result.data).load_method("forward")
+    loaded = LoadedMethod(read_pte(result.data))
+    try:
+        for batch, seq in ((4, BOUND), (1, 2), (3, 7)):
+            x = torch.randn(batch, seq, 32)
+            with torch.no_grad():
+                want = module(x)
+            for execute in (method.execute, loaded.execute):
+                torch.testing.assert_close(execute([x])[0], want)
+    finally:
+        loaded.release()
