@@ -7,7 +7,7 @@ import json
 import pytest
 
 import devplan
-from benchmarks import compile_vs_executorch, device_plan_vs_executorch, plan_vs_executorch
+from benchmarks import compile_vs_executorch, device_plan_vs_executorch, dynamic_vs_executorch, plan_vs_executorch
 from benchmarks.floor import order_free_floor
 from benchmarks.harness import export
 
@@ -105,3 +105,17 @@ def test_device_table_compares_each_device_with_the_same_ops_delegated(capsys: p
     assert float(row[7]) == pytest.approx(dp_cpu / et_cpu, rel=2e-3)
     assert float(row[8]) == pytest.approx(dp_cuda / et_cuda, rel=2e-3)
     assert float(row[9]) == pytest.approx((dp_cpu + dp_cuda) / (et_cpu + et_cuda), rel=2e-3)
+
+
+def test_dynamic_table_excludes_what_executorch_cannot_run_at_the_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    assert dynamic_vs_executorch.main(["--models", f"{MODEL},cat_split_chunk"]) == 0
+    out = capsys.readouterr().out
+    rows = table_rows(out, dynamic_vs_executorch.HEADERS)
+    assert [row[0] for row in rows] == [MODEL, "cat_split_chunk"]
+    for row in rows:
+        devplan_bytes, executorch_bytes = map(int, row[1:3])
+        assert float(row[3]) == pytest.approx(devplan_bytes / executorch_bytes, rel=2e-3)
+        assert float(row[6]) == pytest.approx(float(row[5]) / float(row[4]), rel=2e-3)
+    # ExecuTorch plans the derived dim 2 * half at the example's size, so its program refuses the bound
+    assert rows[0][7] == "yes" and rows[1][7:] == ["no", dynamic_vs_executorch.EXCLUDED]
+    assert "of 1 models" in out
