@@ -37,6 +37,10 @@ SAME_BYTES = frozenset({
 })
 
 
+# Input ranks a portable kernel accepts where its schema allows more: a program outside them
+# would fail only when it runs, so compile refuses it by name instead.
+RANKS = {"aten::convolution.out": ((3, 4), "ExecuTorch's portable convolution runs 1-D and 2-D convolutions only")}
+
 # Ops whose portable out kernel checks its results' sizes instead of setting them: a dynamic
 # input goes through torch's decomposition instead (split -> split_with_sizes, unbind -> select,
 # which set them).

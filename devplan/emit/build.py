@@ -9,7 +9,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.ops import ET_VIEW, NUMBER_OPS, PORTABLE, SAME_BYTES, is_view, kernel_name, out_variant
+from devplan.ops import ET_VIEW, NUMBER_OPS, PORTABLE, RANKS, SAME_BYTES, is_view, kernel_name, out_variant
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
                             Value)
@@ -173,10 +173,14 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
         if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
             raise DevplanError(f"node {node.name}: {name} of dynamic sizes has no kernel in ExecuTorch's runtime; "
                                f"compute sizes with + - * / // %, min, max or comparisons")
-        raise DevplanError(f"node {node.name}: {name} has no kernel in ExecuTorch's runtime; rewrite the model without it")
+        raise DevplanError(f"{_user_node(node)}: {name} has no kernel in ExecuTorch's runtime; rewrite the model without it")
     out = out_variant(node.target)
     if out is None or kernel_name(out) not in PORTABLE:
-        raise DevplanError(f"node {node.name}: op {node.target} has no kernel in the portable library; "
+        raise DevplanError(f"{_user_node(node)}: op {node.target} has no kernel in the portable library; "
+                           f"rewrite the model without it")
+    ranks, why = RANKS.get(kernel_name(out), (None, ""))
+    if ranks and node.args[0].meta["val"].dim() not in ranks:
+        raise DevplanError(f"{_user_node(node)}: {why} (its input has {node.args[0].meta['val'].dim()} dims); "
                            f"rewrite the model without it")
     same_bytes = kernel_name(out) in SAME_BYTES
     if (same_bytes or is_view(node.target)) and _emit_view(b, node, same_bytes):
@@ -200,6 +204,12 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
     out_values = tuple(outs.values())
     result = out_values[0] if len(out_values) == 1 else b.add(TensorList(out_values))
     b.kernels.append(Kernel(kernel_name(out), tuple(args) + (result,), node.name))
+
+
+def _user_node(node: torch.fx.Node) -> str:
+    """The user's own node that `node` came from (decomposition names its nodes op_default_N)."""
+    name, op = node.meta.get("devplan_origin", (node.name, str(node.target)))
+    return f"node {name}" if op == str(node.target) else f"node {name} ({op})"
 
 
 def _emit_number(b: _Builder, node: torch.fx.Node) -> None:

@@ -53,7 +53,7 @@ class _Blob:
         self.index: dict[bytes, int] = {}
 
     def add(self, tensor: torch.Tensor) -> int:
-        raw = tensor.detach().contiguous().numpy().tobytes() if tensor.numel() else b""
+        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""  # numpy has no bfloat16
         key = hashlib.sha256(raw).digest() + str(len(raw)).encode()
         if key not in self.index:
             self.data += bytes(-len(self.data) % CONSTANT_ALIGNMENT)

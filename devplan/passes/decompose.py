@@ -30,7 +30,7 @@ def _table() -> dict:
     # inference kernel instead of through the training form's scratch buffers
     ours = {torch.ops.prims.convert_element_type.default:
             lambda x, dtype: torch.ops.aten._to_copy.default(x, dtype=dtype),
-            torch.ops.aten.batch_norm.default: _batch_norm}
+            torch.ops.aten.batch_norm.default: _batch_norm, torch.ops.aten.rms_norm.default: _rms_norm}
     return {**torch._decomp.decomposition_table, **torch._decomp.core_aten_decompositions(), **ours}
 
 
@@ -40,10 +40,21 @@ def _batch_norm(x, weight, bias, mean, var, training, momentum, eps, cudnn_enabl
     return torch.ops.aten._native_batch_norm_legit_no_training.default(x, weight, bias, mean, var, momentum, eps)[0]
 
 
+def _rms_norm(x, normalized_shape, weight=None, eps=None):
+    """As ATen computes it: in float32 for half types, eps that type's epsilon by default
+    (torch's own decomposition of it goes through prims that have no kernel)."""
+    wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    eps = torch.finfo(wide.dtype).eps if eps is None else eps
+    dims = tuple(range(-len(normalized_shape), 0))
+    y = (wide * torch.rsqrt(wide.pow(2).mean(dims, keepdim=True) + eps)).to(x.dtype)
+    return y * weight if weight is not None else y
+
+
 def decompose(gm: torch.fx.GraphModule) -> None:
     """Leave only ops with portable kernels (or getitem) in `gm`; raise naming the node otherwise."""
     pending = [n for n in gm.graph.nodes if n.op == "call_function"]
     traces: dict = {}
+    mode = detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"])
     for _ in range(_MAX_ROUNDS):
         gm.graph.eliminate_dead_code()  # decompositions leave unused results (e.g. empty stats buffers)
         added = []
@@ -56,7 +67,7 @@ def decompose(gm: torch.fx.GraphModule) -> None:
             if op._schema.name in _DROPPED:
                 gm.graph.erase_node(node)
             elif _prefer_scalar(node) or not runnable(node.target) or (op in CHECKS_OUT_SIZES and _dynamic(node)):
-                added += _inline(gm, node, _table().get(node.target, node.target), traces)
+                added += _inline(gm, node, _table().get(node.target, node.target), traces, mode)
         if not added:
             break
         pending = added
@@ -87,7 +98,7 @@ def _number(arg):
     return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
 
-def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict) -> list[torch.fx.Node]:
+def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict, mode) -> list[torch.fx.Node]:
     """Trace fn on the node's fake inputs and splice the resulting ops in place of the node.
     A model repeats the same op on the same shapes many times (one per layer): `traces`
     keeps each trace for the rest of this compile."""
@@ -95,7 +106,7 @@ def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict) -> 
     key = (node.target, repr(spec), tuple(_signature(a) for a in flat))
     if key not in traces:
         traces[key] = _trace(node, fn)
-    return _splice(gm, node, traces[key], [a for a in flat if isinstance(a, torch.fx.Node)])
+    return _splice(gm, node, traces[key], [a for a in flat if isinstance(a, torch.fx.Node)], mode)
 
 
 def _signature(arg) -> object:
@@ -121,9 +132,10 @@ def _trace(node: torch.fx.Node, fn) -> torch.fx.GraphModule:
     origin = _origin(node)
     via = "" if origin[1] == str(node.target) else f" (it lowers to {node.target})"
     try:
-        # symbolic sizes need the export's own fake mode, where torch's C++ kernels see them as
-        # symbols rather than values (SDPA's decomposition, for one, stops without it)
-        with detect_fake_mode(fakes) if _dynamic(node) else contextlib.nullcontext():
+        # mkldnn off: torch's LSTM decomposition would pick the mkldnn kernel on the CPU. Symbolic
+        # sizes need the export's own fake mode, where torch's C++ kernels see them as symbols
+        # rather than values (SDPA's decomposition, for one, stops without it).
+        with _without_mkldnn(), detect_fake_mode(fakes) if _dynamic(node) else contextlib.nullcontext():
             sub = make_fx(call, tracing_mode="fake" if not fakes else "real")(*fakes)
     except Exception as error:
         raise DevplanError(f"node {origin[0]}: op {origin[1]}{via} has no portable kernel and torch cannot "
@@ -134,7 +146,9 @@ def _trace(node: torch.fx.Node, fn) -> torch.fx.GraphModule:
     return sub
 
 
-def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule, tensors) -> list[torch.fx.Node]:
+def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule, tensors, mode) -> list[torch.fx.Node]:
+    """Each spliced node's value is described in the graph's fake mode `mode` (a trace has its
+    own), so that later rounds can trace ops that read values of different traces together."""
     origin = _origin(node)
     env, added = {}, []
     inputs = iter(tensors)
@@ -150,10 +164,19 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
                                        f"computes only for a static shape; export this part with static shapes")
                 gm.register_buffer(name, data)
                 env[sub_node] = gm.graph.get_attr(name)
-                env[sub_node].meta["val"] = sub_node.meta.get("val")
+                # described in the graph's own fake mode, so later rounds can trace ops that read it
+                env[sub_node].meta["val"] = mode.from_tensor(data) if mode else sub_node.meta.get("val")
+            elif sub_node.op == "call_function" and _named_tuple(sub_node.target):
+                # torch's out-wrapped decompositions return a namedtuple (return_types_*): its
+                # fields are the results themselves
+                args, kwargs = torch.fx.map_arg((sub_node.args, sub_node.kwargs), env.__getitem__)
+                env[sub_node] = (*args, *(kwargs[name] for name in sub_node.target._fields[len(args):]))
+            elif sub_node.target is operator.getitem and isinstance(env[sub_node.args[0]], tuple):
+                env[sub_node] = env[sub_node.args[0]][sub_node.args[1]]
             elif sub_node.op == "call_function":
                 new = gm.graph.call_function(sub_node.target, *torch.fx.map_arg((sub_node.args, sub_node.kwargs), env.__getitem__))
-                new.meta = {"val": sub_node.meta.get("val"), "devplan_origin": origin}
+                new.meta = {"val": pytree.tree_map(lambda v: _in_mode(v, mode), sub_node.meta.get("val")),
+                            "devplan_origin": origin}
                 env[sub_node] = new
                 added.append(new)
             else:
@@ -161,6 +184,28 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
     _replace(node, result)
     gm.graph.erase_node(node)
     return added
+
+
+def _in_mode(value, mode):
+    if not isinstance(value, FakeTensor) or mode is None or value.fake_mode is mode:
+        return value
+    with mode:
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
+
+
+@contextlib.contextmanager
+def _without_mkldnn():
+    """torch.backends.mkldnn.flags(enabled=False) without the TF32 warning its exit prints."""
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
+
+
+def _named_tuple(target) -> bool:
+    return isinstance(target, type) and issubclass(target, tuple)
 
 
 def _origin(node: torch.fx.Node) -> tuple[str, str]:

@@ -34,6 +34,11 @@ def lifetimes(method: Method) -> dict[int, tuple[int, int]]:
         last[index] = end
     for index in method.state:
         first[index], last[index] = 0, end
+    for index in list(first):  # a storage that no instruction touches itself (a cat's result read
+        root = getattr(method.values[index], "alias_of", None)  # only through views) lives while they do
+        if root is not None and root not in last:
+            views = [i for i in first if getattr(method.values[i], "alias_of", None) == root]
+            first[root], last[root] = min(first[i] for i in views), max(last[i] for i in views)
     return {i: (first[i], last[i]) for i in first
             if isinstance(method.values[i], TensorSpec) and not method.values[i].constant}
 
