@@ -34,8 +34,10 @@ def lifetimes(method: Method) -> dict[int, tuple[int, int]]:
         last[index] = end
     for index in method.state:
         first[index], last[index] = 0, end
-    for index in list(first):  # a storage that no instruction touches itself (a cat's result read
-        root = getattr(method.values[index], "alias_of", None)  # only through views) lives while they do
+    # A storage no instruction touches itself (a cat's result read only through views of it)
+    # lives while the tensors sharing its bytes do.
+    for index in list(first):
+        root = getattr(method.values[index], "alias_of", None)
         if root is not None and root not in last:
             views = [i for i in first if getattr(method.values[i], "alias_of", None) == root]
             first[root], last[root] = min(first[i] for i in views), max(last[i] for i in views)
