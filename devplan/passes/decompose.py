@@ -30,7 +30,13 @@ def _table() -> dict:
     # inference kernel instead of through the training form's scratch buffers
     ours = {torch.ops.prims.convert_element_type.default:
             lambda x, dtype: torch.ops.aten._to_copy.default(x, dtype=dtype),
-            torch.ops.aten.batch_norm.default: _batch_norm, torch.ops.aten.rms_norm.default: _rms_norm}
+            torch.ops.aten.batch_norm.default: _batch_norm, torch.ops.aten.rms_norm.default: _rms_norm,
+            torch.ops.aten.cosine_similarity.default: _cosine_similarity, torch.ops.aten.pad.default: _pad,
+            # `x << 1` exports as the dunder op, which has no kernel of its own
+            torch.ops.aten.__lshift__.Scalar: torch.ops.aten.bitwise_left_shift.Tensor_Scalar,
+            torch.ops.aten.__lshift__.Tensor: torch.ops.aten.bitwise_left_shift.Tensor,
+            torch.ops.aten.__rshift__.Scalar: torch.ops.aten.bitwise_right_shift.Tensor_Scalar,
+            torch.ops.aten.__rshift__.Tensor: torch.ops.aten.bitwise_right_shift.Tensor}
     return {**torch._decomp.decomposition_table, **torch._decomp.core_aten_decompositions(), **ours}
 
 
@@ -48,6 +54,26 @@ def _rms_norm(x, normalized_shape, weight=None, eps=None):
     dims = tuple(range(-len(normalized_shape), 0))
     y = (wide * torch.rsqrt(wide.pow(2).mean(dims, keepdim=True) + eps)).to(x.dtype)
     return y * weight if weight is not None else y
+
+
+def _cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """ATen's formula without its in-place clamps (torch's decomposition keeps them)."""
+    x1, x2 = torch.broadcast_tensors(x1, x2)
+    norm1 = torch.linalg.vector_norm(x1, 2, dim, keepdim=True).clamp_min(eps)
+    norm2 = torch.linalg.vector_norm(x2, 2, dim, keepdim=True).clamp_min(eps)
+    return ((x1 / norm1) * (x2 / norm2)).sum(dim)
+
+
+def _pad(x, pad, mode="constant", value=None):
+    """Circular padding as concatenations of the wrapped-around slices (torch's decomposition
+    copies into slices in place); other modes as torch decomposes them."""
+    if mode != "circular" or any(p < 0 for p in pad):
+        return torch.ops.aten.pad.default(x, pad, mode, value)
+    for i in range(len(pad) // 2):
+        dim, before, after = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+        size = x.shape[dim]
+        x = torch.cat([x.narrow(dim, size - before, before), x, x.narrow(dim, 0, after)], dim)
+    return x
 
 
 def decompose(gm: torch.fx.GraphModule) -> None:

@@ -154,7 +154,8 @@ class LoadedMethod:
                                    f"without finishing; its jumps loop")
             try:
                 pc = self._run(pc, self.steps[pc])
-            except (RuntimeError, TypeError, ValueError, IndexError, OverflowError, NotImplementedError) as error:
+            except (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, AttributeError,
+                    NotImplementedError) as error:  # a damaged program: one line, not a traceback
                 raise DevplanError(f"{self.where}: instruction {pc} ({self.steps[pc].name}) failed: "
                                    f"{first_line(error)}") from None
 

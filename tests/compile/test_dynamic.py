@@ -224,3 +224,28 @@ def test_a_dynamic_sequence_runs_in_both_runtimes_within_executorchs_plan(make):
                 torch.testing.assert_close(execute([x])[0], want)
     finally:
         loaded.release()
+
+
+def test_a_size_kernel_that_fails_at_run_time_is_one_line_naming_it():
+    """A damaged program whose floordiv of sizes divides by zero: the runtime says which
+    instruction failed, instead of a ZeroDivisionError traceback."""
+    from dataclasses import replace
+
+    from devplan.emit.program import to_program
+    from devplan.pte import dumps_pte
+
+    planned = sizes_program().planned
+    method = planned.method
+    step = next(i for i, k in enumerate(method.kernels) if k.op == "executorch_prim::floordiv.Scalar")
+    zero = len(method.values)
+    broken = replace(method, values=(*method.values, 0),
+                     kernels=tuple(replace(k, args=(k.args[0], zero, k.args[2])) if i == step else k
+                                   for i, k in enumerate(method.kernels)))
+    data = dumps_pte(*to_program(replace(planned, method=broken)))
+    loaded = LoadedMethod(read_pte(data))
+    try:
+        with pytest.raises(DevplanError, match=rf"instruction {step} \(executorch_prim::floordiv.Scalar\) failed: "
+                                               r"integer division or modulo by zero"):
+            loaded.execute([torch.randn(4, 3, 6, 6)])
+    finally:
+        loaded.release()
