@@ -32,6 +32,7 @@ def _table() -> dict:
             lambda x, dtype: torch.ops.aten._to_copy.default(x, dtype=dtype),
             torch.ops.aten.batch_norm.default: _batch_norm, torch.ops.aten.rms_norm.default: _rms_norm,
             torch.ops.aten.cosine_similarity.default: _cosine_similarity, torch.ops.aten.pad.default: _pad,
+            torch.ops.aten.sort.default: _sort, torch.ops.aten.median.dim: _median,
             # `x << 1` exports as the dunder op, which has no kernel of its own
             torch.ops.aten.__lshift__.Scalar: torch.ops.aten.bitwise_left_shift.Tensor_Scalar,
             torch.ops.aten.__lshift__.Tensor: torch.ops.aten.bitwise_left_shift.Tensor,
@@ -62,6 +63,20 @@ def _cosine_similarity(x1, x2, dim=1, eps=1e-8):
     norm1 = torch.linalg.vector_norm(x1, 2, dim, keepdim=True).clamp_min(eps)
     norm2 = torch.linalg.vector_norm(x2, 2, dim, keepdim=True).clamp_min(eps)
     return ((x1 / norm1) * (x2 / norm2)).sum(dim)
+
+
+def _sort(x, dim=-1, descending=False):
+    """A full sort is a top-k of every element: the portable library has topk, not sort."""
+    values, indices = torch.topk(x, x.shape[dim] if x.dim() else 1, dim, largest=descending, sorted=True)
+    return values, indices
+
+
+def _median(x, dim, keepdim=False):
+    """The lower median is the ((n - 1) // 2)-th smallest: the last of a sorted top-k."""
+    k = (x.shape[dim] - 1) // 2
+    values, indices = torch.topk(x, k + 1, dim, largest=False, sorted=True)
+    values, indices = values.narrow(dim, k, 1), indices.narrow(dim, k, 1)
+    return (values, indices) if keepdim else (values.squeeze(dim), indices.squeeze(dim))
 
 
 def _pad(x, pad, mode="constant", value=None):
