@@ -1,10 +1,10 @@
 """Rewrite every op that has no portable kernel into ops that do, with torch's own
-decompositions, one node at a time: ops the runtime already runs are left alone, so the
-graph is never retraced as a whole (that retrace is most of ExecuTorch's lowering time)."""
+decompositions (and devplan's, in decompositions.py), one node at a time: ops the runtime
+already runs are left alone, so the graph is never retraced as a whole (that retrace is
+most of ExecuTorch's lowering time)."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import operator
 
 import torch
@@ -16,79 +16,12 @@ from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError, first_line
 from devplan.ops import CHECKS_OUT_SIZES, runnable
+from devplan.passes.decompositions import table
 
 # Ops that only check metadata or shapes at trace time; the runtime has nothing to do.
 _DROPPED = {"aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",
             "aten::_assert_async", "aten::sym_constrain_range"}
 _MAX_ROUNDS = 8
-
-
-@functools.cache
-def _table() -> dict:
-    # torch's full table covers a few ops (e.g. _unsafe_view) that the core ATen table leaves alone
-    # and prims that some decompositions emit; batch norm in eval goes straight to its
-    # inference kernel instead of through the training form's scratch buffers
-    ours = {torch.ops.prims.convert_element_type.default:
-            lambda x, dtype: torch.ops.aten._to_copy.default(x, dtype=dtype),
-            torch.ops.aten.batch_norm.default: _batch_norm, torch.ops.aten.rms_norm.default: _rms_norm,
-            torch.ops.aten.cosine_similarity.default: _cosine_similarity, torch.ops.aten.pad.default: _pad,
-            torch.ops.aten.sort.default: _sort, torch.ops.aten.median.dim: _median,
-            # `x << 1` exports as the dunder op, which has no kernel of its own
-            torch.ops.aten.__lshift__.Scalar: torch.ops.aten.bitwise_left_shift.Tensor_Scalar,
-            torch.ops.aten.__lshift__.Tensor: torch.ops.aten.bitwise_left_shift.Tensor,
-            torch.ops.aten.__rshift__.Scalar: torch.ops.aten.bitwise_right_shift.Tensor_Scalar,
-            torch.ops.aten.__rshift__.Tensor: torch.ops.aten.bitwise_right_shift.Tensor}
-    return {**torch._decomp.decomposition_table, **torch._decomp.core_aten_decompositions(), **ours}
-
-
-def _batch_norm(x, weight, bias, mean, var, training, momentum, eps, cudnn_enabled):
-    if training or mean is None:
-        return torch.ops.aten.batch_norm.default(x, weight, bias, mean, var, training, momentum, eps, cudnn_enabled)
-    return torch.ops.aten._native_batch_norm_legit_no_training.default(x, weight, bias, mean, var, momentum, eps)[0]
-
-
-def _rms_norm(x, normalized_shape, weight=None, eps=None):
-    """As ATen computes it: in float32 for half types, eps that type's epsilon by default
-    (torch's own decomposition of it goes through prims that have no kernel)."""
-    wide = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-    eps = torch.finfo(wide.dtype).eps if eps is None else eps
-    dims = tuple(range(-len(normalized_shape), 0))
-    y = (wide * torch.rsqrt(wide.pow(2).mean(dims, keepdim=True) + eps)).to(x.dtype)
-    return y * weight if weight is not None else y
-
-
-def _cosine_similarity(x1, x2, dim=1, eps=1e-8):
-    """ATen's formula without its in-place clamps (torch's decomposition keeps them)."""
-    x1, x2 = torch.broadcast_tensors(x1, x2)
-    norm1 = torch.linalg.vector_norm(x1, 2, dim, keepdim=True).clamp_min(eps)
-    norm2 = torch.linalg.vector_norm(x2, 2, dim, keepdim=True).clamp_min(eps)
-    return ((x1 / norm1) * (x2 / norm2)).sum(dim)
-
-
-def _sort(x, dim=-1, descending=False):
-    """A full sort is a top-k of every element: the portable library has topk, not sort."""
-    values, indices = torch.topk(x, x.shape[dim] if x.dim() else 1, dim, largest=descending, sorted=True)
-    return values, indices
-
-
-def _median(x, dim, keepdim=False):
-    """The lower median is the ((n - 1) // 2)-th smallest: the last of a sorted top-k."""
-    k = (x.shape[dim] - 1) // 2
-    values, indices = torch.topk(x, k + 1, dim, largest=False, sorted=True)
-    values, indices = values.narrow(dim, k, 1), indices.narrow(dim, k, 1)
-    return (values, indices) if keepdim else (values.squeeze(dim), indices.squeeze(dim))
-
-
-def _pad(x, pad, mode="constant", value=None):
-    """Circular padding as concatenations of the wrapped-around slices (torch's decomposition
-    copies into slices in place); other modes as torch decomposes them."""
-    if mode != "circular" or any(p < 0 for p in pad):
-        return torch.ops.aten.pad.default(x, pad, mode, value)
-    for i in range(len(pad) // 2):
-        dim, before, after = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
-        size = x.shape[dim]
-        x = torch.cat([x.narrow(dim, size - before, before), x, x.narrow(dim, 0, after)], dim)
-    return x
 
 
 def decompose(gm: torch.fx.GraphModule) -> None:
@@ -108,7 +41,7 @@ def decompose(gm: torch.fx.GraphModule) -> None:
             if op._schema.name in _DROPPED:
                 gm.graph.erase_node(node)
             elif _prefer_scalar(node) or not runnable(node.target) or (op in CHECKS_OUT_SIZES and _dynamic(node)):
-                added += _inline(gm, node, _table().get(node.target, node.target), traces, mode)
+                added += _inline(gm, node, table().get(node.target, node.target), traces, mode)
         if not added:
             break
         pending = added
