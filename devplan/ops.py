@@ -37,6 +37,9 @@ SAME_BYTES = frozenset({
 })
 
 
+# devplan's own delegate backend: its payload is an ET12 program for the delegate's device
+BACKEND_ID = "DevplanDelegate"
+
 # Input ranks a portable kernel accepts where its schema allows more: a program outside them
 # would fail only when it runs, so compile refuses it by name instead.
 RANKS = {"aten::convolution.out": ((3, 4), "ExecuTorch's portable convolution runs 1-D and 2-D convolutions only")}

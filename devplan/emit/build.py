@@ -9,11 +9,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.ops import ET_VIEW, NUMBER_OPS, PORTABLE, RANKS, SAME_BYTES, is_view, kernel_name, out_variant
+from devplan.ops import BACKEND_ID, ET_VIEW, NUMBER_OPS, PORTABLE, RANKS, SAME_BYTES, is_view, kernel_name, out_variant
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
                             Value)
-from devplan.passes.partition import BACKEND_ID
 from devplan.spec import CPU, Device, TensorSpec
 
 
@@ -239,11 +238,7 @@ def _emit_delegate(b: _Builder, node: torch.fx.Node) -> None:
     outs = tuple(b.tensor(result, device=device) for result in (val if isinstance(val, (list, tuple)) else (val,)))
     b.delegates.append(Delegate(BACKEND_ID, node.meta["payload"], node.meta["backend"].compile_specs))
     b.kernels.append(Kernel(BACKEND_ID, inputs + outs, node.target, delegate=len(b.delegates) - 1))
-    if isinstance(val, torch.Tensor):
-        b.of_node[node] = outs[0]
-    for user in node.users:
-        if user.target is operator.getitem:
-            b.of_node[user] = outs[user.args[1]]
+    _bind(b, node, outs)
 
 
 def _emit_view(b: _Builder, node: torch.fx.Node, same_bytes: bool) -> bool:
@@ -267,13 +262,17 @@ def _emit_view(b: _Builder, node: torch.fx.Node, same_bytes: bool) -> bool:
     starts = [0] * len(pieces) if same_bytes else _runs(node)
     if starts is None:
         return False
-    specs = [b.tensor(piece, alias_of=root, alias_offset=start + at) for piece, at in zip(pieces, starts)]
-    if isinstance(val, torch.Tensor):
-        b.of_node[node] = specs[0]
+    _bind(b, node, [b.tensor(piece, alias_of=root, alias_offset=start + at) for piece, at in zip(pieces, starts)])
+    return True
+
+
+def _bind(b: _Builder, node: torch.fx.Node, results) -> None:
+    """The node's value is its one tensor result; getitem users pick theirs out of several."""
+    if isinstance(node.meta.get("val"), torch.Tensor):
+        b.of_node[node] = results[0]
     for user in node.users:
         if user.target is operator.getitem:
-            b.of_node[user] = specs[user.args[1]]
-    return True
+            b.of_node[user] = results[user.args[1]]
 
 
 def _runs(node: torch.fx.Node) -> list[int] | None:
@@ -313,9 +312,7 @@ def _out_values(b: _Builder, node: torch.fx.Node, out_args) -> dict[str, int]:
         b.of_node[node] = b.tensor(val)
         return {out_args[0].name: b.of_node[node]}
     items = [b.tensor(v) for v in val]
-    for user in node.users:
-        if user.target is operator.getitem:
-            b.of_node[user] = items[user.args[1]]
+    _bind(b, node, items)
     if len(out_args) == 1:  # a Tensor[] out, e.g. split_copy
         return {out_args[0].name: b.add(TensorList(tuple(items)))}
     return {a.name: i for a, i in zip(out_args, items)}

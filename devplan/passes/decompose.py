@@ -79,7 +79,7 @@ def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict, mod
     flat, spec = pytree.tree_flatten((node.args, node.kwargs))
     key = (node.target, repr(spec), tuple(_signature(a) for a in flat))
     if key not in traces:
-        traces[key] = _trace(node, fn)
+        traces[key] = _trace(node, fn, mode)
     return _splice(gm, node, traces[key], [a for a in flat if isinstance(a, torch.fx.Node)], mode)
 
 
@@ -90,8 +90,8 @@ def _signature(arg) -> object:
     return repr(value)
 
 
-def _trace(node: torch.fx.Node, fn) -> torch.fx.GraphModule:
-    """fn traced on the node's fake tensors, its other arguments fixed."""
+def _trace(node: torch.fx.Node, fn, mode) -> torch.fx.GraphModule:
+    """fn traced on the node's fake tensors, its other arguments fixed; `mode` is the graph's fake mode."""
     flat, spec = pytree.tree_flatten((node.args, node.kwargs))
     positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
     fakes = [flat[i].meta["val"] for i in positions]
@@ -109,7 +109,7 @@ def _trace(node: torch.fx.Node, fn) -> torch.fx.GraphModule:
         # mkldnn off: torch's LSTM decomposition would pick the mkldnn kernel on the CPU. Symbolic
         # sizes need the export's own fake mode, where torch's C++ kernels see them as symbols
         # rather than values (SDPA's decomposition, for one, stops without it).
-        with _without_mkldnn(), detect_fake_mode(fakes) if _dynamic(node) else contextlib.nullcontext():
+        with _without_mkldnn(), mode if mode is not None and _dynamic(node) else contextlib.nullcontext():
             sub = make_fx(call, tracing_mode="fake" if not fakes else "real")(*fakes)
     except Exception as error:
         raise DevplanError(f"node {origin[0]}: op {origin[1]}{via} has no portable kernel and torch cannot "

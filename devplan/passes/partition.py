@@ -16,7 +16,6 @@ from devplan.ops import NUMBER_OPS
 from devplan.passes.graph import Lowered
 from devplan.spec import Device
 
-BACKEND_ID = "DevplanDelegate"  # devplan's own backend: its payload is an ET12 program for the device
 TARGET_DEVICE = "target_device"  # the compile spec key ExecuTorch reads a delegate's device from
 
 

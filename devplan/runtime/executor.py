@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
 from devplan import dtypes
-from devplan.ops import ET_VIEW, NUMBER_OPS
 from devplan.errors import DevplanError, first_line
+from devplan.ops import BACKEND_ID, ET_VIEW, NUMBER_OPS
 from devplan.pte import PteFile, read_pte
 from devplan.pte.reader import ints, text
 from devplan.pte.fb.InstructionArguments import InstructionArguments
@@ -24,8 +23,6 @@ from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
 from devplan.runtime.allocator import allocator_for
 from devplan.spec import CPU, DEVICE_TYPES, Device
-
-DELEGATE_BACKEND = "DevplanDelegate"  # the backend whose payloads this runtime can run
 
 _STEP_BUDGET = 1000
 _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach (alignment, reserves)
@@ -140,12 +137,6 @@ class LoadedMethod:
         return True
 
     def _run_all(self) -> None:
-        with warnings.catch_warnings():
-            # torch warns whenever an out= tensor is resized, which dynamic shapes do by design
-            warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
-            self._run_steps()
-
-    def _run_steps(self) -> None:
         pc, budget = 0, _STEP_BUDGET * max(1, len(self.steps))
         while pc < len(self.steps):
             budget -= 1
@@ -183,9 +174,9 @@ class LoadedMethod:
 
     def _open_delegate(self, pte: PteFile, plans: dict, name: str, index: int, delegate) -> "LoadedMethod":
         backend = text(delegate.id)
-        if backend != DELEGATE_BACKEND:
+        if backend != BACKEND_ID:
             raise DevplanError(f"{self.where}: delegate {index} runs on backend {backend!r}, which the reference "
-                               f"runtime does not have (it runs {DELEGATE_BACKEND} payloads only)")
+                               f"runtime does not have (it runs {BACKEND_ID} payloads only)")
         return LoadedMethod(pte.delegate_program(list(plans).index(name), index))
 
     def _bind(self, pte: PteFile, index: int, value) -> Any:
@@ -332,12 +323,14 @@ class LoadedMethod:
                                f"its schema takes {len(schema)}")
         positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
-        emptied = tuple(a for a, s in zip(args, schema) if s.is_out and a in self.bounds)
+        outs = [i for a, s in zip(args, schema) if s.is_out
+                for i in (self.values[a].items if isinstance(self.values[a], _Refs) else (a,))]
+        emptied = tuple(i for i in outs if i in self.bounds)
         return _Step(InstructionArguments.KernelCall, name, op, positional, keywords, emptied=emptied)
 
     def _run(self, pc: int, step: _Step) -> int:
         if step.kind == InstructionArguments.KernelCall:
-            for index in step.emptied:  # else torch sees a full-size out overlap an in-place input
+            for index in step.emptied:  # else torch warns of the resize, or sees an in-place input overlap it
                 self.values[index].resize_(0)
             result = step.call(*(self._value(a) for a in step.args), **{k: self._value(a) for k, a in step.keywords})
             if step.result is not None:
