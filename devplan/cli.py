@@ -141,6 +141,10 @@ def compile_command(
     inplace: Annotated[
         bool, typer.Option("--inplace/--no-inplace", help="Let elementwise ops write over an input that dies there, and cat pieces be computed in place.")
     ] = True,
+    reorder: Annotated[
+        bool, typer.Option("--reorder/--keep-order", help="Run the instructions in the order that holds the fewest bytes at once "
+                           "(--keep-order: the exported order).")
+    ] = True,
     delegate: Annotated[
         Optional[list[str]],
         typer.Option("--delegate", metavar="DEVICE[=OPS]", help="Run ops on DEVICE as delegates: cuda:0 takes every op, "
@@ -175,7 +179,7 @@ def compile_command(
         raise DevplanError(f"{target}: output would overwrite the input; pass -o with another name")
     status = _progress(json_output)
     with status:
-        result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace,
+        result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, reorder=reorder,
                          delegates=backends, device_io=device_io, dump_dir=dump_dir,
                          on_stage=lambda name: status.update(f"devplan compile: {name}..."))
     summary = result.summary()

@@ -1,8 +1,8 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
     load -> from_exported -> decompose -> fold_constants -> hoist_sizes [-> partition -> compile_delegates]
-         -> build_method -> write_cats_in_place -> reuse_dead_inputs -> plan_method -> to_program
-         -> dumps_pte -> write
+         -> build_method -> write_cats_in_place -> schedule -> reuse_dead_inputs -> plan_method
+         -> to_program -> dumps_pte -> write
 """
 from __future__ import annotations
 
@@ -47,22 +47,23 @@ class CompileResult:
 
 
 def compile(source, output: str | os.PathLike | None = None, *, alignment: int = 16, planner: str = "best",
-            budgets: Mapping[str, int] | None = None, inplace: bool = True, delegates: Sequence["Backend | str"] = (),
+            budgets: Mapping[str, int] | None = None, inplace: bool = True, reorder: bool = True, delegates: Sequence["Backend | str"] = (),
             device_io: bool = False, dump_dir: str | os.PathLike | None = None, on_stage: Callable[[str], None] | None = None) -> CompileResult:
     """Compile a .pt2 path or an ExportedProgram to an ET12 program. Writes `output` when
     given (atomically); nothing is written when any stage fails. `delegates` are backends
     ('cuda:0', 'cuda:0=aten::linear,aten::relu', or Backend objects), each taking the ops it
     supports, in turn, to run them on its device; with `device_io`, inputs only they read are
-    planned on their device and their results are returned from there."""
+    planned on their device and their results are returned from there. `reorder` runs the
+    instructions in the order that holds the fewest bytes at once, `inplace` lets results
+    take the bytes of inputs that die with them."""
     from devplan.emit.build import build_method
     from devplan.emit.delegate import compile_delegates, reserved_bytes
     from devplan.emit.program import to_program
     from devplan.load import load
+    from devplan.passes import method_passes
     from devplan.passes.decompose import decompose
     from devplan.passes.fold import fold_constants
     from devplan.passes.graph import from_exported
-    from devplan.passes.concat import write_cats_in_place
-    from devplan.passes.inplace import reuse_dead_inputs
     from devplan.passes.partition import Backend, partition
     from devplan.passes.sizes import hoist_sizes
     from devplan.planning.assign import plan_method
@@ -91,11 +92,11 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     stage("sizes", hoist_sizes, low.gm)
     if backends:
         low = stage("partition", partition, low, backends)
-        low = stage("delegates", compile_delegates, low, alignment=alignment, planner=planner, inplace=inplace)
+        low = stage("delegates", compile_delegates, low, alignment=alignment, planner=planner, inplace=inplace,
+                    reorder=reorder)
     method = stage("build", build_method, low, device_io=device_io)
-    if inplace:
-        method = stage("concat", write_cats_in_place, method)
-        method = stage("inplace", reuse_dead_inputs, method)
+    for name, run in method_passes(inplace=inplace, reorder=reorder, alignment=alignment):
+        method = stage(name, run, method)
     planned = stage("plan", plan_method, method, alignment=alignment, algorithm=planner, budgets=budgets,
                     reserved=reserved_bytes(low) if backends else None)
     program, segments = stage("emit", to_program, planned)

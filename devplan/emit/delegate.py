@@ -13,15 +13,15 @@ from torch.utils import _pytree as pytree
 from devplan.emit.build import build_method
 from devplan.emit.program import to_program
 from devplan.errors import DevplanError
-from devplan.passes.concat import write_cats_in_place
+from devplan.passes import method_passes
 from devplan.passes.graph import Lowered
-from devplan.passes.inplace import reuse_dead_inputs
 from devplan.planning.assign import plan_method
 from devplan.pte import dumps_pte
 from devplan.spec import TensorSpec
 
 
-def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best", inplace: bool = True) -> Lowered:
+def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best", inplace: bool = True,
+                      reorder: bool = True) -> Lowered:
     """Store on every delegate call node its payload ('payload'), the argument nodes it takes
     at run time ('delegate_inputs', in the order the payload's method takes them) and the
     bytes it plans on its device ('payload_bytes'). The payloads are planned with the same
@@ -30,7 +30,7 @@ def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best
         if node.op == "call_module":
             try:
                 node.meta["payload"], node.meta["delegate_inputs"], node.meta["payload_bytes"] = _payload(
-                    low, node, alignment, planner, inplace)
+                    low, node, alignment, planner, inplace, reorder)
             except DevplanError as error:
                 raise DevplanError(f"{node.target} (the ops delegated to {node.meta['backend'].device}): {error}") from None
     return low
@@ -47,7 +47,7 @@ def reserved_bytes(low: Lowered) -> dict[str, int]:
 
 
 def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str,
-             inplace: bool) -> tuple[bytes, tuple[torch.fx.Node, ...], int]:
+             inplace: bool, reorder: bool) -> tuple[bytes, tuple[torch.fx.Node, ...], int]:
     sub = copy.deepcopy(low.gm.get_submodule(node.target))
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     constants, inputs, runtime_args = {}, [], []
@@ -69,8 +69,8 @@ def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str,
     device = node.meta["backend"].device
     method = method.with_specs({i: replace(v, device=device) for i, v in enumerate(method.values)
                                 if isinstance(v, TensorSpec) and not v.constant})
-    if inplace:
-        method = reuse_dead_inputs(write_cats_in_place(method))
+    for _, run in method_passes(inplace=inplace, reorder=reorder, alignment=alignment):
+        method = run(method)
     planned = plan_method(method, alignment=alignment, algorithm=planner, home=device)
     return dumps_pte(*to_program(planned)), tuple(runtime_args), sum(b.size for b in planned.buffers)
 

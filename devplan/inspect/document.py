@@ -102,6 +102,7 @@ def _method(pte, plan_index: int, plan) -> dict:
     instruction_rows = [_instruction(index, instruction, operators) for index, instruction in enumerate(instructions)]
     lifetimes = _lifetimes(values, instruction_rows, inputs, outputs)
     written = _written(values, instruction_rows, inputs)
+    read = {value for row in instruction_rows for value in _with_items(values, row["args"])}
     buffer_devices = _buffer_devices(plan)
     sizes = ints(plan.nonConstBufferSizes)
     input_set, output_set = set(inputs), set(outputs)
@@ -111,7 +112,7 @@ def _method(pte, plan_index: int, plan) -> dict:
         if value.valType == KernelTypes.Tensor
     ]
     buffers = [
-        _buffer(mem_id, sizes[mem_id], buffer_devices.get(mem_id, CPU), tensors, written)
+        _buffer(mem_id, sizes[mem_id], buffer_devices.get(mem_id, CPU), tensors, written, read)
         for mem_id in range(1, len(sizes))
     ]
     delegates = [_delegate(pte, plan_index, index, delegate) for index, delegate in enumerate(plan.delegates or ())]
@@ -185,6 +186,15 @@ def _lifetimes(values, instructions: list[dict], inputs: list[int], outputs: lis
     return touched
 
 
+def _with_items(values, args: list[int]) -> list[int]:
+    """Arguments, and the items of those that are lists."""
+    found = list(args)
+    for arg in args:
+        if 0 <= arg < len(values) and values[arg].valType in _LIST_KINDS:
+            found += [item for item in ints(values[arg].val.items) if item >= 0]
+    return found
+
+
 def _written(values, instructions: list[dict], inputs: list[int]) -> set[int]:
     """Values some instruction writes: a kernel's result (its last argument, or the items of
     that list), anything a delegate or a move touches, and the method's inputs. A planned
@@ -250,13 +260,13 @@ def _role(index: int, constant: bool, inputs: set[int], outputs: set[int]) -> st
     return "constant" if constant else "activation"
 
 
-def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: set[int]) -> dict:
+def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: set[int], read: set[int]) -> dict:
     placed = [t for t in tensors if t["mem_id"] == mem_id]
     timed = [t for t in placed if t["lifetime"] is not None]
     sharing = _sharing(timed)
     for i in sorted(range(len(timed)), key=lambda i: timed[i]["lifetime"][0]):
         if timed[i]["value"] not in written:
-            timed[i]["held"][0] = _held_since(i, timed, sharing(i))
+            timed[i]["held"][0] = _held_since(i, timed, sharing(i), timed[i]["value"] in read)
     by_start = sorted(timed, key=lambda t: t["held"][0])
     peak, peak_instruction = 0, None
     alive: list[dict] = []
@@ -328,14 +338,16 @@ def _lower_bound(timed: list[dict], sharing) -> int:
     return lower_bound(intervals, alignment=16).get(1, 0)
 
 
-def _held_since(view: int, timed: list[dict], sharing) -> int:
+def _held_since(view: int, timed: list[dict], sharing, read: bool) -> int:
     """When the bytes a view reads were last written: each byte holds what the latest tensor
-    over it that started before the view's first use put there (an instruction reads its
-    arguments before it writes), and the view needs them all."""
+    over it that started before the view's first use put there, and the view needs them all.
+    An instruction reads its arguments before it writes; a view no instruction reads (an
+    output the caller reads after the run) sees the writes of its first instruction too."""
     first = timed[view]["held"][0]
+    before = first if read else first + 1
     uncovered = [(timed[view]["offset"], timed[view]["offset"] + timed[view]["nbytes"])]
     since = first
-    for j in sorted((j for j in sharing if timed[j]["held"][0] < first), key=lambda j: -timed[j]["held"][0]):
+    for j in sorted((j for j in sharing if timed[j]["held"][0] < before), key=lambda j: -timed[j]["held"][0]):
         start, end = timed[j]["offset"], timed[j]["offset"] + timed[j]["nbytes"]
         left = []
         for a, b in uncovered:

@@ -51,7 +51,7 @@ def test_dump_dir_has_one_file_per_stage(tmp_path):
     assert run.returncode == 0, run.stderr
     names = sorted(p.name for p in (tmp_path / "dump").iterdir())
     assert [n.split("-", 1)[1] for n in names] == ["load.txt", "split.txt", "decompose.txt", "fold.txt", "sizes.txt", "build.txt", "concat.txt",
-                                                   "inplace.txt",
+                                                   "schedule.txt", "inplace.txt",
                                                    "plan.txt", "emit.txt", "serialize.txt", "write.txt"]
     assert "convolution" in (tmp_path / "dump" / names[2]).read_text()
     assert "aten::convolution.out" in (tmp_path / "dump" / names[7]).read_text()
