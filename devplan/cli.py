@@ -90,6 +90,12 @@ def inspect_command(
         typer.Option("--svg", metavar="FILE.svg", help="Also draw each buffer's layout over time as an SVG picture "
                      "(hover a rectangle to name its tensor).", show_default=False),
     ] = None,
+    trace: Annotated[
+        Optional[Path],
+        typer.Option("--trace", metavar="FILE.json", help="Also write the plan as a Chrome trace for ui.perfetto.dev or "
+                     "chrome://tracing: instructions, bytes in use per buffer, one slice per tensor (1 ms per instruction).",
+                     show_default=False),
+    ] = None,
 ) -> None:
     """Show what a .pte program holds, devplan's or ExecuTorch's.
 
@@ -104,6 +110,11 @@ def inspect_command(
         from devplan.pte import write_atomic
 
         write_atomic(svg, layout_svg(doc).encode())
+    if trace is not None:
+        from devplan.inspect.trace import trace_json
+        from devplan.pte import write_atomic
+
+        write_atomic(trace, trace_json(doc).encode())
     if json_output:
         typer.echo(json.dumps(inspect_sections.only(doc, chosen) if section else doc, sort_keys=True, indent=2))
         return

@@ -278,7 +278,7 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
             alive.append(by_start[joined])
             joined += 1
         alive = [t for t in alive if t["held"][1] >= at]
-        in_use = _union_size([(t["offset"], t["offset"] + t["nbytes"]) for t in alive])
+        in_use = union_size([(t["offset"], t["offset"] + t["nbytes"]) for t in alive])
         if in_use > peak:
             peak, peak_instruction = in_use, at
     return {
@@ -362,7 +362,7 @@ def _held_since(view: int, timed: list[dict], sharing, read: bool) -> int:
     return since
 
 
-def _union_size(ranges: list[tuple[int, int]]) -> int:
+def union_size(ranges: list[tuple[int, int]]) -> int:
     """Bytes covered by a set of half-open ranges, so tensors that alias count once."""
     total, reach = 0, None
     for start, end in sorted(ranges):

@@ -1,0 +1,76 @@
+"""The plan as a Chrome trace (Trace Event Format), for chrome://tracing and ui.perfetto.dev:
+time is the instruction index (one instruction per millisecond of trace time), and each
+method is a process with
+- a track of its instructions, one slice each, named by operator or delegate;
+- a counter per planned buffer: the bytes its tensors hold while each instruction runs;
+- a slice per tensor for as long as it holds its bytes (its offset, size and role in the
+  slice's arguments), packed onto as few tracks per buffer as never overlap.
+
+Drawn from the inspection document alone, so ExecuTorch's programs trace the same, and
+deterministic to the byte."""
+from __future__ import annotations
+
+import json
+
+from devplan.inspect.document import union_size
+
+STEP = 1000  # trace microseconds per instruction
+
+
+def memory_trace(doc: dict) -> dict:
+    events: list[dict] = []
+    for pid, method in enumerate(doc["methods"], start=1):
+        events += _method(pid, method)
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"file": doc["file"]["name"], "time": "instruction index (1 ms per instruction)"}}
+
+
+def trace_json(doc: dict) -> str:
+    return json.dumps(memory_trace(doc), sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def _method(pid: int, method: dict) -> list[dict]:
+    events = [_name("process_name", pid, 0, f"method {method['name']}"), _name("thread_name", pid, 0, "instructions")]
+    for row in method["instructions"]:
+        name = row["op"] or (f"delegate {row['delegate']}" if row["delegate"] is not None else row["kind"])
+        events.append({"ph": "X", "name": name, "cat": "instruction", "pid": pid, "tid": 0, "ts": row["index"] * STEP,
+                       "dur": STEP, "args": {"instruction": row["index"], "args": row["args"]}})
+    tid = 1
+    for buffer in method["buffers"]:
+        label = f"buffer {buffer['mem_id']} ({buffer['device']})"
+        held = sorted((t for t in method["tensors"] if t["mem_id"] == buffer["mem_id"] and t["held"] and t["nbytes"]),
+                      key=lambda t: (t["held"][0], t["offset"], t["value"]))
+        events += _counter(pid, label, held, method["counts"]["instructions"])
+        lanes: list[int] = []  # last instruction of each track's latest slice
+        for t in held:
+            lane = next((i for i, last in enumerate(lanes) if last < t["held"][0]), len(lanes))
+            if lane == len(lanes):
+                lanes.append(0)
+                events.append(_name("thread_name", pid, tid + lane, f"{label} tensors {lane + 1}"))
+            lanes[lane] = t["held"][1]
+            first, last = t["held"]
+            events.append({"ph": "X", "name": f"v{t['value']} {t['dtype']}{list(t['shape'])}", "cat": "tensor",
+                           "pid": pid, "tid": tid + lane, "ts": first * STEP, "dur": (last - first + 1) * STEP,
+                           "args": {"value": t["value"], "offset": t["offset"], "nbytes": t["nbytes"],
+                                    "role": t["role"], "lifetime": t["lifetime"], "held": t["held"]}})
+        tid += len(lanes)
+    return events
+
+
+def _counter(pid: int, label: str, held: list[dict], steps: int) -> list[dict]:
+    """Bytes in use at each instruction (aliases counted once), and zero once the method ends.
+    `held` comes sorted by first instruction, so one sweep keeps only the live tensors in hand."""
+    points, alive, joined = [], [], 0
+    for step in range(steps):
+        while joined < len(held) and held[joined]["held"][0] <= step:
+            alive.append(held[joined])
+            joined += 1
+        alive = [t for t in alive if t["held"][1] >= step]
+        points.append((step, union_size([(t["offset"], t["offset"] + t["nbytes"]) for t in alive])))
+    points.append((steps, 0))
+    return [{"ph": "C", "name": f"{label} bytes in use", "pid": pid, "ts": step * STEP, "args": {"bytes": used}}
+            for step, used in points]
+
+
+def _name(kind: str, pid: int, tid: int, name: str) -> dict:
+    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}}
