@@ -1,6 +1,6 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
-    load -> from_exported -> decompose -> fold_constants -> hoist_sizes [-> partition -> compile_delegates]
+    load -> from_exported -> decompose -> fold_constants -> view_dynamic_copies -> hoist_sizes [-> partition -> compile_delegates]
          -> build_method -> write_cats_in_place -> schedule -> reuse_dead_inputs -> plan_method
          -> to_program -> dumps_pte -> write
 """
@@ -65,7 +65,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     from devplan.passes.fold import fold_constants
     from devplan.passes.graph import from_exported
     from devplan.passes.partition import Backend, partition
-    from devplan.passes.sizes import hoist_sizes
+    from devplan.passes.sizes import hoist_sizes, view_dynamic_copies
     from devplan.planning.assign import plan_method
     from devplan.pte import dumps_pte, write_atomic
 
@@ -89,6 +89,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     low = stage("split", from_exported, ep)
     stage("decompose", decompose, low.gm)
     stage("fold", fold_constants, low)
+    stage("views", view_dynamic_copies, low.gm)
     stage("sizes", hoist_sizes, low.gm)
     if backends:
         low = stage("partition", partition, low, backends)

@@ -226,6 +226,35 @@ def test_a_dynamic_sequence_runs_in_both_runtimes_within_executorchs_plan(make):
         loaded.release()
 
 
+class SameOrder(torch.nn.Module):
+    """Ops that keep their input's bytes in order: only the sizes change, or nothing."""
+
+    def forward(self, x):
+        h = torch.relu(x)
+        return (h.unsqueeze(1) * 2).squeeze(1) + h.clone(), h.expand(h.shape[0], 8).sum(1)
+
+
+def test_same_order_ops_of_a_dynamic_tensor_share_its_bytes_through_et_view():
+    from executorch.runtime import Runtime
+
+    dims = {"x": {0: Dim("batch", min=1, max=BOUND)}}
+    result = devplan.compile(torch.export.export(SameOrder(), (torch.randn(4, 8),), dynamic_shapes=dims))
+    ops = [k.op for k in result.planned.method.kernels]
+    assert ops.count("executorch_prim::et_view.default") == 4 and ops.count("aten::sym_size.int") == 1
+    assert not {"aten::clone.out", "aten::expand_copy.out", "aten::unsqueeze_copy.out", "aten::squeeze_copy.dims_out",
+                "aten::squeeze_copy.dim_out"} & set(ops)
+    method = Runtime.get().load_program(result.data).load_method("forward")
+    loaded = LoadedMethod(read_pte(result.data))
+    try:
+        for batch in (BOUND, 3, 1, 9):
+            x = torch.randn(batch, 8)
+            for execute in (method.execute, loaded.execute):
+                for got, want in zip(execute([x]), SameOrder()(x)):
+                    torch.testing.assert_close(got, want)
+    finally:
+        loaded.release()
+
+
 def test_a_size_kernel_that_fails_at_run_time_is_one_line_naming_it():
     """A damaged program whose floordiv of sizes divides by zero: the runtime says which
     instruction failed, instead of a ZeroDivisionError traceback."""
