@@ -121,8 +121,8 @@ def _trace(node: torch.fx.Node, fn, mode) -> torch.fx.GraphModule:
 
 
 def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule, tensors, mode) -> list[torch.fx.Node]:
-    """Each spliced node's value is described in the graph's fake mode `mode` (a trace has its
-    own), so that later rounds can trace ops that read values of different traces together."""
+    """Each spliced node's value is its own, described in the graph's fake mode `mode` (a trace
+    has its own), so that later rounds can trace ops that read values of different traces together."""
     origin = _origin(node)
     env, added = {}, []
     inputs = iter(tensors)
@@ -139,7 +139,7 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
                 gm.register_buffer(name, data)
                 env[sub_node] = gm.graph.get_attr(name)
                 # described in the graph's own fake mode, so later rounds can trace ops that read it
-                env[sub_node].meta["val"] = mode.from_tensor(data) if mode else sub_node.meta.get("val")
+                env[sub_node].meta["val"] = _fresh(mode.from_tensor(data) if mode else sub_node.meta.get("val"), mode)
             elif sub_node.op == "call_function" and _named_tuple(sub_node.target):
                 # torch's out-wrapped decompositions return a namedtuple (return_types_*): its
                 # fields are the results themselves
@@ -149,7 +149,7 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
                 env[sub_node] = env[sub_node.args[0]][sub_node.args[1]]
             elif sub_node.op == "call_function":
                 new = gm.graph.call_function(sub_node.target, *torch.fx.map_arg((sub_node.args, sub_node.kwargs), env.__getitem__))
-                new.meta = {"val": pytree.tree_map(lambda v: _in_mode(v, mode), sub_node.meta.get("val")),
+                new.meta = {"val": pytree.tree_map(lambda v: _fresh(v, mode), sub_node.meta.get("val")),
                             "devplan_origin": origin}
                 env[sub_node] = new
                 added.append(new)
@@ -160,10 +160,13 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
     return added
 
 
-def _in_mode(value, mode):
-    if not isinstance(value, FakeTensor) or mode is None or value.fake_mode is mode:
+def _fresh(value, mode):
+    """A fake tensor of the node's own, in the graph's fake mode where it has one. One cached
+    trace is spliced at many nodes, and tracing tells tensors apart by identity: two nodes
+    sharing one value would trace as one input, and an op reading both would read one twice."""
+    if not isinstance(value, FakeTensor):
         return value
-    with mode:
+    with mode or value.fake_mode:
         return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
 
 
@@ -189,7 +192,10 @@ def _origin(node: torch.fx.Node) -> tuple[str, str]:
 
 
 def _only_calls(sub: torch.fx.GraphModule, op) -> bool:
-    return all(n.target == op for n in sub.graph.nodes if n.op == "call_function")
+    """Whether the trace calls op and nothing else; one that calls nothing (a cast to the
+    dtype the tensor has) is the identity, which needs no kernel."""
+    calls = [n.target for n in sub.graph.nodes if n.op == "call_function"]
+    return bool(calls) and all(target == op for target in calls)
 
 
 def _replace(node: torch.fx.Node, result) -> None:
