@@ -63,8 +63,12 @@ def _prefer_scalar(node: torch.fx.Node) -> bool:
 
 
 def _dynamic(node: torch.fx.Node) -> bool:
-    return any(isinstance(size, torch.SymInt) for a in node.all_input_nodes
-               if isinstance(a.meta.get("val"), torch.Tensor) for size in a.meta["val"].shape)
+    """Whether the node reads a size known only at run time: a tensor's, or a number's (the
+    end of an arange(x.shape[1]), say), which a trace outside the export's mode would fix."""
+    symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    values = [a.meta.get("val") for a in node.all_input_nodes]
+    return any(isinstance(v, symbolic) or isinstance(v, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in v.shape)
+               for v in values)
 
 
 def _number(arg):

@@ -255,6 +255,35 @@ def test_same_order_ops_of_a_dynamic_tensor_share_its_bytes_through_et_view():
         loaded.release()
 
 
+class Positions(torch.nn.Module):
+    """An op on a run-time size that devplan decomposes (arange's end is a number, not a tensor)."""
+
+    def forward(self, x):
+        return x + torch.arange(0, x.shape[1], dtype=torch.float32)
+
+
+def test_a_decomposed_op_on_a_run_time_size_keeps_it_dynamic_and_the_export_unchanged():
+    from executorch.runtime import Runtime
+
+    def export():
+        return torch.export.export(Positions(), (torch.randn(2, 8),), dynamic_shapes={"x": {1: Dim("seq", max=BOUND)}})
+
+    ep = export()
+    result = devplan.compile(ep)
+    # compiling added no guard to the caller's export: ExecuTorch still plans it for any length
+    assert devplan.inspect(executorch_lower(ep))["methods"][0]["buffers"] == \
+        devplan.inspect(executorch_lower(export()))["methods"][0]["buffers"]
+    method = Runtime.get().load_program(result.data).load_method("forward")
+    loaded = LoadedMethod(read_pte(result.data))
+    try:
+        for seq in (BOUND, 3, 8):
+            x = torch.randn(2, seq)
+            for execute in (method.execute, loaded.execute):
+                torch.testing.assert_close(execute([x])[0], Positions()(x))
+    finally:
+        loaded.release()
+
+
 def test_a_size_kernel_that_fails_at_run_time_is_one_line_naming_it():
     """A damaged program whose floordiv of sizes divides by zero: the runtime says which
     instruction failed, instead of a ZeroDivisionError traceback."""
