@@ -3,13 +3,16 @@ dtype whose storage nobody reads afterwards, so the result needs no bytes of its
 input can be that storage too.
 
 Runs on the built Method, where lifetimes are known. The portable kernels compute element i
-of the result from element i of such an input alone, so writing over it is safe; the
+of the result from element i of such an input alone, so writing over it is safe, as long as
+no other argument reads those bytes from elsewhere: a cat piece sitting inside the result it
+is added to, broadcast or at another offset, would be overwritten before it is read. The
 runtime tests prove it for every op in devplan.ops.ELEMENTWISE."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Sequence
 
-from devplan.method import Method, TensorList
+from devplan.method import Kernel, Method, TensorList, Value
 from devplan.ops import ELEMENTWISE
 from devplan.planning.lifetimes import lifetimes, storages
 from devplan.spec import TensorSpec
@@ -24,15 +27,8 @@ def reuse_dead_inputs(method: Method) -> Method:
     pinned = {root[i] for i in (*method.outputs, *method.state) if i in root}
     values = list(method.values)
     for step, kernel in enumerate(method.kernels):
-        if kernel.op.split(".")[0] not in ELEMENTWISE:
-            continue
-        returned = values[kernel.args[-1]]
-        outs = returned.items if isinstance(returned, TensorList) else (kernel.args[-1],)
-        out, result = outs[0], values[outs[0]]
-        if result.alias_of is not None:
-            continue
-        inputs = [a for a in kernel.args[:-1] if a not in outs]
-        taken = next((a for a in inputs if _can_take(values, a, result, root, span, pinned, step)), None)
+        out, donors = overwritable(values, kernel, root)
+        taken = next((a for a in donors if root[a] not in pinned and span[root[a]][1] == step), None)
         if taken is None:
             continue
         donor, at = root[taken], values[taken].alias_offset
@@ -46,8 +42,23 @@ def reuse_dead_inputs(method: Method) -> Method:
     return replace(method, values=tuple(values))
 
 
-def _can_take(values, a: int, result: TensorSpec, root, span, pinned, step: int) -> bool:
-    spec = values[a]
-    return (isinstance(spec, TensorSpec) and a in root and not spec.constant
-            and (spec.shape, spec.dtype, spec.device) == (result.shape, result.dtype, result.device)
-            and root[a] not in pinned and span[root[a]][1] == step)
+def overwritable(values: Sequence[Value], kernel: Kernel, root: dict[int, int]) -> tuple[int | None, list[int]]:
+    """(result, inputs it may be written over) as far as the kernel itself goes: an elementwise
+    kernel's fresh result, and its planned inputs (constants have no root) of the same shape,
+    dtype and device that no other argument reads at another place in the same storage.
+    Whether an input is dead there is the caller's to decide."""
+    if kernel.delegate is not None or kernel.op.split(".")[0] not in ELEMENTWISE:
+        return None, []
+    returned = values[kernel.args[-1]]
+    outs = returned.items if isinstance(returned, TensorList) else (kernel.args[-1],)
+    out, result = outs[0], values[outs[0]]
+    if not isinstance(result, TensorSpec) or result.alias_of is not None:
+        return None, []
+    reads = [a for a in kernel.args[:-1] if a not in outs and a in root and isinstance(values[a], TensorSpec)]
+
+    def same_place(a: int, b: int) -> bool:
+        return (values[a].alias_offset, values[a].shape) == (values[b].alias_offset, values[b].shape)
+
+    return out, [a for a in reads
+                 if (values[a].shape, values[a].dtype, values[a].device) == (result.shape, result.dtype, result.device)
+                 and all(same_place(a, b) for b in reads if root[b] == root[a])]

@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from devplan.method import IntList, Kernel, Method, OptionalTensorList, TensorList
-from devplan.ops import ELEMENTWISE
+from devplan.passes.inplace import overwritable
 from devplan.planning.lifetimes import lifetimes, storages
 from devplan.planning.model import align_up
-from devplan.spec import TensorSpec
 
 WIDTH = 64               # sets of run kernels kept per step
 EXPANSIONS = 100_000     # kernels tried over the whole search: a wide method keeps fewer sets
@@ -171,17 +170,8 @@ def _dependencies(method: Method, root: dict[int, int]) -> list[tuple[int, ...]]
 
 
 def _reusable(method: Method, kernel: Kernel, root: dict[int, int], size: dict[int, int]) -> tuple[int | None, tuple[int, ...]]:
-    """(result storage, input storages it may be written over) for an elementwise kernel,
-    mirroring what passes/inplace.py will allow."""
-    if kernel.op.split(".")[0] not in ELEMENTWISE or kernel.delegate is not None:
+    """(result storage, input storages it may be written over), as passes/inplace.py decides."""
+    out, donors = overwritable(method.values, kernel, root)
+    if out is None or out not in root or root[out] != out:
         return None, ()
-    outs = _writes(method, kernel)
-    out = outs[0]
-    result = method.values[out]
-    if not isinstance(result, TensorSpec) or out not in root or root[out] != out:
-        return None, ()
-    donors = tuple(root[a] for a in kernel.args[:-1] if a not in outs and a in root
-                   and isinstance(method.values[a], TensorSpec)
-                   and (method.values[a].shape, method.values[a].dtype, method.values[a].device)
-                   == (result.shape, result.dtype, result.device) and size[root[a]] == size[out])
-    return out, donors
+    return out, tuple(root[a] for a in donors if size[root[a]] == size[out])
