@@ -1,8 +1,8 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
-    load -> from_exported -> decompose -> fold_constants -> view_dynamic_copies -> hoist_sizes [-> partition -> compile_delegates]
-         -> build_method -> write_cats_in_place -> schedule -> reuse_dead_inputs -> plan_method
-         -> to_program -> dumps_pte -> write
+    load -> from_exported -> decompose -> fold_constants -> view_dynamic_copies -> hoist_sizes
+         [-> partition -> compile_delegates] -> build_method -> write_cats_in_place -> schedule
+         -> reuse_dead_inputs -> plan_method -> to_program -> dumps_pte -> write
 """
 from __future__ import annotations
 
@@ -47,8 +47,9 @@ class CompileResult:
 
 
 def compile(source, output: str | os.PathLike | None = None, *, alignment: int = 16, planner: str = "best",
-            budgets: Mapping[str, int] | None = None, inplace: bool = True, reorder: bool = True, delegates: Sequence["Backend | str"] = (),
-            device_io: bool = False, dump_dir: str | os.PathLike | None = None, on_stage: Callable[[str], None] | None = None) -> CompileResult:
+            budgets: Mapping[str, int] | None = None, inplace: bool = True, reorder: bool = True,
+            delegates: Sequence["Backend | str"] = (), device_io: bool = False,
+            dump_dir: str | os.PathLike | None = None, on_stage: Callable[[str], None] | None = None) -> CompileResult:
     """Compile a .pt2 path or an ExportedProgram to an ET12 program. Writes `output` when
     given (atomically); nothing is written when any stage fails. `delegates` are backends
     ('cuda:0', 'cuda:0=aten::linear,aten::relu', or Backend objects), each taking the ops it
