@@ -31,6 +31,7 @@ _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach 
 _EXTRA_KERNELS = {
     "dim_order_ops::_to_dim_order_copy.out": lambda self, non_blocking, dim_order, out: out.copy_(self),
     "dim_order_ops::_clone_dim_order.out": lambda self, non_blocking, dim_order, out: out.copy_(self),
+    "dim_order_ops::_empty_dim_order.out": lambda size, dim_order, out: out.resize_(size),
 }
 _NUMBER_KERNELS = {name: fn for fn, name in NUMBER_OPS.items()}
 
