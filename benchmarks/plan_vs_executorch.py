@@ -8,8 +8,9 @@ bytes ExecuTorch plans with its defaults and with its constant propagation on
 (do_quant_fusion_and_const_prop=True); both ExecuTorch configurations use alignment 16 and
 plan inputs and outputs, as devplan does. The floor column is the least that any order of
 devplan's instructions could plan (benchmarks/floor.py): a plan below floor / ExecuTorch
-default needs a rewrite of the graph, not a better planner or scheduler. An ExecuTorch configuration that fails on a
-model shows as n/a; a model devplan cannot compile shows as an error with its message."""
+default needs a rewrite of the graph, not a better planner or scheduler. An ExecuTorch
+configuration that fails on a model shows as n/a; a model devplan cannot compile shows as
+an error with its message."""
 from __future__ import annotations
 
 import argparse
