@@ -10,6 +10,7 @@ Planned bytes are the sums of the programs' non-constant buffers."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 from pathlib import Path
@@ -25,8 +26,8 @@ WARM_UP_MODEL = "linear"
 
 def measure(name: str, repeat: int) -> dict:
     ep = export(name)
-    devplan_seconds, compiled = best_time(devplan.compile, ep, repeat)
-    executorch_seconds, pte = best_time(executorch_pte, ep, repeat)
+    devplan_seconds, compiled = best_time(devplan.compile, lambda: copy.deepcopy(ep), repeat)
+    executorch_seconds, pte = best_time(executorch_pte, lambda: copy.deepcopy(ep), repeat)
     devplan_bytes = sum(buffer.size for buffer in compiled.planned.buffers)
     executorch_bytes = planned_bytes(pte)
     return {
@@ -49,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     names = choose(args.models, SAMPLES + TRANSFORMERS)
 
     warm_up = export(WARM_UP_MODEL)
-    best_time(devplan.compile, warm_up, 1)
-    best_time(executorch_pte, warm_up, 1)
+    best_time(devplan.compile, lambda: copy.deepcopy(warm_up), 1)
+    best_time(executorch_pte, lambda: copy.deepcopy(warm_up), 1)
 
     rows = [measure(name, max(1, args.repeat)) for name in names]
     if args.json:

@@ -20,11 +20,8 @@ left out of the summary. Nothing here asserts timings or sizes."""
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import math
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -36,9 +33,9 @@ import torch  # noqa: E402
 from torch.export import Dim  # noqa: E402
 
 import devplan  # noqa: E402
-from benchmarks.harness import geometric_mean, table  # noqa: E402 - also quiets ExecuTorch's warnings
+from benchmarks.harness import best_time, choose, geometric_mean, number, planned_bytes, table  # noqa: E402 - also quiets ExecuTorch's warnings
 from samples.make_samples import EncoderBlock  # noqa: E402
-from tests.compile.test_dynamic_corpus import BATCHES, BOUND, batched, exported, planned_bytes  # noqa: E402
+from tests.compile.test_dynamic_corpus import BOUND, batched, exported  # noqa: E402
 from tests.models import CORPUS, executorch_lower, run_executorch  # noqa: E402
 
 HEADERS = ("model", "devplan bytes", "executorch bytes", "bytes ratio", "devplan s", "executorch s",
@@ -118,29 +115,15 @@ def case(name: str) -> Case:
     return Case(lambda: exported(name)[0], batched(name, args, BOUND))
 
 
-def fastest(run: Callable[[torch.export.ExportedProgram], object], make: Callable[[], torch.export.ExportedProgram],
-            repeat: int) -> tuple[float, object]:
-    """Fastest of `repeat` runs of `run` and the last result; each run gets a fresh export,
-    made and garbage-collected outside the clock."""
-    best, result = math.inf, None
-    for _ in range(repeat):
-        ep = make()
-        gc.collect()
-        start = time.perf_counter()
-        result = run(ep)
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
 def measure(name: str, model: Case, repeat: int) -> dict:
     row: dict = {"model": name}
     try:
-        row["devplan_seconds"], compiled = fastest(devplan.compile, model.export, repeat)
+        row["devplan_seconds"], compiled = best_time(devplan.compile, model.export, repeat)
         row["devplan_bytes"] = planned_bytes(compiled.data)
     except Exception as error:  # noqa: BLE001 - the benchmark reports every failure and goes on
         row["devplan_error"] = _message(error)
     try:
-        row["executorch_seconds"], theirs = fastest(executorch_lower, model.export, repeat)
+        row["executorch_seconds"], theirs = best_time(executorch_lower, model.export, repeat)
         row["executorch_bytes"] = planned_bytes(theirs)
     except Exception as error:  # noqa: BLE001
         row["executorch_error"] = _message(error)
@@ -183,8 +166,8 @@ def report(rows: list[dict], summary: dict, repeat: int) -> str:
              table(HEADERS, [_table_row(row) for row in rows]), ""]
     lines.append(f"devplan <= ExecuTorch: {summary['devplan_not_larger']} of {summary['compared']} models "
                  f"(like-for-like: ExecuTorch runs at the bound; {len(summary['excluded'])} excluded)")
-    lines.append(f"geometric mean devplan / ExecuTorch bytes: {_number(summary['geomean_bytes_ratio'])}")
-    lines.append(f"geometric mean speedup (ExecuTorch s / devplan s): {_number(summary['geomean_speedup'])}")
+    lines.append(f"geometric mean devplan / ExecuTorch bytes: {number(summary['geomean_bytes_ratio'])}")
+    lines.append(f"geometric mean speedup (ExecuTorch s / devplan s): {number(summary['geomean_speedup'])}")
     larger = [f"{model} ({ours} > {theirs})" for model, (ours, theirs) in summary["larger_than_et"].items()]
     lines.append(f"devplan larger than ExecuTorch: {', '.join(larger) or 'none'}")
     lines += [f"excluded {model}: ExecuTorch's program refuses the bound: {message}"
@@ -201,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per tool and model; the fastest counts")
     parser.add_argument("--json", action="store_true", help="print JSON rows and summary instead of a table")
     args = parser.parse_args(argv)
-    names = _choose(args.models)
+    names = choose(args.models, NAMES, NAMES)
     repeat = max(1, args.repeat)
 
     warm_up = case(WARM_UP_MODEL)
-    fastest(devplan.compile, warm_up.export, 1)
-    fastest(executorch_lower, warm_up.export, 1)
+    best_time(devplan.compile, warm_up.export, 1)
+    best_time(executorch_lower, warm_up.export, 1)
 
     rows, skipped = [], {}
     for name in names:
@@ -227,16 +210,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _choose(selection: str | None) -> list[str]:
-    if not selection:
-        return list(NAMES)
-    names = [name.strip() for name in selection.split(",") if name.strip()]
-    unknown = [name for name in names if name not in NAMES]
-    if unknown:
-        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(NAMES)}")
-    return names
-
-
 def _table_row(row: dict) -> list:
     runs = row.get("executorch_runs_at_bound")
     mark = EXCLUDED if runs is False else LARGER if row.get("larger_than_et") else ""
@@ -244,10 +217,6 @@ def _table_row(row: dict) -> list:
             row.get("executorch_bytes", "error" if "executorch_error" in row else None), row.get("bytes_ratio"),
             row.get("devplan_seconds"), row.get("executorch_seconds"), row.get("speedup"),
             None if runs is None else "yes" if runs else "no", mark]
-
-
-def _number(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:#.4g}"
 
 
 def _message(error: BaseException) -> str:

@@ -12,7 +12,7 @@ Three facts hold in every order:
 - at the last kernel, every output and state storage is alive as well."""
 from __future__ import annotations
 
-from devplan.method import Method, OptionalTensorList, TensorList
+from devplan.method import Method
 from devplan.planning.lifetimes import lifetimes, storages
 
 
@@ -28,11 +28,7 @@ def order_free_floor(method: Method, alignment: int = 16) -> int:
         return sum(-(-size[storage] // alignment) * alignment for storage in held)
 
     def touched(kernel) -> set[int]:
-        indices = []
-        for arg in kernel.args:
-            value = method.values[arg]
-            indices += value.items if isinstance(value, (TensorList, OptionalTensorList)) else [arg]
-        return {root[i] for i in indices if i in root}
+        return {root[i] for i in method.operands(kernel) if i in root}
 
     state = {root[i] for i in method.state if i in root}
     inputs = {root[i] for i in method.inputs if i in root} | state

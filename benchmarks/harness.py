@@ -5,7 +5,6 @@ plain-text tables.
 Import as `benchmarks.harness` with the repository root on sys.path."""
 from __future__ import annotations
 
-import copy
 import gc
 import math
 import statistics
@@ -39,14 +38,16 @@ def catalogue() -> dict[str, Build]:
     return models
 
 
-def choose(selection: str | None, default: Sequence[str]) -> list[str]:
-    """The models named in a comma-separated `--models` value, or `default`."""
+def choose(selection: str | None, default: Sequence[str], known: Sequence[str] | None = None) -> list[str]:
+    """The models named in a comma-separated `--models` value, or `default`; each must be one
+    of `known` (by default, any model of the catalogue)."""
     if not selection:
         return list(default)
+    known = list(catalogue()) if known is None else list(known)
     names = [name.strip() for name in selection.split(",") if name.strip()]
-    unknown = [name for name in names if name not in catalogue()]
+    unknown = [name for name in names if name not in known]
     if unknown:
-        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(catalogue())}")
+        raise SystemExit(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(known)}")
     return names
 
 
@@ -81,16 +82,16 @@ def planned_bytes(pte: bytes) -> int:
     return int(sum(devplan.read_pte(pte).program.executionPlan[0].nonConstBufferSizes))
 
 
-def best_time(run: Callable[[torch.export.ExportedProgram], object], ep: torch.export.ExportedProgram,
+def best_time(run: Callable[[torch.export.ExportedProgram], object], fresh: Callable[[], torch.export.ExportedProgram],
               repeat: int) -> tuple[float, object]:
-    """Fastest of `repeat` runs of `run` and the last result; each run gets its own copy of `ep`
-    (copied and garbage-collected outside the clock) so no run sees another's mutations."""
+    """Fastest of `repeat` runs of `run` and the last result; each run gets its own program from
+    `fresh` (made and garbage-collected outside the clock) so no run sees another's mutations."""
     best, result = math.inf, None
     for _ in range(repeat):
-        fresh = copy.deepcopy(ep)
+        ep = fresh()
         gc.collect()
         start = time.perf_counter()
-        result = run(fresh)
+        result = run(ep)
         best = min(best, time.perf_counter() - start)
     return best, result
 
@@ -111,9 +112,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join([line(cells[0]), line(["-" * w for w in widths])] + [line(row) for row in cells[1:]])
 
 
+def number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:#.4g}"
+
+
 def _cell(value: object) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:#.4g}"
-    return str(value)
+    return number(value) if value is None or isinstance(value, float) else str(value)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import devplan  # noqa: E402
 from benchmarks.floor import order_free_floor  # noqa: E402
-from benchmarks.harness import SAMPLES, TRANSFORMERS, executorch_pte, choose, export, geometric_mean, planned_bytes, table  # noqa: E402
+from benchmarks.harness import SAMPLES, TRANSFORMERS, executorch_pte, choose, export, geometric_mean, number, planned_bytes, table  # noqa: E402
 from tests.models import CORPUS  # noqa: E402
 
 HEADERS = ("model", "devplan", "lower bound", "floor", "et default", "et constprop",
@@ -83,10 +83,10 @@ def summarize(rows: list[dict]) -> dict:
 def report(rows: list[dict], summary: dict) -> str:
     lines = [table(HEADERS, [_table_row(row) for row in rows]), ""]
     lines.append(f"devplan <= better ExecuTorch config: {summary['devplan_not_larger']} of {summary['compared']} models")
-    lines.append(f"median devplan / lower bound: {_number(summary['median_devplan_over_bound'])}")
-    lines.append(f"geometric mean devplan / ExecuTorch default: {_number(summary['geomean_devplan_over_et_default'])}")
+    lines.append(f"median devplan / lower bound: {number(summary['median_devplan_over_bound'])}")
+    lines.append(f"geometric mean devplan / ExecuTorch default: {number(summary['geomean_devplan_over_et_default'])}")
     lines.append(f"geometric mean floor / ExecuTorch default (the least any instruction order could reach): "
-                 f"{_number(summary['geomean_floor_over_et_default'])}")
+                 f"{number(summary['geomean_floor_over_et_default'])}")
     lines.append(f"devplan larger than ExecuTorch's better config: {', '.join(summary['larger_than_et']) or 'none'}")
     lines += [f"devplan failed on {model}: {message}" for model, message in summary["devplan_errors"].items()]
     lines += [f"ExecuTorch failed on {model}: {message}" for model, message in summary["executorch_errors"].items()]
@@ -115,10 +115,6 @@ def _table_row(row: dict) -> list:
 
 def _ratio(numerator: int, denominator: int | None) -> float | None:
     return numerator / denominator if denominator else None
-
-
-def _number(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:#.4g}"
 
 
 if __name__ == "__main__":

@@ -65,6 +65,14 @@ class Method:
     out_spec: str
     delegates: tuple[Delegate, ...] = ()
 
+    def operands(self, kernel: Kernel) -> list[int]:
+        """Value indices a kernel reads or writes: its arguments, a tensor list by its items."""
+        found = []
+        for index in kernel.args:
+            value = self.values[index]
+            found += [i for i in value.items if i >= 0] if isinstance(value, (TensorList, OptionalTensorList)) else [index]
+        return found
+
     def with_specs(self, specs: dict[int, TensorSpec]) -> "Method":
         values = tuple(specs.get(i, v) for i, v in enumerate(self.values))
         return replace(self, values=values)

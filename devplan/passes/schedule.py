@@ -54,7 +54,7 @@ class _Problem:
         self.size = {r: align_up(s, alignment) for r, s in self.size.items()}
         self.held_from_start = {root[i] for i in (*method.inputs, *method.state) if i in root}
         self.held_to_end = {root[i] for i in (*method.outputs, *method.state) if i in root}
-        self.touches = [sorted({root[i] for i in _tensors(method, k) if i in root}) for k in method.kernels]
+        self.touches = [sorted({root[i] for i in method.operands(k) if i in root}) for k in method.kernels]
         self.touchers: dict[int, int] = {}
         for step, touched in enumerate(self.touches):
             for r in touched:
@@ -124,14 +124,6 @@ class _Problem:
         return any(not done >> d & 1 for d in self.deps[k])
 
 
-def _tensors(method: Method, kernel: Kernel) -> list[int]:
-    found = []
-    for index in kernel.args:
-        value = method.values[index]
-        found += [i for i in value.items if i >= 0] if isinstance(value, (TensorList, OptionalTensorList)) else [index]
-    return found
-
-
 def _items(method: Method, kernel: Kernel) -> list[int]:
     """Every value a kernel reads, list items included (a size list names Int values that
     number kernels write while the program runs)."""
@@ -143,7 +135,7 @@ def _writes(method: Method, kernel: Kernel) -> list[int]:
     """Value indices a kernel writes: its trailing result (or each of a list of results); a
     delegate call's arguments are all taken as written, since its outputs are not marked."""
     if kernel.delegate is not None:
-        return _tensors(method, kernel)
+        return method.operands(kernel)
     last = method.values[kernel.args[-1]]
     return [i for i in last.items if i >= 0] if isinstance(last, (TensorList, OptionalTensorList)) else [kernel.args[-1]]
 

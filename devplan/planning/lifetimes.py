@@ -1,7 +1,7 @@
 """When each planned tensor is alive, from the instruction order alone."""
 from __future__ import annotations
 
-from devplan.method import Method, OptionalTensorList, TensorList
+from devplan.method import Method
 from devplan.spec import TensorSpec
 
 
@@ -18,14 +18,8 @@ def lifetimes(method: Method) -> dict[int, tuple[int, int]]:
         last[index] = step
 
     for step, kernel in enumerate(method.kernels):
-        for index in kernel.args:
-            value = method.values[index]
-            if isinstance(value, (TensorList, OptionalTensorList)):
-                for item in value.items:
-                    if item >= 0:
-                        touch(item, step)
-            else:
-                touch(index, step)
+        for index in method.operands(kernel):
+            touch(index, step)
     for index in method.inputs:
         first[index] = 0
         last.setdefault(index, 0)
