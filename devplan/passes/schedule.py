@@ -66,6 +66,8 @@ class _Problem:
             for d in deps:
                 self.users[d].append(step)
         self.start = sum(self.size[r] for r in self.held_from_start)
+        # an input no kernel reads is alive at the first instruction only, as lifetimes() has it
+        self.unread = sum(self.size[r] for r in self.held_from_start - self.held_to_end if r not in self.touchers)
 
     def run(self, done: int, live: int, k: int) -> tuple[int, int]:
         """(bytes held while kernel k runs, bytes live after it) once the kernels in `done` ran."""
@@ -82,6 +84,8 @@ class _Problem:
         if out is not None and not self.touchers[out] & done and any(d in dying for d in donors):
             allocated -= self.size[out]  # written over an input that dies here, as the in-place pass will
             freed -= self.size[out]
+        if not done:
+            freed += self.unread
         return live + allocated, live + allocated - freed
 
     def peak(self, order) -> int:
