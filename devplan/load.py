@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     import logging
 
     import torch
+    import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines the quantize/dequantize ops PT2E graphs call
 
     # torch logs the real reason, with a traceback, before it tries an older archive reader
     # and fails with a generic message; keep the log to ourselves and report its reason
@@ -40,6 +42,10 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     except Exception as error:  # torch raises many kinds here; all mean the archive is unusable
         logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
         reason = first_line(logged[0] if logged else error)
+        unknown = re.match(r"Failed deserializing node Node\(target='([^']+)'", reason)
+        if unknown:  # torch prints the whole node; the op is what the user needs
+            raise DevplanError(f"{path}: the graph calls {unknown[1]}, which no library loaded here defines; "
+                               f"export the model with ops of torch's own libraries") from None
         raise DevplanError(f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save") from None
     finally:
         logger.handlers, logger.propagate = handlers, propagate

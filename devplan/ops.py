@@ -2,7 +2,8 @@
 ATen op maps to the `.out` overload that runs it.
 
 portable_ops.txt lists the operators that ExecuTorch 1.5.1's portable kernel library
-registers (a test checks it against the library itself)."""
+registers (a test checks it against the library itself); QUANTIZED lists those of its
+quantized kernel library that PT2E-quantized programs call."""
 from __future__ import annotations
 
 import functools
@@ -16,6 +17,38 @@ from torch._ops import OpOverload
 PORTABLE: frozenset[str] = frozenset(
     resources.files("devplan").joinpath("portable_ops.txt").read_text().split()
 )
+
+# PT2E quantization (torchao's convert_pt2e) leaves quantize and dequantize ops in a graph.
+# ExecuTorch's quantized kernel library, linked beside the portable one, runs their out
+# variants; torch defines only the functional forms (ExecuTorch's Python adds the rest), so
+# the out schemas, as that library declares them, are written here under the functional
+# overload each one runs.
+_Q = "quantized_decomposed::"
+_QPARAMS = "int quant_min, int quant_max, ScalarType dtype"
+QUANTIZED: dict[str, torch._C.FunctionSchema] = {name: torch._C.parse_schema(_Q + out) for name, out in {
+    _Q + "quantize_per_tensor": f"quantize_per_tensor.out(Tensor input, float scale, int zero_point, {_QPARAMS}, "
+                                "*, Tensor(a!) out) -> Tensor(a!)",
+    _Q + "quantize_per_tensor.tensor": f"quantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, "
+                                       f"{_QPARAMS}, *, Tensor(a!) out) -> Tensor(a!)",
+    _Q + "dequantize_per_tensor": f"dequantize_per_tensor.out(Tensor input, float scale, int zero_point, {_QPARAMS}, "
+                                  "*, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)",
+    _Q + "dequantize_per_tensor.tensor": f"dequantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, "
+                                         f"{_QPARAMS}, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)",
+    _Q + "quantize_per_channel": f"quantize_per_channel.out(Tensor input, Tensor scales, Tensor zero_points, int axis, "
+                                 f"{_QPARAMS}, *, Tensor(a!) out) -> Tensor(a!)",
+    _Q + "dequantize_per_channel": f"dequantize_per_channel.out(Tensor input, Tensor scales, Tensor? zero_points, "
+                                   f"int axis, {_QPARAMS}, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)",
+    _Q + "choose_qparams.tensor": "choose_qparams.Tensor_out(Tensor input, int quant_min, int quant_max, float eps, "
+                                  "ScalarType dtype, *, Tensor(a!) scale_out, Tensor(b!) zero_point_out) "
+                                  "-> (Tensor(a!), Tensor(b!))",
+    _Q + "choose_qparams_per_token_asymmetric": "choose_qparams_per_token_asymmetric.out(Tensor input, ScalarType dtype, "
+                                                "*, Tensor(a!) scale_out, Tensor(b!) zero_point_out) "
+                                                "-> (Tensor(a!), Tensor(b!))",
+    _Q + "quantize_per_token": f"quantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, {_QPARAMS}, "
+                               "*, Tensor(a!) out) -> Tensor(a!)",
+    _Q + "dequantize_per_token": f"dequantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, "
+                                 f"{_QPARAMS}, ScalarType output_dtype, *, Tensor(a!) out) -> Tensor(a!)",
+}.items()}
 
 # Ops whose (first) result element i depends only on element i of a same-shaped input
 # (per-channel constants aside), so the result may take over the storage of such an input
@@ -83,10 +116,17 @@ NUMBER_OPS = {
 }
 
 
-def kernel_name(op: OpOverload) -> str:
-    """The runtime's name for an overload: 'aten::add.out'."""
-    schema = op._schema
+def schema_name(schema: torch._C.FunctionSchema) -> str:
+    """The runtime's name for an operator schema: 'aten::add.out'."""
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def kernel_name(op: OpOverload) -> str:
+    return schema_name(op._schema)
+
+
+# The operators a program may call: the portable kernels and the quantized ones.
+KERNELS: frozenset[str] = PORTABLE | {schema_name(schema) for schema in QUANTIZED.values()}
 
 
 # Factory options (arange(..., dtype=...)) that an out variant takes from its out tensor
@@ -103,13 +143,15 @@ def is_view(op: OpOverload) -> bool:
 
 
 @functools.cache
-def out_variant(op: OpOverload) -> OpOverload | None:
-    """The `.out` overload with the same non-out arguments as `op` (views map to their
-    `_copy` forms), found from torch's schemas; None if there is none."""
+def out_schema(op: OpOverload) -> torch._C.FunctionSchema | None:
+    """The schema of the `.out` overload with the same non-out arguments as `op` (views map
+    to their `_copy` forms), found from torch's schemas or QUANTIZED; None if there is none."""
     schema = op._schema
     namespace, name = schema.name.split("::")
     if schema.arguments and any(a.is_out for a in schema.arguments):
-        return op
+        return schema
+    if kernel_name(op) in QUANTIZED:
+        return QUANTIZED[kernel_name(op)]
     packet = getattr(getattr(torch.ops, namespace), f"{name}_copy" if is_view(op) else name, None)
     if packet is None:
         return None
@@ -121,13 +163,13 @@ def out_variant(op: OpOverload) -> OpOverload | None:
         # options the out variant lacks are carried by the out tensor's own dtype
         drop = _OPTIONS - {a.name for a in cs.arguments}
         if _signature(cs, drop) == _signature(schema, drop):
-            return candidate
+            return cs
     return None
 
 
 def runnable(op: OpOverload) -> bool:
-    """True when the op, or its out variant, has a kernel in the portable library."""
+    """True when the op, or its out variant, has a kernel in the portable or quantized library."""
     if op in NUMBER_OPS:
         return True
-    out = out_variant(op)
-    return out is not None and kernel_name(out) in PORTABLE
+    out = out_schema(op)
+    return out is not None and schema_name(out) in KERNELS

@@ -9,7 +9,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.ops import BACKEND_ID, ET_VIEW, NUMBER_OPS, PORTABLE, RANKS, SAME_BYTES, is_view, kernel_name, out_variant
+from devplan.ops import (BACKEND_ID, ET_VIEW, KERNELS, NUMBER_OPS, RANKS, SAME_BYTES, is_view, kernel_name, out_schema,
+                         schema_name)
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
                             Value)
@@ -173,18 +174,18 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
             raise DevplanError(f"node {node.name}: {name} of dynamic sizes has no kernel in ExecuTorch's runtime; "
                                f"compute sizes with + - * / // %, min, max or comparisons")
         raise DevplanError(f"{_user_node(node)}: {name} has no kernel in ExecuTorch's runtime; rewrite the model without it")
-    out = out_variant(node.target)
-    if out is None or kernel_name(out) not in PORTABLE:
+    schema = out_schema(node.target)
+    if schema is None or schema_name(schema) not in KERNELS:
         raise DevplanError(f"{_user_node(node)}: op {node.target} has no kernel in the portable library; "
                            f"rewrite the model without it")
-    ranks, why = RANKS.get(kernel_name(out), (None, ""))
+    kernel = schema_name(schema)
+    ranks, why = RANKS.get(kernel, (None, ""))
     if ranks and node.args[0].meta["val"].dim() not in ranks:
         raise DevplanError(f"{_user_node(node)}: {why} (its input has {node.args[0].meta['val'].dim()} dims); "
                            f"rewrite the model without it")
-    same_bytes = kernel_name(out) in SAME_BYTES
+    same_bytes = kernel in SAME_BYTES
     if (same_bytes or is_view(node.target)) and _emit_view(b, node, same_bytes):
         return
-    schema = out._schema
     given = dict(zip((a.name for a in node.target._schema.arguments if not a.kwarg_only), node.args))
     given.update(node.kwargs)
     outs = _out_values(b, node, [a for a in schema.arguments if a.is_out])
@@ -197,12 +198,12 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
         elif a.has_default_value():
             args.append(_arg(b, a.default_value, a.type, node.name))
         else:
-            raise DevplanError(f"node {node.name}: argument {a.name} of {kernel_name(out)} is missing")
+            raise DevplanError(f"node {node.name}: argument {a.name} of {kernel} is missing")
     # The runtime's unboxing takes one trailing value for the result: the out argument itself,
     # or a list of them when the op returns several tensors.
     out_values = tuple(outs.values())
     result = out_values[0] if len(out_values) == 1 else b.add(TensorList(out_values))
-    b.kernels.append(Kernel(kernel_name(out), tuple(args) + (result,), node.name))
+    b.kernels.append(Kernel(kernel, tuple(args) + (result,), node.name))
 
 
 def _user_node(node: torch.fx.Node) -> str:

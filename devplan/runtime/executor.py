@@ -15,7 +15,7 @@ import torch
 
 from devplan import dtypes
 from devplan.errors import DevplanError, first_line
-from devplan.ops import BACKEND_ID, ET_VIEW, NUMBER_OPS
+from devplan.ops import BACKEND_ID, ET_VIEW, NUMBER_OPS, QUANTIZED, schema_name
 from devplan.pte import PteFile, read_pte
 from devplan.pte.reader import ints, text
 from devplan.pte.fb.InstructionArguments import InstructionArguments
@@ -312,7 +312,7 @@ class LoadedMethod:
             return _Step(InstructionArguments.KernelCall, name, _et_view, tuple(args))
         if name in _NUMBER_KERNELS and args:
             return _Step(InstructionArguments.KernelCall, name, _NUMBER_KERNELS[name], tuple(args[:-1]), result=args[-1])
-        op = _EXTRA_KERNELS.get(name) or _torch_op(name)
+        op = _EXTRA_KERNELS.get(name) or _torch_op(name) or _quantized_op(name)
         if op is None:
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which the reference runtime "
                                f"does not know")
@@ -409,6 +409,28 @@ def _torch_op(name: str):
     namespace, _, op = qualified.partition("::")
     packet = getattr(getattr(torch.ops, namespace, None), op, None) if namespace and op else None
     return getattr(packet, overload or "default", None) if packet is not None else None
+
+
+@dataclass(frozen=True)
+class _Functional:
+    """An out variant that torch does not define (ExecuTorch's quantized kernels): its
+    functional op runs, and the results go into the out tensors."""
+    _schema: torch._C.FunctionSchema
+    functional: Any
+
+    def __call__(self, *args, **kwargs):
+        outs = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
+        results = self.functional(*args, **kwargs)
+        for out, result in zip(outs, results if isinstance(results, tuple) else (results,)):
+            out.resize_(result.shape).copy_(result)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _quantized_op(name: str) -> _Functional | None:
+    import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines the functional quantized_decomposed ops
+
+    functional = next((f for f, schema in QUANTIZED.items() if schema_name(schema) == name), None)
+    return _Functional(QUANTIZED[functional], _torch_op(functional)) if functional else None
 
 
 def _mutable_data(pte: PteFile, index: int) -> bytes:

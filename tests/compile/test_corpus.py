@@ -71,4 +71,5 @@ def test_portable_op_table_matches_the_library():
 
     from devplan.ops import PORTABLE
 
-    assert PORTABLE == set(portable_lib._get_operator_names())
+    # test_quantized.py may have loaded the quantized kernel library into this process
+    assert PORTABLE == {name for name in portable_lib._get_operator_names() if not name.startswith("quantized_decomposed::")}

@@ -1,0 +1,150 @@
+"""PT2E-quantized programs: torchao's prepare_pt2e/convert_pt2e with ExecuTorch's XNNPACK
+quantizer leave quantize and dequantize ops (quantized_decomposed::*) around float ops.
+devplan lowers them to the out variants of ExecuTorch's quantized kernel library, keeps the
+weights int8 in the program, and both runtimes compute what the quantized module computes
+in eager, with plans no larger than ExecuTorch's own lowering of the same program."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import devplan
+import devplan.runtime
+from devplan.ops import QUANTIZED, schema_name
+from tests.models import executorch_lower, run_executorch
+
+quantized_kernels = pytest.importorskip("executorch.kernels.quantized")
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.depthwise = nn.Conv2d(8, 8, 3, groups=8)
+        self.fc = nn.Linear(8 * 2 * 2, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv(x)), 2)
+        return self.fc(F.relu(self.depthwise(x)).flatten(1))
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.b(F.relu(self.a(x))) + x
+
+
+class ConvBatchNorm1d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv1d(4, 8, 3), nn.BatchNorm1d(8)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x)))
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        return torch.softmax(self.q(x) @ self.k(x).transpose(-1, -2), -1) @ self.v(x)
+
+
+MODELS = {
+    "mlp": (lambda: nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)), (2, 8)),
+    "cnn": (CNN, (1, 3, 8, 8)),
+    "residual": (Residual, (4, 16)),
+    "conv1d_bn": (ConvBatchNorm1d, (2, 4, 10)),
+    "attention": (Attention, (2, 5, 16)),
+}
+# weights per tensor or per channel; activations static, or quantized at run time (dynamic)
+CONFIGS = {"per_tensor": {}, "per_channel": {"is_per_channel": True},
+           "dynamic": {"is_per_channel": True, "is_dynamic": True}}
+
+
+def quantize(model: str, config: str) -> tuple[torch.export.ExportedProgram, nn.Module, tuple]:
+    """(the quantized program, the quantized module it was exported from, sample inputs)."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
+                                                                         get_symmetric_quantization_config)
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(0)
+    make, shape = MODELS[model]
+    module, args = make().eval(), (torch.randn(shape),)
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(**CONFIGS[config]))
+    prepared = prepare_pt2e(torch.export.export(module, args).module(), quantizer)
+    prepared(*args)  # calibrate
+    converted = convert_pt2e(prepared)
+    return torch.export.export(converted, args), converted, args
+
+
+@pytest.mark.parametrize("model,config", [(m, c) for m in MODELS for c in CONFIGS
+                                          if (m, c) != ("conv1d_bn", "dynamic")])  # dynamic: linear layers only
+def test_quantized_program_runs_in_both_runtimes(model, config):
+    ep, module, args = quantize(model, config)
+    want = module(*args)
+    result = devplan.compile(ep)
+    kernels = {k.op for k in result.planned.method.kernels}
+    assert kernels & {schema_name(s) for s in QUANTIZED.values()}, "the program calls no quantized kernel"
+    for got in (devplan.runtime.run(result.data, list(args))[0][0], run_executorch(result.data, args)[0][0]):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    # the quantized weights stay int8 in the program: folding their dequantize would store
+    # them as float, four times the bytes
+    int8_weights = sum(t.numel() for t in [*ep.state_dict.values(), *ep.constants.values()] if t.dtype == torch.int8)
+    assert int8_weights > 0
+    assert sum(t.numel() for t in result.planned.method.constants.values() if t.dtype == torch.int8) == int8_weights
+    from benchmarks.harness import planned_bytes
+
+    assert planned_bytes(result.data) <= planned_bytes(executorch_lower(ep))
+
+
+def test_out_schemas_are_the_quantized_librarys_own():
+    """The hand-written out schemas equal those ExecuTorch's quantized library registers with
+    torch, and its runtime has a kernel for each."""
+    from executorch.extension.pybindings import portable_lib
+
+    registered = set(portable_lib._get_operator_names())
+    for schema in QUANTIZED.values():
+        name, _, overload = schema_name(schema).removeprefix("quantized_decomposed::").partition(".")
+        theirs = getattr(getattr(torch.ops.quantized_decomposed, name), overload)._schema
+        assert str(schema) == str(theirs)
+        assert schema_name(schema) in registered
+
+
+def test_a_saved_quantized_archive_compiles_in_a_fresh_process(tmp_path):
+    """Loading a .pt2 needs the quantized_decomposed ops defined; devplan defines them itself."""
+    ep, _, _ = quantize("mlp", "per_tensor")
+    torch.export.save(ep, tmp_path / "q.pt2")
+    done = subprocess.run([sys.executable, "-m", "devplan", "compile", str(tmp_path / "q.pt2"), "-o",
+                           str(tmp_path / "q.pte")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert devplan.read_pte(tmp_path / "q.pte").program.executionPlan[0].operators
+
+
+def test_an_op_no_library_defines_is_named_in_one_line(tmp_path):
+    """A .pt2 whose graph calls a custom op that is not defined where devplan runs."""
+    script = (
+        "import torch\n"
+        "lib = torch.library.Library('devplan_test', 'DEF')\n"
+        "lib.define('twice(Tensor x) -> Tensor')\n"
+        "lib.impl('twice', lambda x: x * 2, 'CompositeExplicitAutograd')\n"
+        "torch.library.register_fake('devplan_test::twice')(lambda x: torch.empty_like(x))\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x): return torch.ops.devplan_test.twice(x) + 1\n"
+        f"torch.export.save(torch.export.export(M(), (torch.randn(3),)), {str(tmp_path / 'c.pt2')!r})\n")
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
+    done = subprocess.run([sys.executable, "-m", "devplan", "compile", str(tmp_path / "c.pt2"), "-o",
+                           str(tmp_path / "c.pte")], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "devplan_test.twice" in done.stderr and len(done.stderr) < 300
+    assert not (tmp_path / "c.pte").exists()
