@@ -99,7 +99,7 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
         elif node.op == "placeholder" and node.name in low.inputs:
             value = node.meta.get("val")
             # a number input has its own value slot, which the runtime fills on every call
-            device = _only_device(node) if device_io else CPU
+            device = _only_device(node) if device_io and node.name not in low.mutated else CPU
             b.of_node[node] = b.tensor(value, device=device) if isinstance(value, torch.Tensor) else b.add(_slot(value))
         elif node.op == "get_attr":
             data = getattr(gm, node.target)
@@ -109,13 +109,16 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
             _emit_call(b, node)
         elif node.op == "call_module":
             _emit_delegate(b, node)
-    for target, value in updates.items():
-        buffer = next(n for n in gm.graph.nodes if n.name == target)
+    placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
+    for target, value in updates.items():  # state, then mutated inputs, take their new values in place
+        updated = b.of_node[placeholders[target]]
         copy = torch.ops.aten.copy_.default
-        args = (b.of_node[buffer], _arg(b, value, copy._schema.arguments[1].type, target), b.scalar(False))
-        b.kernels.append(Kernel(kernel_name(copy), args + (b.of_node[buffer],), target))
-    inputs = tuple(b.of_node[n] for n in gm.graph.nodes if n.op == "placeholder" and n.name in low.inputs)
-    outputs = tuple(_output(b, value, device_io) for value in user_outputs)
+        args = (updated, _arg(b, value, copy._schema.arguments[1].type, target), b.scalar(False))
+        b.kernels.append(Kernel(kernel_name(copy), args + (updated,), target))
+    inputs = tuple(b.of_node[placeholders[name]] for name in low.inputs)
+    # as in ExecuTorch, a mutated input is also returned, ahead of the user's outputs
+    outputs = (*(b.of_node[placeholders[name]] for name in low.mutated),
+               *(_output(b, value, device_io) for value in user_outputs))
     return _compact(Method(name, tuple(b.values), tuple(b.kernels), inputs, outputs, b.constants, b.state,
                            low.in_spec, low.out_spec, tuple(b.delegates)))
 

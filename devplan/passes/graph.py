@@ -20,12 +20,15 @@ class Lowered:
     inputs: tuple[str, ...]             # user input placeholder names, in call order
     in_spec: str                        # pytree specs (torch's treespec_dumps), for ContainerMetadata
     out_spec: str
+    mutated: tuple[str, ...] = ()       # user inputs the program updates in place
 
     def results(self) -> tuple[dict[str, object], list[object]]:
-        """(state placeholder name -> its value after a run, user outputs). The output node
-        holds both, state first, so that passes see every value the program must produce."""
+        """(placeholder name of state or a mutated input -> its value after a run, user
+        outputs). The output node holds them all, state first, then mutated inputs, so that
+        passes see every value the program must produce."""
         values = list(self.gm.graph.output_node().args[0])
-        return dict(zip(self.state, values)), values[len(self.state):]
+        updated = (*self.state, *self.mutated)
+        return dict(zip(updated, values)), values[len(updated):]
 
 
 def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
@@ -38,6 +41,8 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
     # deepcopy may rename placeholders (e.g. 'input'), so pair them with the signature by position
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     names = {spec.target: node.name for spec, node in zip(ep.graph_signature.input_specs, placeholders) if spec.target}
+    user_inputs = {spec.arg.name: node.name for spec, node in zip(ep.graph_signature.input_specs, placeholders)
+                   if spec.kind == InputKind.USER_INPUT}
     mutated = {o.target for o in ep.graph_signature.output_specs if o.kind == OutputKind.BUFFER_MUTATION}
     constants, state, inputs = {}, {}, []
     for spec, node in zip(ep.graph_signature.input_specs, placeholders):
@@ -50,17 +55,20 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
         (state if spec.target in mutated else constants)[name] = value
     output = gm.graph.output_node()
     results = list(output.args[0])
-    updates, user_outputs = {}, []
+    updates, mutated, user_outputs = {}, {}, []
     for spec, value in zip(ep.graph_signature.output_specs, results):
         if spec.kind == OutputKind.BUFFER_MUTATION:
             updates[names[spec.target]] = value
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            mutated[user_inputs[spec.target]] = value
         elif spec.kind == OutputKind.USER_OUTPUT:
             user_outputs.append(value)
         else:
-            raise DevplanError(f"output {spec.arg.name}: {spec.kind.name} outputs are not supported; return the value instead of mutating an input")
+            raise DevplanError(f"output {spec.arg.name}: {spec.kind.name} outputs are not supported; return the value instead")
     state = {name: state[name] for name in updates}
-    output.args = (tuple(updates.values()) + tuple(user_outputs),)
-    return Lowered(gm, constants, state, tuple(inputs), _dumps(ep.call_spec.in_spec), _dumps(ep.call_spec.out_spec))
+    output.args = (tuple(updates.values()) + tuple(mutated.values()) + tuple(user_outputs),)
+    return Lowered(gm, constants, state, tuple(inputs), _dumps(ep.call_spec.in_spec), _dumps(ep.call_spec.out_spec),
+                   tuple(mutated))
 
 
 def _dumps(spec: pytree.TreeSpec) -> str:

@@ -1,7 +1,8 @@
 """Calling conventions a compiler of exported programs tends to get wrong: inputs, parameters
 and buffers returned as outputs, the same tensor returned twice, outputs that alias each other
 or an input, unused and scalar inputs, kwargs, dicts and nested containers, zero-size and 0-d
-tensors, small and low-precision dtypes, non-contiguous inputs, odd sizes.
+tensors, small and low-precision dtypes, non-contiguous inputs, odd sizes, inputs updated in
+place (returned ahead of the outputs, ExecuTorch's convention).
 
 Each case is exported (non-strict), compiled by devplan and run twice by ExecuTorch's runtime
 and twice by devplan's reference runtime on one loaded method, and every run's flat outputs
@@ -16,6 +17,7 @@ import traceback
 import pytest
 import torch
 from torch import nn
+from torch.export.graph_signature import InputKind
 from torch.utils import _pytree as pytree
 
 import devplan
@@ -136,6 +138,31 @@ class InPlaceInput(nn.Module):
         return x * 2
 
 
+class CacheWrittenInPlace(nn.Module):
+    """A cache the caller passes in, written through a slice (index_put on the input)."""
+
+    def forward(self, cache, x):
+        cache[:, :2] = x
+        return cache.sum(1)
+
+
+class SomeInputsMutated(nn.Module):
+    """Two of three inputs updated, one of them from the one that is only read."""
+
+    def forward(self, a, b, c):
+        a.mul_(2)
+        c.sub_(b)
+        return a + b + c
+
+
+class MutatedAndReturned(nn.Module):
+    """The mutated input is itself the output."""
+
+    def forward(self, x):
+        x.add_(1)
+        return x
+
+
 class OddSizes(nn.Module):
     """Odd element counts of several element sizes, so byte offsets land on odd alignments."""
 
@@ -200,16 +227,26 @@ CASES = {
     "20_odd_sizes": lambda: (OddSizes(), (r(1023), torch.randint(-9, 9, (7,), dtype=torch.int8), r(3).half(),
                                           r(5) > 0, torch.randint(0, 200, (13,), dtype=torch.uint8)), {}),
     "21_input_mutated_in_place": lambda: (InPlaceInput(), (_x(),), {}),
+    "21b_cache_input_written_through_slice": lambda: (CacheWrittenInPlace(), (r(4, 6), r(4, 2)), {}),
+    "21c_some_inputs_mutated": lambda: (SomeInputsMutated(), (_x(), _x(), _x()), {}),
+    "21d_mutated_input_returned": lambda: (MutatedAndReturned(), (_x(),), {}),
 }
 
 
-def _eager(module: nn.Module, args: tuple, kwargs: dict) -> list[list]:
-    """Flat eager outputs of RUNS successive calls on a copy, inputs cloned each call."""
+def _eager(module: nn.Module, args: tuple, kwargs: dict, mutated: list[int]) -> list[list]:
+    """Flat eager outputs of RUNS successive calls on a copy, inputs cloned each call; the
+    flat inputs at positions `mutated` lead, as they are after the call (ExecuTorch's
+    convention for inputs a program updates in place)."""
     module = copy.deepcopy(module)
+    runs = []
     with torch.no_grad():
-        return [[leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
-                 for leaf in pytree.tree_leaves(module(*copy.deepcopy(args), **copy.deepcopy(kwargs)))]
-                for _ in range(RUNS)]
+        for _ in range(RUNS):
+            given_args, given_kwargs = copy.deepcopy(args), copy.deepcopy(kwargs)
+            outputs = pytree.tree_leaves(module(*given_args, **given_kwargs))
+            inputs = pytree.tree_leaves((given_args, given_kwargs))
+            runs.append([leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
+                         for leaf in [inputs[i] for i in mutated] + outputs])
+    return runs
 
 
 def _compare(runtime: str, runs: list[list], want_runs: list[list]) -> str | None:
@@ -242,11 +279,13 @@ def outcome(name: str) -> tuple[str, str]:
     torch.manual_seed(0)
     module, args, kwargs = CASES[name]()
     module.eval().requires_grad_(False)
-    want = _eager(module, args, kwargs)
     try:
         ep = torch.export.export(module.eval(), copy.deepcopy(args), copy.deepcopy(kwargs) or None, strict=False)
     except Exception as error:  # noqa: BLE001 - torch.export's refusal, not devplan's
         return "EXPORT_SKIPPED", f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+    signature = ep.run_decompositions({}).graph_signature  # functional: in-place updates become outputs
+    user_inputs = [spec.arg.name for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT]
+    want = _eager(module, args, kwargs, [user_inputs.index(name) for name in signature.user_inputs_to_mutate.values()])
     try:
         data = devplan.compile(ep).data
     except DevplanError as error:
@@ -287,12 +326,9 @@ def outcome(name: str) -> tuple[str, str]:
 
 
 # Refused on purpose, each with one line saying what to do: a method's outputs are tensors
-# (ExecuTorch's own lowering crashes on the first two), and a program cannot write into its
-# caller's tensors (ExecuTorch returns the mutated input as an extra leading output instead,
-# which changes the method's outputs from what eager returns).
+# (ExecuTorch's own lowering crashes on both).
 REFUSED = {"10_nested_with_none": "only tensors can be method outputs",
-           "10b_nested_with_int": "only tensors can be method outputs",
-           "21_input_mutated_in_place": "return the value instead of mutating an input"}
+           "10b_nested_with_int": "only tensors can be method outputs"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -312,3 +348,23 @@ def test_scalar_inputs_are_specialized_by_export():
     ep = torch.export.export(Scalars().eval(), (_x(), 3, 0.5, False), strict=False)
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
     assert [len(n.users) for n in placeholders[1:]] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("options", [{"delegates": ["cuda:0"]}, {"delegates": ["cuda:0"], "device_io": True}],
+                         ids=["delegated", "device_io"])
+def test_a_mutated_input_stays_on_the_host_under_delegates(options):
+    """Its update is a host copy into the input's own bytes, whatever device reads it."""
+    from devplan.runtime.allocator import HostAllocator, registered
+    from devplan.spec import CPU
+
+    ep = torch.export.export(SomeInputsMutated(), (_x(), _x(), _x()))
+    args = [_x(), _x(), _x()]
+    result = devplan.compile(ep, **options)
+    method = result.planned.method
+    assert [method.values[i].device for i in method.outputs[:2]] == [CPU, CPU]
+    with registered("cuda", HostAllocator()):
+        got = devplan.runtime.run(result.data, copy.deepcopy(args), runs=RUNS)
+    want_runs = devplan.runtime.run(devplan.compile(ep).data, copy.deepcopy(args), runs=RUNS)
+    for run, want in zip(got, want_runs, strict=True):
+        for g, w in zip(run, want, strict=True):
+            torch.testing.assert_close(g, w)
