@@ -5,6 +5,8 @@ Works from the document alone (never the program), so what the terminal shows an
 NO_COLOR and pipes lose nothing."""
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -130,16 +132,14 @@ def _instructions(method: dict, console: Console, exact_bytes: bool) -> None:
     text = Text()
     for row in method["instructions"]:
         head, tail = _call_parts(row, delegates)
-        call = head + tail
-        # a long call wraps under itself, not under the numbers
-        for start in range(0, len(call), room):
-            prefix = f"#{row['index']}".rjust(label) if start == 0 else " " * label
+        # a long call wraps under itself, not under the numbers, between its arguments
+        for depth, line in enumerate(_fold((head, *re.findall(r".+?(?:, |$)", tail)), room)):
+            prefix = f"#{row['index']}".rjust(label) if depth == 0 else " " * label
             text.append(prefix, style="dim")
             text.append(" ")
-            piece = call[start:start + room]
-            bold = max(0, min(len(head) - start, len(piece)))
-            text.append(piece[:bold], style="bold")
-            text.append(piece[bold:] + "\n")
+            bold = max(0, min(len(head) - depth * room, len(line)))  # the op name breaks only at full lines
+            text.append(line[:bold], style="bold")
+            text.append(line[bold:] + "\n")
     console.print(text, end="")
 
 

@@ -16,7 +16,7 @@ from torch import nn
 import devplan
 import devplan.runtime
 from devplan.ops import QUANTIZED, schema_name
-from tests.models import executorch_lower, run_executorch
+from tests.models import executorch_lower, pt2e_quantize, run_executorch
 
 quantized_kernels = pytest.importorskip("executorch.kernels.quantized")
 
@@ -74,18 +74,10 @@ CONFIGS = {"per_tensor": {}, "per_channel": {"is_per_channel": True},
 
 def quantize(model: str, config: str) -> tuple[torch.export.ExportedProgram, nn.Module, tuple]:
     """(the quantized program, the quantized module it was exported from, sample inputs)."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
-                                                                         get_symmetric_quantization_config)
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
     torch.manual_seed(0)
     make, shape = MODELS[model]
-    module, args = make().eval(), (torch.randn(shape),)
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(**CONFIGS[config]))
-    prepared = prepare_pt2e(torch.export.export(module, args).module(), quantizer)
-    prepared(*args)  # calibrate
-    converted = convert_pt2e(prepared)
-    return torch.export.export(converted, args), converted, args
+    args = (torch.randn(shape),)
+    return (*pt2e_quantize(make(), args, **CONFIGS[config]), args)
 
 
 @pytest.mark.parametrize("model,config", [(m, c) for m in MODELS for c in CONFIGS

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import re
 
 import pytest
@@ -57,6 +58,24 @@ def test_instructions_read_as_calls(hand_built):
     delegates = text_of(devplan.inspect(hand_built["cuda"]), sections=("instructions", "delegates"))
     assert "#2 delegate 0 CudaBackend(v1, v2)" in delegates
     assert re.search(r"target_device=\s*cuda:0;\s+blob=\s*00ff10", delegates)
+
+
+def test_a_long_call_wraps_between_its_arguments(hand_built):
+    """At 30 columns each call takes several lines, under itself; a value name is never cut."""
+    doc = devplan.inspect(hand_built["lifetimes"])
+    lines = text_of(doc, sections=("instructions",), width=30).splitlines()
+    lines = list(itertools.takewhile(lambda line: not line.startswith("method"), lines[lines.index("instructions") + 1:]))
+    assert all(len(line) <= 30 and re.search(r"(,|\)|-> v\d+)$", line) for line in lines)
+    calls = []
+    for line in lines:
+        start = re.match(r"^\s*#\d+ (.*)$", line)
+        if start:
+            calls.append(start[1].strip())
+        else:  # a continuation: the break fell after ", "
+            calls[-1] += (" " if calls[-1].endswith(",") else "") + line.strip()
+    assert "aten::mul.out(v0, v6, v1) -> v1" in calls
+    assert "aten::cat.out(v3, v7, v4) -> v4" in calls
+    assert len(lines) > len(calls)
 
 
 def test_exact_bytes_replace_human_sizes(lowered):
