@@ -64,6 +64,7 @@ class Method:
     in_spec: str
     out_spec: str
     delegates: tuple[Delegate, ...] = ()
+    mutated: tuple[int, ...] = ()        # user inputs the run ends by overwriting (returned first, as in ExecuTorch)
 
     def operands(self, kernel: Kernel) -> list[int]:
         """Value indices a kernel reads or writes: its arguments, a tensor list by its items."""

@@ -12,7 +12,7 @@ from samples/make_samples.py).
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -386,6 +386,47 @@ def eager_outputs(module: nn.Module, args: tuple, runs: int = 1) -> list[list[Te
     with torch.no_grad():
         # Clone so that an output aliasing a buffer keeps the value of its own call.
         return [[leaf.clone() for leaf in pytree.tree_leaves(module(*args))] for _ in range(runs)]
+
+
+def eager_runs(module: nn.Module, calls: Sequence[tuple[tuple, dict]], mutated: Sequence[int] = ()) -> list[list]:
+    """Flat eager outputs of successive calls on one copy of `module` (its state carries over),
+    each call on fresh copies of its (args, kwargs); the flat inputs at positions `mutated`
+    lead, as they are after the call (ExecuTorch returns inputs a program updates in place
+    ahead of its outputs)."""
+    module = copy.deepcopy(module)
+    runs = []
+    with torch.no_grad():
+        for args, kwargs in calls:
+            args, kwargs = copy.deepcopy((args, kwargs))
+            outputs = pytree.tree_leaves(module(*args, **kwargs))
+            inputs = pytree.tree_leaves((args, kwargs))
+            runs.append([leaf.clone() if isinstance(leaf, Tensor) else leaf for leaf in [inputs[i] for i in mutated] + outputs])
+    return runs
+
+
+def mismatch(runtime: str, runs: list[list], want_runs: list[list]) -> str | None:
+    """None when every run's flat outputs match, else 'MISMATCH ...' saying what differs:
+    float32 at rtol=atol=1e-5; integers and bools exact; half types at their dtype's defaults."""
+    for run, (got, want) in enumerate(zip(runs, want_runs, strict=True)):
+        if len(got) != len(want):
+            return f"MISMATCH {runtime} run {run}: {len(got)} outputs, eager has {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            if not isinstance(w, Tensor):
+                if g != w:
+                    return f"MISMATCH {runtime} run {run} output {i}: {g!r} instead of {w!r}"
+                continue
+            if not isinstance(g, Tensor):
+                return f"MISMATCH {runtime} run {run} output {i}: {type(g).__name__} instead of a tensor"
+            if (g.dtype, g.shape) != (w.dtype, w.shape):
+                return (f"MISMATCH {runtime} run {run} output {i}: {g.dtype}{tuple(g.shape)} instead of "
+                        f"{w.dtype}{tuple(w.shape)}")
+            tolerance = {"rtol": 1e-5, "atol": 1e-5} if w.dtype == torch.float32 else {}
+            try:
+                torch.testing.assert_close(g, w, **tolerance)
+            except AssertionError:
+                err = (g.double() - w.double()).abs().max().item() if g.numel() else 0.0
+                return f"MISMATCH {runtime} run {run} output {i}: max abs error {err:.3g}"
+    return None
 
 
 def assert_runs_match(got_runs: list[list[Tensor]], want_runs: list[list[Tensor]], **tolerance) -> None:

@@ -24,6 +24,7 @@ class _Builder:
     of_node: dict = field(default_factory=dict)   # fx node -> value index
     constants: dict = field(default_factory=dict)
     state: dict = field(default_factory=dict)     # value index -> initial data of updated buffers
+    mutated: set = field(default_factory=set)     # value indices of user inputs updated in place
     kernels: list = field(default_factory=list)
     delegates: list = field(default_factory=list)
     copies: dict = field(default_factory=dict)    # (value index, device) -> its copy there
@@ -101,6 +102,8 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
             # a number input has its own value slot, which the runtime fills on every call
             device = _only_device(node) if device_io and node.name not in low.mutated else CPU
             b.of_node[node] = b.tensor(value, device=device) if isinstance(value, torch.Tensor) else b.add(_slot(value))
+            if node.name in low.mutated:
+                b.mutated.add(b.of_node[node])
         elif node.op == "get_attr":
             data = getattr(gm, node.target)
             b.of_node[node] = b.tensor(data, constant=True)
@@ -117,10 +120,10 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
         b.kernels.append(Kernel(kernel_name(copy), args + (updated,), target))
     inputs = tuple(b.of_node[placeholders[name]] for name in low.inputs)
     # as in ExecuTorch, a mutated input is also returned, ahead of the user's outputs
-    outputs = (*(b.of_node[placeholders[name]] for name in low.mutated),
-               *(_output(b, value, device_io) for value in user_outputs))
+    mutated = tuple(b.of_node[placeholders[name]] for name in low.mutated)
+    outputs = (*mutated, *(_output(b, value, device_io) for value in user_outputs))
     return _compact(Method(name, tuple(b.values), tuple(b.kernels), inputs, outputs, b.constants, b.state,
-                           low.in_spec, low.out_spec, tuple(b.delegates)))
+                           low.in_spec, low.out_spec, tuple(b.delegates), mutated))
 
 
 def _compact(method: Method) -> Method:
@@ -153,6 +156,7 @@ def _compact(method: Method) -> Method:
         outputs=tuple(new[i] for i in method.outputs),
         constants={new[i]: t for i, t in method.constants.items() if i in new},
         state={new[i]: t for i, t in method.state.items()},
+        mutated=tuple(new[i] for i in method.mutated),
     )
 
 
@@ -298,14 +302,14 @@ def _runs(node: torch.fx.Node) -> list[int] | None:
 
 def _storage_of(b: _Builder, source) -> tuple[int, int] | None:
     """(storage root, byte offset in it) of a planned tensor a view may share; None for
-    constants, numbers and state (a state buffer is overwritten at the end of the run,
-    while a view of its old value may still be read)."""
+    constants, numbers, state and mutated inputs (overwritten at the end of the run, while
+    a view of the old value may still be read, or returned)."""
     index = b.host(b.of_node[source]) if isinstance(source, torch.fx.Node) and source in b.of_node else None
     spec = b.values[index] if index is not None else None
     if not isinstance(spec, TensorSpec) or spec.constant:
         return None
     root = spec.alias_of if spec.alias_of is not None else index
-    return None if root in b.state else (root, spec.alias_offset)
+    return None if root in b.state or root in b.mutated else (root, spec.alias_offset)
 
 
 def _out_values(b: _Builder, node: torch.fx.Node, out_args) -> dict[str, int]:

@@ -17,7 +17,7 @@ from devplan.planning.lifetimes import lifetimes, storages
 def write_cats_in_place(method: Method) -> Method:
     values = list(method.values)
     root, _ = storages(method, lifetimes(method))
-    fixed = {*method.state, *method.constants}
+    fixed = {*method.state, *method.constants, *method.mutated}  # their bytes are their own to the end
     kernels = []
     for kernel in method.kernels:
         starts = _places(values, kernel, root, fixed) if kernel.op == "aten::cat.out" else None

@@ -23,7 +23,7 @@ from torch.utils import _pytree as pytree
 import devplan
 import devplan.runtime
 from devplan.errors import DevplanError
-from tests.models import run_executorch
+from tests.models import eager_runs, mismatch, run_executorch
 
 RUNS = 2
 
@@ -233,47 +233,6 @@ CASES = {
 }
 
 
-def _eager(module: nn.Module, args: tuple, kwargs: dict, mutated: list[int]) -> list[list]:
-    """Flat eager outputs of RUNS successive calls on a copy, inputs cloned each call; the
-    flat inputs at positions `mutated` lead, as they are after the call (ExecuTorch's
-    convention for inputs a program updates in place)."""
-    module = copy.deepcopy(module)
-    runs = []
-    with torch.no_grad():
-        for _ in range(RUNS):
-            given_args, given_kwargs = copy.deepcopy(args), copy.deepcopy(kwargs)
-            outputs = pytree.tree_leaves(module(*given_args, **given_kwargs))
-            inputs = pytree.tree_leaves((given_args, given_kwargs))
-            runs.append([leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
-                         for leaf in [inputs[i] for i in mutated] + outputs])
-    return runs
-
-
-def _compare(runtime: str, runs: list[list], want_runs: list[list]) -> str | None:
-    """None when every run matches, else what differs."""
-    for run, (got, want) in enumerate(zip(runs, want_runs)):
-        if len(got) != len(want):
-            return f"MISMATCH {runtime} run {run}: {len(got)} outputs, eager has {len(want)}"
-        for i, (g, w) in enumerate(zip(got, want)):
-            if not isinstance(w, torch.Tensor):
-                if g != w:
-                    return f"MISMATCH {runtime} run {run} output {i}: {g!r} instead of {w!r}"
-                continue
-            if not isinstance(g, torch.Tensor):
-                return f"MISMATCH {runtime} run {run} output {i}: {type(g).__name__} instead of a tensor"
-            if (g.dtype, g.shape) != (w.dtype, w.shape):
-                return (f"MISMATCH {runtime} run {run} output {i}: {g.dtype}{tuple(g.shape)} instead of "
-                        f"{w.dtype}{tuple(w.shape)}")
-            # float32 at rtol=1e-5; integers and bools exact; float16 and bfloat16 at their dtype's defaults
-            tolerance = {"rtol": 1e-5, "atol": 1e-5} if w.dtype == torch.float32 else {}
-            try:
-                torch.testing.assert_close(g, w, **tolerance)
-            except AssertionError:
-                err = (g.double() - w.double()).abs().max().item() if g.numel() else 0.0
-                return f"MISMATCH {runtime} run {run} output {i}: max abs error {err:.3g}"
-    return None
-
-
 def outcome(name: str) -> tuple[str, str]:
     """(status, detail) for one case."""
     torch.manual_seed(0)
@@ -285,7 +244,8 @@ def outcome(name: str) -> tuple[str, str]:
         return "EXPORT_SKIPPED", f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
     signature = ep.run_decompositions({}).graph_signature  # functional: in-place updates become outputs
     user_inputs = [spec.arg.name for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT]
-    want = _eager(module, args, kwargs, [user_inputs.index(name) for name in signature.user_inputs_to_mutate.values()])
+    want = eager_runs(module, [(args, kwargs)] * RUNS,
+                      [user_inputs.index(name) for name in signature.user_inputs_to_mutate.values()])
     try:
         data = devplan.compile(ep).data
     except DevplanError as error:
@@ -315,7 +275,7 @@ def outcome(name: str) -> tuple[str, str]:
     except Exception:  # noqa: BLE001
         problems.append("CRASH devplan.run: " + " | ".join(traceback.format_exc().strip().splitlines()[-3:]))
     for runtime, runs in results.items():
-        problem = _compare(runtime, runs, want)
+        problem = mismatch(runtime, runs, want)
         if problem:
             problems.append(problem)
     if problems:
