@@ -7,7 +7,8 @@ import json
 import pytest
 
 import devplan
-from benchmarks import compile_vs_executorch, device_plan_vs_executorch, dynamic_vs_executorch, plan_vs_executorch
+from benchmarks import (compile_vs_executorch, device_plan_vs_executorch, dynamic_vs_executorch, plan_vs_executorch,
+                        quantized_vs_executorch)
 from benchmarks.floor import order_free_floor
 from benchmarks.harness import export
 
@@ -119,3 +120,17 @@ def test_dynamic_table_excludes_what_executorch_cannot_run_at_the_bound(capsys: 
     # ExecuTorch plans the derived dim 2 * half at the example's size, so its program refuses the bound
     assert rows[0][7] == "yes" and rows[1][7:] == ["no", dynamic_vs_executorch.EXCLUDED]
     assert "of 1 models" in out
+
+
+def test_quantized_table_compares_the_same_quantized_program(capsys: pytest.CaptureFixture[str]) -> None:
+    assert quantized_vs_executorch.main(["--models", MODEL, "--configs", "per_tensor,dynamic", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = table_rows(out, quantized_vs_executorch.HEADERS)
+    assert [row[:2] for row in rows] == [[MODEL, "per_tensor"], [MODEL, "dynamic"]]
+    for row in rows:
+        devplan_s, executorch_s, speedup = map(float, row[2:5])
+        assert speedup == pytest.approx(executorch_s / devplan_s, rel=2e-3)
+        devplan_planned, executorch_planned = map(int, row[5:7])
+        assert float(row[7]) == pytest.approx(devplan_planned / executorch_planned, rel=2e-3)
+        assert int(row[8]) > 0 and int(row[9]) > 0  # both store the int8 weights
+    assert "of 2; geometric mean planned ratio" in out
