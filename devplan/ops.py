@@ -74,8 +74,10 @@ SAME_BYTES = frozenset({
 BACKEND_ID = "DevplanDelegate"
 
 # Input ranks a portable kernel accepts where its schema allows more: a program outside them
-# would fail only when it runs, so compile refuses it by name instead.
-RANKS = {"aten::convolution.out": ((3, 4), "ExecuTorch's portable convolution runs 1-D and 2-D convolutions only")}
+# would fail only when it runs, so such a node is decomposed instead, or, with no
+# decomposition, refused by name.
+RANKS = {"aten::convolution.out": ((3, 4), "ExecuTorch's portable convolution runs 1-D and 2-D convolutions only"),
+         "aten::linear.out": (tuple(range(2, 17)), "ExecuTorch's portable linear takes inputs of 2 or more dims")}
 
 # Ops whose portable out kernel checks its results' sizes instead of setting them: a dynamic
 # input goes through torch's decomposition instead (split -> split_with_sizes, unbind -> select,

@@ -354,19 +354,20 @@ def executorch_lower(ep: torch.export.ExportedProgram) -> bytes:
         return edge.to_executorch(config).buffer
 
 
-def pt2e_quantize(module: nn.Module, args: tuple, **config) -> tuple[torch.export.ExportedProgram, nn.Module]:
+def pt2e_quantize(module: nn.Module, args: tuple, dynamic_shapes=None, **config) -> tuple[torch.export.ExportedProgram, nn.Module]:
     """PT2E-quantize `module` with ExecuTorch's XNNPACK quantizer (`config`: the keywords of
     get_symmetric_quantization_config, e.g. is_per_channel, is_dynamic), calibrated on `args`:
-    (the exported quantized program, the converted module it computes what it computes)."""
+    (the exported quantized program, the converted module it was exported from)."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
                                                                          get_symmetric_quantization_config)
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(**config))
-    prepared = prepare_pt2e(torch.export.export(module.eval(), args, strict=False).module(), quantizer)
+    graph = torch.export.export(module.eval(), args, dynamic_shapes=dynamic_shapes, strict=False).module()
+    prepared = prepare_pt2e(graph, quantizer)
     prepared(*args)
     converted = convert_pt2e(prepared)
-    return torch.export.export(converted, args, strict=False), converted
+    return torch.export.export(converted, args, dynamic_shapes=dynamic_shapes, strict=False), converted
 
 
 def run_executorch(pte_bytes: bytes, args: tuple, runs: int = 1) -> list[list[Tensor]]:

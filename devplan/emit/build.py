@@ -9,7 +9,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.ops import (BACKEND_ID, ET_VIEW, KERNELS, NUMBER_OPS, RANKS, SAME_BYTES, is_view, kernel_name, out_schema,
+from devplan.ops import (BACKEND_ID, ET_VIEW, KERNELS, NUMBER_OPS, SAME_BYTES, is_view, kernel_name, out_schema,
                          schema_name)
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
@@ -186,10 +186,6 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
         raise DevplanError(f"{_user_node(node)}: op {node.target} has no kernel in the portable library; "
                            f"rewrite the model without it")
     kernel = schema_name(schema)
-    ranks, why = RANKS.get(kernel, (None, ""))
-    if ranks and node.args[0].meta["val"].dim() not in ranks:
-        raise DevplanError(f"{_user_node(node)}: {why} (its input has {node.args[0].meta['val'].dim()} dims); "
-                           f"rewrite the model without it")
     same_bytes = kernel in SAME_BYTES
     if (same_bytes or is_view(node.target)) and _emit_view(b, node, same_bytes):
         return

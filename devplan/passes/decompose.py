@@ -15,7 +15,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError, first_line
-from devplan.ops import CHECKS_OUT_SIZES, runnable
+from devplan.ops import CHECKS_OUT_SIZES, RANKS, out_schema, runnable, schema_name
 from devplan.passes.decompositions import table
 
 # Ops that only check metadata or shapes at trace time; the runtime has nothing to do.
@@ -40,7 +40,8 @@ def decompose(gm: torch.fx.GraphModule) -> None:
                 continue
             if op._schema.name in _DROPPED:
                 gm.graph.erase_node(node)
-            elif _prefer_scalar(node) or not runnable(node.target) or (op in CHECKS_OUT_SIZES and _dynamic(node)):
+            elif (_prefer_scalar(node) or not runnable(node.target) or (op in CHECKS_OUT_SIZES and _dynamic(node))
+                  or _rank_refusal(node)):
                 added += _inline(gm, node, table().get(node.target, node.target), traces, mode)
         if not added:
             break
@@ -60,6 +61,16 @@ def _prefer_scalar(node: torch.fx.Node) -> bool:
         node.target = scalar
         return False
     return not runnable(op)
+
+
+def _rank_refusal(node: torch.fx.Node) -> str | None:
+    """Why the op's kernel refuses the rank of the node's input (ops.RANKS); None if it does not."""
+    schema = out_schema(node.target)
+    ranks, why = RANKS.get(schema_name(schema), (None, "")) if schema is not None else (None, "")
+    source = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], torch.fx.Node) else None
+    if ranks and isinstance(source, torch.Tensor) and source.dim() not in ranks:
+        return f"{why} (its input has {source.dim()} dims)"
+    return None
 
 
 def _dynamic(node: torch.fx.Node) -> bool:
@@ -119,6 +130,10 @@ def _trace(node: torch.fx.Node, fn, mode) -> torch.fx.GraphModule:
         raise DevplanError(f"node {origin[0]}: op {origin[1]}{via} has no portable kernel and torch cannot "
                            f"decompose it ({first_line(error)}); rewrite the model without it") from None
     if fn is node.target and _only_calls(sub, node.target):
+        refusal = _rank_refusal(node)
+        if refusal:
+            raise DevplanError(f"node {origin[0]}{f' ({origin[1]})' if via else ''}: {refusal}; "
+                               f"rewrite the model without it")
         raise DevplanError(f"node {origin[0]}: op {origin[1]} is not supported{via}: no portable kernel and no "
                            f"decomposition; rewrite the model without it")
     return sub

@@ -7,6 +7,9 @@ import torch
 from devplan.passes.graph import Lowered
 
 _NONDETERMINISTIC = {"aten::rand", "aten::randn", "aten::native_dropout", "aten::bernoulli", "aten::randint"}
+# Quantized weights are stored quantized, whatever their scales and zero points weigh: a
+# dequantized copy would be float at rest, which is what quantizing them was to avoid.
+_KEPT_QUANTIZED = ("quantized_decomposed::dequantize_",)
 
 
 def fold_constants(low: Lowered) -> None:
@@ -54,4 +57,5 @@ def _foldable(node: torch.fx.Node, values) -> bool:
     return (bool(inputs) and all(n in values for n in inputs)
             and isinstance(node.target, torch._ops.OpOverload)
             and node.target._schema.name not in _NONDETERMINISTIC
+            and not node.target._schema.name.startswith(_KEPT_QUANTIZED)
             and not node.target._schema.is_mutable)

@@ -34,6 +34,7 @@ _EXTRA_KERNELS = {
     "dim_order_ops::_empty_dim_order.out": lambda size, dim_order, out: out.resize_(size),
 }
 _NUMBER_KERNELS = {name: fn for fn, name in NUMBER_OPS.items()}
+_QUANTIZED_BY_OUT = {schema_name(schema): functional for functional, schema in QUANTIZED.items()}
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,9 @@ class LoadedMethod:
             return _Step(InstructionArguments.KernelCall, name, _et_view, tuple(args))
         if name in _NUMBER_KERNELS and args:
             return _Step(InstructionArguments.KernelCall, name, _NUMBER_KERNELS[name], tuple(args[:-1]), result=args[-1])
-        op = _EXTRA_KERNELS.get(name) or _torch_op(name) or _quantized_op(name)
+        # quantized ops run torch's functional forms even where ExecuTorch's Python has given
+        # torch its own kernels for their out variants: this runtime stays an independent check
+        op = _EXTRA_KERNELS.get(name) or _quantized_op(name) or _torch_op(name)
         if op is None:
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which the reference runtime "
                                f"does not know")
@@ -332,7 +335,7 @@ class LoadedMethod:
     def _run(self, pc: int, step: _Step) -> int:
         if step.kind == InstructionArguments.KernelCall:
             for index in step.emptied:  # else torch warns of the resize, or sees an in-place input overlap it
-                self.values[index].resize_(0)
+                self.values[index].resize_([0] * self.values[index].dim())  # rank kept: kernels check it
             result = step.call(*(self._value(a) for a in step.args), **{k: self._value(a) for k, a in step.keywords})
             if step.result is not None:
                 self.values[step.result] = result
@@ -427,10 +430,12 @@ class _Functional:
 
 
 def _quantized_op(name: str) -> _Functional | None:
+    functional = _QUANTIZED_BY_OUT.get(name)
+    if functional is None:
+        return None
     import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines the functional quantized_decomposed ops
 
-    functional = next((f for f, schema in QUANTIZED.items() if schema_name(schema) == name), None)
-    return _Functional(QUANTIZED[functional], _torch_op(functional)) if functional else None
+    return _Functional(QUANTIZED[functional], _torch_op(functional))
 
 
 def _mutable_data(pte: PteFile, index: int) -> bytes:

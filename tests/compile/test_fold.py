@@ -52,3 +52,21 @@ def test_folding_never_grows_constant_bytes():
     assert result.constant_bytes <= 16 * 16 * 4
     got = run_executorch(result.data, args)[0][0]
     torch.testing.assert_close(got, eager_outputs(module, args)[0][0], rtol=1e-4, atol=1e-5)
+
+
+class TwinWeights(torch.nn.Module):
+    """Two weights with equal data (per-channel zero points across layers are such twins)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.ones(8, 8))
+        self.b = torch.nn.Parameter(torch.ones(8, 8))
+
+    def forward(self, x):
+        return x @ self.a + x @ self.b
+
+
+def test_constant_bytes_are_what_the_program_stores():
+    """Equal constants are stored once; the count is inspect's, alignment included."""
+    result = compile_it(TwinWeights(), (torch.randn(2, 8),))
+    assert result.constant_bytes == devplan.inspect(result.data)["file"]["constant_bytes"] == 8 * 8 * 4

@@ -106,6 +106,8 @@ def _uint8():
 CASES = {
     # recurrent layers
     "lstm_1layer": lambda: (Recurrent(nn.LSTM, 1), (r(2, 5, 6),)),
+    # ExecuTorch's portable linear takes 2-D and wider inputs only: a 1-D one decomposes
+    "linear_on_1d_input": lambda: (nn.Linear(16, 4), (r(16),)),
     "lstm_2layer": lambda: (Recurrent(nn.LSTM, 2), (r(2, 5, 6),)),
     "gru_1layer": lambda: (Recurrent(nn.GRU, 1), (r(2, 5, 6),)),
     "gru_2layer": lambda: (Recurrent(nn.GRU, 2), (r(2, 5, 6),)),
