@@ -100,6 +100,21 @@ def test_quantized_program_runs_in_both_runtimes(model, config):
     assert planned_bytes(result.data) <= planned_bytes(executorch_lower(ep))
 
 
+@pytest.mark.parametrize("model,config", [(m, c) for m in MODELS for c in ("per_tensor", "dynamic")
+                                          if (m, c) != ("conv1d_bn", "dynamic")])
+def test_devplans_runtime_runs_executorchs_own_quantized_programs(model, config):
+    """ExecuTorch's lowering of the same quantized program (its quantized kernels included)
+    runs in devplan's runtime as in ExecuTorch's, through the same reader as devplan's own."""
+    ep, module, args = quantize(model, config)
+    theirs = executorch_lower(ep)
+    operators = {f"{op['name']}.{op['overload']}" for op in devplan.inspect(theirs)["methods"][0]["operators"]}
+    assert operators & {schema_name(s) for s in QUANTIZED.values()}
+    got = devplan.runtime.run(theirs, list(args), runs=2)
+    for run in got:
+        torch.testing.assert_close(run[0], run_executorch(theirs, args)[0][0], rtol=0, atol=1e-6)
+        torch.testing.assert_close(run[0], module(*args), rtol=0, atol=1e-6)
+
+
 def test_out_schemas_are_the_quantized_librarys_own():
     """The hand-written out schemas equal those ExecuTorch's quantized library registers with
     torch, and its runtime has a kernel for each."""
