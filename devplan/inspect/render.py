@@ -6,7 +6,6 @@ NO_COLOR and pipes lose nothing."""
 from __future__ import annotations
 
 import re
-
 from collections.abc import Sequence
 
 from rich.console import Console

@@ -43,7 +43,7 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
     names = {spec.target: node.name for spec, node in zip(ep.graph_signature.input_specs, placeholders) if spec.target}
     user_inputs = {spec.arg.name: node.name for spec, node in zip(ep.graph_signature.input_specs, placeholders)
                    if spec.kind == InputKind.USER_INPUT}
-    mutated = {o.target for o in ep.graph_signature.output_specs if o.kind == OutputKind.BUFFER_MUTATION}
+    written = {o.target for o in ep.graph_signature.output_specs if o.kind == OutputKind.BUFFER_MUTATION}
     constants, state, inputs = {}, {}, []
     for spec, node in zip(ep.graph_signature.input_specs, placeholders):
         name = node.name
@@ -52,7 +52,7 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
             continue
         source = ep.constants if spec.kind == InputKind.CONSTANT_TENSOR or spec.target in ep.constants else ep.state_dict
         value = source[spec.target].detach()
-        (state if spec.target in mutated else constants)[name] = value
+        (state if spec.target in written else constants)[name] = value
     output = gm.graph.output_node()
     results = list(output.args[0])
     updates, mutated, user_outputs = {}, {}, []
