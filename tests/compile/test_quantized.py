@@ -20,6 +20,8 @@ from tests.models import executorch_lower, pt2e_quantize, run_executorch
 
 quantized_kernels = pytest.importorskip("executorch.kernels.quantized")
 
+QUANTIZED_KERNELS = {schema_name(s) for s in QUANTIZED.values()}
+
 
 class CNN(nn.Module):
     def __init__(self):
@@ -80,21 +82,30 @@ def quantize(model: str, config: str) -> tuple[torch.export.ExportedProgram, nn.
     return (*pt2e_quantize(make(), args, **CONFIGS[config]), args)
 
 
+def assert_calls_quantized_kernels(result) -> None:
+    kernels = {k.op for k in result.planned.method.kernels}
+    assert kernels & QUANTIZED_KERNELS, "the program calls no quantized kernel"
+
+
+def assert_weights_stay_int8(ep, result) -> int:
+    """The program stores every int8 tensor of the exported program as int8 (folding their
+    dequantize would store them as float, four times the bytes); returns how many elements."""
+    int8 = sum(t.numel() for t in [*ep.state_dict.values(), *ep.constants.values()] if t.dtype == torch.int8)
+    kept = sum(t.numel() for t in result.planned.method.constants.values() if t.dtype == torch.int8)
+    assert kept == int8, f"the program stores {kept} int8 weight elements, the exported program {int8}"
+    return int8
+
+
 @pytest.mark.parametrize("model,config", [(m, c) for m in MODELS for c in CONFIGS
                                           if (m, c) != ("conv1d_bn", "dynamic")])  # dynamic: linear layers only
 def test_quantized_program_runs_in_both_runtimes(model, config):
     ep, module, args = quantize(model, config)
     want = module(*args)
     result = devplan.compile(ep)
-    kernels = {k.op for k in result.planned.method.kernels}
-    assert kernels & {schema_name(s) for s in QUANTIZED.values()}, "the program calls no quantized kernel"
+    assert_calls_quantized_kernels(result)
     for got in (devplan.runtime.run(result.data, list(args))[0][0], run_executorch(result.data, args)[0][0]):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
-    # the quantized weights stay int8 in the program: folding their dequantize would store
-    # them as float, four times the bytes
-    int8_weights = sum(t.numel() for t in [*ep.state_dict.values(), *ep.constants.values()] if t.dtype == torch.int8)
-    assert int8_weights > 0
-    assert sum(t.numel() for t in result.planned.method.constants.values() if t.dtype == torch.int8) == int8_weights
+    assert assert_weights_stay_int8(ep, result) > 0
     from benchmarks.harness import planned_bytes
 
     assert planned_bytes(result.data) <= planned_bytes(executorch_lower(ep))
@@ -108,7 +119,7 @@ def test_devplans_runtime_runs_executorchs_own_quantized_programs(model, config)
     ep, module, args = quantize(model, config)
     theirs = executorch_lower(ep)
     operators = {f"{op['name']}.{op['overload']}" for op in devplan.inspect(theirs)["methods"][0]["operators"]}
-    assert operators & {schema_name(s) for s in QUANTIZED.values()}
+    assert operators & QUANTIZED_KERNELS
     got = devplan.runtime.run(theirs, list(args), runs=2)
     for run in got:
         torch.testing.assert_close(run[0], run_executorch(theirs, args)[0][0], rtol=0, atol=1e-6)

@@ -23,13 +23,12 @@ from torch.utils import _pytree as pytree
 
 import devplan
 import devplan.runtime
-from devplan.ops import QUANTIZED, schema_name
+from tests.compile.test_quantized import QUANTIZED_KERNELS, assert_calls_quantized_kernels, assert_weights_stay_int8
 from tests.models import executorch_lower, pt2e_quantize, run_executorch
 
 quantized_kernels = pytest.importorskip("executorch.kernels.quantized")
 
 ATOL = 1e-5
-QUANTIZED_KERNELS = {schema_name(s) for s in QUANTIZED.values()}
 
 
 # ---------------------------------------------------------------------------- the models
@@ -490,17 +489,6 @@ def assert_outputs(got: list, want: list, who: str) -> None:
     assert len(got) == len(want), f"{who}: {len(got)} outputs, eager has {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
         torch.testing.assert_close(g, w, rtol=0, atol=ATOL, msg=lambda m: f"{who}, output {i}: {m}")
-
-
-def assert_calls_quantized_kernels(result) -> None:
-    kernels = {k.op for k in result.planned.method.kernels}
-    assert kernels & QUANTIZED_KERNELS, "the program calls no quantized kernel"
-
-
-def assert_weights_stay_int8(ep, result) -> None:
-    int8 = sum(t.numel() for t in [*ep.state_dict.values(), *ep.constants.values()] if t.dtype == torch.int8)
-    kept = sum(t.numel() for t in result.planned.method.constants.values() if t.dtype == torch.int8)
-    assert kept == int8, f"the program stores {kept} int8 weight elements, the exported program {int8}"
 
 
 def assert_plans_no_more_than_executorch(ep, data: bytes) -> None:
