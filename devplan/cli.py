@@ -14,7 +14,7 @@ try:  # newer typer releases carry their own copy of click
 except ImportError:
     from click import exceptions as click_errors
 
-from devplan.errors import DevplanError
+from devplan.errors import DevplanError, first_line
 from devplan.inspect import sections as inspect_sections
 
 app = typer.Typer(
@@ -38,6 +38,9 @@ def _print_version(value: bool) -> None:
 def _options(
     version: Annotated[
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print devplan's version and exit.")
+    ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="On an internal error, print the full traceback (any command takes it).")
     ] = False,
 ) -> None:
     """Compile, plan and inspect ExecuTorch .pte programs across devices."""
@@ -363,7 +366,11 @@ def _progress(quiet: bool):
 
 
 def main() -> None:
-    """Entry point: every user-facing failure becomes one line on stderr and exit code 2."""
+    """Entry point: every user-facing failure becomes one line on stderr and exit code 2; a bug
+    in devplan itself one line too, exit code 3, with its traceback in a log file (or printed
+    with --debug, which any command takes)."""
+    debug = "--debug" in sys.argv[1:]
+    sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != "--debug"]
     try:
         # outside standalone mode click hands back a command's exit code instead of exiting
         code = app(standalone_mode=False)
@@ -383,6 +390,34 @@ def main() -> None:
         _fail("aborted")
     except KeyboardInterrupt:
         _fail("interrupted")
+    except MemoryError:
+        _fail("out of memory; try a smaller model or a machine with more memory")
+    except Exception as error:  # devplan's own bug: one line, the traceback kept for the report
+        _internal(error, debug)
+
+
+def _internal(error: Exception, debug: bool) -> None:
+    import tempfile
+    import traceback
+
+    from devplan import __version__
+    from devplan.errors import InternalError
+
+    cause = error.__cause__ if isinstance(error, InternalError) and error.__cause__ else error
+    where = (f"in stage {error.stage}" + (f" at node {error.node}" if error.node else "")
+             if isinstance(error, InternalError) else f"in {Path(sys.argv[0]).name} {' '.join(sys.argv[1:2])}".rstrip())
+    text = "".join(traceback.format_exception(error))
+    if debug:
+        print(text, file=sys.stderr, end="")
+        kept = "printed above"
+    else:
+        handle, log = tempfile.mkstemp(prefix="devplan-internal-error-", suffix=".log")
+        with open(handle, "w") as f:
+            f.write(text)
+        kept = f"traceback in {log}; rerun with --debug to print it"
+    print(f"devplan: internal error {where} (devplan {__version__}): {type(cause).__name__}: "
+          f"{first_line(cause)}; {kept}; please report it", file=sys.stderr)
+    sys.exit(3)
 
 
 def _fail(message: str) -> None:

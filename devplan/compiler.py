@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from devplan.errors import DevplanError
+from devplan.errors import DevplanError, InternalError
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class CompileResult:
             }],
             "constant_bytes": self.constant_bytes,
             "seconds": round(self.seconds, 3),
+            "stage_seconds": {name: round(seconds, 4) for name, seconds in self.stage_seconds.items()},
         }
 
 
@@ -80,7 +81,12 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
         if on_stage:
             on_stage(name)
         began = time.perf_counter()
-        result = fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except (DevplanError, KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as error:  # anything else is devplan's own bug: say where it happened
+            raise InternalError.of(name, error) from error
         seconds[name] = time.perf_counter() - began
         if dump_dir is not None:
             _dump(Path(dump_dir), len(seconds), name, result if result is not None else args[0])

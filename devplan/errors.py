@@ -11,3 +11,21 @@ def first_line(error: BaseException) -> str:
     name the cause inside devplan's own one-line messages."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+class InternalError(Exception):
+    """A bug in devplan itself, raised from the error that showed it: the command prints one
+    line naming the stage and the graph node it was working on, and exits with code 3."""
+
+    def __init__(self, stage: str, node: str | None = None) -> None:
+        super().__init__(stage, node)
+        self.stage, self.node = stage, node
+
+    @classmethod
+    def of(cls, stage: str, error: BaseException) -> "InternalError":
+        """The innermost graph node (a local named `node`) that the failing code was working on."""
+        import traceback
+
+        frames = [frame for frame, _ in traceback.walk_tb(error.__traceback__)]
+        names = [getattr(frame.f_locals.get("node"), "name", None) for frame in reversed(frames)]
+        return cls(stage, next((name for name in names if isinstance(name, str)), None))

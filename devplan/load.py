@@ -1,6 +1,8 @@
 """Stage 1: a .pt2 archive on disk to a torch.export ExportedProgram."""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import zipfile
@@ -38,7 +40,8 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     handlers, propagate = logger.handlers, logger.propagate
     logger.handlers, logger.propagate = [catcher], False
     try:
-        return torch.export.load(path)
+        with _stand_ins(_unknown_tree_types(path)) as stand_ins:
+            return _plain_specs(torch.export.load(path), stand_ins)
     except Exception as error:  # torch raises many kinds here; all mean the archive is unusable
         logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
         reason = first_line(logged[0] if logged else error)
@@ -92,3 +95,71 @@ def _refuse_pickles(path: Path) -> None:
     except (zipfile.BadZipFile, ValueError, AttributeError, OSError) as error:
         raise DevplanError(f"{path}: cannot load the .pt2 archive ({first_line(error)}); "
                            f"re-export it with torch.export.save") from None
+
+
+def _unknown_tree_types(path: Path) -> set[str]:
+    """Pytree node types that the archive's calling convention names and this process has not
+    registered: a model's output class (transformers' ModelOutputs) is registered by its
+    library's import, which devplan does not make, and a type never is needed to plan."""
+    from torch.utils._pytree import SERIALIZED_TYPE_TO_PYTHON_TYPE
+
+    def types(spec) -> set[str]:
+        if isinstance(spec, list):
+            return set().union(*map(types, spec)) if spec else set()
+        if not isinstance(spec, dict):
+            return set()
+        own = {spec["type"]} if isinstance(spec.get("type"), str) else set()
+        return own | types(spec.get("children_spec") or [])
+
+    names: set[str] = set()
+    with zipfile.ZipFile(path) as archive:
+        for member in archive.namelist():
+            if "/models/" in f"/{member}" and member.endswith(".json"):
+                graph = json.loads(archive.read(member)).get("graph_module") or {}
+                for entry in graph.get("module_call_graph") or []:
+                    for key in ("in_spec", "out_spec"):
+                        text = (entry.get("signature") or {}).get(key)
+                        names |= types(json.loads(text)) if isinstance(text, str) and text else set()
+    return {name for name in names if name not in SERIALIZED_TYPE_TO_PYTHON_TYPE}
+
+
+@contextlib.contextmanager
+def _stand_ins(names: set[str]):
+    """Register a dict-like stand-in for each named type while torch reads the archive, and
+    take them out again afterwards (they would clash with the real types' registration)."""
+    from torch.utils import _pytree as pytree
+
+    classes = {}
+    for name in sorted(names):
+        cls = type(name.rpartition(".")[2] or "StandIn", (dict,), {"__module__": "devplan.load"})
+        pytree.register_pytree_node(cls, lambda d: (list(d.values()), list(d.keys())),
+                                    lambda values, keys: dict(zip(keys, values)), serialized_type_name=name)
+        classes[cls] = name
+    try:
+        yield classes
+    finally:
+        for cls in classes:
+            pytree._deregister_pytree_node(cls)
+
+
+def _plain_specs(ep, stand_ins: dict):
+    """Rewrite the calling convention's stand-in nodes as dicts (a ModelOutput's context is
+    its keys) or tuples, which every reader of the program knows."""
+    if not stand_ins:
+        return ep
+    from torch.utils._pytree import TreeSpec
+
+    def plain(spec):
+        children = [plain(child) for child in spec.children()]
+        if spec.type not in stand_ins:
+            return TreeSpec(spec.type, spec.context, children) if children else spec
+        keys = spec.context
+        if isinstance(keys, list) and len(keys) == len(children) and all(isinstance(k, str) for k in keys):
+            return TreeSpec(dict, keys, children)
+        return TreeSpec(tuple, None, children)
+
+    for entry in ep.module_call_graph:
+        if entry.signature is not None:
+            entry.signature.in_spec = plain(entry.signature.in_spec)
+            entry.signature.out_spec = plain(entry.signature.out_spec)
+    return ep

@@ -10,6 +10,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
+from devplan.passes.functional import functionalize_locally, inline_grad_regions, needs_retrace, refuse_unlowerable
 
 
 @dataclass(frozen=True)
@@ -33,11 +34,15 @@ class Lowered:
 
 def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
     """Split an ExportedProgram's signature into constants, state and user inputs."""
-    if any(isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable for n in ep.graph.nodes):
-        # export keeps in-place ops (state updates); torch's functionalization turns them into
-        # pure ops plus buffer-mutation outputs. Only such programs pay for the retrace.
-        ep = ep.run_decompositions({})
     gm = copy.deepcopy(ep.graph_module)
+    inline_grad_regions(gm)
+    functionalize_locally(gm)
+    if needs_retrace(gm):
+        # export keeps in-place writes to state and autocast regions; torch's functionalizing
+        # retrace turns them into pure ops plus buffer-mutation outputs. Only such programs pay for it.
+        ep = ep.run_decompositions({})
+        gm = copy.deepcopy(ep.graph_module)
+    refuse_unlowerable(gm)
     # deepcopy may rename placeholders (e.g. 'input'), so pair them with the signature by position
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     names = {spec.target: node.name for spec, node in zip(ep.graph_signature.input_specs, placeholders) if spec.target}

@@ -1,0 +1,142 @@
+"""Before the split: an exported graph as a plain graph of pure ATen ops, rewritten locally
+where that is enough, so that only programs that need it pay for torch's whole-program
+retrace (`run_decompositions`, most of a small model's compile).
+
+- `wrap_with_set_grad_enabled` regions (transformers' `@torch.no_grad()` rotary embeddings,
+  exported in grad mode) are inlined: grad mode means nothing to an inference program.
+- An in-place op on a fresh intermediate (`relu_`, `hardtanh_`, `add_` in a block) becomes its
+  functional op, and later readers of the intermediate read the new value.
+- Whatever is left that needs torch (in-place writes to inputs, buffers or views; autocast
+  regions, whose casts only a retrace inserts) makes `needs_retrace` say so.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch._export.utils import node_inline_
+from torch._ops import HigherOrderOperator, OpOverload
+from torch.utils import _pytree as pytree
+
+from devplan.errors import DevplanError
+
+_TORCH = str(Path(torch.__file__).parent)
+_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
+_AUTOCAST = torch.ops.higher_order.wrap_with_autocast
+
+
+def inline_grad_regions(gm: torch.fx.GraphModule) -> None:
+    """Inline every `wrap_with_set_grad_enabled(flag, submodule, *args)` call, nested ones too."""
+    while regions := [n for n in gm.graph.nodes if n.op == "call_function" and n.target is _GRAD]:
+        for node in regions:
+            submodule = node.args[1]
+            node.op, node.target, node.args = "call_module", submodule.target, tuple(node.args[2:])
+            if not submodule.users:
+                gm.graph.erase_node(submodule)
+            node_inline_(node)
+
+
+def functionalize_locally(gm: torch.fx.GraphModule) -> None:
+    """Turn `op_(x, ...)` into `op(x, ...)` where x is a fresh intermediate that nothing views,
+    so that no one else can observe the write: readers after it read the functional result."""
+    order = {node: i for i, node in enumerate(gm.graph.nodes)}
+    for node in list(gm.graph.nodes):
+        functional = _functional_of(node)
+        target = node.args[0] if functional is not None else None
+        if target is None or not _fresh(target):
+            continue
+        with gm.graph.inserting_before(node):
+            pure = gm.graph.call_function(functional, node.args, node.kwargs)
+        pure.meta = dict(node.meta)
+        for user in list(target.users):
+            if user not in (node, pure) and order[user] > order[node]:
+                user.replace_input_with(target, pure)
+        node.replace_all_uses_with(pure)
+        gm.graph.erase_node(node)
+        order[pure] = order[node]
+    gm.recompile()
+
+
+def needs_retrace(gm: torch.fx.GraphModule) -> bool:
+    """Whether torch's functionalizing retrace must still run: an op writes somewhere the local
+    rewrite cannot see all readers of, or an autocast region needs its casts."""
+    return any(n.op == "call_function" and (n.target is _AUTOCAST or isinstance(n.target, OpOverload)
+                                            and n.target._schema.is_mutable) for n in gm.graph.nodes)
+
+
+def refuse_unlowerable(gm: torch.fx.GraphModule) -> None:
+    """Name the first node devplan cannot lower, and the user's code it came from: control flow
+    and other higher-order ops (cond, while_loop, map, scan, invoke_subgraph), attributes that
+    are not tensors, and values of a kind ExecuTorch's kernels do not hold (complex, sparse,
+    torch's quantized tensors)."""
+    def at(node: torch.fx.Node) -> str:
+        where = _user_line(node)
+        return f"node {node.name}{f' ({where})' if where else ''}"
+
+    for node in gm.graph.nodes:  # a higher-order op first: its submodules are attributes too
+        if node.op == "call_function" and isinstance(node.target, HigherOrderOperator):
+            raise DevplanError(f"{at(node)}: higher-order op torch.ops.higher_order.{node.target.name()} is not "
+                               f"supported; export the model without it (for torch.cond, each branch as its own program)")
+    for node in gm.graph.nodes:
+        if node.op == "get_attr" and not isinstance(getattr(gm, node.target, None), torch.Tensor):
+            raise DevplanError(f"{at(node)}: attribute {node.target} is a {type(getattr(gm, node.target, None)).__name__}, "
+                               f"not a tensor; export the model with tensor attributes only")
+        for value in pytree.tree_leaves(node.meta.get("val")):
+            why = _unsupported(value)
+            if why:
+                raise DevplanError(f"{at(node)}: {why}; ExecuTorch's kernels have no such tensors, rewrite the model "
+                                   f"with real, dense tensors")
+
+
+def _unsupported(value) -> str | None:
+    if not isinstance(value, torch.Tensor):
+        return None
+    if value.dtype.is_complex:
+        return f"makes a {str(value.dtype).removeprefix('torch.')} tensor"
+    if value.layout != torch.strided:
+        return f"makes a {str(value.layout).removeprefix('torch.')} tensor"
+    if value.is_quantized:
+        return "makes a quantized tensor (torch.quantize_per_tensor); quantize with PT2E instead"
+    return None
+
+
+def _functional_of(node: torch.fx.Node) -> OpOverload | None:
+    """The functional twin of an in-place ATen op (`aten.add_.Tensor` -> `aten.add.Tensor`)."""
+    op = node.target
+    if node.op != "call_function" or not isinstance(op, OpOverload) or not op._schema.is_mutable:
+        return None
+    schema = op._schema
+    first = schema.arguments[0].alias_info if schema.arguments else None
+    name = op.overloadpacket.__name__
+    if not (first and first.is_write and name.endswith("_") and not name.startswith("_")
+            and len(schema.returns) == 1 and not any(a.kwarg_only and a.alias_info for a in schema.arguments)):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None) if op.namespace == "aten" else None
+    twin = getattr(packet, op._overloadname, None) if packet is not None else None
+    if twin is None or twin._schema.is_mutable or len(twin._schema.arguments) != len(schema.arguments):
+        return None
+    return twin
+
+
+def _fresh(value) -> bool:
+    """A value a pure op made and no view shares: writing it in place is invisible elsewhere."""
+    if not isinstance(value, torch.fx.Node) or value.op != "call_function" or not isinstance(value.target, OpOverload):
+        return False
+    schema = value.target._schema
+    if schema.is_mutable or any(r.alias_info for r in schema.returns):
+        return False
+    return not any(_is_view(user) for user in value.users)
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    """A pure op whose result shares its input's bytes (in-place ops return an alias too, but
+    they are rewritten in turn)."""
+    op = node.target
+    return isinstance(op, OpOverload) and not op._schema.is_mutable and any(r.alias_info for r in op._schema.returns)
+
+
+def _user_line(node: torch.fx.Node) -> str:
+    """The innermost frame of the node's stack trace that is the user's code, not torch's."""
+    frames = [line.strip() for line in (node.meta.get("stack_trace") or "").splitlines()
+              if line.strip().startswith("File") and "<eval_with_key>" not in line and _TORCH not in line]
+    return frames[-1] if frames else ""
