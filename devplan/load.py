@@ -6,6 +6,7 @@ import json
 import os
 import re
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 from devplan.errors import DevplanError, first_line
@@ -75,6 +76,17 @@ def _refuse_pickles(path: Path) -> None:
             if "version" in names:
                 raise DevplanError(f"{path}: an old-format .pt2 archive, which torch loads by unpickling; "
                                    f"re-export the model with torch.export.save")
+            repeated = [name for name, count in Counter(names).items() if count > 1]
+            if repeated:  # zipfile reads the last copy, torch's reader the first: what we check is not what loads
+                raise DevplanError(f"{path}: archive member {repeated[0]} appears more than once, so devplan and "
+                                   f"torch would read different bytes; re-export the model with torch.export.save")
+            models = [n for n in names if re.search(r"(^|/)models/[^/]+\.json$", n)]
+            if len(models) > 1:
+                raise DevplanError(f"{path}: the archive holds {len(models)} models ({', '.join(models[:3])}); "
+                                   f"devplan compiles one: save each program to its own .pt2")
+            for name in names:  # torch falls back to unpickling whole legacy state files
+                if re.search(r"(^|/)data/(weights|constants)/[^/]+\.pt$", name):
+                    raise refuse(name, "a legacy weights or constants file")
             if not any(n.endswith("archive_format") for n in names):
                 raise DevplanError(f"{path}: cannot load the .pt2 archive (it has no archive_format member, so "
                                    f"torch.export.save did not write it); re-export it with torch.export.save")
