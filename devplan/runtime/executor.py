@@ -15,7 +15,7 @@ import torch
 
 from devplan import dtypes
 from devplan.errors import DevplanError, first_line
-from devplan.ops import BACKEND_ID, ET_VIEW, NUMBER_OPS, QUANTIZED, schema_name
+from devplan.ops import BACKEND_ID, ET_VIEW, NUMBER_OPS, PORTABLE, QUANTIZED, schema_name
 from devplan.pte import PteFile, read_pte
 from devplan.pte.reader import ints, text
 from devplan.pte.fb.InstructionArguments import InstructionArguments
@@ -24,7 +24,7 @@ from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
 from devplan.runtime.allocator import allocator_for
 from devplan.spec import CPU, DEVICE_TYPES, Device
 
-_STEP_BUDGET = 1000
+_EXTRA_STEPS = 1_000_000  # instructions a run may execute beyond one pass: only jumps loop
 _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach (alignment, reserves)
 
 # Operators outside torch's aten namespace that ExecuTorch programs use.
@@ -47,6 +47,7 @@ class _Step:
     keywords: tuple[tuple[str, int], ...] = ()
     result: int | None = None             # a number op: the value its result goes to
     emptied: tuple[int, ...] = ()         # dynamic out tensors: emptied first, the kernel sizes them
+    fixed: tuple[int, ...] = ()           # static out tensors: a kernel must not resize them
 
 
 class LoadedMethod:
@@ -139,12 +140,12 @@ class LoadedMethod:
         return True
 
     def _run_all(self) -> None:
-        pc, budget = 0, _STEP_BUDGET * max(1, len(self.steps))
+        pc, budget = 0, len(self.steps) + _EXTRA_STEPS
         while pc < len(self.steps):
             budget -= 1
             if budget < 0:  # only jumps can run this long; a damaged program must not hang us
-                raise DevplanError(f"{self.where}: ran {_STEP_BUDGET}x its {len(self.steps)} instructions "
-                                   f"without finishing; its jumps loop")
+                raise DevplanError(f"{self.where}: executed {len(self.steps) + _EXTRA_STEPS} instructions without "
+                                   f"finishing; its jumps loop")
             try:
                 pc = self._run(pc, self.steps[pc])
             except (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, AttributeError,
@@ -241,6 +242,9 @@ class LoadedMethod:
         dtype, shape, nbytes = self._layout(index, t)
         if t.allocationInfo is None:
             data = pte.constant_data(int(t.dataBufferIdx))
+            if data is None and t.dataBufferIdx > 0:  # ExecuTorch refuses it too; zeros would be a wrong answer
+                raise DevplanError(f"{self.where}: value {index} names constant {t.dataBufferIdx}, which the program "
+                                   f"does not hold; the program is damaged")
             if data is None:  # unplanned (an input or output the caller would own): host memory
                 return torch.zeros(shape, dtype=dtype)
             host = _from_bytes(data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
@@ -273,7 +277,11 @@ class LoadedMethod:
             return self._delegate(index, int(call.delegateIndex), [self._index(a, f"instruction {index}") for a in ints(call.args)])
         if kind == InstructionArguments.MoveCall:
             where = f"instruction {index}"
-            return _Step(kind, "move", args=(self._index(int(call.moveFrom), where), self._index(int(call.moveTo), where)))
+            source, target = self._index(int(call.moveFrom), where), self._index(int(call.moveTo), where)
+            if not _same_kind(self.values[source], self.values[target]):
+                raise DevplanError(f"{self.where}: instruction {index} moves value {source} into value {target} of "
+                                   f"another type or shape; the program is damaged")
+            return _Step(kind, "move", args=(source, target))
         if kind == InstructionArguments.JumpFalseCall:
             # a destination past the end just ends the run
             return _Step(kind, "jump_false", args=(self._index(int(call.condValueIndex), f"instruction {index}"),
@@ -322,6 +330,10 @@ class LoadedMethod:
         if name in _EXTRA_KERNELS:
             return _Step(InstructionArguments.KernelCall, name, op, tuple(args[:-1]))
         schema = op._schema.arguments
+        if not any(s.is_out for s in schema) and not (op._schema.is_mutable and name.partition(".")[0] in PORTABLE):
+            # a functional op's result would be dropped; ExecuTorch has only out and a few in-place kernels
+            raise DevplanError(f"{self.where}: instruction {index} calls {name}, which is not an out variant "
+                               f"(.out); the program is damaged or made for another runtime")
         if len(args) < len(schema):
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments; "
                                f"its schema takes {len(schema)}")
@@ -330,24 +342,37 @@ class LoadedMethod:
         outs = [i for a, s in zip(args, schema) if s.is_out
                 for i in (self.values[a].items if isinstance(self.values[a], _Refs) else (a,))]
         emptied = tuple(i for i in outs if i in self.bounds)
-        return _Step(InstructionArguments.KernelCall, name, op, positional, keywords, emptied=emptied)
+        fixed = tuple(i for i in outs if i not in self.bounds and isinstance(self.values[i], torch.Tensor))
+        return _Step(InstructionArguments.KernelCall, name, op, positional, keywords, emptied=emptied, fixed=fixed)
 
     def _run(self, pc: int, step: _Step) -> int:
         if step.kind == InstructionArguments.KernelCall:
             for index in step.emptied:  # else torch warns of the resize, or sees an in-place input overlap it
                 self.values[index].resize_([0] * self.values[index].dim())  # rank kept: kernels check it
+            shapes = [self.values[i].shape for i in step.fixed]
             result = step.call(*(self._value(a) for a in step.args), **{k: self._value(a) for k, a in step.keywords})
             if step.result is not None:
                 self.values[step.result] = result
+            for index, shape in zip(step.fixed, shapes):
+                self._keep_shape(pc, step, index, shape, self.values[index].shape)
         elif step.kind == InstructionArguments.DelegateCall:
             inputs = len(step.call.inputs)
             for out, result in zip(step.args[inputs:], step.call.call([self.values[a] for a in step.args[:inputs]])):
+                if out not in self.bounds:
+                    self._keep_shape(pc, step, out, self.values[out].shape, result.shape)
                 self.values[out].resize_(result.shape).copy_(result)  # a dynamic result takes its run-time shape
         elif step.kind == InstructionArguments.MoveCall:
             self.values[step.args[1]] = self.values[step.args[0]]
         elif step.kind == InstructionArguments.JumpFalseCall and not self._value(step.args[0]):
             return step.args[1]
         return pc + 1
+
+    def _keep_shape(self, pc: int, step: _Step, index: int, planned: torch.Size, made: torch.Size) -> None:
+        """A static tensor holds exactly its planned bytes: a result of another shape would
+        spill into its neighbours (ExecuTorch's runtime refuses such a resize)."""
+        if made != planned:
+            raise DevplanError(f"{self.where}: instruction {pc} ({step.name}) makes value {index} a {tuple(made)} "
+                               f"result where the plan holds {tuple(planned)}; the program is damaged")
 
     def _value(self, index: int) -> Any:
         value = self.values[index]
@@ -394,6 +419,14 @@ class _Refs:
     """A list value: the value indices it holds, resolved when a kernel reads it."""
     kind: int
     items: tuple[int, ...]
+
+
+def _same_kind(a: Any, b: Any) -> bool:
+    """Whether a MoveCall may put `a` where `b` was: the same type, and for tensors the same
+    dtype and shape (other instructions were checked against `b`)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (a.dtype, a.shape) == (b.dtype, b.shape)
+    return type(a) is type(b)
 
 
 def _where(t) -> tuple[int, int]:

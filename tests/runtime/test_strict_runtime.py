@@ -1,0 +1,154 @@
+"""The reference runtime is as strict as ExecuTorch's: a program that would give a silently
+wrong answer (a constant it does not hold, a functional op whose result is dropped, a result
+larger than its planned bytes, a move between values of different shapes) or run for ever is
+refused in one line naming the instruction. Each case damages a program devplan compiled."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import devplan
+from devplan.errors import DevplanError
+from devplan.pte import dumps_pte, read_pte
+from devplan.pte.fb.Bool import BoolT
+from devplan.pte.fb.EValue import EValueT
+from devplan.pte.fb.FreeCall import FreeCallT
+from devplan.pte.fb.Instruction import InstructionT
+from devplan.pte.fb.InstructionArguments import InstructionArguments
+from devplan.pte.fb.JumpFalseCall import JumpFalseCallT
+from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.fb.MoveCall import MoveCallT
+from devplan.runtime import HostAllocator, registered
+from tests.models import run_executorch
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 6)
+
+    def forward(self, x):
+        return (self.proj(x).relu() * 2).sum(0)
+
+
+ARGS = (torch.randn(3, 4),)
+
+
+def compiled(**options) -> bytes:
+    return devplan.compile(torch.export.export(Block(), ARGS), **options).data
+
+
+def damaged(data: bytes, change) -> bytes:
+    """`data` rewritten after change(plan) edits a copy of its first method."""
+    pte = read_pte(data)
+    program = copy.deepcopy(pte.program)
+    change(program.executionPlan[0])
+    return dumps_pte(program, pte.segments)
+
+
+def refused(data: bytes, *needles: str) -> str:
+    with pytest.raises(DevplanError) as error:
+        with registered("cuda", HostAllocator()):
+            devplan.run(read_pte(data, name="bad.pte"), list(ARGS))
+    message = str(error.value)
+    assert message.startswith("bad.pte") and "\n" not in message
+    for needle in needles:
+        assert needle in message, message
+    return message
+
+
+def executorch_refuses(data: bytes) -> bool:
+    try:
+        run_executorch(data, ARGS)
+    except Exception:  # its runtime raises RuntimeError or ValueError for a program it will not load
+        return True
+    return False
+
+
+def _constants(plan) -> list:
+    return [v.val for v in plan.values if v.valType == KernelTypes.Tensor and v.val.dataBufferIdx > 0
+            and v.val.allocationInfo is None]
+
+
+def _kernel_calls(plan) -> list:
+    return [i for i in plan.chains[0].instructions if i.instrArgsType == InstructionArguments.KernelCall]
+
+
+def test_a_constant_the_program_does_not_hold_is_refused_not_zeros():
+    def change(plan):
+        _constants(plan)[0].dataBufferIdx = 999
+
+    data = damaged(compiled(), change)
+    refused(data, "names constant 999, which the program does not hold")
+    assert executorch_refuses(data)
+
+
+def test_a_functional_op_in_place_of_its_out_variant_is_refused():
+    def change(plan):
+        relu = next(op for op in plan.operators if op.name == b"aten::relu" or op.name == "aten::relu")
+        relu.overload = "default"
+
+    data = damaged(compiled(), change)
+    refused(data, "aten::relu.default, which is not an out variant")
+    assert executorch_refuses(data)
+
+
+def test_a_result_larger_than_its_planned_tensor_is_refused():
+    def change(plan):
+        # the relu's out tensor declared one row short: its kernel would write past it
+        relu_index = next(i for i, op in enumerate(plan.operators) if op.name in (b"aten::relu", "aten::relu"))
+        call = next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == relu_index)
+        out = plan.values[call.args[-1]].val
+        out.sizes = [2, *list(out.sizes)[1:]]
+
+    data = damaged(compiled(), change)
+    refused(data, "aten::relu", "where the plan holds (2, 6)")
+    assert executorch_refuses(data)
+
+
+def test_a_delegate_result_larger_than_its_planned_tensor_is_refused():
+    def change(plan):
+        call = next(i.instrArgs for i in plan.chains[0].instructions
+                    if i.instrArgsType == InstructionArguments.DelegateCall)
+        out = plan.values[call.args[-1]].val
+        out.sizes = [1, *list(out.sizes)[1:]] if len(out.sizes) > 1 else [1]
+
+    refused(damaged(compiled(delegates=["cuda:0"]), change), "delegate 0", "where the plan holds")
+
+
+def test_a_move_between_values_of_different_shapes_is_refused():
+    def change(plan):
+        tensors = [i for i, v in enumerate(plan.values) if v.valType == KernelTypes.Tensor]
+        shapes = {i: tuple(plan.values[i].val.sizes) for i in tensors}
+        source = next(i for i in tensors if shapes[i] != shapes[plan.outputs[0]])
+        move = InstructionT()
+        move.instrArgsType, move.instrArgs = InstructionArguments.MoveCall, MoveCallT()
+        move.instrArgs.moveFrom, move.instrArgs.moveTo = source, plan.outputs[0]
+        plan.chains[0].instructions.append(move)
+
+    refused(damaged(compiled(), change), "moves value", "of another type or shape")
+
+
+def test_a_jump_loop_padded_with_free_calls_is_bounded_by_what_it_executes():
+    """The bound counts instructions executed beyond one pass: 20,000 FreeCalls in the loop
+    body do not buy it 20,000 times more iterations (it was 1000x the program's length)."""
+    def change(plan):
+        false = EValueT()
+        false.valType, false.val = KernelTypes.Bool, BoolT()
+        false.val.boolVal = False
+        plan.values.append(false)
+        body = []
+        for _ in range(20_000):
+            free = InstructionT()
+            free.instrArgsType, free.instrArgs = InstructionArguments.FreeCall, FreeCallT()
+            free.instrArgs.valueIndex = 0
+            body.append(free)
+        jump = InstructionT()
+        jump.instrArgsType, jump.instrArgs = InstructionArguments.JumpFalseCall, JumpFalseCallT()
+        jump.instrArgs.condValueIndex, jump.instrArgs.destinationInstruction = len(plan.values) - 1, 0
+        plan.chains[0].instructions = body + [jump]
+
+    refused(damaged(compiled(), change), "executed 1020001 instructions without finishing; its jumps loop")
