@@ -28,6 +28,8 @@ from devplan.runtime import LoadedMethod
 from tests.compile.test_module_sweep import CASES, XFAIL as STATIC_XFAIL, _close
 from tests.models import eager_outputs, executorch_lower, run_executorch
 
+pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
+
 BOUND = 8
 EXAMPLE = 4
 LEAST = 2

@@ -29,6 +29,8 @@ from devplan.pte import read_pte
 from devplan.runtime.allocator import HostAllocator, registered
 from tests.models import eager_runs, executorch_lower, mismatch
 
+pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
+
 RUNS = 2
 
 OPTIONS = {

@@ -21,6 +21,8 @@ from torch import nn
 import devplan
 from tests.models import eager_outputs, run_executorch
 
+pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
+
 RUNS = 2
 DIM, HEADS, KV_HEADS, SEQ, MAX_SEQ, VOCAB = 32, 4, 2, 8, 16, 64
 HEAD_DIM = DIM // HEADS

@@ -20,6 +20,8 @@ import devplan.runtime
 from devplan.errors import DevplanError
 from tests.models import eager_outputs, run_executorch
 
+pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
+
 
 def m(fn):
     class Wrapped(nn.Module):

@@ -26,6 +26,8 @@ import devplan.runtime
 from tests.compile.test_quantized import QUANTIZED_KERNELS, assert_calls_quantized_kernels, assert_weights_stay_int8
 from tests.models import executorch_lower, pt2e_quantize, run_executorch
 
+pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
+
 quantized_kernels = pytest.importorskip("executorch.kernels.quantized")
 
 ATOL = 1e-5

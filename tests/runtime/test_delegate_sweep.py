@@ -28,6 +28,8 @@ from devplan.runtime import HostAllocator, LoadedMethod, registered
 from tests.compile.test_module_sweep import CASES, XFAIL
 from tests.models import CORPUS, eager_outputs
 
+pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
+
 HEAVY = "aten::linear,aten::convolution,aten::addmm,aten::mm,aten::bmm"
 ELEMENTWISE = "aten::relu,aten::add,aten::mul"
 # id -> (delegates, other devplan.compile options)
