@@ -5,7 +5,8 @@ retrace (`run_decompositions`, most of a small model's compile).
 - `wrap_with_set_grad_enabled` regions (transformers' `@torch.no_grad()` rotary embeddings,
   exported in grad mode) are inlined: grad mode means nothing to an inference program.
 - An in-place op on a fresh intermediate (`relu_`, `hardtanh_`, `add_` in a block) becomes its
-  functional op, and later readers of the intermediate read the new value.
+  functional op, and later readers of the intermediate read the new value; an in-place dropout
+  in eval mode, which writes nothing, goes.
 - Whatever is left that needs torch (in-place writes to inputs, buffers or views; autocast
   regions, whose casts only a retrace inserts) makes `needs_retrace` say so.
 """
@@ -23,6 +24,8 @@ from devplan.errors import DevplanError
 _TORCH = str(Path(torch.__file__).parent)
 _GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 _AUTOCAST = torch.ops.higher_order.wrap_with_autocast
+_DROPOUTS = {torch.ops.aten.dropout_.default, torch.ops.aten.feature_dropout_.default,
+             torch.ops.aten.alpha_dropout_.default, torch.ops.aten.feature_alpha_dropout_.default}
 
 
 def inline_grad_regions(gm: torch.fx.GraphModule) -> None:
@@ -41,6 +44,10 @@ def functionalize_locally(gm: torch.fx.GraphModule) -> None:
     so that no one else can observe the write: readers after it read the functional result."""
     order = {node: i for i, node in enumerate(gm.graph.nodes)}
     for node in list(gm.graph.nodes):
+        if node.target in _DROPOUTS and not node.args[2]:  # dropout_ in eval writes nothing
+            node.replace_all_uses_with(node.args[0])
+            gm.graph.erase_node(node)
+            continue
         functional = _functional_of(node)
         target = node.args[0] if functional is not None else None
         if target is None or not _fresh(target):
