@@ -5,6 +5,8 @@
     devplan.read_pte("model.pte")               -> PteFile
     devplan.run("model.pte", [x])               -> outputs of each run (the reference runtime)
     devplan.check("model.pte", budgets={"cpu": 2 << 20}) -> a BufferCheck per planned buffer
+    devplan.check_golden("model.pte", "model.golden.json")   -> GoldenCheck (update=True writes the file)
+    devplan.diff("old.pte", "new.pte", tolerance="2%")       -> Diff: .ok, .text(), .document()
 
 Imports are lazy so that reading and inspecting programs never pays for importing torch."""
 from __future__ import annotations
@@ -14,7 +16,8 @@ import importlib
 __version__ = "0.1.0"
 
 _HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspect", "read_pte": "devplan.pte", "write_pte": "devplan.pte",
-          "run": "devplan.runtime", "check": "devplan.inspect.check"}
+          "run": "devplan.runtime", "check": "devplan.inspect.check", "check_golden": "devplan.inspect.check",
+          "diff": "devplan.inspect.diff"}
 
 
 def __getattr__(name: str):

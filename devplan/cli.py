@@ -203,8 +203,8 @@ def compile_command(
     from devplan.inspect.units import size_text
 
     for method in summary["methods"]:
-        typer.echo(f"method {method['name']}: {method['instructions']} instructions, "
-                   f"{method['operators']} operators, planner {method['planner']}")
+        typer.echo(f"method {method['name']}: {method['counts']['instructions']} instructions, "
+                   f"{method['counts']['operators']} operators, planner {method['planner']}")
         for b in method["buffers"]:
             ratio = b["size"] / b["lower_bound"] if b["lower_bound"] else 1.0
             typer.echo(f"  buffer {b['mem_id']} ({b['device']}): {size_text(b['size'])} planned "
@@ -212,10 +212,21 @@ def compile_command(
                        f"{b['tensors']} tensors")
         for device in sorted({d["target_device"] for d in method["delegates"]}):
             mine = [d for d in method["delegates"] if d["target_device"] == device]
-            typer.echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({mine[0]['backend']}), "
-                       f"payloads {size_text(sum(d['payload_bytes'] for d in mine))}")
-    typer.echo(f"constants: {size_text(summary['constant_bytes'])} ({summary['constant_bytes']} bytes)")
-    typer.echo(f"wrote {summary['output']} ({summary['bytes']} bytes) in {summary['seconds']:.2f} s")
+            typer.echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({mine[0]['id']}), "
+                       f"payloads {size_text(sum(d['payload_size'] for d in mine))}")
+    constants = summary["file"]["constant_bytes"]
+    typer.echo(f"constants: {size_text(constants)} ({constants} bytes)")
+    typer.echo(f"wrote {target} ({summary['file']['size']} bytes) in {summary['timings']['seconds']:.2f} s")
+
+
+Tolerance = Annotated[
+    Optional[str],
+    typer.Option("--tolerance", metavar="T", help="Let sizes grow by up to T and still match: a percentage (2%) or "
+                 "bytes (4KiB). Shrinking always matches, unless --exact.", show_default=False),
+]
+Exact = Annotated[
+    bool, typer.Option("--exact", help="Every change is a difference: sizes that shrank, tensors that moved.")
+]
 
 
 @app.command("check")
@@ -229,27 +240,41 @@ def check_command(
         typer.Option("--max-ratio", metavar="R", help="Fail when a buffer is more than R times its lower bound, e.g. 1.05.",
                      show_default=False),
     ] = None,
+    golden: Annotated[
+        Optional[Path],
+        typer.Option("--golden", metavar="GOLDEN.json", help="Fail when the program no longer plans as this golden file "
+                     "records (buffers, bounds, operators, counts, delegates, placements); the diff says what changed.",
+                     show_default=False),
+    ] = None,
+    update: Annotated[
+        bool, typer.Option("--update", help="Write (or rewrite) the --golden file from this program instead of comparing.")
+    ] = False,
+    tolerance: Tolerance = None,
+    exact: Exact = False,
     method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Check only this method.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the checks as JSON.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the checks as JSON (docs/check-json.md).")] = False,
 ) -> None:
-    """Check a program's planned memory in CI: exit 0 when every buffer passes, 1 when one
-    does not (each buffer's line says why), 2 for bad input.
+    """Check a program's planned memory in CI: exit 0 when every buffer passes and the program
+    matches its --golden file, 1 when not (each line says why), 2 for bad input.
 
     Each buffer is checked against a --budget naming its mem_id and, with --max-ratio, against
     its lower bound; each device a --budget names, against the total of its buffers, those
-    its delegates plan there included."""
-    from dataclasses import asdict
-
-    from devplan.inspect.check import check
+    its delegates plan there included. With --golden, the program is also compared with its
+    golden file (--update writes it)."""
+    from devplan.inspect.check import check, check_document, check_golden
+    from devplan.inspect.difftext import change_lines, outcome
     from devplan.inspect.units import size_text
     from devplan.planning import parse_budget
 
+    if golden is None and (update or tolerance is not None or exact):
+        raise DevplanError(f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json")
     checks = check(program, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
                    method=method)
+    matched = (check_golden(program, golden, update=update, tolerance=tolerance, exact=exact, method=method)
+               if golden is not None else None)
+    report = check_document(program.name, checks, matched)
     if json_output:
-        rows = [asdict(c) | {"ratio": round(c.ratio, 6), "ok": c.ok} for c in checks]
-        typer.echo(json.dumps({"file": program.name, "ok": all(c.ok for c in checks), "buffers": rows},
-                              sort_keys=True, indent=2))
+        typer.echo(json.dumps(report, sort_keys=True, indent=2))
     for c in checks if not json_output else ():
         facts = [f"{size_text(c.size)} ({c.size} bytes)"]
         if c.budget is not None:
@@ -259,7 +284,34 @@ def check_command(
                      + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
         what = f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else f"{c.device}, all {c.buffers} buffers"
         typer.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}")
-    if not all(c.ok for c in checks):
+    if matched is not None and not json_output:
+        verdict = f"wrote it from {program.name}" if matched.updated else outcome(matched.diff)
+        typer.echo(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
+        for line in change_lines(matched.diff) if matched.diff is not None else ():
+            typer.echo(line)
+    if not report["ok"]:
+        raise typer.Exit(1)
+
+
+@app.command("diff")
+def diff_command(
+    a: Annotated[Path, typer.Argument(metavar="A.pte", help="The old program (or a golden file).", show_default=False)],
+    b: Annotated[Path, typer.Argument(metavar="B.pte", help="The new program (or a golden file).", show_default=False)],
+    tolerance: Tolerance = None,
+    exact: Exact = False,
+    method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Compare only this method.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the differences as JSON (docs/diff-json.md).")] = False,
+) -> None:
+    """Compare two programs' plans, devplan's or ExecuTorch's: exit 0 when they plan the same
+    (within --tolerance), 1 when they differ, 2 for bad input.
+
+    Per method: buffers added, removed or resized (per device), lower bounds, constant bytes,
+    operators, counts, delegates, and the tensors whose placement changed."""
+    from devplan.inspect.diff import diff
+
+    result = diff(a, b, tolerance=tolerance, exact=exact, method=method)
+    typer.echo(json.dumps(result.document(), sort_keys=True, indent=2) if json_output else result.text(), nl=json_output)
+    if not result.ok:
         raise typer.Exit(1)
 
 
@@ -299,6 +351,7 @@ def run_command(
 
     from devplan.pte import read_pte, write_atomic
     from devplan.runtime import HostAllocator, LoadedMethod, registered
+    from devplan.runtime.report import run_document
 
     with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
         loaded = LoadedMethod(read_pte(program), method)
@@ -311,8 +364,7 @@ def run_command(
         buffer = io.BytesIO()
         torch.save(results[-1], buffer)
         write_atomic(save, buffer.getvalue())
-    report = {"file": program.name, "method": method,
-              "runs": [[_describe(value) for value in outputs] for outputs in results]}
+    report = run_document(program.name, method, results)
     if json_output:
         typer.echo(json.dumps(report, sort_keys=True, indent=2))
         return
@@ -337,17 +389,6 @@ def _load_inputs(path: Path) -> list:
         raise DevplanError(f"{path}: not a file of tensors saved with torch.save ({type(error).__name__}); "
                            f"save a tensor or a list of tensors with torch.save") from None
     return list(loaded) if isinstance(loaded, (list, tuple)) else [loaded]
-
-
-def _describe(value) -> dict:
-    """A tensor as dtype, shape and value range; anything else as itself."""
-    import torch
-
-    if not isinstance(value, torch.Tensor):
-        return {"value": value}
-    data = value.double() if value.numel() else torch.zeros(1, dtype=torch.float64)
-    return {"dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
-            "min": float(data.min()), "max": float(data.max()), "mean": float(data.mean())}
 
 
 def _progress(quiet: bool):
@@ -405,7 +446,7 @@ def _internal(error: Exception, debug: bool) -> None:
 
     cause = error.__cause__ if isinstance(error, InternalError) and error.__cause__ else error
     where = (f"in stage {error.stage}" + (f" at node {error.node}" if error.node else "")
-             if isinstance(error, InternalError) else f"in {Path(sys.argv[0]).name} {' '.join(sys.argv[1:2])}".rstrip())
+             if isinstance(error, InternalError) else f"in devplan {' '.join(sys.argv[1:2])}".rstrip())
     text = "".join(traceback.format_exception(error))
     if debug:
         print(text, file=sys.stderr, end="")

@@ -25,25 +25,27 @@ class CompileResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> dict:
-        """The facts `devplan compile` prints, as a JSON-able dict."""
+        """`devplan compile --json` (docs/compile-json.md): the facts it prints, under the keys
+        the inspection document gives the same facts; timings apart under `timings`, the one
+        key that differs between two runs."""
         method = self.planned.method
         return {
-            "output": str(self.path) if self.path else None,
-            "bytes": len(self.data),
+            "schema_version": 1,
+            "file": {"name": self.path.name if self.path else "<bytes>", "size": len(self.data),
+                     "constant_bytes": self.constant_bytes},
             "methods": [{
                 "name": method.name,
-                "instructions": len(method.kernels),
-                "operators": len({k.op for k in method.kernels if k.delegate is None}),
-                "delegates": [{"backend": d.backend, "target_device": dict(d.compile_specs)["target_device"].decode(),
-                               "payload_bytes": len(d.payload)} for d in method.delegates],
-                "values": len(method.values),
                 "planner": self.planned.algorithm,
+                "counts": {"values": len(method.values), "instructions": len(method.kernels),
+                           "operators": len({k.op for k in method.kernels if k.delegate is None}),
+                           "delegates": len(method.delegates)},
                 "buffers": [{"mem_id": b.mem_id, "device": str(b.device), "size": b.size,
                              "lower_bound": b.lower_bound, "tensors": b.tensors} for b in self.planned.buffers],
+                "delegates": [{"index": i, "id": d.backend, "target_device": dict(d.compile_specs)["target_device"].decode(),
+                               "payload_size": len(d.payload)} for i, d in enumerate(method.delegates)],
             }],
-            "constant_bytes": self.constant_bytes,
-            "seconds": round(self.seconds, 3),
-            "stage_seconds": {name: round(seconds, 4) for name, seconds in self.stage_seconds.items()},
+            "timings": {"seconds": round(self.seconds, 3),
+                        "stages": {name: round(seconds, 4) for name, seconds in self.stage_seconds.items()}},
         }
 
 
@@ -117,34 +119,8 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
 
 
 def _dump(folder: Path, step: int, name: str, result) -> None:
-    """One readable file per stage, so that a regression shows as a file diff."""
-    from devplan.passes.graph import Lowered
+    """One readable file per stage (devplan/dump.py), so that a regression shows as a file diff."""
+    from devplan.dump import stage_text
 
     folder.mkdir(parents=True, exist_ok=True)
-    if isinstance(result, Lowered):
-        text = str(result.gm.graph)
-    elif hasattr(result, "graph_module"):  # ExportedProgram
-        text = str(result.graph_module.graph)
-    elif hasattr(result, "graph"):  # GraphModule
-        text = str(result.graph)
-    elif isinstance(result, (bytes, bytearray)):
-        text = f"{len(result)} bytes\n"
-    else:
-        text = _describe(result)
-    (folder / f"{step:02d}-{name}.txt").write_text(text)
-
-
-def _describe(result) -> str:
-    from devplan.method import Method
-    from devplan.planning.assign import PlannedMethod
-
-    method = result.method if isinstance(result, PlannedMethod) else result if isinstance(result, Method) else None
-    if method is None:
-        return repr(result) + "\n"
-    lines = [f"method {method.name}: inputs {list(method.inputs)} outputs {list(method.outputs)}"]
-    lines += [f"  v{i} = {value!r}" for i, value in enumerate(method.values)]
-    lines += [f"  #{i} {k.op}({', '.join(f'v{a}' for a in k.args)})  # {k.node}" for i, k in enumerate(method.kernels)]
-    if isinstance(result, PlannedMethod):
-        lines += [f"buffer {b.mem_id} ({b.device}): {b.size} bytes, lower bound {b.lower_bound}, {result.algorithm}"
-                  for b in result.buffers]
-    return "\n".join(lines) + "\n"
+    (folder / f"{step:02d}-{name}.txt").write_text(stage_text(result))

@@ -1,7 +1,9 @@
-"""Golden files: `devplan inspect --json` of each bundled sample compiled with default options
-(and one with a delegate), as committed. A change in devplan's output, whether in the plan,
-the program or the document's keys, shows up here as a file diff; after checking that the
-change is intended, run `python -m pytest tests/test_golden.py --update-golden` and commit."""
+"""Golden files: each bundled sample compiled with default options (and one with a delegate),
+as committed, twice over. NAME.golden.json is the reviewable golden document that users keep
+(`devplan check --golden`), checked through the same helper users call; NAME.json is the whole
+`devplan inspect --json` with the .pte's SHA-256, so that any change in the program bytes or
+the document's keys shows up too. After checking that a change is intended, run
+`python -m pytest tests/test_golden.py --update-golden` and commit."""
 from __future__ import annotations
 
 import hashlib
@@ -11,23 +13,35 @@ from pathlib import Path
 import pytest
 
 import devplan
+from devplan.testing import assert_matches_golden
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 CASES = {"mlp": (), "cnn": (), "transformer": (), "two_io": (), "two_io_cuda": ("cuda:0=aten::linear",)}
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_inspect_json_matches_the_golden_file(name, request):
-    delegates = CASES[name]
-    result = devplan.compile(ROOT / "samples" / f"{name.split('_cuda')[0]}.pt2", delegates=delegates)
-    doc = devplan.inspect(result.data)
-    doc["file"]["name"] = f"{name}.pte"  # compiled in memory; name it as the CLI would have written it
-    text = json.dumps({"pte_sha256": hashlib.sha256(result.data).hexdigest(), "inspect": doc},
+@pytest.fixture(scope="module", params=CASES)
+def program(request, tmp_path_factory) -> tuple[str, Path]:
+    """(case name, the .pte compiled from its sample, named as the CLI would have written it)."""
+    name = request.param
+    path = tmp_path_factory.mktemp(name) / f"{name}.pte"
+    devplan.compile(ROOT / "samples" / f"{name.split('_cuda')[0]}.pt2", path, delegates=CASES[name])
+    return name, path
+
+
+def test_the_plan_matches_the_golden_file(program, request):
+    name, path = program
+    assert_matches_golden(path, GOLDEN / f"{name}.golden.json", update=request.config.getoption("--update-golden"))
+
+
+def test_inspect_json_matches_the_golden_file(program, request):
+    name, path = program
+    data = path.read_bytes()
+    text = json.dumps({"pte_sha256": hashlib.sha256(data).hexdigest(), "inspect": devplan.inspect(path)},
                       sort_keys=True, indent=2) + "\n"
-    path = GOLDEN / f"{name}.json"
+    golden = GOLDEN / f"{name}.json"
     if request.config.getoption("--update-golden"):
-        path.write_text(text)
-    assert path.exists(), f"{path} is missing; run pytest with --update-golden to write it"
-    assert text == path.read_text(), (f"devplan's output for {name} changed; if intended, "
-                                      f"run `python -m pytest tests/test_golden.py --update-golden`")
+        golden.write_text(text)
+    assert golden.exists(), f"{golden} is missing; run pytest with --update-golden to write it"
+    assert text == golden.read_text(), (f"devplan's output for {name} changed; if intended, "
+                                        f"run `python -m pytest tests/test_golden.py --update-golden`")

@@ -1,12 +1,18 @@
 """Checks for CI: does every planned buffer of a program, devplan's or ExecuTorch's, fit its
-memory budget and stay close enough to its lower bound?"""
+memory budget and stay close enough to its lower bound? Does the program still plan as its
+golden file says?"""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Mapping
 
 from devplan.errors import DevplanError
+
+if TYPE_CHECKING:
+    from devplan.inspect.diff import Diff, Tolerance
+
+SCHEMA_VERSION = 1  # of check_document; docs/check-json.md
 
 
 @dataclass(frozen=True)
@@ -63,3 +69,45 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
         raise DevplanError(f"--budget {unknown[0]}: {doc['file']['name']} has no such buffer; "
                            f"budget one of: {', '.join(sorted(named)) or 'none (it plans no memory)'}")
     return checks
+
+
+@dataclass(frozen=True)
+class GoldenCheck:
+    """A program against its golden file: rewritten (updated), or compared (diff)."""
+
+    path: str
+    updated: bool
+    diff: "Diff | None"
+
+    @property
+    def ok(self) -> bool:
+        return self.updated or self.diff.ok
+
+    def document(self) -> dict:
+        return {"file": {"name": os.path.basename(self.path)}, "updated": self.updated, "ok": self.ok,
+                "diff": self.diff.document() if self.diff is not None else None}
+
+
+def check_golden(source: str | os.PathLike | bytes, golden: str | os.PathLike, *, update: bool = False,
+                 tolerance: "Tolerance | str | None" = None, exact: bool = False,
+                 method: str | None = None) -> GoldenCheck:
+    """Compare a program with its golden file (diff.py: sizes may shrink or grow within
+    `tolerance`), or with `update` write the program's golden file (atomically) instead."""
+    from devplan.inspect import inspect
+    from devplan.inspect.diff import diff
+    from devplan.inspect.golden import golden_document, golden_text
+    from devplan.pte import write_atomic
+
+    doc = inspect(source)
+    if update:
+        write_atomic(golden, golden_text(golden_document(doc)).encode())
+        return GoldenCheck(os.fspath(golden), True, None)
+    return GoldenCheck(os.fspath(golden), False, diff(golden, doc, tolerance=tolerance, exact=exact, method=method))
+
+
+def check_document(name: str, checks: list[BufferCheck], golden: GoldenCheck | None = None) -> dict:
+    """`devplan check --json` (docs/check-json.md): the budget checks, and the golden's verdict."""
+    rows = [asdict(c) | {"ratio": round(c.ratio, 6), "ok": c.ok} for c in checks]
+    return {"schema_version": SCHEMA_VERSION, "file": {"name": name},
+            "ok": all(c.ok for c in checks) and (golden is None or golden.ok), "buffers": rows,
+            "golden": golden.document() if golden is not None else None}

@@ -17,17 +17,25 @@ SHOWN_AT_PEAK = 5
 def parse_budget(text: str) -> tuple[str, int]:
     """TARGET=SIZE (1=512KiB, cuda:0=2GiB, 1=1048576) -> (target, bytes). Units are B, KB,
     KiB, MB, MiB, GB and GiB in any case; a number without one counts bytes."""
-    match = re.fullmatch(r"\s*([^=\s]+)\s*=\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    if not match or match.group(3).lower() not in UNITS | {"": 1}:
+    match = re.fullmatch(r"\s*([^=\s]+)\s*=(.*)", text)
+    nbytes = size_bytes(match.group(2)) if match else None
+    if nbytes is None:
         raise DevplanError(
             f"bad memory budget {text!r}; write TARGET=SIZE such as 1=512KiB or cuda:0=2GiB "
             f"(units: B, KB, KiB, MB, MiB, GB, GiB)"
         )
-    target, number, unit = match.groups()
-    nbytes = Fraction(number) * UNITS.get(unit.lower(), 1)
     if nbytes.denominator != 1:
         raise DevplanError(f"memory budget {text!r} is not a whole number of bytes")
-    return target, int(nbytes)
+    return match.group(1), int(nbytes)
+
+
+def size_bytes(text: str) -> Fraction | None:
+    """'512KiB', ' 1.5 MiB ', '1048576' -> bytes (possibly fractional, for the caller to
+    refuse in its own words); None when the text is not a size."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(2).lower() not in UNITS | {"": 1}:
+        return None
+    return Fraction(match.group(1)) * UNITS.get(match.group(2).lower(), 1)
 
 
 def budget_key(target: str) -> str:

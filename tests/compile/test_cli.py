@@ -42,8 +42,9 @@ def test_json_summary(tmp_path):
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     (method,) = summary["methods"]
-    assert method["instructions"] > 0 and method["buffers"][0]["size"] >= method["buffers"][0]["lower_bound"] > 0
-    assert summary["bytes"] == (tmp_path / "p.pte").stat().st_size
+    assert method["counts"]["instructions"] > 0 and method["buffers"][0]["size"] >= method["buffers"][0]["lower_bound"] > 0
+    assert summary["file"] == {"name": "p.pte", "size": (tmp_path / "p.pte").stat().st_size, "constant_bytes": 1088}
+    assert summary["schema_version"] == 1 and summary["timings"]["seconds"] > 0 and "plan" in summary["timings"]["stages"]
 
 
 def test_dump_dir_has_one_file_per_stage(tmp_path):
@@ -55,6 +56,29 @@ def test_dump_dir_has_one_file_per_stage(tmp_path):
                                                    "plan.txt", "emit.txt", "serialize.txt", "write.txt"]
     assert "convolution" in (tmp_path / "dump" / names[2]).read_text()
     assert "aten::convolution.out" in (tmp_path / "dump" / names[7]).read_text()
+
+
+def test_dump_dirs_are_identical_between_runs_and_hash_seeds(tmp_path):
+    """Text a person can diff: graphs, method tables, the planned layout; no addresses, paths or timings."""
+    import hashlib
+    import os
+
+    folders = []
+    for seed in ("1", "2"):
+        folder = tmp_path / seed
+        run = subprocess.run([sys.executable, "-m", "devplan", "compile", ROOT / "samples" / "two_io.pt2", "-o",
+                              folder / "p.pte", "--dump-dir", folder / "dump", "--delegate", "cuda:0=aten::linear"],
+                             capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert run.returncode == 0, run.stderr
+        folders.append({p.name: p.read_text() for p in sorted((folder / "dump").iterdir())})
+    assert folders[0] == folders[1]
+    dump = folders[0]
+    text = "".join(dump.values())
+    assert " at 0x" not in text and str(tmp_path) not in text and "TensorSpec(" not in text
+    assert "layout\n  buffer 1 (cpu): 768 bytes, lower bound 768" in dump["13-plan.txt"]
+    assert "  #1    DevplanDelegate(v2, v3) delegate 0" in dump["09-build.txt"]
+    digest = hashlib.sha256((tmp_path / "1" / "p.pte").read_bytes()).hexdigest()
+    assert dump["16-write.txt"] == "wrote p.pte\n" and dump["15-serialize.txt"].endswith(f" bytes, sha256 {digest}\n")
 
 
 class Unsupported(torch.nn.Module):

@@ -109,7 +109,7 @@ def test_compile_json_lists_the_delegates(tmp_path):
     done = devplan_cli("compile", ROOT / "samples" / "mlp.pt2", "-o", tmp_path / "m.pte", "--json", "--delegate", "cuda:0")
     summary = json.loads(done.stdout)["methods"][0]
     assert [d["target_device"] for d in summary["delegates"]] == ["cuda:0"]
-    assert summary["delegates"][0]["backend"] == "DevplanDelegate" and summary["delegates"][0]["payload_bytes"] > 0
+    assert summary["delegates"][0]["id"] == "DevplanDelegate" and summary["delegates"][0]["payload_size"] > 0
 
 
 def test_with_device_io_the_caller_copies_in_and_out_through_the_allocator():

@@ -1,0 +1,106 @@
+"""`devplan compile --dump-dir`: each stage's result as text a person can diff. The same
+compile writes the same text: no memory addresses, paths or timings, nothing that depends
+on the hash seed."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from devplan.method import BoolList, DoubleList, IntList, OptionalTensorList, TensorList
+from devplan.spec import TensorSpec
+
+
+def stage_text(result) -> str:
+    """A stage's result as text: a graph stage's FX graph; a method stage's tables (values,
+    instructions, and after planning each buffer's layout); emit's program objects by their
+    facts; serialize's bytes by digest; the written file by name."""
+    from devplan.method import Method
+    from devplan.passes.graph import Lowered
+    from devplan.planning.assign import PlannedMethod
+
+    if isinstance(result, Lowered):
+        return str(result.gm.graph)
+    if hasattr(result, "graph_module"):  # ExportedProgram
+        return str(result.graph_module.graph)
+    if hasattr(result, "graph"):  # GraphModule
+        return str(result.graph)
+    if isinstance(result, (bytes, bytearray)):
+        return f"{len(result)} bytes, sha256 {hashlib.sha256(result).hexdigest()}\n"
+    if isinstance(result, Path):  # the written file: its name only, which is all a rerun elsewhere shares
+        return f"wrote {result.name}\n"
+    if isinstance(result, tuple):  # emit: (ProgramT, segments)
+        return _program_text(*result)
+    if isinstance(result, PlannedMethod):
+        return _method_text(result.method) + _layout_text(result)
+    if isinstance(result, Method):
+        return _method_text(result)
+    return f"{type(result).__qualname__}\n"  # a stage this dump does not know yet
+
+
+def _method_text(method) -> str:
+    lines = [f"method {method.name}: inputs {_refs(method.inputs)}; outputs {_refs(method.outputs)}", "", "values"]
+    lines += [f"  v{i:<4} {_value_text(value)}" for i, value in enumerate(method.values)]
+    lines += ["", "instructions"]
+    lines += [f"  #{i:<4} {k.op}({_refs(k.args)})" + (f" delegate {k.delegate}" if k.delegate is not None else "")
+              + f"  # {k.node}" for i, k in enumerate(method.kernels)]
+    lines += [f"delegate {i}: {d.backend}, {len(d.payload)} bytes, sha256 {hashlib.sha256(d.payload).hexdigest()}, "
+              f"{', '.join(f'{key}={value.decode()}' for key, value in d.compile_specs)}"
+              for i, d in enumerate(method.delegates)]
+    return "\n".join(lines) + "\n"
+
+
+def _layout_text(planned) -> str:
+    """Each buffer's tensors by offset: where every byte goes and when."""
+    lines = ["", "layout"]
+    for b in planned.buffers:
+        lines.append(f"  buffer {b.mem_id} ({b.device}): {b.size} bytes, lower bound {b.lower_bound}, "
+                     f"{b.tensors} tensors, {planned.algorithm}")
+        placed = sorted((v.offset, i, v) for i, v in enumerate(planned.method.values)
+                        if isinstance(v, TensorSpec) and v.mem_id == b.mem_id)
+        lines += [f"    @{offset:<8} {v.nbytes:>8} bytes  life {v.lifetime[0]}..{v.lifetime[1]:<5} v{i}"
+                  for offset, i, v in placed]
+    return "\n".join(lines) + "\n"
+
+
+def _refs(indices) -> str:
+    return ", ".join(f"v{i}" for i in indices)
+
+
+def _value_text(value) -> str:
+    if isinstance(value, TensorSpec):
+        facts = [value.dtype, f"{list(value.shape)}{' dynamic' if value.dynamic else ''}", str(value.device)]
+        facts += ["constant"] if value.constant else []
+        facts += [f"alias of v{value.alias_of} +{value.alias_offset}"] if value.alias_of is not None else []
+        if value.mem_id is not None:
+            facts.append(f"buffer {value.mem_id} @{value.offset} life {value.lifetime[0]}..{value.lifetime[1]}")
+        return "tensor " + " ".join(facts)
+    if isinstance(value, (TensorList, OptionalTensorList, IntList)):
+        kind = {TensorList: "tensor_list", OptionalTensorList: "optional_tensor_list", IntList: "int_list"}[type(value)]
+        return f"{kind} [{', '.join('None' if i < 0 else f'v{i}' for i in value.items)}]"
+    if isinstance(value, (DoubleList, BoolList)):
+        return f"{'double_list' if isinstance(value, DoubleList) else 'bool_list'} {list(value.items)}"
+    return "none" if value is None else f"{type(value).__name__} {value!r}"  # int, float, bool, str
+
+
+def _program_text(program, segments) -> str:
+    """emit's ET12 objects: each plan's counts, operators, buffers and delegates; each segment's size and digest."""
+    from devplan.pte.fb.DataLocation import DataLocation
+
+    lines = []
+    for plan in program.executionPlan:
+        instructions = sum(len(chain.instructions or ()) for chain in plan.chains or ())
+        lines.append(f"plan {_text(plan.name)}: {len(plan.values or ())} values, {instructions} instructions")
+        lines += [f"  operator {i}: {_text(op.name)}.{_text(op.overload)}" for i, op in enumerate(plan.operators or ())]
+        lines.append(f"  non_const_buffer_sizes {list(plan.nonConstBufferSizes or ())}")
+        lines += [f"  buffer {d.bufferIdx} on device type {d.deviceType} index {d.deviceIndex}"
+                  for d in plan.nonConstBufferDevice or ()]
+        for i, d in enumerate(plan.delegates or ()):
+            where = "segment" if d.processed.location == DataLocation.SEGMENT else "inline data"
+            lines.append(f"  delegate {i}: {_text(d.id)}, payload in {where} {d.processed.index}")
+    lines += [f"segment {i}: {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
+              for i, data in enumerate(segments)]
+    return "\n".join(lines) + "\n"
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

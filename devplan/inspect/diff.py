@@ -1,0 +1,275 @@
+"""Compare two programs' plans: `devplan diff A.pte B.pte` and `devplan check --golden`.
+
+Both sides become golden documents (golden.py) and are compared fact by fact; where both are
+programs, their placement lists are compared tensor by tensor as well (a golden file only
+keeps their digest). Sizes (buffers, lower bounds, constant bytes, delegate payloads) may
+shrink, or grow within a tolerance; anything else that changes, an operator, a device, a
+count, a buffer or delegate added or removed, is always a difference. docs/diff-json.md
+describes the document."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+from devplan.errors import DevplanError
+from devplan.inspect.golden import golden_document, is_golden, placements, read_golden
+
+SCHEMA_VERSION = 1
+SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
+LARGEST_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How much a size may grow and still count as the same plan: a percentage of the old
+    size, or a number of bytes."""
+
+    percent: Fraction | None = None
+    nbytes: int | None = None
+
+    def allows(self, old: int, new: int) -> bool:
+        growth = new - old
+        if self.percent is not None:
+            return growth * 100 <= old * self.percent
+        return growth <= (self.nbytes or 0)
+
+    def __str__(self) -> str:
+        from devplan.inspect.units import size_text
+
+        return f"{float(self.percent):g}%" if self.percent is not None else size_text(self.nbytes or 0)
+
+    def document(self) -> dict:
+        return {"percent": float(self.percent) if self.percent is not None else None, "bytes": self.nbytes}
+
+
+def parse_tolerance(text: str) -> Tolerance:
+    """'2%', '0.5%', '4KiB', '4096' -> Tolerance."""
+    from devplan.planning.budget import size_bytes
+
+    percent = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", text)
+    if percent:
+        return Tolerance(percent=Fraction(percent.group(1)))
+    nbytes = size_bytes(text)
+    if nbytes is None or nbytes.denominator != 1:
+        raise DevplanError(f"--tolerance {text!r}: write a percentage such as 2% or a whole number of bytes "
+                           f"such as 4KiB (units: B, KB, KiB, MB, MiB, GB, GiB)")
+    return Tolerance(nbytes=int(nbytes))
+
+
+@dataclass(frozen=True)
+class Change:
+    """One fact that differs. method None is the program as a whole; subject names what it is
+    about ("buffer 1 (cpu)", "delegate 0", "operators", "instructions"), fact which of its
+    facts ("size", "device", "added", "count", ...); a and b are its values on each side."""
+
+    method: str | None
+    subject: str
+    fact: str
+    a: object
+    b: object
+    fails: bool
+    detail: dict | None = None  # placements compared tensor by tensor, when both sides have them
+
+    def document(self) -> dict:
+        row = {"method": self.method, "subject": self.subject, "fact": self.fact, "a": self.a, "b": self.b,
+               "fails": self.fails}
+        return row | ({"detail": self.detail} if self.detail is not None else {})
+
+
+@dataclass(frozen=True)
+class Diff:
+    a: str                  # the sides' names (file basenames)
+    b: str
+    changes: tuple[Change, ...]
+    tolerance: Tolerance | None = None
+    exact: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """No change fails: the programs plan the same, within the tolerance."""
+        return not any(change.fails for change in self.changes)
+
+    def document(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "files": {"a": {"name": self.a}, "b": {"name": self.b}},
+            "tolerance": self.tolerance.document() if self.tolerance is not None else None,
+            "exact": self.exact,
+            "ok": self.ok,
+            "changes": [change.document() for change in self.changes],
+        }
+
+    def text(self) -> str:
+        from devplan.inspect.difftext import diff_text
+
+        return diff_text(self)
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: its golden document and, for a program, its placements by method."""
+
+    name: str
+    golden: dict
+    placements: dict[str, list[dict]] | None = None
+
+
+def side(source) -> Side:
+    """A program (path or bytes of a .pte), a golden file (path of its JSON), an inspection
+    document or a golden document (dicts)."""
+    from devplan.inspect import inspect
+
+    if isinstance(source, dict):
+        doc = source
+    elif isinstance(source, (str, os.PathLike)) and _looks_like_json(Path(source)):
+        golden = read_golden(source)
+        return Side(os.path.basename(source), golden)
+    else:
+        doc = inspect(source)
+    if is_golden(doc):
+        return Side(doc["file"]["name"], doc)
+    return Side(doc["file"]["name"], golden_document(doc), {m["name"]: placements(m) for m in doc["methods"]})
+
+
+def _looks_like_json(path: Path) -> bool:
+    """A golden file: named .json (so a missing one is reported as a golden file), or JSON inside."""
+    if path.suffix == ".json":
+        return True
+    try:
+        with path.open("rb") as file:
+            return file.read(64).lstrip().startswith(b"{")
+    except OSError:
+        return False  # the program reader names the path and the problem
+
+
+def diff(a, b, *, tolerance: Tolerance | str | None = None, exact: bool = False, method: str | None = None) -> Diff:
+    """Compare a (the old side: a golden, or yesterday's program) with b. Each is a .pte path
+    or bytes, a golden file's path, or an inspection or golden document. `tolerance` ('2%',
+    '4KiB' or a Tolerance) lets sizes grow; `exact` makes every change a difference,
+    shrinking and moved placements included; `method` compares that method only."""
+    rule = parse_tolerance(tolerance) if isinstance(tolerance, str) else tolerance
+    left, right = side(a), side(b)
+    compare = _Compare(rule or Tolerance(), exact)
+    compare.sized(None, "program", "constant_bytes", left.golden["file"]["constant_bytes"],
+                  right.golden["file"]["constant_bytes"])
+    methods_a = {m["name"]: m for m in left.golden["methods"] if method in (None, m["name"])}
+    methods_b = {m["name"]: m for m in right.golden["methods"] if method in (None, m["name"])}
+    if method is not None and not (methods_a and methods_b):
+        missing = left.name if not methods_a else right.name
+        raise DevplanError(f"{missing}: no method {method!r}; compare one that both sides have")
+    for name, x, y in _pairs(methods_a, methods_b):
+        if compare.matched(None, f"method {name}", x, y, lambda m: m["name"]):
+            compare.method(name, x, y)
+            compare.placements(name, x["placements"], y["placements"],
+                               *(s.placements.get(name) if s.placements is not None else None for s in (left, right)))
+    return Diff(left.name, right.name, tuple(compare.changes), rule, exact)
+
+
+def _pairs(a: dict, b: dict) -> list[tuple]:
+    """(key, a's item or None, b's item or None) for each key of either: a's in order, then b's own."""
+    return [(key, a.get(key), b.get(key)) for key in list(a) + [key for key in b if key not in a]]
+
+
+class _Compare:
+    """Collects the changes between two golden documents, deciding which of them fail."""
+
+    def __init__(self, tolerance: Tolerance, exact: bool) -> None:
+        self.tolerance, self.exact, self.changes = tolerance, exact, []
+
+    def sized(self, method, subject: str, fact: str, a: int, b: int) -> None:
+        if a != b:
+            fails = self.exact or (b > a and not self.tolerance.allows(a, b))
+            self.changes.append(Change(method, subject, fact, a, b, fails))
+
+    def fixed(self, method, subject: str, fact: str, a, b) -> None:
+        if a != b:
+            self.changes.append(Change(method, subject, fact, a, b, True))
+
+    def matched(self, method, subject: str, x, y, brief) -> bool:
+        """Whether both sides have it; one that only a has was removed, one that only b has
+        added (a change, described by brief(item))."""
+        if x is not None and y is not None:
+            return True
+        what = brief(x if x is not None else y)
+        self.changes.append(Change(method, subject, "removed" if y is None else "added", what if y is None else None,
+                                   None if y is None else what, True))
+        return False
+
+    def method(self, name: str, a: dict, b: dict) -> None:
+        for count in ("instructions", "values", "tensors"):  # delegates: each one added or removed says it
+            self.fixed(name, count, "count", a["counts"][count], b["counts"][count])
+        removed = sorted(set(a["operators"]) - set(b["operators"]))
+        added = sorted(set(b["operators"]) - set(a["operators"]))
+        for fact, ops in (("removed", removed), ("added", added)):
+            if ops:
+                self.changes.append(Change(name, "operators", fact, ops if fact == "removed" else None,
+                                           ops if fact == "added" else None, True))
+        self.buffers(name, "", a["buffers"], b["buffers"])
+        self.devices(name, a["devices"], b["devices"])
+        self.delegates(name, a["delegates"], b["delegates"])
+
+    def buffers(self, method: str, prefix: str, a: list[dict], b: list[dict]) -> None:
+        """Buffers matched by mem_id (and, inside a delegate, by the payload's method)."""
+        def key(buffer):
+            return buffer.get("method"), buffer["mem_id"]
+
+        for (inner, mem_id), x, y in _pairs({key(x): x for x in a}, {key(x): x for x in b}):
+            named = f"method {inner} " if inner not in (None, "forward") else ""
+            subject = f"{prefix}{named}buffer {mem_id} ({(x or y)['device']})"
+            if not self.matched(method, subject, x, y, lambda one: {"device": one["device"], "size": one["size"]}):
+                continue
+            self.fixed(method, subject, "device", x["device"], y["device"])
+            self.sized(method, subject, "size", x["size"], y["size"])
+            self.sized(method, subject, "lower_bound", x["lower_bound"], y["lower_bound"])
+            if "tensors" in x:
+                self.fixed(method, subject, "tensors", x["tensors"], y["tensors"])
+
+    def devices(self, method: str, a: dict, b: dict) -> None:
+        """A device's total, where it holds more than one buffer (else its buffer's line says it)."""
+        for device in sorted(set(a) & set(b)):
+            x, y = a[device], b[device]
+            if max(x["buffers"], y["buffers"]) > 1:
+                subject = f"device {device} ({y['buffers']} buffers)"
+                self.sized(method, subject, "size", x["size"], y["size"])
+                self.sized(method, subject, "lower_bound", x["lower_bound"], y["lower_bound"])
+
+    def delegates(self, method: str, a: list[dict], b: list[dict]) -> None:
+        for index, x, y in _pairs({d["index"]: d for d in a}, {d["index"]: d for d in b}):
+            subject = f"delegate {index}"
+            if not self.matched(method, subject, x, y, lambda one: {"id": one["id"], "target_device": one["target_device"]}):
+                continue
+            self.fixed(method, subject, "id", x["id"], y["id"])
+            self.fixed(method, subject, "target_device", x["target_device"], y["target_device"])
+            self.sized(method, subject, "payload_size", x["payload_size"], y["payload_size"])
+            self.buffers(method, f"{subject} ", x["payload_buffers"] or [], y["payload_buffers"] or [])
+
+    def placements(self, method: str, a: dict, b: dict, rows_a: list[dict] | None, rows_b: list[dict] | None) -> None:
+        """Moved placements are only a difference with exact: a plan that shrank, or grew
+        within the tolerance, has moved its tensors too."""
+        if a["sha256"] != b["sha256"]:
+            detail = _placement_detail(rows_a, rows_b) if rows_a is not None and rows_b is not None else None
+            self.changes.append(Change(method, "placements", "digest", a, b, self.exact, detail))
+
+
+def _placement_detail(a: list[dict], b: list[dict]) -> dict:
+    """What changed, tensor by tensor (matched by value index): counts of each kind of change,
+    and the largest changed tensors first."""
+    by_a, by_b = {row["value"]: row for row in a}, {row["value"]: row for row in b}
+    kinds = {"added": 0, "removed": 0, "moved": 0, "resized": 0, "lifetime": 0}
+    changed = []
+    for value in sorted(set(by_a) | set(by_b)):
+        x, y = by_a.get(value), by_b.get(value)
+        if x == y:
+            continue
+        if x is None or y is None:
+            kinds["added" if x is None else "removed"] += 1
+        else:
+            kinds["moved"] += (x["mem_id"], x["offset"], x["device"]) != (y["mem_id"], y["offset"], y["device"])
+            kinds["resized"] += x["nbytes"] != y["nbytes"]
+            kinds["lifetime"] += x["lifetime"] != y["lifetime"]
+        changed.append({"value": value, "a": x, "b": y})
+    changed.sort(key=lambda row: (-max((r or {}).get("nbytes", 0) for r in (row["a"], row["b"])), row["value"]))
+    return {"changed": len(changed), **kinds, "largest": changed[:LARGEST_SHOWN]}

@@ -1,0 +1,138 @@
+"""A Diff as a person reads it: one line per change, under its method, within 80 columns.
+
+    FAIL  buffer 1 (cpu) size: 1.5 KiB -> 2.0 KiB (+512 B, +33.3%)
+    ok    constant bytes: 781.3 KiB -> 780.3 KiB (-1.0 KiB, -0.1%)
+
+"FAIL" marks a difference; "ok" a change the comparison allows (a size that shrank or grew
+within the tolerance, placements that moved without --exact)."""
+from __future__ import annotations
+
+import textwrap
+
+from devplan.inspect.diff import SIZED
+from devplan.inspect.units import size_text
+
+_INDENT = " " * 8
+_PLACEMENT_KINDS = {"added": "added", "removed": "removed", "moved": "moved", "resized": "resized",
+                    "lifetime": "lifetimes"}  # detail key: how the summary line says it
+
+_FACTS = {"size": "size", "lower_bound": "lower bound", "payload_size": "payload", "constant_bytes": "constant bytes",
+          "count": "", "tensors": "tensors", "device": "device", "id": "backend", "target_device": "target device",
+          "added": "added", "removed": "removed", "digest": ""}
+
+
+def diff_text(d) -> str:
+    """The verdict line, then the changes grouped by method."""
+    return "\n".join([verdict(d), *change_lines(d)]) + "\n"
+
+
+def verdict(d) -> str:
+    return f"{d.a} -> {d.b}: {outcome(d)}"
+
+
+def outcome(d) -> str:
+    """'the programs plan the same', with the changes allowed, or how many differences."""
+    allowed = f" (tolerance {d.tolerance})" if d.tolerance is not None else " (exact)" if d.exact else ""
+    failing = sum(change.fails for change in d.changes)
+    if not d.changes:
+        return "the programs plan the same"
+    if not failing:
+        return f"the programs plan the same; {_count(len(d.changes), 'change')} allowed{allowed}"
+    return f"{_count(failing, 'difference')}{allowed}"
+
+
+def change_lines(d) -> list[str]:
+    lines, heading = [], None
+    for change in d.changes:
+        if change.method != heading and change.method is not None:
+            heading = change.method
+            lines.append(f"method {heading}")
+        lines += _lines(change)
+    # long operator lists wrap under their change rather than run past 80 columns
+    return [part for line in lines for part in textwrap.wrap(line, 80, subsequent_indent=_INDENT,
+                                                               break_on_hyphens=False)]
+
+
+def _lines(change) -> list[str]:
+    status = "FAIL" if change.fails else "ok  "
+    fact = _FACTS.get(change.fact, change.fact)
+    label = f"{change.subject} {fact}".rstrip() if change.subject != "program" else fact
+    if change.fact == "digest":
+        return [f"  {status}  {label}: {_placements(change)}", *_largest(change.detail)]
+    return [f"  {status}  {label}: {_values(change)}"]
+
+
+def _values(change) -> str:
+    a, b = change.a, change.b
+    if change.fact in ("added", "removed"):
+        shown = a if change.fact == "removed" else b
+        if isinstance(shown, list):
+            return ", ".join(shown)
+        if isinstance(shown, dict) and "size" in shown:
+            return size_text(shown["size"])
+        if isinstance(shown, dict):
+            return f"{shown['id']} on {shown['target_device'] or 'no device'}"
+        return str(shown)
+    if change.fact in SIZED:
+        percent = f", {_percent(a, b)}" if a else ""
+        return f"{size_text(a)} -> {size_text(b)} ({_signed_bytes(b - a)}{percent})"
+    if isinstance(a, int) and isinstance(b, int):
+        return f"{a} -> {b} ({b - a:+d})"
+    return f"{a} -> {b}"
+
+
+def _placements(change) -> str:
+    counts = f"{change.a['count']} -> {change.b['count']} tensors"
+    detail = change.detail
+    if detail is None:  # a golden file keeps only the digest
+        return f"differ (digest), {counts}"
+    kinds = ", ".join(f"{detail[kind]} {name}" for kind, name in _PLACEMENT_KINDS.items() if detail[kind])
+    return f"{counts}: {kinds}"
+
+
+def _largest(detail: dict | None) -> list[str]:
+    if detail is None:
+        return []
+    lines = [_tensor(row["value"], row["a"], row["b"]) for row in detail["largest"]]
+    if detail["changed"] > len(detail["largest"]):
+        lines.append(f"and {detail['changed'] - len(detail['largest'])} more")
+    return [f"{_INDENT}{line}" for line in lines]
+
+
+def _tensor(value: int, a: dict | None, b: dict | None) -> str:
+    """'v7 (256 B) buffer 1 @512 -> @0, life 2..5 -> 3..5'."""
+    one = a or b
+    head = f"v{value} ({size_text(one['nbytes'])})"
+    if a is None or b is None:
+        return f"{head} {'added' if a is None else 'removed'}: {_where(one)}, life {_span(one)}"
+    facts = [_where(a)]
+    if (a["mem_id"], a["device"]) != (b["mem_id"], b["device"]):
+        facts[0] += f" -> {_where(b)}"
+    elif a["offset"] != b["offset"]:
+        facts[0] += f" -> @{b['offset']}"
+    if a["nbytes"] != b["nbytes"]:
+        facts.append(f"now {size_text(b['nbytes'])}")
+    facts.append(f"life {_span(a)}" + (f" -> {_span(b)}" if a["lifetime"] != b["lifetime"] else ""))
+    return f"{head} {', '.join(facts)}"
+
+
+def _where(row: dict) -> str:
+    device = f" ({row['device']})" if row["device"] != "cpu" else ""
+    return f"buffer {row['mem_id']}{device} @{row['offset']}"
+
+
+def _span(row: dict) -> str:
+    return f"{row['lifetime'][0]}..{row['lifetime'][1]}" if row["lifetime"] else "none"
+
+
+def _percent(a: int, b: int) -> str:
+    percent = (b - a) * 100 / a
+    return f"{percent:+.1f}%" if abs(percent) >= 0.1 else f"{'+' if b > a else '-'}<0.1%"
+
+
+def _signed_bytes(delta: int) -> str:
+    return ("+" if delta >= 0 else "-") + size_text(abs(delta))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

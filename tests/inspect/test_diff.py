@@ -1,0 +1,118 @@
+"""`devplan diff A.pte B.pte`: what changed between two programs, devplan's or ExecuTorch's;
+and every machine-readable document byte-identical across runs and hash seeds."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import devplan
+from devplan.inspect.diff import LARGEST_SHOWN
+from devplan.inspect.golden import golden_document
+from tests.compile.test_cli import ROOT, assert_one_line_error
+from tests.inspect.runner import REPO, invoke, run_devplan
+from tests.models import executorch_lower, export, transformer
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> dict:
+    """The same model lowered by ExecuTorch and compiled by devplan, and two_io compiled two ways."""
+    folder = tmp_path_factory.mktemp("diff")
+    paths = {name: folder / f"{name}.pte" for name in ("executorch", "devplan", "two_io", "two_io_cuda")}
+    paths["executorch"].write_bytes(executorch_lower(export("gated_mlp")[0]))
+    devplan.compile(export("gated_mlp")[0], paths["devplan"])
+    devplan.compile(ROOT / "samples" / "two_io.pt2", paths["two_io"])
+    devplan.compile(ROOT / "samples" / "two_io.pt2", paths["two_io_cuda"], delegates=["cuda:0=aten::linear"])
+    return paths
+
+
+def test_executorch_against_devplan_names_the_size_differences_per_device(pair):
+    result = invoke("diff", str(pair["executorch"]), str(pair["devplan"]))
+    assert result.exit_code == 1, result.output
+    theirs, mine = (devplan.inspect(pair[name])["methods"][0]["buffers"] for name in ("executorch", "devplan"))
+    assert [b["device"] for b in theirs] == [b["device"] for b in mine] == ["cpu"]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("executorch.pte -> devplan.pte: ") and "difference" in lines[0]
+    size = next(line for line in lines if "buffer 1 (cpu) size: " in line)
+    delta = mine[0]["size"] - theirs[0]["size"]
+    assert f"({'+' if delta > 0 else '-'}" in size and f"{delta * 100 / theirs[0]['size']:+.1f}%" in size, size
+    assert "operators removed: aten::addmm.out" in result.stdout
+    report = json.loads(invoke("diff", str(pair["executorch"]), str(pair["devplan"]), "--json").stdout)
+    (change,) = [c for c in report["changes"] if (c["subject"], c["fact"]) == ("buffer 1 (cpu)", "size")]
+    assert (change["a"], change["b"], change["method"]) == (theirs[0]["size"], mine[0]["size"], "forward")
+    assert report["files"] == {"a": {"name": "executorch.pte"}, "b": {"name": "devplan.pte"}} and not report["ok"]
+
+
+def test_a_program_against_itself_or_its_golden_is_the_same(pair, tmp_path):
+    same = invoke("diff", str(pair["two_io"]), str(pair["two_io"]))
+    assert same.exit_code == 0 and same.stdout == "two_io.pte -> two_io.pte: the programs plan the same\n"
+    golden = tmp_path / "two_io.golden.json"
+    assert invoke("check", str(pair["two_io"]), "--golden", str(golden), "--update").exit_code == 0
+    assert invoke("diff", str(golden), str(pair["two_io"])).exit_code == 0
+    assert invoke("diff", str(pair["two_io"]), str(golden)).exit_code == 0
+    assert devplan.diff(golden_document(devplan.inspect(pair["two_io"])), pair["two_io"].read_bytes()).ok
+
+
+def test_a_changed_device_is_named(pair):
+    result = invoke("diff", str(pair["two_io"]), str(pair["two_io_cuda"]))
+    assert result.exit_code == 1
+    for line in ("FAIL  buffer 2 (cuda:0) added: 512 B", "FAIL  delegate 0 added: DevplanDelegate on cuda:0",
+                 "FAIL  operators removed: aten::linear.out"):
+        assert line in result.stdout, result.stdout
+    # the tensors that moved to cuda:0 are listed with where they went
+    assert "-> buffer 2 (cuda:0) @" in result.stdout
+
+
+def test_placement_changes_are_summarized_largest_first_and_capped(tmp_path):
+    module, args = transformer(2)
+    ep = torch.export.export(module, args, strict=False)
+    a, b = devplan.compile(ep).data, devplan.compile(ep, reorder=False, inplace=False).data
+    result = devplan.diff(a, b)
+    (placements,) = [c for c in result.changes if c.subject == "placements"]
+    detail = placements.detail
+    assert detail["changed"] > LARGEST_SHOWN == len(detail["largest"])
+    sizes = [max(row[side]["nbytes"] for side in ("a", "b") if row[side]) for row in detail["largest"]]
+    assert sizes == sorted(sizes, reverse=True)
+    text = result.text()
+    assert f"and {detail['changed'] - LARGEST_SHOWN} more" in text
+    assert len(text.splitlines()) < 40 and all(len(line) <= 80 for line in text.splitlines()[1:])
+    assert not placements.fails and devplan.diff(a, b, exact=True).changes[-1].fails
+
+
+def test_bad_input_is_one_line_and_exit_2(pair, tmp_path):
+    assert_one_line_error(run_devplan("diff", str(pair["two_io"]), str(tmp_path / "missing.pte")), "missing.pte")
+    assert_one_line_error(run_devplan("diff", str(pair["two_io"]), str(ROOT / "samples" / "mlp.pt2")), "mlp.pt2")
+    assert_one_line_error(run_devplan("diff", str(pair["two_io"]), str(pair["two_io"]), "--tolerance", "lots"),
+                          "--tolerance 'lots'")
+    assert_one_line_error(run_devplan("diff", str(pair["two_io"]), str(pair["two_io"]), "--method", "nope"),
+                          "no method 'nope'")
+
+
+def _in_fresh_process(seed: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "devplan", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=300, env={**os.environ, "PYTHONHASHSEED": seed})
+
+
+def test_documents_are_byte_identical_across_runs_and_hash_seeds(pair, tmp_path):
+    outputs = []
+    for seed in ("1", "2", "1"):
+        folder = tmp_path / f"run{len(outputs)}"
+        folder.mkdir()
+        program, golden = folder / "two_io.pte", folder / "two_io.golden.json"
+        compiled = _in_fresh_process(seed, "compile", str(ROOT / "samples" / "two_io.pt2"), "-o", str(program), "--json")
+        summary = json.loads(compiled.stdout)
+        del summary["timings"]  # the one volatile key
+        runs = [_in_fresh_process(seed, *args) for args in (
+            ("check", str(program), "--golden", str(golden), "--update"),
+            ("check", str(program), "--golden", str(golden), "--budget", "cpu=1MiB", "--json"),
+            ("diff", str(pair["executorch"]), str(pair["devplan"]), "--json"),
+            ("diff", str(pair["two_io"]), str(pair["two_io_cuda"])),
+            ("run", str(program), "--json"),
+        )]
+        assert all(run.returncode in (0, 1) for run in runs), [run.stderr for run in runs]
+        outputs.append((json.dumps(summary), golden.read_bytes(), [run.stdout for run in runs[1:]]))
+    assert outputs[0] == outputs[1] == outputs[2]
