@@ -93,7 +93,9 @@ def to_program(planned: PlannedMethod) -> tuple[ProgramT, list[bytes]]:
     plan.chains = [chain]
     plan.operators = [_operator(name) for name in operators]
     plan.nonConstBufferSizes = [0] + [b.size for b in planned.buffers]
-    plan.nonConstBufferDevice = [_buffer_device(b.mem_id, b.device) for b in planned.buffers]
+    # as ExecuTorch writes them, a program all on the CPU carries no device table
+    plan.nonConstBufferDevice = ([_buffer_device(b.mem_id, b.device) for b in planned.buffers]
+                                 if any(b.device != CPU for b in planned.buffers) else None)
     program = ProgramT()
     program.version = 0
     program.executionPlan = [plan]

@@ -271,3 +271,16 @@ def test_non_cpu_buffer_device_reaches_executorch(affine_pte):
     assert (ours.bufferIdx, ours.deviceType, ours.deviceIndex) == (1, DeviceType.CUDA, 0)
     assert pte.program.executionPlan[0].nonConstBufferDevice is None  # the original is untouched
 
+
+
+def test_device_table_only_where_a_buffer_is_off_the_cpu():
+    """As ExecuTorch's serializer writes them: no NonConstBufferDevice table when every buffer
+    is the CPU's; with a device buffer, an entry for every buffer."""
+    import devplan
+    from tests.compile.test_cli import ROOT
+
+    on_cpu = devplan.compile(ROOT / "samples" / "cnn.pt2").data
+    assert not executorch_read(on_cpu).program.execution_plan[0].non_const_buffer_device
+    on_cuda = devplan.compile(ROOT / "samples" / "cnn.pt2", delegates=["cuda:0=aten::convolution"]).data
+    table = executorch_read(on_cuda).program.execution_plan[0].non_const_buffer_device
+    assert [(e.buffer_idx, int(e.device_type)) for e in table] == [(1, DeviceType.CPU), (2, DeviceType.CUDA)]

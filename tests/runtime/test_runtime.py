@@ -11,6 +11,7 @@ from devplan.emit.program import to_program
 from devplan.errors import DevplanError
 from devplan.planning.assign import plan_method
 from devplan.pte import dumps_pte
+from devplan.pte.fb.NonConstBufferDevice import NonConstBufferDeviceT
 from devplan.runtime import HostAllocator, registered, run
 from devplan.spec import Device, TensorSpec
 from tests.models import assert_runs_match, eager_outputs, executorch_lower, export
@@ -126,7 +127,7 @@ def test_wrong_inputs_and_unknown_methods_are_one_clear_error():
 
 def test_a_buffer_on_an_undefined_device_type_is_refused_by_name():
     program, segments = to_program(planned(Chain(), (torch.randn(5, 3),)))
-    program.executionPlan[0].nonConstBufferDevice[0].deviceType = 9
+    program.executionPlan[0].nonConstBufferDevice = [NonConstBufferDeviceT(bufferIdx=1, deviceType=9, deviceIndex=0)]
     with pytest.raises(DevplanError, match=r"^odd.pte: method forward: buffer 1 is on device_type\(9\):0, a device "
                                            r"type ET12 does not define; the program is damaged"):
         run(devplan.read_pte(dumps_pte(program, segments), name="odd.pte"), [torch.randn(5, 3)])
