@@ -288,7 +288,7 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
         "tensors": len(placed),
         "peak": peak,
         "peak_instruction": peak_instruction,
-        "lower_bound": _lower_bound(timed, sharing),
+        "lower_bound": _lower_bound(timed, sharing, size),
     }
 
 
@@ -308,12 +308,17 @@ def _sharing(timed: list[dict]):
     return sharing
 
 
-def _lower_bound(timed: list[dict], sharing) -> int:
-    """The planner's lower bound (16-byte aligned bytes alive at the busiest instruction) for
-    the storages this buffer holds, inferred from where tensors sit. Tensors that share bytes
+_MIN_ALIGNMENT, _MAX_ALIGNMENT = 16, 4096
+
+
+def _lower_bound(timed: list[dict], sharing, size: int) -> int:
+    """The planner's lower bound (aligned bytes alive at the busiest instruction) for the
+    storages this buffer holds, inferred from where tensors sit. Tensors that share bytes
     while both hold them are one storage (a view, an in-place result, a slice of a larger
     tensor); a storage counts the bytes it spans for as long as any member holds them, which
-    no placement of those storages beats."""
+    no placement of those storages beats. The alignment is the one the plan kept: the largest
+    power of two from 16 to 4096 dividing every storage's offset whose bound the buffer
+    meets (a program planned with --alignment 256 is measured at 256, not at 16)."""
     from devplan.planning import Interval, lower_bound
 
     parent = list(range(len(timed)))
@@ -335,7 +340,14 @@ def _lower_bound(timed: list[dict], sharing) -> int:
         pool = pools.setdefault(find(i), [start, end, first, last])
         pool[:] = [min(pool[0], start), max(pool[1], end), min(pool[2], first), max(pool[3], last)]
     intervals = [Interval(key, end - start, first, last) for key, (start, end, first, last) in sorted(pools.items())]
-    return lower_bound(intervals, alignment=16).get(1, 0)
+    alignment = _MAX_ALIGNMENT
+    while alignment > _MIN_ALIGNMENT and any(start % alignment for start, *_ in pools.values()):
+        alignment //= 2
+    bound = lower_bound(intervals, alignment=alignment).get(1, 0)
+    while alignment > _MIN_ALIGNMENT and bound > size:
+        alignment //= 2
+        bound = lower_bound(intervals, alignment=alignment).get(1, 0)
+    return bound
 
 
 def _held_since(view: int, timed: list[dict], sharing, read: bool) -> int:

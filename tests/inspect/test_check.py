@@ -77,3 +77,17 @@ def test_a_device_budget_totals_the_buffers_its_delegates_plan_there_too(tmp_pat
     text = cli("check", program, "--budget", "cuda:0=1MiB")
     assert text.returncode == 0 and "ok    forward delegate 0 buffer 1 (cuda:0)" in text.stdout, text.stderr
     assert f"ok    forward cuda:0, all {len(on_device)} buffers: " in text.stdout
+
+
+@pytest.mark.parametrize("alignment", [16, 64, 256])
+@pytest.mark.parametrize("sample", ["two_io", "transformer"])
+def test_a_plan_at_its_own_bound_passes_max_ratio_one_at_any_alignment(alignment, sample):
+    """check reads the alignment a plan kept from its offsets: compile's bound and check's agree."""
+    import devplan
+    from tests.compile.test_cli import ROOT
+
+    result = devplan.compile(ROOT / "samples" / f"{sample}.pt2", alignment=alignment)
+    (buffer,) = result.planned.buffers
+    checks = devplan.check(result.data, max_ratio=1.0)
+    assert [(c.size, c.lower_bound) for c in checks] == [(buffer.size, buffer.lower_bound)]
+    assert all(c.ok for c in checks) == (buffer.size == buffer.lower_bound)
