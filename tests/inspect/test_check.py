@@ -79,15 +79,21 @@ def test_a_device_budget_totals_the_buffers_its_delegates_plan_there_too(tmp_pat
     assert f"ok    forward cuda:0, all {len(on_device)} buffers: " in text.stdout
 
 
-@pytest.mark.parametrize("alignment", [16, 64, 256])
-@pytest.mark.parametrize("sample", ["two_io", "transformer"])
-def test_a_plan_at_its_own_bound_passes_max_ratio_one_at_any_alignment(alignment, sample):
-    """check reads the alignment a plan kept from its offsets: compile's bound and check's agree."""
-    import devplan
-    from tests.compile.test_cli import ROOT
+class _Small(torch.nn.Module):
+    """48-byte tensors: at alignment 64 each storage takes 64 bytes, so the bound depends on it."""
 
-    result = devplan.compile(ROOT / "samples" / f"{sample}.pt2", alignment=alignment)
+    def forward(self, x):
+        return torch.cat([x.relu(), x.sigmoid()]) * 2, x.tanh()
+
+
+@pytest.mark.parametrize("alignment", [16, 64, 256])
+def test_a_plan_at_its_own_bound_passes_max_ratio_one_at_any_alignment(alignment):
+    """check reads the alignment a plan kept from its offsets: compile's bound and check's agree
+    (check measured every plan at 16 and failed these at ratios 1.33 and 3.56)."""
+    import devplan
+
+    result = devplan.compile(torch.export.export(_Small(), (torch.randn(3, 4),)), alignment=alignment)
     (buffer,) = result.planned.buffers
+    assert buffer.size == buffer.lower_bound
     checks = devplan.check(result.data, max_ratio=1.0)
-    assert [(c.size, c.lower_bound) for c in checks] == [(buffer.size, buffer.lower_bound)]
-    assert all(c.ok for c in checks) == (buffer.size == buffer.lower_bound)
+    assert [(c.size, c.lower_bound, c.ok) for c in checks] == [(buffer.size, buffer.lower_bound, True)]
