@@ -326,8 +326,8 @@ def run_command(
                      help="Inputs saved with torch.save (a tensor, or a list or tuple of them). "
                           "Default: seeded random floats, zeros for integer inputs."),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for the random inputs.")] = 0,
-    runs: Annotated[int, typer.Option("--runs", min=1, help="Run the method this many times in a row "
+    seed: Annotated[int, typer.Option("--seed", min=0, max=2**63 - 1, help="Seed for the random inputs.")] = 0,
+    runs: Annotated[int, typer.Option("--runs", min=1, max=10_000, help="Run the method this many times in a row "
                                       "(state carries over).")] = 1,
     method: Annotated[str, typer.Option("--method", "-m", metavar="NAME", help="The method to run.")] = "forward",
     save: Annotated[

@@ -14,6 +14,8 @@ from typing import Callable, Mapping, Sequence
 
 from devplan.errors import DevplanError, InternalError
 
+MAX_ALIGNMENT = 4096  # a page: no device asks for more, and a larger one only inflates the buffers
+
 
 @dataclass(frozen=True)
 class CompileResult:
@@ -73,8 +75,10 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     from devplan.planning.assign import plan_method
     from devplan.pte import dumps_pte, write_atomic
 
-    if alignment < 1 or alignment & (alignment - 1):
-        raise DevplanError(f"--alignment {alignment}: must be a power of two, e.g. 16")
+    if alignment < 1 or alignment & (alignment - 1) or alignment > MAX_ALIGNMENT:
+        raise DevplanError(f"--alignment {alignment}: must be a power of two from 1 to {MAX_ALIGNMENT}, e.g. 16")
+    if dump_dir is not None and Path(dump_dir).exists() and not Path(dump_dir).is_dir():
+        raise DevplanError(f"--dump-dir {dump_dir}: is a file; name a folder (it is made if missing)")
     backends = [Backend.parse(d) if isinstance(d, str) else d for d in delegates]
     start = time.perf_counter()
     seconds: dict[str, float] = {}

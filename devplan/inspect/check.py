@@ -3,6 +3,7 @@ memory budget and stay close enough to its lower bound? Does the program still p
 golden file says?"""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Mapping
@@ -48,8 +49,9 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
     from devplan.inspect import inspect
     from devplan.planning.budget import budget_key
 
-    if max_ratio is not None and max_ratio < 1:
-        raise DevplanError(f"--max-ratio {max_ratio}: no plan is below its lower bound; use a ratio of 1 or more")
+    if max_ratio is not None and not 1 <= max_ratio < math.inf:  # nan fails this too
+        raise DevplanError(f"--max-ratio {max_ratio}: use a finite ratio of 1 or more (no plan is below its "
+                           f"lower bound), e.g. 1.05")
     doc = inspect(source, method=method)
     budgets = {budget_key(target): nbytes for target, nbytes in (budgets or {}).items()}
     checks, named = [], set()

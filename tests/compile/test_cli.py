@@ -127,6 +127,8 @@ def test_bad_model_files(tmp_path, make, needle):
 
 @pytest.mark.parametrize("args, needle", [
     (["--alignment", "12"], "power of two"),
+    (["--alignment", str(2**40)], "from 1 to 4096"),
+    (["--dump-dir", str(ROOT / "README.md")], "is a file"),
     (["--planner", "magic"], "magic"),
     (["--budget", "1=lots"], "lots"),
     (["--budget", "7=1MiB"], "7"),
@@ -197,3 +199,15 @@ def test_output_cut_short_by_the_reader_is_quiet(tmp_path):
     pipeline = subprocess.run(f"{sys.executable} -m devplan inspect {program} -s all | head -2", shell=True,
                               capture_output=True, text=True, timeout=120)
     assert "Traceback" not in pipeline.stderr and len(pipeline.stdout.splitlines()) == 2
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "{pte}", "--seed", str(2**64)], "--seed"),
+    (["run", "{pte}", "--runs", str(10**9)], "--runs"),
+    (["check", "{pte}", "--max-ratio", "nan"], "finite ratio of 1 or more"),
+    (["check", "{pte}", "--max-ratio", "inf"], "finite ratio of 1 or more"),
+], ids=["seed", "runs", "nan", "inf"])
+def test_out_of_range_options_are_refused_before_any_work(tmp_path, args, needle):
+    pte = tmp_path / "mlp.pte"
+    assert devplan("compile", ROOT / "samples" / "mlp.pt2", "-o", pte).returncode == 0
+    assert_one_line_error(devplan(*(a.format(pte=pte) for a in args)), needle)
