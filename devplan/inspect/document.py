@@ -61,7 +61,8 @@ def document(pte: PteFile, name: str, method: str | None = None) -> dict:
             "size": int(pte.size),
             "program_version": int(program.version or 0),
             "segments": _segments(pte),
-            "constant_bytes": _constant_bytes(program),
+            "constant_bytes": _constant_bytes(program) + sum(_named_segments(program).values()),
+            "named_data": _named_data(program),
         },
         "methods": [
             _method(pte, index, plan)
@@ -87,6 +88,18 @@ def _constant_bytes(program) -> int:
     if constant_segment is not None and ints(constant_segment.offsets):
         return int(program.segments[constant_segment.segmentIndex].size)
     return sum(len(buffer.storage) for buffer in program.constantBuffer or () if buffer.storage is not None)
+
+
+def _named_data(program) -> list[dict]:
+    """Weights a backend keeps by key in segments of their own (ExecuTorch's XNNPACK and other
+    delegates), each with its segment and that segment's size."""
+    return [{"key": text(entry.key), "segment": int(entry.segmentIndex),
+             "size": int(program.segments[entry.segmentIndex].size)} for entry in program.namedData or ()]
+
+
+def _named_segments(program) -> dict[int, int]:
+    """segment index -> size, for the segments named data lives in (keys may share one)."""
+    return {entry["segment"]: entry["size"] for entry in _named_data(program)}
 
 
 def _method(pte, plan_index: int, plan) -> dict:

@@ -48,7 +48,10 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
     _pair(grid, "document", f"schema version {doc['schema_version']}")
     _pair(grid, "methods", ", ".join(method["name"] for method in doc["methods"]) or "none")
     _pair(grid, "segments", segments or "none")
-    _pair(grid, "constant data", size_text(file["constant_bytes"], exact_bytes))
+    named = file.get("named_data") or []
+    _pair(grid, "constant data", size_text(file["constant_bytes"], exact_bytes)
+          + (f", of which named data {size_text(sum({e['segment']: e['size'] for e in named}.values()), exact_bytes)}"
+             f" under {len(named)} {'key' if len(named) == 1 else 'keys'}" if named else ""))
     for method in doc["methods"]:
         counts = method["counts"]
         _pair(

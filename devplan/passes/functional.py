@@ -20,6 +20,7 @@ from torch._ops import HigherOrderOperator, OpOverload
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
+from devplan.ops import is_view
 
 _TORCH = str(Path(torch.__file__).parent)
 _GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
@@ -44,7 +45,8 @@ def functionalize_locally(gm: torch.fx.GraphModule) -> None:
     so that no one else can observe the write: readers after it read the functional result."""
     order = {node: i for i, node in enumerate(gm.graph.nodes)}
     for node in list(gm.graph.nodes):
-        if node.target in _DROPOUTS and not node.args[2]:  # dropout_ in eval writes nothing
+        if node.target in _DROPOUTS and not (node.args[2:3] or [node.kwargs.get("train", True)])[0]:
+            # dropout_ in eval writes nothing
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
             continue
@@ -132,14 +134,7 @@ def _fresh(value) -> bool:
     schema = value.target._schema
     if schema.is_mutable or any(r.alias_info for r in schema.returns):
         return False
-    return not any(_is_view(user) for user in value.users)
-
-
-def _is_view(node: torch.fx.Node) -> bool:
-    """A pure op whose result shares its input's bytes (in-place ops return an alias too, but
-    they are rewritten in turn)."""
-    op = node.target
-    return isinstance(op, OpOverload) and not op._schema.is_mutable and any(r.alias_info for r in op._schema.returns)
+    return not any(isinstance(user.target, OpOverload) and is_view(user.target) for user in value.users)
 
 
 def _user_line(node: torch.fx.Node) -> str:

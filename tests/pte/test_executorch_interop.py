@@ -284,3 +284,25 @@ def test_device_table_only_where_a_buffer_is_off_the_cpu():
     on_cuda = devplan.compile(ROOT / "samples" / "cnn.pt2", delegates=["cuda:0=aten::convolution"]).data
     table = executorch_read(on_cuda).program.execution_plan[0].non_const_buffer_device
     assert [(e.buffer_idx, int(e.device_type)) for e in table] == [(1, DeviceType.CPU), (2, DeviceType.CUDA)]
+
+
+def test_named_data_counts_as_constants(xnnpack_pte):
+    """An XNNPACK program keeps its weights by key in segments of their own: inspect counts
+    them as constant data, per key, as ExecuTorch's deserializer lists them."""
+    import io
+
+    import devplan
+    from devplan.inspect.render import render
+    from rich.console import Console
+
+    stored = executorch_read(xnnpack_pte).named_data  # ExecuTorch moves them out of the program
+    doc = devplan.inspect(xnnpack_pte)
+    named = doc["file"]["named_data"]
+    assert sorted(e["key"] for e in named) == sorted(stored.pte_data)
+    assert all(e["size"] >= len(stored.buffers[stored.pte_data[e["key"]].buffer_index]) for e in named)
+    segments = {s["index"]: s["size"] for s in doc["file"]["segments"]}
+    assert named and all(e["size"] == segments[e["segment"]] for e in named)
+    assert doc["file"]["constant_bytes"] >= sum({e["segment"]: e["size"] for e in named}.values()) == 48 + 12
+    out = io.StringIO()
+    render(doc, Console(file=out, width=100), ["summary"])
+    assert f"under {len(named)} key" in out.getvalue()
