@@ -41,8 +41,8 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     handlers, propagate = logger.handlers, logger.propagate
     logger.handlers, logger.propagate = [catcher], False
     try:
-        with _stand_ins(_unknown_tree_types(path)) as stand_ins:
-            return _plain_specs(torch.export.load(path), stand_ins)
+        with _stand_ins(_unknown_tree_types(path)), _type_hints_once():
+            return _plain_specs(torch.export.load(path))
     except Exception as error:  # torch raises many kinds here; all mean the archive is unusable
         logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
         reason = first_line(logged[0] if logged else error)
@@ -136,34 +136,60 @@ def _unknown_tree_types(path: Path) -> set[str]:
 
 
 @contextlib.contextmanager
+def _type_hints_once():
+    """torch's deserializer asks typing.get_type_hints of the same few schema dataclasses for
+    every field of every node (25,000 times for a 32-layer transformer, half of
+    torch.export.load); their answers never change, so while it reads, each is asked once."""
+    import types
+    import typing
+
+    from torch._export.serde import serialize
+
+    answers: dict = {}
+
+    def get_type_hints(obj, globalns=None, localns=None, include_extras=False):
+        key = (obj, id(globalns), id(localns), include_extras)
+        if key not in answers:
+            answers[key] = typing.get_type_hints(obj, globalns, localns, include_extras)
+        return answers[key]
+
+    cached = types.ModuleType("typing")  # typing itself, but for the one function
+    cached.__dict__.update(vars(typing), get_type_hints=get_type_hints)
+    original, serialize.typing = serialize.typing, cached
+    try:
+        yield
+    finally:
+        serialize.typing = original
+
+
+@contextlib.contextmanager
 def _stand_ins(names: set[str]):
     """Register a dict-like stand-in for each named type while torch reads the archive, and
     take them out again afterwards (they would clash with the real types' registration)."""
     from torch.utils import _pytree as pytree
 
-    classes = {}
+    classes = []
     for name in sorted(names):
-        cls = type(name.rpartition(".")[2] or "StandIn", (dict,), {"__module__": "devplan.load"})
+        cls = type(name.rpartition(".")[2] or "StandIn", (dict,), {"__module__": __name__, "stand_in_for": name})
         pytree.register_pytree_node(cls, lambda d: (list(d.values()), list(d.keys())),
                                     lambda values, keys: dict(zip(keys, values)), serialized_type_name=name)
-        classes[cls] = name
+        classes.append(cls)
     try:
-        yield classes
+        yield
     finally:
         for cls in classes:
             pytree._deregister_pytree_node(cls)
 
 
-def _plain_specs(ep, stand_ins: dict):
+def _plain_specs(ep):
     """Rewrite the calling convention's stand-in nodes as dicts (a ModelOutput's context is
     its keys) or tuples, which every reader of the program knows."""
-    if not stand_ins:
-        return ep
     from torch.utils._pytree import TreeSpec
 
     def plain(spec):
         children = [plain(child) for child in spec.children()]
-        if spec.type not in stand_ins:
+        # torch caches parsed specs by their text, so a spec may hold an earlier load's stand-in
+        if not hasattr(spec.type, "stand_in_for") or spec.type.__module__ != __name__:
             return TreeSpec(spec.type, spec.context, children) if children else spec
         keys = spec.context
         if isinstance(keys, list) and len(keys) == len(children) and all(isinstance(k, str) for k in keys):

@@ -9,7 +9,8 @@ import torch
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.utils import _pytree as pytree
 
-from devplan.errors import DevplanError
+from devplan.errors import DevplanError, first_line
+from devplan.ops import is_view
 from devplan.passes.functional import functionalize_locally, inline_grad_regions, needs_retrace, refuse_unlowerable
 
 
@@ -40,7 +41,12 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
     if needs_retrace(gm):
         # export keeps in-place writes to state and autocast regions; torch's functionalizing
         # retrace turns them into pure ops plus buffer-mutation outputs. Only such programs pay for it.
-        ep = ep.run_decompositions({})
+        _refuse_constant_writes(ep, gm)
+        try:
+            ep = ep.run_decompositions({})
+        except Exception as error:  # torch's own failure; the program cannot be made pure
+            raise DevplanError(f"torch cannot functionalize the program's in-place writes ({first_line(error)}); "
+                               f"export the model under torch.no_grad() with its state in registered buffers") from None
         gm = copy.deepcopy(ep.graph_module)
     refuse_unlowerable(gm)
     # deepcopy may rename placeholders (e.g. 'input'), so pair them with the signature by position
@@ -74,6 +80,27 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
     output.args = (tuple(updates.values()) + tuple(mutated.values()) + tuple(user_outputs),)
     return Lowered(gm, constants, state, tuple(inputs), _dumps(ep.call_spec.in_spec), _dumps(ep.call_spec.out_spec),
                    tuple(mutated))
+
+
+def _refuse_constant_writes(ep: torch.export.ExportedProgram, gm: torch.fx.GraphModule) -> None:
+    """A tensor attribute that is not a registered buffer is lifted as a constant by a
+    non-strict export; writing it in place (a KV cache kept that way) has no meaning in a
+    program, and torch's retrace fails on it."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    constants = {node: spec.target for spec, node in zip(ep.graph_signature.input_specs, placeholders)
+                 if spec.kind == InputKind.CONSTANT_TENSOR}
+    for node in gm.graph.nodes:
+        op = node.target
+        if not (isinstance(op, torch._ops.OpOverload) and op._schema.is_mutable and node.args):
+            continue
+        written = node.args[0]
+        while (isinstance(written, torch.fx.Node) and isinstance(written.target, torch._ops.OpOverload)
+               and is_view(written.target)):
+            written = written.args[0]
+        if written in constants:
+            raise DevplanError(f"node {node.name}: {op._schema.name} writes in place to {constants[written]}, which "
+                               f"torch.export lifted as a constant (a tensor attribute, not a registered buffer); "
+                               f"register it with register_buffer, or export with strict=True")
 
 
 def _dumps(spec: pytree.TreeSpec) -> str:

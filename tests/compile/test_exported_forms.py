@@ -151,9 +151,14 @@ class M(torch.nn.Module):
         return BaseModelOutput(last_hidden_state=x.relu(), hidden_states=(x * 2,))
 
 torch.export.save(torch.export.export(M(), (torch.randn(2, 3),)), {str(tmp_path / 'm.pt2')!r})
+torch.export.save(torch.export.export(M(), (torch.randn(4, 3),)), {str(tmp_path / 'n.pt2')!r})
 """
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
     run = subprocess.run([sys.executable, "-m", "devplan", "compile", tmp_path / "m.pt2"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    # one process loading several such archives, as a script or server would (torch caches parsed specs)
+    twice = f"import devplan; [devplan.compile(p) for p in ({str(tmp_path / 'm.pt2')!r}, {str(tmp_path / 'n.pt2')!r})]"
+    run = subprocess.run([sys.executable, "-c", twice], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     x = torch.randn(2, 3)
     got = devplan.run(tmp_path / "m.pte", [x])[0]
