@@ -412,6 +412,10 @@ def main() -> None:
     with --debug, which any command takes)."""
     debug = "--debug" in sys.argv[1:]
     sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != "--debug"]
+    if not debug:  # torch's deprecation chatter is not the user's to act on; --debug shows it
+        import warnings
+
+        warnings.simplefilter("ignore")
     try:
         # outside standalone mode click hands back a command's exit code instead of exiting
         code = app(standalone_mode=False)
