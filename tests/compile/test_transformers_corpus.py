@@ -13,10 +13,11 @@ the nine decoders plus BERT, T5 and ResNet (strict export costs 2-3 times non-st
 Each (family, mode) case checks, sharing one export and one devplan compile (cached):
   test_executorch_runtime   devplan's program on ExecuTorch's runtime matches eager
   test_devplan_runtime      devplan's program on devplan's reference runtime matches eager
-and once per family, on its strict=False no_grad export (ExecuTorch's lowering is most of the
-corpus's time, 3-15 s a model, so it runs on one export of each):
+on each family's strict=False exports, in grad mode and under no_grad (ExecuTorch's lowering
+is most of the corpus's time, 3-15 s a model, so strict exports are left out here):
   test_planned_bytes        devplan plans no more bytes than ExecuTorch's better configuration
                             (default or constant propagation) on the same ExportedProgram
+and once per family, on its strict=False no_grad export:
   test_cli_compile          the export saved with torch.export.save and compiled by the
                             `devplan compile` CLI's entry point in a fresh process (forked, per
                             file, from one that never imports transformers): exit 0, or exit 2
@@ -193,14 +194,15 @@ def _executorch_baseline(ep: torch.export.ExportedProgram) -> tuple[int, str]:
     return sizes[config], config
 
 
+@pytest.mark.parametrize("mode", [BYTES_MODE, "grad"])
 @pytest.mark.parametrize("name", list(FAMILIES))
-def test_planned_bytes(name):
+def test_planned_bytes(name, mode):
     from benchmarks.harness import planned_bytes
 
-    ep = _program(name, BYTES_MODE)
-    ours = planned_bytes(compiled(name, BYTES_MODE).data)
+    ep = _program(name, mode)
+    ours = planned_bytes(compiled(name, mode).data)
     theirs, config = _executorch_baseline(ep)
-    print(f"{name}: devplan {ours} planned bytes, executorch {theirs} ({config})")
+    print(f"{name} {mode}: devplan {ours} planned bytes, executorch {theirs} ({config})")
     assert ours <= theirs, f"devplan plans {ours} bytes, ExecuTorch ({config}) {theirs}"
 
 
