@@ -126,7 +126,10 @@ def inspect_command(
 
     from devplan.inspect.render import render
 
-    render(doc, Console(highlight=False), chosen or inspect_sections.DEFAULT_SECTIONS, exact_bytes=exact_bytes)
+    from devplan.inspect.units import printable_tree
+
+    render(printable_tree(doc), Console(highlight=False), chosen or inspect_sections.DEFAULT_SECTIONS,
+           exact_bytes=exact_bytes)
 
 
 Budgets = Annotated[
@@ -447,6 +450,7 @@ def _internal(error: Exception, debug: bool) -> None:
 
     from devplan import __version__
     from devplan.errors import InternalError
+    from devplan.inspect.units import printable
 
     cause = error.__cause__ if isinstance(error, InternalError) and error.__cause__ else error
     where = (f"in stage {error.stage}" + (f" at node {error.node}" if error.node else "")
@@ -460,11 +464,14 @@ def _internal(error: Exception, debug: bool) -> None:
         with open(handle, "w") as f:
             f.write(text)
         kept = f"traceback in {log}; rerun with --debug to print it"
-    print(f"devplan: internal error {where} (devplan {__version__}): {type(cause).__name__}: "
-          f"{first_line(cause)}; {kept}; please report it", file=sys.stderr)
+    print(printable(f"devplan: internal error {where} (devplan {__version__}): {type(cause).__name__}: "
+                    f"{first_line(cause)}; {kept}; please report it"), file=sys.stderr)
     sys.exit(3)
 
 
 def _fail(message: str) -> None:
-    print(f"devplan: error: {message}", file=sys.stderr)
+    from devplan.inspect.units import printable
+
+    print(f"devplan: error: {printable(message)}", file=sys.stderr)
     sys.exit(2)
+

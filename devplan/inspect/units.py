@@ -1,4 +1,4 @@
-"""Byte counts as people read them."""
+"""Byte counts and names from files as people read them in a terminal."""
 from __future__ import annotations
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB")
@@ -12,3 +12,20 @@ def size_text(nbytes: int, exact: bool = False) -> str:
     while abs(value) >= 1024 and unit < len(_UNITS) - 1:
         value, unit = value / 1024, unit + 1
     return f"{value:.1f} {_UNITS[unit]}"
+
+
+def printable(text: str) -> str:
+    """Names from a file may hold newlines or terminal escape sequences: written as escapes,
+    they can neither split a line of output nor clear or recolour the user's terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def printable_tree(value):
+    """`value` (a document of dicts, lists and scalars) with every string made printable."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable_tree(k): printable_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable_tree(v) for v in value]
+    return value

@@ -152,3 +152,22 @@ def test_a_jump_loop_padded_with_free_calls_is_bounded_by_what_it_executes():
         plan.chains[0].instructions = body + [jump]
 
     refused(damaged(compiled(), change), "executed 1020001 instructions without finishing; its jumps loop")
+
+
+def test_names_from_the_file_cannot_split_the_error_line_or_drive_the_terminal(tmp_path):
+    import subprocess
+    import sys
+
+    def change(plan):
+        plan.operators[0].name = "aten::\x1b[2J\x1b[31mevil\nsecond line"
+
+    path = tmp_path / "bad.pte"
+    path.write_bytes(damaged(compiled(), change))
+    run = subprocess.run([sys.executable, "-m", "devplan", "run", path], capture_output=True, text=True)
+    assert run.returncode == 2
+    (line,) = run.stderr.splitlines()
+    assert "\x1b" not in line and "aten::\\x1b[2J\\x1b[31mevil\\nsecond line" in line
+    shown = subprocess.run([sys.executable, "-m", "devplan", "inspect", path, "-s", "instructions"],
+                           capture_output=True, text=True)
+    assert shown.returncode == 0 and "\x1b" not in shown.stdout
+    assert "evil\\nsecond line" in shown.stdout
