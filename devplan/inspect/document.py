@@ -124,6 +124,14 @@ def _method(pte, plan_index: int, plan) -> dict:
         for index, value in enumerate(values)
         if value.valType == KernelTypes.Tensor
     ]
+    for t in tensors:  # every later sum and picture takes sizes at their word
+        if any(size < 0 for size in t["shape"]) or t["nbytes"] > _MAX_TENSOR_BYTES:
+            raise DevplanError(f"{pte.name}: method {text(plan.name)}: value {t['value']} has the shape {t['shape']}, "
+                               f"which no tensor has; the program is damaged")
+        if t["mem_id"] is not None and not (0 < t["mem_id"] < len(sizes) and t["offset"] + t["nbytes"] <= sizes[t["mem_id"]]):
+            raise DevplanError(f"{pte.name}: method {text(plan.name)}: value {t['value']} ({t['nbytes']} bytes at "
+                               f"offset {t['offset']} of buffer {t['mem_id']}) lies outside its buffer; the program "
+                               f"is damaged")
     buffers = [
         _buffer(mem_id, sizes[mem_id], buffer_devices.get(mem_id, CPU), tensors, written, read)
         for mem_id in range(1, len(sizes))
@@ -322,6 +330,7 @@ def _sharing(timed: list[dict]):
 
 
 _MIN_ALIGNMENT, _MAX_ALIGNMENT = 16, 4096
+_MAX_TENSOR_BYTES = 1 << 56  # far beyond any device's memory; larger sizes come from damage
 
 
 def _lower_bound(timed: list[dict], sharing, size: int) -> int:

@@ -171,3 +171,41 @@ def test_names_from_the_file_cannot_split_the_error_line_or_drive_the_terminal(t
                            capture_output=True, text=True)
     assert shown.returncode == 0 and "\x1b" not in shown.stdout
     assert "evil\\nsecond line" in shown.stdout
+
+
+def _first_planned(plan):
+    return next(v.val for v in plan.values if v.valType == KernelTypes.Tensor and v.val.allocationInfo is not None)
+
+
+def _negative_size(plan):
+    _first_planned(plan).sizes = [-3, 6]
+
+
+def _outside_its_buffer(plan):
+    _first_planned(plan).allocationInfo.memoryOffsetLow = 1 << 20
+
+
+def _overflowing_shape(plan):
+    _first_planned(plan).sizes = [1 << 30] * 4
+
+
+@pytest.mark.parametrize("change, needle", [
+    (_negative_size, "has the shape [-3, 6], which no tensor has"),
+    (_outside_its_buffer, "lies outside its buffer"),
+    (_overflowing_shape, "which no tensor has"),
+], ids=["negative", "outside", "overflow"])
+@pytest.mark.parametrize("command", [["inspect"], ["inspect", "--json"], ["inspect", "--svg", "{tmp}/x.svg"],
+                                     ["inspect", "--trace", "{tmp}/x.json"], ["check"], ["check", "--max-ratio", "1.5"]],
+                         ids=["inspect", "json", "svg", "trace", "check", "max_ratio"])
+def test_impossible_shapes_and_places_are_one_line_in_every_view(tmp_path, change, needle, command):
+    """A damaged size or offset is named, never a traceback, and check never passes it."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "bad.pte"
+    path.write_bytes(damaged(compiled(), change))
+    run = subprocess.run([sys.executable, "-m", "devplan", command[0], path, *(a.format(tmp=tmp_path) for a in command[1:])],
+                         capture_output=True, text=True)
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(f"devplan: error: {path}: method forward: value ") and needle in line
