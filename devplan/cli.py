@@ -415,6 +415,10 @@ def main() -> None:
     with --debug, which any command takes)."""
     debug = "--debug" in sys.argv[1:]
     sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != "--debug"]
+    import signal
+
+    # SIGTERM as an exit, so that a write in progress removes its temporary file on the way out
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if not debug:  # torch's deprecation chatter is not the user's to act on; --debug shows it
         import warnings
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import re
 import stat
 import struct
 import tempfile
@@ -78,7 +79,10 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     try:
         mode = _mode_for(path)
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        _remove_stale_temporaries(directory, os.path.basename(path))
+        # the writer's pid in the name tells a later write whether this one may still be going on
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp",
+                                                 dir=directory)
     except OSError as error:
         raise DevplanError(f"{path}: cannot write ({error.strerror or error}); check that the directory exists and is writable") from None
     try:
@@ -94,6 +98,27 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
         if isinstance(error, OSError):
             raise DevplanError(f"{path}: cannot write ({error.strerror or error}); check the path and free disk space") from None
         raise
+
+
+def _remove_stale_temporaries(directory: str, name: str) -> None:
+    """Temporaries of `name` left by a writer that was killed outright (SIGKILL runs no cleanup):
+    those whose pid no longer runs."""
+    pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.[^.]+\.tmp")
+    for entry in os.listdir(directory):
+        match = pattern.fullmatch(entry)
+        if match and not _running(int(match[1])):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, entry))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except (ProcessLookupError, OverflowError):  # gone, or a number no pid can be
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _mode_for(path: str) -> int:

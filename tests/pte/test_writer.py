@@ -203,3 +203,33 @@ def test_write_atomic_onto_a_directory(tmp_path):
     with pytest.raises(DevplanError, match="cannot write"):
         write_atomic(tmp_path / "taken", b"data")
     assert (tmp_path / "taken").is_dir() and os.listdir(tmp_path) == ["taken"]
+
+
+def test_sigterm_mid_write_leaves_no_temporary_and_a_stale_one_is_removed(tmp_path):
+    """`devplan compile` killed with SIGTERM while it writes removes its temporary file; one a
+    SIGKILL left behind (its writer's pid no longer runs) goes with the next write."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "mlp.pte"
+    slow = ("import os, sys, time; os.fsync = lambda fd: time.sleep(60); from devplan.cli import main; "
+            f"sys.argv = ['devplan', 'compile', {str(root / 'samples' / 'mlp.pt2')!r}, '-o', {str(out)!r}]; main()")
+    child = subprocess.Popen([sys.executable, "-c", slow], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".mlp.pte.*.tmp")) and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".mlp.pte.*.tmp")), child.stderr.read() if child.poll() is not None else "no temp file"
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == 128 + signal.SIGTERM
+    assert not list(tmp_path.glob(".mlp.pte.*")) and not out.exists()
+
+    stale = tmp_path / ".mlp.pte.999999999.abc123.tmp"  # no process has this pid
+    stale.write_bytes(b"half a program")
+    run = subprocess.run([sys.executable, "-m", "devplan", "compile", root / "samples" / "mlp.pt2", "-o", out],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert not stale.exists() and out.exists()
