@@ -91,6 +91,7 @@ class LoadedMethod:
         self.values: list[Any] = [None] * len(values)
         self.devices: dict[int, Device] = {}
         self.bounds: dict[int, list[int]] = {}  # dynamic tensor -> its planned (upper bound) shape
+        self.used = _used(plan, values)
         for index, value in enumerate(values):
             try:
                 self.values[index] = self._bind(pte, index, value)
@@ -245,6 +246,8 @@ class LoadedMethod:
             if data is None and t.dataBufferIdx > 0:  # ExecuTorch refuses it too; zeros would be a wrong answer
                 raise DevplanError(f"{self.where}: value {index} names constant {t.dataBufferIdx}, which the program "
                                    f"does not hold; the program is damaged")
+            if data is None and index not in self.used:  # nothing reads or writes it: no memory
+                return torch.empty([0] * len(shape), dtype=dtype)
             if data is None:  # unplanned (an input or output the caller would own): host memory
                 return torch.zeros(shape, dtype=dtype)
             host = _from_bytes(data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
@@ -419,6 +422,24 @@ class _Refs:
     """A list value: the value indices it holds, resolved when a kernel reads it."""
     kind: int
     items: tuple[int, ...]
+
+
+def _used(plan, values: list) -> set[int]:
+    """The values that the method's inputs, outputs and instructions name, list items included:
+    only these need memory of their own."""
+    named = set(ints(plan.inputs)) | set(ints(plan.outputs))
+    for chain in plan.chains or ():
+        for instruction in chain.instructions or ():
+            call = instruction.instrArgs
+            if instruction.instrArgsType in (InstructionArguments.KernelCall, InstructionArguments.DelegateCall):
+                named |= set(ints(call.args))
+            elif instruction.instrArgsType == InstructionArguments.MoveCall:
+                named |= {int(call.moveFrom), int(call.moveTo)}
+    lists = (KernelTypes.TensorList, KernelTypes.OptionalTensorList, KernelTypes.IntList)
+    for index in list(named):
+        if 0 <= index < len(values) and values[index].valType in lists and values[index].val is not None:
+            named |= set(ints(values[index].val.items))
+    return named
 
 
 def _same_kind(a: Any, b: Any) -> bool:

@@ -209,3 +209,25 @@ def test_impossible_shapes_and_places_are_one_line_in_every_view(tmp_path, chang
     assert run.returncode == 2, run.stderr
     (line,) = run.stderr.splitlines()
     assert line.startswith(f"devplan: error: {path}: method forward: value ") and needle in line
+
+
+def test_an_unplanned_value_nothing_uses_takes_no_memory():
+    """A 3 GiB tensor value that no instruction, input or output names (a 300-byte damage)
+    is never materialized: the run needs only what the plan and the constants need."""
+    from devplan.pte.fb.Tensor import TensorT
+    from devplan.runtime import LoadedMethod
+
+    def change(plan):
+        huge = EValueT()
+        huge.valType, huge.val = KernelTypes.Tensor, TensorT()
+        huge.val.scalarType, huge.val.sizes, huge.val.dimOrder = 6, [3 << 28], [0]  # float32: 3 GiB
+        plan.values.append(huge)
+
+    data = compiled()
+    loaded = LoadedMethod(read_pte(damaged(data, change)))
+    try:
+        assert loaded.values[-1].numel() == 0
+        (got,) = loaded.execute(list(ARGS))
+        torch.testing.assert_close(got, devplan.run(data, list(ARGS))[0][0])
+    finally:
+        loaded.release()
