@@ -285,7 +285,7 @@ def check_command(
                                                              f", over by {size_text(c.size - c.budget)}"))
         facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
                      + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
-        what = f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else f"{c.device}, all {c.buffers} buffers"
+        what = f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}"
         typer.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}")
     if matched is not None and not json_output:
         verdict = f"wrote it from {program.name}" if matched.updated else outcome(matched.diff)

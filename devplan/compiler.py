@@ -43,8 +43,10 @@ class CompileResult:
                            "delegates": len(method.delegates)},
                 "buffers": [{"mem_id": b.mem_id, "device": str(b.device), "size": b.size,
                              "lower_bound": b.lower_bound, "tensors": b.tensors} for b in self.planned.buffers],
-                "delegates": [{"index": i, "id": d.backend, "target_device": dict(d.compile_specs)["target_device"].decode(),
-                               "payload_size": len(d.payload)} for i, d in enumerate(method.delegates)],
+                "delegates": [{"index": i, "id": d.backend, "target_device": str(d.device),
+                               "payload_size": len(d.payload),
+                               "window": {"mem_id": d.window[0], "offset": d.window[1], "size": d.arena} if d.window else None}
+                              for i, d in enumerate(method.delegates)],
             }],
             "timings": {"seconds": round(self.seconds, 3),
                         "stages": {name: round(seconds, 4) for name, seconds in self.stage_seconds.items()}},
@@ -63,7 +65,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     instructions in the order that holds the fewest bytes at once, `inplace` lets results
     take the bytes of inputs that die with them."""
     from devplan.emit.build import build_method
-    from devplan.emit.delegate import compile_delegates, reserved_bytes
+    from devplan.emit.delegate import compile_delegates
     from devplan.emit.program import to_program
     from devplan.load import load
     from devplan.passes import method_passes
@@ -111,8 +113,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     method = stage("build", build_method, low, device_io=device_io)
     for name, run in method_passes(inplace=inplace, reorder=reorder, alignment=alignment):
         method = stage(name, run, method)
-    planned = stage("plan", plan_method, method, alignment=alignment, algorithm=planner, budgets=budgets,
-                    reserved=reserved_bytes(low) if backends else None)
+    planned = stage("plan", plan_method, method, alignment=alignment, algorithm=planner, budgets=budgets)
     program, segments = stage("emit", to_program, planned)
     data = stage("serialize", dumps_pte, program, segments)
     path = Path(output) if output is not None else None

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from devplan.spec import TensorSpec
+from devplan.spec import CPU, Device, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,11 @@ class Delegate:
     backend: str                                  # backend id the runtime looks up
     payload: bytes                                # what the backend runs (devplan's: an ET12 program)
     compile_specs: tuple[tuple[str, bytes], ...]  # e.g. ("target_device", b"cuda:0")
+    device: Device = CPU                          # where the payload's own buffer lives
+    arena: int = 0                                # bytes that buffer takes (the payload's plan)
+    arena_bound: int = 0                          # the least bytes any plan of the payload could take
+    window: tuple[int, int] | None = None         # (mem_id, offset): where planning put that buffer
+                                                  # inside the method's buffer on `device`
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
         elif node.op == "placeholder" and node.name in low.inputs:
             value = node.meta.get("val")
             # a number input has its own value slot, which the runtime fills on every call
-            device = _only_device(node) if device_io and node.name not in low.mutated else CPU
+            device = _only_device(node, low) if device_io and node.name not in low.mutated else CPU
             b.of_node[node] = b.tensor(value, device=device) if isinstance(value, torch.Tensor) else b.add(_slot(value))
             if node.name in low.mutated:
                 b.mutated.add(b.of_node[node])
@@ -111,7 +111,7 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
         elif node.op == "call_function" and node.target is not operator.getitem:
             _emit_call(b, node)
         elif node.op == "call_module":
-            _emit_delegate(b, node)
+            _emit_delegate(b, node, low)
     placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
     for target, value in updates.items():  # state, then mutated inputs, take their new values in place
         updated = b.of_node[placeholders[target]]
@@ -160,9 +160,9 @@ def _compact(method: Method) -> Method:
     )
 
 
-def _only_device(node: torch.fx.Node) -> Device:
+def _only_device(node: torch.fx.Node, low: Lowered) -> Device:
     """The device of the delegates that are `node`'s only readers, else the host."""
-    devices = {user.meta["backend"].device if user.op == "call_module" else CPU for user in node.users}
+    devices = {low.backends[user.target].device if user.op == "call_module" else CPU for user in node.users}
     return devices.pop() if len(devices) == 1 else CPU
 
 
@@ -233,14 +233,16 @@ def _slot(value):
     return {torch.SymInt: 0, torch.SymFloat: 0.0, torch.SymBool: False}.get(type(value), value)
 
 
-def _emit_delegate(b: _Builder, node: torch.fx.Node) -> None:
+def _emit_delegate(b: _Builder, node: torch.fx.Node, low: Lowered) -> None:
     """A call of a group partition() gave a backend: its inputs copied to the backend's device
     (ExecuTorch's et_copy ops), its results left there until something needs them on the host."""
-    device = node.meta["backend"].device
-    inputs = tuple(b.on(device, b.of_node[arg]) for arg in node.meta["delegate_inputs"])
+    backend, payload = low.backends[node.target], low.payloads[node.target]
+    device = backend.device
+    inputs = tuple(b.on(device, b.of_node[arg]) for arg in payload.inputs)
     val = node.meta["val"]
     outs = tuple(b.tensor(result, device=device) for result in (val if isinstance(val, (list, tuple)) else (val,)))
-    b.delegates.append(Delegate(BACKEND_ID, node.meta["payload"], node.meta["backend"].compile_specs))
+    b.delegates.append(Delegate(BACKEND_ID, payload.data, backend.compile_specs, device, payload.arena,
+                                payload.arena_bound))
     b.kernels.append(Kernel(BACKEND_ID, inputs + outs, node.target, delegate=len(b.delegates) - 1))
     _bind(b, node, outs)
 

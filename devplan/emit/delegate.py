@@ -1,11 +1,13 @@
 """Delegate payloads: each group partition() gave a backend is compiled, by devplan's own
 pipeline, into an ET12 program whose planned tensors all live on the backend's device. The
 runtime's DevplanDelegate backend runs that program, and `devplan inspect` reads it like any
-other. The group's weights move into its program; only tensors computed at run time cross."""
+other. The group's weights move into its program; only tensors computed at run time cross.
+The payload's buffer is planned again by the calling method, as a window of its own buffer on
+that device alive for the call (planning/assign.py)."""
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils import _pytree as pytree
@@ -20,34 +22,33 @@ from devplan.pte import dumps_pte
 from devplan.spec import TensorSpec
 
 
+@dataclass(frozen=True)
+class Payload:
+    """A delegate call compiled: the ET12 program its backend runs, the argument nodes it
+    takes at run time (in the order the payload's method takes them), and the bytes its one
+    buffer plans on the backend's device, as planned and at the least any plan could."""
+
+    data: bytes
+    inputs: tuple[torch.fx.Node, ...]
+    arena: int
+    arena_bound: int
+
+
 def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best", inplace: bool = True,
                       reorder: bool = True) -> Lowered:
-    """Store on every delegate call node its payload ('payload'), the argument nodes it takes
-    at run time ('delegate_inputs', in the order the payload's method takes them) and the
-    bytes it plans on its device ('payload_bytes'). The payloads are planned with the same
-    options as the program."""
+    """Every delegate call's Payload, planned with the same options as the program."""
+    payloads = {}
     for node in low.gm.graph.nodes:
         if node.op == "call_module":
             try:
-                node.meta["payload"], node.meta["delegate_inputs"], node.meta["payload_bytes"] = _payload(
-                    low, node, alignment, planner, inplace, reorder)
+                payloads[node.target] = _payload(low, node, alignment, planner, inplace, reorder)
             except DevplanError as error:
-                raise DevplanError(f"{node.target} (the ops delegated to {node.meta['backend'].device}): {error}") from None
-    return low
+                raise DevplanError(f"{node.target} (the ops delegated to {low.backends[node.target].device}): "
+                                   f"{error}") from None
+    return replace(low, payloads=payloads)
 
 
-def reserved_bytes(low: Lowered) -> dict[str, int]:
-    """Device -> bytes the delegates' payloads plan there, which a device budget must leave them."""
-    reserved: dict[str, int] = {}
-    for node in low.gm.graph.nodes:
-        if node.op == "call_module":
-            device = str(node.meta["backend"].device)
-            reserved[device] = reserved.get(device, 0) + node.meta["payload_bytes"]
-    return reserved
-
-
-def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str,
-             inplace: bool, reorder: bool) -> tuple[bytes, tuple[torch.fx.Node, ...], int]:
+def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str, inplace: bool, reorder: bool) -> Payload:
     sub = copy.deepcopy(low.gm.get_submodule(node.target))
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     constants, inputs, runtime_args = {}, [], []
@@ -66,13 +67,15 @@ def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str,
     sub.recompile()
     in_spec, out_spec = _flat_spec((tuple(inputs), {})), _flat_spec(tuple(results))
     method = build_method(Lowered(sub, constants, {}, tuple(inputs), in_spec, out_spec))
-    device = node.meta["backend"].device
+    device = low.backends[node.target].device
     method = method.with_specs({i: replace(v, device=device) for i, v in enumerate(method.values)
                                 if isinstance(v, TensorSpec) and not v.constant})
-    for _, run in method_passes(inplace=inplace, reorder=reorder, alignment=alignment):
+    for _, run in method_passes(inplace=inplace, reorder=reorder, alignment=alignment, borrowed_io=True):
         method = run(method)
-    planned = plan_method(method, alignment=alignment, algorithm=planner, home=device)
-    return dumps_pte(*to_program(planned)), tuple(runtime_args), sum(b.size for b in planned.buffers)
+    planned = plan_method(method, alignment=alignment, algorithm=planner, home=device, borrowed_io=True)
+    # everything the payload plans is on its one device: one buffer, or none
+    return Payload(dumps_pte(*to_program(planned)), tuple(runtime_args), sum(b.size for b in planned.buffers),
+                   sum(b.lower_bound for b in planned.buffers))
 
 
 def _flat_spec(tree) -> str:

@@ -39,6 +39,7 @@ from devplan.pte.fb.SubsegmentOffsets import SubsegmentOffsetsT
 from devplan.pte.fb.Tensor import TensorT
 from devplan.pte.fb.TensorList import TensorListT
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
+from devplan.pte.window import window_spec
 from devplan.spec import CPU, Device, TensorSpec
 
 CONSTANT_ALIGNMENT = 16
@@ -123,7 +124,7 @@ def _delegate(delegate, segment: int) -> BackendDelegateT:
     entry.processed = BackendDelegateDataReferenceT()
     entry.processed.location, entry.processed.index = DataLocation.SEGMENT, segment
     entry.compileSpecs = []
-    for key, value in delegate.compile_specs:
+    for key, value in delegate.compile_specs + ((window_spec(*delegate.window),) if delegate.window else ()):
         spec = CompileSpecT()
         spec.key, spec.value = key, list(value)
         entry.compileSpecs.append(spec)

@@ -42,10 +42,12 @@ class BufferCheck:
 def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | None = None,
           max_ratio: float | None = None, method: str | None = None) -> list[BufferCheck]:
     """One BufferCheck per planned buffer of each method (or of `method`), then one per buffer
-    that a delegate's ET12 payload plans (method "forward delegate 0"), then one per device a
-    budget names, totalling that device's buffers of the method, its delegates' included
-    (they are all allocated at once). A budget names a buffer by mem_id ("1", the method's
-    own buffers) or a device ("cpu", "cuda:0"); one that names neither is an error."""
+    that a delegate's ET12 payload plans (method "forward delegate 0"), then one per device that
+    a budget names or that holds several buffers, totalling that device's buffers of the
+    method, its delegates' own included (they are all allocated at once; a delegate planned as
+    a window of the method's buffer adds nothing), against the device's bound. A budget names a
+    buffer by mem_id ("1", the method's own buffers) or a device ("cpu", "cuda:0"); one that
+    names neither is an error."""
     from devplan.inspect import inspect
     from devplan.planning.budget import budget_key
 
@@ -61,10 +63,12 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
         rows += [BufferCheck(f"{m['name']} delegate {d['index']}", b["mem_id"], b["device"], b["size"], b["lower_bound"],
                              None, max_ratio) for d in m["delegates"] for b in d["payload_buffers"] or ()]
         named |= {str(b["mem_id"]) for b in m["buffers"]} | {row.device for row in rows}
-        for device in sorted({row.device for row in rows} & set(budgets)):
-            mine = [row for row in rows if row.device == device]
-            rows.append(BufferCheck(m["name"], None, device, sum(r.size for r in mine), sum(r.lower_bound for r in mine),
-                                    budgets[device], None, len(mine)))
+        # a device's total is checked when a budget names it, or against the device's bound
+        # when it holds several buffers that could have shared bytes
+        for device in m["devices"]:
+            if device["device"] in budgets or device["buffers"] > 1:
+                rows.append(BufferCheck(m["name"], None, device["device"], device["size"], device["lower_bound"],
+                                        budgets.get(device["device"]), max_ratio, device["buffers"]))
         checks += rows
     unknown = sorted(set(budgets) - named)
     if unknown:

@@ -12,6 +12,7 @@ from devplan import dtypes
 from devplan.errors import DevplanError
 from devplan.pte import PteFile
 from devplan.pte.reader import ints, text
+from devplan.pte.window import read_window
 from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
@@ -132,11 +133,14 @@ def _method(pte, plan_index: int, plan) -> dict:
             raise DevplanError(f"{pte.name}: method {text(plan.name)}: value {t['value']} ({t['nbytes']} bytes at "
                                f"offset {t['offset']} of buffer {t['mem_id']}) lies outside its buffer; the program "
                                f"is damaged")
+    delegates = [_delegate(pte, plan_index, index, delegate, instruction_rows)
+                 for index, delegate in enumerate(plan.delegates or ())]
+    windows = _windows(pte, text(plan.name), delegates, sizes)
     buffers = [
-        _buffer(mem_id, sizes[mem_id], buffer_devices.get(mem_id, CPU), tensors, written, read)
+        _buffer(mem_id, sizes[mem_id], buffer_devices.get(mem_id, CPU), tensors, written, read,
+                [w for w in windows if w["mem_id"] == mem_id])
         for mem_id in range(1, len(sizes))
     ]
-    delegates = [_delegate(pte, plan_index, index, delegate) for index, delegate in enumerate(plan.delegates or ())]
     return {
         "name": text(plan.name),
         "inputs": inputs,
@@ -148,7 +152,8 @@ def _method(pte, plan_index: int, plan) -> dict:
             "delegates": len(delegates),
         },
         "values": dict(sorted(Counter(_VALUE_KINDS.get(v.valType, f"kind({v.valType})") for v in values).items())),
-        "buffers": buffers,
+        "buffers": [{key: b[key] for key in b if key != "_live"} for b in buffers],
+        "devices": _devices(buffers, delegates, len(instructions)),
         "tensors": tensors,
         "instructions": instruction_rows,
         "operators": operators,
@@ -281,20 +286,24 @@ def _role(index: int, constant: bool, inputs: set[int], outputs: set[int]) -> st
     return "constant" if constant else "activation"
 
 
-def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: set[int], read: set[int]) -> dict:
+def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: set[int], read: set[int],
+            windows: list[dict]) -> dict:
+    """One buffer: its size, the bytes in use at its busiest instruction, and its lower bound,
+    delegates' windows (their payloads' buffers, alive while they run) counted with the
+    tensors; `_live` (for the device totals) is the bound's aligned intervals."""
     placed = [t for t in tensors if t["mem_id"] == mem_id]
     timed = [t for t in placed if t["lifetime"] is not None]
     sharing = _sharing(timed)
     for i in sorted(range(len(timed)), key=lambda i: timed[i]["lifetime"][0]):
         if timed[i]["value"] not in written:
             timed[i]["held"][0] = _held_since(i, timed, sharing(i), timed[i]["value"] in read)
-    by_start = sorted(timed, key=lambda t: t["held"][0])
+    by_start = sorted(timed + windows, key=lambda t: t["held"][0])
     peak, peak_instruction = 0, None
     alive: list[dict] = []
     joined = 0
     # Bytes in use only grow where a tensor starts holding bytes, so the busiest instruction
     # is one of those; sweeping them in order keeps only the tensors held there in hand.
-    for at in sorted({t["held"][0] for t in timed}):
+    for at in sorted({t["held"][0] for t in by_start}):
         while joined < len(by_start) and by_start[joined]["held"][0] <= at:
             alive.append(by_start[joined])
             joined += 1
@@ -309,7 +318,7 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
         "tensors": len(placed),
         "peak": peak,
         "peak_instruction": peak_instruction,
-        "lower_bound": _lower_bound(timed, sharing, size),
+        **_lower_bound(timed, sharing, size, windows),
     }
 
 
@@ -333,15 +342,18 @@ _MIN_ALIGNMENT, _MAX_ALIGNMENT = 16, 4096
 _MAX_TENSOR_BYTES = 1 << 56  # far beyond any device's memory; larger sizes come from damage
 
 
-def _lower_bound(timed: list[dict], sharing, size: int) -> int:
+def _lower_bound(timed: list[dict], sharing, size: int, windows: list[dict]) -> dict:
     """The planner's lower bound (aligned bytes alive at the busiest instruction) for the
-    storages this buffer holds, inferred from where tensors sit. Tensors that share bytes
-    while both hold them are one storage (a view, an in-place result, a slice of a larger
-    tensor); a storage counts the bytes it spans for as long as any member holds them, which
-    no placement of those storages beats. The alignment is the one the plan kept: the largest
-    power of two from 16 to 4096 dividing every storage's offset whose bound the buffer
-    meets (a program planned with --alignment 256 is measured at 256, not at 16)."""
+    storages this buffer holds, inferred from where tensors sit, and each delegate window at
+    its payload's own bound while the delegate runs. Tensors that share bytes while both hold
+    them are one storage (a view, an in-place result, a slice of a larger tensor); a storage
+    counts the bytes it spans for as long as any member holds them, which no placement of
+    those storages beats. The alignment is the one the plan kept: the largest power of two
+    from 16 to 4096 dividing every storage's offset whose bound the buffer meets (a program
+    planned with --alignment 256 is measured at 256, not at 16). Returns lower_bound, and
+    under `_live` the intervals at that alignment."""
     from devplan.planning import Interval, lower_bound
+    from devplan.planning.model import align_up
 
     parent = list(range(len(timed)))
 
@@ -361,15 +373,68 @@ def _lower_bound(timed: list[dict], sharing, size: int) -> int:
         start, end, (first, last) = t["offset"], t["offset"] + t["nbytes"], t["held"]
         pool = pools.setdefault(find(i), [start, end, first, last])
         pool[:] = [min(pool[0], start), max(pool[1], end), min(pool[2], first), max(pool[3], last)]
-    intervals = [Interval(key, end - start, first, last) for key, (start, end, first, last) in sorted(pools.items())]
+    spans = [(start, end - start, first, last) for _, (start, end, first, last) in sorted(pools.items())]
+    spans += [(w["offset"], w["bound"], *w["held"]) for w in windows]
     alignment = _MAX_ALIGNMENT
-    while alignment > _MIN_ALIGNMENT and any(start % alignment for start, *_ in pools.values()):
+    while alignment > _MIN_ALIGNMENT and any(start % alignment for start, *_ in spans):
         alignment //= 2
-    bound = lower_bound(intervals, alignment=alignment).get(1, 0)
+
+    def at(alignment: int) -> list[Interval]:
+        return [Interval(key, align_up(nbytes, alignment), first, last)
+                for key, (_, nbytes, first, last) in enumerate(spans)]
+
+    bound = lower_bound(at(alignment), alignment=1).get(1, 0)
     while alignment > _MIN_ALIGNMENT and bound > size:
         alignment //= 2
-        bound = lower_bound(intervals, alignment=alignment).get(1, 0)
-    return bound
+        bound = lower_bound(at(alignment), alignment=1).get(1, 0)
+    return {"lower_bound": bound, "_live": at(alignment)}
+
+
+def _windows(pte, method: str, delegates: list[dict], sizes: list[int]) -> list[dict]:
+    """The delegate windows of a method, each as a pseudo-tensor of its buffer: the payload's
+    buffer bytes at the window's offset, held from the delegate's first call to its last."""
+    found = []
+    for d in delegates:
+        window, buffers = d["window"], d["payload_buffers"] or ()
+        if window is None or not d["calls"]:
+            continue
+        nbytes = sum(b["size"] for b in buffers)
+        if len(buffers) != 1 or not (0 < window["mem_id"] < len(sizes)
+                                     and window["offset"] + nbytes <= sizes[window["mem_id"]]):
+            raise DevplanError(f"{pte.name}: method {method}: delegate {d['index']}'s memory window (buffer "
+                               f"{window['mem_id']}, offset {window['offset']}, {nbytes} bytes) does not lie inside "
+                               f"one of the method's buffers; the program is damaged")
+        found.append({"mem_id": window["mem_id"], "offset": window["offset"], "nbytes": nbytes,
+                      "bound": buffers[0]["lower_bound"], "held": [min(d["calls"]), max(d["calls"])]})
+    return found
+
+
+def _devices(buffers: list[dict], delegates: list[dict], steps: int) -> list[dict]:
+    """Per device: the bytes all the method's buffers there take, its delegates' own buffers
+    (those not in a window) included, since a runtime holds them all at once; and the device's
+    lower bound, the most bytes alive there at any instruction, a delegate's buffers counted
+    (at its payload's bound) while it runs."""
+    from devplan.planning import Interval, lower_bound
+
+    totals: dict[str, dict] = {}
+    for b in buffers:
+        total = totals.setdefault(b["device"], {"device": b["device"], "buffers": 0, "size": 0, "_live": []})
+        total["buffers"] += 1
+        total["size"] += b["size"]
+        total["_live"] += b["_live"]
+    for d in delegates:
+        if d["window"] is not None:
+            continue
+        for b in d["payload_buffers"] or ():
+            total = totals.setdefault(b["device"], {"device": b["device"], "buffers": 0, "size": 0, "_live": []})
+            total["buffers"] += 1
+            total["size"] += b["size"]
+            total["_live"] += [Interval(0, b["lower_bound"], call, call) for call in d["calls"]]
+    rows = []
+    for device, total in sorted(totals.items(), key=lambda item: (item[0] != "cpu", item[0])):
+        live = [Interval(key, i.size, i.first, i.last) for key, i in enumerate(total.pop("_live"))]
+        rows.append({**total, "lower_bound": lower_bound(live, alignment=1).get(1, 0)})
+    return rows
 
 
 def _held_since(view: int, timed: list[dict], sharing, read: bool) -> int:
@@ -409,11 +474,10 @@ def union_size(ranges: list[tuple[int, int]]) -> int:
     return total
 
 
-def _delegate(pte, plan_index: int, index: int, delegate) -> dict:
-    specs = [
-        {"key": text(spec.key), "value": _spec_value(bytes(ints(spec.value)))}
-        for spec in delegate.compileSpecs or ()
-    ]
+def _delegate(pte, plan_index: int, index: int, delegate, instructions: list[dict]) -> dict:
+    raw = [(text(spec.key), bytes(ints(spec.value))) for spec in delegate.compileSpecs or ()]
+    specs = [{"key": key, "value": _spec_value(value)} for key, value in raw]
+    window = read_window(raw, f"{pte.name}: delegate {index}")
     target = next((spec["value"] for spec in specs if spec["key"] == "target_device"), None)
     # read_pte has checked that every delegate names a payload that exists.
     processed, payload = delegate.processed, pte.delegate_payload(plan_index, index)
@@ -427,6 +491,8 @@ def _delegate(pte, plan_index: int, index: int, delegate) -> dict:
         "location": location,
         "payload_index": int(processed.index),
         "payload_buffers": _payload_buffers(pte, plan_index, index, payload),
+        "window": {"mem_id": window[0], "offset": window[1]} if window else None,
+        "calls": [row["index"] for row in instructions if row["delegate"] == index],
     }
 
 

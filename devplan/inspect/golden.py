@@ -36,7 +36,7 @@ def golden_document(doc: dict) -> dict:
 def _method(method: dict) -> dict:
     rows = placements(method)
     delegates = [{"index": d["index"], "id": d["id"], "target_device": d["target_device"],
-                  "payload_size": d["payload_size"], "payload_buffers": d["payload_buffers"]}
+                  "payload_size": d["payload_size"], "payload_buffers": d["payload_buffers"], "window": d["window"]}
                  for d in method["delegates"]]
     buffers = [{key: b[key] for key in ("mem_id", "device", "size", "lower_bound", "tensors")} for b in method["buffers"]]
     return {
@@ -44,24 +44,12 @@ def _method(method: dict) -> dict:
         "counts": {"instructions": method["counts"]["instructions"], "values": method["counts"]["values"],
                    "tensors": len(method["tensors"]), "delegates": method["counts"]["delegates"]},
         "buffers": buffers,
-        "devices": _devices(buffers + [b for d in delegates for b in d["payload_buffers"] or ()]),
+        "devices": {d["device"]: {key: d[key] for key in ("buffers", "size", "lower_bound")} for d in method["devices"]},
         "operators": sorted({f"{op['name']}.{op['overload']}" if op["overload"] else op["name"]
                              for op in method["operators"]}),
         "delegates": delegates,
         "placements": {"count": len(rows), "sha256": placement_digest(rows)},
     }
-
-
-def _devices(buffers: list[dict]) -> dict[str, dict]:
-    """Per device, all the buffers allocated there at once (delegates' own included): what a
-    device budget is checked against."""
-    totals: dict[str, dict] = {}
-    for buffer in buffers:
-        total = totals.setdefault(buffer["device"], {"buffers": 0, "size": 0, "lower_bound": 0})
-        total["buffers"] += 1
-        total["size"] += buffer["size"]
-        total["lower_bound"] += buffer["lower_bound"]
-    return dict(sorted(totals.items()))
 
 
 def placements(method: dict) -> list[dict]:

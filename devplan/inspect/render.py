@@ -84,6 +84,12 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
             ratio,
         )
     table.print(console)
+    for device in method.get("devices") or ():
+        if device["buffers"] > 1:  # buffers that could have shared bytes: the device's own bound says how well
+            ratio = f"{device['size'] / device['lower_bound']:.3f}" if device["lower_bound"] else "-"
+            console.print(f"{device['device']}: {device['buffers']} buffers (delegates' own included), "
+                          f"{size_text(device['size'], exact_bytes)}; device lower bound "
+                          f"{size_text(device['lower_bound'], exact_bytes)}, size/bound {ratio}")
 
 
 def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
@@ -178,7 +184,9 @@ def _delegates(method: dict, console: Console, exact_bytes: bool) -> None:
                    ("stored", "left"), ("planned", "left"), ("compile specs", "left"))
     for delegate in method["delegates"]:
         specs = [piece for spec in delegate["compile_specs"] for piece in (f"{spec['key']}=", f"{_shorten(spec['value'])}; ")]
-        buffers = [f"{b['device']} {size_text(b['size'], exact_bytes)}; " for b in delegate["payload_buffers"] or ()]
+        window = delegate.get("window")
+        inside = f" in buffer {window['mem_id']} at {window['offset']}" if window else ""
+        buffers = [f"{b['device']} {size_text(b['size'], exact_bytes)}{inside}; " for b in delegate["payload_buffers"] or ()]
         table.add_row(
             str(delegate["index"]),
             delegate["id"],

@@ -11,9 +11,11 @@ from devplan.passes.inplace import reuse_dead_inputs
 from devplan.passes.schedule import schedule
 
 
-def method_passes(*, inplace: bool, reorder: bool, alignment: int) -> list[tuple[str, Callable[[Method], Method]]]:
-    """(stage name, pass) in the order they run, for the program and every delegate payload."""
+def method_passes(*, inplace: bool, reorder: bool, alignment: int,
+                  borrowed_io: bool = False) -> list[tuple[str, Callable[[Method], Method]]]:
+    """(stage name, pass) in the order they run, for the program and (`borrowed_io`: its
+    inputs and outputs are the caller's tensors) every delegate payload."""
     chosen = (("concat", write_cats_in_place, inplace),
               ("schedule", partial(schedule, alignment=alignment), reorder),
-              ("inplace", reuse_dead_inputs, inplace))
+              ("inplace", partial(reuse_dead_inputs, borrowed_io=borrowed_io), inplace))
     return [(name, run) for name, run, wanted in chosen if wanted]

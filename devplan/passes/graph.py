@@ -3,7 +3,8 @@ not say (which placeholders are weights, which are state, how inputs and outputs
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
 
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
@@ -12,6 +13,10 @@ from torch.utils import _pytree as pytree
 from devplan.errors import DevplanError, first_line
 from devplan.ops import is_view
 from devplan.passes.functional import functionalize_locally, inline_grad_regions, needs_retrace, refuse_unlowerable
+
+if TYPE_CHECKING:
+    from devplan.emit.delegate import Payload
+    from devplan.passes.partition import Backend
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,10 @@ class Lowered:
     in_spec: str                        # pytree specs (torch's treespec_dumps), for ContainerMetadata
     out_spec: str
     mutated: tuple[str, ...] = ()       # user inputs the program updates in place
+    # delegate calls (call_module nodes) by target: the backend partition() gave each group,
+    # and the payload compile_delegates() made of it
+    backends: Mapping[str, "Backend"] = field(default_factory=dict)
+    payloads: Mapping[str, "Payload"] = field(default_factory=dict)
 
     def results(self) -> tuple[dict[str, object], list[object]]:
         """(placeholder name of state or a mutated input -> its value after a run, user

@@ -18,16 +18,23 @@ from devplan.planning.lifetimes import lifetimes, storages
 from devplan.spec import TensorSpec
 
 
-def reuse_dead_inputs(method: Method) -> Method:
+def reuse_dead_inputs(method: Method, *, borrowed_io: bool = False) -> Method:
+    """`borrowed_io` (a delegate payload, whose inputs and outputs are its caller's tensors):
+    those are never written over nor written in place of something else, so that they stay
+    storages of their own, which take no bytes of the payload's at all."""
     alive = lifetimes(method)
     root, span = storages(method, alive)
     # Results and state must keep their bytes to the end. Inputs need not: set_input copies
     # the caller's data into the planned input, and that memory is free after its last
     # read, the same contract ExecuTorch's own planner gives graph inputs.
     pinned = {root[i] for i in (*method.outputs, *method.state) if i in root}
+    if borrowed_io:
+        pinned |= {root[i] for i in method.inputs if i in root}
     values = list(method.values)
     for step, kernel in enumerate(method.kernels):
         out, donors = overwritable(values, kernel, root)
+        if borrowed_io and out in method.outputs:
+            continue
         taken = next((a for a in donors if root[a] not in pinned and span[root[a]][1] == step), None)
         if taken is None:
             continue

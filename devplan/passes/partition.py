@@ -63,26 +63,28 @@ def _op_name(name: str) -> str:
 
 def partition(low: Lowered, backends: Sequence[Backend]) -> Lowered:
     """Each backend in turn takes the ops it supports among those no earlier one took. Every
-    call of a group is a `call_module` node named delegate_N (in graph order) whose meta
-    'backend' says which backend runs it."""
-    gm = low.gm
+    call of a group is a `call_module` node named delegate_N (in graph order); the result's
+    `backends` says which backend runs each."""
+    gm, taken = low.gm, {}
     for round, backend in enumerate(backends):
         support = create_op_support(lambda submodules, node, backend=backend: backend.takes(node))
         partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
         gm = partitioner.fuse_partitions(partitioner.propose_partitions())
-        fresh = [node for node in gm.graph.nodes if node.op == "call_module" and "backend" not in node.meta]
-        for node in fresh:
-            node.meta["backend"] = backend
-        _rename(gm, fresh, f"round{round}")  # torch names every round's groups fused_<id> afresh
-    _rename(gm, [node for node in gm.graph.nodes if node.op == "call_module"], "delegate")
+        fresh = [node for node in gm.graph.nodes if node.op == "call_module" and node.target not in taken]
+        # torch names every round's groups fused_<id> afresh
+        taken |= {name: backend for name in _rename(gm, fresh, f"round{round}")}
+    calls = [node for node in gm.graph.nodes if node.op == "call_module"]
+    was = [node.target for node in calls]
+    named = _rename(gm, calls, "delegate")
     gm.recompile()
-    return replace(low, gm=gm)
+    return replace(low, gm=gm, backends={new: taken[old] for old, new in zip(was, named)})
 
 
-def _rename(gm: torch.fx.GraphModule, calls: list[torch.fx.Node], prefix: str) -> None:
+def _rename(gm: torch.fx.GraphModule, calls: list[torch.fx.Node], prefix: str) -> list[str]:
     modules = {node: gm.get_submodule(node.target) for node in calls}
     for node in calls:
         delattr(gm, node.target)
     for number, node in enumerate(calls):
         node.target = f"{prefix}_{number}"
         gm.add_submodule(node.target, modules[node])
+    return [node.target for node in calls]

@@ -33,51 +33,74 @@ def mem_ids(devices) -> dict[Device, int]:
 
 
 def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
-                budgets: Mapping[str, int] | None = None, home: Device = CPU,
-                reserved: Mapping[str, int] | None = None) -> PlannedMethod:
+                budgets: Mapping[str, int] | None = None, home: Device = CPU, borrowed_io: bool = False) -> PlannedMethod:
     """`home`: where the method's kernels run (the host; a delegate payload's device).
-    `budgets`: bytes per buffer (by mem_id) or per device (all of its buffers together);
-    `reserved`: bytes per device that delegates plan there themselves, counted against it."""
+    `borrowed_io` (a delegate payload): inputs and outputs that are storages of their own are
+    left unplanned, because the runtime hands the payload its caller's tensors for them.
+    `budgets`: bytes per buffer (by mem_id) or per device (all of its buffers together).
+    A delegate's own buffer is planned here too, as a window of the method's buffer on its
+    device that is alive while the delegate runs, so delegates that never run at once share
+    bytes, and the device's bound counts what is alive there, the running delegate's included."""
     from devplan.planning import Interval, Placed, lower_bound, plan, verify
     from devplan.planning.verify import verify_devices
 
     verify_devices(method, home)
     alive = lifetimes(method)
+    if borrowed_io:
+        alive = {i: span for i, span in alive.items() if i not in _borrowed(method, alive)}
     specs = {i: method.values[i] for i in alive}
-    ids = mem_ids(spec.device for spec in specs.values()) or {}
+    steps: dict[int, list[int]] = {}
+    for step, kernel in enumerate(method.kernels):
+        if kernel.delegate is not None and method.delegates[kernel.delegate].arena:
+            steps.setdefault(kernel.delegate, []).append(step)
+    # a window is alive from the delegate's first call to its last (devplan calls each once)
+    windows = {len(method.values) + d: (method.delegates[d], min(s), max(s)) for d, s in steps.items()}  # keys apart from values
+    ids = mem_ids([spec.device for spec in specs.values()] + [d.device for d, *_ in windows.values()]) or {}
     storage, span = storages(method, alive)
     intervals = [Interval(root, specs[root].nbytes, *span[root], group=ids[specs[root].device]) for root in span]
-    placement = plan(intervals, alignment=alignment, algorithm=algorithm)
-    bounds = lower_bound(intervals, alignment=alignment)
+    planned_windows = [Interval(key, d.arena, first, last, ids[d.device]) for key, (d, first, last) in windows.items()]
+    placement = plan(intervals + planned_windows, alignment=alignment, algorithm=algorithm)
+    bounds = lower_bound(intervals + [replace(w, size=windows[w.key][0].arena_bound) for w in planned_windows],
+                         alignment=alignment)
     offset = {i: placement.offsets[storage[i]] + spec.alias_offset for i, spec in specs.items()}
     placed = [Placed(f"value {i}", ids[spec.device], offset[i], spec.nbytes, *alive[i],
                      storage=storage[i], within=spec.alias_offset) for i, spec in specs.items()]
+    names = {key: f"delegate {key - len(method.values)}'s buffer" for key in windows}
+    placed += [Placed(names[w.key], w.group, placement.offsets[w.key], w.size, w.first, w.last) for w in planned_windows]
     verify(placed, placement.sizes, alignment)
     if budgets:
-        _check_budgets(budgets, ids, reserved or {}, placement.sizes, intervals, alignment)
+        _check_budgets(budgets, ids, placement.sizes, intervals + planned_windows, alignment, names)
     planned = {i: replace(spec, lifetime=alive[i], mem_id=ids[spec.device], offset=offset[i])
                for i, spec in specs.items()}
+    delegates = tuple(replace(d, window=(ids[d.device], placement.offsets[len(method.values) + i])) if i in steps else d
+                      for i, d in enumerate(method.delegates))
     buffers = tuple(BufferPlan(m, d, placement.sizes.get(m, 0), bounds.get(m, 0),
                                sum(1 for s in planned.values() if s.mem_id == m))
                     for d, m in sorted(ids.items(), key=lambda item: item[1]))
-    return PlannedMethod(method.with_specs(planned), buffers, placement.algorithm)
+    return PlannedMethod(replace(method.with_specs(planned), delegates=delegates), buffers, placement.algorithm)
 
 
-def _check_budgets(budgets: Mapping[str, int], ids: Mapping[Device, int], reserved: Mapping[str, int],
-                   sizes: Mapping[int, int], intervals, alignment: int) -> None:
+def _check_budgets(budgets: Mapping[str, int], ids: Mapping[Device, int], sizes: Mapping[int, int], intervals,
+                   alignment: int, names: Mapping[int, str]) -> None:
     from devplan.planning import check_budget
     from devplan.planning.budget import budget_key
 
     named = {str(mem_id): mem_id for mem_id in ids.values()} | {str(d): m for d, m in ids.items()}
-    by_id, taken = {}, {}
+    by_id = {}
     for target, nbytes in budgets.items():
         key = budget_key(target)
         if key not in named:
             raise DevplanError(f"--budget {target}: no such buffer in this program; "
                                f"budget one of: {', '.join(sorted(named))}")
-        inside = reserved.get(key, 0)
-        if inside > nbytes:
-            raise DevplanError(f"--budget {target}: the delegates on {key} plan {inside} bytes there themselves, "
-                               f"more than the budget of {nbytes} bytes; raise the budget or delegate fewer ops")
-        by_id[named[key]], taken[named[key]] = nbytes - inside, inside
-    check_budget(sizes, by_id, intervals, alignment, taken)
+        by_id[named[key]] = nbytes
+    check_budget(sizes, by_id, intervals, alignment, names=names)
+
+
+def _borrowed(method: Method, alive: Mapping[int, tuple[int, int]]) -> set[int]:
+    """A payload's inputs and outputs that its caller's tensors can stand in for: storages of
+    their own that nothing else shares (a result written over an input, a view of one, an
+    output that is also an input keep their planned bytes, and the runtime copies)."""
+    storage, _ = storages(method, alive)
+    shared = {root for i, root in storage.items() if i != root}
+    io = [*method.inputs, *method.outputs]
+    return {i for i in io if i in storage and storage[i] == i and i not in shared and io.count(i) == 1}

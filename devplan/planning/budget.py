@@ -45,25 +45,22 @@ def budget_key(target: str) -> str:
 
 def check_budget(
     plan_sizes: Mapping[int, int], budgets: Mapping[int, int], intervals: Sequence[Interval], alignment: int,
-    taken: Mapping[int, int] | None = None,
+    names: Mapping[int, str] | None = None,
 ) -> None:
     """Raise DevplanError for the first buffer (in group order) whose planned size exceeds its
     budget, saying what the plan needs, what is available, the lower bound and which tensors
-    are alive at the peak. `taken`: bytes of a buffer's budget that delegates already use."""
+    are alive at the peak. `names`: what to call an interval other than "value KEY"."""
     for group in sorted(budgets):
         needed, available = plan_sizes.get(group, 0), budgets[group]
         if needed <= available:
             continue
-        if (taken or {}).get(group):
-            available_text = (f"{_bytes(available)} (its device's budget less {_bytes(taken[group])} "
-                              f"that delegates plan there)")
-        else:
-            available_text = _bytes(available)
+        available_text = _bytes(available)
         problems = {problem.group: problem for problem in split_groups(intervals, alignment)}
         if group not in problems:
             raise DevplanError(f"memory buffer {group} needs {_bytes(needed)} but its budget is {available_text}")
         top = peak(problems[group])
-        shown = ", ".join(f"value {key} ({_bytes(size)})" for key, size in top.alive[:SHOWN_AT_PEAK])
+        shown = ", ".join(f"{(names or {}).get(key, f'value {key}')} ({_bytes(size)})"
+                          for key, size in top.alive[:SHOWN_AT_PEAK])
         more = len(top.alive) - SHOWN_AT_PEAK
         shown += f" and {more} more" if more > 0 else ""
         if top.nbytes > available:

@@ -18,6 +18,7 @@ from devplan.errors import DevplanError, first_line
 from devplan.ops import BACKEND_ID, ET_VIEW, NUMBER_OPS, PORTABLE, QUANTIZED, schema_name
 from devplan.pte import PteFile, read_pte
 from devplan.pte.reader import ints, text
+from devplan.pte.window import read_window
 from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
@@ -54,7 +55,10 @@ class LoadedMethod:
     """One method with its arenas allocated and its values bound; `execute` may run it many
     times, and state kept in planned buffers carries over between runs as on a device."""
 
-    def __init__(self, pte: PteFile, name: str = "forward") -> None:
+    def __init__(self, pte: PteFile, name: str = "forward",
+                 lent: dict[int, tuple[torch.Tensor, Device]] | None = None) -> None:
+        """`lent`: mem_id -> (bytes, device) that the caller lends for that buffer (a window of
+        its own arena) instead of an arena of this method's own."""
         plans = {text(plan.name): plan for plan in pte.program.executionPlan or ()}
         if name not in plans:
             raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(plans) or 'none'}")
@@ -65,6 +69,7 @@ class LoadedMethod:
         self._check_sizes(sizes, values)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
+        self.lent = set(lent or ())
         try:
             self.delegates: list[LoadedMethod] = []
             for mem_id in range(1, len(sizes)):
@@ -72,13 +77,16 @@ class LoadedMethod:
                 if device.type not in DEVICE_TYPES:
                     raise DevplanError(f"{self.where}: buffer {mem_id} is on {device}, a device type ET12 does not "
                                        f"define; the program is damaged")
+                if mem_id in self.lent:
+                    self.arenas[mem_id] = self._borrow(mem_id, sizes[mem_id], device, *lent[mem_id])
+                    continue
                 try:
                     self.arenas[mem_id] = (allocator_for(device).allocate(sizes[mem_id], device), device)
                 except DevplanError as error:
                     raise DevplanError(f"{self.where}: {error}") from None
             # A program whose buffers all sit on one device (a devplan payload) runs its kernels
             # there, so its constants go there too.
-            placed = {device for _, device in self.arenas.values()}
+            placed = {device for _, device in self.arenas.values()} or _tensor_devices(values)
             self.home = placed.pop() if len(placed) == 1 else CPU
             for index, delegate in enumerate(plan.delegates or ()):
                 self.delegates.append(self._open_delegate(pte, plans, name, index, delegate))
@@ -87,10 +95,18 @@ class LoadedMethod:
             self.release()  # a device allocator gets back what it gave, even for a damaged program
             raise
 
+    def _borrow(self, mem_id: int, size: int, device: Device, window: torch.Tensor,
+                owner: Device) -> tuple[torch.Tensor, Device]:
+        if owner != device or window.numel() < size:
+            raise DevplanError(f"{self.where}: buffer {mem_id} ({size} bytes on {device}) does not fit the window its "
+                               f"caller lends it ({window.numel()} bytes on {owner}); the program is damaged")
+        return window[:size], device
+
     def _load(self, pte: PteFile, plan, values: list) -> None:
         self.values: list[Any] = [None] * len(values)
         self.devices: dict[int, Device] = {}
         self.bounds: dict[int, list[int]] = {}  # dynamic tensor -> its planned (upper bound) shape
+        self.borrowed: set[int] = set()  # unplanned inputs and outputs: a caller's tensors stand in
         self.used = _used(plan, values)
         for index, value in enumerate(values):
             try:
@@ -111,12 +127,23 @@ class LoadedMethod:
             raise DevplanError(f"{self.where} takes {len(self.inputs)} inputs, got {len(inputs)}")
         for position, (index, given) in enumerate(zip(self.inputs, inputs)):
             self._set_input(position, index, given)
+        self._materialize(set(self.inputs))
         self._run_all()
         return [self._output(index) for index in self.outputs]
 
-    def call(self, args: Sequence[torch.Tensor]) -> list[Any]:
-        """Run once as a delegate: `args` already on this method's device are copied into its
-        inputs there, and its outputs come back as views of its arenas, never via the host."""
+    def _materialize(self, bound: set[int]) -> None:
+        """Host memory for the unplanned tensors nobody handed in this run (the outputs of a
+        program that leaves them to its caller), made once: until then they take none."""
+        for index in sorted(self.borrowed - bound):
+            slot = self.values[index]
+            if isinstance(slot, torch.Tensor) and 0 in slot.stride() and slot.numel() > 1:
+                self.values[index] = torch.zeros(slot.shape, dtype=slot.dtype)
+
+    def call(self, args: Sequence[Any], outs: Sequence[torch.Tensor]) -> list[Any]:
+        """Run once as a delegate: `args` and `outs` are its caller's tensors, already on this
+        method's device. An input or output the payload left unplanned is the caller's tensor
+        itself (kernels read and write it there); a planned one is copied in, or comes back as
+        a view of this method's arena, never via the host."""
         for position, (index, given) in enumerate(zip(self.inputs, args)):
             if not isinstance(self.values[index], torch.Tensor) and not isinstance(given, torch.Tensor):
                 self.values[index] = given  # a size the calling method computed
@@ -124,20 +151,30 @@ class LoadedMethod:
             if not isinstance(self.values[index], torch.Tensor) or not self._accept(index, given):
                 raise DevplanError(f"{self.where}: delegate input {position} does not match the payload's input "
                                    f"{index}; the program is damaged")
-            self.values[index].copy_(given)
+            if index in self.borrowed:
+                self.values[index] = given
+            else:
+                self.values[index].resize_(given.shape).copy_(given)
+        for position, (index, out) in enumerate(zip(self.outputs, outs)):
+            if index in self.borrowed:
+                if not self._accept(index, out):
+                    raise DevplanError(f"{self.where}: delegate output {position} does not match the payload's "
+                                       f"output {index}; the program is damaged")
+                self.values[index] = out
+        self._materialize(set(self.inputs) | set(self.outputs))
         self._run_all()
         return [self._value(index) for index in self.outputs]
 
     def _accept(self, index: int, given: Any) -> bool:
         """Whether tensor `given` can be input `index`: of its shape, or for a dynamic input of
-        any shape of the same rank within the planned upper bound, which the slot then takes."""
+        any shape of the same rank within the planned upper bound (which the slot then takes:
+        a planned slot's storage is the arena's, so resizing stays inside its bytes)."""
         slot = self.values[index]
         if not isinstance(given, torch.Tensor) or given.dtype != slot.dtype:
             return False
         bound = self.bounds.get(index)
         if bound is None or given.dim() != len(bound) or any(g > b for g, b in zip(given.shape, bound)):
             return given.shape == slot.shape
-        slot.resize_(given.shape)  # inside the planned bytes: the storage is the arena's
         return True
 
     def _run_all(self) -> None:
@@ -172,7 +209,8 @@ class LoadedMethod:
     def release(self) -> None:
         for delegate in getattr(self, "delegates", ()):
             delegate.release()
-        for arena, device in (*self.arenas.values(), *self.uploads):
+        owned = [arena for mem_id, arena in self.arenas.items() if mem_id not in self.lent]
+        for arena, device in (*owned, *self.uploads):
             allocator_for(device).deallocate(arena)
         self.arenas, self.uploads, self.delegates = {}, [], []
 
@@ -181,7 +219,18 @@ class LoadedMethod:
         if backend != BACKEND_ID:
             raise DevplanError(f"{self.where}: delegate {index} runs on backend {backend!r}, which the reference "
                                f"runtime does not have (it runs {BACKEND_ID} payloads only)")
-        return LoadedMethod(pte.delegate_program(list(plans).index(name), index))
+        payload = pte.delegate_program(list(plans).index(name), index)
+        specs = [(text(spec.key), bytes(ints(spec.value))) for spec in delegate.compileSpecs or ()]
+        window = read_window(specs, f"{self.where}: delegate {index}")
+        if window is None:  # the payload's buffers are its own
+            return LoadedMethod(payload)
+        mem_id, offset = window
+        if mem_id not in self.arenas:
+            raise DevplanError(f"{self.where}: delegate {index}'s memory window names buffer {mem_id}, which the "
+                               f"method does not have; the program is damaged")
+        arena, device = self.arenas[mem_id]
+        # the payload's one buffer is these bytes of the caller's; its plan keeps them free during the call
+        return LoadedMethod(payload, lent={1: (arena[offset:], device)})
 
     def _bind(self, pte: PteFile, index: int, value) -> Any:
         kind, val = value.valType, value.val
@@ -248,8 +297,11 @@ class LoadedMethod:
                                    f"does not hold; the program is damaged")
             if data is None and index not in self.used:  # nothing reads or writes it: no memory
                 return torch.empty([0] * len(shape), dtype=dtype)
-            if data is None:  # unplanned (an input or output the caller would own): host memory
-                return torch.zeros(shape, dtype=dtype)
+            if data is None:  # unplanned (an input or output the caller would own): no memory until it runs
+                self.borrowed.add(index)
+                if t.shapeDynamism != TensorShapeDynamism.STATIC:
+                    self.bounds[index] = shape
+                return torch.zeros((), dtype=dtype).expand(shape)
             host = _from_bytes(data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
             return host if self.home == CPU else self._upload(host, nbytes)
         mem_id, offset = _where(t)
@@ -258,6 +310,9 @@ class LoadedMethod:
         if t.shapeDynamism != TensorShapeDynamism.STATIC:  # planned at this bound; kernels resize it within
             self.bounds[index] = shape
         view = arena[offset:offset + nbytes].view(dtype).reshape(shape)
+        if t.dataBufferIdx > 0 and mem_id in self.lent:  # other delegates' windows share these bytes
+            raise DevplanError(f"{self.where}: value {index} has initial data in buffer {mem_id}, which the calling "
+                               f"method lends only for the call; the program is damaged")
         if t.dataBufferIdx > 0:  # initial state of a mutable buffer
             initial = _from_bytes(_mutable_data(pte, int(t.dataBufferIdx)), dtype, shape, nbytes,
                                   f"{self.where}: initial value of {index}")
@@ -360,7 +415,11 @@ class LoadedMethod:
                 self._keep_shape(pc, step, index, shape, self.values[index].shape)
         elif step.kind == InstructionArguments.DelegateCall:
             inputs = len(step.call.inputs)
-            for out, result in zip(step.args[inputs:], step.call.call([self.values[a] for a in step.args[:inputs]])):
+            outs = step.args[inputs:]
+            results = step.call.call([self.values[a] for a in step.args[:inputs]], [self.values[a] for a in outs])
+            for out, result in zip(outs, results):
+                if result is self.values[out]:  # the payload wrote it where it lies
+                    continue
                 if out not in self.bounds:
                     self._keep_shape(pc, step, out, self.values[out].shape, result.shape)
                 self.values[out].resize_(result.shape).copy_(result)  # a dynamic result takes its run-time shape
@@ -401,7 +460,10 @@ class LoadedMethod:
             wanted = (f"a {slot.dtype} tensor of at most {tuple(self.bounds[index])}" if index in self.bounds
                       else f"a {tuple(slot.shape)} {slot.dtype} tensor")
             raise DevplanError(f"{self.where}: input {position} must be {wanted}, got {got}")
-        allocator_for(self.devices.get(index, CPU)).copy_to_device(slot, given.detach().cpu())
+        if index in self.borrowed:  # the caller's memory, as ExecuTorch takes an input it does not plan
+            self.values[index] = given.detach().cpu().clone()
+            return
+        allocator_for(self.devices.get(index, CPU)).copy_to_device(slot.resize_(given.shape), given.detach().cpu())
 
     def _output(self, index: int) -> Any:
         value = self.values[index]
@@ -440,6 +502,17 @@ def _used(plan, values: list) -> set[int]:
         if 0 <= index < len(values) and values[index].valType in lists and values[index].val is not None:
             named |= set(ints(values[index].val.items))
     return named
+
+
+def _tensor_devices(values: list) -> set[Device]:
+    """Devices the tensors say they are on: where a payload that plans no buffer of its own
+    (its inputs and outputs its caller's) runs."""
+    found = set()
+    for value in values:
+        if value.valType == KernelTypes.Tensor and value.val is not None and value.val.dataBufferIdx == 0:
+            extra = value.val.extraTensorInfo
+            found.add(Device.from_code(extra.deviceType, extra.deviceIndex) if extra is not None else CPU)
+    return found
 
 
 def _same_kind(a: Any, b: Any) -> bool:

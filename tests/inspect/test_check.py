@@ -2,12 +2,15 @@
 import json
 
 import pytest
+from dataclasses import replace
+
 import torch
 
 import devplan
 from devplan.errors import DevplanError
 from tests.compile.test_cli import assert_one_line_error, devplan as cli
 from tests.models import executorch_lower, export
+from tests.runtime.test_device_arena import two_blocks
 from tests.runtime.test_runtime import Chain, on_cuda, planned, program_bytes
 
 
@@ -58,25 +61,53 @@ def test_the_command_exits_0_1_or_2(programs):
     assert_one_line_error(cli("check", programs["devplan"].with_name("missing.pte")), "missing.pte")
 
 
-def test_a_device_budget_totals_the_buffers_its_delegates_plan_there_too(tmp_path):
-    ep, _, _ = export("gated_mlp")
-    result = devplan.compile(ep, delegates=["cuda:0=aten::linear"])
-    checks = devplan.check(result.data, budgets={"cuda:0": 1 << 20})
+def _own_arenas(planned) -> bytes:
+    """The program as devplan wrote it before delegates shared the device buffer: the same
+    plan, each payload with an arena of its own (no memory_window)."""
+    from devplan.emit.program import to_program
+    from devplan.planning.assign import plan_method
+    from devplan.pte import dumps_pte
+
+    alone = tuple(replace(d, arena=0, window=None) for d in planned.method.delegates)
+    return dumps_pte(*to_program(plan_method(replace(planned.method, delegates=alone))))
+
+
+def test_a_device_budget_totals_the_device_buffer_with_its_delegates_windows_inside(tmp_path):
+    result = two_blocks()
+    assert len(result.planned.method.delegates) == 2 and all(d.window for d in result.planned.method.delegates)
+    checks = devplan.check(result.data, budgets={"cuda:0": 1 << 20}, max_ratio=1.0)
     own = [c for c in checks if c.method == "forward" and c.mem_id is not None]
     inside = [c for c in checks if c.method != "forward"]
     (total,) = [c for c in checks if c.mem_id is None]
     assert [(c.mem_id, c.device) for c in own] == [(b.mem_id, str(b.device)) for b in result.planned.buffers]
     assert [c.method for c in inside] == [f"forward delegate {i}" for i in range(len(result.planned.method.delegates))]
     assert all(c.device == "cuda:0" and c.budget is None for c in inside)
-    on_device = [c for c in own if c.device == "cuda:0"] + inside
-    assert (total.size, total.buffers, total.budget, total.ok) == (sum(c.size for c in on_device), len(on_device),
-                                                                   1 << 20, True)
+    (device,) = [c for c in own if c.device == "cuda:0"]
+    # the payloads' buffers are windows of the device buffer: they add nothing to the device
+    assert (total.size, total.lower_bound, total.buffers, total.budget, total.ok) == (
+        device.size, device.lower_bound, 1, 1 << 20, True)
+    assert device.size >= max(c.size for c in inside)
     assert not devplan.check(result.data, budgets={"cuda:0": total.size - 16})[-1].ok
-    program = tmp_path / "gated.pte"
+    program = tmp_path / "blocks.pte"
     program.write_bytes(result.data)
     text = cli("check", program, "--budget", "cuda:0=1MiB")
     assert text.returncode == 0 and "ok    forward delegate 0 buffer 1 (cuda:0)" in text.stdout, text.stderr
-    assert f"ok    forward cuda:0, all {len(on_device)} buffers: " in text.stdout
+    assert "ok    forward cuda:0, 1 buffer: " in text.stdout
+
+
+def test_delegates_with_arenas_of_their_own_are_measured_against_the_device_bound(tmp_path):
+    planned = two_blocks().planned
+    (shared,) = [b for b in planned.buffers if str(b.device) == "cuda:0"]
+    checks = devplan.check(_own_arenas(planned), max_ratio=1.0)
+    (total,) = [c for c in checks if c.mem_id is None]
+    inside = [c for c in checks if c.method != "forward"]
+    (device,) = [c for c in checks if c.method == "forward" and c.device == "cuda:0" and c.mem_id is not None]
+    # every buffer alone is at its own bound, but together they hold more than is ever alive
+    # on the device at once: the device row says so, and fails a ratio of 1.0
+    assert all(c.ok for c in checks if c.mem_id is not None)
+    assert (total.size, total.buffers) == (device.size + sum(c.size for c in inside), 1 + len(inside))
+    # the device's bound is what devplan's shared plan reaches
+    assert total.lower_bound == shared.size < total.size and not total.ok
 
 
 class _Small(torch.nn.Module):

@@ -97,7 +97,10 @@ def test_delegate_option_shows_the_program_inside_a_payload(tmp_path, lowered):
     assert doc["file"]["name"] == "two_io.pte delegate 0"
     (payload,) = compiled.planned.method.delegates
     assert doc == devplan.inspect(payload.payload) | {"file": doc["file"]}
-    assert [b["device"] for b in doc["methods"][0]["buffers"]] == ["cuda:0"]
+    # a lone linear plans no buffer: its input and result are the calling program's tensors on cuda:0
+    assert doc["methods"][0]["buffers"] == []
+    io = doc["methods"][0]["inputs"] + doc["methods"][0]["outputs"]
+    assert {t["device"] for t in doc["methods"][0]["tensors"] if t["value"] in io} == {"cuda:0"}
     for argv, message in (([str(program), "-d", "3"], "no such delegate; the plan has 1"),
                           ([str(lowered["xnnpack"]), "-d", "0"], "the payload is not an ET12 program")):
         failed = run_devplan("inspect", *argv)

@@ -138,6 +138,8 @@ def test_delegates_and_compile_specs(hand_built):
             "location": "inline",
             "payload_index": 0,
             "payload_buffers": None,  # the payload is not an ET12 program
+            "window": None,
+            "calls": [2],
         }
     ]
     delegate_call = forward["instructions"][2]
@@ -173,7 +175,7 @@ def test_section_trims_the_json(hand_built):
     result = invoke("inspect", str(hand_built["cuda"]), "--json", "-s", "buffers", "-s", "delegates")
     assert result.exit_code == 0, result.output
     (method,) = json.loads(result.stdout)["methods"]
-    assert set(method) == {"name", "inputs", "outputs", "counts", "values", "buffers", "delegates"}
+    assert set(method) == {"name", "inputs", "outputs", "counts", "values", "devices", "buffers", "delegates"}
     whole = json.loads(invoke("inspect", str(hand_built["cuda"]), "--json", "-s", "all").stdout)
     assert whole == devplan.inspect(hand_built["cuda"])
 

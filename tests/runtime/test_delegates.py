@@ -47,9 +47,9 @@ def test_every_device_step_goes_through_the_allocator_and_every_arena_comes_back
     allocated = [call[1] for call in device.calls if call[0] == "allocate"]
     payloads = [devplan.inspect(d.payload)["methods"][0] for d in result.planned.method.delegates]
     weights = [t["nbytes"] for p in payloads for t in p["tensors"] if t["role"] == "constant"]
-    # the program's cuda buffer, one buffer per payload, and each payload's weights uploaded at load
-    assert sorted(allocated) == sorted([b.size for b in result.planned.buffers if str(b.device) == "cuda:0"]
-                                       + [p["buffers"][0]["size"] for p in payloads] + weights)
+    # the program's cuda buffer (the payloads' buffers are windows of it, or they plan none:
+    # their inputs and outputs are the program's tensors) and each payload's weights uploaded at load
+    assert sorted(allocated) == sorted([b.size for b in result.planned.buffers if str(b.device) == "cuda:0"] + weights)
     assert sorted(allocated) == sorted(call[1] for call in device.calls if call[0] == "deallocate")
     copies = [k.op for k in result.planned.method.kernels if k.op.startswith("et_copy")]
     moves = [call[0] for call in device.calls if call[0] in ("to_device", "to_host")]
@@ -80,7 +80,9 @@ def test_executorch_reads_the_device_table_and_the_delegates():
     assert [(e.buffer_idx, int(e.device_type), e.device_index) for e in plan.non_const_buffer_device] == [
         (b.mem_id, b.device.code, b.device.index) for b in result.planned.buffers]
     assert [(d.id, [(c.key, bytes(c.value)) for c in d.compile_specs]) for d in plan.delegates] == [
-        (d.backend, [("target_device", b"cuda:0")]) for d in result.planned.method.delegates]
+        (d.backend, [("target_device", b"cuda:0")] + ([("memory_window", f"mem_id=2,offset={d.window[1]}".encode())]
+                                                      if d.window else []))
+        for d in result.planned.method.delegates]
 
 
 def test_run_cli_proves_a_device_program_on_the_host(tmp_path):
