@@ -215,8 +215,11 @@ def compile_command(
                        f"{b['tensors']} tensors")
         for device in sorted({d["target_device"] for d in method["delegates"]}):
             mine = [d for d in method["delegates"] if d["target_device"] == device]
+            windows = [d["window"] for d in mine if d["window"]]
+            shared = (f", working memory in buffer {windows[0]['mem_id']} ({len(windows)} "
+                      f"{'window' if len(windows) == 1 else 'windows'}, largest {size_text(max(w['size'] for w in windows))})" if windows else "")
             typer.echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({mine[0]['id']}), "
-                       f"payloads {size_text(sum(d['payload_size'] for d in mine))}")
+                       f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
     constants = summary["file"]["constant_bytes"]
     typer.echo(f"constants: {size_text(constants)} ({constants} bytes)")
     typer.echo(f"wrote {target} ({summary['file']['size']} bytes) in {summary['timings']['seconds']:.2f} s")

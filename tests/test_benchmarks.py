@@ -109,6 +109,7 @@ def test_device_table_compares_each_device_with_the_same_ops_delegated(capsys: p
     assert float(row[7]) == pytest.approx(dp_cpu / et_cpu, rel=2e-3)
     assert float(row[8]) == pytest.approx(dp_cuda / et_cuda, rel=2e-3)
     assert float(row[9]) == pytest.approx((dp_cpu + dp_cuda) / (et_cpu + et_cuda), rel=2e-3)
+    assert float(row[11]) == pytest.approx(dp_cuda / int(row[10]), rel=2e-3) and int(row[10]) <= dp_cuda
 
 
 def test_dynamic_table_excludes_what_executorch_cannot_run_at_the_bound(capsys: pytest.CaptureFixture[str]) -> None:

@@ -89,7 +89,7 @@ _ONE_COPY_PER_DEVICE = "devplan copies an input to a device once, however many d
 _BOTH_ENDS = "devplan's --device-io skips the copies at both ends of the method; ExecuTorch can skip one"
 
 
-def _scenarios():
+def peer_scenarios():
     from executorch.exir.backend.test.device_util import CpuOnlyPartitioner, DeviceAwarePartitioner
     from executorch.exir.tests.test_propagate_device_pass import PerAddDeviceDelegatePartitioner as PerAdd
 
@@ -134,7 +134,7 @@ SCENARIOS = (
     "skip_d2h_for_method_outputs", "skip_h2d_partial_with_intermediate_input")
 
 
-def _executorch(model, inputs, partitioner, skips: dict) -> bytes:
+def executorch_device_pte(model, inputs, partitioner, skips: dict) -> bytes:
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes.propagate_device_pass import PropagateDeviceConfig
 
@@ -157,7 +157,7 @@ def facts(data: bytes) -> dict:
 
 @pytest.fixture(scope="module")
 def scenarios():
-    return _scenarios()
+    return peer_scenarios()
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -165,7 +165,7 @@ def test_devplan_places_as_executorch_does_and_plans_no_more_on_any_device(name,
     model, count, partitioner, skips, backends, device_io, differs = scenarios[name]
     torch.manual_seed(0)
     inputs = tuple(torch.randn(2, 2) for _ in range(count))
-    theirs = facts(_executorch(model, inputs, partitioner, skips))
+    theirs = facts(executorch_device_pte(model, inputs, partitioner, skips))
     compiled = devplan.compile(torch.export.export(model, inputs), delegates=backends, device_io=device_io)
     ours = facts(compiled.data)
     for key in ("h2d", "d2h", "delegates", "inputs", "outputs", "table"):
@@ -195,7 +195,7 @@ def test_inspect_reads_executorchs_device_programs_as_its_deserializer_does(name
     from executorch.exir._serialize._program import deserialize_pte_binary
 
     model, count, partitioner, skips, *_ = scenarios[name]
-    data = _executorch(model, tuple(torch.randn(2, 2) for _ in range(count)), partitioner, skips)
+    data = executorch_device_pte(model, tuple(torch.randn(2, 2) for _ in range(count)), partitioner, skips)
     program = deserialize_pte_binary(data)
     plan = getattr(program, "program", program).execution_plan[0]
     table = {entry.buffer_idx: str(Device.from_code(int(entry.device_type), entry.device_index))
