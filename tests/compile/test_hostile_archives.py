@@ -19,6 +19,9 @@ import torch
 from tests.compile.test_cli import ROOT
 from tests.compile.test_load_safety import Payload
 
+# a fresh process per archive: two minutes in all; test_load_safety keeps a few in the fast tier
+pytestmark = pytest.mark.sweep
+
 SAMPLE = ROOT / "samples" / "mlp.pt2"
 PEAK_RSS = 1 << 30  # the bound for any hostile input
 TIMEOUT_S = 120
