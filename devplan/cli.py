@@ -344,6 +344,10 @@ def run_command(
         bool, typer.Option("--devices-on-host", help="Back every device buffer (cuda:N) with host memory, to prove a "
                            "device program's plan on a machine without the device.")
     ] = False,
+    max_memory: Annotated[
+        str, typer.Option("--max-memory", metavar="SIZE", help="Refuse a program whose buffers and unplanned tensors "
+                          "take more than this (units B, KiB, MiB, GiB, ...): sizes come from the file.")
+    ] = "8GiB",
 ) -> None:
     """Run a .pte in devplan's reference runtime and summarize its outputs.
 
@@ -359,8 +363,9 @@ def run_command(
     from devplan.runtime import HostAllocator, LoadedMethod, registered
     from devplan.runtime.report import run_document
 
+    limit = _memory_limit(max_memory)
     with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
-        loaded = LoadedMethod(read_pte(program), method)
+        loaded = LoadedMethod(read_pte(program), method, max_memory=limit)
         try:
             given = _load_inputs(inputs) if inputs is not None else loaded.sample_inputs(seed)
             results = [loaded.execute(given) for _ in range(runs)]
@@ -382,6 +387,15 @@ def run_command(
             else:
                 typer.echo(f"{prefix}output {index}: {out['dtype']} {tuple(out['shape'])}  min {out['min']:.6g}  "
                            f"max {out['max']:.6g}  mean {out['mean']:.6g}")
+
+
+def _memory_limit(text: str) -> int:
+    from devplan.planning.budget import size_bytes
+
+    nbytes = size_bytes(text)
+    if nbytes is None or nbytes < 1:
+        raise DevplanError(f"bad --max-memory {text!r}; give a size such as 4GiB or 512MiB")
+    return int(nbytes)
 
 
 def _load_inputs(path: Path) -> list:

@@ -56,57 +56,171 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
 
 
 _SAFE_PREFIXES = {"weights_config.json": "weight_", "constants_config.json": "tensor_"}
+_MAX_MEMBERS = 100_000  # one per weight or constant and a dozen more; a real model has thousands at most
+# torch.export.save stores members uncompressed; re-zipped weights deflate about 1.1 times and
+# graph JSON about 10 times, while a zip bomb expands a thousandfold
+_MAX_EXPANSION = 32
+_LINK = 0o120000  # a symbolic link's file type in a member's Unix mode
+
+
+class _Refusal:
+    """Builds the one-line refusals of an archive, each naming the archive and what to do."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, what: str, advice: str = "re-export the model with torch.export.save") -> DevplanError:
+        return DevplanError(f"{self.path}: {what}; {advice}")
+
+    def member(self, name: str, what: str, advice: str = "re-export the model with torch.export.save") -> DevplanError:
+        return self(f"archive member {name} {what}", advice)
+
+    def pickle(self, name: str, what: str) -> DevplanError:
+        return self.member(name, f"is {what}, which loading would unpickle, and unpickling can run code")
 
 
 def _refuse_pickles(path: Path) -> None:
-    """torch.export.load unpickles weights and constants marked use_pickle, custom and opaque
-    objects, sample inputs that fail a weights-only load, and the whole of an old-format
-    archive. Plain tensors, which is what torch.export.save writes for ordinary models, are
-    raw bytes and pass."""
-    import io
-    import json
-
-    def refuse(member: str, what: str) -> DevplanError:
-        return DevplanError(f"{path}: archive member {member} is {what}, which loading would unpickle, and "
-                            f"unpickling can run code; export the model with plain tensors and torch.export.save")
-
+    """Refuse, before torch reads the archive, every member that torch.export.load would unpickle
+    (weights and constants marked use_pickle, custom and opaque objects, sample inputs that fail
+    a weights-only load, legacy state files, an old-format archive), native code it would load,
+    anything that makes devplan's checks and torch's reader see different members, and sizes
+    that would make loading take more memory than the archive's real weights."""
+    refuse = _Refusal(path)
     try:
         with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
+            infos = archive.infolist()
+            names = [info.filename for info in infos]
             if "version" in names:
-                raise DevplanError(f"{path}: an old-format .pt2 archive, which torch loads by unpickling; "
-                                   f"re-export the model with torch.export.save")
-            repeated = [name for name, count in Counter(names).items() if count > 1]
-            if repeated:  # zipfile reads the last copy, torch's reader the first: what we check is not what loads
-                raise DevplanError(f"{path}: archive member {repeated[0]} appears more than once, so devplan and "
-                                   f"torch would read different bytes; re-export the model with torch.export.save")
-            models = [n for n in names if re.search(r"(^|/)models/[^/]+\.json$", n)]
-            if len(models) > 1:
-                raise DevplanError(f"{path}: the archive holds {len(models)} models ({', '.join(models[:3])}); "
-                                   f"devplan compiles one: save each program to its own .pt2")
-            for name in names:  # torch falls back to unpickling whole legacy state files
-                if re.search(r"(^|/)data/(weights|constants)/[^/]+\.pt$", name):
-                    raise refuse(name, "a legacy weights or constants file")
-            if not any(n.endswith("archive_format") for n in names):
-                raise DevplanError(f"{path}: cannot load the .pt2 archive (it has no archive_format member, so "
-                                   f"torch.export.save did not write it); re-export it with torch.export.save")
+                raise refuse("an old-format .pt2 archive, which torch loads by unpickling")
+            root = names[0].split("/")[0] + "/" if names and "/" in names[0] else ""
+            _check_members(refuse, infos, root)
+            _check_layout(refuse, root, names)
+            sizes = {info.filename: info.file_size for info in infos}
             for name in names:
                 kind = next((k for k in _SAFE_PREFIXES if name.endswith("_" + k)), None)
                 if kind is not None:
-                    config = json.loads(archive.read(name)).get("config") or {}
-                    for fqn, meta in config.items():
-                        if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(_SAFE_PREFIXES[kind]):
-                            raise refuse(name, f"{fqn!r}, a pickled object")
-                elif "/data/sample_inputs/" in f"/{name}" and name.endswith(".pt"):
-                    import torch
+                    _check_payload_config(refuse, name, _json(refuse, archive, name), kind, sizes)
+                elif name == f"{root}data/sample_inputs/model.pt":
+                    _check_sample_inputs(refuse, name, archive.read(name))
+    except (zipfile.BadZipFile, ValueError, AttributeError, TypeError, OSError, RecursionError,
+            NotImplementedError) as error:
+        raise refuse(f"cannot load the .pt2 archive ({first_line(error)})") from None
 
-                    try:
-                        torch.load(io.BytesIO(archive.read(name)), weights_only=True)
-                    except Exception:  # anything a weights-only load rejects would be unpickled in full
-                        raise refuse(name, "sample inputs that are not plain tensors") from None
-    except (zipfile.BadZipFile, ValueError, AttributeError, OSError) as error:
-        raise DevplanError(f"{path}: cannot load the .pt2 archive ({first_line(error)}); "
-                           f"re-export it with torch.export.save") from None
+
+def _check_members(refuse: _Refusal, infos: list[zipfile.ZipInfo], root: str) -> None:
+    """Members that devplan's zipfile and torch's reader would read alike, all in the archive's
+    folder `root` (torch reads only that one), each within bounds."""
+    if len(infos) > _MAX_MEMBERS:
+        raise refuse(f"the archive holds {len(infos)} members, more than the {_MAX_MEMBERS} devplan reads")
+    repeated = [name for name, count in Counter(i.filename for i in infos).items() if count > 1]
+    if repeated:  # zipfile reads the last copy, torch's reader the first: what we check is not what loads
+        raise refuse.member(repeated[0], "appears more than once, so devplan and torch would read different bytes")
+    for info in infos:
+        name = info.filename
+        parts = name.split("/")
+        if not name.startswith(root) or ".." in parts or "\\" in name or name.startswith("/"):
+            raise refuse.member(name, f"names a path outside the archive's folder {root}")
+        if (info.external_attr >> 16) & 0o170000 == _LINK:
+            raise refuse.member(name, "is a symbolic link, which no .pt2 holds")
+        if info.flag_bits & 1:
+            raise refuse.member(name, "is encrypted")
+        _check_size(refuse, info, name)
+
+
+def _check_size(refuse: _Refusal, info: zipfile.ZipInfo, name: str) -> None:
+    """A member holds what it declares (torch allocates the declared size) and expands no more
+    than real data does (torch reads every member it uses whole)."""
+    size, stored = info.file_size, info.compress_size
+    if info.compress_type == zipfile.ZIP_STORED:
+        if size != stored:
+            raise refuse.member(name, f"declares {size} bytes but stores {stored}")
+    elif info.compress_type == zipfile.ZIP_DEFLATED:
+        if size > _MAX_EXPANSION * max(stored, 1024):
+            raise refuse.member(name, f"expands from {stored} to {size} bytes (more than {_MAX_EXPANSION} times)",
+                                "re-export the model with torch.export.save, which stores members as they are")
+    else:
+        method = {zipfile.ZIP_BZIP2: "BZIP2", zipfile.ZIP_LZMA: "LZMA"}.get(info.compress_type, str(info.compress_type))
+        raise refuse.member(name, f"is compressed with {method}, which torch's reader cannot read")
+
+
+def _check_layout(refuse: _Refusal, root: str, names: list[str]) -> None:
+    """The members torch.export.load reads by name: one model, no legacy or native-code members,
+    the archive format torch.export.save writes."""
+    inner = [name[len(root):] for name in names]
+    models = [name for name in inner if name.startswith("models/")]
+    if len(models) > 1:
+        raise refuse(f"the archive holds {len(models)} models ({', '.join(models[:3])})",
+                     "devplan compiles one: save each program to its own .pt2")
+    for name in inner:
+        if name.startswith("data/aotinductor/"):
+            raise refuse.member(root + name, "is AOTInductor output, native code that loading would run",
+                                "devplan compiles exported programs: save one with torch.export.save")
+        if re.fullmatch(r"data/(weights|constants)/.*\.pt", name):  # torch unpickles whole legacy state files
+            raise refuse.pickle(root + name, "a legacy weights or constants file")
+    if "archive_format" not in inner:
+        raise refuse("cannot load the .pt2 archive (it has no archive_format member, so torch.export.save did not "
+                     "write it)")
+
+
+def _json(refuse: _Refusal, archive: zipfile.ZipFile, name: str):
+    try:
+        return json.loads(archive.read(name))
+    except (ValueError, RecursionError) as error:
+        raise refuse.member(name, f"is not JSON that torch can read ({first_line(error)})") from None
+
+
+def _check_payload_config(refuse: _Refusal, name: str, document, kind: str, sizes: dict[str, int]) -> None:
+    """A weights or constants config lists plain tensors only, each lying inside its data member:
+    torch unpickles the others, makes zeros of an empty member's declared shape and fails past
+    a short member's end."""
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict) or not all(isinstance(meta, dict) for meta in config.values()):
+        raise refuse.member(name, "is not a config that torch.export.save writes")
+    folder = name.rpartition("/")[0] + "/"
+    for fqn, meta in config.items():
+        if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(_SAFE_PREFIXES[kind]):
+            raise refuse.pickle(name, f"{fqn!r}, a pickled object")
+        data, needed = folder + meta["path_name"], _tensor_bytes(meta.get("tensor_meta"))
+        if needed is None:
+            raise refuse.member(name, f"gives {fqn!r} a malformed shape, stride or dtype")
+        if data not in sizes:
+            raise refuse.member(name, f"places {fqn!r} in {data}, which the archive lacks")
+        if needed > sizes[data]:
+            raise refuse.member(name, f"gives {fqn!r} {needed} bytes of {data}, which holds {sizes[data]}")
+
+
+def _tensor_bytes(meta) -> int | None:
+    """Bytes of its storage that a serialized tensor spans, or None when its sizes, strides,
+    offset or dtype are malformed (symbolic, negative or unknown)."""
+    from torch._export.serde.serialize import _SERIALIZE_TO_TORCH_DTYPE
+
+    try:
+        sizes = [entry["as_int"] for entry in meta["sizes"]]
+        strides = [entry["as_int"] for entry in meta["strides"]]
+        offset, dtype = meta["storage_offset"]["as_int"], _SERIALIZE_TO_TORCH_DTYPE[meta["dtype"]]
+    except (KeyError, TypeError):
+        return None
+    if len(sizes) != len(strides) or not all(type(n) is int and n >= 0 for n in (*sizes, *strides, offset)):
+        return None
+    if 0 in sizes:
+        return 0
+    return (offset + sum((size - 1) * stride for size, stride in zip(sizes, strides)) + 1) * dtype.itemsize
+
+
+def _check_sample_inputs(refuse: _Refusal, name: str, data: bytes) -> None:
+    """Sample inputs are a torch.save zip inside the archive: its members are held to the same
+    bounds before a weights-only load, and whatever that load refuses torch would unpickle."""
+    import io
+
+    import torch
+
+    with zipfile.ZipFile(io.BytesIO(data)) as inner:
+        for info in inner.infolist():
+            _check_size(refuse, info, f"{name}/{info.filename}")
+    try:
+        torch.load(io.BytesIO(data), weights_only=True)
+    except Exception:  # anything a weights-only load rejects would be unpickled in full
+        raise refuse.pickle(name, "sample inputs that are not plain tensors") from None
 
 
 def _unknown_tree_types(path: Path) -> set[str]:

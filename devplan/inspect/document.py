@@ -4,6 +4,7 @@ docs/inspect-json.md describes every key; bump SCHEMA_VERSION when a key changes
 goes away (adding a key does not bump it)."""
 from __future__ import annotations
 
+import functools
 import math
 from bisect import bisect_left
 from collections import Counter
@@ -505,10 +506,17 @@ def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[d
     if not is_program(payload):
         return None
     try:
-        inner = pte.delegate_program(plan_index, index)
-        inner = document(inner, inner.name)
+        # copies: each delegate's entry in the document is its own
+        return [dict(buffer) for buffer in _program_buffers(pte.delegate_program(plan_index, index))]
     except DevplanError:
         return None  # another backend's bytes that merely look like a program
+
+
+@functools.lru_cache(maxsize=4)
+def _program_buffers(inner) -> list[dict]:
+    """A payload program's buffers, worked out once for all the delegates sharing it (the reader
+    hands them one program)."""
+    inner = document(inner, inner.name)
     return [{"method": method["name"], "mem_id": buffer["mem_id"], "device": buffer["device"], "size": buffer["size"],
              "lower_bound": buffer["lower_bound"]} for method in inner["methods"] for buffer in method["buffers"]]
 

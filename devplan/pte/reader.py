@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from devplan.errors import DevplanError
 from devplan.pte.fb.DataLocation import DataLocation
@@ -11,6 +11,9 @@ from devplan.pte.header import HEADER_OFFSET, ExtendedHeader, check_container
 from devplan.pte.verify import verify_program
 
 _DAMAGED = "the file is damaged or not a .pte"
+# devplan's payloads hold no delegates of their own; deeper nesting is damage, and each level
+# could multiply the work of everything that reads the program
+MAX_DELEGATE_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,9 @@ class PteFile:
     size: int  # file size in bytes
     header: ExtendedHeader | None
     name: str = "<bytes>"  # how messages name the file
+    depth: int = 0  # how many delegate payloads this program lies inside
+    # payloads and their programs by (location, index): delegates sharing one are read once
+    _payloads: dict = field(default_factory=dict, compare=False, repr=False)
 
     def constant_data(self, data_buffer_idx: int) -> bytes | None:
         """Bytes of constant `data_buffer_idx` (a Tensor's data_buffer_idx), or None for 0
@@ -47,11 +53,23 @@ class PteFile:
 
     def delegate_program(self, plan_index: int, delegate_index: int) -> "PteFile":
         """The payload of a delegate read as a program (devplan's payloads are ET12 programs),
-        its messages naming it '<file> delegate N'."""
-        return read_pte(self.delegate_payload(plan_index, delegate_index), name=f"{self.name} delegate {delegate_index}")
+        its messages naming it '<file> delegate N'. A payload that several delegates share is
+        read once, named after the first delegate that asked."""
+        key, payload = self._payload(plan_index, delegate_index)
+        if ("program", key) not in self._payloads:
+            name = f"{self.name} delegate {delegate_index}"
+            if self.depth >= MAX_DELEGATE_DEPTH:
+                raise DevplanError(f"{name}: a payload nested {self.depth + 1} delegates deep (devplan reads "
+                                   f"{MAX_DELEGATE_DEPTH}); {_DAMAGED}")
+            self._payloads["program", key] = replace(read_pte(payload, name=name), depth=self.depth + 1)
+        return self._payloads["program", key]
 
     def delegate_payload(self, plan_index: int, delegate_index: int) -> bytes:
         """The processed blob of delegate `delegate_index` in plan `plan_index`."""
+        return self._payload(plan_index, delegate_index)[1]
+
+    def _payload(self, plan_index: int, delegate_index: int) -> tuple[tuple[int, int], bytes]:
+        """(where the payload lives, its bytes), the bytes copied out of the program once."""
         plans = self.program.executionPlan or []
         if not 0 <= plan_index < len(plans):
             raise DevplanError(f"{self.name}: no execution plan {plan_index}; the program has {len(plans)}")
@@ -62,17 +80,22 @@ class PteFile:
         reference = delegates[delegate_index].processed
         if reference is None:
             raise DevplanError(f"{where}: the delegate names no payload; {_DAMAGED}")
+        key = (int(reference.location), int(reference.index))
+        if key in self._payloads:
+            return key, self._payloads[key]
         if reference.location == DataLocation.INLINE:
             inline = self.program.backendDelegateData or []
             if reference.index >= len(inline):
                 raise DevplanError(f"{where}: payload is inline blob {reference.index} but the program has {len(inline)}; {_DAMAGED}")
             data = inline[reference.index].data
-            return b"" if data is None else bytes(data)
-        if reference.location == DataLocation.SEGMENT:
+            self._payloads[key] = b"" if data is None else bytes(data)
+        elif reference.location == DataLocation.SEGMENT:
             if reference.index >= len(self.segments):
                 raise DevplanError(f"{where}: payload is segment {reference.index} but the program has {len(self.segments)}; {_DAMAGED}")
-            return self.segments[reference.index]
-        raise DevplanError(f"{where}: unknown payload location {reference.location}; {_DAMAGED}")
+            self._payloads[key] = self.segments[reference.index]
+        else:
+            raise DevplanError(f"{where}: unknown payload location {reference.location}; {_DAMAGED}")
+        return key, self._payloads[key]
 
 
 def read_pte(source: str | os.PathLike | bytes, name: str | None = None) -> PteFile:

@@ -27,12 +27,15 @@ from devplan.spec import CPU, DEVICE_TYPES, Device
 
 _EXTRA_STEPS = 1_000_000  # instructions a run may execute beyond one pass: only jumps loop
 _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach (alignment, reserves)
+# Memory a method may take for its arenas and unplanned tensors unless its caller says more:
+# every size comes from the file, and a few damaged bytes can ask for terabytes.
+MAX_MEMORY = 8 << 30
 
 # Operators outside torch's aten namespace that ExecuTorch programs use.
 _EXTRA_KERNELS = {
-    "dim_order_ops::_to_dim_order_copy.out": lambda self, non_blocking, dim_order, out: out.copy_(self),
-    "dim_order_ops::_clone_dim_order.out": lambda self, non_blocking, dim_order, out: out.copy_(self),
-    "dim_order_ops::_empty_dim_order.out": lambda size, dim_order, out: out.resize_(size),
+    "dim_order_ops::_to_dim_order_copy.out": lambda self, non_blocking, dim_order, out: _resize_within(out, self.shape).copy_(self),
+    "dim_order_ops::_clone_dim_order.out": lambda self, non_blocking, dim_order, out: _resize_within(out, self.shape).copy_(self),
+    "dim_order_ops::_empty_dim_order.out": lambda size, dim_order, out: _resize_within(out, size),
 }
 _NUMBER_KERNELS = {name: fn for fn, name in NUMBER_OPS.items()}
 _QUANTIZED_BY_OUT = {schema_name(schema): functional for functional, schema in QUANTIZED.items()}
@@ -55,10 +58,11 @@ class LoadedMethod:
     """One method with its arenas allocated and its values bound; `execute` may run it many
     times, and state kept in planned buffers carries over between runs as on a device."""
 
-    def __init__(self, pte: PteFile, name: str = "forward",
-                 lent: dict[int, tuple[torch.Tensor, Device]] | None = None) -> None:
+    def __init__(self, pte: PteFile, name: str = "forward", lent: dict[int, tuple[torch.Tensor, Device]] | None = None,
+                 *, max_memory: int = MAX_MEMORY) -> None:
         """`lent`: mem_id -> (bytes, device) that the caller lends for that buffer (a window of
-        its own arena) instead of an arena of this method's own."""
+        its own arena) instead of an arena of this method's own. `max_memory`: bytes the
+        method's own arenas and unplanned tensors may take in all."""
         plans = {text(plan.name): plan for plan in pte.program.executionPlan or ()}
         if name not in plans:
             raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(plans) or 'none'}")
@@ -70,6 +74,7 @@ class LoadedMethod:
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
         self.lent = set(lent or ())
+        self.max_memory, self.taken = max_memory, 0
         try:
             self.delegates: list[LoadedMethod] = []
             for mem_id in range(1, len(sizes)):
@@ -80,10 +85,15 @@ class LoadedMethod:
                 if mem_id in self.lent:
                     self.arenas[mem_id] = self._borrow(mem_id, sizes[mem_id], device, *lent[mem_id])
                     continue
+                self._take(sizes[mem_id], f"buffer {mem_id} ({device})")
                 try:
                     self.arenas[mem_id] = (allocator_for(device).allocate(sizes[mem_id], device), device)
                 except DevplanError as error:
                     raise DevplanError(f"{self.where}: {error}") from None
+                except (RuntimeError, MemoryError) as error:  # the device has not that much free
+                    raise DevplanError(f"{self.where}: buffer {mem_id} ({device}) of {sizes[mem_id]} bytes cannot be "
+                                       f"allocated ({first_line(error)}); free memory there or run on a larger "
+                                       f"machine") from None
             # A program whose buffers all sit on one device (a devplan payload) runs its kernels
             # there, so its constants go there too.
             placed = {device for _, device in self.arenas.values()} or _tensor_devices(values)
@@ -137,6 +147,7 @@ class LoadedMethod:
         for index in sorted(self.borrowed - bound):
             slot = self.values[index]
             if isinstance(slot, torch.Tensor) and 0 in slot.stride() and slot.numel() > 1:
+                self._take(slot.numel() * slot.element_size(), f"value {index}, an unplanned tensor of {list(slot.shape)}")
                 self.values[index] = torch.zeros(slot.shape, dtype=slot.dtype)
 
     def call(self, args: Sequence[Any], outs: Sequence[torch.Tensor]) -> list[Any]:
@@ -187,9 +198,18 @@ class LoadedMethod:
             try:
                 pc = self._run(pc, self.steps[pc])
             except (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, AttributeError,
-                    NotImplementedError) as error:  # a damaged program: one line, not a traceback
+                    NotImplementedError, AssertionError) as error:  # a damaged program: one line, not a traceback
+                # (torch's quantized ops assert their input dtypes)
                 raise DevplanError(f"{self.where}: instruction {pc} ({self.steps[pc].name}) failed: "
                                    f"{first_line(error)}") from None
+
+    def _take(self, nbytes: int, what: str) -> None:
+        """Count `nbytes` more against the method's memory limit, refusing first what passes it."""
+        if self.taken + nbytes > self.max_memory:
+            raise DevplanError(f"{self.where}: {what} needs {nbytes} bytes, which with the {self.taken} bytes taken "
+                               f"before it passes the memory limit of {self.max_memory} bytes; raise the limit "
+                               f"(devplan run --max-memory) if the program is meant to be this large")
+        self.taken += nbytes
 
     def sample_inputs(self, seed: int = 0) -> list[Any]:
         """Inputs of the right shapes and dtypes: seeded normal floats, zeros for integer and
@@ -223,14 +243,14 @@ class LoadedMethod:
         specs = [(text(spec.key), bytes(ints(spec.value))) for spec in delegate.compileSpecs or ()]
         window = read_window(specs, f"{self.where}: delegate {index}")
         if window is None:  # the payload's buffers are its own
-            return LoadedMethod(payload)
+            return LoadedMethod(payload, max_memory=self.max_memory)
         mem_id, offset = window
         if mem_id not in self.arenas:
             raise DevplanError(f"{self.where}: delegate {index}'s memory window names buffer {mem_id}, which the "
                                f"method does not have; the program is damaged")
         arena, device = self.arenas[mem_id]
         # the payload's one buffer is these bytes of the caller's; its plan keeps them free during the call
-        return LoadedMethod(payload, lent={1: (arena[offset:], device)})
+        return LoadedMethod(payload, lent={1: (arena[offset:], device)}, max_memory=self.max_memory)
 
     def _bind(self, pte: PteFile, index: int, value) -> Any:
         kind, val = value.valType, value.val
@@ -386,7 +406,7 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which the reference runtime "
                                f"does not know")
         if name in _EXTRA_KERNELS:
-            return _Step(InstructionArguments.KernelCall, name, op, tuple(args[:-1]))
+            return _Step(InstructionArguments.KernelCall, name, op, tuple(args[:-1]), **self._outs(args[-2:-1]))
         schema = op._schema.arguments
         if not any(s.is_out for s in schema) and not (op._schema.is_mutable and name.partition(".")[0] in PORTABLE):
             # a functional op's result would be dropped; ExecuTorch has only out and a few in-place kernels
@@ -397,11 +417,15 @@ class LoadedMethod:
                                f"its schema takes {len(schema)}")
         positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
-        outs = [i for a, s in zip(args, schema) if s.is_out
-                for i in (self.values[a].items if isinstance(self.values[a], _Refs) else (a,))]
-        emptied = tuple(i for i in outs if i in self.bounds)
-        fixed = tuple(i for i in outs if i not in self.bounds and isinstance(self.values[i], torch.Tensor))
-        return _Step(InstructionArguments.KernelCall, name, op, positional, keywords, emptied=emptied, fixed=fixed)
+        outs = [a for a, s in zip(args, schema) if s.is_out]
+        return _Step(InstructionArguments.KernelCall, name, op, positional, keywords, **self._outs(outs))
+
+    def _outs(self, outs: list[int]) -> dict[str, tuple[int, ...]]:
+        """A kernel's out tensors (lists' items too) as a step's `emptied` (dynamic: sized by the
+        kernel within their bound) and `fixed` (static: the kernel must keep their shape)."""
+        outs = [i for a in outs for i in (self.values[a].items if isinstance(self.values[a], _Refs) else (a,))]
+        return {"emptied": tuple(i for i in outs if i in self.bounds),
+                "fixed": tuple(i for i in outs if i not in self.bounds and isinstance(self.values[i], torch.Tensor))}
 
     def _run(self, pc: int, step: _Step) -> int:
         if step.kind == InstructionArguments.KernelCall:
@@ -413,6 +437,8 @@ class LoadedMethod:
                 self.values[step.result] = result
             for index, shape in zip(step.fixed, shapes):
                 self._keep_shape(pc, step, index, shape, self.values[index].shape)
+            for index in step.emptied:
+                self._within_bound(pc, step, index)
         elif step.kind == InstructionArguments.DelegateCall:
             inputs = len(step.call.inputs)
             outs = step.args[inputs:]
@@ -423,6 +449,8 @@ class LoadedMethod:
                 if out not in self.bounds:
                     self._keep_shape(pc, step, out, self.values[out].shape, result.shape)
                 self.values[out].resize_(result.shape).copy_(result)  # a dynamic result takes its run-time shape
+                if out in self.bounds:
+                    self._within_bound(pc, step, out)
         elif step.kind == InstructionArguments.MoveCall:
             self.values[step.args[1]] = self.values[step.args[0]]
         elif step.kind == InstructionArguments.JumpFalseCall and not self._value(step.args[0]):
@@ -435,6 +463,14 @@ class LoadedMethod:
         if made != planned:
             raise DevplanError(f"{self.where}: instruction {pc} ({step.name}) makes value {index} a {tuple(made)} "
                                f"result where the plan holds {tuple(planned)}; the program is damaged")
+
+    def _within_bound(self, pc: int, step: _Step, index: int) -> None:
+        """A dynamic tensor holds at most the bytes of its planned upper bound: more would have
+        overwritten its neighbours."""
+        made, bound = self.values[index].shape, self.bounds[index]
+        if math.prod(made) > math.prod(bound):
+            raise DevplanError(f"{self.where}: instruction {pc} ({step.name}) makes value {index} a {tuple(made)} "
+                               f"result, larger than its planned bound {tuple(bound)}; the program is damaged")
 
     def _value(self, index: int) -> Any:
         value = self.values[index]
@@ -532,6 +568,15 @@ def _from_bytes(data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int, 
     if len(data) < nbytes:
         raise DevplanError(f"{what} has {len(data)} bytes of data but needs {nbytes}; the program is damaged")
     return torch.frombuffer(bytearray(data[:nbytes]), dtype=torch.uint8).view(dtype).reshape(shape)
+
+
+def _resize_within(out: torch.Tensor, size: list[int]) -> torch.Tensor:
+    """`out` resized to `size`, a shape the program gives, only within the bytes of the storage it
+    views: torch would otherwise grow the arena to whatever the file asks."""
+    room = out.untyped_storage().nbytes() - out.storage_offset() * out.element_size()
+    if any(n < 0 for n in size) or math.prod(size) * out.element_size() > room:
+        raise ValueError(f"size {list(size)} does not fit the {room} bytes its out tensor's buffer holds")
+    return out.resize_(size)
 
 
 def _torch_op(name: str):

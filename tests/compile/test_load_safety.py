@@ -103,29 +103,6 @@ def _payload_bytes(marker) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")  # zipfile warns about the duplicate name it writes
-@pytest.mark.parametrize("route", ["legacy_weights", "legacy_constants", "second_model", "duplicate_member"])
-def test_every_route_to_an_unpickle_is_refused(tmp_path, route):
-    marker = tmp_path / "marker"
-    payload = _payload_bytes(marker)
-    with zipfile.ZipFile(ROOT / "samples" / "mlp.pt2") as archive:
-        names = archive.namelist()
-        model_json = next(n for n in names if n.endswith("models/model.json"))
-        weights_config = next(n for n in names if n.endswith("model_weights_config.json"))
-        config = json.loads(archive.read(weights_config))
-    prefix = model_json.split("models/")[0]
-    pickled = dict(config, config={fqn: dict(meta, use_pickle=True) for fqn, meta in config["config"].items()})
-    extra, needles = {
-        "legacy_weights": ({f"{prefix}data/weights/model.pt": payload}, ["data/weights/model.pt", "legacy"]),
-        "legacy_constants": ({f"{prefix}data/constants/model.pt": payload}, ["data/constants/model.pt", "legacy"]),
-        "second_model": ({f"{prefix}models/other.json": b"{}"}, ["2 models"]),
-        "duplicate_member": ({weights_config: json.dumps(pickled).encode()}, ["appears more than once"]),
-    }[route]
-    crafted = _with_members(tmp_path, extra)
-    assert_one_line_error(devplan("compile", crafted, "-o", tmp_path / "out.pte"), "crafted.pt2", *needles)
-    assert not marker.exists() and not (tmp_path / "out.pte").exists()
-
-
 def test_the_legacy_weights_route_is_live_in_torch(tmp_path):
     """The refusal above guards a real route: torch.export.load unpickles such a member."""
     marker = tmp_path / "marker"

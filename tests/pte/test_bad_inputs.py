@@ -204,3 +204,43 @@ def test_byte_flips_never_crash_or_hang(executorch_programs, which):
             dumps_pte(pte.program, pte.segments)
         assert time.perf_counter() - start < LIMIT_S
     assert rejected > 0 and accepted + rejected == FUZZ_VARIANTS
+
+
+def _delegated() -> bytes:
+    from tests.runtime.test_strict_runtime import compiled
+
+    return compiled(delegates=["cuda:0"])
+
+
+def test_delegates_sharing_a_payload_read_it_once():
+    """5,000 delegates over one payload: the payload is read once and inspect's document takes
+    the time of the delegate entries, not of 5,000 payload programs."""
+    import copy
+
+    from devplan.inspect.document import document
+
+    pte = read_pte(_delegated())
+    program = copy.deepcopy(pte.program)
+    plan = program.executionPlan[0]
+    plan.delegates = [copy.deepcopy(plan.delegates[0]) for _ in range(5_000)]
+    shared = read_pte(dumps_pte(program, pte.segments), "shared.pte")
+    assert shared.delegate_program(0, 0) is shared.delegate_program(0, 4_999)
+    start = time.perf_counter()
+    delegates = document(shared, "shared.pte")["methods"][0]["delegates"]
+    assert time.perf_counter() - start < 10 * LIMIT_S
+    assert len(delegates) == 5_000 and delegates[0]["payload_buffers"] == delegates[-1]["payload_buffers"] != []
+
+
+def test_payloads_nested_past_the_depth_bound_are_refused():
+    from devplan.pte.reader import MAX_DELEGATE_DEPTH
+
+    data = _delegated()
+    for _ in range(MAX_DELEGATE_DEPTH):  # each level: the program so far as the payload of a delegate
+        pte = read_pte(data)
+        data = dumps_pte(pte.program, (*pte.segments[:1], data))
+    pte = read_pte(data, "nested.pte")
+    for _ in range(MAX_DELEGATE_DEPTH):
+        pte = pte.delegate_program(0, 0)
+    with pytest.raises(DevplanError, match=f"nested.pte delegate 0 .*delegate 0: a payload nested {MAX_DELEGATE_DEPTH + 1} "
+                                           f"delegates deep"):
+        pte.delegate_program(0, 0)

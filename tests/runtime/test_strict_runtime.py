@@ -232,3 +232,108 @@ def test_an_unplanned_value_nothing_uses_takes_no_memory():
         torch.testing.assert_close(got, devplan.run(data, list(ARGS))[0][0])
     finally:
         loaded.release()
+
+
+def _int_list(plan, numbers: list[int]) -> int:
+    """Append Int values and an IntList of them to `plan`; the list's value index."""
+    from devplan.pte.fb.Int import IntT
+    from devplan.pte.fb.IntList import IntListT
+
+    items = []
+    for number in numbers:
+        value = EValueT()
+        value.valType, value.val = KernelTypes.Int, IntT()
+        value.val.intVal = number
+        plan.values.append(value)
+        items.append(len(plan.values) - 1)
+    listed = EValueT()
+    listed.valType, listed.val = KernelTypes.IntList, IntListT()
+    listed.val.items = items
+    plan.values.append(listed)
+    return len(plan.values) - 1
+
+
+def _empty_dim_order_into_relu_out(size: list[int]):
+    """A change making the relu's instruction a dim_order_ops::_empty_dim_order.out that takes
+    its size, `size`, from the program and writes the relu's (static) out tensor."""
+    def change(plan):
+        relu_index = next(i for i, op in enumerate(plan.operators) if op.name in (b"aten::relu", "aten::relu"))
+        plan.operators[relu_index].name, plan.operators[relu_index].overload = "dim_order_ops::_empty_dim_order", "out"
+        call = next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == relu_index)
+        none = EValueT()
+        none.valType = KernelTypes.Null
+        plan.values.append(none)
+        out = call.args[-1]
+        call.args = [_int_list(plan, size), len(plan.values) - 1, out, out]
+    return change
+
+
+@pytest.mark.parametrize("size, needle", [
+    ([1 << 40], "does not fit the"),  # torch would grow the arena to 4 TiB
+    ([2, 6], "where the plan holds (3, 6)"),  # fits the arena, but not the planned tensor
+], ids=["past_the_arena", "past_the_tensor"])
+def test_a_size_from_the_file_cannot_grow_a_tensor(size, needle):
+    refused(damaged(compiled(), _empty_dim_order_into_relu_out(size)), "_empty_dim_order.out", needle)
+
+
+def test_memory_past_the_limit_is_refused_naming_the_buffer_or_value(tmp_path):
+    import subprocess
+    import sys
+
+    from devplan.pte.fb.Tensor import TensorT
+    from devplan.runtime import LoadedMethod
+
+    data = compiled()
+    with pytest.raises(DevplanError, match=r"bad.pte: method forward: buffer 1 \(cpu\) needs \d+ bytes.*--max-memory"):
+        LoadedMethod(read_pte(data, "bad.pte"), max_memory=64)
+
+    def change(plan):  # a 3 GiB unplanned output: the caller's memory, sized by the file
+        huge = EValueT()
+        huge.valType, huge.val = KernelTypes.Tensor, TensorT()
+        huge.val.scalarType, huge.val.sizes, huge.val.dimOrder = 6, [3 << 28], [0]
+        plan.values.append(huge)
+        plan.outputs = [*plan.outputs, len(plan.values) - 1]
+
+    # it takes no memory until a run needs it, and then it is refused
+    loaded = LoadedMethod(read_pte(damaged(data, change), "bad.pte"), max_memory=1 << 30)
+    with pytest.raises(DevplanError, match=r"value \d+, an unplanned tensor of \[805306368\] needs 3221225472 bytes"):
+        loaded.execute(loaded.sample_inputs())
+    loaded.release()
+    path = tmp_path / "model.pte"
+    path.write_bytes(data)
+    for limit, needle in (("16B", "buffer 1 (cpu) needs"), ("lots", "bad --max-memory 'lots'"), ("64MiB", None)):
+        run = subprocess.run([sys.executable, "-m", "devplan", "run", path, "--max-memory", limit],
+                             capture_output=True, text=True)
+        assert run.returncode == (2 if needle else 0), run.stderr
+        assert needle is None or (len(run.stderr.splitlines()) == 1 and needle in run.stderr), run.stderr
+
+
+def test_an_arena_the_allocator_cannot_give_is_one_line():
+    class Exhausted(HostAllocator):
+        def allocate(self, nbytes, device):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 TiB")
+
+    with pytest.raises(DevplanError, match=r"bad.pte: method forward: buffer \d+ \(cuda:0\) of \d+ bytes cannot be "
+                                           r"allocated \(CUDA out of memory"):
+        with registered("cuda", Exhausted()):
+            devplan.run(read_pte(compiled(delegates=["cuda:0"]), name="bad.pte"), list(ARGS))
+
+
+def test_a_quantized_op_given_the_wrong_dtype_is_one_line():
+    """torch's quantized ops assert their input dtype (an AssertionError, not a RuntimeError):
+    a float input retyped as int32 (same bytes, so the plan still fits) is refused by name."""
+    from devplan.runtime import LoadedMethod
+    from tests.models import pt2e_quantize
+
+    exported, _ = pt2e_quantize(Block(), ARGS)
+
+    def change(plan):
+        plan.values[plan.inputs[0]].val.scalarType = 4  # int32 where quantize_per_tensor wants float32
+
+    loaded = LoadedMethod(read_pte(damaged(devplan.compile(exported).data, change), "bad.pte"))
+    try:
+        with pytest.raises(DevplanError, match=r"bad.pte: method forward: instruction \d+ "
+                                               r"\(quantized_decomposed::quantize_per_tensor.out\) failed: .*dtype"):
+            loaded.execute(loaded.sample_inputs())
+    finally:
+        loaded.release()
