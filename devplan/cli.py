@@ -174,6 +174,10 @@ def compile_command(
                            "that device, and return results from the device their delegate made them on; the caller's "
                            "copies in and out replace et_copy ops.")
     ] = False,
+    source: Annotated[
+        bool, typer.Option("--source/--no-source", help="Keep, per instruction, the module, op and source line it came "
+                           "from, and the names of inputs and weights, in the program's stacktrace (inspect shows them).")
+    ] = True,
     dump_dir: Annotated[
         Optional[Path],
         typer.Option("--dump-dir", metavar="DIR", help="Write the program after each stage to DIR, one readable file per stage.", show_default=False),
@@ -197,7 +201,7 @@ def compile_command(
     status = _progress(json_output)
     with status:
         result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, reorder=reorder,
-                         delegates=backends, device_io=device_io, dump_dir=dump_dir,
+                         delegates=backends, device_io=device_io, source=source, dump_dir=dump_dir,
                          on_stage=lambda name: status.update(f"devplan compile: {name}..."))
     summary = result.summary()
     if json_output:

@@ -21,7 +21,7 @@ from devplan.spec import TensorSpec
 
 
 def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best", inplace: bool = True,
-                      reorder: bool = True) -> Lowered:
+                      reorder: bool = True, source: bool = True) -> Lowered:
     """Store on every delegate call node its payload ('payload'), the argument nodes it takes
     at run time ('delegate_inputs', in the order the payload's method takes them) and the
     bytes it plans on its device ('payload_bytes'). The payloads are planned with the same
@@ -30,7 +30,7 @@ def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best
         if node.op == "call_module":
             try:
                 node.meta["payload"], node.meta["delegate_inputs"], node.meta["payload_bytes"] = _payload(
-                    low, node, alignment, planner, inplace, reorder)
+                    low, node, alignment, planner, inplace, reorder, source)
             except DevplanError as error:
                 raise DevplanError(f"{node.target} (the ops delegated to {node.meta['backend'].device}): {error}") from None
     return low
@@ -47,12 +47,14 @@ def reserved_bytes(low: Lowered) -> dict[str, int]:
 
 
 def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str,
-             inplace: bool, reorder: bool) -> tuple[bytes, tuple[torch.fx.Node, ...], int]:
+             inplace: bool, reorder: bool, source: bool) -> tuple[bytes, tuple[torch.fx.Node, ...], int]:
     sub = copy.deepcopy(low.gm.get_submodule(node.target))
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
-    constants, inputs, runtime_args = {}, [], []
+    constants, inputs, runtime_args, names = {}, [], [], {}
     for placeholder, arg in zip(placeholders, node.args):
         placeholder.meta.setdefault("val", arg.meta.get("val"))
+        if arg.name in low.names:  # a weight that moves into the payload keeps the user's name
+            names[placeholder.name] = low.names[arg.name]
         data = (low.constants.get(arg.name) if arg.op == "placeholder"
                 else getattr(low.gm, arg.target) if arg.op == "get_attr" else None)
         if data is not None:
@@ -65,14 +67,14 @@ def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str,
     output.args = (tuple(results),)
     sub.recompile()
     in_spec, out_spec = _flat_spec((tuple(inputs), {})), _flat_spec(tuple(results))
-    method = build_method(Lowered(sub, constants, {}, tuple(inputs), in_spec, out_spec))
+    method = build_method(Lowered(sub, constants, {}, tuple(inputs), in_spec, out_spec, names=names))
     device = node.meta["backend"].device
     method = method.with_specs({i: replace(v, device=device) for i, v in enumerate(method.values)
                                 if isinstance(v, TensorSpec) and not v.constant})
     for _, run in method_passes(inplace=inplace, reorder=reorder, alignment=alignment):
         method = run(method)
     planned = plan_method(method, alignment=alignment, algorithm=planner, home=device)
-    return dumps_pte(*to_program(planned)), tuple(runtime_args), sum(b.size for b in planned.buffers)
+    return dumps_pte(*to_program(planned, source=source)), tuple(runtime_args), sum(b.size for b in planned.buffers)
 
 
 def _flat_spec(tree) -> str:
