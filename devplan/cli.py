@@ -82,6 +82,10 @@ def inspect_command(
     exact_bytes: Annotated[
         bool, typer.Option("--bytes", help="Show every size as an exact byte count instead of KiB/MiB.")
     ] = False,
+    shapes: Annotated[
+        bool, typer.Option("--shapes", help="In instructions, show each tensor argument with its dtype and shape "
+                           "(v12:float32[1×8×32]).")
+    ] = False,
     delegate: Annotated[
         Optional[int],
         typer.Option("--delegate", "-d", metavar="N", min=0, help="Show the program inside delegate N's payload "
@@ -129,7 +133,7 @@ def inspect_command(
     from devplan.inspect.units import printable_tree
 
     render(printable_tree(doc), Console(highlight=False), chosen or inspect_sections.DEFAULT_SECTIONS,
-           exact_bytes=exact_bytes)
+           exact_bytes=exact_bytes, shapes=shapes)
 
 
 Budgets = Annotated[

@@ -131,9 +131,10 @@ def _stacktrace(method) -> list:
             if isinstance(value, TensorSpec) and value.name is not None and index not in first_reader:
                 first_reader[index] = at
     names: dict[int, list] = {}
-    for index, at in sorted(first_reader.items()):
-        role, name = method.values[index].name
-        names.setdefault(at, []).append((index, role, name))
+    for index, value in enumerate(method.values):
+        # one that no kernel reads itself (read only through a view) is named on the first
+        if isinstance(value, TensorSpec) and value.name is not None:
+            names.setdefault(first_reader.get(index, 0), []).append((index, *value.name))
     empty, cache = Source(), FrameCache()
     return [frame_list(*astuple(kernel.source or empty), names.get(at, []), cache)
             for at, kernel in enumerate(method.kernels)]
