@@ -53,7 +53,7 @@ def layout_chart(method: dict, buffer: dict, width: int = 80, rows: int = 16, ex
     )
     if buffer["size"] <= 0 or instruction_count == 0 or not occupants:
         return Group(title, Text("  (no live tensors to draw)", style="dim"))
-    band = _band_size(buffer["size"], rows)
+    band = band_size(buffer["size"], rows)
     rows = math.ceil(buffer["size"] / band)
     labels = [size_text(row * band, exact_bytes) for row in range(rows)]
     label_width = max(len(label) for label in labels)
@@ -80,7 +80,7 @@ def layout_chart(method: dict, buffer: dict, width: int = 80, rows: int = 16, ex
     return Group(*lines)
 
 
-def _band_size(size: int, rows: int) -> int:
+def band_size(size: int, rows: int) -> int:
     """Bytes per row: the smallest 2**k or 3 * 2**k that fits the buffer in at most rows rows,
     so that row labels land on round offsets."""
     needed = math.ceil(size / rows)
