@@ -109,19 +109,22 @@ def _peak(method: dict, console: Console, exact_bytes: bool) -> None:
         console.print(Text("peak: no planned buffers", style="dim"))
         return
     for entry in method["peak"]:
+        size = next(b["size"] for b in method["buffers"] if b["mem_id"] == entry["mem_id"])
         head = Text.assemble(("peak", "bold"), f" of buffer {entry['mem_id']} ({entry['device']}): ",
-                             size_text(entry["bytes"], exact_bytes))
+                             f"{size_text(entry['bytes'], exact_bytes)} of {size_text(size, exact_bytes)}")
         if entry["instruction"] is None:
             console.print(head, Text(" (nothing held)", style="dim"))
             continue
         head.append(f" at #{entry['instruction']} {entry['op']}")
         console.print(head)
         if entry["source"]:
-            console.print(Text(f"  from {entry['source']}", style="dim"))
+            lines = _fold(tuple(re.findall(r"\S+(?: |$)", f"from {entry['source']}")), max(console.width - 4, 10))
+            console.print(Text("\n".join(f"  {line}" if i == 0 else f"    {line}" for i, line in enumerate(lines)),
+                               style="dim"))
         total = max(entry["bytes"], 1)
         shares = [f"{m['module']} {_percent(m['bytes'] / total)}" for m in entry["modules"]]
         console.print(Text("  by block: " + ", ".join(shares[:6]) + (f", {len(shares) - 6} more" if len(shares) > 6 else "")))
-        table = _Table(f"  alive at #{entry['instruction']}, largest first", ("value", "right"), ("bytes", "right"),
+        table = _Table(f"tensors held at #{entry['instruction']}, largest first", ("value", "right"), ("bytes", "right"),
                        ("held", "left"), ("source", "left"))
         for t in entry["tensors"][:PEAK_ROWS]:
             table.add_row(f"v{t['value']}", size_text(t["nbytes"], exact_bytes), f"#{t['held'][0]}-{t['held'][1]}",
