@@ -11,7 +11,8 @@ planned by devplan's greedy-size planner, with a source (module path, op, file a
 instruction as a compile keeps. devplan's seconds are the whole process (Python start,
 imports, read, render); ExecuTorch's are the deserializer call alone, so the ratio is an
 upper bound. Peak memory is each process's maximum resident set (ExecuTorch's includes
-importing torch and executorch).
+importing torch and executorch); this script itself imports neither, so that the processes
+it starts do not inherit its pages.
 
 Run from the repository root."""
 from __future__ import annotations
@@ -90,7 +91,10 @@ def _measure(command: Sequence[str]) -> tuple[float, float, str]:
 def measure(tensors: int) -> list[dict]:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"scale_{tensors}.pte"
-        path.write_bytes(synthetic(tensors))
+        # written by a child: a child forked from a parent that imported torch starts with its
+        # resident pages, and each measured process would report them as its own peak
+        subprocess.run([sys.executable, __file__, "--write", str(tensors), str(path)], check=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
         _, executorch_mb, out = _measure([sys.executable, "-c", _EXECUTORCH, str(path)])
         executorch_s = float(out.strip().splitlines()[-1])
         rows = []
@@ -116,7 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="planned tensors per program, comma-separated")
     parser.add_argument("--json", action="store_true", help="print rows as JSON")
+    parser.add_argument("--write", nargs=2, metavar=("TENSORS", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.write:
+        Path(args.write[1]).write_bytes(synthetic(int(args.write[0])))
+        return 0
     rows = [row for size in args.sizes.split(",") for row in measure(int(size))]
     print(json.dumps({"rows": rows}, indent=2) if args.json else table(rows))
     return 0
