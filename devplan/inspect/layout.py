@@ -128,7 +128,7 @@ def _groups(placed: list[dict]) -> tuple[list[int], list[str] | None]:
     span = math.ceil((max(t["held"][0] for t in placed) + 1) / BANDS)
     bands = sorted({t["held"][0] // span for t in placed})
     number = {band: i for i, band in enumerate(bands)}
-    return [number[t["held"][0] // span] for t in placed], [f"starting #{b * span}-{b * span + span - 1}" for b in bands]
+    return [number[t["held"][0] // span] for t in placed], [f"made in #{b * span}-{b * span + span - 1}" for b in bands]
 
 
 def _columns(instruction_count: int, available: int) -> list[tuple[int, int]]:
@@ -167,7 +167,7 @@ def _occupant_of(alive: list[Occupant], low: int, high: int) -> Occupant | None:
     return best
 
 
-def _legend(occupants: list[Occupant], names: list[str] | None, exact_bytes: bool) -> Columns:
+def _legend(occupants: list[Occupant], names: list[str] | None, exact_bytes: bool) -> Columns | Group:
     if names is None:
         return Columns([_legend_entry(o, exact_bytes) for o in occupants], padding=(0, 2))
     members: dict[int, list[Occupant]] = {}
@@ -177,8 +177,9 @@ def _legend(occupants: list[Occupant], names: list[str] | None, exact_bytes: boo
     for group, mine in sorted(members.items()):
         first, last = min(o.first for o in mine), max(o.last for o in mine)
         entries.append(Text.assemble((mine[0].glyph, mine[0].style), f" {names[group]} ",
-                                     (f"{len(mine)} tensors #{first}-{last}", "dim")))
-    return Columns(entries, padding=(0, 2))
+                                     (f"×{len(mine)} #{first}-{last}", "dim")))
+    return Group(Text("each glyph: a group of tensors, ×how many, #held from-to", style="dim"),
+                 Columns(entries, padding=(0, 2)))
 
 
 def _legend_entry(occupant: Occupant, exact_bytes: bool) -> Text:

@@ -123,8 +123,11 @@ def _peak(method: dict, console: Console, exact_bytes: bool) -> None:
                                style="dim"))
         total = max(entry["bytes"], 1)
         shares = [f"{m['module']} {_percent(m['bytes'] / total)}" for m in entry["modules"]]
-        console.print(Text("  by block: " + ", ".join(shares[:6]) + (f", {len(shares) - 6} more" if len(shares) > 6 else "")))
-        table = _Table(f"tensors held at #{entry['instruction']}, largest first", ("value", "right"), ("bytes", "right"),
+        if any(m["module"] not in ("(no module)", "(inputs)") for m in entry["modules"]):
+            console.print(Text("  by block: " + ", ".join(shares[:6]) + (f", {len(shares) - 6} more" if len(shares) > 6 else "")))
+        else:
+            console.print(Text("  by block: unknown, the program names no modules", style="dim"))
+        table = _Table(f"held at #{entry['instruction']}, largest first", ("value", "right"), ("bytes", "right"),
                        ("held", "left"), ("source", "left"))
         for t in entry["tensors"][:PEAK_ROWS]:
             table.add_row(f"v{t['value']}", size_text(t["nbytes"], exact_bytes), f"#{t['held'][0]}-{t['held'][1]}",

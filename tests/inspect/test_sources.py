@@ -129,7 +129,7 @@ def test_the_default_view_of_a_32_layer_gpt2_fits_two_screens(tmp_path):
     assert _lines_at_80_columns(text) <= 150
     assert re.search(r"^peak of buffer 1 \(cpu\): .* at #\d+", text, re.MULTILINE)
     assert re.search(r"by block: transformer\.h\.\d+ \d+%", text)
-    legend = re.findall(r"transformer\.h\.(\d+) ×?\d+ tensors", text)
+    legend = re.findall(r"transformer\.h\.(\d+) ×\d+ #\d+-\d+", text)
     assert sorted(map(int, legend)) == list(range(32))  # the chart's glyphs stand for the 32 blocks
     doc = devplan.inspect(path)
     assert all(t["source"] for t in doc["methods"][0]["tensors"])
