@@ -117,7 +117,8 @@ def _method(pte, plan_index: int, plan) -> dict:
     instruction_rows = [_instruction(index, instruction, operators) for index, instruction in enumerate(instructions)]
     writers = _first_writers(values, instruction_rows)
     for row, where in zip(instruction_rows, origins):
-        row["source"], row["module"] = source_text(where), (where.module or None) if where else None
+        # "" is the model itself (a module frame naming only its class); None: no module frame
+        row["source"], row["module"] = source_text(where), where.module if where and (where.module or where.kind) else None
         row["arguments"] = [argument_text(values, arg, writers) for arg in row["args"]]
     lifetimes = _lifetimes(values, instruction_rows, inputs, outputs)
     written = _written(values, instruction_rows, inputs)

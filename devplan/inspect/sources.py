@@ -36,8 +36,10 @@ def source_text(where: Where | None) -> str | None:
 def top_module(path: str | None) -> str:
     """The block a module belongs to: its path up to the first numbered part
     ('transformer.h.3.attn.c_attn' -> 'transformer.h.3'), else its first two parts."""
-    if not path:
+    if path is None:
         return "(no module)"
+    if not path:
+        return "(model)"
     parts = path.split(".")
     numbered = next((i for i, part in enumerate(parts) if part.isdigit()), None)
     return ".".join(parts[:numbered + 1] if numbered is not None else parts[:2])
