@@ -132,7 +132,10 @@ def inspect_command(
 
     from devplan.inspect.units import printable_tree
 
-    render(printable_tree(doc), Console(highlight=False), chosen or inspect_sections.DEFAULT_SECTIONS,
+    chosen = chosen or inspect_sections.DEFAULT_SECTIONS
+    # only the lists the views draw from are made printable (a large program's instructions take seconds)
+    kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
+    render(printable_tree(kept), Console(highlight=False), chosen,
            exact_bytes=exact_bytes, shapes=shapes)
 
 

@@ -108,7 +108,8 @@ def _method(pte, plan_index: int, plan) -> dict:
     values = list(plan.values or ())
     chains = list(plan.chains or ())
     instructions = [instruction for chain in chains for instruction in chain.instructions or ()]
-    origins = [where for chain in chains for where in chain_origins(chain, len(chain.instructions or ()))]
+    origins = [where for index, chain in enumerate(chains)
+               for where in chain_origins(pte, plan_index, index, len(chain.instructions or ()))]
     inputs, outputs = ints(plan.inputs), ints(plan.outputs)
     operators = [
         {"index": index, "name": text(op.name), "overload": text(op.overload)}

@@ -14,9 +14,9 @@ ALL = "all"
 _METHOD_LISTS = {
     "summary": (),
     "buffers": ("buffers",),
-    "peak": ("peak",),
+    "peak": ("peak", "buffers"),
     "tensors": ("tensors",),
-    "instructions": ("instructions", "operators"),
+    "instructions": ("instructions", "operators", "delegates"),  # a delegate call is shown by its backend
     "delegates": ("delegates",),
     "layout": ("buffers", "tensors"),
 }

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import os
 
-from devplan.pte.frames import Where, read_frames
+from devplan.pte.frames import Where
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.reader import ints, text
 
 
-def chain_origins(chain, count: int) -> list[Where | None]:
-    """One Where per instruction of `chain`; None for all when the chain has no stacktrace or
+def chain_origins(pte, plan_index: int, chain_index: int, count: int) -> list[Where | None]:
+    """One Where per instruction of a chain; None for all when the chain has no stacktrace or
     one that does not match its instructions."""
-    lists = chain.stacktrace or []
-    if len(lists) != count:
-        return [None] * count
-    return [read_frames([(text(f.filename), int(f.lineno), text(f.name), text(f.context)) for f in frames.items or ()])
-            if frames is not None else None for frames in lists]
+    origins = pte.stacktrace(plan_index, chain_index)
+    return origins if origins is not None and len(origins) == count else [None] * count
 
 
 def source_text(where: Where | None) -> str | None:

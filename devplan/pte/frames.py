@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from devplan.pte.fb import Frame
 from devplan.pte.fb.Frame import FrameT
+from devplan.pte.fb.Program import Program
 from devplan.pte.fb.FrameList import FrameListT
 
 MODULE_FILE, VALUE_FILE = "<module>", "<value>"
@@ -91,3 +92,37 @@ def read_frames(frames: list[tuple[str, int, str, str]]) -> Where:
         else:  # a source line; the last one is where the op was called
             file, line, code = filename, lineno, context
     return Where(module, kind, op, file, line, code, tuple(names))
+
+
+def read_stacktrace(buffer: bytes, plan_index: int, chain_index: int) -> list[Where | None] | None:
+    """What the frames of each instruction of a chain say, or None when the chain keeps none.
+    Read from the FlatBuffer itself, each frame table once: frames repeat across instructions
+    (devplan shares them), and the object API's FrameT per frame and instruction made a
+    third of the time it took to read a large program."""
+    chain = Program.GetRootAs(buffer, 0).ExecutionPlan(plan_index).Chains(chain_index)
+    if chain.StacktraceIsNone():
+        return None
+    frames: dict[int, tuple[str, int, str, str]] = {}
+    said: dict[tuple[int, ...], Where] = {}
+    result = []
+    for i in range(chain.StacktraceLength()):
+        frame_list = chain.Stacktrace(i)
+        if frame_list is None:
+            result.append(None)
+            continue
+        positions = []
+        for k in range(frame_list.ItemsLength()):
+            frame = frame_list.Items(k)
+            if frame._tab.Pos not in frames:
+                frames[frame._tab.Pos] = (_text(frame.Filename()), int(frame.Lineno()), _text(frame.Name()),
+                                          _text(frame.Context()))
+            positions.append(frame._tab.Pos)
+        key = tuple(positions)
+        if key not in said:
+            said[key] = read_frames([frames[position] for position in key])
+        result.append(said[key])
+    return result
+
+
+def _text(raw: bytes | None) -> str:
+    return "" if raw is None else raw.decode("utf-8", errors="replace")
