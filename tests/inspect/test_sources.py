@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -79,11 +80,20 @@ def test_no_source_leaves_the_stacktrace_out_and_names_tensors_by_role(gpt2_expo
     assert any(re.fullmatch(r"constant of #\d+ aten::\S+", s) for s in sources)
 
 
+def test_the_cli_leaves_sources_out_with_no_source(tmp_path):
+    sample = Path(__file__).resolve().parents[2] / "samples" / "mlp.pt2"
+    for flag, kept in (("--source", True), ("--no-source", False)):
+        out = tmp_path / f"mlp{flag}.pte"
+        assert run_devplan("compile", str(sample), "-o", str(out), flag).returncode == 0
+        rows = devplan.inspect(out)["methods"][0]["instructions"]
+        assert all(bool(row["source"]) == kept for row in rows)
+
+
 def test_the_same_export_compiles_to_the_same_bytes(gpt2_export, gpt2_pte):
     assert devplan.compile(gpt2_export).data == gpt2_pte.read_bytes()
 
 
-def test_devplan_reads_the_frames_executorch_writes():
+def test_devplan_reads_the_frames_executorch_writes(tmp_path):
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
     module, args = hf_models.gpt2()[:2]
@@ -95,6 +105,11 @@ def test_devplan_reads_the_frames_executorch_writes():
     assert kernels and all(row["source"] and row["module"] is None for row in kernels)
     assert any(re.match(r"modeling_gpt2\.py:\d+ \S", row["source"]) for row in kernels)
     assert all(t["source"] for t in method["tensors"])
+    # no module names: the chart groups its many tensors by the instructions that made them
+    (tmp_path / "executorch.pte").write_bytes(data)
+    text = invoke("inspect", str(tmp_path / "executorch.pte")).stdout
+    assert "by block: unknown, the program names no modules" in text
+    assert re.search(r"^A made in #0-\d+ ×\d+ #\d+-\d+", text, re.MULTILINE)
 
 
 def test_the_peak_names_its_tensors_and_blocks(gpt2_pte):
