@@ -76,8 +76,8 @@ def _grid(steps: int, size: int, x, y, top: int) -> list[str]:
     """Ticks, labels and faint grid lines on both axes, and the axes' names."""
     parts = []
     every = _nice_step(steps / TICKS)
-    for step in range(0, steps + 1, every):
-        px = x(step)
+    for step in range(0, steps, every):  # at the middle of the instruction's column
+        px = x(step + 0.5)
         parts.append(f'<line x1="{px:.2f}" y1="{top + HEIGHT}" x2="{px:.2f}" y2="{top + HEIGHT + 5}" stroke="#555"/>')
         parts.append(f'<text x="{px:.2f}" y="{top + HEIGHT + 17}" text-anchor="middle">#{step}</text>')
     band = band_size(size, TICKS)
