@@ -148,3 +148,13 @@ def test_the_default_view_of_a_32_layer_gpt2_fits_two_screens(tmp_path):
     assert sorted(map(int, legend)) == list(range(32))  # the chart's glyphs stand for the 32 blocks
     doc = devplan.inspect(path)
     assert all(t["source"] for t in doc["methods"][0]["tensors"])
+
+
+def test_the_chrome_trace_names_instructions_and_tensors_by_source(gpt2_pte):
+    from devplan.inspect.trace import memory_trace
+
+    events = memory_trace(devplan.inspect(gpt2_pte))["traceEvents"]
+    slices = [event for event in events if event["ph"] == "X"]
+    assert all(event["args"]["source"] for event in slices)
+    assert any(event["args"]["source"] == "parameter transformer.wte.weight" or
+               event["args"]["source"].startswith("transformer.h.0.attn") for event in slices)
