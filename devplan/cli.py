@@ -106,8 +106,10 @@ def inspect_command(
 ) -> None:
     """Show what a .pte program holds, devplan's or ExecuTorch's.
 
-    Methods, planned buffers and their devices, tensors with offsets and lifetimes,
-    instructions, delegates, and a chart of each buffer's memory over time."""
+    Methods, planned buffers and their devices, what holds each buffer at its
+    peak (tensors, sources, the model's blocks), tensors with offsets, lifetimes
+    and sources, instructions with every argument, delegates, and a chart of
+    each buffer's memory over time."""
     from devplan.inspect import inspect
 
     doc = inspect(program, method=method, delegate=delegate)
