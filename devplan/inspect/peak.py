@@ -21,7 +21,8 @@ def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: di
                      "role": t["role"], "source": t["source"]})
         block = top_module(modules.get(t["value"])) if not t["role"].startswith("input") else "(inputs)"
         shares[block] = shares.get(block, 0) + own
-    row = instructions[at] if at is not None else None
+    # a method of no instructions still has its inputs alive "at" instruction 0
+    row = instructions[at] if at is not None and at < len(instructions) else None
     return {
         "mem_id": buffer["mem_id"],
         "device": buffer["device"],

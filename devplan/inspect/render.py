@@ -115,7 +115,7 @@ def _peak(method: dict, console: Console, exact_bytes: bool) -> None:
         if entry["instruction"] is None:
             console.print(head, Text(" (nothing held)", style="dim"))
             continue
-        head.append(f" at #{entry['instruction']} {entry['op']}")
+        head.append(f" at #{entry['instruction']}" + (f" {entry['op']}" if entry["op"] else ""))
         console.print(head)
         if entry["source"]:
             lines = _fold(tuple(re.findall(r"\S+(?: |$)", f"from {entry['source']}")), max(console.width - 4, 10))
