@@ -121,25 +121,6 @@ def to_program(planned: PlannedMethod, *, source: bool = True) -> tuple[ProgramT
     return program, segments
 
 
-def _stacktrace(method) -> list:
-    """One frame list per instruction: where it came from, and the user's names of the
-    inputs and weights it is the first to read."""
-    first_reader: dict[int, int] = {}
-    for at, kernel in enumerate(method.kernels):
-        for index in method.operands(kernel):
-            value = method.values[index]
-            if isinstance(value, TensorSpec) and value.name is not None and index not in first_reader:
-                first_reader[index] = at
-    names: dict[int, list] = {}
-    for index, value in enumerate(method.values):
-        # one that no kernel reads itself (read only through a view) is named on the first
-        if isinstance(value, TensorSpec) and value.name is not None:
-            names.setdefault(first_reader.get(index, 0), []).append((index, *value.name))
-    empty, cache = Source(), FrameCache()
-    return [frame_list(*astuple(kernel.source or empty), names.get(at, []), cache)
-            for at, kernel in enumerate(method.kernels)]
-
-
 def _delegate(delegate, segment: int) -> BackendDelegateT:
     entry = BackendDelegateT()
     entry.id = delegate.backend
@@ -171,6 +152,25 @@ def _instruction(call: KernelCallT | DelegateCallT) -> InstructionT:
     instruction.instrArgsType = kinds.KernelCall if isinstance(call, KernelCallT) else kinds.DelegateCall
     instruction.instrArgs = call
     return instruction
+
+
+def _stacktrace(method) -> list:
+    """One frame list per instruction: where it came from, and the user's names of the
+    inputs and weights it is the first to read."""
+    first_reader: dict[int, int] = {}
+    for at, kernel in enumerate(method.kernels):
+        for index in method.operands(kernel):
+            value = method.values[index]
+            if isinstance(value, TensorSpec) and value.name is not None and index not in first_reader:
+                first_reader[index] = at
+    names: dict[int, list] = {}
+    for index, value in enumerate(method.values):
+        # one that no kernel reads itself (read only through a view) is named on the first
+        if isinstance(value, TensorSpec) and value.name is not None:
+            names.setdefault(first_reader.get(index, 0), []).append((index, *value.name))
+    empty, cache = Source(), FrameCache()
+    return [frame_list(*astuple(kernel.source or empty), names.get(at, []), cache)
+            for at, kernel in enumerate(method.kernels)]
 
 
 def _tensor(spec: TensorSpec, data_index: int) -> TensorT:
