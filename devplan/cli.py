@@ -82,6 +82,10 @@ def inspect_command(
     exact_bytes: Annotated[
         bool, typer.Option("--bytes", help="Show every size as an exact byte count instead of KiB/MiB.")
     ] = False,
+    shapes: Annotated[
+        bool, typer.Option("--shapes", help="In instructions, show each tensor argument with its dtype and shape "
+                           "(v12:float32[1×8×32]).")
+    ] = False,
     delegate: Annotated[
         Optional[int],
         typer.Option("--delegate", "-d", metavar="N", min=0, help="Show the program inside delegate N's payload "
@@ -102,8 +106,10 @@ def inspect_command(
 ) -> None:
     """Show what a .pte program holds, devplan's or ExecuTorch's.
 
-    Methods, planned buffers and their devices, tensors with offsets and lifetimes,
-    instructions, delegates, and a chart of each buffer's memory over time."""
+    Methods, planned buffers and their devices, what holds each buffer at its
+    peak (tensors, sources, the model's blocks), tensors with offsets, lifetimes
+    and sources, instructions with every argument, delegates, and a chart of
+    each buffer's memory over time."""
     from devplan.inspect import inspect
 
     doc = inspect(program, method=method, delegate=delegate)
@@ -128,8 +134,11 @@ def inspect_command(
 
     from devplan.inspect.units import printable_tree
 
-    render(printable_tree(doc), Console(highlight=False), chosen or inspect_sections.DEFAULT_SECTIONS,
-           exact_bytes=exact_bytes)
+    chosen = chosen or inspect_sections.DEFAULT_SECTIONS
+    # only the lists the views draw from are made printable (a large program's instructions take seconds)
+    kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
+    render(printable_tree(kept), Console(highlight=False), chosen,
+           exact_bytes=exact_bytes, shapes=shapes)
 
 
 Budgets = Annotated[
@@ -174,6 +183,10 @@ def compile_command(
                            "that device, and return results from the device their delegate made them on; the caller's "
                            "copies in and out replace et_copy ops.")
     ] = False,
+    source: Annotated[
+        bool, typer.Option("--source/--no-source", help="Keep, per instruction, the module, op and source line it came "
+                           "from, and the names of inputs and weights, in the program's stacktrace (inspect shows them).")
+    ] = True,
     dump_dir: Annotated[
         Optional[Path],
         typer.Option("--dump-dir", metavar="DIR", help="Write the program after each stage to DIR, one readable file per stage.", show_default=False),
@@ -197,7 +210,7 @@ def compile_command(
     status = _progress(json_output)
     with status:
         result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, reorder=reorder,
-                         delegates=backends, device_io=device_io, dump_dir=dump_dir,
+                         delegates=backends, device_io=device_io, source=source, dump_dir=dump_dir,
                          on_stage=lambda name: status.update(f"devplan compile: {name}..."))
     summary = result.summary()
     if json_output:

@@ -53,9 +53,9 @@ class CompileResult:
         }
 
 
-def compile(source, output: str | os.PathLike | None = None, *, alignment: int = 16, planner: str = "best",
+def compile(model, output: str | os.PathLike | None = None, *, alignment: int = 16, planner: str = "best",
             budgets: Mapping[str, int] | None = None, inplace: bool = True, reorder: bool = True,
-            delegates: Sequence["Backend | str"] = (), device_io: bool = False,
+            delegates: Sequence["Backend | str"] = (), device_io: bool = False, source: bool = True,
             dump_dir: str | os.PathLike | None = None, on_stage: Callable[[str], None] | None = None) -> CompileResult:
     """Compile a .pt2 path or an ExportedProgram to an ET12 program. Writes `output` when
     given (atomically); nothing is written when any stage fails. `delegates` are backends
@@ -63,7 +63,8 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     supports, in turn, to run them on its device; with `device_io`, inputs only they read are
     planned on their device and their results are returned from there. `reorder` runs the
     instructions in the order that holds the fewest bytes at once, `inplace` lets results
-    take the bytes of inputs that die with them."""
+    take the bytes of inputs that die with them. `source` keeps, per instruction, the module,
+    op and line it came from, and the user's names of inputs and weights (ET12's stacktrace)."""
     from devplan.emit.build import build_method
     from devplan.emit.delegate import compile_delegates
     from devplan.emit.program import to_program
@@ -100,7 +101,7 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
             _dump(Path(dump_dir), len(seconds), name, result if result is not None else args[0])
         return result
 
-    ep = stage("load", load, source) if isinstance(source, (str, os.PathLike)) else source
+    ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     low = stage("split", from_exported, ep)
     stage("decompose", decompose, low.gm)
     stage("fold", fold_constants, low)
@@ -109,12 +110,12 @@ def compile(source, output: str | os.PathLike | None = None, *, alignment: int =
     if backends:
         low = stage("partition", partition, low, backends)
         low = stage("delegates", compile_delegates, low, alignment=alignment, planner=planner, inplace=inplace,
-                    reorder=reorder)
+                    reorder=reorder, source=source)
     method = stage("build", build_method, low, device_io=device_io)
     for name, run in method_passes(inplace=inplace, reorder=reorder, alignment=alignment):
         method = stage(name, run, method)
     planned = stage("plan", plan_method, method, alignment=alignment, algorithm=planner, budgets=budgets)
-    program, segments = stage("emit", to_program, planned)
+    program, segments = stage("emit", to_program, planned, source=source)
     data = stage("serialize", dumps_pte, program, segments)
     path = Path(output) if output is not None else None
     if path is not None:

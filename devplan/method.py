@@ -38,11 +38,25 @@ Value = TensorSpec | int | float | bool | str | None | IntList | DoubleList | Bo
 
 
 @dataclass(frozen=True)
+class Source:
+    """Where a kernel call came from in the user's model; the program keeps it in ET12's
+    Chain.stacktrace (devplan/pte/frames.py) so that inspect can name tensors after layers."""
+    module: str = ""     # path of the innermost nn.Module, e.g. "model.layers.3.self_attn.q_proj"; "" for the root
+    kind: str = ""       # that module's class name, e.g. "Linear"
+    op: str = ""         # the user's op the call was lowered from, e.g. "aten.linear.default"
+    file: str = ""       # innermost frame of the export's stack_trace, as torch wrote it; "" when none
+    line: int = 0
+    function: str = ""
+    code: str = ""       # the source line there
+
+
+@dataclass(frozen=True)
 class Kernel:
     op: str                 # runtime name, e.g. "aten::add.out"; for a delegate call, its backend
     args: tuple[int, ...]   # value indices; a delegate call's are its inputs, then its outputs
     node: str               # graph node it came from, for messages and dumps
     delegate: int | None = None  # index into Method.delegates when this calls a delegate
+    source: Source | None = None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from devplan.dtypes import ITEMSIZE
 from devplan.errors import DevplanError
@@ -63,6 +63,9 @@ class TensorSpec:
     alias_of: int | None = None
     alias_offset: int = 0
     dynamic: bool = False  # shape is the upper bound of a dynamic shape; the runtime may hold less
+    # the user's name, for inputs and weights: (role, name), e.g. ("parameter", "lm_head.weight");
+    # it tells people which tensor this is and changes nothing about where it lives
+    name: tuple[str, str] | None = field(default=None, compare=False)
 
     @property
     def nbytes(self) -> int:

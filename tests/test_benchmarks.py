@@ -138,3 +138,18 @@ def test_quantized_table_compares_the_same_quantized_program(capsys: pytest.Capt
         assert float(row[7]) == pytest.approx(devplan_planned / executorch_planned, rel=2e-3)
         assert int(row[8]) > 0 and int(row[9]) > 0  # both store the int8 weights
     assert "of 2; geometric mean planned ratio" in out
+
+
+def test_inspect_scale_compares_each_view_with_executorchs_deserializer(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import inspect_scale
+
+    assert inspect_scale.main(["--sizes", "64", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [row["view"] for row in rows] == list(inspect_scale.VIEWS)
+    for row in rows:
+        assert row["tensors"] == 64 and row["devplan_seconds"] > 0 and row["executorch_seconds"] > 0
+        assert row["time_ratio"] == pytest.approx(row["devplan_seconds"] / row["executorch_seconds"])
+        assert row["memory_ratio"] == pytest.approx(row["devplan_mb"] / row["executorch_mb"])
+    program = devplan.inspect(inspect_scale.synthetic(64))["methods"][0]
+    assert sum(1 for t in program["tensors"] if t["mem_id"] is not None) == 65  # the input and 64 results
+    assert all(t["source"] for t in program["tensors"])

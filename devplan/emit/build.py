@@ -3,6 +3,7 @@ schema (schema arguments, then the returned values), as the runtime unpacks them
 from __future__ import annotations
 
 import operator
+import re
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -12,8 +13,8 @@ from devplan.errors import DevplanError
 from devplan.ops import (BACKEND_ID, ET_VIEW, KERNELS, NUMBER_OPS, SAME_BYTES, is_view, kernel_name, out_schema,
                          schema_name)
 from devplan.passes.graph import Lowered
-from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, TensorList,
-                            Value)
+from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, Source,
+                            TensorList, Value)
 from devplan.spec import CPU, Device, TensorSpec
 
 
@@ -91,6 +92,7 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
     gm = low.gm
     updates, user_outputs = low.results()
     for node in gm.graph.nodes:
+        emitted = len(b.kernels)
         if node.op == "placeholder" and node.name in low.constants and node.users:
             b.of_node[node] = b.tensor(low.constants[node.name], constant=True)
             b.constants[b.of_node[node]] = low.constants[node.name]
@@ -112,18 +114,45 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
             _emit_call(b, node)
         elif node.op == "call_module":
             _emit_delegate(b, node, low)
+        if node.op == "placeholder" and node in b.of_node and node.name in low.names:
+            _name(b, b.of_node[node], low.names[node.name])
+        # every call a node became, its copies to and from devices too, came from the user's node
+        if len(b.kernels) > emitted:
+            where = source_of(node)
+            b.kernels[emitted:] = [replace(kernel, source=where) for kernel in b.kernels[emitted:]]
     placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
     for target, value in updates.items():  # state, then mutated inputs, take their new values in place
         updated = b.of_node[placeholders[target]]
         copy = torch.ops.aten.copy_.default
         args = (updated, _arg(b, value, copy._schema.arguments[1].type, target), b.scalar(False))
-        b.kernels.append(Kernel(kernel_name(copy), args + (updated,), target))
+        b.kernels.append(Kernel(kernel_name(copy), args + (updated,), target,
+                                source=Source(op=f"update of {low.names.get(target, ('', target))[1]}")))
     inputs = tuple(b.of_node[placeholders[name]] for name in low.inputs)
     # as in ExecuTorch, a mutated input is also returned, ahead of the user's outputs
     mutated = tuple(b.of_node[placeholders[name]] for name in low.mutated)
     outputs = (*mutated, *(_output(b, value, device_io) for value in user_outputs))
     return _compact(Method(name, tuple(b.values), tuple(b.kernels), inputs, outputs, b.constants, b.state,
                            low.in_spec, low.out_spec, tuple(b.delegates), mutated))
+
+
+def _name(b: _Builder, index: int, name: tuple[str, str]) -> None:
+    if isinstance(b.values[index], TensorSpec):
+        b.values[index] = replace(b.values[index], name=name)
+
+
+_FRAME = re.compile(r'File "(.*?)", line (\d+), in (.*?)\n([^\n]*)')
+
+
+def source_of(node: torch.fx.Node) -> Source:
+    """Where the user's model made `node`: the innermost module of the export's nn_module_stack
+    (path and class), the user's op, and the innermost frame of its stack_trace."""
+    modules = list((node.meta.get("nn_module_stack") or {}).values())
+    path, kind = modules[-1] if modules else ("", "")
+    kind = kind if isinstance(kind, str) else getattr(kind, "__qualname__", str(kind))
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    file, line, function, code = frames[-1] if frames else ("", "0", "", "")
+    op = node.meta.get("devplan_origin", (node.name, str(node.target)))[1]
+    return Source(path, kind.rpartition(".")[2], op, file, int(line), function, code.strip())
 
 
 def _compact(method: Method) -> Method:

@@ -35,25 +35,28 @@ class Payload:
 
 
 def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best", inplace: bool = True,
-                      reorder: bool = True) -> Lowered:
+                      reorder: bool = True, source: bool = True) -> Lowered:
     """Every delegate call's Payload, planned with the same options as the program."""
     payloads = {}
     for node in low.gm.graph.nodes:
         if node.op == "call_module":
             try:
-                payloads[node.target] = _payload(low, node, alignment, planner, inplace, reorder)
+                payloads[node.target] = _payload(low, node, alignment, planner, inplace, reorder, source)
             except DevplanError as error:
                 raise DevplanError(f"{node.target} (the ops delegated to {low.backends[node.target].device}): "
                                    f"{error}") from None
     return replace(low, payloads=payloads)
 
 
-def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str, inplace: bool, reorder: bool) -> Payload:
+def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str, inplace: bool, reorder: bool,
+             source: bool) -> Payload:
     sub = copy.deepcopy(low.gm.get_submodule(node.target))
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
-    constants, inputs, runtime_args = {}, [], []
+    constants, inputs, runtime_args, names = {}, [], [], {}
     for placeholder, arg in zip(placeholders, node.args):
         placeholder.meta.setdefault("val", arg.meta.get("val"))
+        if arg.name in low.names:  # a weight that moves into the payload keeps the user's name
+            names[placeholder.name] = low.names[arg.name]
         data = (low.constants.get(arg.name) if arg.op == "placeholder"
                 else getattr(low.gm, arg.target) if arg.op == "get_attr" else None)
         if data is not None:
@@ -66,7 +69,7 @@ def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str, in
     output.args = (tuple(results),)
     sub.recompile()
     in_spec, out_spec = _flat_spec((tuple(inputs), {})), _flat_spec(tuple(results))
-    method = build_method(Lowered(sub, constants, {}, tuple(inputs), in_spec, out_spec))
+    method = build_method(Lowered(sub, constants, {}, tuple(inputs), in_spec, out_spec, names=names))
     device = low.backends[node.target].device
     method = method.with_specs({i: replace(v, device=device) for i, v in enumerate(method.values)
                                 if isinstance(v, TensorSpec) and not v.constant})
@@ -74,8 +77,8 @@ def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str, in
         method = run(method)
     planned = plan_method(method, alignment=alignment, algorithm=planner, home=device, borrowed_io=True)
     # everything the payload plans is on its one device: one buffer, or none
-    return Payload(dumps_pte(*to_program(planned)), tuple(runtime_args), sum(b.size for b in planned.buffers),
-                   sum(b.lower_bound for b in planned.buffers))
+    return Payload(dumps_pte(*to_program(planned, source=source)), tuple(runtime_args),
+                   sum(b.size for b in planned.buffers), sum(b.lower_bound for b in planned.buffers))
 
 
 def _flat_spec(tree) -> str:

@@ -3,12 +3,14 @@ per-buffer sizes and devices, and the constant data laid out as a segment."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import astuple
 
 import torch
 
 from devplan.dtypes import code_of
-from devplan.method import BoolList, DoubleList, IntList, OptionalTensorList, TensorList
+from devplan.method import BoolList, DoubleList, IntList, OptionalTensorList, Source, TensorList
 from devplan.planning.assign import PlannedMethod
+from devplan.pte.frames import FrameCache, frame_list
 from devplan.pte.fb import KernelTypes, InstructionArguments
 from devplan.pte.fb.AllocationDetails import AllocationDetailsT
 from devplan.pte.fb.BackendDelegate import BackendDelegateT
@@ -64,9 +66,10 @@ class _Blob:
         return self.index[key]
 
 
-def to_program(planned: PlannedMethod) -> tuple[ProgramT, list[bytes]]:
+def to_program(planned: PlannedMethod, *, source: bool = True) -> tuple[ProgramT, list[bytes]]:
     """The program and its data segments (constants, initial state if any is non-zero, then
-    one per delegate payload)."""
+    one per delegate payload). `source` keeps where each instruction came from in the chain's
+    stacktrace (devplan/pte/frames.py)."""
     method = planned.method
     constants, state = _Blob(), _Blob()
     data_index = {i: constants.add(t) for i, t in method.constants.items()}
@@ -91,6 +94,7 @@ def to_program(planned: PlannedMethod) -> tuple[ProgramT, list[bytes]]:
     plan.inputs, plan.outputs = list(method.inputs), list(method.outputs)
     chain = ChainT()
     chain.inputs, chain.outputs, chain.instructions = [], [], instructions
+    chain.stacktrace = _stacktrace(method) if source else None
     plan.chains = [chain]
     plan.operators = [_operator(name) for name in operators]
     plan.nonConstBufferSizes = [0] + [b.size for b in planned.buffers]
@@ -149,6 +153,25 @@ def _instruction(call: KernelCallT | DelegateCallT) -> InstructionT:
     instruction.instrArgsType = kinds.KernelCall if isinstance(call, KernelCallT) else kinds.DelegateCall
     instruction.instrArgs = call
     return instruction
+
+
+def _stacktrace(method) -> list:
+    """One frame list per instruction: where it came from, and the user's names of the
+    inputs and weights it is the first to read."""
+    first_reader: dict[int, int] = {}
+    for at, kernel in enumerate(method.kernels):
+        for index in method.operands(kernel):
+            value = method.values[index]
+            if isinstance(value, TensorSpec) and value.name is not None and index not in first_reader:
+                first_reader[index] = at
+    names: dict[int, list] = {}
+    for index, value in enumerate(method.values):
+        # one that no kernel reads itself (read only through a view) is named on the first
+        if isinstance(value, TensorSpec) and value.name is not None:
+            names.setdefault(first_reader.get(index, 0), []).append((index, *value.name))
+    empty, cache = Source(), FrameCache()
+    return [frame_list(*astuple(kernel.source or empty), names.get(at, []), cache)
+            for at, kernel in enumerate(method.kernels)]
 
 
 def _tensor(spec: TensorSpec, data_index: int) -> TensorT:

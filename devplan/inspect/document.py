@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import functools
 import math
-from bisect import bisect_left
 from collections import Counter
 
 from devplan import dtypes
 from devplan.errors import DevplanError
+from devplan.inspect.overlap import LatestWrites, meeting
+from devplan.inspect.peak import peak
+from devplan.inspect.sources import argument_text, chain_origins, source_text, tensor_source
 from devplan.pte import PteFile
 from devplan.pte.reader import ints, text
 from devplan.pte.window import read_window
@@ -106,15 +108,21 @@ def _named_segments(program) -> dict[int, int]:
 
 def _method(pte, plan_index: int, plan) -> dict:
     values = list(plan.values or ())
-    instructions = [
-        instruction for chain in plan.chains or () for instruction in chain.instructions or ()
-    ]
+    chains = list(plan.chains or ())
+    instructions = [instruction for chain in chains for instruction in chain.instructions or ()]
+    origins = [where for index, chain in enumerate(chains)
+               for where in chain_origins(pte, plan_index, index, len(chain.instructions or ()))]
     inputs, outputs = ints(plan.inputs), ints(plan.outputs)
     operators = [
         {"index": index, "name": text(op.name), "overload": text(op.overload)}
         for index, op in enumerate(plan.operators or ())
     ]
     instruction_rows = [_instruction(index, instruction, operators) for index, instruction in enumerate(instructions)]
+    writers = _first_writers(values, instruction_rows)
+    for row, where in zip(instruction_rows, origins):
+        # "" is the model itself (a module frame naming only its class); None: no module frame
+        row["source"], row["module"] = source_text(where), where.module if where and (where.module or where.kind) else None
+        row["arguments"] = [argument_text(values, arg, writers) for arg in row["args"]]
     lifetimes = _lifetimes(values, instruction_rows, inputs, outputs)
     written = _written(values, instruction_rows, inputs)
     read = {value for row in instruction_rows for value in _with_items(values, row["args"])}
@@ -142,6 +150,12 @@ def _method(pte, plan_index: int, plan) -> dict:
                 [w for w in windows if w["mem_id"] == mem_id])
         for mem_id in range(1, len(sizes))
     ]
+    _name_tensors(tensors, instruction_rows, writers, origins, inputs, outputs)
+    for t in tensors:
+        t["module"] = _module_of(t, instruction_rows, writers)
+    modules = {t["value"]: t["module"] for t in tensors}
+    peaks = [peak(buffer, [t for t in tensors if t["mem_id"] == buffer["mem_id"]], instruction_rows, modules)
+             for buffer in buffers]
     return {
         "name": text(plan.name),
         "inputs": inputs,
@@ -155,11 +169,40 @@ def _method(pte, plan_index: int, plan) -> dict:
         "values": dict(sorted(Counter(_VALUE_KINDS.get(v.valType, f"kind({v.valType})") for v in values).items())),
         "buffers": [{key: b[key] for key in b if key != "_live"} for b in buffers],
         "devices": _devices(buffers, delegates, len(instructions)),
+        "peak": peaks,
         "tensors": tensors,
         "instructions": instruction_rows,
         "operators": operators,
         "delegates": delegates,
     }
+
+
+def _first_writers(values, instructions: list[dict]) -> dict[int, int]:
+    """value -> the first instruction that writes it (see _written)."""
+    first: dict[int, int] = {}
+    for row in instructions:
+        for arg in row["args"][-1:] if row["kind"] == "kernel" else row["args"]:
+            first.setdefault(arg, row["index"])
+            if 0 <= arg < len(values) and values[arg].valType in _LIST_KINDS:
+                for item in ints(values[arg].val.items):
+                    first.setdefault(item, row["index"])
+    return first
+
+
+def _name_tensors(tensors, instructions, writers, origins, inputs, outputs) -> None:
+    """Each tensor's `source`: the user's names the frames give (inputs, weights), else its
+    role and the instruction that first writes it."""
+    names = {index: (role, name) for where in origins if where for index, role, name in where.names}
+    position = {value: i for i, value in enumerate(outputs)}
+    position.update({value: i for i, value in enumerate(inputs)})
+    for t in tensors:
+        t["source"] = tensor_source(t, instructions, writers.get(t["value"]), names, position)
+
+
+def _module_of(tensor: dict, instructions: list[dict], writers: dict[int, int]) -> str | None:
+    """The module whose instruction wrote the tensor's bytes."""
+    at = writers.get(tensor["value"], tensor["held"][0] if tensor["held"] else None)
+    return instructions[at]["module"] if at is not None and at < len(instructions) else None
 
 
 def _instruction(index: int, instruction, operators: list[dict]) -> dict:
@@ -294,10 +337,8 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
     tensors; `_live` (for the device totals) is the bound's aligned intervals."""
     placed = [t for t in tensors if t["mem_id"] == mem_id]
     timed = [t for t in placed if t["lifetime"] is not None]
-    sharing = _sharing(timed)
-    for i in sorted(range(len(timed)), key=lambda i: timed[i]["lifetime"][0]):
-        if timed[i]["value"] not in written:
-            timed[i]["held"][0] = _held_since(i, timed, sharing(i), timed[i]["value"] in read)
+    _hold_views(timed, written, read)
+    sharing = meeting(timed)
     by_start = sorted(timed + windows, key=lambda t: t["held"][0])
     peak, peak_instruction = 0, None
     alive: list[dict] = []
@@ -321,22 +362,6 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
         "peak_instruction": peak_instruction,
         **_lower_bound(timed, sharing, size, windows),
     }
-
-
-def _sharing(timed: list[dict]):
-    """sharing(i): the tensors whose bytes meet tensor i's."""
-    ranges = [(t["offset"], t["offset"] + t["nbytes"]) for t in timed]
-    by_offset = sorted(range(len(timed)), key=lambda i: ranges[i])
-    widest = max((end - start for start, end in ranges), default=0)
-    starts = [ranges[i][0] for i in by_offset]
-
-    def sharing(i: int):
-        start, end = ranges[i]
-        for j in by_offset[bisect_left(starts, start - widest):bisect_left(starts, end)]:
-            if j != i and ranges[j][0] < end and ranges[j][1] > start:
-                yield j
-
-    return sharing
 
 
 _MIN_ALIGNMENT, _MAX_ALIGNMENT = 16, 4096
@@ -438,28 +463,28 @@ def _devices(buffers: list[dict], delegates: list[dict], steps: int) -> list[dic
     return rows
 
 
-def _held_since(view: int, timed: list[dict], sharing, read: bool) -> int:
-    """When the bytes a view reads were last written: each byte holds what the latest tensor
-    over it that started before the view's first use put there, and the view needs them all.
-    An instruction reads its arguments before it writes; a view no instruction reads (an
-    output the caller reads after the run) sees the writes of its first instruction too."""
-    first = timed[view]["held"][0]
-    before = first if read else first + 1
-    uncovered = [(timed[view]["offset"], timed[view]["offset"] + timed[view]["nbytes"])]
-    since = first
-    for j in sorted((j for j in sharing if timed[j]["held"][0] < before), key=lambda j: -timed[j]["held"][0]):
-        start, end = timed[j]["offset"], timed[j]["offset"] + timed[j]["nbytes"]
-        left = []
-        for a, b in uncovered:
-            if a < end and start < b:
-                since = timed[j]["held"][0]
-                left += [piece for piece in ((a, start), (end, b)) if piece[0] < piece[1]]
-            else:
-                left.append((a, b))
-        uncovered = left
-        if not uncovered:
-            break
-    return since
+def _hold_views(timed: list[dict], written: set[int], read: set[int]) -> None:
+    """A view (a tensor no instruction writes) holds its bytes from when they were last written:
+    each byte holds what the latest tensor over it that started before the view's first use
+    put there, and the view needs them all. An instruction reads its arguments before it
+    writes; a view no instruction reads (an output the caller reads after the run) sees the
+    writes of its first instruction too."""
+    latest = LatestWrites()
+    order = sorted(range(len(timed)), key=lambda i: timed[i]["held"][0])
+    painted = 0
+    for i in sorted(range(len(timed)), key=lambda i: timed[i]["lifetime"][0]):
+        t = timed[i]
+        if t["value"] in written:
+            continue
+        first = t["held"][0]
+        before = first if t["value"] in read else first + 1
+        while painted < len(order) and timed[order[painted]]["held"][0] < before:
+            j = order[painted]
+            if timed[j]["value"] in written:
+                latest.paint(timed[j]["offset"], timed[j]["offset"] + timed[j]["nbytes"], timed[j]["held"][0])
+            painted += 1
+        t["held"][0] = latest.earliest(t["offset"], t["offset"] + t["nbytes"], first)
+        latest.paint(t["offset"], t["offset"] + t["nbytes"], t["held"][0])
 
 
 def union_size(ranges: list[tuple[int, int]]) -> int:

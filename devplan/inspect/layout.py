@@ -13,6 +13,7 @@ from rich.columns import Columns
 from rich.console import Group
 from rich.text import Text
 
+from devplan.inspect.sources import top_module
 from devplan.inspect.units import size_text
 
 GLYPHS = string.ascii_uppercase + string.ascii_lowercase + string.digits
@@ -23,6 +24,7 @@ PALETTE = (
     "bright_cyan", "bright_magenta", "bright_yellow", "bright_green", "blue", "red",
 )
 MAX_COLUMNS_PER_INSTRUCTION = 4
+BANDS = 26  # runs of instructions a chart of a program without sources groups its tensors by
 
 
 @dataclass(frozen=True)
@@ -36,11 +38,12 @@ class Occupant:
     end: int
     first: int
     last: int
+    group: int  # glyph number: the tensor's own, or its group's (see _groups)
 
 
 def layout_chart(method: dict, buffer: dict, width: int = 80, rows: int = 16, exact_bytes: bool = False) -> Group:
     """The chart of one buffer of one method, with its legend, fitted to width columns."""
-    occupants = _occupants(method, buffer["mem_id"])
+    occupants, names = _occupants(method, buffer["mem_id"])
     instruction_count = method["counts"]["instructions"]
     title = Text.assemble(
         (f"buffer {buffer['mem_id']}", "bold"),
@@ -50,7 +53,7 @@ def layout_chart(method: dict, buffer: dict, width: int = 80, rows: int = 16, ex
     )
     if buffer["size"] <= 0 or instruction_count == 0 or not occupants:
         return Group(title, Text("  (no live tensors to draw)", style="dim"))
-    band = _band_size(buffer["size"], rows)
+    band = band_size(buffer["size"], rows)
     rows = math.ceil(buffer["size"] / band)
     labels = [size_text(row * band, exact_bytes) for row in range(rows)]
     label_width = max(len(label) for label in labels)
@@ -73,11 +76,11 @@ def layout_chart(method: dict, buffer: dict, width: int = 80, rows: int = 16, ex
     else:
         across = f"one column = {per_column} instruction{'s' if per_column > 1 else ''}"
     lines.append(Text(f"{'':>{label_width}}   one row = {size_text(band, exact_bytes)}; {across}", style="dim"))
-    lines.append(Columns([_legend_entry(o, exact_bytes) for o in occupants], padding=(0, 2)))
+    lines.append(_legend(occupants, names, exact_bytes))
     return Group(*lines)
 
 
-def _band_size(size: int, rows: int) -> int:
+def band_size(size: int, rows: int) -> int:
     """Bytes per row: the smallest 2**k or 3 * 2**k that fits the buffer in at most rows rows,
     so that row labels land on round offsets."""
     needed = math.ceil(size / rows)
@@ -86,24 +89,46 @@ def _band_size(size: int, rows: int) -> int:
     return three_quarters if three_quarters >= needed else power
 
 
-def _occupants(method: dict, mem_id: int) -> list[Occupant]:
+def _occupants(method: dict, mem_id: int) -> tuple[list[Occupant], list[str] | None]:
+    """The tensors to draw, and the names of their groups when glyphs stand for groups."""
     placed = [
         t for t in method["tensors"]
         if t["mem_id"] == mem_id and t["lifetime"] is not None and t["nbytes"] > 0
     ]
     placed.sort(key=lambda t: t["value"])
-    return [
+    groups, names = _groups(placed)
+    occupants = [
         Occupant(
-            glyph=GLYPHS[index % len(GLYPHS)],
-            style=f"black on {PALETTE[index % len(PALETTE)]}",
+            glyph=GLYPHS[group % len(GLYPHS)],
+            style=f"black on {PALETTE[group % len(PALETTE)]}",
             value=t["value"],
             start=t["offset"],
             end=t["offset"] + t["nbytes"],
             first=t["held"][0],
             last=t["held"][1],
+            group=group,
         )
-        for index, t in enumerate(placed)
+        for t, group in zip(placed, groups)
     ]
+    return occupants, names
+
+
+def _groups(placed: list[dict]) -> tuple[list[int], list[str] | None]:
+    """A glyph number per tensor: its own while glyphs last; beyond, one per block of the
+    model (top-level module) that made them, in the order they start, or, for programs
+    without sources or with more blocks than glyphs, one per run of instructions in which
+    they start. The group names, or None for one glyph per tensor."""
+    if len(placed) <= len(GLYPHS):
+        return list(range(len(placed))), None
+    blocks = [top_module(t.get("module")) for t in placed]
+    names = list(dict.fromkeys(name for _, name in sorted(zip((t["held"][0] for t in placed), blocks))))
+    if len(names) <= len(GLYPHS) and any(t.get("module") for t in placed):
+        number = {name: i for i, name in enumerate(names)}
+        return [number[block] for block in blocks], names
+    span = math.ceil((max(t["held"][0] for t in placed) + 1) / BANDS)
+    bands = sorted({t["held"][0] // span for t in placed})
+    number = {band: i for i, band in enumerate(bands)}
+    return [number[t["held"][0] // span] for t in placed], [f"made in #{b * span}-{b * span + span - 1}" for b in bands]
 
 
 def _columns(instruction_count: int, available: int) -> list[tuple[int, int]]:
@@ -140,6 +165,21 @@ def _occupant_of(alive: list[Occupant], low: int, high: int) -> Occupant | None:
             if best is None or occupant.end - occupant.start < best.end - best.start:
                 best = occupant
     return best
+
+
+def _legend(occupants: list[Occupant], names: list[str] | None, exact_bytes: bool) -> Columns | Group:
+    if names is None:
+        return Columns([_legend_entry(o, exact_bytes) for o in occupants], padding=(0, 2))
+    members: dict[int, list[Occupant]] = {}
+    for occupant in occupants:
+        members.setdefault(occupant.group, []).append(occupant)
+    entries = []
+    for group, mine in sorted(members.items()):
+        first, last = min(o.first for o in mine), max(o.last for o in mine)
+        entries.append(Text.assemble((mine[0].glyph, mine[0].style), f" {names[group]} ",
+                                     (f"×{len(mine)} #{first}-{last}", "dim")))
+    return Group(Text("each glyph: a group of tensors, ×how many, #held from-to", style="dim"),
+                 Columns(entries, padding=(0, 2)))
 
 
 def _legend_entry(occupant: Occupant, exact_bytes: bool) -> Text:

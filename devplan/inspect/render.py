@@ -19,9 +19,13 @@ from devplan.inspect.units import size_text
 
 
 
-def render(doc: dict, console: Console, sections: Sequence[str] = DEFAULT_SECTIONS, exact_bytes: bool = False) -> None:
-    """Print the chosen sections of doc, in SECTIONS order; exact_bytes shows every size in bytes."""
+def render(doc: dict, console: Console, sections: Sequence[str] = DEFAULT_SECTIONS, exact_bytes: bool = False,
+           shapes: bool = False) -> None:
+    """Print the chosen sections of doc, in SECTIONS order; exact_bytes shows every size in
+    bytes, shapes each tensor argument of an instruction with its dtype and shape."""
     chosen = [section for section in SECTIONS if section in sections]
+    if shapes:
+        doc = {**doc, "methods": [_with_shapes(method) for method in doc["methods"]]}
     if "summary" in chosen:
         _summary(doc, console, exact_bytes)
     for method in doc["methods"]:
@@ -31,6 +35,17 @@ def render(doc: dict, console: Console, sections: Sequence[str] = DEFAULT_SECTIO
         console.print(Rule(Text(f"method {method['name']}", style="bold"), align="left"))
         for section in per_method:
             _VIEWS[section](method, console, exact_bytes)
+
+
+def _with_shapes(method: dict) -> dict:
+    """The method with its instructions' tensor arguments as vN:dtype[shape]."""
+    described = {t["value"]: f"v{t['value']}:{t['dtype']}[{'×'.join(map(str, t['shape']))}]" for t in method["tensors"]}
+
+    def shaped(argument: str) -> str:
+        return re.sub(r"v(\d+)", lambda match: described.get(int(match[1]), match[0]), argument)
+
+    rows = [{**row, "arguments": [shaped(argument) for argument in row["arguments"]]} for row in method["instructions"]]
+    return {**method, "instructions": rows}
 
 
 def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
@@ -92,6 +107,48 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
                           f"{size_text(device['lower_bound'], exact_bytes)}, size/bound {ratio}")
 
 
+PEAK_ROWS = 10  # tensors listed at a peak; --json has them all
+
+
+def _peak(method: dict, console: Console, exact_bytes: bool) -> None:
+    if not method["peak"]:
+        console.print(Text("peak: no planned buffers", style="dim"))
+        return
+    for entry in method["peak"]:
+        size = next(b["size"] for b in method["buffers"] if b["mem_id"] == entry["mem_id"])
+        head = Text.assemble(("peak", "bold"), f" of buffer {entry['mem_id']} ({entry['device']}): ",
+                             f"{size_text(entry['bytes'], exact_bytes)} of {size_text(size, exact_bytes)}")
+        if entry["instruction"] is None:
+            console.print(head, Text(" (nothing held)", style="dim"))
+            continue
+        head.append(f" at #{entry['instruction']}" + (f" {entry['op']}" if entry["op"] else ""))
+        console.print(head)
+        if entry["source"]:
+            lines = _fold(tuple(re.findall(r"\S+(?: |$)", f"from {entry['source']}")), max(console.width - 4, 10))
+            console.print(Text("\n".join(f"  {line}" if i == 0 else f"    {line}" for i, line in enumerate(lines)),
+                               style="dim"))
+        total = max(entry["bytes"], 1)
+        shares = [f"{m['module']} {_percent(m['bytes'] / total)}" for m in entry["modules"]]
+        if any(m["module"] not in ("(no module)", "(inputs)") for m in entry["modules"]):
+            console.print(Text("  by block: " + ", ".join(shares[:6]) + (f", {len(shares) - 6} more" if len(shares) > 6 else "")))
+        else:
+            console.print(Text("  by block: unknown, the program names no modules", style="dim"))
+        table = _Table(f"held at #{entry['instruction']}, largest first", ("value", "right"), ("bytes", "right"),
+                       ("held", "left"), ("source", "left"))
+        for t in entry["tensors"][:PEAK_ROWS]:
+            table.add_row(f"v{t['value']}", size_text(t["nbytes"], exact_bytes), f"#{t['held'][0]}-{t['held'][1]}",
+                          tuple(re.findall(r"\S+(?: |$)", t["source"])))
+        table.print(console)
+        rest = entry["tensors"][PEAK_ROWS:]
+        if rest:
+            console.print(Text(f"  and {len(rest)} more ({size_text(sum(t['own_bytes'] for t in rest), exact_bytes)}); "
+                               f"--json has them all", style="dim"))
+
+
+def _percent(share: float) -> str:
+    return "<1%" if share < 0.005 else f"{100 * share:.0f}%"
+
+
 def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
     if not method["tensors"]:
         console.print(Text("tensors: none", style="dim"))
@@ -138,7 +195,12 @@ def _instructions(method: dict, console: Console, exact_bytes: bool) -> None:
     label = len(f"#{method['instructions'][-1]['index']}")
     room = max(console.width - label - 1, 10)
     text = Text()
+    source = None
     for row in method["instructions"]:
+        if row["source"] and row["source"] != source:  # a line per stretch of instructions from one place
+            source = row["source"]
+            text.append(" " * label + " " + "\n".join(_fold(tuple(re.findall(r"\S+(?: |$)", f"{source}:")), room))
+                        .replace("\n", "\n" + " " * (label + 1)) + "\n", style="dim")
         head, tail = _call_parts(row, delegates)
         # a long call wraps under itself, not under the numbers, between its arguments
         for depth, line in enumerate(_fold((head, *re.findall(r".+?(?:, |$)", tail)), room)):
@@ -153,27 +215,27 @@ def _instructions(method: dict, console: Console, exact_bytes: bool) -> None:
 
 def _call_parts(row: dict, delegates: dict[int, dict]) -> tuple[str, str]:
     """An instruction as (what it runs, shown bold; its arguments)."""
-    args = row["args"]
+    args, shown = row["args"], row["arguments"]
     if row["kind"] == "kernel":
-        inputs, returns = _split_returns(args)
-        return row["op"], f"({_value_list(inputs, brackets=False)})" + (
-            f" -> {_value_list(returns, brackets=False)}" if returns else "")
+        returns = _returns(args)
+        inputs, results = shown[:len(shown) - returns], shown[len(shown) - returns:]
+        return row["op"], f"({', '.join(inputs)})" + (f" -> {', '.join(results)}" if results else "")
     if row["kind"] == "delegate":
         delegate = delegates.get(row["delegate"])
         backend = delegate["id"] if delegate else "?"
-        return f"delegate {row['delegate']} {backend}", f"({_value_list(args, brackets=False)})"
+        return f"delegate {row['delegate']} {backend}", f"({', '.join(shown)})"
     if row["kind"] == "move":
-        return "move", f" v{args[0]} -> v{args[1]}"
-    return row["kind"], f"({_value_list(args, brackets=False)})"
+        return "move", f" {shown[0]} -> {shown[1]}"
+    return row["kind"], f"({', '.join(shown)})"
 
 
-def _split_returns(args: list[int]) -> tuple[list[int], list[int]]:
+def _returns(args: list[int]) -> int:
     """Kernel arguments end with the out= arguments followed by the returns, which name the
-    same values again; the longest such repeated tail is the returns."""
+    same values again; the length of the longest such repeated tail is the returns'."""
     for count in range(len(args) // 2, 0, -1):
         if args[-count:] == args[-2 * count:-count]:
-            return args[:-count], args[-count:]
-    return args, []
+            return count
+    return 0
 
 
 def _delegates(method: dict, console: Console, exact_bytes: bool) -> None:
@@ -210,10 +272,11 @@ def _layout(method: dict, console: Console, exact_bytes: bool) -> None:
 
 
 # Columns whose text may be long; the rest stay on one line.
-_WRAPPING = ("life", "compile specs", "shape")  # the order in which they give up width
+_WRAPPING = ("source", "life", "compile specs", "shape")  # the order in which they give up width
 
 _VIEWS = {
     "buffers": _buffers,
+    "peak": _peak,
     "tensors": _tensors,
     "instructions": _instructions,
     "delegates": _delegates,

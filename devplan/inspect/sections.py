@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-SECTIONS = ("summary", "buffers", "tensors", "instructions", "delegates", "layout")
+SECTIONS = ("summary", "buffers", "peak", "tensors", "instructions", "delegates", "layout")
 # The overview: what a program holds and where its memory goes. Per-value and
 # per-instruction listings grow with the model, so they are asked for by name.
-DEFAULT_SECTIONS = ("summary", "buffers", "delegates", "layout")
+DEFAULT_SECTIONS = ("summary", "buffers", "peak", "delegates", "layout")
 ALL = "all"
 
 # Per-method lists of the document that each section is drawn from; every other key stays.
 _METHOD_LISTS = {
     "summary": (),
     "buffers": ("buffers",),
+    "peak": ("peak", "buffers"),
     "tensors": ("tensors",),
-    "instructions": ("instructions", "operators"),
+    "instructions": ("instructions", "operators", "delegates"),  # a delegate call is shown by its backend
     "delegates": ("delegates",),
     "layout": ("buffers", "tensors"),
 }

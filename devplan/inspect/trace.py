@@ -34,7 +34,8 @@ def _method(pid: int, method: dict) -> list[dict]:
     for row in method["instructions"]:
         name = row["op"] or (f"delegate {row['delegate']}" if row["delegate"] is not None else row["kind"])
         events.append({"ph": "X", "name": name, "cat": "instruction", "pid": pid, "tid": 0, "ts": row["index"] * STEP,
-                       "dur": STEP, "args": {"instruction": row["index"], "args": row["args"]}})
+                       "dur": STEP, "args": {"instruction": row["index"], "args": row["arguments"],
+                                             "source": row["source"]}})
     tid = 1
     for buffer in method["buffers"]:
         label = f"buffer {buffer['mem_id']} ({buffer['device']})"
@@ -52,7 +53,8 @@ def _method(pid: int, method: dict) -> list[dict]:
             events.append({"ph": "X", "name": f"v{t['value']} {t['dtype']}{list(t['shape'])}", "cat": "tensor",
                            "pid": pid, "tid": tid + lane, "ts": first * STEP, "dur": (last - first + 1) * STEP,
                            "args": {"value": t["value"], "offset": t["offset"], "nbytes": t["nbytes"],
-                                    "role": t["role"], "lifetime": t["lifetime"], "held": t["held"]}})
+                                    "role": t["role"], "lifetime": t["lifetime"], "held": t["held"],
+                                    "source": t["source"]}})
         tid += len(lanes)
     return events
 

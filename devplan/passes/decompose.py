@@ -143,6 +143,8 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
     """Each spliced node's value is its own, described in the graph's fake mode `mode` (a trace
     has its own), so that later rounds can trace ops that read values of different traces together."""
     origin = _origin(node)
+    # the pieces came from the user's node: they keep its module and line, for the program's stacktrace
+    where = {key: node.meta[key] for key in ("nn_module_stack", "stack_trace") if key in node.meta}
     env, added = {}, []
     inputs = iter(tensors)
     with gm.graph.inserting_before(node):
@@ -169,7 +171,7 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
             elif sub_node.op == "call_function":
                 new = gm.graph.call_function(sub_node.target, *torch.fx.map_arg((sub_node.args, sub_node.kwargs), env.__getitem__))
                 new.meta = {"val": pytree.tree_map(lambda v: _fresh(v, mode), sub_node.meta.get("val")),
-                            "devplan_origin": origin}
+                            "devplan_origin": origin, **where}
                 env[sub_node] = new
                 added.append(new)
             else:

@@ -28,6 +28,8 @@ class Lowered:
     in_spec: str                        # pytree specs (torch's treespec_dumps), for ContainerMetadata
     out_spec: str
     mutated: tuple[str, ...] = ()       # user inputs the program updates in place
+    # placeholder name -> (role, the user's name): an input's argument name, a weight's FQN
+    names: dict[str, tuple[str, str]] = field(default_factory=dict)
     # delegate calls (call_module nodes) by target: the backend partition() gave each group,
     # and the payload compile_delegates() made of it
     backends: Mapping[str, "Backend"] = field(default_factory=dict)
@@ -65,6 +67,10 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
                    if spec.kind == InputKind.USER_INPUT}
     written = {o.target for o in ep.graph_signature.output_specs if o.kind == OutputKind.BUFFER_MUTATION}
     constants, state, inputs = {}, {}, []
+    roles = {InputKind.USER_INPUT: "input", InputKind.PARAMETER: "parameter", InputKind.BUFFER: "buffer",
+             InputKind.CONSTANT_TENSOR: "constant"}
+    user_names = {node.name: (roles[spec.kind], spec.target or spec.arg.name)
+                  for spec, node in zip(ep.graph_signature.input_specs, placeholders) if spec.kind in roles}
     for spec, node in zip(ep.graph_signature.input_specs, placeholders):
         name = node.name
         if spec.kind == InputKind.USER_INPUT:
@@ -88,7 +94,7 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
     state = {name: state[name] for name in updates}
     output.args = (tuple(updates.values()) + tuple(mutated.values()) + tuple(user_outputs),)
     return Lowered(gm, constants, state, tuple(inputs), _dumps(ep.call_spec.in_spec), _dumps(ep.call_spec.out_spec),
-                   tuple(mutated))
+                   tuple(mutated), user_names)
 
 
 def _refuse_constant_writes(ep: torch.export.ExportedProgram, gm: torch.fx.GraphModule) -> None:

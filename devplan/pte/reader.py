@@ -1,10 +1,12 @@
 """Reading a .pte: check the container and the FlatBuffer, then unpack with the object API."""
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field, replace
 
 from devplan.errors import DevplanError
+from devplan.pte.fb.Chain import Chain
 from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.header import HEADER_OFFSET, ExtendedHeader, check_container
@@ -22,14 +24,22 @@ class PteFile:
     `program` are numpy arrays viewing the file's bytes (the generated object API's choice);
     strings are bytes."""
 
-    program: ProgramT
+    program: ProgramT  # without chains' stacktraces, which stacktrace() reads
     segments: tuple[bytes, ...]  # data of program.segments[i], in order
     size: int  # file size in bytes
     header: ExtendedHeader | None
     name: str = "<bytes>"  # how messages name the file
+    data: bytes = b""  # the whole file, which the program's FlatBuffer starts
     depth: int = 0  # how many delegate payloads this program lies inside
     # payloads and their programs by (location, index): delegates sharing one are read once
     _payloads: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def stacktrace(self, plan_index: int, chain_index: int) -> list | None:
+        """What each instruction's frames say (devplan.pte.frames.Where, None for an
+        instruction without a frame list), or None when the chain keeps no stacktrace."""
+        from devplan.pte.frames import read_stacktrace
+
+        return read_stacktrace(self.data, plan_index, chain_index)
 
     def constant_data(self, data_buffer_idx: int) -> bytes | None:
         """Bytes of constant `data_buffer_idx` (a Tensor's data_buffer_idx), or None for 0
@@ -112,13 +122,27 @@ def read_pte(source: str | os.PathLike | bytes, name: str | None = None) -> PteF
     program_size = header.program_size if header else len(data)
     verify_program(data, HEADER_OFFSET + (header.length if header else 0), program_size, name)
     try:
-        program = ProgramT.InitFromPackedBuf(data, 0)
+        with _stacktraces_left_packed():
+            program = ProgramT.InitFromPackedBuf(data, 0)
     except Exception as error:  # a bug or gap in the checks above must still read as bad input
         detail = " ".join(str(error).split())
         raise DevplanError(f"{name}: cannot decode the program ({type(error).__name__}: {detail}); {_DAMAGED}") from error
-    pte = PteFile(program, _segments(program, data, header, name), len(data), header, name)
+    pte = PteFile(program, _segments(program, data, header, name), len(data), header, name, data)
     _check_references(pte)
     return pte
+
+
+@contextlib.contextmanager
+def _stacktraces_left_packed():
+    """The object API unpacks a FrameListT and a FrameT per frame of every instruction, a third
+    of the time a large program takes to read, for what only inspect asks and what repeats:
+    the unpacking sees no stacktrace, and PteFile.stacktrace reads them from the bytes."""
+    said = Chain.StacktraceIsNone
+    Chain.StacktraceIsNone = lambda self: True
+    try:
+        yield
+    finally:
+        Chain.StacktraceIsNone = said
 
 
 def _read_file(path: str | os.PathLike, name: str) -> bytes:

@@ -53,7 +53,9 @@ def test_cuda_buffer_and_tensors_show_their_device(hand_built):
 def test_instructions_read_as_calls(hand_built):
     text = text_of(devplan.inspect(hand_built["lifetimes"]), sections=("instructions",))
     assert "#0 aten::mul.out(v0, v6, v1) -> v1" in text
-    assert "#2 aten::cat.out(v3, v7, v4) -> v4" in text
+    # a list argument shows its items and an int its value, as the kernel reads them
+    assert "#2 aten::cat.out([v1, v2], 0, v4) -> v4" in text
+    assert "#3 aten::index.Tensor_out(v4, [None, v0], v9) -> v9" in text
     assert "#4 free(v2)" in text
     delegates = text_of(devplan.inspect(hand_built["cuda"]), sections=("instructions", "delegates"))
     assert "#2 delegate 0 CudaBackend(v1, v2)" in delegates
@@ -74,7 +76,7 @@ def test_a_long_call_wraps_between_its_arguments(hand_built):
         else:  # a continuation: the break fell after ", "
             calls[-1] += (" " if calls[-1].endswith(",") else "") + line.strip()
     assert "aten::mul.out(v0, v6, v1) -> v1" in calls
-    assert "aten::cat.out(v3, v7, v4) -> v4" in calls
+    assert "aten::cat.out([v1, v2], 0, v4) -> v4" in calls
     assert len(lines) > len(calls)
 
 

@@ -42,3 +42,26 @@ def test_the_command_writes_the_picture_and_still_prints(tmp_path):
     root = ET.parse(tmp_path / "p.svg").getroot()
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
     assert "buffer 1 (cpu)" in "".join(root.itertext())
+
+
+def test_the_picture_has_axes_bound_peak_legend_and_named_tooltips():
+    """A transformers GPT-2: ticks on both axes, the lower bound and the peak as labelled lines,
+    a legend, and each tensor's tooltip saying where it came from; zero-byte tensors are not drawn
+    and not counted."""
+    from tests.hf_models import gpt2
+
+    module, args, _ = gpt2()
+    doc = devplan.inspect(devplan.compile(torch.export.export(module, args)).data)
+    root = ET.fromstring(layout_svg(doc))
+    words = "".join(root.itertext())
+    method, (buffer,) = doc["methods"][0], doc["methods"][0]["buffers"]
+    drawn = [t for t in method["tensors"] if t["mem_id"] == 1 and t["held"] and t["nbytes"]]
+    assert f"{len(drawn)} tensors over {method['counts']['instructions']} instructions" in words
+    texts = [t.text for t in root.findall("svg:text", NS)]
+    assert "#0" in texts and "0 B" in texts and len([t for t in texts if t.startswith("#")]) >= 5
+    assert any(t.startswith("lower bound ") for t in texts) and any(t.startswith("peak ") for t in texts)
+    assert f"peak at #{buffer['peak_instruction']}" in texts
+    assert {"input", "output", "activation (blocks alternate)", "lower bound", "peak"} <= set(texts)
+    tips = [r.find("svg:title", NS).text for r in root.findall("svg:rect", NS) if r.find("svg:title", NS) is not None]
+    assert len(tips) == len(drawn)
+    assert any(" · transformer.h.1.attn.c_attn (Conv1D) addmm · " in tip for tip in tips)

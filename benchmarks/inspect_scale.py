@@ -1,0 +1,134 @@
+"""How `devplan inspect` scales: programs of 1k, 10k and 100k planned tensors, each read by
+devplan's CLI in a fresh process (default view, -s all, --json) and by ExecuTorch's
+deserializer (`deserialize_pte_binary`) alone, in the same run; seconds and peak memory of
+each, and devplan's over ExecuTorch's.
+
+    python benchmarks/inspect_scale.py [--sizes 1000,10000,100000] [--json]
+
+The programs are synthetic, written with devplan's own emitter and writer: a residual chain
+of `layers` blocks of 16 elementwise ops each, every block adding its input back at its end,
+planned by devplan's greedy-size planner, with a source (module path, op, file and line) per
+instruction as a compile keeps. devplan's seconds are the whole process (Python start,
+imports, read, render); ExecuTorch's are the deserializer call alone, so the ratio is an
+upper bound. Peak memory is each process's maximum resident set (ExecuTorch's includes
+importing torch and executorch); this script itself imports neither, so that the processes
+it starts do not inherit its pages.
+
+Run from the repository root."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+HEADERS = ("tensors", "view", "devplan s", "devplan MB", "executorch s", "executorch MB", "time x", "memory x")
+VIEWS = {"default": [], "all": ["-s", "all"], "json": ["--json"]}
+BLOCK = 16  # ops per block
+_EXECUTORCH = """
+import resource, sys, time
+from executorch.exir._serialize._program import deserialize_pte_binary
+data = open(sys.argv[1], "rb").read()
+start = time.perf_counter()
+deserialize_pte_binary(data)
+print(time.perf_counter() - start)
+"""
+
+
+def synthetic(tensors: int) -> bytes:
+    """A .pte of a residual chain holding `tensors` planned tensors (rounded to whole blocks)."""
+    from devplan.emit.program import to_program
+    from devplan.method import Kernel, Method, Source
+    from devplan.planning.assign import plan_method
+    from devplan.pte import dumps_pte
+    from devplan.spec import TensorSpec
+
+    spec = TensorSpec((4, 64), "float32", (0, 1))
+    values: list = [spec, 1.0]  # the input, then alpha
+    kernels = []
+    block_input = 0
+    for block in range(max(1, tensors // BLOCK)):
+        previous = block_input
+        for step in range(BLOCK):
+            values.append(spec)
+            out = len(values) - 1
+            last = step == BLOCK - 1
+            source = Source(f"model.layers.{block}.{'residual' if last else f'op{step}'}", "Block", "aten.add.Tensor",
+                            "/src/model.py", 40 + step, "forward", "x = x + y")
+            args = (previous, block_input, 1, out, out) if last else (previous, previous, 1, out, out)
+            kernels.append(Kernel("aten::add.out", args, f"add_{len(kernels)}", source=source))
+            previous = out
+        block_input = previous
+    values[0] = TensorSpec((4, 64), "float32", (0, 1), name=("input", "x"))
+    method = Method("forward", tuple(values), tuple(kernels), (0,), (block_input,), {}, {}, "", "")
+    planned = plan_method(method, algorithm="greedy-size")
+    return dumps_pte(*to_program(planned))
+
+
+def _measure(command: Sequence[str]) -> tuple[float, float, str]:
+    """(seconds, peak resident MiB, stdout) of one process."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT)})
+    out = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise SystemExit(f"{' '.join(command)} failed with exit {process.returncode}")
+    return seconds, usage.ru_maxrss / 1024, out.decode()
+
+
+def measure(tensors: int) -> list[dict]:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"scale_{tensors}.pte"
+        # written by a child: a child forked from a parent that imported torch starts with its
+        # resident pages, and each measured process would report them as its own peak
+        subprocess.run([sys.executable, __file__, "--write", str(tensors), str(path)], check=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        _, executorch_mb, out = _measure([sys.executable, "-c", _EXECUTORCH, str(path)])
+        executorch_s = float(out.strip().splitlines()[-1])
+        rows = []
+        for view, options in VIEWS.items():
+            seconds, mb, _ = _measure([sys.executable, "-m", "devplan", "inspect", str(path), *options])
+            rows.append({"tensors": tensors, "view": view, "devplan_seconds": seconds, "devplan_mb": mb,
+                         "executorch_seconds": executorch_s, "executorch_mb": executorch_mb,
+                         "time_ratio": seconds / executorch_s, "memory_ratio": mb / executorch_mb})
+        return rows
+
+
+def table(rows: Sequence[dict]) -> str:
+    cells = [[str(r["tensors"]), r["view"], f"{r['devplan_seconds']:.2f}", f"{r['devplan_mb']:.0f}",
+              f"{r['executorch_seconds']:.2f}", f"{r['executorch_mb']:.0f}", f"{r['time_ratio']:.2f}",
+              f"{r['memory_ratio']:.2f}"] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(HEADERS)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(HEADERS, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000", help="planned tensors per program, comma-separated")
+    parser.add_argument("--json", action="store_true", help="print rows as JSON")
+    parser.add_argument("--write", nargs=2, metavar=("TENSORS", "PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.write:
+        Path(args.write[1]).write_bytes(synthetic(int(args.write[0])))
+        return 0
+    rows = [row for size in args.sizes.split(",") for row in measure(int(size))]
+    print(json.dumps({"rows": rows}, indent=2) if args.json else table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

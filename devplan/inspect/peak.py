@@ -1,0 +1,47 @@
+"""The peak, explained: for each planned buffer, the tensors holding bytes at its busiest
+instruction, largest first, and how much of the peak each top-level module of the model holds."""
+from __future__ import annotations
+
+from devplan.inspect.sources import top_module
+
+
+def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: dict[int, str]) -> dict:
+    """`placed`: the buffer's tensors; `modules`: value -> the module path it came from."""
+    at = buffer["peak_instruction"]
+    alive = [t for t in placed if t["nbytes"] and t["held"] is not None and t["held"][0] <= at <= t["held"][1]] \
+        if at is not None else []
+    alive.sort(key=lambda t: (-t["nbytes"], t["value"]))
+    covered: list[tuple[int, int]] = []
+    rows, shares = [], {}
+    for t in alive:
+        start, end = t["offset"], t["offset"] + t["nbytes"]
+        own = t["nbytes"] - sum(max(0, min(end, b) - max(start, a)) for a, b in covered)  # aliases count once
+        covered = _merged(covered, (start, end))
+        rows.append({"value": t["value"], "nbytes": t["nbytes"], "own_bytes": own, "held": t["held"],
+                     "role": t["role"], "source": t["source"]})
+        block = top_module(modules.get(t["value"])) if not t["role"].startswith("input") else "(inputs)"
+        shares[block] = shares.get(block, 0) + own
+    # a method of no instructions still has its inputs alive "at" instruction 0
+    row = instructions[at] if at is not None and at < len(instructions) else None
+    return {
+        "mem_id": buffer["mem_id"],
+        "device": buffer["device"],
+        "instruction": at,
+        "bytes": buffer["peak"],
+        "source": row["source"] if row else None,
+        "op": (row["op"] or row["kind"]) if row else None,
+        "tensors": rows,
+        "modules": [{"module": name, "bytes": size}
+                    for name, size in sorted(shares.items(), key=lambda item: (-item[1], item[0])) if size],
+    }
+
+
+def _merged(ranges: list[tuple[int, int]], new: tuple[int, int]) -> list[tuple[int, int]]:
+    """Disjoint sorted ranges with `new` added."""
+    result, (start, end) = [], new
+    for a, b in ranges:
+        if b < start or a > end:
+            result.append((a, b))
+        else:
+            start, end = min(a, start), max(b, end)
+    return sorted(result + [(start, end)])
