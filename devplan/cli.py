@@ -16,6 +16,7 @@ except ImportError:
 
 from devplan.errors import DevplanError, first_line
 from devplan.inspect import sections as inspect_sections
+from devplan.options import DEFAULT_ALIGNMENT
 
 app = typer.Typer(
     help="Compile, plan and inspect ExecuTorch .pte programs across devices.",
@@ -157,7 +158,7 @@ def compile_command(
         typer.Option("--output", "-o", metavar="PROGRAM.pte", help="Where to write the program (default: MODEL with .pte).", show_default=False),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the compile summary as JSON.")] = False,
-    alignment: Annotated[int, typer.Option("--alignment", metavar="BYTES", help="Alignment of every planned tensor's offset (a power of two).")] = 16,
+    alignment: Annotated[int, typer.Option("--alignment", metavar="BYTES", help="Alignment of every planned tensor's offset (a power of two).")] = DEFAULT_ALIGNMENT,
     planner: Annotated[
         str,
         typer.Option("--planner", metavar="NAME", help="Placement algorithm: best (runs the others but naive and keeps the smallest "

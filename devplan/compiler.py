@@ -1,20 +1,28 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
-    load -> from_exported -> decompose -> fold_constants -> view_dynamic_copies -> hoist_sizes
-         [-> partition -> compile_delegates] -> build_method -> write_cats_in_place -> schedule
-         -> reuse_dead_inputs -> plan_method -> to_program -> dumps_pte -> write
+    load -> from_exported -> GRAPH_PASSES (decompose, fold, views, sizes), each Lowered -> Lowered
+         [-> partition -> compile_delegates: lower_method for each payload]
+         -> lower_method: build_method -> method_passes (concat, schedule, inplace), each Method -> Method
+                          -> plan_method -> to_program -> dumps_pte
+         -> write
 """
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable
 
 from devplan.errors import DevplanError, InternalError
+from devplan.options import CompileOptions
 
-MAX_ALIGNMENT = 4096  # a page: no device asks for more, and a larger one only inflates the buffers
+if TYPE_CHECKING:
+    from devplan.method import Method
+    from devplan.passes.graph import Lowered
+    from devplan.planning.assign import PlannedMethod
+    from devplan.spec import Device
+
 
 
 @dataclass(frozen=True)
@@ -53,42 +61,91 @@ class CompileResult:
         }
 
 
-def compile(model, output: str | os.PathLike | None = None, *, alignment: int = 16, planner: str = "best",
-            budgets: Mapping[str, int] | None = None, inplace: bool = True, reorder: bool = True,
-            delegates: Sequence["Backend | str"] = (), device_io: bool = False, source: bool = True,
-            dump_dir: str | os.PathLike | None = None, on_stage: Callable[[str], None] | None = None) -> CompileResult:
+def compile(model, output: str | os.PathLike | None = None, options: CompileOptions | None = None, *,
+            on_stage: Callable[[str], None] | None = None, **choices) -> CompileResult:
     """Compile a .pt2 path or an ExportedProgram to an ET12 program. Writes `output` when
-    given (atomically); nothing is written when any stage fails. `delegates` are backends
-    ('cuda:0', 'cuda:0=aten::linear,aten::relu', or Backend objects), each taking the ops it
-    supports, in turn, to run them on its device; with `device_io`, inputs only they read are
-    planned on their device and their results are returned from there. `reorder` runs the
-    instructions in the order that holds the fewest bytes at once, `inplace` lets results
-    take the bytes of inputs that die with them. `source` keeps, per instruction, the module,
-    op and line it came from, and the user's names of inputs and weights (ET12's stacktrace)."""
-    from devplan.emit.build import build_method
+    given (atomically); nothing is written when any stage fails. `options` (a CompileOptions)
+    or keywords of the same names choose: `delegates` are backends ('cuda:0',
+    'cuda:0=aten::linear,aten::relu', or Backend objects), each taking the ops it supports, in
+    turn, to run them on its device; with `device_io`, inputs only they read are planned on
+    their device and their results are returned from there. `reorder` runs the instructions
+    in the order that holds the fewest bytes at once, `inplace` lets results take the bytes of
+    inputs that die with them. `source` keeps, per instruction, the module, op and line it came
+    from, and the user's names of inputs and weights (ET12's stacktrace). `budgets` maps a
+    buffer's mem_id or a device to the bytes it may plan; `alignment`, `planner`, `dump_dir`."""
     from devplan.emit.delegate import compile_delegates
-    from devplan.emit.program import to_program
     from devplan.load import load
-    from devplan.passes import method_passes
-    from devplan.passes.decompose import decompose
-    from devplan.passes.fold import fold_constants
+    from devplan.passes import GRAPH_PASSES
     from devplan.passes.graph import from_exported
-    from devplan.passes.partition import Backend, partition
-    from devplan.passes.sizes import hoist_sizes, view_dynamic_copies
-    from devplan.planning.assign import plan_method
-    from devplan.pte import dumps_pte, write_atomic
+    from devplan.passes.partition import partition
+    from devplan.pte import write_atomic
 
-    if alignment < 1 or alignment & (alignment - 1) or alignment > MAX_ALIGNMENT:
-        raise DevplanError(f"--alignment {alignment}: must be a power of two from 1 to {MAX_ALIGNMENT}, e.g. 16")
-    if dump_dir is not None and Path(dump_dir).exists() and not Path(dump_dir).is_dir():
-        raise DevplanError(f"--dump-dir {dump_dir}: is a file; name a folder (it is made if missing)")
-    backends = [Backend.parse(d) if isinstance(d, str) else d for d in delegates]
+    options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
-    seconds: dict[str, float] = {}
+    stage = Stages(options.dump_dir, on_stage)
+    ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
+    low = stage("split", from_exported, ep)
+    for name, graph_pass in GRAPH_PASSES:
+        low = stage(name, graph_pass, low)
+    if options.delegates:
+        low = stage("partition", partition, low, options.delegates)
+        # each payload goes through the same stages as the program, named after its call
+        low = compile_delegates(low, lambda sub, device, call: lower_method(sub, options, stage.within(call), device))
+    planned, data, constant_bytes = lower_method(low, options, stage)
+    path = Path(output) if output is not None else None
+    if path is not None:
+        stage("write", write_atomic, path, data)
+    return CompileResult(data, path, planned, constant_bytes, time.perf_counter() - start, stage.seconds)
 
-    def stage(name: str, fn, *args, **kwargs):
-        if on_stage:
-            on_stage(name)
+
+def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
+                 delegate: "Device | None" = None) -> tuple["PlannedMethod", bytes, int]:
+    """A Lowered graph to (planned method, .pte bytes, stored constant bytes), for the program
+    and, with `delegate` (the device its backend runs on), for a delegate's payload: every
+    tensor it computes on that device, its inputs and outputs its caller's."""
+    from devplan.emit.build import build_method
+    from devplan.emit.program import to_program
+    from devplan.passes import method_passes
+    from devplan.planning.assign import plan_method
+    from devplan.pte import dumps_pte
+    from devplan.spec import CPU
+
+    method = stage("build", build_method, low, device_io=options.device_io and delegate is None)
+    if delegate is not None:
+        method = stage("place", on_device, method, delegate)
+    for name, method_pass in method_passes(options, borrowed_io=delegate is not None):
+        method = stage(name, method_pass, method)
+    planned = stage("plan", plan_method, method, alignment=options.alignment, algorithm=options.planner,
+                    budgets=dict(options.budgets) if delegate is None else None, home=delegate or CPU,
+                    borrowed_io=delegate is not None)
+    program, segments = stage("emit", to_program, planned, source=options.source)
+    # what the program stores: equal tensors once, each aligned (inspect's constant_bytes too)
+    return planned, stage("serialize", dumps_pte, program, segments), len(segments[0])
+
+
+def on_device(method: "Method", device: "Device") -> "Method":
+    """A payload's method: every tensor it computes lives on its backend's device (its
+    weights are stored data, read wherever it runs)."""
+    from devplan.spec import TensorSpec
+
+    return method.with_specs({i: replace(v, device=device) for i, v in enumerate(method.values)
+                              if isinstance(v, TensorSpec) and not v.constant})
+
+
+@dataclass
+class Stages:
+    """Runs a compile's stages: each timed, reported to `on_stage`, dumped to `dump_dir`, and
+    a failure that is not a DevplanError named as devplan's own bug in that stage."""
+
+    dump_dir: Path | None = None
+    on_stage: Callable[[str], None] | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    prefix: str = ""
+
+    def __call__(self, name: str, fn, *args, **kwargs):
+        name = self.prefix + name
+        if self.on_stage:
+            self.on_stage(name)
         began = time.perf_counter()
         try:
             result = fn(*args, **kwargs)
@@ -96,32 +153,14 @@ def compile(model, output: str | os.PathLike | None = None, *, alignment: int = 
             raise
         except Exception as error:  # anything else is devplan's own bug: say where it happened
             raise InternalError.of(name, error) from error
-        seconds[name] = time.perf_counter() - began
-        if dump_dir is not None:
-            _dump(Path(dump_dir), len(seconds), name, result if result is not None else args[0])
+        self.seconds[name] = time.perf_counter() - began
+        if self.dump_dir is not None:  # the write stage returns nothing: what it wrote where
+            _dump(self.dump_dir, len(self.seconds), name, result if result is not None else args[0])
         return result
 
-    ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
-    low = stage("split", from_exported, ep)
-    stage("decompose", decompose, low.gm)
-    stage("fold", fold_constants, low)
-    stage("views", view_dynamic_copies, low.gm)
-    stage("sizes", hoist_sizes, low.gm)
-    if backends:
-        low = stage("partition", partition, low, backends)
-        low = stage("delegates", compile_delegates, low, alignment=alignment, planner=planner, inplace=inplace,
-                    reorder=reorder, source=source)
-    method = stage("build", build_method, low, device_io=device_io)
-    for name, run in method_passes(inplace=inplace, reorder=reorder, alignment=alignment):
-        method = stage(name, run, method)
-    planned = stage("plan", plan_method, method, alignment=alignment, algorithm=planner, budgets=budgets)
-    program, segments = stage("emit", to_program, planned, source=source)
-    data = stage("serialize", dumps_pte, program, segments)
-    path = Path(output) if output is not None else None
-    if path is not None:
-        stage("write", write_atomic, path, data)
-    # what the program stores: equal tensors once, each aligned (inspect's constant_bytes too)
-    return CompileResult(data, path, planned, len(segments[0]), time.perf_counter() - start, seconds)
+    def within(self, prefix: str) -> "Stages":
+        """The same run, its stage names prefixed (a delegate payload's: delegate_0.build)."""
+        return replace(self, prefix=f"{self.prefix}{prefix}.")
 
 
 def _dump(folder: Path, step: int, name: str, result) -> None:

@@ -72,6 +72,8 @@ SAME_BYTES = frozenset({
 
 # devplan's own delegate backend: its payload is an ET12 program for the delegate's device
 BACKEND_ID = "DevplanDelegate"
+# ExecuTorch's copies between the host and a device (self, out) -> out
+TO_DEVICE, TO_HOST = "et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"
 
 # Input ranks a portable kernel accepts where its schema allows more: a program outside them
 # would fail only when it runs, so such a node is decomposed instead, or, with no

@@ -10,8 +10,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.ops import (BACKEND_ID, ET_VIEW, KERNELS, NUMBER_OPS, SAME_BYTES, is_view, kernel_name, out_schema,
-                         schema_name)
+from devplan.ops import (BACKEND_ID, ET_VIEW, KERNELS, NUMBER_OPS, SAME_BYTES, TO_DEVICE, TO_HOST, is_view, kernel_name,
+                         out_schema, schema_name)
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, Source,
                             TensorList, Value)
@@ -63,7 +63,7 @@ class _Builder:
             spec = self.values[index]
             copy = self.copies[index, device] = self.add(TensorSpec(spec.shape, spec.dtype, spec.dim_order, device,
                                                                     dynamic=spec.dynamic))
-            op = "et_copy::_d2h_copy.out" if device == CPU else "et_copy::_h2d_copy.out"
+            op = TO_HOST if device == CPU else TO_DEVICE
             self.kernels.append(Kernel(op, (index, copy, copy), f"copy to {device}"))  # self, out=, returned
         return self.copies[index, device]
 

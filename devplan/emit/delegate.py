@@ -1,5 +1,5 @@
 """Delegate payloads: each group partition() gave a backend is compiled, by devplan's own
-pipeline, into an ET12 program whose planned tensors all live on the backend's device. The
+pipeline (the driver's lower_method), into an ET12 program whose planned tensors all live on the backend's device. The
 runtime's DevplanDelegate backend runs that program, and `devplan inspect` reads it like any
 other. The group's weights move into its program; only tensors computed at run time cross.
 The payload's buffer is planned again by the calling method, as a window of its own buffer on
@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 from torch.utils import _pytree as pytree
 
-from devplan.emit.build import build_method
-from devplan.emit.program import to_program
 from devplan.errors import DevplanError
-from devplan.passes import method_passes
 from devplan.passes.graph import Lowered
-from devplan.planning.assign import plan_method
-from devplan.pte import dumps_pte
-from devplan.spec import TensorSpec
+from devplan.planning.assign import PlannedMethod
+from devplan.spec import Device
 
 
 @dataclass(frozen=True)
@@ -34,22 +31,29 @@ class Payload:
     arena_bound: int
 
 
-def compile_delegates(low: Lowered, *, alignment: int = 16, planner: str = "best", inplace: bool = True,
-                      reorder: bool = True, source: bool = True) -> Lowered:
-    """Every delegate call's Payload, planned with the same options as the program."""
+def compile_delegates(low: Lowered, lower: Callable[[Lowered, Device, str], tuple[PlannedMethod, bytes, int]]
+                      ) -> Lowered:
+    """Every delegate call's Payload: its group as a Lowered program of its own, which
+    `lower(program, device, call name)` plans and writes as the compile's other methods are."""
     payloads = {}
     for node in low.gm.graph.nodes:
         if node.op == "call_module":
+            device = low.backends[node.target].device
             try:
-                payloads[node.target] = _payload(low, node, alignment, planner, inplace, reorder, source)
+                sub, runtime_args = _group(low, node)
+                planned, data, _ = lower(sub, device, node.target)
             except DevplanError as error:
-                raise DevplanError(f"{node.target} (the ops delegated to {low.backends[node.target].device}): "
-                                   f"{error}") from None
+                raise DevplanError(f"{node.target} (the ops delegated to {device}): {error}") from None
+            # everything the payload plans is on its one device: one buffer, or none
+            payloads[node.target] = Payload(data, runtime_args, sum(b.size for b in planned.buffers),
+                                            sum(b.lower_bound for b in planned.buffers))
     return replace(low, payloads=payloads)
 
 
-def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str, inplace: bool, reorder: bool,
-             source: bool) -> Payload:
+def _group(low: Lowered, node: torch.fx.Node) -> tuple[Lowered, tuple[torch.fx.Node, ...]]:
+    """The group a delegate call runs, as a program: its weights are its constants, the
+    tensors computed at run time its inputs (the argument nodes, in order), its results a
+    flat tuple."""
     sub = copy.deepcopy(low.gm.get_submodule(node.target))
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     constants, inputs, runtime_args, names = {}, [], [], {}
@@ -69,16 +73,7 @@ def _payload(low: Lowered, node: torch.fx.Node, alignment: int, planner: str, in
     output.args = (tuple(results),)
     sub.recompile()
     in_spec, out_spec = _flat_spec((tuple(inputs), {})), _flat_spec(tuple(results))
-    method = build_method(Lowered(sub, constants, {}, tuple(inputs), in_spec, out_spec, names=names))
-    device = low.backends[node.target].device
-    method = method.with_specs({i: replace(v, device=device) for i, v in enumerate(method.values)
-                                if isinstance(v, TensorSpec) and not v.constant})
-    for _, run in method_passes(inplace=inplace, reorder=reorder, alignment=alignment, borrowed_io=True):
-        method = run(method)
-    planned = plan_method(method, alignment=alignment, algorithm=planner, home=device, borrowed_io=True)
-    # everything the payload plans is on its one device: one buffer, or none
-    return Payload(dumps_pte(*to_program(planned, source=source)), tuple(runtime_args),
-                   sum(b.size for b in planned.buffers), sum(b.lower_bound for b in planned.buffers))
+    return Lowered(sub, constants, {}, tuple(inputs), in_spec, out_spec, names=names), tuple(runtime_args)
 
 
 def _flat_spec(tree) -> str:

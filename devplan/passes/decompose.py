@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 from devplan.errors import DevplanError, first_line
 from devplan.ops import CHECKS_OUT_SIZES, RANKS, out_schema, runnable, schema_name
 from devplan.passes.decompositions import table
+from devplan.passes.graph import Lowered
 
 # Ops that only check metadata or shapes at trace time; the runtime has nothing to do.
 _DROPPED = {"aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",
@@ -24,8 +25,9 @@ _DROPPED = {"aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_
 _MAX_ROUNDS = 8
 
 
-def decompose(gm: torch.fx.GraphModule) -> None:
-    """Leave only ops with portable kernels (or getitem) in `gm`; raise naming the node otherwise."""
+def decompose(low: Lowered) -> Lowered:
+    """Leave only ops with portable kernels (or getitem) in the graph; raise naming the node otherwise."""
+    gm = low.gm
     pending = [n for n in gm.graph.nodes if n.op == "call_function"]
     traces: dict = {}
     mode = detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"])
@@ -47,6 +49,7 @@ def decompose(gm: torch.fx.GraphModule) -> None:
             break
         pending = added
     gm.graph.lint()
+    return low
 
 
 def _prefer_scalar(node: torch.fx.Node) -> bool:

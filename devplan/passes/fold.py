@@ -2,6 +2,8 @@
 weight, a scale folded into a bias), so that it is stored rather than planned and run."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from devplan.passes.graph import Lowered
@@ -12,7 +14,7 @@ _NONDETERMINISTIC = {"aten::rand", "aten::randn", "aten::native_dropout", "aten:
 _KEPT_QUANTIZED = ("quantized_decomposed::dequantize_",)
 
 
-def fold_constants(low: Lowered) -> None:
+def fold_constants(low: Lowered) -> Lowered:
     """Replace each constant-only subgraph whose result is used at run time by a stored
     constant, when that never grows the constant bytes: its inputs must be used by nothing
     else, and the result must be no larger than they are."""
@@ -46,10 +48,9 @@ def fold_constants(low: Lowered) -> None:
         stored.meta["val"] = node.meta.get("val")
         node.replace_all_uses_with(stored)
     gm.graph.eliminate_dead_code()
-    for node in list(gm.graph.nodes):
-        # graph DCE keeps placeholders; drop weights that folding left unused
-        if node.op == "placeholder" and node.name in low.constants and not node.users:
-            del low.constants[node.name]
+    # graph DCE keeps placeholders; drop weights that folding left unused
+    unused = {node.name for node in gm.graph.nodes if node.op == "placeholder" and not node.users}
+    return replace(low, constants={name: data for name, data in low.constants.items() if name not in unused})
 
 
 def _foldable(node: torch.fx.Node, values) -> bool:

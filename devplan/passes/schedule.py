@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from devplan.method import IntList, Kernel, Method, OptionalTensorList, TensorList
+from devplan.options import DEFAULT_ALIGNMENT
 from devplan.passes.inplace import overwritable
 from devplan.planning.lifetimes import lifetimes, storages
 from devplan.planning.model import align_up
@@ -30,7 +31,7 @@ class _Step:
     kernel: int
 
 
-def schedule(method: Method, alignment: int = 16) -> Method:
+def schedule(method: Method, alignment: int = DEFAULT_ALIGNMENT) -> Method:
     """`method` with its kernels reordered to lower the peak of live bytes, when that helps."""
     n = len(method.kernels)
     if n < 2:

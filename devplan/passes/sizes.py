@@ -11,9 +11,11 @@ from collections import defaultdict
 import torch
 
 from devplan.ops import NUMBER_OPS
+from devplan.passes.graph import Lowered
 
 
-def hoist_sizes(gm: torch.fx.GraphModule) -> None:
+def hoist_sizes(low: Lowered) -> Lowered:
+    gm = low.gm
     nodes = list(gm.graph.nodes)
     position = {node: i for i, node in enumerate(nodes)}
     placeholders = [node for node in nodes if node.op == "placeholder"]
@@ -24,11 +26,12 @@ def hoist_sizes(gm: torch.fx.GraphModule) -> None:
             anchor[node] = max(sources, key=position.__getitem__)
             follows[anchor[node]].append(node)
     if not anchor:
-        return
+        return low
     order = [m for node in nodes if node not in anchor for m in (node, *follows[node])]
     for previous, node in zip(order, order[1:]):
         previous.append(node)
     gm.recompile()
+    return low
 
 
 # Ops whose result has its input's bytes in the same order: only the sizes differ, or nothing.
@@ -37,11 +40,11 @@ SAME_ORDER = (torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim, torc
               torch.ops.aten.expand.default)
 
 
-def view_dynamic_copies(gm: torch.fx.GraphModule) -> None:
+def view_dynamic_copies(low: Lowered) -> Lowered:
     """An unsqueeze, squeeze, clone or same-shape expand of a tensor whose sizes are known only
     at run time becomes a view whose sizes are read from that tensor while the program runs
     (sym_size), so build shares the bytes through et_view where ExecuTorch copies them."""
-    changed = False
+    gm, changed = low.gm, False
     known = {}  # a run-time size -> the earlier node that reads or computes it
     for node in list(gm.graph.nodes):
         if isinstance(node.meta.get("val"), torch.SymInt):
@@ -76,6 +79,7 @@ def view_dynamic_copies(gm: torch.fx.GraphModule) -> None:
         changed = True
     if changed:
         gm.recompile()
+    return low
 
 
 def _static(tensor: torch.Tensor) -> bool:

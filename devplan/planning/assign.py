@@ -7,6 +7,7 @@ from typing import Mapping
 
 from devplan.errors import DevplanError
 from devplan.method import Method
+from devplan.options import DEFAULT_ALIGNMENT
 from devplan.planning.lifetimes import lifetimes, storages
 from devplan.spec import CPU, Device
 
@@ -32,7 +33,7 @@ def mem_ids(devices) -> dict[Device, int]:
     return {device: i + 1 for i, device in enumerate(sorted(set(devices), key=lambda d: (d.type != "cpu", d)))}
 
 
-def plan_method(method: Method, *, alignment: int = 16, algorithm: str = "best",
+def plan_method(method: Method, *, alignment: int = DEFAULT_ALIGNMENT, algorithm: str = "best",
                 budgets: Mapping[str, int] | None = None, home: Device = CPU, borrowed_io: bool = False) -> PlannedMethod:
     """`home`: where the method's kernels run (the host; a delegate payload's device).
     `borrowed_io` (a delegate payload): inputs and outputs that are storages of their own are

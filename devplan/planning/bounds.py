@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from devplan.options import DEFAULT_ALIGNMENT
 from devplan.planning.model import GroupProblem, Interval, split_groups
 
 
@@ -43,6 +44,6 @@ def peak(problem: GroupProblem) -> Peak:
     return Peak(instruction=problem.times[step], nbytes=live[step], alive=tuple(alive))
 
 
-def lower_bound(intervals: Sequence[Interval], alignment: int = 16) -> dict[int, int]:
+def lower_bound(intervals: Sequence[Interval], alignment: int = DEFAULT_ALIGNMENT) -> dict[int, int]:
     """group -> the most aligned bytes alive at any one instruction."""
     return {problem.group: max(live_bytes(problem)) for problem in split_groups(intervals, alignment)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from devplan.errors import DevplanError
+from devplan.options import DEFAULT_ALIGNMENT
 from devplan.planning import greedy
 from devplan.planning.bounds import live_bytes
 from devplan.planning.model import GroupProblem, Interval, Plan, assemble, buffer_size, split_groups
@@ -41,14 +42,14 @@ def _best_of(problem: GroupProblem) -> tuple[str, list[int]]:
 
 
 def _each_group(name: str, place: Callable[[GroupProblem], list[int]]) -> Planner:
-    def run(intervals: Sequence[Interval], alignment: int = 16) -> Plan:
+    def run(intervals: Sequence[Interval], alignment: int = DEFAULT_ALIGNMENT) -> Plan:
         problems = split_groups(intervals, alignment)
         return assemble(problems, [place(problem) for problem in problems], name)
 
     return run
 
 
-def _best(intervals: Sequence[Interval], alignment: int = 16) -> Plan:
+def _best(intervals: Sequence[Interval], alignment: int = DEFAULT_ALIGNMENT) -> Plan:
     """Per buffer, the smallest placement any algorithm finds; the plan's algorithm names
     the winners in tie-break order, joined by '+'."""
     problems = split_groups(intervals, alignment)
@@ -68,7 +69,7 @@ ALGORITHMS: dict[str, Planner] = {
 }
 
 
-def plan(intervals: Sequence[Interval], alignment: int = 16, algorithm: str = "best") -> Plan:
+def plan(intervals: Sequence[Interval], alignment: int = DEFAULT_ALIGNMENT, algorithm: str = "best") -> Plan:
     """Byte offsets for every interval such that tensors alive at the same instruction in the
     same group never share a byte; see ALGORITHMS for the choices."""
     if algorithm not in ALGORITHMS:

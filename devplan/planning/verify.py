@@ -168,7 +168,6 @@ class _LiveBytes:
             insort(self._taken, piece)
 
 
-_TO_DEVICE, _TO_HOST = "et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"
 
 
 def verify_devices(method: Method, home: Device) -> None:
@@ -178,6 +177,7 @@ def verify_devices(method: Method, home: Device) -> None:
     in-place result on the device of the storage it shares. Constants are stored data, not
     planned memory, and may be read anywhere."""
     from devplan.method import OptionalTensorList, TensorList
+    from devplan.ops import TO_DEVICE, TO_HOST
     from devplan.spec import CPU, Device, TensorSpec
 
     values = method.values
@@ -193,11 +193,11 @@ def verify_devices(method: Method, home: Device) -> None:
         if kernel.delegate is not None:
             target = dict(method.delegates[kernel.delegate].compile_specs).get("target_device")
             wanted = {i: Device.parse(target.decode()) if target else home for i in tensors}
-        elif kernel.op in (_TO_DEVICE, _TO_HOST):
+        elif kernel.op in (TO_DEVICE, TO_HOST):
             source, out = kernel.args[0], kernel.args[1]
-            device_side = values[out].device if kernel.op == _TO_DEVICE else values[source].device
-            wanted = {source: CPU if kernel.op == _TO_DEVICE else device_side,
-                      out: device_side if kernel.op == _TO_DEVICE else CPU}
+            device_side = values[out].device if kernel.op == TO_DEVICE else values[source].device
+            wanted = {source: CPU if kernel.op == TO_DEVICE else device_side,
+                      out: device_side if kernel.op == TO_DEVICE else CPU}
             if device_side == CPU:
                 raise PlanError(f"device check failed: instruction {step} ({kernel.op}) copies between the host "
                                 f"and the host (values {source} and {out})")

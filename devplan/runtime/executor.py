@@ -15,7 +15,7 @@ import torch
 
 from devplan import dtypes
 from devplan.errors import DevplanError, first_line
-from devplan.ops import BACKEND_ID, ET_VIEW, NUMBER_OPS, PORTABLE, QUANTIZED, schema_name
+from devplan.ops import BACKEND_ID, ET_VIEW, NUMBER_OPS, PORTABLE, QUANTIZED, TO_DEVICE, TO_HOST, schema_name
 from devplan.pte import PteFile, read_pte
 from devplan.pte.reader import ints, text
 from devplan.pte.window import read_window
@@ -383,7 +383,7 @@ class LoadedMethod:
         """et_copy::_h2d_copy.out / _d2h_copy.out (self, out, returned): through the allocator of
         the device end."""
         source, out = args[0], args[1]
-        if name == "et_copy::_h2d_copy.out":
+        if name == TO_DEVICE:
             allocator = allocator_for(self.devices.get(out, CPU))
             return _Step(InstructionArguments.KernelCall, name,
                          lambda src, dst: allocator.copy_to_device(dst.resize_(src.shape), src), (source, out))
@@ -393,7 +393,7 @@ class LoadedMethod:
 
     def _kernel(self, index: int, op_index: int, args: list[int]) -> _Step:
         name = self.operators[op_index] if 0 <= op_index < len(self.operators) else f"operator({op_index})"
-        if name in ("et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out") and len(args) >= 2:
+        if name in (TO_DEVICE, TO_HOST) and len(args) >= 2:
             return self._device_copy(name, args)
         if name == ET_VIEW and len(args) == 3:
             return _Step(InstructionArguments.KernelCall, name, _et_view, tuple(args))

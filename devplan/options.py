@@ -1,0 +1,56 @@
+"""CompileOptions: every choice a compile makes, made once (from the CLI's flags or
+devplan.compile's keywords), checked once, and handed whole to the stages that read it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from devplan.errors import DevplanError
+
+if TYPE_CHECKING:
+    from devplan.passes.partition import Backend
+
+DEFAULT_ALIGNMENT = 16  # bytes, as ExecuTorch's planner aligns
+MAX_ALIGNMENT = 4096    # a page: no device asks for more, and a larger one only inflates the buffers
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    alignment: int = DEFAULT_ALIGNMENT   # of every planned tensor's offset
+    planner: str = "best"                # planning.ALGORITHMS
+    budgets: tuple[tuple[str, int], ...] = ()  # (buffer mem_id or device, bytes)
+    inplace: bool = True                 # results over inputs that die with them; cat pieces in place
+    reorder: bool = True                 # instructions in the order that holds the fewest bytes at once
+    delegates: tuple["Backend", ...] = ()  # backends taking ops, in turn, to run on their device
+    device_io: bool = False              # inputs only delegates read, and their results, stay on the device
+    source: bool = True                  # each instruction's module, op and line in ET12's stacktrace
+    dump_dir: Path | None = None         # a readable file per stage
+
+    def __post_init__(self) -> None:
+        from devplan.planning import ALGORITHMS
+
+        a = self.alignment
+        if isinstance(a, bool) or not isinstance(a, int) or a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
+            raise DevplanError(f"--alignment {a}: must be a power of two from 1 to {MAX_ALIGNMENT}, e.g. 16")
+        if self.planner not in ALGORITHMS:
+            raise DevplanError(f"unknown memory planning algorithm {self.planner!r}; use one of: {', '.join(ALGORITHMS)}")
+        if self.dump_dir is not None and self.dump_dir.exists() and not self.dump_dir.is_dir():
+            raise DevplanError(f"--dump-dir {self.dump_dir}: is a file; name a folder (it is made if missing)")
+
+    @classmethod
+    def of(cls, base: CompileOptions | None = None, **choices) -> CompileOptions:
+        """`base` (or the defaults) with `choices` as devplan.compile takes them: budgets as a
+        mapping, delegates as 'cuda:0=aten::linear' texts or Backends, dump_dir as any path."""
+        from devplan.passes.partition import Backend
+
+        unknown = sorted(set(choices) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"compile() got an unexpected keyword argument {unknown[0]!r}")
+        if "budgets" in choices:
+            choices["budgets"] = tuple((dict(choices["budgets"] or {})).items())
+        if "delegates" in choices:
+            choices["delegates"] = tuple(Backend.parse(d) if isinstance(d, str) else d for d in choices["delegates"] or ())
+        if choices.get("dump_dir") is not None:
+            choices["dump_dir"] = Path(choices["dump_dir"])
+        return replace(base or cls(), **choices)
