@@ -142,7 +142,11 @@ def _method(pte, plan_index: int, plan) -> dict:
             raise DevplanError(f"{pte.name}: method {text(plan.name)}: value {t['value']} ({t['nbytes']} bytes at "
                                f"offset {t['offset']} of buffer {t['mem_id']}) lies outside its buffer; the program "
                                f"is damaged")
-    delegates = [_delegate(pte, plan_index, index, delegate, instruction_rows)
+    calls: dict[int, list[int]] = {}  # delegate -> the instructions calling it, found in one pass
+    for row in instruction_rows:
+        if row["delegate"] is not None:
+            calls.setdefault(row["delegate"], []).append(row["index"])
+    delegates = [_delegate(pte, plan_index, index, delegate, calls.get(index, []))
                  for index, delegate in enumerate(plan.delegates or ())]
     windows = _windows(pte, text(plan.name), delegates, sizes)
     buffers = [
@@ -168,7 +172,7 @@ def _method(pte, plan_index: int, plan) -> dict:
         },
         "values": dict(sorted(Counter(_VALUE_KINDS.get(v.valType, f"kind({v.valType})") for v in values).items())),
         "buffers": [{key: b[key] for key in b if key != "_live"} for b in buffers],
-        "devices": _devices(buffers, delegates, len(instructions)),
+        "devices": _devices(buffers, delegates),
         "peak": peaks,
         "tensors": tensors,
         "instructions": instruction_rows,
@@ -435,7 +439,7 @@ def _windows(pte, method: str, delegates: list[dict], sizes: list[int]) -> list[
     return found
 
 
-def _devices(buffers: list[dict], delegates: list[dict], steps: int) -> list[dict]:
+def _devices(buffers: list[dict], delegates: list[dict]) -> list[dict]:
     """Per device: the bytes all the method's buffers there take, its delegates' own buffers
     (those not in a window) included, since a runtime holds them all at once; and the device's
     lower bound, the most bytes alive there at any instruction, a delegate's buffers counted
@@ -500,7 +504,7 @@ def union_size(ranges: list[tuple[int, int]]) -> int:
     return total
 
 
-def _delegate(pte, plan_index: int, index: int, delegate, instructions: list[dict]) -> dict:
+def _delegate(pte, plan_index: int, index: int, delegate, calls: list[int]) -> dict:
     raw = [(text(spec.key), bytes(ints(spec.value))) for spec in delegate.compileSpecs or ()]
     specs = [{"key": key, "value": _spec_value(value)} for key, value in raw]
     window = read_window(raw, f"{pte.name}: delegate {index}")
@@ -518,7 +522,7 @@ def _delegate(pte, plan_index: int, index: int, delegate, instructions: list[dic
         "payload_index": int(processed.index),
         "payload_buffers": _payload_buffers(pte, plan_index, index, payload),
         "window": {"mem_id": window[0], "offset": window[1]} if window else None,
-        "calls": [row["index"] for row in instructions if row["delegate"] == index],
+        "calls": calls,
     }
 
 
