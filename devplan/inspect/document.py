@@ -5,19 +5,15 @@ goes away (adding a key does not bump it)."""
 from __future__ import annotations
 
 import functools
-import math
 from collections import Counter
 
-from devplan import dtypes
 from devplan.errors import DevplanError
 from devplan.inspect.overlap import LatestWrites, meeting
 from devplan.inspect.peak import peak
 from devplan.inspect.sources import argument_text, chain_origins, source_text, tensor_source
 from devplan.pte import PteFile
+from devplan.pte.decode import MethodView, methods
 from devplan.pte.reader import ints, text
-from devplan.pte.window import read_window
-from devplan.pte.fb.DataLocation import DataLocation
-from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.spec import CPU, Device
 
@@ -38,22 +34,12 @@ _VALUE_KINDS = {
     KernelTypes.TensorList: "tensor_list",
     KernelTypes.OptionalTensorList: "optional_tensor_list",
 }
-_INSTRUCTION_KINDS = {
-    InstructionArguments.KernelCall: "kernel",
-    InstructionArguments.DelegateCall: "delegate",
-    InstructionArguments.MoveCall: "move",
-    InstructionArguments.JumpFalseCall: "jump_false",
-    InstructionArguments.FreeCall: "free",
-}
-_LIST_KINDS = (KernelTypes.TensorList, KernelTypes.OptionalTensorList)
-
-
 def document(pte: PteFile, name: str, method: str | None = None) -> dict:
     """The inspection document of a read program (a devplan.pte.PteFile); name is the file's
     basename. method keeps only that method; an unknown name is a DevplanError."""
     program = pte.program
-    plans = list(program.executionPlan or ())
-    names = [text(plan.name) for plan in plans]
+    views = methods(pte)
+    names = [view.name for view in views]
     if method is not None and method not in names:
         listed = ", ".join(names) or "none"
         raise DevplanError(f"{pte.name}: no method {method!r}; the program's methods are: {listed}")
@@ -68,11 +54,7 @@ def document(pte: PteFile, name: str, method: str | None = None) -> dict:
             "constant_bytes": _constant_bytes(program) + sum(_named_segments(program).values()),
             "named_data": _named_data(program),
         },
-        "methods": [
-            _method(pte, index, plan)
-            for index, plan in enumerate(plans)
-            if method is None or names[index] == method
-        ],
+        "methods": [_method(pte, view) for view in views if method is None or view.name == method],
     }
 
 
@@ -106,71 +88,51 @@ def _named_segments(program) -> dict[int, int]:
     return {entry["segment"]: entry["size"] for entry in _named_data(program)}
 
 
-def _method(pte, plan_index: int, plan) -> dict:
-    values = list(plan.values or ())
-    chains = list(plan.chains or ())
-    instructions = [instruction for chain in chains for instruction in chain.instructions or ()]
-    origins = [where for index, chain in enumerate(chains)
-               for where in chain_origins(pte, plan_index, index, len(chain.instructions or ()))]
-    inputs, outputs = ints(plan.inputs), ints(plan.outputs)
-    operators = [
-        {"index": index, "name": text(op.name), "overload": text(op.overload)}
-        for index, op in enumerate(plan.operators or ())
-    ]
-    instruction_rows = [_instruction(index, instruction, operators) for index, instruction in enumerate(instructions)]
-    writers = _first_writers(values, instruction_rows)
-    for row, where in zip(instruction_rows, origins):
-        # "" is the model itself (a module frame naming only its class); None: no module frame
-        row["source"], row["module"] = source_text(where), where.module if where and (where.module or where.kind) else None
-        row["arguments"] = [argument_text(values, arg, writers) for arg in row["args"]]
-    lifetimes = _lifetimes(values, instruction_rows, inputs, outputs)
-    written = _written(values, instruction_rows, inputs)
-    read = {value for row in instruction_rows for value in _with_items(values, row["args"])}
-    buffer_devices = _buffer_devices(plan)
-    sizes = ints(plan.nonConstBufferSizes)
-    input_set, output_set = set(inputs), set(outputs)
-    tensors = [
-        _tensor(index, value.val, lifetimes.get(index), input_set, output_set, buffer_devices)
-        for index, value in enumerate(values)
-        if value.valType == KernelTypes.Tensor
-    ]
-    for t in tensors:  # every later sum and picture takes sizes at their word
-        if any(size < 0 for size in t["shape"]) or t["nbytes"] > _MAX_TENSOR_BYTES:
-            raise DevplanError(f"{pte.name}: method {text(plan.name)}: value {t['value']} has the shape {t['shape']}, "
-                               f"which no tensor has; the program is damaged")
-        if t["mem_id"] is not None and not (0 < t["mem_id"] < len(sizes) and t["offset"] + t["nbytes"] <= sizes[t["mem_id"]]):
-            raise DevplanError(f"{pte.name}: method {text(plan.name)}: value {t['value']} ({t['nbytes']} bytes at "
-                               f"offset {t['offset']} of buffer {t['mem_id']}) lies outside its buffer; the program "
-                               f"is damaged")
+def _method(pte, view: MethodView) -> dict:
+    origins = [where for index, chain in enumerate(pte.program.executionPlan[view.plan_index].chains or ())
+               for where in chain_origins(pte, view.plan_index, index, len(chain.instructions or ()))]
+    operators = [{"index": index, "name": name, "overload": overload}
+                 for index, (name, overload) in enumerate(view.operators)]
+    writers = view.first_writers
+    instruction_rows = []
+    for row, where in zip(view.instructions, origins):
+        instruction_rows.append({
+            "index": row.index, "kind": row.kind, "op": view.operator(row.op) if row.op is not None else None,
+            "delegate": row.delegate, "args": list(row.args),
+            # "" is the model itself (a module frame naming only its class); None: no module frame
+            "source": source_text(where), "module": where.module if where and (where.module or where.kind) else None,
+            "arguments": [argument_text(view, arg, writers) for arg in row.args]})
+    sizes = view.buffer_sizes
+    inputs, outputs = set(view.inputs), set(view.outputs)
+    tensors = [_tensor(view, index, tensor, inputs, outputs) for index, tensor in view.tensors.items()]
     calls: dict[int, list[int]] = {}  # delegate -> the instructions calling it, found in one pass
-    for row in instruction_rows:
-        if row["delegate"] is not None:
-            calls.setdefault(row["delegate"], []).append(row["index"])
-    delegates = [_delegate(pte, plan_index, index, delegate, calls.get(index, []))
-                 for index, delegate in enumerate(plan.delegates or ())]
-    windows = _windows(pte, text(plan.name), delegates, sizes)
+    for row in view.instructions:
+        if row.delegate is not None:
+            calls.setdefault(row.delegate, []).append(row.index)
+    delegates = [_delegate(pte, view, delegate, calls.get(delegate.index, [])) for delegate in view.delegates]
+    windows = _windows(view, delegates)
     buffers = [
-        _buffer(mem_id, sizes[mem_id], buffer_devices.get(mem_id, CPU), tensors, written, read,
+        _buffer(mem_id, sizes[mem_id], view.buffer_devices.get(mem_id, CPU), tensors, view.written, view.read,
                 [w for w in windows if w["mem_id"] == mem_id])
         for mem_id in range(1, len(sizes))
     ]
-    _name_tensors(tensors, instruction_rows, writers, origins, inputs, outputs)
+    _name_tensors(tensors, instruction_rows, writers, origins, view.inputs, view.outputs)
     for t in tensors:
         t["module"] = _module_of(t, instruction_rows, writers)
     modules = {t["value"]: t["module"] for t in tensors}
     peaks = [peak(buffer, [t for t in tensors if t["mem_id"] == buffer["mem_id"]], instruction_rows, modules)
              for buffer in buffers]
     return {
-        "name": text(plan.name),
-        "inputs": inputs,
-        "outputs": outputs,
+        "name": view.name,
+        "inputs": list(view.inputs),
+        "outputs": list(view.outputs),
         "counts": {
-            "values": len(values),
-            "instructions": len(instructions),
+            "values": len(view.kinds),
+            "instructions": len(instruction_rows),
             "operators": len(operators),
             "delegates": len(delegates),
         },
-        "values": dict(sorted(Counter(_VALUE_KINDS.get(v.valType, f"kind({v.valType})") for v in values).items())),
+        "values": dict(sorted(Counter(_VALUE_KINDS.get(kind, f"kind({kind})") for kind in view.kinds).items())),
         "buffers": [{key: b[key] for key in b if key != "_live"} for b in buffers],
         "devices": _devices(buffers, delegates),
         "peak": peaks,
@@ -179,18 +141,6 @@ def _method(pte, plan_index: int, plan) -> dict:
         "operators": operators,
         "delegates": delegates,
     }
-
-
-def _first_writers(values, instructions: list[dict]) -> dict[int, int]:
-    """value -> the first instruction that writes it (see _written)."""
-    first: dict[int, int] = {}
-    for row in instructions:
-        for arg in row["args"][-1:] if row["kind"] == "kernel" else row["args"]:
-            first.setdefault(arg, row["index"])
-            if 0 <= arg < len(values) and values[arg].valType in _LIST_KINDS:
-                for item in ints(values[arg].val.items):
-                    first.setdefault(item, row["index"])
-    return first
 
 
 def _name_tensors(tensors, instructions, writers, origins, inputs, outputs) -> None:
@@ -209,119 +159,24 @@ def _module_of(tensor: dict, instructions: list[dict], writers: dict[int, int]) 
     return instructions[at]["module"] if at is not None and at < len(instructions) else None
 
 
-def _instruction(index: int, instruction, operators: list[dict]) -> dict:
-    kind = instruction.instrArgsType
-    call = instruction.instrArgs
-    row = {"index": index, "kind": _INSTRUCTION_KINDS.get(kind, f"kind({kind})"), "op": None, "delegate": None}
-    if kind == InstructionArguments.KernelCall:
-        op = operators[call.opIndex] if 0 <= call.opIndex < len(operators) else None
-        row["op"] = _op_name(op) if op else f"operator({call.opIndex})"
-        row["args"] = ints(call.args)
-    elif kind == InstructionArguments.DelegateCall:
-        row["delegate"] = int(call.delegateIndex)
-        row["args"] = ints(call.args)
-    elif kind == InstructionArguments.MoveCall:
-        row["args"] = [int(call.moveFrom), int(call.moveTo)]
-    elif kind == InstructionArguments.JumpFalseCall:
-        row["args"] = [int(call.condValueIndex)]
-    elif kind == InstructionArguments.FreeCall:
-        row["args"] = [int(call.valueIndex)]
-    else:
-        row["args"] = []
-    return row
-
-
-def _op_name(op: dict) -> str:
-    return f"{op['name']}.{op['overload']}" if op["overload"] else op["name"]
-
-
-def _lifetimes(values, instructions: list[dict], inputs: list[int], outputs: list[int]) -> dict[int, list[int]]:
-    """First and last instruction index that touch each value: as an argument, or as an item
-    of a tensor list that is an argument. Inputs live from instruction 0 and outputs to the
-    last instruction, because the caller owns them before and after the method runs."""
-    touched: dict[int, list[int]] = {}
-
-    def touch(value: int, at: int) -> None:
-        span = touched.setdefault(value, [at, at])
-        span[0], span[1] = min(span[0], at), max(span[1], at)
-
-    for row in instructions:
-        for arg in row["args"]:
-            touch(arg, row["index"])
-            if 0 <= arg < len(values) and values[arg].valType in _LIST_KINDS:
-                for item in ints(values[arg].val.items):
-                    if item >= 0:
-                        touch(item, row["index"])
-    for value in inputs:
-        touch(value, 0)
-    if instructions:
-        for value in outputs:
-            touch(value, len(instructions) - 1)
-    return touched
-
-
-def _with_items(values, args: list[int]) -> list[int]:
-    """Arguments, and the items of those that are lists."""
-    found = list(args)
-    for arg in args:
-        if 0 <= arg < len(values) and values[arg].valType in _LIST_KINDS:
-            found += [item for item in ints(values[arg].val.items) if item >= 0]
-    return found
-
-
-def _written(values, instructions: list[dict], inputs: list[int]) -> set[int]:
-    """Values some instruction writes: a kernel's result (its last argument, or the items of
-    that list), anything a delegate or a move touches, and the method's inputs. A planned
-    tensor outside this set is a view: its bytes hold what an earlier tensor wrote there."""
-    written = set(inputs)
-    for row in instructions:
-        results = row["args"][-1:] if row["kind"] == "kernel" else row["args"]
-        for arg in results:
-            written.add(arg)
-            if 0 <= arg < len(values) and values[arg].valType in _LIST_KINDS:
-                written.update(ints(values[arg].val.items))
-    return written
-
-
-def _buffer_devices(plan) -> dict[int, Device]:
-    return {
-        int(entry.bufferIdx): Device.from_code(entry.deviceType, entry.deviceIndex)
-        for entry in plan.nonConstBufferDevice or ()
-    }
-
-
-def _tensor(index: int, tensor, lifetime, inputs: set[int], outputs: set[int], buffer_devices) -> dict:
-    dtype = dtypes.name_of(tensor.scalarType)
-    shape = ints(tensor.sizes)
-    allocation = tensor.allocationInfo
-    mem_id = int(allocation.memoryId) if allocation is not None else None
-    offset = allocation.memoryOffsetLow + (allocation.memoryOffsetHigh << 32) if allocation is not None else None
-    constant = tensor.dataBufferIdx > 0
+def _tensor(view: MethodView, index: int, tensor, inputs: set[int], outputs: set[int]) -> dict:
+    lifetime = view.lifetimes.get(index)
     return {
         "value": index,
-        "dtype": dtype,
-        "shape": shape,
-        "dim_order": ints(tensor.dimOrder),
-        "dynamic": int(tensor.shapeDynamism) != 0,
-        "mem_id": mem_id,
-        "offset": offset,
-        "nbytes": math.prod(shape) * dtypes.ITEMSIZE.get(dtype, 0),
-        "device": str(_tensor_device(tensor, buffer_devices.get(mem_id, CPU))),
+        "dtype": tensor.dtype,
+        "shape": list(tensor.shape),
+        "dim_order": list(tensor.dim_order),
+        "dynamic": tensor.dynamic,
+        "mem_id": tensor.mem_id,
+        "offset": tensor.offset,
+        "nbytes": tensor.nbytes,
+        "device": str(view.device_of(tensor)),
         "lifetime": list(lifetime) if lifetime is not None else None,
         # from when the tensor's bytes must be kept; earlier than lifetime for a view
         "held": list(lifetime) if lifetime is not None else None,
-        "role": _role(index, constant, inputs, outputs),
-        "constant": constant,
+        "role": _role(index, tensor.data > 0, inputs, outputs),
+        "constant": tensor.data > 0,
     }
-
-
-def _tensor_device(tensor, buffer_device: Device) -> Device:
-    """A device that extra_tensor_info spells out wins; its CPU default says nothing, because
-    a writer that adds the table for other reasons leaves the device fields at their defaults."""
-    extra = tensor.extraTensorInfo
-    if extra is not None and (extra.deviceType, extra.deviceIndex) != (CPU.code, CPU.index):
-        return Device.from_code(extra.deviceType, extra.deviceIndex)
-    return buffer_device
 
 
 def _role(index: int, constant: bool, inputs: set[int], outputs: set[int]) -> str:
@@ -369,7 +224,6 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
 
 
 _MIN_ALIGNMENT, _MAX_ALIGNMENT = 16, 4096
-_MAX_TENSOR_BYTES = 1 << 56  # far beyond any device's memory; larger sizes come from damage
 
 
 def _lower_bound(timed: list[dict], sharing, size: int, windows: list[dict]) -> dict:
@@ -420,7 +274,7 @@ def _lower_bound(timed: list[dict], sharing, size: int, windows: list[dict]) -> 
     return {"lower_bound": bound, "_live": at(alignment)}
 
 
-def _windows(pte, method: str, delegates: list[dict], sizes: list[int]) -> list[dict]:
+def _windows(view: MethodView, delegates: list[dict]) -> list[dict]:
     """The delegate windows of a method, each as a pseudo-tensor of its buffer: the payload's
     buffer bytes at the window's offset, held from the delegate's first call to its last."""
     found = []
@@ -429,9 +283,10 @@ def _windows(pte, method: str, delegates: list[dict], sizes: list[int]) -> list[
         if window is None or not d["calls"]:
             continue
         nbytes = sum(b["size"] for b in buffers)
+        sizes = view.buffer_sizes
         if len(buffers) != 1 or not (0 < window["mem_id"] < len(sizes)
                                      and window["offset"] + nbytes <= sizes[window["mem_id"]]):
-            raise DevplanError(f"{pte.name}: method {method}: delegate {d['index']}'s memory window (buffer "
+            raise DevplanError(f"{view.where}: delegate {d['index']}'s memory window (buffer "
                                f"{window['mem_id']}, offset {window['offset']}, {nbytes} bytes) does not lie inside "
                                f"one of the method's buffers; the program is damaged")
         found.append({"mem_id": window["mem_id"], "offset": window["offset"], "nbytes": nbytes,
@@ -504,23 +359,19 @@ def union_size(ranges: list[tuple[int, int]]) -> int:
     return total
 
 
-def _delegate(pte, plan_index: int, index: int, delegate, calls: list[int]) -> dict:
-    raw = [(text(spec.key), bytes(ints(spec.value))) for spec in delegate.compileSpecs or ()]
-    specs = [{"key": key, "value": _spec_value(value)} for key, value in raw]
-    window = read_window(raw, f"{pte.name}: delegate {index}")
+def _delegate(pte, view: MethodView, delegate, calls: list[int]) -> dict:
+    specs = [{"key": key, "value": _spec_value(value)} for key, value in delegate.specs]
     target = next((spec["value"] for spec in specs if spec["key"] == "target_device"), None)
-    # read_pte has checked that every delegate names a payload that exists.
-    processed, payload = delegate.processed, pte.delegate_payload(plan_index, index)
-    location = "segment" if processed.location == DataLocation.SEGMENT else "inline"
+    payload, window = pte.delegate_payload(view.plan_index, delegate.index), delegate.window
     return {
-        "index": index,
-        "id": text(delegate.id),
+        "index": delegate.index,
+        "id": delegate.id,
         "compile_specs": specs,
         "target_device": target,
         "payload_size": len(payload),
-        "location": location,
-        "payload_index": int(processed.index),
-        "payload_buffers": _payload_buffers(pte, plan_index, index, payload),
+        "location": delegate.location,
+        "payload_index": delegate.payload_index,
+        "payload_buffers": _payload_buffers(pte, view.plan_index, delegate.index, payload),
         "window": {"mem_id": window[0], "offset": window[1]} if window else None,
         "calls": calls,
     }

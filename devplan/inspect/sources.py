@@ -7,7 +7,6 @@ import os
 
 from devplan.pte.frames import Where
 from devplan.pte.fb.KernelTypes import KernelTypes
-from devplan.pte.reader import ints, text
 
 
 def chain_origins(pte, plan_index: int, chain_index: int, count: int) -> list[Where | None]:
@@ -66,29 +65,20 @@ def _made_by(row: dict) -> str:
     return row["source"] or f"#{row['index']} {row['op'] or row['kind']}"
 
 
-_SCALAR_FIELDS = {KernelTypes.Int: "intVal", KernelTypes.Double: "doubleVal", KernelTypes.Bool: "boolVal"}
-
-
-def argument_text(values, index: int, written: set[int]) -> str:
-    """An argument as the call reads it: a tensor or a number some instruction computes as
-    vN, numbers, lists and None as their values."""
-    if not 0 <= index < len(values):
+def argument_text(view, index: int, written) -> str:
+    """An argument as the call reads it (`view` a devplan.pte.decode.MethodView): a tensor or
+    a number some instruction computes as vN, numbers, lists and None as their values."""
+    if not 0 <= index < len(view.kinds):
         return f"v{index}?"
-    value = values[index]
-    kind = value.valType
+    kind = view.kinds[index]
     if kind == KernelTypes.Tensor or index in written:
         return f"v{index}"
-    if kind in _SCALAR_FIELDS:
-        return repr(getattr(value.val, _SCALAR_FIELDS[kind]))
     if kind in (KernelTypes.Null, KernelTypes.NONE):
         return "None"
-    if kind == KernelTypes.String:
-        return repr(text(value.val.stringVal))
-    items = ints(value.val.items) if kind != KernelTypes.DoubleList else list(value.val.items)
     if kind == KernelTypes.IntList:  # items are Int values: their numbers, or vN when computed at run time
-        return "[" + ", ".join(argument_text(values, item, written) for item in items) + "]"
-    if kind == KernelTypes.BoolList:
-        return repr([bool(item) for item in items])
-    if kind == KernelTypes.DoubleList:
-        return repr([float(item) for item in items])
-    return "[" + ", ".join("None" if item < 0 else f"v{item}" for item in items) + "]"
+        # (a list among the items, which only damage puts there, is named, never followed)
+        return "[" + ", ".join(f"v{item}" if 0 <= item < len(view.kinds) and view.kinds[item] == KernelTypes.IntList
+                               else argument_text(view, item, written) for item in view.lists[index]) + "]"
+    if kind in (KernelTypes.TensorList, KernelTypes.OptionalTensorList):
+        return "[" + ", ".join("None" if item < 0 else f"v{item}" for item in view.lists[index]) + "]"
+    return repr(view.scalars[index])

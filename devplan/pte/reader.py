@@ -31,8 +31,9 @@ class PteFile:
     name: str = "<bytes>"  # how messages name the file
     data: bytes = b""  # the whole file, which the program's FlatBuffer starts
     depth: int = 0  # how many delegate payloads this program lies inside
-    # payloads and their programs by (location, index): delegates sharing one are read once
-    _payloads: dict = field(default_factory=dict, compare=False, repr=False)
+    # what is worked out once per file: payloads and their programs by (location, index), so
+    # that delegates sharing one read it once, and decoded methods (devplan.pte.decode)
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def stacktrace(self, plan_index: int, chain_index: int) -> list | None:
         """What each instruction's frames say (devplan.pte.frames.Where, None for an
@@ -66,13 +67,13 @@ class PteFile:
         its messages naming it '<file> delegate N'. A payload that several delegates share is
         read once, named after the first delegate that asked."""
         key, payload = self._payload(plan_index, delegate_index)
-        if ("program", key) not in self._payloads:
+        if ("program", key) not in self._memo:
             name = f"{self.name} delegate {delegate_index}"
             if self.depth >= MAX_DELEGATE_DEPTH:
                 raise DevplanError(f"{name}: a payload nested {self.depth + 1} delegates deep (devplan reads "
                                    f"{MAX_DELEGATE_DEPTH}); {_DAMAGED}")
-            self._payloads["program", key] = replace(read_pte(payload, name=name), depth=self.depth + 1)
-        return self._payloads["program", key]
+            self._memo["program", key] = replace(read_pte(payload, name=name), depth=self.depth + 1)
+        return self._memo["program", key]
 
     def delegate_payload(self, plan_index: int, delegate_index: int) -> bytes:
         """The processed blob of delegate `delegate_index` in plan `plan_index`."""
@@ -91,21 +92,21 @@ class PteFile:
         if reference is None:
             raise DevplanError(f"{where}: the delegate names no payload; {_DAMAGED}")
         key = (int(reference.location), int(reference.index))
-        if key in self._payloads:
-            return key, self._payloads[key]
+        if key in self._memo:
+            return key, self._memo[key]
         if reference.location == DataLocation.INLINE:
             inline = self.program.backendDelegateData or []
             if reference.index >= len(inline):
                 raise DevplanError(f"{where}: payload is inline blob {reference.index} but the program has {len(inline)}; {_DAMAGED}")
             data = inline[reference.index].data
-            self._payloads[key] = b"" if data is None else bytes(data)
+            self._memo[key] = b"" if data is None else bytes(data)
         elif reference.location == DataLocation.SEGMENT:
             if reference.index >= len(self.segments):
                 raise DevplanError(f"{where}: payload is segment {reference.index} but the program has {len(self.segments)}; {_DAMAGED}")
-            self._payloads[key] = self.segments[reference.index]
+            self._memo[key] = self.segments[reference.index]
         else:
             raise DevplanError(f"{where}: unknown payload location {reference.location}; {_DAMAGED}")
-        return key, self._payloads[key]
+        return key, self._memo[key]
 
 
 def read_pte(source: str | os.PathLike | bytes, name: str | None = None) -> PteFile:

@@ -13,16 +13,13 @@ from typing import Any, Sequence
 
 import torch
 
-from devplan import dtypes
 from devplan.errors import DevplanError, first_line
-from devplan.ops import BACKEND_ID, ET_VIEW, NUMBER_OPS, PORTABLE, QUANTIZED, TO_DEVICE, TO_HOST, schema_name
+from devplan.ops import BACKEND_ID, ET_VIEW, TO_DEVICE, TO_HOST
 from devplan.pte import PteFile, read_pte
-from devplan.pte.reader import ints, text
-from devplan.pte.window import read_window
-from devplan.pte.fb.InstructionArguments import InstructionArguments
+from devplan.pte.decode import Delegate, Instruction, MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
-from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
 from devplan.runtime.allocator import allocator_for
+from devplan.runtime.kernels import DIM_ORDER, NUMBERS, et_view, schema_op, writes_its_outs
 from devplan.spec import CPU, DEVICE_TYPES, Device
 
 _EXTRA_STEPS = 1_000_000  # instructions a run may execute beyond one pass: only jumps loop
@@ -31,19 +28,10 @@ _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach 
 # every size comes from the file, and a few damaged bytes can ask for terabytes.
 MAX_MEMORY = 8 << 30
 
-# Operators outside torch's aten namespace that ExecuTorch programs use.
-_EXTRA_KERNELS = {
-    "dim_order_ops::_to_dim_order_copy.out": lambda self, non_blocking, dim_order, out: _resize_within(out, self.shape).copy_(self),
-    "dim_order_ops::_clone_dim_order.out": lambda self, non_blocking, dim_order, out: _resize_within(out, self.shape).copy_(self),
-    "dim_order_ops::_empty_dim_order.out": lambda size, dim_order, out: _resize_within(out, size),
-}
-_NUMBER_KERNELS = {name: fn for fn, name in NUMBER_OPS.items()}
-_QUANTIZED_BY_OUT = {schema_name(schema): functional for functional, schema in QUANTIZED.items()}
-
 
 @dataclass(frozen=True)
 class _Step:
-    kind: int
+    kind: str                             # as devplan.pte.decode.Instruction.kind
     name: str = ""                        # the operator, for messages
     call: Any = None                      # a kernel: the torch op, positional and keyword value indices;
                                           # a delegate: the LoadedMethod of its payload
@@ -63,20 +51,18 @@ class LoadedMethod:
         """`lent`: mem_id -> (bytes, device) that the caller lends for that buffer (a window of
         its own arena) instead of an arena of this method's own. `max_memory`: bytes the
         method's own arenas and unplanned tensors may take in all."""
-        plans = {text(plan.name): plan for plan in pte.program.executionPlan or ()}
-        if name not in plans:
-            raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(plans) or 'none'}")
-        plan, self.where = plans[name], f"{pte.name}: method {name}"
-        devices = {int(e.bufferIdx): Device.from_code(e.deviceType, e.deviceIndex) for e in plan.nonConstBufferDevice or ()}
-        sizes = ints(plan.nonConstBufferSizes)
-        values = list(plan.values or ())
-        self._check_sizes(sizes, values)
+        views = {view.name: view for view in methods(pte)}
+        if name not in views:
+            raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(views) or 'none'}")
+        view = views[name]
+        self.where, devices, sizes = view.where, view.buffer_devices, view.buffer_sizes
+        self._check_sizes(view)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
         self.lent = set(lent or ())
         self.max_memory, self.taken = max_memory, 0
+        self.delegates: list[LoadedMethod] = []
         try:
-            self.delegates: list[LoadedMethod] = []
             for mem_id in range(1, len(sizes)):
                 device = devices.get(mem_id, CPU)
                 if device.type not in DEVICE_TYPES:
@@ -96,11 +82,12 @@ class LoadedMethod:
                                        f"machine") from None
             # A program whose buffers all sit on one device (a devplan payload) runs its kernels
             # there, so its constants go there too.
-            placed = {device for _, device in self.arenas.values()} or _tensor_devices(values)
+            # (one that plans none, its inputs and outputs its caller's, where its tensors say)
+            placed = {device for _, device in self.arenas.values()} or {
+                t.said_device or CPU for t in view.tensors.values() if t.data == 0}
             self.home = placed.pop() if len(placed) == 1 else CPU
-            for index, delegate in enumerate(plan.delegates or ()):
-                self.delegates.append(self._open_delegate(pte, plans, name, index, delegate))
-            self._load(pte, plan, values)
+            self.delegates = [self._open_delegate(pte, view, delegate) for delegate in view.delegates]
+            self._load(pte, view)
         except BaseException:
             self.release()  # a device allocator gets back what it gave, even for a damaged program
             raise
@@ -112,24 +99,22 @@ class LoadedMethod:
                                f"caller lends it ({window.numel()} bytes on {owner}); the program is damaged")
         return window[:size], device
 
-    def _load(self, pte: PteFile, plan, values: list) -> None:
-        self.values: list[Any] = [None] * len(values)
+    def _load(self, pte: PteFile, view: MethodView) -> None:
+        self.values: list[Any] = [None] * len(view.kinds)
         self.devices: dict[int, Device] = {}
         self.bounds: dict[int, list[int]] = {}  # dynamic tensor -> its planned (upper bound) shape
         self.borrowed: set[int] = set()  # unplanned inputs and outputs: a caller's tensors stand in
-        self.used = _used(plan, values)
-        for index, value in enumerate(values):
+        self.placeholders: set[int] = set()  # borrowed ones no caller has handed in yet: no memory
+        self.used = view.named
+        for index in range(len(view.kinds)):
             try:
-                self.values[index] = self._bind(pte, index, value)
+                self.values[index] = self._bind(pte, view, index)
             except (RuntimeError, ValueError, TypeError, OverflowError) as error:
                 raise DevplanError(f"{self.where}: value {index} cannot be held ({first_line(error)}); "
                                    f"the program is damaged") from None
-        self.inputs = [self._index(i, "an input") for i in ints(plan.inputs)]
-        self.outputs = [self._index(i, "an output") for i in ints(plan.outputs)]
-        self.operators = [f"{text(op.name)}.{text(op.overload)}" if text(op.overload) else text(op.name)
-                          for op in plan.operators or ()]
-        self.steps = [self._step(i, instruction) for chain in plan.chains or ()
-                      for i, instruction in enumerate(chain.instructions or ())]
+        self.inputs = [self._index(i, "an input") for i in view.inputs]
+        self.outputs = [self._index(i, "an output") for i in view.outputs]
+        self.steps = [self._step(view, row) for row in view.instructions]
 
     def execute(self, inputs: Sequence[Any]) -> list[Any]:
         """Run once: copy `inputs` in, run every instruction, return host copies of the outputs."""
@@ -144,11 +129,11 @@ class LoadedMethod:
     def _materialize(self, bound: set[int]) -> None:
         """Host memory for the unplanned tensors nobody handed in this run (the outputs of a
         program that leaves them to its caller), made once: until then they take none."""
-        for index in sorted(self.borrowed - bound):
+        for index in sorted(self.placeholders - bound):
             slot = self.values[index]
-            if isinstance(slot, torch.Tensor) and 0 in slot.stride() and slot.numel() > 1:
-                self._take(slot.numel() * slot.element_size(), f"value {index}, an unplanned tensor of {list(slot.shape)}")
-                self.values[index] = torch.zeros(slot.shape, dtype=slot.dtype)
+            self._take(slot.numel() * slot.element_size(), f"value {index}, an unplanned tensor of {list(slot.shape)}")
+            self.values[index] = torch.zeros(slot.shape, dtype=slot.dtype)
+            self.placeholders.discard(index)
 
     def call(self, args: Sequence[Any], outs: Sequence[torch.Tensor]) -> list[Any]:
         """Run once as a delegate: `args` and `outs` are its caller's tensors, already on this
@@ -164,6 +149,7 @@ class LoadedMethod:
                                    f"{index}; the program is damaged")
             if index in self.borrowed:
                 self.values[index] = given
+                self.placeholders.discard(index)
             else:
                 self.values[index].resize_(given.shape).copy_(given)
         for position, (index, out) in enumerate(zip(self.outputs, outs)):
@@ -172,6 +158,7 @@ class LoadedMethod:
                     raise DevplanError(f"{self.where}: delegate output {position} does not match the payload's "
                                        f"output {index}; the program is damaged")
                 self.values[index] = out
+                self.placeholders.discard(index)
         self._materialize(set(self.inputs) | set(self.outputs))
         self._run_all()
         return [self._value(index) for index in self.outputs]
@@ -234,17 +221,16 @@ class LoadedMethod:
             allocator_for(device).deallocate(arena)
         self.arenas, self.uploads, self.delegates = {}, [], []
 
-    def _open_delegate(self, pte: PteFile, plans: dict, name: str, index: int, delegate) -> "LoadedMethod":
-        backend = text(delegate.id)
-        if backend != BACKEND_ID:
-            raise DevplanError(f"{self.where}: delegate {index} runs on backend {backend!r}, which the reference "
+    def _open_delegate(self, pte: PteFile, view: MethodView, delegate: Delegate) -> "LoadedMethod":
+        index = delegate.index
+        if delegate.id != BACKEND_ID:
+            raise DevplanError(f"{self.where}: delegate {index} runs on backend {delegate.id!r}, which the reference "
                                f"runtime does not have (it runs {BACKEND_ID} payloads only)")
-        payload = pte.delegate_program(list(plans).index(name), index)
-        specs = [(text(spec.key), bytes(ints(spec.value))) for spec in delegate.compileSpecs or ()]
-        window = read_window(specs, f"{self.where}: delegate {index}")
-        if window is None:  # the payload's buffers are its own
+        # read and decoded once however many delegates share it
+        payload = pte.delegate_program(view.plan_index, index)
+        if delegate.window is None:  # the payload's buffers are its own
             return LoadedMethod(payload, max_memory=self.max_memory)
-        mem_id, offset = window
+        mem_id, offset = delegate.window
         if mem_id not in self.arenas:
             raise DevplanError(f"{self.where}: delegate {index}'s memory window names buffer {mem_id}, which the "
                                f"method does not have; the program is damaged")
@@ -252,89 +238,67 @@ class LoadedMethod:
         # the payload's one buffer is these bytes of the caller's; its plan keeps them free during the call
         return LoadedMethod(payload, lent={1: (arena[offset:], device)}, max_memory=self.max_memory)
 
-    def _bind(self, pte: PteFile, index: int, value) -> Any:
-        kind, val = value.valType, value.val
-        if val is None and kind != KernelTypes.Null:
-            raise DevplanError(f"{self.where}: value {index} has a type but no content; the program is damaged")
-        if kind == KernelTypes.Tensor:
-            return self._tensor(pte, index, val)
-        if kind == KernelTypes.Int:
-            return int(val.intVal)
-        if kind == KernelTypes.Double:
-            return float(val.doubleVal)
-        if kind == KernelTypes.Bool:
-            return bool(val.boolVal)
-        if kind == KernelTypes.String:
-            return text(val.stringVal)
-        if kind in (KernelTypes.IntList, KernelTypes.TensorList, KernelTypes.OptionalTensorList):
-            items = tuple(ints(val.items))
+    def _bind(self, pte: PteFile, view: MethodView, index: int) -> Any:
+        if index in view.tensors:
+            return self._tensor(pte, index, view.tensors[index])
+        if index in view.lists:
+            kind = view.kinds[index]
             return _Refs(kind, tuple(i if i == -1 and kind == KernelTypes.OptionalTensorList
-                                     else self._index(i, f"list value {index}") for i in items))
-        if kind == KernelTypes.DoubleList:
-            return [float(x) for x in (val.items if val.items is not None else ())]
-        if kind == KernelTypes.BoolList:
-            return [bool(x) for x in (val.items if val.items is not None else ())]
-        return None
+                                     else self._index(i, f"list value {index}") for i in view.lists[index]))
+        value = view.scalars.get(index)  # None for Null
+        return list(value) if isinstance(value, list) else value  # a run's own copy
 
-    def _layout(self, index: int, t) -> tuple[torch.dtype, list[int], int]:
-        """dtype, shape and byte size of tensor value `index`, checked."""
-        name = dtypes.name_of(t.scalarType)
-        dtype = getattr(torch, name, None)
-        if not isinstance(dtype, torch.dtype) or dtype.is_complex or name.startswith(("q", "bits", "float8")):
-            raise DevplanError(f"{self.where}: value {index} has element type {name}, which the reference runtime "
+    def _dtype(self, index: int, t: Tensor) -> torch.dtype:
+        """The torch dtype of tensor value `index`, one this runtime can hold."""
+        dtype = getattr(torch, t.dtype, None)
+        if not isinstance(dtype, torch.dtype) or dtype.is_complex or t.dtype.startswith(("q", "bits", "float8")):
+            raise DevplanError(f"{self.where}: value {index} has element type {t.dtype}, which the reference runtime "
                                f"cannot hold")
-        shape = [int(size) for size in t.sizes] if t.sizes is not None else []
-        if any(size < 0 for size in shape):
-            raise DevplanError(f"{self.where}: value {index} has a negative size in {shape}; the program is damaged")
-        return dtype, shape, math.prod(shape) * dtypes.ITEMSIZE[name]
+        return dtype
 
-    def _check_sizes(self, sizes: list[int], values) -> None:
-        """Every planned tensor inside its buffer, and no buffer far larger than its tensors
-        reach (a damaged size would otherwise have us allocate it)."""
+    def _check_sizes(self, view: MethodView) -> None:
+        """Every planned tensor at a whole element of its buffer (decoding has put it inside),
+        and no buffer far larger than its tensors reach (a damaged size would otherwise have us
+        allocate it)."""
         reach: dict[int, int] = {}
-        for index, value in enumerate(values):
-            if value.valType == KernelTypes.Tensor and value.val.allocationInfo is not None:
-                _, _, nbytes = self._layout(index, value.val)
-                mem_id, offset = _where(value.val)
-                if not 0 < mem_id < len(sizes) or offset + nbytes > sizes[mem_id]:
-                    raise DevplanError(f"{self.where}: value {index} lies outside buffer {mem_id}; "
-                                       f"the program is damaged")
-                if offset % dtypes.ITEMSIZE[dtypes.name_of(value.val.scalarType)]:
-                    raise DevplanError(f"{self.where}: value {index} starts at byte {offset} of buffer {mem_id}, "
+        for index, t in view.tensors.items():
+            if t.mem_id is not None:
+                if t.offset % self._dtype(index, t).itemsize:
+                    raise DevplanError(f"{self.where}: value {index} starts at byte {t.offset} of buffer {t.mem_id}, "
                                        f"not a multiple of its element size; the program is damaged")
-                reach[mem_id] = max(reach.get(mem_id, 0), offset + nbytes)
-        for mem_id in range(1, len(sizes)):
-            if sizes[mem_id] > 2 * reach.get(mem_id, 0) + _SLACK:
-                raise DevplanError(f"{self.where}: buffer {mem_id} claims {sizes[mem_id]} bytes but its tensors "
-                                   f"reach only {reach.get(mem_id, 0)}; the program is damaged")
+                reach[t.mem_id] = max(reach.get(t.mem_id, 0), t.offset + t.nbytes)
+        for mem_id in range(1, len(view.buffer_sizes)):
+            if view.buffer_sizes[mem_id] > 2 * reach.get(mem_id, 0) + _SLACK:
+                raise DevplanError(f"{self.where}: buffer {mem_id} claims {view.buffer_sizes[mem_id]} bytes but its "
+                                   f"tensors reach only {reach.get(mem_id, 0)}; the program is damaged")
 
-    def _tensor(self, pte: PteFile, index: int, t) -> torch.Tensor:
-        dtype, shape, nbytes = self._layout(index, t)
-        if t.allocationInfo is None:
-            data = pte.constant_data(int(t.dataBufferIdx))
-            if data is None and t.dataBufferIdx > 0:  # ExecuTorch refuses it too; zeros would be a wrong answer
-                raise DevplanError(f"{self.where}: value {index} names constant {t.dataBufferIdx}, which the program "
+    def _tensor(self, pte: PteFile, index: int, t: Tensor) -> torch.Tensor:
+        dtype, shape, nbytes = self._dtype(index, t), list(t.shape), t.nbytes
+        if t.mem_id is None:
+            data = pte.constant_data(t.data)
+            if data is None and t.data > 0:  # ExecuTorch refuses it too; zeros would be a wrong answer
+                raise DevplanError(f"{self.where}: value {index} names constant {t.data}, which the program "
                                    f"does not hold; the program is damaged")
             if data is None and index not in self.used:  # nothing reads or writes it: no memory
                 return torch.empty([0] * len(shape), dtype=dtype)
             if data is None:  # unplanned (an input or output the caller would own): no memory until it runs
                 self.borrowed.add(index)
-                if t.shapeDynamism != TensorShapeDynamism.STATIC:
+                self.placeholders.add(index)
+                if t.dynamic:
                     self.bounds[index] = shape
                 return torch.zeros((), dtype=dtype).expand(shape)
             host = _from_bytes(data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
             return host if self.home == CPU else self._upload(host, nbytes)
-        mem_id, offset = _where(t)
-        arena, device = self.arenas[mem_id]
+        arena, device = self.arenas[t.mem_id]
         self.devices[index] = device
-        if t.shapeDynamism != TensorShapeDynamism.STATIC:  # planned at this bound; kernels resize it within
+        if t.dynamic:  # planned at this bound; kernels resize it within
             self.bounds[index] = shape
-        view = arena[offset:offset + nbytes].view(dtype).reshape(shape)
-        if t.dataBufferIdx > 0 and mem_id in self.lent:  # other delegates' windows share these bytes
-            raise DevplanError(f"{self.where}: value {index} has initial data in buffer {mem_id}, which the calling "
+        view = arena[t.offset:t.offset + nbytes].view(dtype).reshape(shape)
+        if t.data > 0 and t.mem_id in self.lent:  # other delegates' windows share these bytes
+            raise DevplanError(f"{self.where}: value {index} has initial data in buffer {t.mem_id}, which the calling "
                                f"method lends only for the call; the program is damaged")
-        if t.dataBufferIdx > 0:  # initial state of a mutable buffer
-            initial = _from_bytes(_mutable_data(pte, int(t.dataBufferIdx)), dtype, shape, nbytes,
+        if t.data > 0:  # initial state of a mutable buffer
+            initial = _from_bytes(_mutable_data(pte, t.data), dtype, shape, nbytes,
                                   f"{self.where}: initial value of {index}")
             allocator_for(device).copy_to_device(view, initial)
         return view
@@ -347,24 +311,22 @@ class LoadedMethod:
         allocator.copy_to_device(view, host)
         return view
 
-    def _step(self, index: int, instruction) -> _Step:
-        kind, call = instruction.instrArgsType, instruction.instrArgs
-        if kind == InstructionArguments.KernelCall:
-            return self._kernel(index, int(call.opIndex), [self._index(a, f"instruction {index}") for a in ints(call.args)])
-        if kind == InstructionArguments.DelegateCall:
-            return self._delegate(index, int(call.delegateIndex), [self._index(a, f"instruction {index}") for a in ints(call.args)])
-        if kind == InstructionArguments.MoveCall:
-            where = f"instruction {index}"
-            source, target = self._index(int(call.moveFrom), where), self._index(int(call.moveTo), where)
+    def _step(self, view: MethodView, row: Instruction) -> _Step:
+        index = row.index
+        args = [self._index(a, f"instruction {index}") for a in row.args]
+        if row.kind == "kernel":
+            return self._kernel(index, view.operator(row.op), args)
+        if row.kind == "delegate":
+            return self._delegate(index, row.delegate, args)
+        if row.kind == "move":
+            source, target = args
             if not _same_kind(self.values[source], self.values[target]):
                 raise DevplanError(f"{self.where}: instruction {index} moves value {source} into value {target} of "
                                    f"another type or shape; the program is damaged")
-            return _Step(kind, "move", args=(source, target))
-        if kind == InstructionArguments.JumpFalseCall:
-            # a destination past the end just ends the run
-            return _Step(kind, "jump_false", args=(self._index(int(call.condValueIndex), f"instruction {index}"),
-                                                   max(0, int(call.destinationInstruction))))
-        return _Step(kind, "free")  # planned memory needs no freeing
+            return _Step("move", "move", args=(source, target))
+        if row.kind == "jump_false":  # a destination past the end just ends the run
+            return _Step("jump_false", "jump_false", args=(args[0], max(0, row.destination)))
+        return _Step("free", "free")  # planned memory needs no freeing
 
     def _delegate(self, index: int, delegate: int, args: list[int]) -> _Step:
         if not 0 <= delegate < len(self.delegates):
@@ -377,7 +339,7 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: instruction {index} passes {len(args)} values to delegate {delegate}, "
                                f"whose payload takes {len(method.inputs)} and returns {len(method.outputs)} tensors "
                                f"or numbers that do not match them; the program is damaged")
-        return _Step(InstructionArguments.DelegateCall, f"delegate {delegate}", method, tuple(args))
+        return _Step("delegate", f"delegate {delegate}", method, tuple(args))
 
     def _device_copy(self, name: str, args: list[int]) -> _Step:
         """et_copy::_h2d_copy.out / _d2h_copy.out (self, out, returned): through the allocator of
@@ -385,40 +347,36 @@ class LoadedMethod:
         source, out = args[0], args[1]
         if name == TO_DEVICE:
             allocator = allocator_for(self.devices.get(out, CPU))
-            return _Step(InstructionArguments.KernelCall, name,
-                         lambda src, dst: allocator.copy_to_device(dst.resize_(src.shape), src), (source, out))
+            return _Step("kernel", name, lambda src, dst: allocator.copy_to_device(dst.resize_(src.shape), src),
+                         (source, out))
         allocator = allocator_for(self.devices.get(source, CPU))
-        return _Step(InstructionArguments.KernelCall, name,
-                     lambda src, dst: dst.resize_(src.shape).copy_(allocator.copy_to_host(src)), (source, out))
+        return _Step("kernel", name, lambda src, dst: dst.resize_(src.shape).copy_(allocator.copy_to_host(src)),
+                     (source, out))
 
-    def _kernel(self, index: int, op_index: int, args: list[int]) -> _Step:
-        name = self.operators[op_index] if 0 <= op_index < len(self.operators) else f"operator({op_index})"
+    def _kernel(self, index: int, name: str, args: list[int]) -> _Step:
         if name in (TO_DEVICE, TO_HOST) and len(args) >= 2:
             return self._device_copy(name, args)
         if name == ET_VIEW and len(args) == 3:
-            return _Step(InstructionArguments.KernelCall, name, _et_view, tuple(args))
-        if name in _NUMBER_KERNELS and args:
-            return _Step(InstructionArguments.KernelCall, name, _NUMBER_KERNELS[name], tuple(args[:-1]), result=args[-1])
-        # quantized ops run torch's functional forms even where ExecuTorch's Python has given
-        # torch its own kernels for their out variants: this runtime stays an independent check
-        op = _EXTRA_KERNELS.get(name) or _quantized_op(name) or _torch_op(name)
+            return _Step("kernel", name, et_view, tuple(args))
+        if name in NUMBERS and args:
+            return _Step("kernel", name, NUMBERS[name], tuple(args[:-1]), result=args[-1])
+        if name in DIM_ORDER:
+            return _Step("kernel", name, DIM_ORDER[name], tuple(args[:-1]), **self._outs(args[-2:-1]))
+        op = schema_op(name)
         if op is None:
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which the reference runtime "
                                f"does not know")
-        if name in _EXTRA_KERNELS:
-            return _Step(InstructionArguments.KernelCall, name, op, tuple(args[:-1]), **self._outs(args[-2:-1]))
-        schema = op._schema.arguments
-        if not any(s.is_out for s in schema) and not (op._schema.is_mutable and name.partition(".")[0] in PORTABLE):
-            # a functional op's result would be dropped; ExecuTorch has only out and a few in-place kernels
+        if not writes_its_outs(op, name):  # ExecuTorch has only out and a few in-place kernels
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which is not an out variant "
                                f"(.out); the program is damaged or made for another runtime")
+        schema = op._schema.arguments
         if len(args) < len(schema):
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments; "
                                f"its schema takes {len(schema)}")
         positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
         outs = [a for a, s in zip(args, schema) if s.is_out]
-        return _Step(InstructionArguments.KernelCall, name, op, positional, keywords, **self._outs(outs))
+        return _Step("kernel", name, op, positional, keywords, **self._outs(outs))
 
     def _outs(self, outs: list[int]) -> dict[str, tuple[int, ...]]:
         """A kernel's out tensors (lists' items too) as a step's `emptied` (dynamic: sized by the
@@ -428,7 +386,7 @@ class LoadedMethod:
                 "fixed": tuple(i for i in outs if i not in self.bounds and isinstance(self.values[i], torch.Tensor))}
 
     def _run(self, pc: int, step: _Step) -> int:
-        if step.kind == InstructionArguments.KernelCall:
+        if step.kind == "kernel":
             for index in step.emptied:  # else torch warns of the resize, or sees an in-place input overlap it
                 self.values[index].resize_([0] * self.values[index].dim())  # rank kept: kernels check it
             shapes = [self.values[i].shape for i in step.fixed]
@@ -439,7 +397,7 @@ class LoadedMethod:
                 self._keep_shape(pc, step, index, shape, self.values[index].shape)
             for index in step.emptied:
                 self._within_bound(pc, step, index)
-        elif step.kind == InstructionArguments.DelegateCall:
+        elif step.kind == "delegate":
             inputs = len(step.call.inputs)
             outs = step.args[inputs:]
             results = step.call.call([self.values[a] for a in step.args[:inputs]], [self.values[a] for a in outs])
@@ -451,9 +409,9 @@ class LoadedMethod:
                 self.values[out].resize_(result.shape).copy_(result)  # a dynamic result takes its run-time shape
                 if out in self.bounds:
                     self._within_bound(pc, step, out)
-        elif step.kind == InstructionArguments.MoveCall:
+        elif step.kind == "move":
             self.values[step.args[1]] = self.values[step.args[0]]
-        elif step.kind == InstructionArguments.JumpFalseCall and not self._value(step.args[0]):
+        elif step.kind == "jump_false" and not self._value(step.args[0]):
             return step.args[1]
         return pc + 1
 
@@ -498,6 +456,7 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: input {position} must be {wanted}, got {got}")
         if index in self.borrowed:  # the caller's memory, as ExecuTorch takes an input it does not plan
             self.values[index] = given.detach().cpu().clone()
+            self.placeholders.discard(index)
             return
         allocator_for(self.devices.get(index, CPU)).copy_to_device(slot.resize_(given.shape), given.detach().cpu())
 
@@ -508,47 +467,11 @@ class LoadedMethod:
         return self._value(index)
 
 
-def _et_view(source: torch.Tensor, size: list[int], out: torch.Tensor) -> None:
-    """`out` becomes `source`'s bytes under the shape `size` gives now, as ExecuTorch's et_view
-    points its result at its source's data."""
-    view = source.view(size)
-    out.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
-
-
 @dataclass(frozen=True)
 class _Refs:
     """A list value: the value indices it holds, resolved when a kernel reads it."""
     kind: int
     items: tuple[int, ...]
-
-
-def _used(plan, values: list) -> set[int]:
-    """The values that the method's inputs, outputs and instructions name, list items included:
-    only these need memory of their own."""
-    named = set(ints(plan.inputs)) | set(ints(plan.outputs))
-    for chain in plan.chains or ():
-        for instruction in chain.instructions or ():
-            call = instruction.instrArgs
-            if instruction.instrArgsType in (InstructionArguments.KernelCall, InstructionArguments.DelegateCall):
-                named |= set(ints(call.args))
-            elif instruction.instrArgsType == InstructionArguments.MoveCall:
-                named |= {int(call.moveFrom), int(call.moveTo)}
-    lists = (KernelTypes.TensorList, KernelTypes.OptionalTensorList, KernelTypes.IntList)
-    for index in list(named):
-        if 0 <= index < len(values) and values[index].valType in lists and values[index].val is not None:
-            named |= set(ints(values[index].val.items))
-    return named
-
-
-def _tensor_devices(values: list) -> set[Device]:
-    """Devices the tensors say they are on: where a payload that plans no buffer of its own
-    (its inputs and outputs its caller's) runs."""
-    found = set()
-    for value in values:
-        if value.valType == KernelTypes.Tensor and value.val is not None and value.val.dataBufferIdx == 0:
-            extra = value.val.extraTensorInfo
-            found.add(Device.from_code(extra.deviceType, extra.deviceIndex) if extra is not None else CPU)
-    return found
 
 
 def _same_kind(a: Any, b: Any) -> bool:
@@ -559,55 +482,10 @@ def _same_kind(a: Any, b: Any) -> bool:
     return type(a) is type(b)
 
 
-def _where(t) -> tuple[int, int]:
-    info = t.allocationInfo
-    return int(info.memoryId), int(info.memoryOffsetLow) + (int(info.memoryOffsetHigh) << 32)
-
-
 def _from_bytes(data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int, what: str) -> torch.Tensor:
     if len(data) < nbytes:
         raise DevplanError(f"{what} has {len(data)} bytes of data but needs {nbytes}; the program is damaged")
     return torch.frombuffer(bytearray(data[:nbytes]), dtype=torch.uint8).view(dtype).reshape(shape)
-
-
-def _resize_within(out: torch.Tensor, size: list[int]) -> torch.Tensor:
-    """`out` resized to `size`, a shape the program gives, only within the bytes of the storage it
-    views: torch would otherwise grow the arena to whatever the file asks."""
-    room = out.untyped_storage().nbytes() - out.storage_offset() * out.element_size()
-    if any(n < 0 for n in size) or math.prod(size) * out.element_size() > room:
-        raise ValueError(f"size {list(size)} does not fit the {room} bytes its out tensor's buffer holds")
-    return out.resize_(size)
-
-
-def _torch_op(name: str):
-    qualified, _, overload = name.partition(".")
-    namespace, _, op = qualified.partition("::")
-    packet = getattr(getattr(torch.ops, namespace, None), op, None) if namespace and op else None
-    return getattr(packet, overload or "default", None) if packet is not None else None
-
-
-@dataclass(frozen=True)
-class _Functional:
-    """An out variant that torch does not define (ExecuTorch's quantized kernels): its
-    functional op runs, and the results go into the out tensors."""
-    _schema: torch._C.FunctionSchema
-    functional: Any
-
-    def __call__(self, *args, **kwargs):
-        outs = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
-        results = self.functional(*args, **kwargs)
-        for out, result in zip(outs, results if isinstance(results, tuple) else (results,)):
-            out.resize_(result.shape).copy_(result)
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-
-def _quantized_op(name: str) -> _Functional | None:
-    functional = _QUANTIZED_BY_OUT.get(name)
-    if functional is None:
-        return None
-    import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines the functional quantized_decomposed ops
-
-    return _Functional(QUANTIZED[functional], _torch_op(functional))
 
 
 def _mutable_data(pte: PteFile, index: int) -> bytes:
@@ -622,8 +500,6 @@ def _mutable_data(pte: PteFile, index: int) -> bytes:
     data = pte.segments[sub.segmentIndex]
     stop = offsets[index + 1] if index + 1 < len(offsets) else len(data)
     return data[offsets[index]:stop]
-
-
 
 
 def run(source: str | os.PathLike | bytes | PteFile, inputs: Sequence[Any], *, method: str = "forward",

@@ -1,0 +1,262 @@
+"""Decoded views of a read program, one per method: its values, its tensors with their
+storages, its instructions with their arguments, its buffers with their devices and its
+delegates with their windows, checked once so that every reader can do arithmetic on them;
+and what follows from them that more than one reader asks (which values the method names,
+when each is touched, which are written). inspect (and so check, diff and golden files) and
+the runtime's loader read programs through these views; what each then concludes (a lower
+bound, an arena) stays its own."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, NamedTuple
+
+from devplan import dtypes
+from devplan.errors import DevplanError
+from devplan.pte.fb.DataLocation import DataLocation
+from devplan.pte.fb.InstructionArguments import InstructionArguments
+from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
+from devplan.pte.reader import PteFile, ints, text
+from devplan.pte.window import read_window
+from devplan.spec import CPU, Device
+
+MAX_TENSOR_BYTES = 1 << 56  # far beyond any device's memory; larger sizes come from damage
+INSTRUCTION_KINDS = {
+    InstructionArguments.KernelCall: "kernel",
+    InstructionArguments.DelegateCall: "delegate",
+    InstructionArguments.MoveCall: "move",
+    InstructionArguments.JumpFalseCall: "jump_false",
+    InstructionArguments.FreeCall: "free",
+}
+TENSOR_LISTS = (KernelTypes.TensorList, KernelTypes.OptionalTensorList)
+_REFERENCE_LISTS = (*TENSOR_LISTS, KernelTypes.IntList)  # lists whose items are value indices
+
+
+class Tensor(NamedTuple):
+    dtype: str                      # dtypes.name_of the scalar type
+    shape: tuple[int, ...]          # for a dynamic tensor, its upper bound
+    dim_order: tuple[int, ...]
+    dynamic: bool
+    mem_id: int | None              # None: not planned (a constant, or an input or output its caller owns)
+    offset: int | None              # byte offset in buffer mem_id
+    nbytes: int
+    data: int                       # data_buffer_idx: a constant's data, or a planned tensor's initial data; 0: none
+    said_device: Device | None      # what extra_tensor_info says, when it names other than the CPU
+
+
+class Instruction(NamedTuple):
+    index: int                      # across the method's chains
+    kind: str                       # kernel, delegate, move, jump_false, free, or kind(N) for an unknown one
+    op: int | None                  # a kernel's operator index
+    delegate: int | None            # a delegate call's delegate index
+    args: tuple[int, ...]           # the values it names: a move's (from, to), a jump's condition, a free's value
+    destination: int | None = None  # a jump's target instruction
+
+    @property
+    def results(self) -> tuple[int, ...]:
+        """The values it writes: a kernel's last argument, anything else it names."""
+        return self.args[-1:] if self.kind == "kernel" else self.args
+
+
+class Delegate(NamedTuple):
+    index: int
+    id: str
+    specs: tuple[tuple[str, bytes], ...]   # compile specs, raw
+    window: tuple[int, int] | None         # (mem_id, offset) of its payload's buffer in the method's
+    location: str                          # "inline" or "segment"
+    payload_index: int
+
+
+@dataclass(frozen=True, eq=False)
+class MethodView:
+    plan_index: int
+    name: str
+    where: str                              # how messages name it: "<file>: method <name>"
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    kinds: tuple[int, ...]                  # KernelTypes of every value
+    tensors: dict[int, Tensor]              # tensor values by index
+    lists: dict[int, tuple[int, ...]]       # IntList, TensorList, OptionalTensorList items (-1: an absent tensor)
+    scalars: dict[int, Any]                 # int, float, bool, str, and float and bool lists, by index
+    instructions: tuple[Instruction, ...]
+    operators: tuple[tuple[str, str], ...]  # (name, overload)
+    buffer_sizes: tuple[int, ...]           # by mem_id; 0 is the format's reserved entry
+    buffer_devices: dict[int, Device]       # what the device table says; other buffers are the CPU's
+    delegates: tuple[Delegate, ...]
+
+    def operator(self, index: int) -> str:
+        """Operator `index` as "name.overload", or "operator(N)" for one the method lacks."""
+        if not 0 <= index < len(self.operators):
+            return f"operator({index})"
+        name, overload = self.operators[index]
+        return f"{name}.{overload}" if overload else name
+
+    def device_of(self, tensor: Tensor) -> Device:
+        """Where a tensor lives: what extra_tensor_info says, else its buffer's device. (Its
+        CPU default says nothing: writers that add the table for other reasons leave it.)"""
+        return tensor.said_device or self.buffer_devices.get(tensor.mem_id, CPU)
+
+    def items(self, value: int) -> tuple[int, ...]:
+        """The tensors a tensor-list value holds (none for any other value)."""
+        return tuple(i for i in self.lists.get(value, ()) if i >= 0) if self.kinds[value] in TENSOR_LISTS else ()
+
+    @cached_property
+    def named(self) -> frozenset[int]:
+        """Values the inputs, outputs, kernels, delegates and moves name, items of the lists
+        they name included: the only values that need memory."""
+        found = set(self.inputs) | set(self.outputs)
+        for row in self.instructions:
+            if row.kind in ("kernel", "delegate", "move"):
+                found.update(row.args)
+        for value in list(found):
+            if 0 <= value < len(self.kinds) and self.kinds[value] in _REFERENCE_LISTS:
+                found.update(self.lists.get(value, ()))
+        return frozenset(found)
+
+    @cached_property
+    def lifetimes(self) -> dict[int, tuple[int, int]]:
+        """First and last instruction that names each value, directly or as an item of a tensor
+        list it names. Inputs live from instruction 0 and outputs to the last, because the
+        caller owns them before and after the method runs."""
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for row in self.instructions:
+            for value in self._with_items(row.args):
+                first.setdefault(value, row.index)
+                last[value] = row.index
+        if self.instructions:
+            end = len(self.instructions) - 1
+            for value in self.outputs:
+                first.setdefault(value, end)
+                last[value] = end
+        for value in self.inputs:
+            first[value] = 0
+            last.setdefault(value, 0)
+        return {value: (first[value], last[value]) for value in first}
+
+    @cached_property
+    def first_writers(self) -> dict[int, int]:
+        """value -> the first instruction that writes it (Instruction.results, list items too)."""
+        found: dict[int, int] = {}
+        for row in self.instructions:
+            for value in self._with_items(row.results):
+                found.setdefault(value, row.index)
+        return found
+
+    @cached_property
+    def written(self) -> frozenset[int]:
+        """Values some instruction writes, and the inputs. A planned tensor outside this set is
+        a view: its bytes hold what an earlier tensor wrote there."""
+        return frozenset(self.first_writers) | frozenset(self.inputs)
+
+    @cached_property
+    def read(self) -> frozenset[int]:
+        """Values some instruction names, list items included."""
+        return frozenset(value for row in self.instructions for value in self._with_items(row.args))
+
+    def _with_items(self, args: tuple[int, ...]) -> list[int]:
+        found = list(args)
+        for arg in args:
+            if 0 <= arg < len(self.kinds) and self.kinds[arg] in TENSOR_LISTS:
+                found += self.items(arg)
+        return found
+
+
+def methods(pte: PteFile) -> tuple[MethodView, ...]:
+    """Every method of a program, decoded once per PteFile (a payload that several delegates
+    share is one PteFile, so it is decoded once too)."""
+    return tuple(method(pte, index) for index in range(len(pte.program.executionPlan or ())))
+
+
+def method(pte: PteFile, plan_index: int) -> MethodView:
+    key = ("decoded", plan_index)
+    if key not in pte._memo:
+        pte._memo[key] = _decode(pte, plan_index, pte.program.executionPlan[plan_index])
+    return pte._memo[key]
+
+
+def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
+    name = text(plan.name)
+    where = f"{pte.name}: method {name}"
+    sizes = tuple(ints(plan.nonConstBufferSizes))
+    kinds, tensors, lists, scalars = [], {}, {}, {}
+    for index, value in enumerate(plan.values or ()):
+        kind, val = int(value.valType), value.val
+        kinds.append(kind)
+        if val is None and kind not in (KernelTypes.NONE, KernelTypes.Null):
+            raise DevplanError(f"{where}: value {index} has a type but no content; the program is damaged")
+        if kind == KernelTypes.Tensor:
+            tensors[index] = _tensor(where, index, val, sizes)
+        elif kind in _REFERENCE_LISTS:
+            lists[index] = tuple(ints(val.items))
+        elif kind in _SCALARS:
+            scalars[index] = _SCALARS[kind](val)
+    chains = plan.chains or ()
+    instructions = tuple(_instruction(where, index, instruction) for index, instruction in
+                         enumerate(instruction for chain in chains for instruction in chain.instructions or ()))
+    return MethodView(
+        plan_index=plan_index, name=name, where=where,
+        inputs=tuple(ints(plan.inputs)), outputs=tuple(ints(plan.outputs)),
+        kinds=tuple(kinds), tensors=tensors, lists=lists, scalars=scalars, instructions=instructions,
+        operators=tuple((text(op.name), text(op.overload)) for op in plan.operators or ()),
+        buffer_sizes=sizes,
+        buffer_devices={int(e.bufferIdx): Device.from_code(e.deviceType, e.deviceIndex)
+                        for e in plan.nonConstBufferDevice or ()},
+        delegates=tuple(_delegate(where, index, d) for index, d in enumerate(plan.delegates or ())),
+    )
+
+
+_SCALARS = {
+    KernelTypes.Int: lambda val: int(val.intVal),
+    KernelTypes.Double: lambda val: float(val.doubleVal),
+    KernelTypes.Bool: lambda val: bool(val.boolVal),
+    KernelTypes.String: lambda val: text(val.stringVal),
+    KernelTypes.DoubleList: lambda val: [float(x) for x in (val.items if val.items is not None else ())],
+    KernelTypes.BoolList: lambda val: [bool(x) for x in (val.items if val.items is not None else ())],
+}
+
+
+def _tensor(where: str, index: int, t, sizes: tuple[int, ...]) -> Tensor:
+    dtype, shape = dtypes.name_of(t.scalarType), tuple(ints(t.sizes))
+    nbytes = math.prod(shape) * dtypes.ITEMSIZE.get(dtype, 0)
+    if any(size < 0 for size in shape) or nbytes > MAX_TENSOR_BYTES:  # every later sum takes sizes at their word
+        raise DevplanError(f"{where}: value {index} has the shape {list(shape)}, which no tensor has; the program "
+                           f"is damaged")
+    info = t.allocationInfo
+    mem_id = offset = None
+    if info is not None:
+        mem_id, offset = int(info.memoryId), int(info.memoryOffsetLow) + (int(info.memoryOffsetHigh) << 32)
+        if not (0 < mem_id < len(sizes) and offset + nbytes <= sizes[mem_id]):
+            raise DevplanError(f"{where}: value {index} ({nbytes} bytes at offset {offset} of buffer {mem_id}) lies "
+                               f"outside its buffer; the program is damaged")
+    extra = t.extraTensorInfo
+    said = Device.from_code(extra.deviceType, extra.deviceIndex) if extra is not None else None
+    return Tensor(dtype, shape, tuple(ints(t.dimOrder)), int(t.shapeDynamism) != TensorShapeDynamism.STATIC,
+                  mem_id, offset, nbytes, int(t.dataBufferIdx), None if said == CPU else said)
+
+
+def _instruction(where: str, index: int, instruction) -> Instruction:
+    kind, call = instruction.instrArgsType, instruction.instrArgs
+    name = INSTRUCTION_KINDS.get(kind, f"kind({kind})")
+    if call is None and kind in INSTRUCTION_KINDS:
+        raise DevplanError(f"{where}: instruction {index} has a type but no content; the program is damaged")
+    if kind == InstructionArguments.KernelCall:
+        return Instruction(index, name, int(call.opIndex), None, tuple(ints(call.args)))
+    if kind == InstructionArguments.DelegateCall:
+        return Instruction(index, name, None, int(call.delegateIndex), tuple(ints(call.args)))
+    if kind == InstructionArguments.MoveCall:
+        return Instruction(index, name, None, None, (int(call.moveFrom), int(call.moveTo)))
+    if kind == InstructionArguments.JumpFalseCall:
+        return Instruction(index, name, None, None, (int(call.condValueIndex),), int(call.destinationInstruction))
+    if kind == InstructionArguments.FreeCall:
+        return Instruction(index, name, None, None, (int(call.valueIndex),))
+    return Instruction(index, name, None, None, ())
+
+
+def _delegate(where: str, index: int, delegate) -> Delegate:
+    specs = tuple((text(spec.key), bytes(ints(spec.value))) for spec in delegate.compileSpecs or ())
+    processed = delegate.processed  # read_pte has checked that it names a payload that exists
+    return Delegate(index, text(delegate.id), specs, read_window(specs, f"{where}: delegate {index}"),
+                    "segment" if processed.location == DataLocation.SEGMENT else "inline", int(processed.index))

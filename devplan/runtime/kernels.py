@@ -1,0 +1,81 @@
+"""The reference runtime's kernel table: which Python callable runs an operator a program
+names. torch's own ops run as the schema says (the out variant, given its out tensors);
+ExecuTorch's dim_order ops, et_view and number ops have small kernels here; ExecuTorch's
+quantized out variants run torch's functional quantized ops, so this runtime stays an
+independent check of ExecuTorch's kernels."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from devplan.ops import NUMBER_OPS, PORTABLE, QUANTIZED, schema_name
+
+
+def resize_within(out: torch.Tensor, size: list[int]) -> torch.Tensor:
+    """`out` resized to `size`, a shape the program gives, only within the bytes of the storage it
+    views: torch would otherwise grow the arena to whatever the file asks."""
+    room = out.untyped_storage().nbytes() - out.storage_offset() * out.element_size()
+    if any(n < 0 for n in size) or math.prod(size) * out.element_size() > room:
+        raise ValueError(f"size {list(size)} does not fit the {room} bytes its out tensor's buffer holds")
+    return out.resize_(size)
+
+
+def et_view(source: torch.Tensor, size: list[int], out: torch.Tensor) -> None:
+    """`out` becomes `source`'s bytes under the shape `size` gives now, as ExecuTorch's et_view
+    points its result at its source's data."""
+    view = source.view(size)
+    out.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+
+
+# Operators outside torch's aten namespace that ExecuTorch programs use; each takes its out
+# tensor last.
+DIM_ORDER = {
+    "dim_order_ops::_to_dim_order_copy.out": lambda self, non_blocking, dim_order, out: resize_within(out, self.shape).copy_(self),
+    "dim_order_ops::_clone_dim_order.out": lambda self, non_blocking, dim_order, out: resize_within(out, self.shape).copy_(self),
+    "dim_order_ops::_empty_dim_order.out": lambda size, dim_order, out: resize_within(out, size),
+}
+# Number ops (sym_size, add of ints...): a function of the arguments, its result a value.
+NUMBERS = {name: fn for fn, name in NUMBER_OPS.items()}
+_QUANTIZED_BY_OUT = {schema_name(schema): functional for functional, schema in QUANTIZED.items()}
+
+
+def schema_op(name: str):
+    """The callable with a schema (`_schema`) that runs operator `name`, or None: torch's op of
+    that name, or for an ExecuTorch quantized out variant, its functional op writing the outs."""
+    functional = _QUANTIZED_BY_OUT.get(name)
+    if functional is not None:
+        import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines the functional quantized_decomposed ops
+
+        return _Functional(QUANTIZED[functional], torch_op(functional))
+    return torch_op(name)
+
+
+def writes_its_outs(op, name: str) -> bool:
+    """Whether a schema op's result lands in its arguments: an out variant, or one of the few
+    in-place kernels ExecuTorch has. A functional op's result would be dropped."""
+    return any(a.is_out for a in op._schema.arguments) or (op._schema.is_mutable and name.partition(".")[0] in PORTABLE)
+
+
+def torch_op(name: str):
+    qualified, _, overload = name.partition(".")
+    namespace, _, op = qualified.partition("::")
+    packet = getattr(getattr(torch.ops, namespace, None), op, None) if namespace and op else None
+    return getattr(packet, overload or "default", None) if packet is not None else None
+
+
+@dataclass(frozen=True)
+class _Functional:
+    """An out variant that torch does not define (ExecuTorch's quantized kernels): its
+    functional op runs, and the results go into the out tensors."""
+    _schema: torch._C.FunctionSchema
+    functional: Any
+
+    def __call__(self, *args, **kwargs):
+        outs = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
+        results = self.functional(*args, **kwargs)
+        for out, result in zip(outs, results if isinstance(results, tuple) else (results,)):
+            out.resize_(result.shape).copy_(result)
+        return outs[0] if len(outs) == 1 else tuple(outs)
