@@ -3,12 +3,13 @@ tensor a view into its buffer's arena exactly where the plan put it, so a plan t
 live tensors overwrite each other gives wrong outputs here too. Kernels are torch's own
 out-variant ops, called as the program's argument lists say; ExecuTorch's et_copy ops move
 tensors between host and device through the DeviceAllocators; a DevplanDelegate call runs
-its payload, itself an ET12 program, on the device where its buffers are planned."""
+its payload, itself an ET12 program, on the device where its buffers are planned.
+
+This module loads a method (from devplan.pte.decode's view: arenas, bound values, steps);
+kernels.py is the kernel table and interpreter.py the loop that runs the steps."""
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -19,27 +20,14 @@ from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import Delegate, Instruction, MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.allocator import allocator_for
+from devplan.runtime.interpreter import Refs, Step, interpret, value_of
 from devplan.runtime.kernels import DIM_ORDER, NUMBERS, et_view, schema_op, writes_its_outs
 from devplan.spec import CPU, DEVICE_TYPES, Device
 
-_EXTRA_STEPS = 1_000_000  # instructions a run may execute beyond one pass: only jumps loop
 _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach (alignment, reserves)
 # Memory a method may take for its arenas and unplanned tensors unless its caller says more:
 # every size comes from the file, and a few damaged bytes can ask for terabytes.
 MAX_MEMORY = 8 << 30
-
-
-@dataclass(frozen=True)
-class _Step:
-    kind: str                             # as devplan.pte.decode.Instruction.kind
-    name: str = ""                        # the operator, for messages
-    call: Any = None                      # a kernel: the torch op, positional and keyword value indices;
-                                          # a delegate: the LoadedMethod of its payload
-    args: tuple[int, ...] = ()
-    keywords: tuple[tuple[str, int], ...] = ()
-    result: int | None = None             # a number op: the value its result goes to
-    emptied: tuple[int, ...] = ()         # dynamic out tensors: emptied first, the kernel sizes them
-    fixed: tuple[int, ...] = ()           # static out tensors: a kernel must not resize them
 
 
 class LoadedMethod:
@@ -123,7 +111,7 @@ class LoadedMethod:
         for position, (index, given) in enumerate(zip(self.inputs, inputs)):
             self._set_input(position, index, given)
         self._materialize(set(self.inputs))
-        self._run_all()
+        interpret(self.steps, self.values, self.bounds, self.where)
         return [self._output(index) for index in self.outputs]
 
     def _materialize(self, bound: set[int]) -> None:
@@ -160,8 +148,8 @@ class LoadedMethod:
                 self.values[index] = out
                 self.placeholders.discard(index)
         self._materialize(set(self.inputs) | set(self.outputs))
-        self._run_all()
-        return [self._value(index) for index in self.outputs]
+        interpret(self.steps, self.values, self.bounds, self.where)
+        return [value_of(self.values, index) for index in self.outputs]
 
     def _accept(self, index: int, given: Any) -> bool:
         """Whether tensor `given` can be input `index`: of its shape, or for a dynamic input of
@@ -174,21 +162,6 @@ class LoadedMethod:
         if bound is None or given.dim() != len(bound) or any(g > b for g, b in zip(given.shape, bound)):
             return given.shape == slot.shape
         return True
-
-    def _run_all(self) -> None:
-        pc, budget = 0, len(self.steps) + _EXTRA_STEPS
-        while pc < len(self.steps):
-            budget -= 1
-            if budget < 0:  # only jumps can run this long; a damaged program must not hang us
-                raise DevplanError(f"{self.where}: executed {len(self.steps) + _EXTRA_STEPS} instructions without "
-                                   f"finishing; its jumps loop")
-            try:
-                pc = self._run(pc, self.steps[pc])
-            except (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, AttributeError,
-                    NotImplementedError, AssertionError) as error:  # a damaged program: one line, not a traceback
-                # (torch's quantized ops assert their input dtypes)
-                raise DevplanError(f"{self.where}: instruction {pc} ({self.steps[pc].name}) failed: "
-                                   f"{first_line(error)}") from None
 
     def _take(self, nbytes: int, what: str) -> None:
         """Count `nbytes` more against the method's memory limit, refusing first what passes it."""
@@ -243,7 +216,7 @@ class LoadedMethod:
             return self._tensor(pte, index, view.tensors[index])
         if index in view.lists:
             kind = view.kinds[index]
-            return _Refs(kind, tuple(i if i == -1 and kind == KernelTypes.OptionalTensorList
+            return Refs(kind, tuple(i if i == -1 and kind == KernelTypes.OptionalTensorList
                                      else self._index(i, f"list value {index}") for i in view.lists[index]))
         value = view.scalars.get(index)  # None for Null
         return list(value) if isinstance(value, list) else value  # a run's own copy
@@ -311,7 +284,7 @@ class LoadedMethod:
         allocator.copy_to_device(view, host)
         return view
 
-    def _step(self, view: MethodView, row: Instruction) -> _Step:
+    def _step(self, view: MethodView, row: Instruction) -> Step:
         index = row.index
         args = [self._index(a, f"instruction {index}") for a in row.args]
         if row.kind == "kernel":
@@ -323,12 +296,12 @@ class LoadedMethod:
             if not _same_kind(self.values[source], self.values[target]):
                 raise DevplanError(f"{self.where}: instruction {index} moves value {source} into value {target} of "
                                    f"another type or shape; the program is damaged")
-            return _Step("move", "move", args=(source, target))
+            return Step("move", "move", args=(source, target))
         if row.kind == "jump_false":  # a destination past the end just ends the run
-            return _Step("jump_false", "jump_false", args=(args[0], max(0, row.destination)))
-        return _Step("free", "free")  # planned memory needs no freeing
+            return Step("jump_false", "jump_false", args=(args[0], max(0, row.destination)))
+        return Step("free", "free")  # planned memory needs no freeing
 
-    def _delegate(self, index: int, delegate: int, args: list[int]) -> _Step:
+    def _delegate(self, index: int, delegate: int, args: list[int]) -> Step:
         if not 0 <= delegate < len(self.delegates):
             raise DevplanError(f"{self.where}: instruction {index} calls delegate {delegate} of {len(self.delegates)}; "
                                f"the program is damaged")
@@ -339,29 +312,29 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: instruction {index} passes {len(args)} values to delegate {delegate}, "
                                f"whose payload takes {len(method.inputs)} and returns {len(method.outputs)} tensors "
                                f"or numbers that do not match them; the program is damaged")
-        return _Step("delegate", f"delegate {delegate}", method, tuple(args))
+        return Step("delegate", f"delegate {delegate}", method, tuple(args))
 
-    def _device_copy(self, name: str, args: list[int]) -> _Step:
+    def _device_copy(self, name: str, args: list[int]) -> Step:
         """et_copy::_h2d_copy.out / _d2h_copy.out (self, out, returned): through the allocator of
         the device end."""
         source, out = args[0], args[1]
         if name == TO_DEVICE:
             allocator = allocator_for(self.devices.get(out, CPU))
-            return _Step("kernel", name, lambda src, dst: allocator.copy_to_device(dst.resize_(src.shape), src),
+            return Step("kernel", name, lambda src, dst: allocator.copy_to_device(dst.resize_(src.shape), src),
                          (source, out))
         allocator = allocator_for(self.devices.get(source, CPU))
-        return _Step("kernel", name, lambda src, dst: dst.resize_(src.shape).copy_(allocator.copy_to_host(src)),
+        return Step("kernel", name, lambda src, dst: dst.resize_(src.shape).copy_(allocator.copy_to_host(src)),
                      (source, out))
 
-    def _kernel(self, index: int, name: str, args: list[int]) -> _Step:
+    def _kernel(self, index: int, name: str, args: list[int]) -> Step:
         if name in (TO_DEVICE, TO_HOST) and len(args) >= 2:
             return self._device_copy(name, args)
         if name == ET_VIEW and len(args) == 3:
-            return _Step("kernel", name, et_view, tuple(args))
+            return Step("kernel", name, et_view, tuple(args))
         if name in NUMBERS and args:
-            return _Step("kernel", name, NUMBERS[name], tuple(args[:-1]), result=args[-1])
+            return Step("kernel", name, NUMBERS[name], tuple(args[:-1]), result=args[-1])
         if name in DIM_ORDER:
-            return _Step("kernel", name, DIM_ORDER[name], tuple(args[:-1]), **self._outs(args[-2:-1]))
+            return Step("kernel", name, DIM_ORDER[name], tuple(args[:-1]), **self._outs(args[-2:-1]))
         op = schema_op(name)
         if op is None:
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which the reference runtime "
@@ -376,67 +349,14 @@ class LoadedMethod:
         positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
         outs = [a for a, s in zip(args, schema) if s.is_out]
-        return _Step("kernel", name, op, positional, keywords, **self._outs(outs))
+        return Step("kernel", name, op, positional, keywords, **self._outs(outs))
 
     def _outs(self, outs: list[int]) -> dict[str, tuple[int, ...]]:
         """A kernel's out tensors (lists' items too) as a step's `emptied` (dynamic: sized by the
         kernel within their bound) and `fixed` (static: the kernel must keep their shape)."""
-        outs = [i for a in outs for i in (self.values[a].items if isinstance(self.values[a], _Refs) else (a,))]
+        outs = [i for a in outs for i in (self.values[a].items if isinstance(self.values[a], Refs) else (a,))]
         return {"emptied": tuple(i for i in outs if i in self.bounds),
                 "fixed": tuple(i for i in outs if i not in self.bounds and isinstance(self.values[i], torch.Tensor))}
-
-    def _run(self, pc: int, step: _Step) -> int:
-        if step.kind == "kernel":
-            for index in step.emptied:  # else torch warns of the resize, or sees an in-place input overlap it
-                self.values[index].resize_([0] * self.values[index].dim())  # rank kept: kernels check it
-            shapes = [self.values[i].shape for i in step.fixed]
-            result = step.call(*(self._value(a) for a in step.args), **{k: self._value(a) for k, a in step.keywords})
-            if step.result is not None:
-                self.values[step.result] = result
-            for index, shape in zip(step.fixed, shapes):
-                self._keep_shape(pc, step, index, shape, self.values[index].shape)
-            for index in step.emptied:
-                self._within_bound(pc, step, index)
-        elif step.kind == "delegate":
-            inputs = len(step.call.inputs)
-            outs = step.args[inputs:]
-            results = step.call.call([self.values[a] for a in step.args[:inputs]], [self.values[a] for a in outs])
-            for out, result in zip(outs, results):
-                if result is self.values[out]:  # the payload wrote it where it lies
-                    continue
-                if out not in self.bounds:
-                    self._keep_shape(pc, step, out, self.values[out].shape, result.shape)
-                self.values[out].resize_(result.shape).copy_(result)  # a dynamic result takes its run-time shape
-                if out in self.bounds:
-                    self._within_bound(pc, step, out)
-        elif step.kind == "move":
-            self.values[step.args[1]] = self.values[step.args[0]]
-        elif step.kind == "jump_false" and not self._value(step.args[0]):
-            return step.args[1]
-        return pc + 1
-
-    def _keep_shape(self, pc: int, step: _Step, index: int, planned: torch.Size, made: torch.Size) -> None:
-        """A static tensor holds exactly its planned bytes: a result of another shape would
-        spill into its neighbours (ExecuTorch's runtime refuses such a resize)."""
-        if made != planned:
-            raise DevplanError(f"{self.where}: instruction {pc} ({step.name}) makes value {index} a {tuple(made)} "
-                               f"result where the plan holds {tuple(planned)}; the program is damaged")
-
-    def _within_bound(self, pc: int, step: _Step, index: int) -> None:
-        """A dynamic tensor holds at most the bytes of its planned upper bound: more would have
-        overwritten its neighbours."""
-        made, bound = self.values[index].shape, self.bounds[index]
-        if math.prod(made) > math.prod(bound):
-            raise DevplanError(f"{self.where}: instruction {pc} ({step.name}) makes value {index} a {tuple(made)} "
-                               f"result, larger than its planned bound {tuple(bound)}; the program is damaged")
-
-    def _value(self, index: int) -> Any:
-        value = self.values[index]
-        if isinstance(value, _Refs):
-            if value.kind == KernelTypes.IntList:
-                return [self.values[i] for i in value.items]
-            return [None if i < 0 else self.values[i] for i in value.items]
-        return value
 
     def _index(self, value: int, user: str) -> int:
         if not 0 <= value < len(self.values):
@@ -464,14 +384,7 @@ class LoadedMethod:
         value = self.values[index]
         if isinstance(value, torch.Tensor):
             return allocator_for(self.devices.get(index, CPU)).copy_to_host(value)
-        return self._value(index)
-
-
-@dataclass(frozen=True)
-class _Refs:
-    """A list value: the value indices it holds, resolved when a kernel reads it."""
-    kind: int
-    items: tuple[int, ...]
+        return value_of(self.values, index)
 
 
 def _same_kind(a: Any, b: Any) -> bool:

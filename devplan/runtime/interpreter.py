@@ -1,0 +1,111 @@
+"""The interpreter loop of the reference runtime: runs a loaded method's steps (its
+instructions with their kernels looked up and their arguments checked, made by executor.py)
+over its values, refusing in one line what a damaged program would do to its memory: a static
+tensor resized, a dynamic one grown past its planned bound, a jump that loops forever."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from devplan.errors import DevplanError, first_line
+from devplan.pte.fb.KernelTypes import KernelTypes
+
+EXTRA_STEPS = 1_000_000  # instructions a run may execute beyond one pass: only jumps loop
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str                             # as devplan.pte.decode.Instruction.kind
+    name: str = ""                        # the operator, for messages
+    call: Any = None                      # a kernel: the torch op, positional and keyword value indices;
+                                          # a delegate: the LoadedMethod of its payload
+    args: tuple[int, ...] = ()
+    keywords: tuple[tuple[str, int], ...] = ()
+    result: int | None = None             # a number op: the value its result goes to
+    emptied: tuple[int, ...] = ()         # dynamic out tensors: emptied first, the kernel sizes them
+    fixed: tuple[int, ...] = ()           # static out tensors: a kernel must not resize them
+
+
+@dataclass(frozen=True)
+class Refs:
+    """A list value: the value indices it holds, resolved when a kernel reads it."""
+    kind: int
+    items: tuple[int, ...]
+
+
+def value_of(values: list, index: int) -> Any:
+    """Value `index` as a kernel reads it: a list value as the list of what its items hold."""
+    value = values[index]
+    if isinstance(value, Refs):
+        if value.kind == KernelTypes.IntList:
+            return [values[i] for i in value.items]
+        return [None if i < 0 else values[i] for i in value.items]
+    return value
+
+
+def interpret(steps: list[Step], values: list, bounds: dict[int, list[int]], where: str) -> None:
+    """Run the steps once from the first, `values` updated in place; `bounds`: the planned
+    upper bound of each dynamic tensor."""
+    pc, budget = 0, len(steps) + EXTRA_STEPS
+    while pc < len(steps):
+        budget -= 1
+        if budget < 0:  # only jumps can run this long; a damaged program must not hang us
+            raise DevplanError(f"{where}: executed {len(steps) + EXTRA_STEPS} instructions without "
+                               f"finishing; its jumps loop")
+        try:
+            pc = _run(pc, steps[pc], values, bounds, where)
+        except (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, AttributeError,
+                NotImplementedError, AssertionError) as error:  # a damaged program: one line, not a traceback
+            # (torch's quantized ops assert their input dtypes)
+            raise DevplanError(f"{where}: instruction {pc} ({steps[pc].name}) failed: {first_line(error)}") from None
+
+
+def _run(pc: int, step: Step, values: list, bounds: dict, where: str) -> int:
+    if step.kind == "kernel":
+        for index in step.emptied:  # else torch warns of the resize, or sees an in-place input overlap it
+            values[index].resize_([0] * values[index].dim())  # rank kept: kernels check it
+        shapes = [values[i].shape for i in step.fixed]
+        result = step.call(*(value_of(values, a) for a in step.args),
+                           **{k: value_of(values, a) for k, a in step.keywords})
+        if step.result is not None:
+            values[step.result] = result
+        for index, shape in zip(step.fixed, shapes):
+            _keep_shape(where, pc, step, index, shape, values[index].shape)
+        for index in step.emptied:
+            _within_bound(where, pc, step, index, values[index].shape, bounds[index])
+    elif step.kind == "delegate":
+        inputs = len(step.call.inputs)
+        outs = step.args[inputs:]
+        results = step.call.call([values[a] for a in step.args[:inputs]], [values[a] for a in outs])
+        for out, result in zip(outs, results):
+            if result is values[out]:  # the payload wrote it where it lies
+                continue
+            if out not in bounds:
+                _keep_shape(where, pc, step, out, values[out].shape, result.shape)
+            values[out].resize_(result.shape).copy_(result)  # a dynamic result takes its run-time shape
+            if out in bounds:
+                _within_bound(where, pc, step, out, values[out].shape, bounds[out])
+    elif step.kind == "move":
+        values[step.args[1]] = values[step.args[0]]
+    elif step.kind == "jump_false" and not value_of(values, step.args[0]):
+        return step.args[1]
+    return pc + 1
+
+
+def _keep_shape(where: str, pc: int, step: Step, index: int, planned: torch.Size, made: torch.Size) -> None:
+    """A static tensor holds exactly its planned bytes: a result of another shape would
+    spill into its neighbours (ExecuTorch's runtime refuses such a resize)."""
+    if made != planned:
+        raise DevplanError(f"{where}: instruction {pc} ({step.name}) makes value {index} a {tuple(made)} "
+                           f"result where the plan holds {tuple(planned)}; the program is damaged")
+
+
+def _within_bound(where: str, pc: int, step: Step, index: int, made: torch.Size, bound: list[int]) -> None:
+    """A dynamic tensor holds at most the bytes of its planned upper bound: more would have
+    overwritten its neighbours."""
+    if math.prod(made) > math.prod(bound):
+        raise DevplanError(f"{where}: instruction {pc} ({step.name}) makes value {index} a {tuple(made)} "
+                           f"result, larger than its planned bound {tuple(bound)}; the program is damaged")
