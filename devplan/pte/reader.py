@@ -62,6 +62,21 @@ class PteFile:
         storage = buffers[data_buffer_idx].storage
         return b"" if storage is None else bytes(storage)
 
+    def mutable_data(self, index: int) -> bytes:
+        """Initial bytes `index` of a planned tensor (its data_buffer_idx) from the first
+        mutable data segment, as ExecuTorch's runtime reads them."""
+        segments = self.program.mutableDataSegments or ()
+        if not segments:
+            raise DevplanError(f"{self.name}: a planned tensor has initial data {index} but the program has no "
+                               f"mutable data")
+        offsets = ints(segments[0].offsets)
+        if not 0 < index < len(offsets):
+            raise DevplanError(f"{self.name}: a planned tensor names initial data {index} of {len(offsets)}; "
+                               f"the program is damaged")
+        data = self.segments[segments[0].segmentIndex]
+        stop = offsets[index + 1] if index + 1 < len(offsets) else len(data)
+        return data[offsets[index]:stop]
+
     def delegate_program(self, plan_index: int, delegate_index: int) -> "PteFile":
         """The payload of a delegate read as a program (devplan's payloads are ET12 programs),
         its messages naming it '<file> delegate N'. A payload that several delegates share is

@@ -271,7 +271,7 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: value {index} has initial data in buffer {t.mem_id}, which the calling "
                                f"method lends only for the call; the program is damaged")
         if t.data > 0:  # initial state of a mutable buffer
-            initial = _from_bytes(_mutable_data(pte, t.data), dtype, shape, nbytes,
+            initial = _from_bytes(pte.mutable_data(t.data), dtype, shape, nbytes,
                                   f"{self.where}: initial value of {index}")
             allocator_for(device).copy_to_device(view, initial)
         return view
@@ -399,20 +399,6 @@ def _from_bytes(data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int, 
     if len(data) < nbytes:
         raise DevplanError(f"{what} has {len(data)} bytes of data but needs {nbytes}; the program is damaged")
     return torch.frombuffer(bytearray(data[:nbytes]), dtype=torch.uint8).view(dtype).reshape(shape)
-
-
-def _mutable_data(pte: PteFile, index: int) -> bytes:
-    segments = pte.program.mutableDataSegments or ()
-    if not segments:
-        raise DevplanError(f"{pte.name}: a planned tensor has initial data {index} but the program has no mutable data")
-    sub = segments[0]
-    offsets = [int(o) for o in sub.offsets]
-    if not 0 < index < len(offsets):
-        raise DevplanError(f"{pte.name}: a planned tensor names initial data {index} of {len(offsets)}; "
-                           f"the program is damaged")
-    data = pte.segments[sub.segmentIndex]
-    stop = offsets[index + 1] if index + 1 < len(offsets) else len(data)
-    return data[offsets[index]:stop]
 
 
 def run(source: str | os.PathLike | bytes | PteFile, inputs: Sequence[Any], *, method: str = "forward",
