@@ -218,6 +218,8 @@ class LoadedMethod:
             kind = view.kinds[index]
             return Refs(kind, tuple(i if i == -1 and kind == KernelTypes.OptionalTensorList
                                      else self._index(i, f"list value {index}") for i in view.lists[index]))
+        if view.kinds[index] == KernelTypes.NONE:  # ExecuTorch's runtime refuses a value of no type
+            raise DevplanError(f"{self.where}: value {index} has no type; the program is damaged")
         value = view.scalars.get(index)  # None for Null
         return list(value) if isinstance(value, list) else value  # a run's own copy
 

@@ -102,3 +102,16 @@ def test_a_type_without_content_is_one_line_for_inspect_and_run(change, needle):
     for read in (devplan.inspect, lambda d: devplan.run(d, list(ARGS))):
         with pytest.raises(DevplanError, match=needle):
             read(data)
+
+
+def test_a_value_of_no_type_is_shown_by_inspect_and_refused_by_run_as_executorch_refuses_it():
+    from tests.runtime.test_strict_runtime import executorch_refuses
+
+    def change(plan):
+        plan.values[-1].valType, plan.values[-1].val = KernelTypes.NONE, None
+
+    data = damaged(compiled(), change)
+    assert devplan.inspect(data)["methods"][0]["values"]["none"] == 1
+    assert executorch_refuses(data)
+    with pytest.raises(DevplanError, match=r"value \d+ has no type"):
+        devplan.run(data, list(ARGS))
