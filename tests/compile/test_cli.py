@@ -142,6 +142,7 @@ def test_bad_options(tmp_path, args, needle):
     assert not (tmp_path / "x.pte").exists()
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_byte_identical_across_processes(tmp_path):
     """Same input, separate processes, different hash seeds: the same bytes and JSON."""
     import os
@@ -162,6 +163,7 @@ def test_unwritable_output_is_one_line(tmp_path):
     assert_one_line_error(run, "missing", "cannot write")
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_a_dynamic_size_without_a_bound_or_computed_without_a_kernel_is_refused_by_name(tmp_path):
     class Relu(torch.nn.Module):
         def forward(self, x):

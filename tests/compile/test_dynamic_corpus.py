@@ -20,10 +20,13 @@ import devplan
 from devplan.pte import read_pte
 from devplan.runtime import LoadedMethod
 from tests.models import CORPUS, executorch_lower, run_executorch
+from tests.tiers import tiered
 
 BOUND = 8
 EXAMPLE = 4  # batch of the example inputs: torch specializes a dim whose example size is 1
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
+# the fast tier's sample: a stateful model, convolutions, a gated MLP, nested inputs
+FAST = ("activations", "conv_bn_relu", "gated_mlp", "multi_input_nested", "rolling_cache")
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def planned_bytes(pte: bytes) -> int:
     return sum(b["size"] for b in devplan.inspect(pte)["methods"][0]["buffers"])
 
 
-@pytest.mark.parametrize("name", sorted(CORPUS))
+@pytest.mark.parametrize("name", tiered(sorted(CORPUS), FAST))
 def test_both_runtimes_match_eager_at_any_batch(name):
     from executorch.runtime import Runtime
 
@@ -116,7 +119,7 @@ def test_both_runtimes_match_eager_at_any_batch(name):
         loaded.release()
 
 
-@pytest.mark.parametrize("name", sorted(CORPUS))
+@pytest.mark.parametrize("name", tiered(sorted(CORPUS), FAST))
 def test_plans_no_more_than_executorch(name):
     data, module, args = compiled(name)
     theirs = executorch_lower(exported(name)[0])

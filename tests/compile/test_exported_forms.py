@@ -139,6 +139,7 @@ def test_unlowerable_forms_are_refused_by_name(module, needles):
         assert needle in str(refused.value)
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_a_model_output_type_loads_without_its_library(tmp_path):
     """transformers' ModelOutput classes are pytree nodes only once transformers is imported;
     a fresh `devplan compile` has not imported it, and returns the fields as a dict."""
@@ -219,6 +220,7 @@ ODD_ARGS = {"grad_region": (torch.randn(2, 8),), "autocast": (torch.randn(2, 8),
             "in_place_training": (torch.randn(1, 4, 6, 6),)}
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_odd_exports_through_the_cli_never_print_a_traceback(tmp_path):
     """Each odd export saved as users save it and compiled by `devplan compile` in a fresh
     process: it compiles, or it is one error line with exit 2; never a traceback."""

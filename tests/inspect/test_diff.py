@@ -97,6 +97,7 @@ def _in_fresh_process(seed: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=300, env={**os.environ, "PYTHONHASHSEED": seed})
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_documents_are_byte_identical_across_runs_and_hash_seeds(pair, tmp_path):
     outputs = []
     for seed in ("1", "2", "1"):

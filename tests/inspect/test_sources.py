@@ -80,6 +80,7 @@ def test_no_source_leaves_the_stacktrace_out_and_names_tensors_by_role(gpt2_expo
     assert any(re.fullmatch(r"constant of #\d+ aten::\S+", s) for s in sources)
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_the_cli_leaves_sources_out_with_no_source(tmp_path):
     sample = Path(__file__).resolve().parents[2] / "samples" / "mlp.pt2"
     for flag, kept in (("--source", True), ("--no-source", False)):

@@ -4,6 +4,7 @@ import itertools
 import json
 from dataclasses import replace
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -100,6 +101,7 @@ def test_the_order_is_valid_and_no_order_has_a_lower_bound_below_it(method):
     assert _bound(new) <= _bound(method)
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_keep_order_on_the_command_line_plans_the_exported_order(tmp_path):
     from tests.compile.test_cli import devplan as run_cli
 

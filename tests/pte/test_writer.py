@@ -205,6 +205,7 @@ def test_write_atomic_onto_a_directory(tmp_path):
     assert (tmp_path / "taken").is_dir() and os.listdir(tmp_path) == ["taken"]
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_sigterm_mid_write_leaves_no_temporary_and_a_stale_one_is_removed(tmp_path):
     """`devplan compile` killed with SIGTERM while it writes removes its temporary file; one a
     SIGKILL left behind (its writer's pid no longer runs) goes with the next write."""

@@ -41,6 +41,7 @@ from devplan.errors import DevplanError
 from tests import models
 from tests.compile import test_io_conventions, test_llm_sweep, test_module_sweep, test_more_ops
 from tests.models import executorch_lower, run_executorch
+from tests.tiers import tiered
 
 RUNS = 2
 # Statuses that skip the model rather than fail it: the limits of torch.export and of ExecuTorch.
@@ -230,7 +231,7 @@ def outcome(name: str) -> tuple[str, str]:
     return "PASS", "; ".join(notes)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", tiered(CASES, (name for name in CASES if name.startswith("corpus/"))))
 def test_devplan_runs_executorch_programs_as_executorch_does(name):
     status, detail = outcome(name)
     if status in SKIPS:

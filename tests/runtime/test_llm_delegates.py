@@ -27,6 +27,7 @@ from tests.compile import test_llm_dynamic as dynamic
 from tests.compile.test_llm_sweep import CASES
 from tests.models import eager_outputs
 from tests.runtime.test_delegate_sweep import SETTINGS, _check_document
+from tests.tiers import tiered
 
 RUNS = 2
 RTOL, ATOL = 1e-4, 1e-5
@@ -94,7 +95,7 @@ def exported(name: str):
     return args, want, ep
 
 
-@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("setting", tiered(SETTINGS, ["all"]))
 @pytest.mark.parametrize("name", list(CASES))
 def test_llm_block_delegated_matches_eager(name, setting):
     args, want, ep = exported(name)

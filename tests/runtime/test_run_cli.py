@@ -39,6 +39,7 @@ def test_run_twice_with_random_inputs_prints_each_output(tmp_path):
     assert devplan("run", compiled(tmp_path), "--runs", "2", "--seed", "3").stdout == run.stdout
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_run_errors_are_one_line(tmp_path):
     program = compiled(tmp_path)
     torch.save([torch.randn(4, 16)], tmp_path / "one.pt")
