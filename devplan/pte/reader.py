@@ -90,6 +90,10 @@ class PteFile:
             self._memo["program", key] = replace(read_pte(payload, name=name), depth=self.depth + 1)
         return self._memo["program", key]
 
+    def payload_key(self, plan_index: int, delegate_index: int) -> tuple[int, int]:
+        """Where a delegate's payload lives (location, index): delegates with one key share it."""
+        return self._payload(plan_index, delegate_index)[0]
+
     def delegate_payload(self, plan_index: int, delegate_index: int) -> bytes:
         """The processed blob of delegate `delegate_index` in plan `plan_index`."""
         return self._payload(plan_index, delegate_index)[1]

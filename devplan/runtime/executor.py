@@ -10,6 +10,7 @@ kernels.py is the kernel table and interpreter.py the loop that runs the steps."
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -35,10 +36,11 @@ class LoadedMethod:
     times, and state kept in planned buffers carries over between runs as on a device."""
 
     def __init__(self, pte: PteFile, name: str = "forward", lent: dict[int, tuple[torch.Tensor, Device]] | None = None,
-                 *, max_memory: int = MAX_MEMORY) -> None:
+                 *, max_memory: int = MAX_MEMORY, memory: "Memory | None" = None) -> None:
         """`lent`: mem_id -> (bytes, device) that the caller lends for that buffer (a window of
         its own arena) instead of an arena of this method's own. `max_memory`: bytes the
-        method's own arenas and unplanned tensors may take in all."""
+        method's arenas, unplanned tensors and constants copied to a device may take in all,
+        its delegates' included (they share the caller's `memory`)."""
         views = {view.name: view for view in methods(pte)}
         if name not in views:
             raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(views) or 'none'}")
@@ -48,7 +50,7 @@ class LoadedMethod:
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
         self.lent = set(lent or ())
-        self.max_memory, self.taken = max_memory, 0
+        self.memory = memory or Memory(max_memory)
         self.delegates: list[LoadedMethod] = []
         try:
             for mem_id in range(1, len(sizes)):
@@ -74,7 +76,12 @@ class LoadedMethod:
             placed = {device for _, device in self.arenas.values()} or {
                 t.said_device or CPU for t in view.tensors.values() if t.data == 0}
             self.home = placed.pop() if len(placed) == 1 else CPU
-            self.delegates = [self._open_delegate(pte, view, delegate) for delegate in view.delegates]
+            opened: dict[tuple, LoadedMethod] = {}  # delegates of one payload and window run one loaded method
+            for delegate in view.delegates:
+                key = (*pte.payload_key(view.plan_index, delegate.index), delegate.window)
+                if key not in opened:
+                    opened[key] = self._open_delegate(pte, view, delegate)
+                self.delegates.append(opened[key])
             self._load(pte, view)
         except BaseException:
             self.release()  # a device allocator gets back what it gave, even for a damaged program
@@ -164,12 +171,13 @@ class LoadedMethod:
         return True
 
     def _take(self, nbytes: int, what: str) -> None:
-        """Count `nbytes` more against the method's memory limit, refusing first what passes it."""
-        if self.taken + nbytes > self.max_memory:
-            raise DevplanError(f"{self.where}: {what} needs {nbytes} bytes, which with the {self.taken} bytes taken "
-                               f"before it passes the memory limit of {self.max_memory} bytes; raise the limit "
+        """Count `nbytes` more against the memory limit, refusing first what passes it."""
+        memory = self.memory
+        if memory.taken + nbytes > memory.limit:
+            raise DevplanError(f"{self.where}: {what} needs {nbytes} bytes, which with the {memory.taken} bytes taken "
+                               f"before it passes the memory limit of {memory.limit} bytes; raise the limit "
                                f"(devplan run --max-memory) if the program is meant to be this large")
-        self.taken += nbytes
+        memory.taken += nbytes
 
     def sample_inputs(self, seed: int = 0) -> list[Any]:
         """Inputs of the right shapes and dtypes: seeded normal floats, zeros for integer and
@@ -187,7 +195,7 @@ class LoadedMethod:
         return samples
 
     def release(self) -> None:
-        for delegate in getattr(self, "delegates", ()):
+        for delegate in {id(d): d for d in getattr(self, "delegates", ())}.values():
             delegate.release()
         owned = [arena for mem_id, arena in self.arenas.items() if mem_id not in self.lent]
         for arena, device in (*owned, *self.uploads):
@@ -202,14 +210,14 @@ class LoadedMethod:
         # read and decoded once however many delegates share it
         payload = pte.delegate_program(view.plan_index, index)
         if delegate.window is None:  # the payload's buffers are its own
-            return LoadedMethod(payload, max_memory=self.max_memory)
+            return LoadedMethod(payload, memory=self.memory)
         mem_id, offset = delegate.window
         if mem_id not in self.arenas:
             raise DevplanError(f"{self.where}: delegate {index}'s memory window names buffer {mem_id}, which the "
                                f"method does not have; the program is damaged")
         arena, device = self.arenas[mem_id]
         # the payload's one buffer is these bytes of the caller's; its plan keeps them free during the call
-        return LoadedMethod(payload, lent={1: (arena[offset:], device)}, max_memory=self.max_memory)
+        return LoadedMethod(payload, lent={1: (arena[offset:], device)}, memory=self.memory)
 
     def _bind(self, pte: PteFile, view: MethodView, index: int) -> Any:
         if index in view.tensors:
@@ -262,8 +270,8 @@ class LoadedMethod:
                 if t.dynamic:
                     self.bounds[index] = shape
                 return torch.zeros((), dtype=dtype).expand(shape)
-            host = _from_bytes(data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
-            return host if self.home == CPU else self._upload(host, nbytes)
+            host = _constant(pte, t.data, data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
+            return host if self.home == CPU else self._upload(index, host, nbytes)
         arena, device = self.arenas[t.mem_id]
         self.devices[index] = device
         if t.dynamic:  # planned at this bound; kernels resize it within
@@ -278,7 +286,8 @@ class LoadedMethod:
             allocator_for(device).copy_to_device(view, initial)
         return view
 
-    def _upload(self, host: torch.Tensor, nbytes: int) -> torch.Tensor:
+    def _upload(self, index: int, host: torch.Tensor, nbytes: int) -> torch.Tensor:
+        self._take(nbytes, f"constant value {index} on {self.home}")
         allocator = allocator_for(self.home)
         arena = allocator.allocate(nbytes, self.home)
         self.uploads.append((arena, self.home))
@@ -395,6 +404,23 @@ def _same_kind(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and (a.dtype, a.shape) == (b.dtype, b.shape)
     return type(a) is type(b)
+
+
+@dataclass
+class Memory:
+    """Bytes a loaded method and its delegates' payloads may take in all, and those taken."""
+    limit: int
+    taken: int = 0
+
+
+def _constant(pte: PteFile, data_index: int, data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int,
+              what: str) -> torch.Tensor:
+    """Constant `data_index` as a host tensor of this dtype and shape, made once per file:
+    delegates that share a payload share its constants (kernels never write them)."""
+    key = ("constant", data_index, dtype, tuple(shape))
+    if key not in pte._memo:
+        pte._memo[key] = _from_bytes(data, dtype, shape, nbytes, what)
+    return pte._memo[key]
 
 
 def _from_bytes(data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int, what: str) -> torch.Tensor:
