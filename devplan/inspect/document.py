@@ -4,7 +4,6 @@ docs/inspect-json.md describes every key; bump SCHEMA_VERSION when a key changes
 goes away (adding a key does not bump it)."""
 from __future__ import annotations
 
-import functools
 from collections import Counter
 
 from devplan.errors import DevplanError
@@ -379,26 +378,26 @@ def _delegate(pte, view: MethodView, delegate, calls: list[int]) -> dict:
 
 def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[dict] | None:
     """The planned buffers of a payload that is itself an ET12 program (devplan's delegates
-    are): memory the delegate holds on its device besides the method's own buffers."""
-    from devplan.errors import DevplanError
+    are): memory the delegate holds on its device besides the method's own buffers. Worked
+    out once for all the delegates sharing a payload (the reader hands them one program)."""
     from devplan.pte.header import is_program
 
     if not is_program(payload):
         return None
     try:
-        # copies: each delegate's entry in the document is its own
-        return [dict(buffer) for buffer in _program_buffers(pte.delegate_program(plan_index, index))]
+        inner = pte.delegate_program(plan_index, index)
     except DevplanError:
-        return None  # another backend's bytes that merely look like a program
-
-
-@functools.lru_cache(maxsize=4)
-def _program_buffers(inner) -> list[dict]:
-    """A payload program's buffers, worked out once for all the delegates sharing it (the reader
-    hands them one program)."""
-    inner = document(inner, inner.name)
-    return [{"method": method["name"], "mem_id": buffer["mem_id"], "device": buffer["device"], "size": buffer["size"],
-             "lower_bound": buffer["lower_bound"]} for method in inner["methods"] for buffer in method["buffers"]]
+        return None  # nested past what devplan reads
+    if "buffers" not in inner._memo:
+        try:
+            inner._memo["buffers"] = [
+                {"method": method["name"], "mem_id": buffer["mem_id"], "device": buffer["device"],
+                 "size": buffer["size"], "lower_bound": buffer["lower_bound"]}
+                for method in document(inner, inner.name)["methods"] for buffer in method["buffers"]]
+        except DevplanError:
+            inner._memo["buffers"] = None  # another backend's bytes that merely look like a program
+    found = inner._memo["buffers"]
+    return None if found is None else [dict(buffer) for buffer in found]  # each delegate's entry is its own
 
 
 def _spec_value(raw: bytes) -> str:
