@@ -82,9 +82,11 @@ def argument_text(values, index: int, written: set[int]) -> str:
         return repr(getattr(value.val, _SCALAR_FIELDS[kind]))
     if kind in (KernelTypes.Null, KernelTypes.NONE):
         return "None"
+    if value.val is None:  # a type but no content, as damage leaves it: shown like a dangling index
+        return f"v{index}?"
     if kind == KernelTypes.String:
         return repr(text(value.val.stringVal))
-    items = ints(value.val.items) if kind != KernelTypes.DoubleList else list(value.val.items)
+    items = ints(value.val.items) if kind != KernelTypes.DoubleList else list(() if value.val.items is None else value.val.items)
     if kind == KernelTypes.IntList:  # items are Int values: their numbers, or vN when computed at run time
         return "[" + ", ".join(argument_text(values, item, written) for item in items) + "]"
     if kind == KernelTypes.BoolList:

@@ -128,8 +128,10 @@ class LoadedMethod:
         self.outputs = [self._index(i, "an output") for i in ints(plan.outputs)]
         self.operators = [f"{text(op.name)}.{text(op.overload)}" if text(op.overload) else text(op.name)
                           for op in plan.operators or ()]
+        if any(chain.instructions is None for chain in plan.chains or ()):  # as ExecuTorch's runtime refuses it
+            raise DevplanError(f"{self.where}: a chain has no list of instructions; the program is damaged")
         self.steps = [self._step(i, instruction) for chain in plan.chains or ()
-                      for i, instruction in enumerate(chain.instructions or ())]
+                      for i, instruction in enumerate(chain.instructions)]
 
     def execute(self, inputs: Sequence[Any]) -> list[Any]:
         """Run once: copy `inputs` in, run every instruction, return host copies of the outputs."""
@@ -286,6 +288,14 @@ class LoadedMethod:
         shape = [int(size) for size in t.sizes] if t.sizes is not None else []
         if any(size < 0 for size in shape):
             raise DevplanError(f"{self.where}: value {index} has a negative size in {shape}; the program is damaged")
+        order = ints(t.dimOrder)  # ExecuTorch's runtime refuses these two as it parses the tensor
+        if t.dimOrder is not None and sorted(order) != list(range(len(shape))):
+            shown = order if len(order) <= 8 else f"of {len(order)} entries"
+            raise DevplanError(f"{self.where}: value {index} has the dim order {shown}, not an order of its "
+                               f"{len(shape)} dimensions; the program is damaged")
+        if t.storageOffset:
+            raise DevplanError(f"{self.where}: value {index} has the storage offset {t.storageOffset}, which "
+                               f"ExecuTorch does not support; the program is damaged")
         return dtype, shape, math.prod(shape) * dtypes.ITEMSIZE[name]
 
     def _check_sizes(self, sizes: list[int], values) -> None:
@@ -364,6 +374,8 @@ class LoadedMethod:
             # a destination past the end just ends the run
             return _Step(kind, "jump_false", args=(self._index(int(call.condValueIndex), f"instruction {index}"),
                                                    max(0, int(call.destinationInstruction))))
+        if kind != InstructionArguments.FreeCall or call is None:  # as ExecuTorch's runtime refuses it
+            raise DevplanError(f"{self.where}: instruction {index} has no call; the program is damaged")
         return _Step(kind, "free")  # planned memory needs no freeing
 
     def _delegate(self, index: int, delegate: int, args: list[int]) -> _Step:

@@ -173,3 +173,25 @@ def cuda_program() -> bytes:
         backendDelegateData=[BackendDelegateInlineDataT(data=bytes(range(40)))],
     )
     return dumps_pte(program)
+
+
+def one_offset_program(tensors: int) -> bytes:
+    """`tensors` float32[4] tensors all at offset 0 of buffer 1, all held at once: one
+    instruction concatenates them into an output at offset 16. They meet in bytes, so they are
+    one storage of 16 bytes: the lower bound is 16 + 16 * tensors, the output's bytes and one
+    storage's.
+
+        #0 aten::cat.out(v{n} = [v0 .. v{n-1}], v{n+1} = 0, v{n+2}) -> v{n+2}
+    """
+    values = [tensor([4], mem_id=1, offset=0) for _ in range(tensors)]
+    values += [EValueT(valType=KernelTypes.TensorList, val=TensorListT(items=list(range(tensors)))),
+               EValueT(valType=KernelTypes.Int, val=IntT(intVal=0)),
+               tensor([4 * tensors], mem_id=1, offset=16)]
+    out = tensors + 2
+    forward = ExecutionPlanT(
+        name="forward", values=values, inputs=[0], outputs=[out],
+        chains=[ChainT(inputs=[0], outputs=[out], instructions=[kernel(0, tensors, tensors + 1, out, out)])],
+        operators=[OperatorT(name="aten::cat", overload="out")],
+        nonConstBufferSizes=[0, 16 + 16 * tensors],
+    )
+    return dumps_pte(ProgramT(version=0, executionPlan=[forward], constantBuffer=[BufferT(storage=b"")]))
