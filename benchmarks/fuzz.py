@@ -209,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.mutants, args.compare = 600, 60
     warnings.simplefilter("ignore")  # as `devplan` does: torch's deprecation chatter is not a finding
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # nor its C++ warnings (read as torch is imported)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)

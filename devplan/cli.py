@@ -451,9 +451,13 @@ def main() -> None:
     # SIGTERM as an exit, so that a write in progress removes its temporary file on the way out
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if not debug:  # torch's deprecation chatter is not the user's to act on; --debug shows it
+        import os
         import warnings
 
         warnings.simplefilter("ignore")
+        # and what torch warns from C++ (TORCH_WARN, e.g. a kernel resizing an out tensor) goes to
+        # stderr through its own logging, which reads this once, when torch is first imported
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
         # outside standalone mode click hands back a command's exit code instead of exiting
         code = app(standalone_mode=False)
