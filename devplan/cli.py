@@ -126,7 +126,7 @@ def inspect_command(
 
         write_atomic(trace, trace_json(doc).encode())
     if json_output:
-        typer.echo(json.dumps(inspect_sections.only(doc, chosen) if section else doc, sort_keys=True, indent=2))
+        _echo_json(inspect_sections.only(doc, chosen) if section else doc)
         return
     # Imported only once there is something to draw, so a bad file fails fast.
     from rich.console import Console
@@ -140,6 +140,19 @@ def inspect_command(
     kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
     render(printable_tree(kept), Console(highlight=False), chosen,
            exact_bytes=exact_bytes, shapes=shapes)
+
+
+def _echo_json(document: dict) -> None:
+    """`document` as json.dumps(document, sort_keys=True, indent=2) prints it, written a batch of
+    pieces at a time: json.dumps holds every piece in a list before joining them (for a
+    million instructions, 44 million strings and 2.5 GB)."""
+    pieces: list[str] = []
+    for piece in json.JSONEncoder(sort_keys=True, indent=2).iterencode(document):
+        pieces.append(piece)
+        if len(pieces) == 1 << 16:
+            typer.echo("".join(pieces), nl=False)
+            pieces.clear()
+    typer.echo("".join(pieces))
 
 
 Budgets = Annotated[
