@@ -14,6 +14,13 @@ upper bound. Peak memory is each process's maximum resident set (ExecuTorch's in
 importing torch and executorch); this script itself imports neither, so that the processes
 it starts do not inherit its pages.
 
+The hostile shapes of issue 17, each timed command by command in a fresh process (seconds and
+peak memory), `--checkout DIR` timing another checkout's devplan on the same files:
+
+    python benchmarks/inspect_scale.py --overlap 30000    # tensors all at one offset, held at once
+    python benchmarks/inspect_scale.py --wide 20000x2000  # tensors held across every instruction
+    python benchmarks/inspect_scale.py --long 1000000     # instructions
+
 Run from the repository root."""
 from __future__ import annotations
 
@@ -74,11 +81,11 @@ def synthetic(tensors: int) -> bytes:
     return dumps_pte(*to_program(planned))
 
 
-def _measure(command: Sequence[str]) -> tuple[float, float, str]:
-    """(seconds, peak resident MiB, stdout) of one process."""
+def _measure(command: Sequence[str], root: Path = ROOT) -> tuple[float, float, str]:
+    """(seconds, peak resident MiB, stdout) of one process, importing devplan from `root`."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(ROOT)})
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=root,
+                               env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(root)})
     out = process.stdout.read()
     _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - start
@@ -106,6 +113,48 @@ def measure(tensors: int) -> list[dict]:
         return rows
 
 
+CASES = {  # command line options after `devplan inspect PROGRAM`, per case; None: `devplan check PROGRAM`
+    "overlap": {"inspect": [], "json": ["--json"], "check": None, "svg": ["--svg", "{out}.svg"],
+                "trace": ["--trace", "{out}.json"]},
+    "wide": {"trace": ["--trace", "{out}.json"]},
+    "long": {"json": ["--json"]},
+}
+
+
+def hostile(case: str, size: str) -> bytes:
+    from tests.inspect.programs import one_offset_program, wide_program
+
+    if case == "overlap":
+        return one_offset_program(int(size))
+    if case == "wide":
+        tensors, instructions = size.split("x")
+        return wide_program(int(tensors), int(instructions))
+    return wide_program(2, int(size))
+
+
+def measure_case(case: str, size: str, checkout: Path) -> list[dict]:
+    """Each command of CASES[case] on the program hostile(case, size), by checkout's devplan."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"{case}.pte"
+        subprocess.run([sys.executable, __file__, "--write-case", case, size, str(path)], check=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        rows = []
+        for name, options in CASES[case].items():
+            command = (["check", str(path)] if options is None else
+                       ["inspect", str(path), *(o.format(out=Path(folder) / name) for o in options)])
+            seconds, mb, _ = _measure([sys.executable, "-m", "devplan", *command], root=checkout)
+            rows.append({"case": case, "size": size, "command": " ".join(["inspect", *options] if options is not None
+                                                                       else ["check"]).replace("{out}", "OUT"),
+                         "seconds": seconds, "mb": mb})
+        return rows
+
+
+def case_table(rows: Sequence[dict]) -> str:
+    lines = [f"{'case':<8} {'size':>12}  {'command':<26} {'seconds':>8} {'MB':>6}"]
+    lines += [f"{r['case']:<8} {r['size']:>12}  {r['command']:<26} {r['seconds']:>8.2f} {r['mb']:>6.0f}" for r in rows]
+    return "\n".join(lines)
+
+
 def table(rows: Sequence[dict]) -> str:
     cells = [[str(r["tensors"]), r["view"], f"{r['devplan_seconds']:.2f}", f"{r['devplan_mb']:.0f}",
               f"{r['executorch_seconds']:.2f}", f"{r['executorch_mb']:.0f}", f"{r['time_ratio']:.2f}",
@@ -120,10 +169,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000", help="planned tensors per program, comma-separated")
     parser.add_argument("--json", action="store_true", help="print rows as JSON")
+    parser.add_argument("--overlap", metavar="TENSORS", help="time every command on TENSORS tensors at one offset")
+    parser.add_argument("--wide", metavar="TENSORSxINSTRUCTIONS", help="time --trace on tensors held throughout")
+    parser.add_argument("--long", metavar="INSTRUCTIONS", help="time --json on this many instructions")
+    parser.add_argument("--checkout", type=Path, default=ROOT, help="time the devplan of this checkout (default: this one)")
     parser.add_argument("--write", nargs=2, metavar=("TENSORS", "PATH"), help=argparse.SUPPRESS)
+    parser.add_argument("--write-case", nargs=3, metavar=("CASE", "SIZE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.write:
         Path(args.write[1]).write_bytes(synthetic(int(args.write[0])))
+        return 0
+    if args.write_case:
+        Path(args.write_case[2]).write_bytes(hostile(*args.write_case[:2]))
+        return 0
+    cases = [(case, getattr(args, case)) for case in CASES if getattr(args, case)]
+    if cases:
+        rows = [row for case, size in cases for row in measure_case(case, size, args.checkout.resolve())]
+        print(json.dumps({"rows": rows}, indent=2) if args.json else case_table(rows))
         return 0
     rows = [row for size in args.sizes.split(",") for row in measure(int(size))]
     print(json.dumps({"rows": rows}, indent=2) if args.json else table(rows))

@@ -153,3 +153,25 @@ def test_inspect_scale_compares_each_view_with_executorchs_deserializer(capsys: 
     program = devplan.inspect(inspect_scale.synthetic(64))["methods"][0]
     assert sum(1 for t in program["tensors"] if t["mem_id"] is not None) == 65  # the input and 64 results
     assert all(t["source"] for t in program["tensors"])
+
+
+@pytest.mark.sweep
+def test_fuzz_quick_counts_add_up() -> None:
+    """benchmarks/fuzz.py --quick in its own process (it builds its programs in a child and
+    measures its own peak memory): every mutant's four commands counted once, none escaping."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, str(root / "benchmarks" / "fuzz.py"), "--quick", "--json"], cwd=root,
+                         capture_output=True, text=True, timeout=600)
+    report = json.loads(run.stdout)
+    *programs, total = report["rows"]
+    assert len(programs) == 6 and total["program"] == "all"
+    for row in programs:
+        assert row["ok"] + row["refused"] + row["escapes"] + row["hangs"] == 4 * row["mutants"]
+        assert row["unmutated"].startswith("ok ok ok")  # the programs themselves work
+    assert total["mutants"] == sum(row["mutants"] for row in programs) >= 600
+    assert total["escapes"] == total["hangs"] == 0 and 0 < total["compared"] <= 60
+    assert report["passed"] == (run.returncode == 0) and report["peak_mb"] < 1024

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from devplan.errors import DevplanError
-from devplan.inspect.overlap import LatestWrites, meeting
+from devplan.inspect.overlap import LatestWrites, busiest, storages
 from devplan.inspect.peak import peak
 from devplan.inspect.sources import argument_text, chain_origins, source_text, tensor_source
 from devplan.pte import PteFile
@@ -164,7 +164,7 @@ def _tensor(view: MethodView, index: int, tensor, inputs: set[int], outputs: set
         "value": index,
         "dtype": tensor.dtype,
         "shape": list(tensor.shape),
-        "dim_order": list(tensor.dim_order),
+        "dim_order": list(tensor.dim_order or ()),
         "dynamic": tensor.dynamic,
         "mem_id": tensor.mem_id,
         "offset": tensor.offset,
@@ -196,19 +196,11 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
     placed = [t for t in tensors if t["mem_id"] == mem_id]
     timed = [t for t in placed if t["lifetime"] is not None]
     _hold_views(timed, written, read)
-    sharing = meeting(timed)
-    by_start = sorted(timed + windows, key=lambda t: t["held"][0])
+    sharing = storages(timed)
     peak, peak_instruction = 0, None
-    alive: list[dict] = []
-    joined = 0
     # Bytes in use only grow where a tensor starts holding bytes, so the busiest instruction
-    # is one of those; sweeping them in order keeps only the tensors held there in hand.
-    for at in sorted({t["held"][0] for t in by_start}):
-        while joined < len(by_start) and by_start[joined]["held"][0] <= at:
-            alive.append(by_start[joined])
-            joined += 1
-        alive = [t for t in alive if t["held"][1] >= at]
-        in_use = union_size([(t["offset"], t["offset"] + t["nbytes"]) for t in alive])
+    # is one of those; one sweep over them adds and removes each tensor's bytes once.
+    for at, in_use in busiest(timed + windows):
         if in_use > peak:
             peak, peak_instruction = in_use, at
     return {
@@ -225,7 +217,7 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
 _MIN_ALIGNMENT, _MAX_ALIGNMENT = 16, 4096
 
 
-def _lower_bound(timed: list[dict], sharing, size: int, windows: list[dict]) -> dict:
+def _lower_bound(timed: list[dict], sharing: list[int], size: int, windows: list[dict]) -> dict:
     """The planner's lower bound (aligned bytes alive at the busiest instruction) for the
     storages this buffer holds, inferred from where tensors sit, and each delegate window at
     its payload's own bound while the delegate runs. Tensors that share bytes while both hold
@@ -238,25 +230,12 @@ def _lower_bound(timed: list[dict], sharing, size: int, windows: list[dict]) -> 
     from devplan.planning import Interval, lower_bound
     from devplan.planning.model import align_up
 
-    parent = list(range(len(timed)))
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, t in enumerate(timed):
-        for j in sharing(i):
-            (a, b), (c, d) = t["held"], timed[j]["held"]
-            if a <= d and c <= b:
-                parent[find(i)] = find(j)
-    pools: dict[int, list[int]] = {}
+    pools: dict[int, list[int]] = {}  # one per storage, first met first
     for i, t in enumerate(timed):
         start, end, (first, last) = t["offset"], t["offset"] + t["nbytes"], t["held"]
-        pool = pools.setdefault(find(i), [start, end, first, last])
+        pool = pools.setdefault(sharing[i], [start, end, first, last])
         pool[:] = [min(pool[0], start), max(pool[1], end), min(pool[2], first), max(pool[3], last)]
-    spans = [(start, end - start, first, last) for _, (start, end, first, last) in sorted(pools.items())]
+    spans = [(start, end - start, first, last) for start, end, first, last in pools.values()]
     spans += [(w["offset"], w["bound"], *w["held"]) for w in windows]
     alignment = _MAX_ALIGNMENT
     while alignment > _MIN_ALIGNMENT and any(start % alignment for start, *_ in spans):
@@ -343,19 +322,6 @@ def _hold_views(timed: list[dict], written: set[int], read: set[int]) -> None:
             painted += 1
         t["held"][0] = latest.earliest(t["offset"], t["offset"] + t["nbytes"], first)
         latest.paint(t["offset"], t["offset"] + t["nbytes"], t["held"][0])
-
-
-def union_size(ranges: list[tuple[int, int]]) -> int:
-    """Bytes covered by a set of half-open ranges, so tensors that alias count once."""
-    total, reach = 0, None
-    for start, end in sorted(ranges):
-        if reach is None or start >= reach:
-            total += end - start
-            reach = end
-        elif end > reach:
-            total += end - reach
-            reach = end
-    return total
 
 
 def _delegate(pte, view: MethodView, delegate, calls: list[int]) -> dict:

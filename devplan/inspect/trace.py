@@ -10,9 +10,10 @@ Drawn from the inspection document alone, so ExecuTorch's programs trace the sam
 deterministic to the byte."""
 from __future__ import annotations
 
+import heapq
 import json
 
-from devplan.inspect.document import union_size
+from devplan.inspect.overlap import busiest
 
 STEP = 1000  # trace microseconds per instruction
 
@@ -42,33 +43,32 @@ def _method(pid: int, method: dict) -> list[dict]:
         held = sorted((t for t in method["tensors"] if t["mem_id"] == buffer["mem_id"] and t["held"] and t["nbytes"]),
                       key=lambda t: (t["held"][0], t["offset"], t["value"]))
         events += _counter(pid, label, held, method["counts"]["instructions"])
-        lanes: list[int] = []  # last instruction of each track's latest slice
+        lanes = 0  # tracks so far; a tensor takes the lowest track whose latest slice has ended
+        busy: list[tuple[int, int]] = []  # (last instruction, track) of the tracks holding a slice
+        free: list[int] = []
         for t in held:
-            lane = next((i for i, last in enumerate(lanes) if last < t["held"][0]), len(lanes))
-            if lane == len(lanes):
-                lanes.append(0)
+            while busy and busy[0][0] < t["held"][0]:
+                heapq.heappush(free, heapq.heappop(busy)[1])
+            if free:
+                lane = heapq.heappop(free)
+            else:
+                lane, lanes = lanes, lanes + 1
                 events.append(_name("thread_name", pid, tid + lane, f"{label} tensors {lane + 1}"))
-            lanes[lane] = t["held"][1]
+            heapq.heappush(busy, (t["held"][1], lane))
             first, last = t["held"]
             events.append({"ph": "X", "name": f"v{t['value']} {t['dtype']}{list(t['shape'])}", "cat": "tensor",
                            "pid": pid, "tid": tid + lane, "ts": first * STEP, "dur": (last - first + 1) * STEP,
                            "args": {"value": t["value"], "offset": t["offset"], "nbytes": t["nbytes"],
                                     "role": t["role"], "lifetime": t["lifetime"], "held": t["held"],
                                     "source": t["source"]}})
-        tid += len(lanes)
+        tid += lanes
     return events
 
 
 def _counter(pid: int, label: str, held: list[dict], steps: int) -> list[dict]:
     """Bytes in use at each instruction (aliases counted once), and zero once the method ends.
-    `held` comes sorted by first instruction, so one sweep keeps only the live tensors in hand."""
-    points, alive, joined = [], [], 0
-    for step in range(steps):
-        while joined < len(held) and held[joined]["held"][0] <= step:
-            alive.append(held[joined])
-            joined += 1
-        alive = [t for t in alive if t["held"][1] >= step]
-        points.append((step, union_size([(t["offset"], t["offset"] + t["nbytes"]) for t in alive])))
+    One sweep adds and removes each tensor's bytes once."""
+    points = list(busiest(held, range(steps)))
     points.append((steps, 0))
     return [{"ph": "C", "name": f"{label} bytes in use", "pid": pid, "ts": step * STEP, "args": {"bytes": used}}
             for step, used in points]

@@ -37,13 +37,14 @@ _REFERENCE_LISTS = (*TENSOR_LISTS, KernelTypes.IntList)  # lists whose items are
 class Tensor(NamedTuple):
     dtype: str                      # dtypes.name_of the scalar type
     shape: tuple[int, ...]          # for a dynamic tensor, its upper bound
-    dim_order: tuple[int, ...]
+    dim_order: tuple[int, ...] | None  # None when the file gives none
     dynamic: bool
     mem_id: int | None              # None: not planned (a constant, or an input or output its caller owns)
     offset: int | None              # byte offset in buffer mem_id
     nbytes: int
     data: int                       # data_buffer_idx: a constant's data, or a planned tensor's initial data; 0: none
     said_device: Device | None      # what extra_tensor_info says, when it names other than the CPU
+    storage_offset: int = 0         # in elements; ExecuTorch supports only 0
 
 
 class Instruction(NamedTuple):
@@ -85,6 +86,7 @@ class MethodView:
     buffer_sizes: tuple[int, ...]           # by mem_id; 0 is the format's reserved entry
     buffer_devices: dict[int, Device]       # what the device table says; other buffers are the CPU's
     delegates: tuple[Delegate, ...]
+    unlisted_chains: int = 0                # chains without a list of instructions, which damage leaves
 
     def operator(self, index: int) -> str:
         """Operator `index` as "name.overload", or "operator(N)" for one the method lacks."""
@@ -205,6 +207,7 @@ def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
         buffer_devices={int(e.bufferIdx): Device.from_code(e.deviceType, e.deviceIndex)
                         for e in plan.nonConstBufferDevice or ()},
         delegates=tuple(_delegate(where, index, d) for index, d in enumerate(plan.delegates or ())),
+        unlisted_chains=sum(chain.instructions is None for chain in chains),
     )
 
 
@@ -233,8 +236,9 @@ def _tensor(where: str, index: int, t, sizes: tuple[int, ...]) -> Tensor:
                                f"outside its buffer; the program is damaged")
     extra = t.extraTensorInfo
     said = Device.from_code(extra.deviceType, extra.deviceIndex) if extra is not None else None
-    return Tensor(dtype, shape, tuple(ints(t.dimOrder)), int(t.shapeDynamism) != TensorShapeDynamism.STATIC,
-                  mem_id, offset, nbytes, int(t.dataBufferIdx), None if said == CPU else said)
+    return Tensor(dtype, shape, None if t.dimOrder is None else tuple(ints(t.dimOrder)),
+                  int(t.shapeDynamism) != TensorShapeDynamism.STATIC, mem_id, offset, nbytes, int(t.dataBufferIdx),
+                  None if said == CPU else said, int(t.storageOffset))
 
 
 def _instruction(where: str, index: int, instruction) -> Instruction:

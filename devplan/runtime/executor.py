@@ -109,6 +109,8 @@ class LoadedMethod:
                                    f"the program is damaged") from None
         self.inputs = [self._index(i, "an input") for i in view.inputs]
         self.outputs = [self._index(i, "an output") for i in view.outputs]
+        if view.unlisted_chains:  # as ExecuTorch's runtime refuses it
+            raise DevplanError(f"{self.where}: a chain has no list of instructions; the program is damaged")
         self.steps = [self._step(view, row) for row in view.instructions]
 
     def execute(self, inputs: Sequence[Any]) -> list[Any]:
@@ -237,6 +239,14 @@ class LoadedMethod:
         if not isinstance(dtype, torch.dtype) or dtype.is_complex or t.dtype.startswith(("q", "bits", "float8")):
             raise DevplanError(f"{self.where}: value {index} has element type {t.dtype}, which the reference runtime "
                                f"cannot hold")
+        order = t.dim_order  # ExecuTorch's runtime refuses these two as it parses the tensor
+        if order is not None and sorted(order) != list(range(len(t.shape))):
+            shown = list(order) if len(order) <= 8 else f"of {len(order)} entries"
+            raise DevplanError(f"{self.where}: value {index} has the dim order {shown}, not an order of its "
+                               f"{len(t.shape)} dimensions; the program is damaged")
+        if t.storage_offset:
+            raise DevplanError(f"{self.where}: value {index} has the storage offset {t.storage_offset}, which "
+                               f"ExecuTorch does not support; the program is damaged")
         return dtype
 
     def _check_sizes(self, view: MethodView) -> None:
@@ -310,6 +320,8 @@ class LoadedMethod:
             return Step("move", "move", args=(source, target))
         if row.kind == "jump_false":  # a destination past the end just ends the run
             return Step("jump_false", "jump_false", args=(args[0], max(0, row.destination)))
+        if row.kind != "free":  # as ExecuTorch's runtime refuses it
+            raise DevplanError(f"{self.where}: instruction {index} has no call; the program is damaged")
         return Step("free", "free")  # planned memory needs no freeing
 
     def _delegate(self, index: int, delegate: int, args: list[int]) -> Step:

@@ -173,3 +173,53 @@ def cuda_program() -> bytes:
         backendDelegateData=[BackendDelegateInlineDataT(data=bytes(range(40)))],
     )
     return dumps_pte(program)
+
+
+def one_offset_program(tensors: int) -> bytes:
+    """`tensors` float32[4] tensors all at offset 0 of buffer 1, all held at once: one
+    instruction concatenates them into an output at offset 16. They meet in bytes, so they are
+    one storage of 16 bytes: the lower bound is 16 + 16 * tensors, the output's bytes and one
+    storage's.
+
+        #0 aten::cat.out(v{n} = [v0 .. v{n-1}], v{n+1} = 0, v{n+2}) -> v{n+2}
+    """
+    values = [tensor([4], mem_id=1, offset=0) for _ in range(tensors)]
+    values += [EValueT(valType=KernelTypes.TensorList, val=TensorListT(items=list(range(tensors)))),
+               EValueT(valType=KernelTypes.Int, val=IntT(intVal=0)),
+               tensor([4 * tensors], mem_id=1, offset=16)]
+    out = tensors + 2
+    forward = ExecutionPlanT(
+        name="forward", values=values, inputs=[0], outputs=[out],
+        chains=[ChainT(inputs=[0], outputs=[out], instructions=[kernel(0, tensors, tensors + 1, out, out)])],
+        operators=[OperatorT(name="aten::cat", overload="out")],
+        nonConstBufferSizes=[0, 16 + 16 * tensors],
+    )
+    return dumps_pte(ProgramT(version=0, executionPlan=[forward], constantBuffer=[BufferT(storage=b"")]))
+
+
+def wide_program(tensors: int, instructions: int) -> bytes:
+    """`tensors` float32[4] tensors, each at its own offset of buffer 1, all held from the first
+    instruction to the last (a cat reads them all at both), with a relu between two more
+    tensors at every instruction between: many tensors alive across many instructions.
+
+        #0 aten::cat.out(v{n} = [v0 .. v{n-1}], v{n+1} = 0, v{n+2}) -> v{n+2}
+        #1 .. #{instructions - 2} aten::relu.out(v{n+3} <-> v{n+4})
+        #{instructions - 1} aten::cat.out(v{n}, v{n+1}, v{n+2}) -> v{n+2}
+    """
+    base = 16 * tensors
+    values = [tensor([4], mem_id=1, offset=16 * i) for i in range(tensors)]
+    values += [EValueT(valType=KernelTypes.TensorList, val=TensorListT(items=list(range(tensors)))),
+               EValueT(valType=KernelTypes.Int, val=IntT(intVal=0)),
+               tensor([4 * tensors], mem_id=1, offset=base), tensor([4], mem_id=1, offset=2 * base),
+               tensor([4], mem_id=1, offset=2 * base + 16)]
+    listed, dim, out, a, b = range(tensors, tensors + 5)
+    body = [kernel(0, listed, dim, out, out)]
+    body += [kernel(1, a, b, b) if k % 2 == 0 else kernel(1, b, a, a) for k in range(instructions - 2)]
+    body.append(kernel(0, listed, dim, out, out))
+    forward = ExecutionPlanT(
+        name="forward", values=values, inputs=[a], outputs=[out],
+        chains=[ChainT(inputs=[a], outputs=[out], instructions=body)],
+        operators=[OperatorT(name="aten::cat", overload="out"), OperatorT(name="aten::relu", overload="out")],
+        nonConstBufferSizes=[0, 2 * base + 32],
+    )
+    return dumps_pte(ProgramT(version=0, executionPlan=[forward], constantBuffer=[BufferT(storage=b"")]))

@@ -29,9 +29,31 @@ def lower_with_executorch(module: torch.nn.Module, args: tuple, partitioner: lis
     return to_edge_transform_and_lower(exported, partitioner=partitioner).to_executorch().buffer
 
 
+def affine_case_made() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    return Affine().eval(), (torch.linspace(-1, 1, 8).reshape(2, 4),)
+
+
+def plain_program() -> bytes:
+    """No constants: ExecuTorch writes a bare FlatBuffer with no extended header."""
+    return lower_with_executorch(NoConstants(), (torch.randn(2, 3), torch.randn(2, 3)))
+
+
+def xnnpack_program() -> bytes:
+    """A delegate whose payload is a segment, plus named data segments."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    torch.manual_seed(0)
+    return lower_with_executorch(torch.nn.Sequential(torch.nn.Linear(4, 3)), (torch.randn(2, 4),), [XnnpackPartitioner()])
+
+
+def executorch_made() -> dict[str, bytes]:
+    """ExecuTorch's programs by name, as the fixtures below hold them (benchmarks/fuzz.py too)."""
+    return {"affine": lower_with_executorch(*affine_case_made()), "plain": plain_program(), "xnnpack": xnnpack_program()}
+
+
 @pytest.fixture(scope="session")
 def affine_case() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
-    return Affine().eval(), (torch.linspace(-1, 1, 8).reshape(2, 4),)
+    return affine_case_made()
 
 
 @pytest.fixture(scope="session")
@@ -42,17 +64,12 @@ def affine_pte(affine_case) -> bytes:
 
 @pytest.fixture(scope="session")
 def plain_pte() -> bytes:
-    """No constants: ExecuTorch writes a bare FlatBuffer with no extended header."""
-    return lower_with_executorch(NoConstants(), (torch.randn(2, 3), torch.randn(2, 3)))
+    return plain_program()
 
 
 @pytest.fixture(scope="session")
 def xnnpack_pte() -> bytes:
-    """A delegate whose payload is a segment, plus named data segments."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-    torch.manual_seed(0)
-    return lower_with_executorch(torch.nn.Sequential(torch.nn.Linear(4, 3)), (torch.randn(2, 4),), [XnnpackPartitioner()])
+    return xnnpack_program()
 
 
 @pytest.fixture(scope="session")

@@ -5,49 +5,12 @@ than a few seconds."""
 from __future__ import annotations
 
 import random
-import signal
 
 import pytest
-from typer.testing import CliRunner
 
-from devplan.cli import app
-from devplan.errors import DevplanError
-from tests.damage import flip_bytes
+from tests.damage import COMMANDS, mutant, outcome
 
 MUTANTS = 60  # per program: 4 programs x 4 commands, well under a minute
-LIMIT_S = 5
-COMMANDS = (["inspect"], ["inspect", "--json"], ["check"], ["run", "--max-memory", "256MiB", "--devices-on-host"])
-
-
-class Hang(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise Hang
-
-
-def mutant(data: bytes, rng: random.Random) -> bytes:
-    """A few random bytes changed, or the file cut short."""
-    if rng.random() < 0.15:
-        return data[: rng.randrange(len(data))]
-    return flip_bytes(data, rng, most=4)
-
-
-def outcome(path, command: list[str]) -> str:
-    """'ok', 'refused', or what escaped: the CLI's own error handling sees DevplanError as exit 2."""
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(LIMIT_S)
-    try:
-        result = CliRunner().invoke(app, [command[0], str(path), *command[1:]])
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-    if result.exception is None or isinstance(result.exception, SystemExit):
-        return "ok" if result.exit_code == 0 else "refused"  # check exits 1 when a buffer fails
-    if isinstance(result.exception, DevplanError):
-        return "refused"
-    return f"{type(result.exception).__name__}: {result.exception}"
 
 
 @pytest.fixture(scope="module")

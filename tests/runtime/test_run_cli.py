@@ -58,3 +58,20 @@ def test_a_device_program_without_the_device_says_how_to_run_it_anyway(tmp_path)
     assert_one_line_error(devplan("run", program), "no CUDA device")
     assert "--devices-on-host" in devplan("run", program).stderr
     assert devplan("run", program, "--devices-on-host").returncode == 0
+
+
+def test_a_warning_torch_prints_from_cpp_stays_off_stderr(tmp_path):
+    """A kernel resizing an out tensor declared with fewer elements than its result makes torch
+    warn from C++ (Resize.cpp, straight to stderr, where Python's warning filters cannot reach)
+    before devplan refuses the program: stderr is the one error line alone."""
+    from tests.runtime.test_strict_runtime import _kernel_calls, damaged
+    from tests.runtime.test_strict_runtime import compiled as block
+
+    def change(plan):
+        relu = next(i for i, op in enumerate(plan.operators) if op.name in (b"aten::relu", "aten::relu"))
+        out = plan.values[next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == relu).args[-1]].val
+        out.sizes = [1, *list(out.sizes)[1:]]
+
+    program = tmp_path / "resized.pte"
+    program.write_bytes(damaged(block(), change))
+    assert_one_line_error(devplan("run", program), "aten::relu.out", "where the plan holds (1, 6)")

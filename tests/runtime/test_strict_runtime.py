@@ -337,3 +337,40 @@ def test_a_quantized_op_given_the_wrong_dtype_is_one_line():
             loaded.execute(loaded.sample_inputs())
     finally:
         loaded.release()
+
+
+def _first_tensor(plan):
+    return next(v.val for v in plan.values if v.valType == KernelTypes.Tensor and len(v.val.sizes) == 2)
+
+
+@pytest.mark.parametrize("order,needle", [([0, 0], "dim order [0, 0]"), ([0, 1, 2], "dim order [0, 1, 2]")])
+def test_a_dim_order_that_is_no_order_of_the_dimensions_is_refused(order, needle):
+    """Found by benchmarks/fuzz.py: a changed byte in a dim order ran in devplan's runtime."""
+    def change(plan):
+        _first_tensor(plan).dimOrder = order
+
+    data = damaged(compiled(), change)
+    refused(data, needle, "not an order of its 2 dimensions")
+    assert executorch_refuses(data)
+
+
+def test_a_storage_offset_is_refused():
+    def change(plan):
+        _first_tensor(plan).storageOffset = 24
+
+    data = damaged(compiled(), change)
+    refused(data, "storage offset 24")
+    assert executorch_refuses(data)
+
+
+def test_a_chain_without_instructions_or_an_instruction_without_a_call_is_refused():
+    def no_list(plan):
+        plan.chains[0].instructions = None
+
+    def no_call(plan):
+        plan.chains[0].instructions[0] = InstructionT()
+
+    for change, needle in ((no_list, "a chain has no list of instructions"), (no_call, "instruction 0 has no call")):
+        data = damaged(compiled(), change)
+        refused(data, needle)
+        assert executorch_refuses(data)

@@ -1,0 +1,287 @@
+"""The long fuzz run: random mutants (a few bytes changed, or the file cut short) of programs
+devplan and ExecuTorch wrote, each through `devplan inspect`, `inspect --json`, `check` and
+`run --max-memory 256MiB --devices-on-host` in this one process, as the CLI runs them.
+
+    python benchmarks/fuzz.py [--mutants 100000] [--seed 17] [--compare 1000] [--quick] [--keep DIR] [--json]
+
+Per program and overall: mutants, command runs that worked (exit 0) or were refused (exit 1 or
+a one-line DevplanError, exit 2), escapes (anything else: a traceback), hangs (a command over
+5 s), the slowest mutant (all four commands), and the peak resident memory of this process.
+Then, on a sample of mutants that devplan's `run` took with exit 0, ExecuTorch's own runtime
+loads and runs the same bytes with the same inputs in worker processes (a crash or a hang
+there counts as a refusal); a mutant devplan ran but ExecuTorch refused is a mismatch.
+Programs with devplan's own delegates (backend DevplanDelegate) cannot run in ExecuTorch's
+runtime at all and are left out of that comparison.
+
+The mutation and the outcome of a command are tests/damage.py's, as the bounded fuzz test in
+CI (tests/pte/test_fuzz.py) uses them. Run from the repository root; the programs are built
+in a child process so that this process's peak memory is the fuzzing's own."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import select
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+# name -> can ExecuTorch's runtime run it (devplan's delegates cannot)
+PROGRAMS = {"devplan": True, "delegated": False, "quantized": True, "executorch_affine": True,
+            "executorch_plain": True, "executorch_xnnpack": True}
+HEADERS = ("program", "bytes", "mutants", "ok", "refused", "escapes", "hangs", "slowest s", "run ok",
+           "compared", "ET refused")
+WORKER_TIMEOUT_S = 60  # for one mutant in ExecuTorch's runtime, the worker's imports included
+_WORKER = r"""
+import sys, traceback
+import torch
+from executorch.runtime import Runtime
+try:
+    import executorch.kernels.quantized  # noqa: F401 - registers the quantized kernels
+except ImportError:
+    pass
+folder, start, stop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+runtime = Runtime.get()
+for i in range(start, stop):
+    print(f"start {i}", flush=True)
+    try:
+        data = open(f"{folder}/{i}.pte", "rb").read()
+        inputs = torch.load(f"{folder}/{i}.pt", weights_only=True)
+        program = runtime.load_program(data)
+        method = program.load_method("forward")
+        method.execute(inputs)
+        print(f"ok {i}", flush=True)
+    except Exception as error:
+        print(f"refused {i} {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}", flush=True)
+"""
+
+
+def build(folder: Path) -> None:
+    """Write each program of PROGRAMS to folder/NAME.pte (run in a child process)."""
+    import torch
+
+    import devplan
+    from tests.compile.test_quantized import quantize
+    from tests.pte.conftest import executorch_made
+    from tests.runtime.test_strict_runtime import compiled
+
+    made = {"devplan": compiled(), "delegated": compiled(delegates=["cuda:0"])}
+    made["quantized"] = devplan.compile(quantize("mlp", "per_tensor")[0]).data
+    made.update({f"executorch_{name}": data for name, data in executorch_made().items()})
+    for name in PROGRAMS:
+        (folder / f"{name}.pte").write_bytes(made[name])
+    del torch
+
+
+def sample_inputs(data: bytes) -> list:
+    """The inputs `devplan run` gives this program (seed 0)."""
+    from devplan.pte import read_pte
+    from devplan.runtime import HostAllocator, LoadedMethod, registered
+
+    with registered("cuda", HostAllocator()):
+        loaded = LoadedMethod(read_pte(data), "forward", max_memory=256 << 20)
+        try:
+            return loaded.sample_inputs(0)
+        finally:
+            loaded.release()
+
+
+def fuzz(name: str, data: bytes, count: int, seed: int, folder: Path, keep: Path | None) -> tuple[dict, list[bytes]]:
+    """One program's row, and the distinct mutants devplan's `run` took with exit 0."""
+    import random
+
+    from tests.damage import COMMANDS, LIMIT_S, mutant, outcome
+
+    rng = random.Random(f"{seed}:{name}")
+    path = folder / f"mutant-{name}.pte"
+    row = {"program": name, "bytes": len(data), "mutants": count, "ok": 0, "refused": 0, "escapes": 0, "hangs": 0,
+           "slowest_seconds": 0.0, "slowest_mutant": None, "run_ok": 0, "found": []}
+    path.write_bytes(data)
+    unmutated = [outcome(path, command) for command in COMMANDS]  # also pays for first-call imports untimed
+    row["unmutated"] = " ".join(unmutated)
+    ran, seen = [], set()
+    for number in range(count):
+        variant = mutant(data, rng)
+        path.write_bytes(variant)
+        began = time.perf_counter()
+        results = []
+        for command in COMMANDS:
+            start = time.perf_counter()
+            result = outcome(path, command)
+            if time.perf_counter() - start > LIMIT_S or result.startswith("Hang"):
+                row["hangs"] += 1
+                result = "hang"
+            results.append(result)
+            if result in ("ok", "refused"):
+                row[result] += 1
+            elif result != "hang":
+                row["escapes"] += 1
+            if result not in ("ok", "refused") and len(row["found"]) < 20:
+                row["found"].append({"mutant": number, "command": " ".join(command), "result": result[:300]})
+                if keep is not None:
+                    keep.mkdir(parents=True, exist_ok=True)
+                    (keep / f"{name}-{number}.pte").write_bytes(variant)
+        took = time.perf_counter() - began
+        if took > row["slowest_seconds"]:
+            row["slowest_seconds"], row["slowest_mutant"] = took, number
+        if results[-1] == "ok":
+            row["run_ok"] += 1
+            digest = hashlib.sha256(variant).digest()
+            if digest not in seen:
+                seen.add(digest)
+                ran.append(variant)
+    return row, ran
+
+
+def executorch_verdicts(samples: list[bytes], folder: Path) -> list[str]:
+    """'ok', or why ExecuTorch's runtime refused (an exception, a crash, a hang), per sample:
+    run in worker processes, a new one after a crash."""
+    import torch
+
+    for i, data in enumerate(samples):
+        (folder / f"{i}.pte").write_bytes(data)
+        torch.save(sample_inputs(data), folder / f"{i}.pt")
+    verdicts: dict[int, str] = {}
+    start = 0
+    while start < len(samples):
+        worker = subprocess.Popen([sys.executable, "-c", _WORKER, str(folder), str(start), str(len(samples))],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+        current, before = None, len(verdicts)
+        while True:
+            ready, _, _ = select.select([worker.stdout], [], [], WORKER_TIMEOUT_S)
+            line = worker.stdout.readline() if ready else None
+            if not line:  # None: a hang; "": the worker ended, done or killed by an abort or a crash
+                if line is None:
+                    worker.kill()
+                code = worker.wait()
+                break
+            word, index, *why = line.rstrip("\n").split(" ", 2)
+            if word == "start":
+                current = int(index)
+            else:
+                verdicts[int(index)], current = ("ok" if word == "ok" else f"refused: {why[0] if why else ''}"), None
+        if current is not None:
+            verdicts[current] = "hang" if line is None else f"crash (exit {code})"
+        if len(verdicts) == before:  # the worker never got going: say so for every sample left
+            verdicts.update({i: f"worker failed (exit {code})" for i in range(start, len(samples))})
+        start = next((i for i in range(start, len(samples)) if i not in verdicts), len(samples))
+    return [verdicts.get(i, "not run") for i in range(len(samples))]
+
+
+def table(rows: Sequence[dict]) -> str:
+    cells = [[r["program"], f"{r['bytes']:,}", f"{r['mutants']:,}", f"{r['ok']:,}", f"{r['refused']:,}",
+              str(r["escapes"]), str(r["hangs"]), f"{r['slowest_seconds']:.2f}", f"{r['run_ok']:,}",
+              str(r.get("compared", "-")), str(r.get("executorch_refused", "-"))] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(HEADERS)]
+    align = lambda text, width, i: text.ljust(width) if i == 0 else text.rjust(width)  # noqa: E731
+    lines = ["  ".join(align(h, w, i) for i, (h, w) in enumerate(zip(HEADERS, widths))),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(align(c, w, i) for i, (c, w) in enumerate(zip(row, widths))) for row in cells]
+    lines.insert(len(lines) - 1, lines[1])  # a rule above the total
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mutants", type=int, default=100_000, help="mutants in all, shared evenly by the programs")
+    parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--compare", type=int, default=1000,
+                        help="mutants that devplan ran to run in ExecuTorch's runtime too (0: none)")
+    parser.add_argument("--quick", action="store_true", help="600 mutants, 60 compared: under a minute")
+    parser.add_argument("--keep", type=Path, help="write every mutant that escaped, hung or mismatched here")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.build:
+        build(args.build)
+        return 0
+    if args.quick:
+        args.mutants, args.compare = 600, 60
+    warnings.simplefilter("ignore")  # as `devplan` does: torch's deprecation chatter is not a finding
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # nor its C++ warnings (read as torch is imported)
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory() as temp:
+        folder = Path(temp)
+        subprocess.run([sys.executable, __file__, "--build", str(folder)], check=True, stderr=subprocess.DEVNULL,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        rows, runnable = [], {}
+        per_program = -(-args.mutants // len(PROGRAMS))
+        for name in PROGRAMS:
+            row, ran = fuzz(name, (folder / f"{name}.pte").read_bytes(), per_program, args.seed, folder, args.keep)
+            rows.append(row)
+            if PROGRAMS[name]:
+                runnable[name] = ran
+            print(f"{name}: {per_program:,} mutants in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        mismatches = []
+        if args.compare:
+            # an even share of the sample per program that ExecuTorch's runtime can run, more
+            # from the others where one has fewer distinct mutants that devplan ran
+            wanted, picked = args.compare, {name: [] for name in runnable}
+            while wanted and any(runnable.values()):
+                share = max(1, wanted // sum(1 for ran in runnable.values() if ran))
+                for name, ran in runnable.items():
+                    taken, runnable[name] = ran[:min(share, wanted)], ran[min(share, wanted):]
+                    picked[name] += taken
+                    wanted -= len(taken)
+            compare_dir = folder / "compare"
+            compare_dir.mkdir()
+            order = [(name, data) for name, ran in picked.items() for data in ran]
+            verdicts = executorch_verdicts([data for _, data in order], compare_dir)
+            for row in rows:
+                mine = [(data, v) for (name, data), v in zip(order, verdicts) if name == row["program"]]
+                if PROGRAMS[row["program"]]:
+                    row["compared"] = len(mine)
+                    row["executorch_refused"] = sum(1 for _, v in mine if v != "ok")
+                for data, verdict in mine:
+                    if verdict != "ok":
+                        mismatches.append({"program": row["program"], "executorch": verdict[:300]})
+                        if args.keep is not None:
+                            args.keep.mkdir(parents=True, exist_ok=True)
+                            digest = hashlib.sha256(data).hexdigest()[:12]
+                            (args.keep / f"mismatch-{row['program']}-{digest}.pte").write_bytes(data)
+    total = {"program": "all", "bytes": sum(r["bytes"] for r in rows)}
+    for key in ("mutants", "ok", "refused", "escapes", "hangs", "run_ok"):
+        total[key] = sum(r[key] for r in rows)
+    total["slowest_seconds"] = max(r["slowest_seconds"] for r in rows)
+    if args.compare:
+        total["compared"] = sum(r.get("compared", 0) for r in rows)
+        total["executorch_refused"] = sum(r.get("executorch_refused", 0) for r in rows)
+    seconds = time.perf_counter() - began
+    passed = (total["escapes"] == 0 and total["hangs"] == 0 and peak_mb < 1024
+              and total.get("executorch_refused", 0) == 0)
+    if args.json:
+        print(json.dumps({"rows": rows + [total], "peak_mb": peak_mb, "seconds": seconds, "seed": args.seed,
+                          "mismatches": mismatches, "passed": passed}, indent=2))
+        return 0 if passed else 1
+    print(table(rows + [total]))
+    print("\nok / refused: command runs (4 a mutant) that exited 0 / were refused in one line (exit 1 or 2); "
+          "slowest: one mutant's four commands; run ok: mutants `devplan run` took; compared / ET refused: "
+          "distinct ones of those run by ExecuTorch's runtime / refused there (- : its runtime cannot run "
+          "devplan's delegates)")
+    for row in rows:
+        for found in row["found"][:5]:
+            print(f"  {row['program']} mutant {found['mutant']} ({found['command']}): {found['result']}")
+    for found in mismatches[:10]:
+        print(f"  devplan ran a {found['program']} mutant that ExecuTorch refused: {found['executorch']}")
+    print(f"\npeak memory {peak_mb:.0f} MB; {seconds:.0f} s; seed {args.seed}")
+    print(f"{'PASS' if passed else 'FAIL'}: {total['mutants']:,} mutants of {len(rows)} programs, "
+          f"{total['escapes']} escapes, {total['hangs']} hangs over 5 s, slowest mutant {total['slowest_seconds']:.2f} s, "
+          f"peak {peak_mb:.0f} MB, {total.get('executorch_refused', 0)} of {total.get('compared', 0)} "
+          f"mutants devplan ran refused by ExecuTorch's runtime")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
