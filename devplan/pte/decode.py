@@ -87,6 +87,7 @@ class MethodView:
     buffer_devices: dict[int, Device]       # what the device table says; other buffers are the CPU's
     delegates: tuple[Delegate, ...]
     unlisted_chains: int = 0                # chains without a list of instructions, which damage leaves
+    values_listed: bool = True              # False: the method has no values table at all (damage)
 
     def operator(self, index: int) -> str:
         """Operator `index` as "name.overload", or "operator(N)" for one the method lacks."""
@@ -208,6 +209,7 @@ def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
                         for e in plan.nonConstBufferDevice or ()},
         delegates=tuple(_delegate(where, index, d) for index, d in enumerate(plan.delegates or ())),
         unlisted_chains=sum(chain.instructions is None for chain in chains),
+        values_listed=plan.values is not None,
     )
 
 
