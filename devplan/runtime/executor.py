@@ -69,7 +69,9 @@ class LoadedMethod:
         plan, self.where = plans[name], f"{pte.name}: method {name}"
         devices = {int(e.bufferIdx): Device.from_code(e.deviceType, e.deviceIndex) for e in plan.nonConstBufferDevice or ()}
         sizes = ints(plan.nonConstBufferSizes)
-        values = list(plan.values or ())
+        if plan.values is None:  # as ExecuTorch's runtime refuses it
+            raise DevplanError(f"{self.where} has no values table; the program is damaged")
+        values = list(plan.values)
         self._check_sizes(sizes, values)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
@@ -607,6 +609,9 @@ class _Functional:
 
     def __call__(self, *args, **kwargs):
         outs = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
+        given = {a.name: value for a, value in zip(self._schema.arguments, args)}
+        if given.get("quant_min", 0) > given.get("quant_max", 0):  # ExecuTorch's kernels abort on it
+            raise ValueError(f"quant_min {given['quant_min']} is greater than quant_max {given['quant_max']}")
         results = self.functional(*args, **kwargs)
         for out, result in zip(outs, results if isinstance(results, tuple) else (results,)):
             out.resize_(result.shape).copy_(result)

@@ -374,3 +374,28 @@ def test_a_chain_without_instructions_or_an_instruction_without_a_call_is_refuse
         data = damaged(compiled(), change)
         refused(data, needle)
         assert executorch_refuses(data)
+
+
+def test_a_method_without_a_values_table_is_refused():
+    def change(plan):
+        plan.values = None
+
+    data = damaged(compiled(), change)
+    refused(data, "has no values table")
+    assert executorch_refuses(data)
+
+
+def test_a_quantize_whose_bounds_cross_is_refused():
+    """Found by benchmarks/fuzz.py: torch's quantize runs with quant_min above quant_max, where
+    ExecuTorch's quantized kernels abort the process (so its runtime is not asked here)."""
+    pytest.importorskip("executorch.kernels.quantized")
+    from tests.compile.test_quantized import quantize
+
+    def change(plan):
+        for value in plan.values:
+            if value.valType == KernelTypes.Int and value.val.intVal == -128:  # every quant_min
+                value.val.intVal = 1000
+
+    data = damaged(devplan.compile(quantize("mlp", "per_tensor")[0]).data, change)
+    with pytest.raises(DevplanError, match="quant_min 1000 is greater than quant_max 127"):
+        devplan.run(read_pte(data, name="bad.pte"), [torch.randn(2, 8)])
