@@ -126,6 +126,11 @@ class LoadedMethod:
             except (RuntimeError, ValueError, TypeError, OverflowError) as error:
                 raise DevplanError(f"{self.where}: value {index} cannot be held ({first_line(error)}); "
                                    f"the program is damaged") from None
+        for index, value in enumerate(values):  # ExecuTorch's runtime aborts on a list item of another type
+            if value.valType == KernelTypes.IntList and any(values[i].valType != KernelTypes.Int
+                                                            for i in self.values[index].items):
+                raise DevplanError(f"{self.where}: value {index}, a list of numbers, holds a value that is not a "
+                                   f"number; the program is damaged")
         self.inputs = [self._index(i, "an input") for i in ints(plan.inputs)]
         self.outputs = [self._index(i, "an output") for i in ints(plan.outputs)]
         self.operators = [f"{text(op.name)}.{text(op.overload)}" if text(op.overload) else text(op.name)
@@ -429,6 +434,10 @@ class LoadedMethod:
         if len(args) < len(schema):
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments; "
                                f"its schema takes {len(schema)}")
+        results = max(1, len(op._schema.returns))  # after the arguments, the results (a void out op's out list)
+        if len(args) > len(schema) + results:  # ExecuTorch's kernels refuse more
+            raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments and results; "
+                               f"its schema takes {len(schema)} and {results}; the program is damaged")
         positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
         outs = [a for a, s in zip(args, schema) if s.is_out]

@@ -399,3 +399,22 @@ def test_a_quantize_whose_bounds_cross_is_refused():
     data = damaged(devplan.compile(quantize("mlp", "per_tensor")[0]).data, change)
     with pytest.raises(DevplanError, match="quant_min 1000 is greater than quant_max 127"):
         devplan.run(read_pte(data, name="bad.pte"), [torch.randn(2, 8)])
+
+
+def test_a_kernel_given_more_arguments_than_its_schema_and_results_is_refused():
+    def change(plan):
+        call = _kernel_calls(plan)[0].instrArgs
+        call.args = [*list(call.args), 0, 0]
+
+    data = damaged(compiled(), change)
+    refused(data, "instruction 0 gives aten::linear.out 7 arguments and results; its schema takes 4 and 1")
+    assert executorch_refuses(data)
+
+
+def test_a_list_of_numbers_holding_a_tensor_is_refused():
+    """ExecuTorch's runtime aborts the process on it (so it is not asked here)."""
+    def change(plan):
+        numbers = next(v.val for v in plan.values if v.valType == KernelTypes.IntList and len(v.val.items))
+        numbers.items = [next(i for i, v in enumerate(plan.values) if v.valType == KernelTypes.Tensor)]
+
+    refused(damaged(compiled(), change), "a list of numbers, holds a value that is not a number")
