@@ -261,6 +261,8 @@ class _Walker:
             return None
         if offset + inline > table_size:
             self.corrupt(path, f"field at byte {pos + offset} runs past its {table_size}-byte table at byte {pos}")
+        if (pos + offset) % inline:  # FlatBuffers' own verifier (ExecuTorch's runtime) refuses it too
+            self.corrupt(path, f"{inline}-byte field at byte {pos + offset} is misaligned")
         return pos + offset
 
     def union(self, tag: int, union: str, value: int | None, path, name: str, depth: int) -> None:

@@ -46,6 +46,8 @@ class LoadedMethod:
             raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(views) or 'none'}")
         view = views[name]
         self.where, devices, sizes = view.where, view.buffer_devices, view.buffer_sizes
+        if not view.values_listed:  # as ExecuTorch's runtime refuses it
+            raise DevplanError(f"{self.where} has no values table; the program is damaged")
         self._check_sizes(view)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
@@ -107,6 +109,10 @@ class LoadedMethod:
             except (RuntimeError, ValueError, TypeError, OverflowError) as error:
                 raise DevplanError(f"{self.where}: value {index} cannot be held ({first_line(error)}); "
                                    f"the program is damaged") from None
+        for index, items in view.lists.items():  # ExecuTorch's runtime aborts on a list item of another type
+            if view.kinds[index] == KernelTypes.IntList and any(view.kinds[i] != KernelTypes.Int for i in items):
+                raise DevplanError(f"{self.where}: value {index}, a list of numbers, holds a value that is not a "
+                                   f"number; the program is damaged")
         self.inputs = [self._index(i, "an input") for i in view.inputs]
         self.outputs = [self._index(i, "an output") for i in view.outputs]
         if view.unlisted_chains:  # as ExecuTorch's runtime refuses it
@@ -369,6 +375,10 @@ class LoadedMethod:
         if len(args) < len(schema):
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments; "
                                f"its schema takes {len(schema)}")
+        results = max(1, len(op._schema.returns))  # after the arguments, the results (a void out op's out list)
+        if len(args) > len(schema) + results:  # ExecuTorch's kernels refuse more
+            raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments and results; "
+                               f"its schema takes {len(schema)} and {results}; the program is damaged")
         positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
         outs = [a for a, s in zip(args, schema) if s.is_out]

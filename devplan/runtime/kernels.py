@@ -75,6 +75,9 @@ class _Functional:
 
     def __call__(self, *args, **kwargs):
         outs = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
+        given = {a.name: value for a, value in zip(self._schema.arguments, args)}
+        if given.get("quant_min", 0) > given.get("quant_max", 0):  # ExecuTorch's kernels abort on it
+            raise ValueError(f"quant_min {given['quant_min']} is greater than quant_max {given['quant_max']}")
         results = self.functional(*args, **kwargs)
         for out, result in zip(outs, results if isinstance(results, tuple) else (results,)):
             out.resize_(result.shape).copy_(result)

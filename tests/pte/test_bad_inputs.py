@@ -244,3 +244,17 @@ def test_payloads_nested_past_the_depth_bound_are_refused():
     with pytest.raises(DevplanError, match=f"nested.pte delegate 0 .*delegate 0: a payload nested {MAX_DELEGATE_DEPTH + 1} "
                                            f"delegates deep"):
         pte.delegate_program(0, 0)
+
+
+def test_a_misaligned_field_is_refused_as_executorch_refuses_it(plain_pte):
+    """Found by benchmarks/fuzz.py: one byte of the root vtable put Program.version (a uint32)
+    at an odd byte, which FlatBuffers' verifier in ExecuTorch's runtime refuses."""
+    from executorch.runtime import Runtime
+
+    data = bytearray(plain_pte)
+    root = struct.unpack_from("<I", data, 0)[0]
+    vtable = root - struct.unpack_from("<i", data, root)[0]
+    struct.pack_into("<H", data, vtable + 4, 17)  # field 0, version, at the table's byte 17
+    assert "version: 4-byte field at byte" in rejection(bytes(data)) and "misaligned" in rejection(bytes(data))
+    with pytest.raises(RuntimeError):
+        Runtime.get().load_program(bytes(data))

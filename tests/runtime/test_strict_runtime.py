@@ -374,3 +374,47 @@ def test_a_chain_without_instructions_or_an_instruction_without_a_call_is_refuse
         data = damaged(compiled(), change)
         refused(data, needle)
         assert executorch_refuses(data)
+
+
+def test_a_method_without_a_values_table_is_refused():
+    def change(plan):
+        plan.values = None
+
+    data = damaged(compiled(), change)
+    refused(data, "has no values table")
+    assert executorch_refuses(data)
+
+
+def test_a_quantize_whose_bounds_cross_is_refused():
+    """Found by benchmarks/fuzz.py: torch's quantize runs with quant_min above quant_max, where
+    ExecuTorch's quantized kernels abort the process (so its runtime is not asked here)."""
+    pytest.importorskip("executorch.kernels.quantized")
+    from tests.compile.test_quantized import quantize
+
+    def change(plan):
+        for value in plan.values:
+            if value.valType == KernelTypes.Int and value.val.intVal == -128:  # every quant_min
+                value.val.intVal = 1000
+
+    data = damaged(devplan.compile(quantize("mlp", "per_tensor")[0]).data, change)
+    with pytest.raises(DevplanError, match="quant_min 1000 is greater than quant_max 127"):
+        devplan.run(read_pte(data, name="bad.pte"), [torch.randn(2, 8)])
+
+
+def test_a_kernel_given_more_arguments_than_its_schema_and_results_is_refused():
+    def change(plan):
+        call = _kernel_calls(plan)[0].instrArgs
+        call.args = [*list(call.args), 0, 0]
+
+    data = damaged(compiled(), change)
+    refused(data, "instruction 0 gives aten::linear.out 7 arguments and results; its schema takes 4 and 1")
+    assert executorch_refuses(data)
+
+
+def test_a_list_of_numbers_holding_a_tensor_is_refused():
+    """ExecuTorch's runtime aborts the process on it (so it is not asked here)."""
+    def change(plan):
+        numbers = next(v.val for v in plan.values if v.valType == KernelTypes.IntList and len(v.val.items))
+        numbers.items = [next(i for i, v in enumerate(plan.values) if v.valType == KernelTypes.Tensor)]
+
+    refused(damaged(compiled(), change), "a list of numbers, holds a value that is not a number")
