@@ -59,11 +59,16 @@ def writes_its_outs(op, name: str) -> bool:
     return any(a.is_out for a in op._schema.arguments) or (op._schema.is_mutable and name.partition(".")[0] in PORTABLE)
 
 
-def torch_op(name: str):
+def torch_op(name: str) -> torch._ops.OpOverload | None:
+    """torch's op "namespace::op.overload", or None: a name from the file reaches getattr only
+    as an op's name (never a dunder), and only an OpOverload comes back."""
     qualified, _, overload = name.partition(".")
     namespace, _, op = qualified.partition("::")
-    packet = getattr(getattr(torch.ops, namespace, None), op, None) if namespace and op else None
-    return getattr(packet, overload or "default", None) if packet is not None else None
+    if not (namespace and op) or any(part.startswith("__") for part in (namespace, op, overload)):
+        return None
+    packet = getattr(getattr(torch.ops, namespace, None), op, None)
+    found = getattr(packet, overload or "default", None) if packet is not None else None
+    return found if isinstance(found, torch._ops.OpOverload) else None
 
 
 @dataclass(frozen=True)

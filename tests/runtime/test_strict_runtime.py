@@ -418,3 +418,14 @@ def test_a_list_of_numbers_holding_a_tensor_is_refused():
         numbers.items = [next(i for i, v in enumerate(plan.values) if v.valType == KernelTypes.Tensor)]
 
     refused(damaged(compiled(), change), "a list of numbers, holds a value that is not a number")
+
+
+@pytest.mark.parametrize("name, overload", [("aten::__class__", "__name__"), ("aten::add", "__class__"),
+                                            ("__builtins__::eval", ""), ("aten::_ops", "default")])
+def test_an_operator_name_is_looked_up_only_as_an_op(name, overload):
+    """A name from the file reaches getattr on torch.ops: attributes that are not ops (a class,
+    a string, a module) are an unknown operator, never called nor a traceback."""
+    def change(plan):
+        plan.operators[0].name, plan.operators[0].overload = name, overload
+
+    refused(damaged(compiled(), change), "which the reference runtime does not know")
