@@ -1,10 +1,14 @@
 """The benchmark scripts run end to end on a tiny model and print well-formed tables and JSON.
-Timings and sizes are machine- and planner-dependent, so only shapes and arithmetic are checked."""
+Timings and sizes are machine- and planner-dependent, so only shapes and arithmetic are checked.
+All in the full suite only (each lowers with ExecuTorch): benchmarks are not what a change to
+devplan breaks first."""
 from __future__ import annotations
 
 import json
 
 import pytest
+
+pytestmark = pytest.mark.sweep
 
 import devplan
 from benchmarks import (compile_vs_executorch, device_plan_vs_executorch, dynamic_vs_executorch, plan_vs_executorch,

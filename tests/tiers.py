@@ -9,8 +9,10 @@ import pytest
 
 
 def tiered(params: Iterable, fast: Iterable) -> list:
-    """`params` for pytest.mark.parametrize, each one not in `fast` marked sweep."""
+    """`params` for pytest.mark.parametrize, each one not in `fast` marked sweep (a tuple is
+    the values of several names)."""
     fast = set(fast)
     unknown = fast - set(params := list(params))
     assert not unknown, f"fast-tier picks that are not parameters: {sorted(unknown)}"
-    return [p if p in fast else pytest.param(p, marks=pytest.mark.sweep) for p in params]
+    return [p if p in fast else pytest.param(*(p if isinstance(p, tuple) else (p,)), marks=pytest.mark.sweep)
+            for p in params]

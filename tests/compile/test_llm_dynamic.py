@@ -128,9 +128,9 @@ def _check(execute, args: tuple, want: list, runtime: str, seq: int, problems: l
             problems.append(problem)
 
 
-# the two whole decoders and the decode step (10-15 s each) are left to the full suite
-@pytest.mark.parametrize("name", tiered(CASES, set(CASES) - {"tiny_decoder_2_layers", "tiny_decoder_2_layers_no_upcast",
-                                                              "decode_step_kv_cache_rope_at_pos"}))
+# the fast tier: a norm, a rotary embedding, attention with a mask, a KV cache, an embedding
+@pytest.mark.parametrize("name", tiered(CASES, ["rms_norm", "rope_rotate_half", "gqa_repeat_interleave_triu_mask",
+                                                "kv_cache_index_copy_input_pos", "embedding_tied_head"]))
 def test_dynamic_sequence_runs_in_both_runtimes_within_executorchs_plan(name):
     from executorch.runtime import Runtime
 

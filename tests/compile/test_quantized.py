@@ -17,6 +17,7 @@ import devplan
 import devplan.runtime
 from devplan.ops import QUANTIZED, schema_name
 from tests.models import executorch_lower, pt2e_quantize, run_executorch
+from tests.tiers import tiered
 
 quantized_kernels = pytest.importorskip("executorch.kernels.quantized")
 
@@ -96,8 +97,9 @@ def assert_weights_stay_int8(ep, result) -> int:
     return int8
 
 
-@pytest.mark.parametrize("model,config", [(m, c) for m in MODELS for c in CONFIGS
-                                          if (m, c) != ("conv1d_bn", "dynamic")])  # dynamic: linear layers only
+# dynamic: linear layers only; the fast tier keeps each config once
+@pytest.mark.parametrize("model,config", tiered([(m, c) for m in MODELS for c in CONFIGS if (m, c) != ("conv1d_bn", "dynamic")],
+                                                [("mlp", "per_tensor"), ("cnn", "per_channel"), ("attention", "dynamic")]))
 def test_quantized_program_runs_in_both_runtimes(model, config):
     ep, module, args = quantize(model, config)
     want = module(*args)
@@ -111,8 +113,8 @@ def test_quantized_program_runs_in_both_runtimes(model, config):
     assert planned_bytes(result.data) <= planned_bytes(executorch_lower(ep))
 
 
-@pytest.mark.parametrize("model,config", [(m, c) for m in MODELS for c in ("per_tensor", "dynamic")
-                                          if (m, c) != ("conv1d_bn", "dynamic")])
+@pytest.mark.parametrize("model,config", tiered([(m, c) for m in MODELS for c in ("per_tensor", "dynamic")
+                                                 if (m, c) != ("conv1d_bn", "dynamic")], [("mlp", "per_tensor")]))
 def test_devplans_runtime_runs_executorchs_own_quantized_programs(model, config):
     """ExecuTorch's lowering of the same quantized program (its quantized kernels included)
     runs in devplan's runtime as in ExecuTorch's, through the same reader as devplan's own."""

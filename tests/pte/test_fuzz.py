@@ -9,6 +9,7 @@ import random
 import pytest
 
 from tests.damage import COMMANDS, mutant, outcome
+from tests.tiers import tiered
 
 MUTANTS = 60  # per program: 4 programs x 4 commands, well under a minute
 
@@ -21,7 +22,7 @@ def programs(executorch_programs) -> dict[str, bytes]:
             "executorch_affine": executorch_programs["affine"], "executorch_xnnpack": executorch_programs["xnnpack"]}
 
 
-@pytest.mark.parametrize("which", ["devplan", "delegated", "executorch_affine", "executorch_xnnpack"])
+@pytest.mark.parametrize("which", tiered(["devplan", "delegated", "executorch_affine", "executorch_xnnpack"], ["delegated"]))
 def test_mutants_work_or_are_refused(programs, which, tmp_path):
     rng = random.Random(17)
     escaped, seen = [], set()
