@@ -48,6 +48,11 @@ class LoadedMethod:
         self.where, devices, sizes = view.where, view.buffer_devices, view.buffer_sizes
         if not view.values_listed:  # as ExecuTorch's runtime refuses it
             raise DevplanError(f"{self.where} has no values table; the program is damaged")
+        segment = pte.program.constantSegment
+        if segment is not None and (segment.offsets is None or len(segment.offsets) == 0):
+            # ExecuTorch's runtime then reads the deprecated constant_buffer, which it is built without
+            raise DevplanError(f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); "
+                               f"the program is damaged")
         self._check_sizes(view)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device

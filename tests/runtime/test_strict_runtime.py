@@ -60,9 +60,9 @@ def refused(data: bytes, *needles: str) -> str:
     return message
 
 
-def executorch_refuses(data: bytes) -> bool:
+def executorch_refuses(data: bytes, args: tuple = ARGS) -> bool:
     try:
-        run_executorch(data, ARGS)
+        run_executorch(data, args)
     except Exception:  # its runtime raises RuntimeError or ValueError for a program it will not load
         return True
     return False
@@ -429,3 +429,17 @@ def test_an_operator_name_is_looked_up_only_as_an_op(name, overload):
         plan.operators[0].name, plan.operators[0].overload = name, overload
 
     refused(damaged(compiled(), change), "which the reference runtime does not know")
+
+
+def test_a_constant_segment_without_offsets_is_refused_as_executorch_refuses_it():
+    """Found by the 100,000-mutant fuzz run: one changed byte empties the constant segment's
+    offsets, and ExecuTorch's runtime (built without the deprecated constant_buffer) refuses it."""
+    from tests.pte.conftest import NoConstants
+
+    pte = read_pte(devplan.compile(torch.export.export(NoConstants(), (torch.randn(3, 4), torch.randn(3, 4)))).data)
+    program = copy.deepcopy(pte.program)
+    program.constantSegment.offsets = []  # a program without constants: no constant is looked up
+    data = dumps_pte(program, pte.segments)
+    with pytest.raises(DevplanError, match="the constant segment lists no offsets"):
+        devplan.run(data, [torch.randn(3, 4), torch.randn(3, 4)])
+    assert executorch_refuses(data, (torch.randn(3, 4), torch.randn(3, 4)))
