@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import devplan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +38,7 @@ def pytest_in(project: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300, env=env)
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_a_user_project_records_passes_and_fails_with_the_diff(tmp_path):
     project = tmp_path / "project"
     (project / "build").mkdir(parents=True)

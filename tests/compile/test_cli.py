@@ -58,6 +58,7 @@ def test_dump_dir_has_one_file_per_stage(tmp_path):
     assert "aten::convolution.out" in (tmp_path / "dump" / names[7]).read_text()
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_dump_dirs_are_identical_between_runs_and_hash_seeds(tmp_path):
     """Text a person can diff: graphs, method tables, the planned layout; no addresses, paths or timings."""
     import hashlib

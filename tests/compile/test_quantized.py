@@ -151,6 +151,7 @@ def test_a_saved_quantized_archive_compiles_in_a_fresh_process(tmp_path):
     assert devplan.read_pte(tmp_path / "q.pte").program.executionPlan[0].operators
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_an_op_no_library_defines_is_named_in_one_line(tmp_path):
     """A .pt2 whose graph calls a custom op that is not defined where devplan runs."""
     script = (

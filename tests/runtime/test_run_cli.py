@@ -30,6 +30,7 @@ def test_run_with_saved_inputs_matches_eager_and_saves_outputs(tmp_path):
         assert abs(summary["max"] - float(want.max())) < 1e-5
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_run_twice_with_random_inputs_prints_each_output(tmp_path):
     run = devplan("run", compiled(tmp_path), "--runs", "2", "--seed", "3")
     assert run.returncode == 0, run.stderr
@@ -51,6 +52,7 @@ def test_run_errors_are_one_line(tmp_path):
     assert_one_line_error(devplan("run", program, "--method", "nope"), "no method 'nope'")
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_a_device_program_without_the_device_says_how_to_run_it_anyway(tmp_path):
     program = tmp_path / "cuda.pte"
