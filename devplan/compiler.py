@@ -2,7 +2,8 @@
 
     load -> from_exported -> GRAPH_PASSES (decompose, fold, views, sizes), each Lowered -> Lowered
          [-> partition -> compile_delegates: lower_method for each payload]
-         -> lower_method: build_method -> method_passes (concat, schedule, inplace), each Method -> Method
+         -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
+                          inplace), each Method -> Method
                           -> plan_method -> to_program -> dumps_pte
          -> write
 """
@@ -18,11 +19,9 @@ from devplan.errors import DevplanError, InternalError
 from devplan.options import CompileOptions
 
 if TYPE_CHECKING:
-    from devplan.method import Method
     from devplan.passes.graph import Lowered
     from devplan.planning.assign import PlannedMethod
     from devplan.spec import Device
-
 
 
 @dataclass(frozen=True)
@@ -111,9 +110,7 @@ def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
     from devplan.spec import CPU
 
     method = stage("build", build_method, low, device_io=options.device_io and delegate is None)
-    if delegate is not None:
-        method = stage("place", on_device, method, delegate)
-    for name, method_pass in method_passes(options, borrowed_io=delegate is not None):
+    for name, method_pass in method_passes(options, delegate):
         method = stage(name, method_pass, method)
     planned = stage("plan", plan_method, method, alignment=options.alignment, algorithm=options.planner,
                     budgets=dict(options.budgets) if delegate is None else None, home=delegate or CPU,
@@ -121,15 +118,6 @@ def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
     program, segments = stage("emit", to_program, planned, source=options.source)
     # what the program stores: equal tensors once, each aligned (inspect's constant_bytes too)
     return planned, stage("serialize", dumps_pte, program, segments), len(segments[0])
-
-
-def on_device(method: "Method", device: "Device") -> "Method":
-    """A payload's method: every tensor it computes lives on its backend's device (its
-    weights are stored data, read wherever it runs)."""
-    from devplan.spec import TensorSpec
-
-    return method.with_specs({i: replace(v, device=device) for i, v in enumerate(method.values)
-                              if isinstance(v, TensorSpec) and not v.constant})
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from devplan.method import BoolList, DoubleList, IntList, OptionalTensorList, TensorList
+from devplan.method import BoolList, DoubleList, IntList, OptionalTensorList, TensorList, Use
 from devplan.spec import TensorSpec
 
 
@@ -42,6 +42,7 @@ def _method_text(method) -> str:
     lines += [f"  v{i:<4} {_value_text(value)}" for i, value in enumerate(method.values)]
     lines += ["", "instructions"]
     lines += [f"  #{i:<4} {k.op}({_refs(k.args)})" + (f" delegate {k.delegate}" if k.delegate is not None else "")
+              + (f" view {'reshape ' if k.view.reshape else ''}starts {k.view.starts}" if k.view else "")
               + f"  # {k.node}" for i, k in enumerate(method.kernels)]
     lines += [f"delegate {i}: {d.backend}, {len(d.payload)} bytes, sha256 {hashlib.sha256(d.payload).hexdigest()}, "
               f"{', '.join(f'{key}={value.decode()}' for key, value in d.compile_specs)}"
@@ -79,6 +80,8 @@ def _value_text(value) -> str:
         return f"{kind} [{', '.join('None' if i < 0 else f'v{i}' for i in value.items)}]"
     if isinstance(value, (DoubleList, BoolList)):
         return f"{'double_list' if isinstance(value, DoubleList) else 'bool_list'} {list(value.items)}"
+    if isinstance(value, Use):
+        return f"use of v{value.source} on {value.device}"
     return "none" if value is None else f"{type(value).__name__} {value!r}"  # int, float, bool, str
 
 

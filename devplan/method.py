@@ -34,7 +34,16 @@ class OptionalTensorList:  # -1 stands for None
     items: tuple[int, ...]
 
 
-Value = TensorSpec | int | float | bool | str | None | IntList | DoubleList | BoolList | TensorList | OptionalTensorList
+@dataclass(frozen=True)
+class Use:
+    """A tensor as a kernel (or the caller, for an output) reads it: value `source`, on
+    `device`. Only a built method holds these: the copies pass makes each one its source,
+    where the source already lives there, or a copy of it made there."""
+    source: int
+    device: Device
+
+
+Value = TensorSpec | int | float | bool | str | None | IntList | DoubleList | BoolList | TensorList | OptionalTensorList | Use
 
 
 @dataclass(frozen=True)
@@ -51,12 +60,21 @@ class Source:
 
 
 @dataclass(frozen=True)
+class ViewOf:
+    """A view op, built as its copy's kernel: the alias pass may drop the kernel and give its
+    results the bytes of its input (its first argument) instead."""
+    starts: tuple[int, ...] | None  # where each result starts in the input's bytes; None unless each is one contiguous run of them
+    reshape: bool = False           # aten.view, which ExecuTorch's et_view makes at run time of an input of dynamic shape
+
+
+@dataclass(frozen=True)
 class Kernel:
     op: str                 # runtime name, e.g. "aten::add.out"; for a delegate call, its backend
     args: tuple[int, ...]   # value indices; a delegate call's are its inputs, then its outputs
     node: str               # graph node it came from, for messages and dumps
     delegate: int | None = None  # index into Method.delegates when this calls a delegate
     source: Source | None = None
+    view: ViewOf | None = None   # set by build on a view op's kernel; the alias pass reads and clears it
 
 
 @dataclass(frozen=True)
@@ -92,6 +110,25 @@ class Method:
             value = self.values[index]
             found += [i for i in value.items if i >= 0] if isinstance(value, (TensorList, OptionalTensorList)) else [index]
         return found
+
+    def renumbered(self, values: tuple[Value, ...], new: dict[int, int]) -> "Method":
+        """This method over `values`, every reference to old value i now to new[i] (an absent
+        optional tensor, -1, stays -1)."""
+        new = {**new, -1: -1}
+
+        def moved(value):
+            if isinstance(value, TensorSpec) and value.alias_of is not None:
+                return replace(value, alias_of=new[value.alias_of])
+            if isinstance(value, (IntList, TensorList, OptionalTensorList)):
+                return type(value)(tuple(new[i] for i in value.items))
+            return value
+
+        return replace(
+            self, values=tuple(moved(v) for v in values),
+            kernels=tuple(replace(k, args=tuple(new[a] for a in k.args)) for k in self.kernels),
+            inputs=tuple(new[i] for i in self.inputs), outputs=tuple(new[i] for i in self.outputs),
+            constants={new[i]: t for i, t in self.constants.items() if i in new},
+            state={new[i]: t for i, t in self.state.items()}, mutated=tuple(new[i] for i in self.mutated))
 
     def with_specs(self, specs: dict[int, TensorSpec]) -> "Method":
         values = tuple(specs.get(i, v) for i, v in enumerate(self.values))

@@ -10,62 +10,40 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.ops import (BACKEND_ID, ET_VIEW, KERNELS, NUMBER_OPS, SAME_BYTES, TO_DEVICE, TO_HOST, is_view, kernel_name,
-                         out_schema, schema_name)
+from devplan.ops import BACKEND_ID, KERNELS, NUMBER_OPS, SAME_BYTES, is_view, kernel_name, out_schema, schema_name
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, Source,
-                            TensorList, Value)
+                            TensorList, Use, Value, ViewOf)
 from devplan.spec import CPU, Device, TensorSpec
 
 
 @dataclass
 class _Builder:
     values: list = field(default_factory=list)
-    scalars: dict = field(default_factory=dict)   # (type, value) -> index; scalars are shared
     of_node: dict = field(default_factory=dict)   # fx node -> value index
     constants: dict = field(default_factory=dict)
     state: dict = field(default_factory=dict)     # value index -> initial data of updated buffers
     mutated: set = field(default_factory=set)     # value indices of user inputs updated in place
     kernels: list = field(default_factory=list)
     delegates: list = field(default_factory=list)
-    copies: dict = field(default_factory=dict)    # (value index, device) -> its copy there
+    uses: dict = field(default_factory=dict)      # (value index, device) -> its Use there
 
     def add(self, value: Value) -> int:
+        """A new value; numbers too get their own (compact shares equal ones among those kept)."""
         self.values.append(value)
         return len(self.values) - 1
-
-    def scalar(self, value) -> int:
-        key = (type(value), repr(value))  # repr keeps -0.0 apart from 0.0 and lets nan match itself
-        if key not in self.scalars:
-            self.scalars[key] = self.add(value)
-        return self.scalars[key]
 
     def tensor(self, fake: torch.Tensor, **facts) -> int:
         return self.add(spec_of(fake, **facts))
 
-    def host(self, index: int) -> int:
-        """The value itself, or for a tensor on a device its host copy (made once, when a
-        host kernel or the caller first needs it: same-device delegates pass it on directly)."""
-        spec = self.values[index]
-        return index if not isinstance(spec, TensorSpec) or spec.device == CPU else self._copy(index, CPU)
-
-    def on(self, device: Device, index: int) -> int:
-        """Tensor value `index` on `device`: itself, or a copy made there once (a number
-        stays where it is: it is a value of the runtime, not a tensor)."""
+    def use(self, index: int, device: Device = CPU) -> int:
+        """Tensor value `index` as read on `device`, one Use per pair (the copies pass decides
+        whether it is a copy); a number is read where it is."""
         if not isinstance(self.values[index], TensorSpec):
             return index
-        if self.values[index].device not in (CPU, device):
-            index = self.host(index)
-        return index if self.values[index].device == device else self._copy(index, device)
-
-    def _copy(self, index: int, device: Device) -> int:
-        if (index, device) not in self.copies:
-            spec = self.values[index]
-            copy = self.copies[index, device] = self.add(TensorSpec(spec.shape, spec.dtype, spec.dim_order, device,
-                                                                    dynamic=spec.dynamic))
-            op = TO_HOST if device == CPU else TO_DEVICE
-            self.kernels.append(Kernel(op, (index, copy, copy), f"copy to {device}"))  # self, out=, returned
-        return self.copies[index, device]
+        if (index, device) not in self.uses:
+            self.uses[index, device] = self.add(Use(index, device))
+        return self.uses[index, device]
 
 
 def spec_of(t: torch.Tensor, **facts) -> TensorSpec:
@@ -85,9 +63,12 @@ def _upper_bound(size: torch.SymInt) -> int:
 
 
 def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False) -> Method:
-    """`device_io`: a method input that only delegates of one device read is planned on that
-    device, and results stay where their delegate made them; the caller's copies in and out
-    replace et_copy ops (ExecuTorch's skip_h2d_for_method_inputs / skip_d2h_for_method_outputs)."""
+    """Every node as kernel calls over a table of values, each tensor read as a Use on the
+    device that reads it (host kernels and the caller: the host) and each view op as its
+    copy; the copies, alias and compact passes finish the method. `device_io`: a method
+    input that only delegates of one device read is planned on that device, and results stay
+    where their delegate made them; the caller's copies in and out replace et_copy ops
+    (ExecuTorch's skip_h2d_for_method_inputs / skip_d2h_for_method_outputs)."""
     b = _Builder()
     gm = low.gm
     updates, user_outputs = low.results()
@@ -124,15 +105,15 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
     for target, value in updates.items():  # state, then mutated inputs, take their new values in place
         updated = b.of_node[placeholders[target]]
         copy = torch.ops.aten.copy_.default
-        args = (updated, _arg(b, value, copy._schema.arguments[1].type, target), b.scalar(False))
+        args = (updated, _arg(b, value, copy._schema.arguments[1].type, target), b.add(False))
         b.kernels.append(Kernel(kernel_name(copy), args + (updated,), target,
                                 source=Source(op=f"update of {low.names.get(target, ('', target))[1]}")))
     inputs = tuple(b.of_node[placeholders[name]] for name in low.inputs)
     # as in ExecuTorch, a mutated input is also returned, ahead of the user's outputs
     mutated = tuple(b.of_node[placeholders[name]] for name in low.mutated)
     outputs = (*mutated, *(_output(b, value, device_io) for value in user_outputs))
-    return _compact(Method(name, tuple(b.values), tuple(b.kernels), inputs, outputs, b.constants, b.state,
-                           low.in_spec, low.out_spec, tuple(b.delegates), mutated))
+    return Method(name, tuple(b.values), tuple(b.kernels), inputs, outputs, b.constants, b.state,
+                  low.in_spec, low.out_spec, tuple(b.delegates), mutated)
 
 
 def _name(b: _Builder, index: int, name: tuple[str, str]) -> None:
@@ -155,40 +136,6 @@ def source_of(node: torch.fx.Node) -> Source:
     return Source(path, kind.rpartition(".")[2], op, file, int(line), function, code.strip())
 
 
-def _compact(method: Method) -> Method:
-    """Drop values nothing refers to (views of views that ran no kernel), renumbering the rest."""
-    used = set(method.inputs) | set(method.outputs) | set(method.state)
-    for kernel in method.kernels:
-        for index in kernel.args:
-            used.add(index)
-            value = method.values[index]
-            if isinstance(value, (IntList, TensorList, OptionalTensorList)):
-                used.update(i for i in value.items if i >= 0)
-    used.update(v.alias_of for i, v in enumerate(method.values)
-                if i in used and isinstance(v, TensorSpec) and v.alias_of is not None)
-    order = sorted(used)
-    new = {old: i for i, old in enumerate(order)}
-    new[-1] = -1
-
-    def renumber(value):
-        if isinstance(value, TensorSpec) and value.alias_of is not None:
-            return replace(value, alias_of=new[value.alias_of])
-        if isinstance(value, (IntList, TensorList, OptionalTensorList)):
-            return type(value)(tuple(new[i] for i in value.items))
-        return value
-
-    return replace(
-        method,
-        values=tuple(renumber(method.values[i]) for i in order),
-        kernels=tuple(replace(k, args=tuple(new[a] for a in k.args)) for k in method.kernels),
-        inputs=tuple(new[i] for i in method.inputs),
-        outputs=tuple(new[i] for i in method.outputs),
-        constants={new[i]: t for i, t in method.constants.items() if i in new},
-        state={new[i]: t for i, t in method.state.items()},
-        mutated=tuple(new[i] for i in method.mutated),
-    )
-
-
 def _only_device(node: torch.fx.Node, low: Lowered) -> Device:
     """The device of the delegates that are `node`'s only readers, else the host."""
     devices = {low.backends[user.target].device if user.op == "call_module" else CPU for user in node.users}
@@ -197,7 +144,7 @@ def _only_device(node: torch.fx.Node, low: Lowered) -> Device:
 
 def _output(b: _Builder, value, device_io: bool) -> int:
     if isinstance(value, torch.fx.Node):
-        return b.of_node[value] if device_io else b.host(b.of_node[value])
+        return b.of_node[value] if device_io else b.use(b.of_node[value])
     raise DevplanError(f"output {value!r}: only tensors can be method outputs; return tensors from forward")
 
 
@@ -215,9 +162,9 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
         raise DevplanError(f"{_user_node(node)}: op {node.target} has no kernel in the portable library; "
                            f"rewrite the model without it")
     kernel = schema_name(schema)
-    same_bytes = kernel in SAME_BYTES
-    if (same_bytes or is_view(node.target)) and _emit_view(b, node, same_bytes):
-        return
+    view = _view_of(node, kernel)
+    if view is not None and isinstance(node.args[0], torch.fx.Node):
+        b.use(b.of_node[node.args[0]])  # a view's input is read before its results exist, and numbered so
     given = dict(zip((a.name for a in node.target._schema.arguments if not a.kwarg_only), node.args))
     given.update(node.kwargs)
     outs = _out_values(b, node, [a for a in schema.arguments if a.is_out])
@@ -235,7 +182,20 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
     # or a list of them when the op returns several tensors.
     out_values = tuple(outs.values())
     result = out_values[0] if len(out_values) == 1 else b.add(TensorList(out_values))
-    b.kernels.append(Kernel(kernel, tuple(args) + (result,), node.name))
+    b.kernels.append(Kernel(kernel, tuple(args) + (result,), node.name, view=view))
+
+
+def _view_of(node: torch.fx.Node, kernel: str) -> ViewOf | None:
+    """For a view op (or one whose result holds exactly its input's bytes), where each result
+    starts in its input's bytes when each is one contiguous run of them; None for other ops."""
+    same_bytes = kernel in SAME_BYTES
+    if not (same_bytes or is_view(node.target)):
+        return None
+    val = node.meta.get("val")
+    source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    static = isinstance(source, torch.Tensor) and all(isinstance(size, int) for size in source.shape)
+    starts = [0] * len(val if isinstance(val, (list, tuple)) else (val,)) if same_bytes else _runs(node) if static else None
+    return ViewOf(None if starts is None else tuple(starts), node.target is torch.ops.aten.view.default)
 
 
 def _user_node(node: torch.fx.Node) -> str:
@@ -263,42 +223,17 @@ def _slot(value):
 
 
 def _emit_delegate(b: _Builder, node: torch.fx.Node, low: Lowered) -> None:
-    """A call of a group partition() gave a backend: its inputs copied to the backend's device
-    (ExecuTorch's et_copy ops), its results left there until something needs them on the host."""
+    """A call of a group partition() gave a backend: its inputs read on the backend's device,
+    its results left there until something reads them elsewhere."""
     backend, payload = low.backends[node.target], low.payloads[node.target]
     device = backend.device
-    inputs = tuple(b.on(device, b.of_node[arg]) for arg in payload.inputs)
+    inputs = tuple(b.use(b.of_node[arg], device) for arg in payload.inputs)
     val = node.meta["val"]
     outs = tuple(b.tensor(result, device=device) for result in (val if isinstance(val, (list, tuple)) else (val,)))
     b.delegates.append(Delegate(BACKEND_ID, payload.data, backend.compile_specs, device, payload.arena,
                                 payload.arena_bound))
     b.kernels.append(Kernel(BACKEND_ID, inputs + outs, node.target, delegate=len(b.delegates) - 1))
     _bind(b, node, outs)
-
-
-def _emit_view(b: _Builder, node: torch.fx.Node, same_bytes: bool) -> bool:
-    """Give a view's results no kernel and no bytes of their own when each is one contiguous
-    run of its source's bytes (a reshape, a leading-dim slice or split, an expand to the same
-    shape); False when any is not, and the op runs as a copy."""
-    storage = _storage_of(b, node.args[0])
-    if storage is None:
-        return False
-    root, start = storage
-    if b.values[root].dynamic:  # the shape is known only at run time: ExecuTorch's et_view takes it then
-        if node.target is not torch.ops.aten.view.default:
-            return False
-        out = b.tensor(node.meta["val"], alias_of=root, alias_offset=start)
-        size = _arg(b, node.args[1], node.target._schema.arguments[1].type, node.name)
-        b.kernels.append(Kernel(ET_VIEW, (b.host(b.of_node[node.args[0]]), size, out), node.name))
-        b.of_node[node] = out
-        return True
-    val = node.meta.get("val")
-    pieces = val if isinstance(val, (list, tuple)) else (val,)
-    starts = [0] * len(pieces) if same_bytes else _runs(node)
-    if starts is None:
-        return False
-    _bind(b, node, [b.tensor(piece, alias_of=root, alias_offset=start + at) for piece, at in zip(pieces, starts)])
-    return True
 
 
 def _bind(b: _Builder, node: torch.fx.Node, results) -> None:
@@ -327,18 +262,6 @@ def _runs(node: torch.fx.Node) -> list[int] | None:
     return [p.storage_offset() * p.element_size() for p in pieces]
 
 
-def _storage_of(b: _Builder, source) -> tuple[int, int] | None:
-    """(storage root, byte offset in it) of a planned tensor a view may share; None for
-    constants, numbers, state and mutated inputs (overwritten at the end of the run, while
-    a view of the old value may still be read, or returned)."""
-    index = b.host(b.of_node[source]) if isinstance(source, torch.fx.Node) and source in b.of_node else None
-    spec = b.values[index] if index is not None else None
-    if not isinstance(spec, TensorSpec) or spec.constant:
-        return None
-    root = spec.alias_of if spec.alias_of is not None else index
-    return None if root in b.state or root in b.mutated else (root, spec.alias_offset)
-
-
 def _out_values(b: _Builder, node: torch.fx.Node, out_args) -> dict[str, int]:
     """Value indices for the op's out arguments: the node's own value for one output, one
     value per element for several (getitem users pick them up), a TensorList for Tensor[]."""
@@ -356,35 +279,35 @@ def _out_values(b: _Builder, node: torch.fx.Node, out_args) -> dict[str, int]:
 def _arg(b: _Builder, value, kind, where: str) -> int:
     kind_text = str(kind)
     if isinstance(value, torch.fx.Node):
-        return b.host(b.of_node[value])
+        return b.use(b.of_node[value])
     if value is None:
-        return b.scalar(None)
+        return b.add(None)
     if isinstance(value, (list, tuple)):
         if "Optional[Tensor]" in kind_text:
-            return b.add(OptionalTensorList(tuple(-1 if v is None else b.host(b.of_node[v]) for v in value)))
+            return b.add(OptionalTensorList(tuple(-1 if v is None else b.use(b.of_node[v]) for v in value)))
         if "Tensor" in kind_text:
             return b.add(TensorList(tuple(_arg(b, v, "Tensor", where) for v in value)))
         if "float" in kind_text:
             return b.add(DoubleList(tuple(float(v) for v in value)))
         if "bool" in kind_text:
             return b.add(BoolList(tuple(bool(v) for v in value)))
-        return b.add(IntList(tuple(b.of_node[v] if isinstance(v, torch.fx.Node) else b.scalar(int(v)) for v in value)))
+        return b.add(IntList(tuple(b.of_node[v] if isinstance(v, torch.fx.Node) else b.add(int(v)) for v in value)))
     if isinstance(value, torch.dtype):
         from devplan.dtypes import code_of
 
-        return b.scalar(code_of(str(value).removeprefix("torch.")))
+        return b.add(code_of(str(value).removeprefix("torch.")))
     if isinstance(value, torch.memory_format):
         formats = {torch.contiguous_format: 0, torch.preserve_format: 1}
         if value not in formats:
             raise DevplanError(f"node {where}: memory format {value} is not supported; use contiguous tensors")
-        return b.scalar(formats[value])
+        return b.add(formats[value])
     if isinstance(value, (torch.layout, torch.device)):
-        return b.scalar(None)
+        return b.add(None)
     if "Tensor" in kind_text and isinstance(value, (bool, int, float)):
         data = torch.tensor(value)  # a number where the schema wants a tensor: store it as a 0-dim constant
         index = b.tensor(data, constant=True)
         b.constants[index] = data
         return index
     if isinstance(value, (bool, int, float, str)):
-        return b.scalar(value)
+        return b.add(value)
     raise DevplanError(f"node {where}: argument value {value!r} of type {type(value).__name__} cannot be stored in a program")
