@@ -174,10 +174,8 @@ def methods(pte: PteFile) -> tuple[MethodView, ...]:
 
 
 def method(pte: PteFile, plan_index: int) -> MethodView:
-    key = ("decoded", plan_index)
-    if key not in pte._memo:
-        pte._memo[key] = _decode(pte, plan_index, pte.program.executionPlan[plan_index])
-    return pte._memo[key]
+    return pte.memo(("decoded", plan_index),
+                    lambda: _decode(pte, plan_index, pte.program.executionPlan[plan_index]))
 
 
 def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:

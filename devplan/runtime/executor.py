@@ -444,10 +444,8 @@ def _constant(pte: PteFile, data_index: int, data: bytes, dtype: torch.dtype, sh
               what: str) -> torch.Tensor:
     """Constant `data_index` as a host tensor of this dtype and shape, made once per file:
     delegates that share a payload share its constants (kernels never write them)."""
-    key = ("constant", data_index, dtype, tuple(shape))
-    if key not in pte._memo:
-        pte._memo[key] = _from_bytes(data, dtype, shape, nbytes, what)
-    return pte._memo[key]
+    return pte.memo(("constant", data_index, dtype, tuple(shape)),
+                    lambda: _from_bytes(data, dtype, shape, nbytes, what))
 
 
 def _from_bytes(data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int, what: str) -> torch.Tensor:
