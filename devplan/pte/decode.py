@@ -44,7 +44,13 @@ class Tensor(NamedTuple):
     nbytes: int
     data: int                       # data_buffer_idx: a constant's data, or a planned tensor's initial data; 0: none
     said_device: Device | None      # what extra_tensor_info says, when it names other than the CPU
-    storage_offset: int = 0         # in elements; ExecuTorch supports only 0
+    storage_offset: int = 0         # in elements; ExecuTorch supports only 0 (other is damage its runtime refuses)
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the dim order, where the file gives one, is an order of the tensor's
+        dimensions; ExecuTorch's runtime refuses any other as it parses the tensor (damage)."""
+        return self.dim_order is None or sorted(self.dim_order) == list(range(len(self.shape)))
 
 
 class Instruction(NamedTuple):

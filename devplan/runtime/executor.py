@@ -53,6 +53,9 @@ class LoadedMethod:
             # ExecuTorch's runtime then reads the deprecated constant_buffer, which it is built without
             raise DevplanError(f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); "
                                f"the program is damaged")
+        # every tensor checked once, before anything is allocated; binding and sizes read these
+        self.dtypes = {index: self._dtype(index, t) for index, t in view.tensors.items()}
+        self._check_layouts(view)
         self._check_sizes(view)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
@@ -250,15 +253,18 @@ class LoadedMethod:
         if not isinstance(dtype, torch.dtype) or dtype.is_complex or t.dtype.startswith(("q", "bits", "float8")):
             raise DevplanError(f"{self.where}: value {index} has element type {t.dtype}, which the reference runtime "
                                f"cannot hold")
-        order = t.dim_order  # ExecuTorch's runtime refuses these two as it parses the tensor
-        if order is not None and sorted(order) != list(range(len(t.shape))):
-            shown = list(order) if len(order) <= 8 else f"of {len(order)} entries"
-            raise DevplanError(f"{self.where}: value {index} has the dim order {shown}, not an order of its "
-                               f"{len(t.shape)} dimensions; the program is damaged")
-        if t.storage_offset:
-            raise DevplanError(f"{self.where}: value {index} has the storage offset {t.storage_offset}, which "
-                               f"ExecuTorch does not support; the program is damaged")
         return dtype
+
+    def _check_layouts(self, view: MethodView) -> None:
+        """Refuse the layouts ExecuTorch's runtime refuses as it parses a tensor."""
+        for index, t in view.tensors.items():
+            if not t.ordered:
+                shown = list(t.dim_order) if len(t.dim_order) <= 8 else f"of {len(t.dim_order)} entries"
+                raise DevplanError(f"{self.where}: value {index} has the dim order {shown}, not an order of its "
+                                   f"{len(t.shape)} dimensions; the program is damaged")
+            if t.storage_offset:
+                raise DevplanError(f"{self.where}: value {index} has the storage offset {t.storage_offset}, which "
+                                   f"ExecuTorch does not support; the program is damaged")
 
     def _check_sizes(self, view: MethodView) -> None:
         """Every planned tensor at a whole element of its buffer (decoding has put it inside),
@@ -267,7 +273,7 @@ class LoadedMethod:
         reach: dict[int, int] = {}
         for index, t in view.tensors.items():
             if t.mem_id is not None:
-                if t.offset % self._dtype(index, t).itemsize:
+                if t.offset % self.dtypes[index].itemsize:
                     raise DevplanError(f"{self.where}: value {index} starts at byte {t.offset} of buffer {t.mem_id}, "
                                        f"not a multiple of its element size; the program is damaged")
                 reach[t.mem_id] = max(reach.get(t.mem_id, 0), t.offset + t.nbytes)
@@ -277,7 +283,7 @@ class LoadedMethod:
                                    f"tensors reach only {reach.get(mem_id, 0)}; the program is damaged")
 
     def _tensor(self, pte: PteFile, index: int, t: Tensor) -> torch.Tensor:
-        dtype, shape, nbytes = self._dtype(index, t), list(t.shape), t.nbytes
+        dtype, shape, nbytes = self.dtypes[index], list(t.shape), t.nbytes
         if t.mem_id is None:
             data = pte.constant_data(t.data)
             if data is None and t.data > 0:  # ExecuTorch refuses it too; zeros would be a wrong answer
