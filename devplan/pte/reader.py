@@ -46,6 +46,15 @@ class PteFile:
             self._memo[key] = make()
         return self._memo[key]
 
+    @property
+    def constants_unlisted(self) -> bool:
+        """Whether the program has a constant segment that lists no offsets, which no writer
+        leaves (every one lists at least 0): damage. Readers then look in the deprecated
+        constant_buffer, so inspect shows such a file, but ExecuTorch's runtime, built
+        without constant_buffer, refuses it."""
+        segment = self.program.constantSegment
+        return segment is not None and (segment.offsets is None or len(segment.offsets) == 0)
+
     def stacktrace(self, plan_index: int, chain_index: int) -> list | None:
         """What each instruction's frames say (devplan.pte.frames.Where, None for an
         instruction without a frame list), or None when the chain keeps no stacktrace."""

@@ -41,6 +41,7 @@ class LoadedMethod:
         its own arena) instead of an arena of this method's own. `max_memory`: bytes the
         method's arenas, unplanned tensors and constants copied to a device may take in all,
         its delegates' included (they share the caller's `memory`)."""
+        pte.memo(("runnable",), lambda: _check_program(pte))
         views = {view.name: view for view in methods(pte)}
         if name not in views:
             raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(views) or 'none'}")
@@ -48,11 +49,6 @@ class LoadedMethod:
         self.where, devices, sizes = view.where, view.buffer_devices, view.buffer_sizes
         if not view.values_listed:  # as ExecuTorch's runtime refuses it
             raise DevplanError(f"{self.where} has no values table; the program is damaged")
-        segment = pte.program.constantSegment
-        if segment is not None and (segment.offsets is None or len(segment.offsets) == 0):
-            # ExecuTorch's runtime then reads the deprecated constant_buffer, which it is built without
-            raise DevplanError(f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); "
-                               f"the program is damaged")
         # every tensor checked once, before anything is allocated; binding and sizes read these
         self.dtypes = {index: self._dtype(index, t) for index, t in view.tensors.items()}
         self._check_layouts(view)
@@ -429,6 +425,14 @@ class LoadedMethod:
         if isinstance(value, torch.Tensor):
             return allocator_for(self.devices.get(index, CPU)).copy_to_host(value)
         return value_of(self.values, index)
+
+
+def _check_program(pte: PteFile) -> None:
+    """Refuse what ExecuTorch's runtime refuses of a whole program, whichever method is run:
+    once per file (a refused file is refused again each time it is asked)."""
+    if pte.constants_unlisted:
+        raise DevplanError(f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); "
+                           f"the program is damaged")
 
 
 def _same_kind(a: Any, b: Any) -> bool:
