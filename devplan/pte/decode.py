@@ -125,6 +125,12 @@ class MethodView:
         return frozenset(found)
 
     @cached_property
+    def unplanned(self) -> frozenset[int]:
+        """Tensors the method names that are neither planned nor constants: inputs and outputs
+        it leaves to its caller, whose tensors stand in for them."""
+        return frozenset(i for i, t in self.tensors.items() if t.mem_id is None and t.data == 0 and i in self.named)
+
+    @cached_property
     def lifetimes(self) -> dict[int, tuple[int, int]]:
         """First and last instruction that names each value, directly or as an item of a tensor
         list it names. Inputs live from instruction 0 and outputs to the last, because the

@@ -104,9 +104,8 @@ class LoadedMethod:
         self.values: list[Any] = [None] * len(view.kinds)
         self.devices: dict[int, Device] = {}
         self.bounds: dict[int, list[int]] = {}  # dynamic tensor -> its planned (upper bound) shape
-        self.borrowed: set[int] = set()  # unplanned inputs and outputs: a caller's tensors stand in
-        self.placeholders: set[int] = set()  # borrowed ones no caller has handed in yet: no memory
-        self.used = view.named
+        self.borrowed = view.unplanned  # a caller's tensors stand in for these
+        self.placeholders = set(self.borrowed)  # borrowed ones no caller has handed in yet: no memory
         for index in range(len(view.kinds)):
             try:
                 self.values[index] = self._bind(pte, view, index)
@@ -285,14 +284,12 @@ class LoadedMethod:
             if data is None and t.data > 0:  # ExecuTorch refuses it too; zeros would be a wrong answer
                 raise DevplanError(f"{self.where}: value {index} names constant {t.data}, which the program "
                                    f"does not hold; the program is damaged")
-            if data is None and index not in self.used:  # nothing reads or writes it: no memory
-                return torch.empty([0] * len(shape), dtype=dtype)
-            if data is None:  # unplanned (an input or output the caller would own): no memory until it runs
-                self.borrowed.add(index)
-                self.placeholders.add(index)
+            if index in self.borrowed:  # no memory until it runs
                 if t.dynamic:
                     self.bounds[index] = shape
                 return torch.zeros((), dtype=dtype).expand(shape)
+            if data is None:  # nothing reads or writes it: no memory
+                return torch.empty([0] * len(shape), dtype=dtype)
             host = _constant(pte, t.data, data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
             return host if self.home == CPU else self._upload(index, host, nbytes)
         arena, device = self.arenas[t.mem_id]
