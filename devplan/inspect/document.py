@@ -354,16 +354,17 @@ def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[d
         inner = pte.delegate_program(plan_index, index)
     except DevplanError:
         return None  # nested past what devplan reads
-    if "buffers" not in inner._memo:
-        try:
-            inner._memo["buffers"] = [
-                {"method": method["name"], "mem_id": buffer["mem_id"], "device": buffer["device"],
+    found = inner.memo(("buffers",), lambda: _planned_buffers(inner))
+    return None if found is None else [dict(buffer) for buffer in found]  # each delegate's entry is its own
+
+
+def _planned_buffers(inner) -> list[dict] | None:
+    try:
+        return [{"method": method["name"], "mem_id": buffer["mem_id"], "device": buffer["device"],
                  "size": buffer["size"], "lower_bound": buffer["lower_bound"]}
                 for method in document(inner, inner.name)["methods"] for buffer in method["buffers"]]
-        except DevplanError:
-            inner._memo["buffers"] = None  # another backend's bytes that merely look like a program
-    found = inner._memo["buffers"]
-    return None if found is None else [dict(buffer) for buffer in found]  # each delegate's entry is its own
+    except DevplanError:
+        return None  # another backend's bytes that merely look like a program
 
 
 def _spec_value(raw: bytes) -> str:

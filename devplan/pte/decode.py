@@ -44,7 +44,13 @@ class Tensor(NamedTuple):
     nbytes: int
     data: int                       # data_buffer_idx: a constant's data, or a planned tensor's initial data; 0: none
     said_device: Device | None      # what extra_tensor_info says, when it names other than the CPU
-    storage_offset: int = 0         # in elements; ExecuTorch supports only 0
+    storage_offset: int = 0         # in elements; ExecuTorch supports only 0 (other is damage its runtime refuses)
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the dim order, where the file gives one, is an order of the tensor's
+        dimensions; ExecuTorch's runtime refuses any other as it parses the tensor (damage)."""
+        return self.dim_order is None or sorted(self.dim_order) == list(range(len(self.shape)))
 
 
 class Instruction(NamedTuple):
@@ -119,6 +125,12 @@ class MethodView:
         return frozenset(found)
 
     @cached_property
+    def unplanned(self) -> frozenset[int]:
+        """Tensors the method names that are neither planned nor constants: inputs and outputs
+        it leaves to its caller, whose tensors stand in for them."""
+        return frozenset(i for i, t in self.tensors.items() if t.mem_id is None and t.data == 0 and i in self.named)
+
+    @cached_property
     def lifetimes(self) -> dict[int, tuple[int, int]]:
         """First and last instruction that names each value, directly or as an item of a tensor
         list it names. Inputs live from instruction 0 and outputs to the last, because the
@@ -174,10 +186,8 @@ def methods(pte: PteFile) -> tuple[MethodView, ...]:
 
 
 def method(pte: PteFile, plan_index: int) -> MethodView:
-    key = ("decoded", plan_index)
-    if key not in pte._memo:
-        pte._memo[key] = _decode(pte, plan_index, pte.program.executionPlan[plan_index])
-    return pte._memo[key]
+    return pte.memo(("decoded", plan_index),
+                    lambda: _decode(pte, plan_index, pte.program.executionPlan[plan_index]))
 
 
 def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:

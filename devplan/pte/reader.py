@@ -4,8 +4,10 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass, field, replace
+from typing import Callable, Hashable, TypeVar
 
 from devplan.errors import DevplanError
+from devplan.pte.fb.BackendDelegateDataReference import BackendDelegateDataReferenceT
 from devplan.pte.fb.Chain import Chain
 from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
@@ -16,6 +18,7 @@ _DAMAGED = "the file is damaged or not a .pte"
 # devplan's payloads hold no delegates of their own; deeper nesting is damage, and each level
 # could multiply the work of everything that reads the program
 MAX_DELEGATE_DEPTH = 4
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -31,9 +34,26 @@ class PteFile:
     name: str = "<bytes>"  # how messages name the file
     data: bytes = b""  # the whole file, which the program's FlatBuffer starts
     depth: int = 0  # how many delegate payloads this program lies inside
-    # what is worked out once per file: payloads and their programs by (location, index), so
-    # that delegates sharing one read it once, and decoded methods (devplan.pte.decode)
+    # what is worked out once per file (see memo); only memo reaches it
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def memo(self, key: Hashable, make: Callable[[], T]) -> T:
+        """What `make()` gives, worked out once per file for `key`: payloads and their programs,
+        so that delegates sharing one read it once, decoded methods, constants. Each user's keys
+        are tuples that start with its own name, so that no two users share one. A `make` that
+        raises leaves nothing behind, and the next call tries again."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    @property
+    def constants_unlisted(self) -> bool:
+        """Whether the program has a constant segment that lists no offsets, which no writer
+        leaves (every one lists at least 0): damage. Readers then look in the deprecated
+        constant_buffer, so inspect shows such a file, but ExecuTorch's runtime, built
+        without constant_buffer, refuses it."""
+        segment = self.program.constantSegment
+        return segment is not None and (segment.offsets is None or len(segment.offsets) == 0)
 
     def stacktrace(self, plan_index: int, chain_index: int) -> list | None:
         """What each instruction's frames say (devplan.pte.frames.Where, None for an
@@ -82,13 +102,15 @@ class PteFile:
         its messages naming it '<file> delegate N'. A payload that several delegates share is
         read once, named after the first delegate that asked."""
         key, payload = self._payload(plan_index, delegate_index)
-        if ("program", key) not in self._memo:
-            name = f"{self.name} delegate {delegate_index}"
-            if self.depth >= MAX_DELEGATE_DEPTH:
-                raise DevplanError(f"{name}: a payload nested {self.depth + 1} delegates deep (devplan reads "
-                                   f"{MAX_DELEGATE_DEPTH}); {_DAMAGED}")
-            self._memo["program", key] = replace(read_pte(payload, name=name), depth=self.depth + 1)
-        return self._memo["program", key]
+        name = f"{self.name} delegate {delegate_index}"
+        return self.memo(("program", key), lambda: self._read_payload(payload, name))
+
+    def _read_payload(self, payload: bytes, name: str) -> "PteFile":
+        """A delegate's payload read as a program one level deeper than this one."""
+        if self.depth >= MAX_DELEGATE_DEPTH:
+            raise DevplanError(f"{name}: a payload nested {self.depth + 1} delegates deep (devplan reads "
+                               f"{MAX_DELEGATE_DEPTH}); {_DAMAGED}")
+        return replace(read_pte(payload, name=name), depth=self.depth + 1)
 
     def payload_key(self, plan_index: int, delegate_index: int) -> tuple[int, int]:
         """Where a delegate's payload lives (location, index): delegates with one key share it."""
@@ -111,21 +133,21 @@ class PteFile:
         if reference is None:
             raise DevplanError(f"{where}: the delegate names no payload; {_DAMAGED}")
         key = (int(reference.location), int(reference.index))
-        if key in self._memo:
-            return key, self._memo[key]
+        return key, self.memo(("payload", key), lambda: self._payload_bytes(where, reference))
+
+    def _payload_bytes(self, where: str, reference: BackendDelegateDataReferenceT) -> bytes:
+        """The bytes `reference` names, copied out of the program (an inline blob) or the file's segment."""
         if reference.location == DataLocation.INLINE:
             inline = self.program.backendDelegateData or []
             if reference.index >= len(inline):
                 raise DevplanError(f"{where}: payload is inline blob {reference.index} but the program has {len(inline)}; {_DAMAGED}")
             data = inline[reference.index].data
-            self._memo[key] = b"" if data is None else bytes(data)
-        elif reference.location == DataLocation.SEGMENT:
+            return b"" if data is None else bytes(data)
+        if reference.location == DataLocation.SEGMENT:
             if reference.index >= len(self.segments):
                 raise DevplanError(f"{where}: payload is segment {reference.index} but the program has {len(self.segments)}; {_DAMAGED}")
-            self._memo[key] = self.segments[reference.index]
-        else:
-            raise DevplanError(f"{where}: unknown payload location {reference.location}; {_DAMAGED}")
-        return key, self._memo[key]
+            return self.segments[reference.index]
+        raise DevplanError(f"{where}: unknown payload location {reference.location}; {_DAMAGED}")
 
 
 def read_pte(source: str | os.PathLike | bytes, name: str | None = None) -> PteFile:

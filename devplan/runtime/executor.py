@@ -41,6 +41,7 @@ class LoadedMethod:
         its own arena) instead of an arena of this method's own. `max_memory`: bytes the
         method's arenas, unplanned tensors and constants copied to a device may take in all,
         its delegates' included (they share the caller's `memory`)."""
+        pte.memo(("runnable",), lambda: _check_program(pte))
         views = {view.name: view for view in methods(pte)}
         if name not in views:
             raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(views) or 'none'}")
@@ -48,11 +49,9 @@ class LoadedMethod:
         self.where, devices, sizes = view.where, view.buffer_devices, view.buffer_sizes
         if not view.values_listed:  # as ExecuTorch's runtime refuses it
             raise DevplanError(f"{self.where} has no values table; the program is damaged")
-        segment = pte.program.constantSegment
-        if segment is not None and (segment.offsets is None or len(segment.offsets) == 0):
-            # ExecuTorch's runtime then reads the deprecated constant_buffer, which it is built without
-            raise DevplanError(f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); "
-                               f"the program is damaged")
+        # every tensor checked once, before anything is allocated; binding and sizes read these
+        self.dtypes = {index: self._dtype(index, t) for index, t in view.tensors.items()}
+        self._check_layouts(view)
         self._check_sizes(view)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
@@ -105,9 +104,8 @@ class LoadedMethod:
         self.values: list[Any] = [None] * len(view.kinds)
         self.devices: dict[int, Device] = {}
         self.bounds: dict[int, list[int]] = {}  # dynamic tensor -> its planned (upper bound) shape
-        self.borrowed: set[int] = set()  # unplanned inputs and outputs: a caller's tensors stand in
-        self.placeholders: set[int] = set()  # borrowed ones no caller has handed in yet: no memory
-        self.used = view.named
+        self.borrowed = view.unplanned  # a caller's tensors stand in for these
+        self.placeholders = set(self.borrowed)  # borrowed ones no caller has handed in yet: no memory
         for index in range(len(view.kinds)):
             try:
                 self.values[index] = self._bind(pte, view, index)
@@ -250,15 +248,18 @@ class LoadedMethod:
         if not isinstance(dtype, torch.dtype) or dtype.is_complex or t.dtype.startswith(("q", "bits", "float8")):
             raise DevplanError(f"{self.where}: value {index} has element type {t.dtype}, which the reference runtime "
                                f"cannot hold")
-        order = t.dim_order  # ExecuTorch's runtime refuses these two as it parses the tensor
-        if order is not None and sorted(order) != list(range(len(t.shape))):
-            shown = list(order) if len(order) <= 8 else f"of {len(order)} entries"
-            raise DevplanError(f"{self.where}: value {index} has the dim order {shown}, not an order of its "
-                               f"{len(t.shape)} dimensions; the program is damaged")
-        if t.storage_offset:
-            raise DevplanError(f"{self.where}: value {index} has the storage offset {t.storage_offset}, which "
-                               f"ExecuTorch does not support; the program is damaged")
         return dtype
+
+    def _check_layouts(self, view: MethodView) -> None:
+        """Refuse the layouts ExecuTorch's runtime refuses as it parses a tensor."""
+        for index, t in view.tensors.items():
+            if not t.ordered:
+                shown = list(t.dim_order) if len(t.dim_order) <= 8 else f"of {len(t.dim_order)} entries"
+                raise DevplanError(f"{self.where}: value {index} has the dim order {shown}, not an order of its "
+                                   f"{len(t.shape)} dimensions; the program is damaged")
+            if t.storage_offset:
+                raise DevplanError(f"{self.where}: value {index} has the storage offset {t.storage_offset}, which "
+                                   f"ExecuTorch does not support; the program is damaged")
 
     def _check_sizes(self, view: MethodView) -> None:
         """Every planned tensor at a whole element of its buffer (decoding has put it inside),
@@ -267,7 +268,7 @@ class LoadedMethod:
         reach: dict[int, int] = {}
         for index, t in view.tensors.items():
             if t.mem_id is not None:
-                if t.offset % self._dtype(index, t).itemsize:
+                if t.offset % self.dtypes[index].itemsize:
                     raise DevplanError(f"{self.where}: value {index} starts at byte {t.offset} of buffer {t.mem_id}, "
                                        f"not a multiple of its element size; the program is damaged")
                 reach[t.mem_id] = max(reach.get(t.mem_id, 0), t.offset + t.nbytes)
@@ -277,20 +278,18 @@ class LoadedMethod:
                                    f"tensors reach only {reach.get(mem_id, 0)}; the program is damaged")
 
     def _tensor(self, pte: PteFile, index: int, t: Tensor) -> torch.Tensor:
-        dtype, shape, nbytes = self._dtype(index, t), list(t.shape), t.nbytes
+        dtype, shape, nbytes = self.dtypes[index], list(t.shape), t.nbytes
         if t.mem_id is None:
             data = pte.constant_data(t.data)
             if data is None and t.data > 0:  # ExecuTorch refuses it too; zeros would be a wrong answer
                 raise DevplanError(f"{self.where}: value {index} names constant {t.data}, which the program "
                                    f"does not hold; the program is damaged")
-            if data is None and index not in self.used:  # nothing reads or writes it: no memory
-                return torch.empty([0] * len(shape), dtype=dtype)
-            if data is None:  # unplanned (an input or output the caller would own): no memory until it runs
-                self.borrowed.add(index)
-                self.placeholders.add(index)
+            if index in self.borrowed:  # no memory until it runs
                 if t.dynamic:
                     self.bounds[index] = shape
                 return torch.zeros((), dtype=dtype).expand(shape)
+            if data is None:  # nothing reads or writes it: no memory
+                return torch.empty([0] * len(shape), dtype=dtype)
             host = _constant(pte, t.data, data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
             return host if self.home == CPU else self._upload(index, host, nbytes)
         arena, device = self.arenas[t.mem_id]
@@ -425,6 +424,14 @@ class LoadedMethod:
         return value_of(self.values, index)
 
 
+def _check_program(pte: PteFile) -> None:
+    """Refuse what ExecuTorch's runtime refuses of a whole program, whichever method is run:
+    once per file (a refused file is refused again each time it is asked)."""
+    if pte.constants_unlisted:
+        raise DevplanError(f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); "
+                           f"the program is damaged")
+
+
 def _same_kind(a: Any, b: Any) -> bool:
     """Whether a MoveCall may put `a` where `b` was: the same type, and for tensors the same
     dtype and shape (other instructions were checked against `b`)."""
@@ -444,10 +451,8 @@ def _constant(pte: PteFile, data_index: int, data: bytes, dtype: torch.dtype, sh
               what: str) -> torch.Tensor:
     """Constant `data_index` as a host tensor of this dtype and shape, made once per file:
     delegates that share a payload share its constants (kernels never write them)."""
-    key = ("constant", data_index, dtype, tuple(shape))
-    if key not in pte._memo:
-        pte._memo[key] = _from_bytes(data, dtype, shape, nbytes, what)
-    return pte._memo[key]
+    return pte.memo(("constant", data_index, dtype, tuple(shape)),
+                    lambda: _from_bytes(data, dtype, shape, nbytes, what))
 
 
 def _from_bytes(data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int, what: str) -> torch.Tensor:
