@@ -29,7 +29,7 @@ def alias_views(method: Method) -> Method:
             for piece, at in zip(pieces, kernel.view.starts):
                 values[piece] = replace(values[piece], alias_of=storage[0], alias_offset=storage[1] + at)
         else:
-            kernels.append(replace(kernel, view=None))
+            kernels.append(replace(kernel, view=None) if kernel.view else kernel)
     return replace(method, values=tuple(values), kernels=tuple(kernels))
 
 
