@@ -9,27 +9,16 @@ import pytest
 import torch
 
 import devplan
-from devplan.method import IntList, Kernel, Method, Source, TensorList, Use, ViewOf
+from devplan.method import IntList, Source, TensorList, Use, ViewOf
 from devplan.ops import ET_VIEW, TO_DEVICE, TO_HOST
 from devplan.passes.alias import alias_views
 from devplan.passes.compact import compact
 from devplan.passes.copies import insert_copies
 from devplan.spec import CPU, Device, TensorSpec
 from tests.hf_models import gpt2, llama
+from tests.passes.methods import call, method, tensor
 
 CUDA0, CUDA1 = Device("cuda", 0), Device("cuda", 1)
-
-
-def tensor(device=CPU, **facts) -> TensorSpec:
-    return TensorSpec((2, 4), "float32", (0, 1), device, **facts)
-
-
-def method(values, kernels, inputs=(0,), outputs=(), state=None, mutated=()) -> Method:
-    return Method("forward", tuple(values), tuple(kernels), inputs, outputs, {}, state or {}, "", "", (), mutated)
-
-
-def call(op, *args, view=None, source=None) -> Kernel:
-    return Kernel(op, args, op, source=source, view=view)
 
 
 # copies

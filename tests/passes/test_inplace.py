@@ -1,11 +1,15 @@
 """In-place reuse: an elementwise result takes over a dying input's storage (a method input
 too: the runtime copies the caller's data in on every run), never the bytes of anything
 still read later, nor state."""
+from dataclasses import replace
+
 import torch
 
 import devplan
+from devplan.passes.inplace import reuse_dead_inputs
 from devplan.spec import TensorSpec
 from tests.models import eager_outputs, run_executorch
+from tests.passes.methods import call, method, tensor
 
 
 class Chain(torch.nn.Module):
@@ -89,3 +93,35 @@ def test_batch_norm_writes_over_the_convolution_it_normalizes():
     bn = next(k for k in method.kernels if k.op == "aten::_native_batch_norm_legit_no_training.out")
     assert method.values[method.values[bn.args[-1]].items[0]].alias_of == conv
     torch.testing.assert_close(run_executorch(result.data, args)[0][0], eager_outputs(module, args)[0][0])
+
+
+# the pass alone, on methods built by hand: v0 the input, v1 = relu(v0), v2 = sigmoid(v1)
+
+def _relu_sigmoid(**facts):
+    values = [tensor(), tensor(), tensor(), *facts.pop("extra", ())]
+    return method(values, [call("aten::relu.out", 0, 1, 1), call("aten::sigmoid.out", 1, 2, 2)], **facts)
+
+
+def test_a_result_takes_the_bytes_of_an_input_that_dies_with_it():
+    done = reuse_dead_inputs(_relu_sigmoid(outputs=(2,))).values
+    assert (done[1].alias_of, done[2].alias_of) == (0, 0)  # the input's bytes are free after its last read
+
+
+def test_a_payload_never_writes_over_its_callers_tensors():
+    done = reuse_dead_inputs(_relu_sigmoid(outputs=(2,)), borrowed_io=True).values
+    assert (done[1].alias_of, done[2].alias_of) == (None, None)  # v1 over v0 (an input), v2 is an output
+
+
+def test_what_is_read_later_returned_or_kept_as_state_keeps_its_bytes():
+    returned = reuse_dead_inputs(_relu_sigmoid(outputs=(1, 2))).values
+    assert returned[2].alias_of is None and returned[1].alias_of == 0
+    state = reuse_dead_inputs(_relu_sigmoid(outputs=(2,), state={0: torch.zeros(2, 4)})).values
+    assert state[1].alias_of is None and state[2].alias_of == 1
+
+
+def test_only_an_input_of_the_results_shape_and_dtype_is_taken():
+    wide = method([tensor(), tensor(shape=(2, 1)), tensor()], [call("aten::add.out", 0, 1, 2, 2)], inputs=(0, 1),
+                  outputs=(2,))
+    assert reuse_dead_inputs(wide).values[2].alias_of == 0  # not the broadcast v1
+    ints = method([replace(tensor(), dtype="int32"), tensor()], [call("aten::relu.out", 0, 1, 1)], outputs=(1,))
+    assert reuse_dead_inputs(ints).values[1].alias_of is None
