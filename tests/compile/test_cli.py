@@ -78,7 +78,10 @@ def test_dump_dirs_are_identical_between_runs_and_hash_seeds(tmp_path):
     text = "".join(dump.values())
     assert " at 0x" not in text and str(tmp_path) not in text and "TensorSpec(" not in text
     assert "layout\n  buffer 1 (cpu): 768 bytes, lower bound 768" in dump["plan.txt"]
-    assert "  #1    DevplanDelegate(v2, v3) delegate 0" in dump["build.txt"]
+    # build reads the input on the delegate's device; the copies pass makes that read a copy
+    assert "  v4    use of v2 on cuda:0" in dump["build.txt"] and "  #0    DevplanDelegate(v4, v5) delegate 0" in dump["build.txt"]
+    assert "  #0    et_copy::_h2d_copy.out(v2, v4, v4)" in dump["copies.txt"]
+    assert "  #1    DevplanDelegate(v4, v5) delegate 0" in dump["copies.txt"]
     # the payload went through the same stages, dumped under its call's name
     assert {"delegate_0.build.txt", "delegate_0.place.txt", "delegate_0.plan.txt", "delegate_0.serialize.txt"} <= set(dump)
     digest = hashlib.sha256((tmp_path / "1" / "p.pte").read_bytes()).hexdigest()
