@@ -1,5 +1,6 @@
 """A lowered graph as one Method: every kernel call's arguments follow its operator's
-schema (schema arguments, then the returned values), as the runtime unpacks them."""
+schema (schema arguments, then the returned values), as the runtime unpacks them. Where
+tensors live and which views share bytes is left to the copies and alias passes."""
 from __future__ import annotations
 
 import operator
