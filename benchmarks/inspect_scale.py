@@ -38,11 +38,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.peak import run_measured  # noqa: E402
+
 HEADERS = ("tensors", "view", "devplan s", "devplan MB", "executorch s", "executorch MB", "time x", "memory x")
 VIEWS = {"default": [], "all": ["-s", "all"], "json": ["--json"]}
 BLOCK = 16  # ops per block
 _EXECUTORCH = """
-import resource, sys, time
+import sys, time
 from executorch.exir._serialize._program import deserialize_pte_binary
 data = open(sys.argv[1], "rb").read()
 start = time.perf_counter()
@@ -82,17 +84,14 @@ def synthetic(tensors: int) -> bytes:
 
 
 def _measure(command: Sequence[str], root: Path = ROOT) -> tuple[float, float, str]:
-    """(seconds, peak resident MiB, stdout) of one process, importing devplan from `root`."""
+    """(seconds, peak resident MiB, stdout) of `python ARGV` in a process importing devplan from `root`."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=root,
-                               env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(root)})
-    out = process.stdout.read()
-    _, status, usage = os.wait4(process.pid, 0)
+    process, peak = run_measured(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=root,
+                                 env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(root)})
     seconds = time.perf_counter() - start
-    process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode:
-        raise SystemExit(f"{' '.join(command)} failed with exit {process.returncode}")
-    return seconds, usage.ru_maxrss / 1024, out.decode()
+        raise SystemExit(f"python {' '.join(command)} failed with exit {process.returncode}")
+    return seconds, peak / (1 << 20), process.stdout.decode()
 
 
 def measure(tensors: int) -> list[dict]:
@@ -102,11 +101,11 @@ def measure(tensors: int) -> list[dict]:
         # resident pages, and each measured process would report them as its own peak
         subprocess.run([sys.executable, __file__, "--write", str(tensors), str(path)], check=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
-        _, executorch_mb, out = _measure([sys.executable, "-c", _EXECUTORCH, str(path)])
+        _, executorch_mb, out = _measure(["-c", _EXECUTORCH, str(path)])
         executorch_s = float(out.strip().splitlines()[-1])
         rows = []
         for view, options in VIEWS.items():
-            seconds, mb, _ = _measure([sys.executable, "-m", "devplan", "inspect", str(path), *options])
+            seconds, mb, _ = _measure(["-m", "devplan", "inspect", str(path), *options])
             rows.append({"tensors": tensors, "view": view, "devplan_seconds": seconds, "devplan_mb": mb,
                          "executorch_seconds": executorch_s, "executorch_mb": executorch_mb,
                          "time_ratio": seconds / executorch_s, "memory_ratio": mb / executorch_mb})
@@ -142,7 +141,7 @@ def measure_case(case: str, size: str, checkout: Path) -> list[dict]:
         for name, options in CASES[case].items():
             command = (["check", str(path)] if options is None else
                        ["inspect", str(path), *(o.format(out=Path(folder) / name) for o in options)])
-            seconds, mb, _ = _measure([sys.executable, "-m", "devplan", *command], root=checkout)
+            seconds, mb, _ = _measure(["-m", "devplan", *command], root=checkout)
             rows.append({"case": case, "size": size, "command": " ".join(["inspect", *options] if options is not None
                                                                        else ["check"]).replace("{out}", "OUT"),
                          "seconds": seconds, "mb": mb})

@@ -7,13 +7,12 @@ import io
 import json
 import stat
 import subprocess
-import sys
-import tempfile
 import zipfile
 
 import pytest
 import torch
 
+from benchmarks.peak import run_measured
 from tests.compile.test_cli import ROOT
 from tests.compile.test_load_safety import Payload
 
@@ -26,31 +25,13 @@ TIMEOUT_S = 120
 GiB = 1 << 30
 
 
-# `python -m devplan` with its arguments after the first, which names a file where the child
-# writes its own peak resident memory (VmHWM, KiB) as it exits. Linux keeps ru_maxrss across
-# exec, so a child started late in a large pytest run would report pytest's peak through wait4;
-# VmHWM is the high-water mark of the child's own address space, which starts afresh at exec.
-PEAK_AT_EXIT = """
-import atexit, runpy, sys
-
-def report(path):
-    with open("/proc/self/status") as status, open(path, "w") as out:
-        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
-
-atexit.register(report, sys.argv.pop(1))
-runpy.run_module("devplan", run_name="__main__", alter_sys=True)
-"""
-
-
 def compile_measured(archive, out):
     """`devplan compile archive -o out` in a child process: (exit code, stderr, peak RSS in
     bytes, or None when something killed the child before it could say). One still running
     after TIMEOUT_S is killed, and subprocess.TimeoutExpired fails the test."""
-    with tempfile.NamedTemporaryFile() as peak:
-        child = subprocess.run([sys.executable, "-c", PEAK_AT_EXIT, peak.name, "compile", str(archive), "-o", str(out)],
+    child, peak = run_measured(["-m", "devplan", "compile", str(archive), "-o", str(out)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=TIMEOUT_S)
-        said = peak.read()
-    return child.returncode, child.stderr.decode(errors="replace"), int(said) * 1024 if said else None
+    return child.returncode, child.stderr.decode(errors="replace"), peak
 
 
 @functools.cache
