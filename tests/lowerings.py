@@ -127,3 +127,18 @@ def patterns_exported_once():
     finally:
         utils._get_aten_graph_module_for_pattern = export_pattern
 
+
+def released_after_module(*caches):
+    """A module-scoped autouse fixture that empties these functools caches (anything with
+    cache_clear) once the module's tests are done: they hold ExportedPrograms and compile
+    results its tests share, which the rest of the one-process suite has no use for.
+    Assign it to a module-level name in the test file."""
+    import pytest
+
+    @pytest.fixture(scope="module", autouse=True)
+    def _release_caches():
+        yield
+        for cache in caches:
+            cache.cache_clear()
+
+    return _release_caches

@@ -51,7 +51,7 @@ from torch.utils import _pytree as pytree
 import devplan
 from devplan.errors import DevplanError
 from tests.hf_models import DECODERS, FAMILIES, static_cache_decoder
-from tests.lowerings import by_program
+from tests.lowerings import by_program, released_after_module
 from tests.models import eager_runs, run_executorch
 
 pytestmark = pytest.mark.sweep
@@ -87,6 +87,7 @@ def _memo(fn):
             raise value
         return value
 
+    call.cache_clear = outcome.cache_clear
     return call
 
 
@@ -389,6 +390,10 @@ def _static_cache_functionalizes(mode: str) -> str | None:
     except Exception as error:
         return _first_line(error)
     return None
+
+
+_release_caches = released_after_module(built, exported, compiled, expected, static_cache, static_cache_exported,
+                                        static_cache_compiled, _static_cache_in_torch, _static_cache_functionalizes)
 
 
 @pytest.mark.parametrize("mode", list(STATIC_MODES))
