@@ -362,9 +362,12 @@ def pt2e_quantize(module: nn.Module, args: tuple, dynamic_shapes=None, **config)
                                                                          get_symmetric_quantization_config)
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    from tests.lowerings import patterns_exported_once
+
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(**config))
     graph = torch.export.export(module.eval(), args, dynamic_shapes=dynamic_shapes, strict=False).module()
-    prepared = prepare_pt2e(graph, quantizer)
+    with patterns_exported_once():  # the quantizer's own pattern exports, once per session
+        prepared = prepare_pt2e(graph, quantizer)
     prepared(*args)
     converted = convert_pt2e(prepared)
     return torch.export.export(converted, args, dynamic_shapes=dynamic_shapes, strict=False), converted

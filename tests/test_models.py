@@ -9,7 +9,8 @@ import torch
 from torch import Tensor, nn
 
 from samples.make_samples import EncoderBlock, sample_models
-from tests.models import CORPUS, STATEFUL, eager_outputs, executorch_lower, export, run_executorch, transformer
+from tests.lowerings import executorch_lowered
+from tests.models import CORPUS, STATEFUL, eager_outputs, export, run_executorch, transformer
 
 SAMPLES_DIR = Path(__file__).resolve().parents[1] / "samples"
 RTOL, ATOL = 1e-4, 1e-5
@@ -32,14 +33,14 @@ def test_corpus_model_runs_the_same_in_executorch(name: str) -> None:
     expected = eager_outputs(module, args, runs)
     if name in STATEFUL:
         assert not torch.equal(expected[0][0], expected[1][0]), "a stateful model must change its output between calls"
-    assert_runs_match(run_executorch(executorch_lower(ep), args, runs), expected)
+    assert_runs_match(run_executorch(executorch_lowered(ep), args, runs), expected)
 
 
 @pytest.mark.parametrize("name", sorted(sample_models()))
 def test_sample_model_runs_the_same_in_executorch(name: str) -> None:
     module, args = sample_models()[name]
     ep = torch.export.export(module, args)
-    assert_runs_match(run_executorch(executorch_lower(ep), args), eager_outputs(module, args))
+    assert_runs_match(run_executorch(executorch_lowered(ep), args), eager_outputs(module, args))
 
 
 @pytest.mark.parametrize("name", sorted(sample_models()))

@@ -13,7 +13,8 @@ from devplan.inspect.check import check_document
 from devplan.inspect.golden import golden_document
 from devplan.runtime.report import run_document
 from tests.inspect.runner import invoke
-from tests.models import executorch_lower, export
+from tests.lowerings import executorch_lowered
+from tests.models import export
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "docs" / "schemas"
@@ -31,7 +32,7 @@ def programs(tmp_path_factory) -> dict[str, Path]:
     paths = {name: folder / f"{name}.pte" for name in ("two_io", "two_io_cuda", "executorch")}
     devplan.compile(ROOT / "samples" / "two_io.pt2", paths["two_io"])
     devplan.compile(ROOT / "samples" / "two_io.pt2", paths["two_io_cuda"], delegates=["cuda:0"])
-    paths["executorch"].write_bytes(executorch_lower(export("gated_mlp")[0]))
+    paths["executorch"].write_bytes(executorch_lowered(export("gated_mlp")[0]))
     return paths
 
 

@@ -27,6 +27,7 @@ import devplan
 import devplan.runtime
 from devplan.pte import read_pte
 from devplan.runtime.allocator import HostAllocator, registered
+from tests.lowerings import released_after_module
 from tests.models import eager_runs, executorch_lower, mismatch
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
@@ -584,6 +585,9 @@ def prepared(name: str) -> Prepared:
         sequences += [(small,) * RUNS, (small, full, small)]  # one loaded method, sizes mixed
     want = tuple(eager_runs(module, s, mutated) for s in sequences)
     return Prepared(ep, None, functional, lowered, tuple(sequences), want)
+
+
+_release_caches = released_after_module(prepared)
 
 
 def _executorch(data: bytes, sequence) -> list[list]:

@@ -16,7 +16,8 @@ from torch import nn
 import devplan
 import devplan.runtime
 from devplan.ops import QUANTIZED, schema_name
-from tests.models import executorch_lower, pt2e_quantize, run_executorch
+from tests.lowerings import executorch_lowered
+from tests.models import pt2e_quantize, run_executorch
 from tests.tiers import tiered
 
 quantized_kernels = pytest.importorskip("executorch.kernels.quantized")
@@ -110,7 +111,7 @@ def test_quantized_program_runs_in_both_runtimes(model, config):
     assert assert_weights_stay_int8(ep, result) > 0
     from benchmarks.harness import planned_bytes
 
-    assert planned_bytes(result.data) <= planned_bytes(executorch_lower(ep))
+    assert planned_bytes(result.data) <= planned_bytes(executorch_lowered(ep))
 
 
 @pytest.mark.parametrize("model,config", tiered([(m, c) for m in MODELS for c in ("per_tensor", "dynamic")
@@ -119,7 +120,7 @@ def test_devplans_runtime_runs_executorchs_own_quantized_programs(model, config)
     """ExecuTorch's lowering of the same quantized program (its quantized kernels included)
     runs in devplan's runtime as in ExecuTorch's, through the same reader as devplan's own."""
     ep, module, args = quantize(model, config)
-    theirs = executorch_lower(ep)
+    theirs = executorch_lowered(ep)
     operators = {f"{op['name']}.{op['overload']}" for op in devplan.inspect(theirs)["methods"][0]["operators"]}
     assert operators & QUANTIZED_KERNELS
     got = devplan.runtime.run(theirs, list(args), runs=2)

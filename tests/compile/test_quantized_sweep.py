@@ -11,9 +11,6 @@ int8, and devplan plans no more bytes than ExecuTorch's own lowering of the same
 A case is skipped only where torch.export, the quantizer or ExecuTorch's lowering fails."""
 from __future__ import annotations
 
-import copy
-import functools
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -424,36 +421,6 @@ FLOAT = {(model, "dynamic") for model in ("conv_stride_pad_dilation", "conv_bn_r
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _pattern_cache():
-    """The XNNPACK quantizer exports its twelve conv-bn(-relu) patterns with strict
-    torch.export on every prepare_pt2e (seconds per model, most of this file's time). The
-    pattern graphs depend only on the pattern's code, the ops it closes over and the example
-    shapes, so they are exported once here and each annotation gets its own copy."""
-    import executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils as utils
-
-    export_pattern = utils._get_aten_graph_module_for_pattern
-    cache = {}
-
-    @functools.wraps(export_pattern)
-    def cached(pattern, example_inputs, is_cuda=False, **kwargs):
-        fn = getattr(pattern, "fn", pattern)
-        closure = tuple(c.cell_contents for c in (getattr(fn, "__closure__", None) or ()))
-        try:
-            key = (getattr(fn, "__code__", fn), closure, tuple(tuple(t.shape) for t in example_inputs), is_cuda,
-                   tuple(sorted(kwargs.items())))
-            hash(key)
-        except TypeError:  # something unhashable: no caching
-            return export_pattern(pattern, example_inputs, is_cuda, **kwargs)
-        if key not in cache:
-            cache[key] = export_pattern(pattern, example_inputs, is_cuda, **kwargs)
-        return copy.deepcopy(cache[key])
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(utils, "_get_aten_graph_module_for_pattern", cached)
-        yield
 
 
 def quantize(make, inputs, config: str, dynamic_shapes=None):

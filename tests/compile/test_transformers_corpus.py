@@ -51,6 +51,7 @@ from torch.utils import _pytree as pytree
 import devplan
 from devplan.errors import DevplanError
 from tests.hf_models import DECODERS, FAMILIES, static_cache_decoder
+from tests.lowerings import by_program, released_after_module
 from tests.models import eager_runs, run_executorch
 
 pytestmark = pytest.mark.sweep
@@ -86,6 +87,7 @@ def _memo(fn):
             raise value
         return value
 
+    call.cache_clear = outcome.cache_clear
     return call
 
 
@@ -162,7 +164,18 @@ def test_devplan_runtime(name, mode):
 
 def _executorch_baseline(ep: torch.export.ExportedProgram) -> tuple[int, str]:
     """ExecuTorch's smaller planned total over its two configurations (default, constant
-    propagation), and which one; xfails when ExecuTorch lowers the program in neither.
+    propagation), and which one; xfails when ExecuTorch lowers the program in neither."""
+    sizes, errors = _executorch_sizes(ep)
+    if not sizes:
+        pytest.xfail(f"executorch: {errors[0]}")
+    config = min(sizes, key=sizes.get)
+    return sizes[config], config
+
+
+@by_program(limit=1024, size=lambda _: 1)  # a family's grad and no_grad exports are often the same program
+def _executorch_sizes(ep: torch.export.ExportedProgram) -> tuple[dict[str, int], list[str]]:
+    """({config: planned bytes} for the configurations ExecuTorch lowers the program in, the
+    errors of the others); cached per distinct program (tests/lowerings.py).
 
     benchmarks.harness.executorch_pte's pipeline, with the edge lowering (three quarters of
     the time) shared by both configurations; the sizes are the same as two executorch_pte calls."""
@@ -174,9 +187,9 @@ def _executorch_baseline(ep: torch.export.ExportedProgram) -> tuple[int, str]:
     sizes, errors = {}, []
     with torch.no_grad():
         try:
-            edge = to_edge_transform_and_lower(copy.deepcopy(ep))
+            edge = to_edge_transform_and_lower(ep)  # by_program hands over a copy
         except Exception as error:  # ExecuTorch's own failure
-            pytest.xfail(f"executorch: {_first_line(error)}")
+            return {}, [_first_line(error)]
         signature = edge.exported_program().graph_signature
         mutated = set(signature.buffers_to_mutate.values())
         placeholders = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]
@@ -188,10 +201,7 @@ def _executorch_baseline(ep: torch.export.ExportedProgram) -> tuple[int, str]:
                 sizes[config] = planned_bytes(config_edge.to_executorch(backend).buffer)
             except Exception as error:  # ExecuTorch's own failure
                 errors.append(f"{config}: {_first_line(error)}")
-    if not sizes:
-        pytest.xfail(f"executorch: {errors[0]}")
-    config = min(sizes, key=sizes.get)
-    return sizes[config], config
+    return sizes, errors
 
 
 @pytest.mark.parametrize("mode", [BYTES_MODE, "grad"])
@@ -380,6 +390,10 @@ def _static_cache_functionalizes(mode: str) -> str | None:
     except Exception as error:
         return _first_line(error)
     return None
+
+
+_release_caches = released_after_module(built, exported, compiled, expected, static_cache, static_cache_exported,
+                                        static_cache_compiled, _static_cache_in_torch, _static_cache_functionalizes)
 
 
 @pytest.mark.parametrize("mode", list(STATIC_MODES))

@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from samples.make_samples import sample_models
-from tests.models import executorch_lower, export
+from tests.lowerings import executorch_lowered
+from tests.models import export
 
 # Corpus models that add what the samples lack: tensor lists (cat), mutable state.
 CORPUS_CASES = ("cat_split_chunk", "accumulator")
@@ -14,10 +15,10 @@ NAMES = (*sample_models(), *CORPUS_CASES, "xnnpack", "device")
 def lower_all() -> dict[str, bytes]:
     """Name -> .pte bytes for every name in NAMES."""
     built = {
-        name: executorch_lower(torch.export.export(model, args)) for name, (model, args) in sample_models().items()
+        name: executorch_lowered(torch.export.export(model, args)) for name, (model, args) in sample_models().items()
     }
     for name in CORPUS_CASES:
-        built[name] = executorch_lower(export(name)[0])
+        built[name] = executorch_lowered(export(name)[0])
     built["xnnpack"] = _xnnpack_lowered()
     built["device"] = _device_lowered()
     return built

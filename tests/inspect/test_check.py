@@ -9,7 +9,8 @@ import torch
 import devplan
 from devplan.errors import DevplanError
 from tests.compile.test_cli import assert_one_line_error, devplan as cli
-from tests.models import executorch_lower, export
+from tests.lowerings import executorch_lowered
+from tests.models import export
 from tests.runtime.test_device_arena import two_blocks
 from tests.runtime.test_runtime import Chain, on_cuda, planned, program_bytes
 
@@ -20,7 +21,7 @@ def programs(tmp_path_factory):
     ep, _, _ = export("gated_mlp")
     paths = {"devplan": folder / "devplan.pte", "executorch": folder / "executorch.pte"}
     paths["devplan"].write_bytes(devplan.compile(ep).data)
-    paths["executorch"].write_bytes(executorch_lower(export("gated_mlp")[0]))
+    paths["executorch"].write_bytes(executorch_lowered(export("gated_mlp")[0]))
     return paths
 
 

@@ -15,7 +15,8 @@ from devplan.inspect.diff import LARGEST_SHOWN
 from devplan.inspect.golden import golden_document
 from tests.compile.test_cli import ROOT, assert_one_line_error
 from tests.inspect.runner import REPO, invoke, run_devplan
-from tests.models import executorch_lower, export, transformer
+from tests.lowerings import executorch_lowered
+from tests.models import export, transformer
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def pair(tmp_path_factory) -> dict:
     """The same model lowered by ExecuTorch and compiled by devplan, and two_io compiled two ways."""
     folder = tmp_path_factory.mktemp("diff")
     paths = {name: folder / f"{name}.pte" for name in ("executorch", "devplan", "two_io", "two_io_cuda")}
-    paths["executorch"].write_bytes(executorch_lower(export("gated_mlp")[0]))
+    paths["executorch"].write_bytes(executorch_lowered(export("gated_mlp")[0]))
     devplan.compile(export("gated_mlp")[0], paths["devplan"])
     devplan.compile(ROOT / "samples" / "two_io.pt2", paths["two_io"])
     devplan.compile(ROOT / "samples" / "two_io.pt2", paths["two_io_cuda"], delegates=["cuda:0=aten::linear"])

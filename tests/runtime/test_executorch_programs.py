@@ -1,7 +1,7 @@
 """devplan's reference runtime runs the programs ExecuTorch itself writes as ExecuTorch's runtime does.
 
 Each model is exported (non-strict), lowered by ExecuTorch 1.5.1's own pipeline
-(tests.models.executorch_lower: no devplan compile step at all), then
+(tests.models.executorch_lower, once per program in a session: no devplan compile step at all), then
 
   (a) run twice on one loaded method by ExecuTorch's runtime and twice by devplan's runtime, so
       buffer updates of the first run show in the second; devplan's outputs must equal
@@ -40,7 +40,8 @@ import devplan.runtime
 from devplan.errors import DevplanError
 from tests import models
 from tests.compile import test_io_conventions, test_llm_sweep, test_module_sweep, test_more_ops
-from tests.models import executorch_lower, run_executorch
+from tests.lowerings import executorch_lowered
+from tests.models import run_executorch
 from tests.tiers import tiered
 
 RUNS = 2
@@ -181,7 +182,7 @@ def outcome(name: str) -> tuple[str, str]:
     except Exception as error:  # noqa: BLE001 - torch.export's limit, not devplan's
         return "EXPORT_FAILED", _first_line(error)
     try:
-        data = executorch_lower(ep)
+        data = executorch_lowered(ep)
     except Exception as error:  # noqa: BLE001 - ExecuTorch's limit, not devplan's
         return "EXECUTORCH_LOWER_FAILED", _first_line(error)
 

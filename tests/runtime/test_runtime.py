@@ -14,7 +14,8 @@ from devplan.pte import dumps_pte
 from devplan.pte.fb.NonConstBufferDevice import NonConstBufferDeviceT
 from devplan.runtime import HostAllocator, registered, run
 from devplan.spec import Device, TensorSpec
-from tests.models import assert_runs_match, eager_outputs, executorch_lower, export
+from tests.lowerings import executorch_lowered
+from tests.models import assert_runs_match, eager_outputs, export
 
 
 def assert_outputs(got_runs, want_runs):
@@ -24,7 +25,7 @@ def assert_outputs(got_runs, want_runs):
 @pytest.mark.parametrize("name", ["cat_split_chunk", "rolling_cache", "transformer_encoder", "residual_cnn"])
 def test_it_runs_programs_executorch_lowered(name):
     ep, module, args = export(name)
-    assert_outputs(run(executorch_lower(ep), pytree.tree_leaves(args), runs=2), eager_outputs(module, args, runs=2))
+    assert_outputs(run(executorch_lowered(ep), pytree.tree_leaves(args), runs=2), eager_outputs(module, args, runs=2))
 
 
 class Chain(torch.nn.Module):

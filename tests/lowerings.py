@@ -1,0 +1,144 @@
+"""Session-wide caches for the slow steps that test files repeat on the same programs.
+
+ExecuTorch's lowering (0.5-15 s a program) is cached by what the program is, its fingerprint,
+not by who asks: the same corpus model exported in test_models, test_runtime,
+test_executorch_programs and the inspector tests, or a transformers model whose grad-mode and
+no_grad exports come out identical, is lowered once per session. The cache holds results
+(.pte bytes, sizes), never an ExportedProgram, and lowers a deep copy, so no caller sees
+another's mutation. The XNNPACK quantizer's pattern graphs are exported once per session too.
+
+Import it from the repository root as `tests.lowerings`."""
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import hashlib
+from collections import OrderedDict
+from typing import Any, Callable
+
+import torch
+
+CACHE_BYTES = 256 << 20  # a bound on the .pte bytes kept: the suite runs in one process
+
+
+def fingerprint(ep: torch.export.ExportedProgram) -> str | None:
+    """A digest of everything ExecuTorch's lowering reads from `ep`: the graph with every
+    value's shape, dtype and stride, the signature, the input and output trees, the range
+    constraints and every parameter, buffer and constant byte for byte; None when some part
+    cannot be hashed (the caller then lowers without the cache)."""
+    try:
+        digest = hashlib.sha256()
+        for part in (ep.graph_module.print_readable(print_output=False, include_stride=True, include_device=True),
+                     ep.graph_signature, ep.call_spec.in_spec, ep.call_spec.out_spec, ep.range_constraints,
+                     ep.dialect):
+            digest.update(str(part).encode() + b"\0")
+        for name, value in sorted({**ep.state_dict, **ep.constants}.items()):
+            if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_complex():
+                return None
+            value = value.detach().cpu().contiguous()
+            digest.update(f"{name} {value.dtype} {tuple(value.shape)} {value.requires_grad}\0".encode())
+            if value.numel():
+                digest.update(value.view(-1).view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+    except Exception:  # noqa: BLE001 - an unusual program: no caching, its own lowering
+        return None
+
+
+class BoundedCache:
+    """Least recently used first out, keeping the sum of the values' sizes within `limit`."""
+
+    def __init__(self, limit: int, size: Callable[[Any], int]) -> None:
+        self.limit, self.size, self.entries, self.total = limit, size, OrderedDict(), 0
+        self.hits = self.misses = 0
+
+    def get(self, key: str, make: Callable[[], Any]) -> Any:
+        if key in self.entries:
+            self.hits += 1
+            self.entries.move_to_end(key)
+            return self.entries[key]
+        self.misses += 1
+        value = make()
+        self.entries[key] = value
+        self.total += self.size(value)
+        while self.total > self.limit and len(self.entries) > 1:
+            self.total -= self.size(self.entries.popitem(last=False)[1])
+        return value
+
+
+def by_program(limit: int = CACHE_BYTES, size: Callable[[Any], int] = len):
+    """Decorator: `fn(ep)` computed once per distinct program (fingerprint) and kept in a
+    BoundedCache; `fn` gets a deep copy of `ep`, so what it does to it stays there. A failure
+    is not cached (it raises again next time). `fn.cache` is the cache."""
+    def decorate(fn: Callable[[torch.export.ExportedProgram], Any]):
+        cache = BoundedCache(limit, size)
+
+        @functools.wraps(fn)
+        def cached(ep: torch.export.ExportedProgram) -> Any:
+            key = fingerprint(ep)
+            if key is None:
+                return fn(copy.deepcopy(ep))
+            return cache.get(key, lambda: fn(copy.deepcopy(ep)))
+
+        cached.cache = cache
+        return cached
+    return decorate
+
+
+@by_program()
+def executorch_lowered(ep: torch.export.ExportedProgram) -> bytes:
+    """tests.models.executorch_lower(ep), lowered once per distinct program in the session (the
+    benchmarks time executorch_lower itself, so it stays uncached)."""
+    from tests.models import executorch_lower
+
+    return executorch_lower(ep)
+
+
+_PATTERNS: dict = {}  # pattern key -> its exported graph, for patterns_exported_once
+
+
+@contextlib.contextmanager
+def patterns_exported_once():
+    """The XNNPACK quantizer exports its twelve conv-bn(-relu) patterns with strict
+    torch.export on every prepare_pt2e (about 2 s a model). The pattern graphs depend only on
+    the pattern's code, the ops it closes over and the example shapes, so within this context
+    each is exported once per session and each annotation gets its own copy."""
+    import executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils as utils
+
+    export_pattern = utils._get_aten_graph_module_for_pattern
+
+    @functools.wraps(export_pattern)
+    def cached(pattern, example_inputs, is_cuda=False, **kwargs):
+        fn = getattr(pattern, "fn", pattern)
+        closure = tuple(c.cell_contents for c in (getattr(fn, "__closure__", None) or ()))
+        try:
+            key = (getattr(fn, "__code__", fn), closure, tuple(tuple(t.shape) for t in example_inputs), is_cuda,
+                   tuple(sorted(kwargs.items())))
+            hash(key)
+        except TypeError:  # something unhashable: no caching
+            return export_pattern(pattern, example_inputs, is_cuda, **kwargs)
+        if key not in _PATTERNS:
+            _PATTERNS[key] = export_pattern(pattern, example_inputs, is_cuda, **kwargs)
+        return copy.deepcopy(_PATTERNS[key])
+
+    utils._get_aten_graph_module_for_pattern = cached
+    try:
+        yield
+    finally:
+        utils._get_aten_graph_module_for_pattern = export_pattern
+
+
+def released_after_module(*caches):
+    """A module-scoped autouse fixture that empties these functools caches (anything with
+    cache_clear) once the module's tests are done: they hold ExportedPrograms and compile
+    results its tests share, which the rest of the one-process suite has no use for.
+    Assign it to a module-level name in the test file."""
+    import pytest
+
+    @pytest.fixture(scope="module", autouse=True)
+    def _release_caches():
+        yield
+        for cache in caches:
+            cache.cache_clear()
+
+    return _release_caches
