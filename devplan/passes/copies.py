@@ -38,18 +38,19 @@ def insert_copies(method: Method) -> Method:
             new[old] = copy(source, value.device, old)
         else:  # between devices through the host, as ExecuTorch's runtime has no peer copy
             new[old] = copy(copy(source, CPU, old), value.device, old)
-    return replace(method.renumbered(tuple(values), new), kernels=_placed(method, making, new))
+    done = method.renumbered(tuple(values), new)
+    return replace(done, kernels=_placed(method, done.kernels, making))
 
 
-def _placed(method: Method, making: dict[int, list[Kernel]], new: dict[int, int]) -> tuple[Kernel, ...]:
-    """The method's kernels, renumbered, with the copies (already numbered anew) each ahead of
-    the first kernel reading it, named after that kernel's source; those only the caller
+def _placed(method: Method, renumbered: tuple[Kernel, ...], making: dict[int, list[Kernel]]) -> tuple[Kernel, ...]:
+    """The method's kernels as `renumbered`, with the copies (numbered anew too) each ahead
+    of the first kernel reading it, named after that kernel's source; those only the caller
     reads at the end."""
     kernels = []
-    for kernel in method.kernels:
+    for kernel, moved in zip(method.kernels, renumbered):
         for use in sorted(u for u in _read(method, kernel) if u in making):
             kernels += [replace(k, source=kernel.source) for k in making.pop(use)]
-        kernels.append(replace(kernel, args=tuple(new[a] for a in kernel.args)))
+        kernels.append(moved)
     for use in sorted({u for u in method.outputs if u in making}):
         kernels += making.pop(use)
     return tuple(kernels)
