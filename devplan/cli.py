@@ -163,8 +163,21 @@ Budgets = Annotated[
 ]
 
 
+def _in_order(ctx: typer.Context, param: typer.CallbackParam, value):
+    """Click calls option callbacks in the order the options first appear on the command
+    line: that order is the order backends choose ops in."""
+    if value:
+        ctx.meta.setdefault("devplan_order", []).append(param.name)
+    return value
+
+
+def _given_order(ctx: typer.Context, names) -> list[str]:
+    return [name for name in ctx.meta.get("devplan_order", []) if name in names]
+
+
 @app.command("compile")
 def compile_command(
+    ctx: typer.Context,
     model: Annotated[Path, typer.Argument(metavar="MODEL.pt2", help="A program saved with torch.export.save.", show_default=False)],
     output: Annotated[
         Optional[Path],
@@ -187,9 +200,22 @@ def compile_command(
     ] = True,
     delegate: Annotated[
         Optional[list[str]],
-        typer.Option("--delegate", metavar="DEVICE[=OPS]", help="Run ops on DEVICE as delegates: cuda:0 takes every op, "
+        typer.Option("--delegate", metavar="DEVICE[=OPS]", callback=_in_order, help="Run ops on DEVICE as delegates: cuda:0 takes every op, "
                      "cuda:0=aten::linear,aten::relu only those. Tensors crossing to and from the device are copied "
                      "(et_copy ops) and planned in a buffer of that device. Repeatable; earlier ones choose first.",
+                     show_default=False),
+    ] = None,
+    backend: Annotated[
+        Optional[list[str]],
+        typer.Option("--backend", metavar="NAME", callback=_in_order, help="Let ExecuTorch's backend NAME (xnnpack) take "
+                     "the ops it supports, compiled by its own partitioner and preprocess into its delegates; devplan "
+                     "plans everything around them. Needs pip install \"devplan[executorch]\". Combines with --delegate "
+                     "and --partitioner in the order given.", show_default=False),
+    ] = None,
+    partitioner: Annotated[
+        Optional[list[str]],
+        typer.Option("--partitioner", metavar="MODULE:CLASS[:JSON]", callback=_in_order, help="Like --backend, for "
+                     "any ExecuTorch partitioner installed: the class, and its keyword arguments as a JSON object.",
                      show_default=False),
     ] = None,
     device_io: Annotated[
@@ -213,10 +239,13 @@ def compile_command(
     summary: buffers, planned bytes next to the lower bound, delegates, constant bytes,
     seconds taken."""
     from devplan.compiler import compile
+    from devplan.passes.backends import Partitioner
     from devplan.passes.partition import Backend
     from devplan.planning import parse_budget
 
-    backends = [Backend.parse(text) for text in delegate or ()]
+    parse = {"delegate": (Backend.parse, delegate), "backend": (Partitioner.parse, backend),
+             "partitioner": (Partitioner.parse_class, partitioner)}
+    backends = [make(text) for name in _given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()]
     budgets = dict(parse_budget(text) for text in budget or ())
     target = output if output is not None else model.with_suffix(".pte")
     if target.resolve() == model.resolve():
@@ -375,12 +404,17 @@ def run_command(
         str, typer.Option("--max-memory", metavar="SIZE", help="Refuse a program whose buffers and unplanned tensors "
                           "take more than this (units B, KiB, MiB, GiB, ...): sizes come from the file.")
     ] = "8GiB",
+    executorch: Annotated[
+        bool, typer.Option("--executorch", help="Run on ExecuTorch's own runtime instead (needs pip install "
+                           "\"devplan[executorch]\"): any program, those with XNNPACK delegates too.")
+    ] = False,
 ) -> None:
     """Run a .pte in devplan's reference runtime and summarize its outputs.
 
     Every planned tensor lives where the plan put it, in one arena per buffer from the
     DeviceAllocator registered for the buffer's device, so a broken plan shows as wrong outputs.
-    Delegates devplan compiled (--delegate) run their payloads on their device."""
+    Delegates devplan compiled (--delegate) run their payloads on their device; ExecuTorch's
+    backends' delegates (--backend) need --executorch."""
     import io
     from contextlib import nullcontext
 
@@ -391,13 +425,21 @@ def run_command(
     from devplan.runtime.report import run_document
 
     limit = _memory_limit(max_memory)
-    with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
-        loaded = LoadedMethod(read_pte(program), method, max_memory=limit)
-        try:
-            given = _load_inputs(inputs) if inputs is not None else loaded.sample_inputs(seed)
-            results = [loaded.execute(given) for _ in range(runs)]
-        finally:
-            loaded.release()
+    pte = read_pte(program)
+    if executorch:
+        from devplan.runtime.executor import sample_inputs
+        from devplan.runtime.executorch import run_on_executorch, view_of
+
+        given = _load_inputs(inputs) if inputs is not None else sample_inputs(view_of(pte, method), seed)
+        results = run_on_executorch(pte, method, given, runs)
+    else:
+        with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
+            loaded = LoadedMethod(pte, method, max_memory=limit)
+            try:
+                given = _load_inputs(inputs) if inputs is not None else loaded.sample_inputs(seed)
+                results = [loaded.execute(given) for _ in range(runs)]
+            finally:
+                loaded.release()
     if save is not None:
         buffer = io.BytesIO()
         torch.save(results[-1], buffer)

@@ -76,18 +76,25 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     from devplan.load import load
     from devplan.passes import GRAPH_PASSES
     from devplan.passes.graph import from_exported
-    from devplan.passes.partition import partition
+    from devplan.passes.partition import Backend, partition
     from devplan.pte import write_atomic
 
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
     stage = Stages(options.dump_dir, on_stage)
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
+    own = tuple(d for d in options.delegates if isinstance(d, Backend))
+    if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
+        from devplan.passes.backends import adopt_delegates, lower_to_backends
+
+        ep = stage("backends", lower_to_backends, ep, options.delegates)
     low = stage("split", from_exported, ep)
+    if len(own) < len(options.delegates):
+        low = stage("adopt", adopt_delegates, low)
     for name, graph_pass in GRAPH_PASSES:
         low = stage(name, graph_pass, low)
     if options.delegates:
-        low = stage("partition", partition, low, options.delegates)
+        low = stage("partition", partition, low, own)
         # each payload goes through the same stages as the program, named after its call
         low = compile_delegates(low, lambda sub, device, call: lower_method(sub, options, stage.within(call), device))
     planned, data, constant_bytes = lower_method(low, options, stage)
@@ -116,8 +123,10 @@ def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
                     budgets=dict(options.budgets) if delegate is None else None, home=delegate or CPU,
                     borrowed_io=delegate is not None)
     program, segments = stage("emit", to_program, planned, source=options.source)
-    # what the program stores: equal tensors once, each aligned (inspect's constant_bytes too)
-    return planned, stage("serialize", dumps_pte, program, segments), len(segments[0])
+    # what the program stores: equal tensors once, each aligned, and the named data that
+    # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)
+    stored = len(segments[0]) + sum(len(segments[entry.segmentIndex]) for entry in program.namedData or ())
+    return planned, stage("serialize", dumps_pte, program, segments), stored
 
 
 @dataclass

@@ -87,6 +87,8 @@ class Delegate:
     arena_bound: int = 0                          # the least bytes any plan of the payload could take
     window: tuple[int, int] | None = None         # (mem_id, offset): where planning put that buffer
                                                   # inside the method's buffer on `device`
+    named_data: tuple[tuple[str, bytes, int], ...] = ()  # (key, bytes, alignment) an ExecuTorch backend
+                                                         # reads beside its payload (XNNPACK's weights)
 
 
 @dataclass(frozen=True)

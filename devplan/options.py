@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from devplan.errors import DevplanError
 
 if TYPE_CHECKING:
+    from devplan.passes.backends import Partitioner
     from devplan.passes.partition import Backend
 
 DEFAULT_ALIGNMENT = 16  # bytes, as ExecuTorch's planner aligns
@@ -22,7 +23,9 @@ class CompileOptions:
     budgets: tuple[tuple[str, int], ...] = ()  # (buffer mem_id or device, bytes)
     inplace: bool = True                 # results over inputs that die with them; cat pieces in place
     reorder: bool = True                 # instructions in the order that holds the fewest bytes at once
-    delegates: tuple["Backend", ...] = ()  # backends taking ops, in turn, to run on their device
+    # backends taking ops, in turn: devplan's own, to run on their device, and ExecuTorch's
+    # partitioners (--backend, --partitioner), whose backends compile their groups
+    delegates: tuple["Backend | Partitioner", ...] = ()
     device_io: bool = False              # inputs only delegates read, and their results, stay on the device
     source: bool = True                  # each instruction's module, op and line in ET12's stacktrace
     dump_dir: Path | None = None         # a readable file per stage
@@ -41,9 +44,15 @@ class CompileOptions:
     @classmethod
     def of(cls, base: CompileOptions | None = None, **choices) -> CompileOptions:
         """`base` (or the defaults) with `choices` as devplan.compile takes them: budgets as a
-        mapping, delegates as 'cuda:0=aten::linear' texts or Backends, dump_dir as any path."""
+        mapping, delegates as 'cuda:0=aten::linear' texts, Backends or Partitioners,
+        `backends` as ExecuTorch backend names ('xnnpack') or 'MODULE:CLASS[:JSON]' partitioners
+        that choose before the delegates, dump_dir as any path."""
+        from devplan.passes.backends import Partitioner
         from devplan.passes.partition import Backend
 
+        if "backends" in choices:
+            foreign = tuple(Partitioner.parse(b) if isinstance(b, str) else b for b in choices.pop("backends") or ())
+            choices["delegates"] = foreign + tuple(choices.get("delegates") or ())
         unknown = sorted(set(choices) - {f.name for f in fields(cls)})
         if unknown:
             raise TypeError(f"compile() got an unexpected keyword argument {unknown[0]!r}")

@@ -11,7 +11,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.ops import BACKEND_ID, KERNELS, NUMBER_OPS, SAME_BYTES, is_view, kernel_name, out_schema, schema_name
+from devplan.ops import KERNELS, NUMBER_OPS, SAME_BYTES, is_view, kernel_name, out_schema, schema_name
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, Source,
                             TensorList, Use, Value, ViewOf)
@@ -228,12 +228,13 @@ def _emit_delegate(b: _Builder, node: torch.fx.Node, low: Lowered) -> None:
     its results left there until something reads them elsewhere."""
     backend, payload = low.backends[node.target], low.payloads[node.target]
     device = backend.device
-    inputs = tuple(b.use(b.of_node[arg], device) for arg in payload.inputs)
+    args = node.args if payload.inputs is None else payload.inputs
+    inputs = tuple(b.use(b.of_node[arg], device) for arg in args)
     val = node.meta["val"]
     outs = tuple(b.tensor(result, device=device) for result in (val if isinstance(val, (list, tuple)) else (val,)))
-    b.delegates.append(Delegate(BACKEND_ID, payload.data, backend.compile_specs, device, payload.arena,
-                                payload.arena_bound))
-    b.kernels.append(Kernel(BACKEND_ID, inputs + outs, node.target, delegate=len(b.delegates) - 1))
+    b.delegates.append(Delegate(backend.backend_id, payload.data, backend.compile_specs, device, payload.arena,
+                                payload.arena_bound, named_data=payload.named_data))
+    b.kernels.append(Kernel(backend.backend_id, inputs + outs, node.target, delegate=len(b.delegates) - 1))
     _bind(b, node, outs)
 
 

@@ -7,37 +7,25 @@ that device alive for the call (planning/assign.py)."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Callable
 
 import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.passes.graph import Lowered
+from devplan.passes.graph import Lowered, Payload
 from devplan.planning.assign import PlannedMethod
 from devplan.spec import Device
-
-
-@dataclass(frozen=True)
-class Payload:
-    """A delegate call compiled: the ET12 program its backend runs, the argument nodes it
-    takes at run time (in the order the payload's method takes them), and the bytes its one
-    buffer plans on the backend's device, as planned and at the least any plan could."""
-
-    data: bytes
-    inputs: tuple[torch.fx.Node, ...]
-    arena: int
-    arena_bound: int
 
 
 def compile_delegates(low: Lowered, lower: Callable[[Lowered, Device, str], tuple[PlannedMethod, bytes, int]]
                       ) -> Lowered:
     """Every delegate call's Payload: its group as a Lowered program of its own, which
     `lower(program, device, call name)` plans and writes as the compile's other methods are."""
-    payloads = {}
+    payloads = dict(low.payloads)  # an ExecuTorch backend's calls come compiled already
     for node in low.gm.graph.nodes:
-        if node.op == "call_module":
+        if node.op == "call_module" and node.target not in payloads:
             device = low.backends[node.target].device
             try:
                 sub, runtime_args = _group(low, node)

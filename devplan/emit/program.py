@@ -31,6 +31,7 @@ from devplan.pte.fb.Instruction import InstructionT
 from devplan.pte.fb.Int import IntT
 from devplan.pte.fb.IntList import IntListT
 from devplan.pte.fb.KernelCall import KernelCallT
+from devplan.pte.fb.NamedData import NamedDataT
 from devplan.pte.fb.NonConstBufferDevice import NonConstBufferDeviceT
 from devplan.pte.fb.Null import NullT
 from devplan.pte.fb.Operator import OperatorT
@@ -119,6 +120,14 @@ def to_program(planned: PlannedMethod, *, source: bool = True) -> tuple[ProgramT
     for delegate in method.delegates:
         plan.delegates.append(_delegate(delegate, len(segments)))
         segments.append(delegate.payload)
+    # what ExecuTorch's backends keep beside their payloads, once per key, a segment each
+    named = {key: data for delegate in method.delegates for key, data, _ in delegate.named_data}
+    program.namedData = [] if named else None
+    for key in sorted(named):
+        entry = NamedDataT()
+        entry.key, entry.segmentIndex = key, len(segments)
+        program.namedData.append(entry)
+        segments.append(named[key])
     return program, segments
 
 

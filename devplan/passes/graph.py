@@ -15,8 +15,34 @@ from devplan.ops import is_view
 from devplan.passes.functional import functionalize_locally, inline_grad_regions, needs_retrace, refuse_unlowerable
 
 if TYPE_CHECKING:
-    from devplan.emit.delegate import Payload
     from devplan.passes.partition import Backend
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What a delegate call runs: the payload its backend reads (devplan's own: an ET12
+    program planned on the backend's device), the argument nodes it takes at run time (in
+    the order the payload takes them; None: all the call's, as the graph has them now), the bytes its one buffer plans on that device, as
+    planned and at the least any plan could (0 for a backend that plans its own), and the
+    named data a backend keeps beside its payload: (key, bytes, alignment)."""
+
+    data: bytes
+    inputs: tuple[torch.fx.Node, ...] | None
+    arena: int
+    arena_bound: int
+    named_data: tuple[tuple[str, bytes, int], ...] = ()
+
+
+class ForeignCall(torch.nn.Module):
+    """A group that one of ExecuTorch's backends compiled (passes/backends.py): the graph
+    calls it as a module; devplan stores what the backend made and plans only the tensors it
+    reads and writes."""
+
+    def __init__(self, backend_id: str, processed: bytes, compile_specs: tuple[tuple[str, bytes], ...],
+                 named_data: tuple[tuple[str, bytes, int], ...]) -> None:
+        super().__init__()
+        self.backend_id, self.processed, self.compile_specs, self.named_data = (
+            backend_id, processed, compile_specs, named_data)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import create_op_support
 
 from devplan.errors import DevplanError
-from devplan.ops import NUMBER_OPS
+from devplan.ops import BACKEND_ID, NUMBER_OPS
 from devplan.passes.graph import Lowered
 from devplan.spec import Device
 
@@ -22,10 +22,13 @@ TARGET_DEVICE = "target_device"  # the compile spec key ExecuTorch reads a deleg
 @dataclass(frozen=True)
 class Backend:
     """A target that runs a group of ops on `device`: those named in `ops` ("aten::linear"),
-    or every op when `ops` is None."""
+    or every op when `ops` is None. devplan's own backend compiles its groups; one of
+    ExecuTorch's (passes/backends.py) comes with its groups compiled, its id and specs."""
 
     device: Device
     ops: frozenset[str] | None = None
+    backend_id: str = BACKEND_ID
+    specs: tuple[tuple[str, bytes], ...] | None = None  # an ExecuTorch backend's compile specs, as it wrote them
 
     @classmethod
     def parse(cls, text: str) -> "Backend":
@@ -47,11 +50,12 @@ class Backend:
             return isinstance(node.args[0], torch.fx.Node) and self.takes(node.args[0])
         if node.target in NUMBER_OPS:  # sizes are computed on the host, where the runtime's number values live
             return False
-        return self.ops is None or node.target._schema.name in self.ops
+        schema = getattr(node.target, "_schema", None)  # higher-order ops (a delegate call) have none
+        return schema is not None and (self.ops is None or schema.name in self.ops)
 
     @property
     def compile_specs(self) -> tuple[tuple[str, bytes], ...]:
-        return ((TARGET_DEVICE, str(self.device).encode()),)
+        return self.specs if self.specs is not None else ((TARGET_DEVICE, str(self.device).encode()),)
 
 
 def _op_name(name: str) -> str:
@@ -64,8 +68,9 @@ def _op_name(name: str) -> str:
 def partition(low: Lowered, backends: Sequence[Backend]) -> Lowered:
     """Each backend in turn takes the ops it supports among those no earlier one took. Every
     call of a group is a `call_module` node named delegate_N (in graph order); the result's
-    `backends` says which backend runs each."""
-    gm, taken = low.gm, {}
+    `backends` says which backend runs each (and `payloads` keeps those ExecuTorch's
+    backends compiled)."""
+    gm, taken = low.gm, dict(low.backends)
     for round, backend in enumerate(backends):
         support = create_op_support(lambda submodules, node, backend=backend: backend.takes(node))
         partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
@@ -77,7 +82,8 @@ def partition(low: Lowered, backends: Sequence[Backend]) -> Lowered:
     was = [node.target for node in calls]
     named = _rename(gm, calls, "delegate")
     gm.recompile()
-    return replace(low, gm=gm, backends={new: taken[old] for old, new in zip(was, named)})
+    return replace(low, gm=gm, backends={new: taken[old] for old, new in zip(was, named)},
+                   payloads={new: low.payloads[old] for old, new in zip(was, named) if old in low.payloads})
 
 
 def _rename(gm: torch.fx.GraphModule, calls: list[torch.fx.Node], prefix: str) -> list[str]:

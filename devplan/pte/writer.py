@@ -21,9 +21,10 @@ from devplan.pte.header import FILE_IDENTIFIER, HEADER_LENGTH, HEADER_OFFSET, Ex
 # The schema's force_align on constant and delegate blobs; the generated Python Pack drops it.
 _BLOB_ALIGNMENT = 16
 _root_offset = struct.Struct("<I")
+SEGMENT_ALIGNMENT = 128  # where each data segment starts, as ExecuTorch aligns them
 
 
-def dumps_pte(program: ProgramT, segments: Sequence[bytes] = (), *, segment_alignment: int = 128) -> bytes:
+def dumps_pte(program: ProgramT, segments: Sequence[bytes] = (), *, segment_alignment: int = SEGMENT_ALIGNMENT) -> bytes:
     """The bytes of a .pte holding `program` and the data of its segments, in order.
 
     program.segments is rewritten (in the output only) to say where each segment landed;

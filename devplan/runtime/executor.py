@@ -46,7 +46,7 @@ class LoadedMethod:
         if name not in views:
             raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(views) or 'none'}")
         view = views[name]
-        self.where, devices, sizes = view.where, view.buffer_devices, view.buffer_sizes
+        self.view, self.where, devices, sizes = view, view.where, view.buffer_devices, view.buffer_sizes
         if not view.values_listed:  # as ExecuTorch's runtime refuses it
             raise DevplanError(f"{self.where} has no values table; the program is damaged")
         # every tensor checked once, before anything is allocated; binding and sizes read these
@@ -191,19 +191,7 @@ class LoadedMethod:
         memory.taken += nbytes
 
     def sample_inputs(self, seed: int = 0) -> list[Any]:
-        """Inputs of the right shapes and dtypes: seeded normal floats, zeros for integer and
-        bool tensors (always valid indices), and the program's own values for number inputs."""
-        generator = torch.Generator().manual_seed(seed)
-        samples = []
-        for index in self.inputs:
-            slot = self.values[index]
-            if isinstance(slot, torch.Tensor) and slot.dtype.is_floating_point:
-                samples.append(torch.randn(slot.shape, generator=generator).to(slot.dtype))
-            elif isinstance(slot, torch.Tensor):
-                samples.append(torch.zeros(slot.shape, dtype=slot.dtype))
-            else:
-                samples.append(slot)
-        return samples
+        return sample_inputs(self.view, seed)
 
     def release(self) -> None:
         for delegate in {id(d): d for d in getattr(self, "delegates", ())}.values():
@@ -216,8 +204,9 @@ class LoadedMethod:
     def _open_delegate(self, pte: PteFile, view: MethodView, delegate: Delegate) -> "LoadedMethod":
         index = delegate.index
         if delegate.id != BACKEND_ID:
-            raise DevplanError(f"{self.where}: delegate {index} runs on backend {delegate.id!r}, which the reference "
-                               f"runtime does not have (it runs {BACKEND_ID} payloads only)")
+            raise DevplanError(f"{self.where}: delegate {index} runs on ExecuTorch's backend {delegate.id!r}, which "
+                               f"needs ExecuTorch's runtime: devplan run --executorch (devplan's runs {BACKEND_ID} "
+                               f"payloads only)")
         # read and decoded once however many delegates share it
         payload = pte.delegate_program(view.plan_index, index)
         if delegate.window is None:  # the payload's buffers are its own
@@ -470,3 +459,20 @@ def run(source: str | os.PathLike | bytes | PteFile, inputs: Sequence[Any], *, m
         return [loaded.execute(inputs) for _ in range(runs)]
     finally:
         loaded.release()
+
+
+def sample_inputs(view: MethodView, seed: int = 0) -> list[Any]:
+    """Inputs of the method's shapes and dtypes: seeded normal floats, zeros for integer and
+    bool tensors (always valid indices), and the program's own values for number inputs."""
+    generator = torch.Generator().manual_seed(seed)
+    samples = []
+    for index in view.inputs:
+        tensor = view.tensors.get(index)
+        dtype = getattr(torch, tensor.dtype, None) if tensor is not None else None
+        if tensor is None or not isinstance(dtype, torch.dtype):
+            samples.append(view.scalars.get(index))
+        elif dtype.is_floating_point:
+            samples.append(torch.randn(tensor.shape, generator=generator).to(dtype))
+        else:
+            samples.append(torch.zeros(tensor.shape, dtype=dtype))
+    return samples

@@ -1,0 +1,283 @@
+"""ExecuTorch's own backends inside devplan's programs: an ExecuTorch partitioner picks the
+ops its backend takes and that backend's preprocess compiles each group, exactly as
+ExecuTorch's lowering does (`to_edge_transform_and_lower`); devplan keeps every delegate
+call as a `call_module` of a `ForeignCall` and lowers everything around it with its own
+pipeline. Only this stage imports ExecuTorch (the `devplan[executorch]` extra)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import create_op_support
+
+from devplan.errors import DevplanError, first_line
+from devplan.extras import import_module
+from devplan.passes.graph import ForeignCall, Lowered, Payload
+from devplan.passes.partition import TARGET_DEVICE, Backend
+from devplan.pte.writer import SEGMENT_ALIGNMENT
+from devplan.spec import CPU, Device
+
+# --backend NAME: the partitioner ExecuTorch ships for it
+KNOWN = {"xnnpack": "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner"}
+
+
+@dataclass(frozen=True)
+class Partitioner:
+    """An ExecuTorch partitioner, named as MODULE:CLASS with keyword arguments as JSON."""
+
+    module: str
+    cls: str
+    kwargs: str = "{}"   # JSON, kept as text so that the options stay hashable and printable
+    label: str = ""      # what the user wrote, for messages
+
+    @classmethod
+    def parse(cls, text: str) -> "Partitioner":
+        """A backend's name ('xnnpack'), or a partitioner as parse_class reads it."""
+        if text.strip().lower() in KNOWN:
+            module, _, name = KNOWN[text.strip().lower()].partition(":")
+            return cls(module, name, "{}", text.strip().lower())
+        if ":" not in text:
+            raise DevplanError(f"--backend {text!r}: unknown backend; use one of: {', '.join(KNOWN)}, "
+                               f"or --partitioner MODULE:CLASS for another")
+        return cls.parse_class(text)
+
+    @classmethod
+    def parse_class(cls, text: str) -> "Partitioner":
+        """'MODULE:CLASS' or 'MODULE:CLASS:{"json": "kwargs"}'."""
+        module, _, rest = text.partition(":")
+        name, _, kwargs = rest.partition(":")
+        if not module or not name.isidentifier():
+            raise DevplanError(f"--partitioner {text!r}: write MODULE:CLASS[:JSON_KWARGS], e.g. "
+                               f"{KNOWN['xnnpack']}; or --backend with one of: {', '.join(KNOWN)}")
+        try:
+            if not isinstance(json.loads(kwargs or "{}"), dict):
+                raise ValueError("not an object")
+        except ValueError as error:
+            raise DevplanError(f"--partitioner {text!r}: its keyword arguments must be a JSON object ({error})") from None
+        return cls(module, name, kwargs or "{}", text)
+
+    def make(self):
+        module = import_module(self.module, self.label)
+        factory = getattr(module, self.cls, None)
+        if not callable(factory):
+            raise DevplanError(f"{self.label}: {self.module} has no partitioner class {self.cls}")
+        try:
+            return factory(**json.loads(self.kwargs))
+        except Exception as error:  # the user's partitioner: its failure is bad input, not devplan's bug
+            raise DevplanError(f"{self.label}: {self.module}.{self.cls}(**{self.kwargs}) failed: {first_line(error)}") from None
+
+
+def lower_to_backends(ep: torch.export.ExportedProgram, delegates: tuple[Backend | Partitioner, ...]
+                      ) -> torch.export.ExportedProgram:
+    """`ep` with every group the partitioners among `delegates` take compiled by its
+    backend: ExecuTorch's edge program, its ops turned back into ATen ops and each delegate
+    call into a call_module of a ForeignCall. A partitioner never takes the ops of devplan's
+    own backends given before it; those after it take what it left."""
+    partitioners = [d for d in delegates if isinstance(d, Partitioner)]
+    exir = import_module("executorch.exir", partitioners[0].label)
+    made = []
+    for p in partitioners:
+        earlier = tuple(d for d in delegates[:delegates.index(p)] if isinstance(d, Backend))
+        made.append((p, _Guarded(p.make(), p.label, earlier)))
+    config = exir.EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)
+    try:
+        with torch.no_grad():  # ExecuTorch's state write-back would otherwise trip autograd
+            edge = exir.to_edge_transform_and_lower(ep, partitioner=[guarded for _, guarded in made], compile_config=config)
+    except DevplanError:
+        raise
+    except Exception as error:  # a partitioner or a backend's preprocess failed: name which, and the node
+        raise DevplanError(f"{_blame([g for _, g in made])}: ExecuTorch's lowering failed: {first_line(error)}") from None
+    lowered = edge.exported_program()
+    _adopt(lowered.graph_module)
+    return lowered
+
+
+def _blame(guarded: list["_Guarded"]) -> str:
+    """Who failed: the partitioner that was running, else the backends compiling the
+    partitions the partitioners made (each named with its first node)."""
+    running = [g.label for g in guarded if g.running]
+    if running:
+        return running[0]
+    parts = [f"{g.label} (backend {backend}, partition {tag} from node {node})"
+             for g in guarded for tag, (backend, node) in list(g.partitions.items())[:1]]
+    return "; ".join(parts) or " and ".join(g.label for g in guarded)
+
+
+class _Guarded:
+    """A user's partitioner, watched: which one is running when something fails, its result
+    checked before it is trusted, and the ops of devplan's earlier backends kept from it."""
+
+    def __init__(self, partitioner, label: str, earlier: tuple[Backend, ...]) -> None:
+        self.inner, self.label, self.earlier, self.running, self.partitioned = partitioner, label, earlier, False, False
+        self.partitions: dict[str, tuple[str, str]] = {}  # tag -> (backend id, its first node)
+
+    def __getattr__(self, name: str):  # the rest of ExecuTorch's Partitioner interface, as the user's has it
+        return getattr(self.inner, name)
+
+    def ops_to_not_decompose(self, ep):
+        """The partitioner's ops kept whole, and those of devplan's earlier backends: they stay
+        for those backends, so once partitioning is done ExecuTorch must not ask that this
+        partitioner took them."""
+        keep = getattr(self.inner, "ops_to_not_decompose", None)
+        ops, check = keep(ep) if keep else ([], None)
+        if not self.earlier:
+            return ops, check
+        mine = [getattr(packet, overload) for b in self.earlier for name in sorted(b.ops or ())
+                for packet in [getattr(torch.ops.aten, name.removeprefix("aten::"))] for overload in packet.overloads()
+                if not getattr(packet, overload)._schema.is_mutable]
+
+        def supported(node) -> bool:
+            if any(b.takes(node) for b in self.earlier):
+                return not self.partitioned
+            return check(node) if check else True
+        return [*ops, *(op for op in mine if op not in ops)], supported
+
+    def __call__(self, ep):
+        return self.partition(ep)
+
+    def partition(self, ep):
+        from executorch.exir.backend.partitioner import PartitionResult
+
+        self.running = True
+        try:
+            result = self.inner.partition(ep)
+        except Exception as error:
+            raise DevplanError(f"{self.label}: the partitioner failed: {first_line(error)}") from None
+        if not isinstance(result, PartitionResult):
+            raise DevplanError(f"{self.label}: the partitioner returned a {type(result).__name__}, not a PartitionResult")
+        _refuse_mutations(result, self.label)
+        if self.earlier:
+            _give_back(result, self.earlier)
+        for node in result.tagged_exported_program.graph_module.graph.nodes:
+            tag = node.meta.get("delegation_tag")
+            if tag in result.partition_tags and tag not in self.partitions:
+                self.partitions[tag] = (result.partition_tags[tag].backend_id, node.name)
+        self.running, self.partitioned = False, True
+        return result
+
+
+def _refuse_mutations(result, label: str) -> None:
+    """A foreign delegate holds no state across calls in devplan's programs: a partition that
+    takes a buffer the program updates (so that the delegate would own it), or an op that
+    writes in place, is refused by that node. A new value it computes is fine: the program
+    writes it back, as it does every state update."""
+    ep = result.tagged_exported_program
+    state = set(ep.graph_signature.buffers_to_mutate.values())
+    for node in ep.graph_module.graph.nodes:
+        tag = node.meta.get("delegation_tag")
+        if tag is None:
+            continue
+        owned = node.op == "placeholder" and ep.graph_signature.inputs_to_buffers.get(node.name) in state
+        writes = isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
+        if owned or writes:
+            what = "takes state the program updates" if owned else f"writes in place ({node.target})"
+            raise DevplanError(f"{label}: partition {tag} crosses a mutation: node {node.name} {what}; a delegate "
+                               f"must leave state to the program, so leave that node out of the partition")
+
+
+def _give_back(result, earlier: tuple[Backend, ...]) -> None:
+    """Untag the nodes devplan's earlier backends take; what is left of each partition is
+    regrouped without cycles (torch's CapabilityBasedPartitioner), each group its own tag."""
+    gm = result.tagged_exported_program.graph_module
+    kept = {}
+    for node in gm.graph.nodes:
+        tag = node.meta.get("delegation_tag")
+        if tag is None:
+            continue
+        if any(b.takes(node) for b in earlier):  # an edge op has its ATen op's schema
+            del node.meta["delegation_tag"]
+        else:
+            kept[node] = tag
+    for node in kept:
+        del node.meta["delegation_tag"]
+    specs = dict(result.partition_tags)
+    result.partition_tags.clear()
+    for tag in dict.fromkeys(kept.values()):
+        support = create_op_support(lambda _, node, tag=tag: kept.get(node) == tag)
+        for number, part in enumerate(CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+                                      .propose_partitions()):
+            for node in part.nodes:
+                node.meta["delegation_tag"] = f"{tag}_{number}"
+            result.partition_tags[f"{tag}_{number}"] = specs[tag]
+
+
+def _adopt(gm: torch.fx.GraphModule) -> None:
+    """ExecuTorch's edge graph as devplan's passes read graphs: ATen ops, views where
+    ExecuTorch wrote their copies, and each `executorch_call_delegate(lowered_module, *args)`
+    a call_module of a ForeignCall holding what the backend made."""
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and isinstance(getattr(node.target, "_op", None), torch._ops.OpOverload):
+            node.target = _view_of_copy(node.target._op)
+        elif node.op == "call_function" and getattr(node.target, "__name__", "") == "executorch_call_delegate":
+            lowered = getattr(gm, node.args[0].target)
+            name = node.args[0].target
+            gm.add_submodule(name, _foreign(lowered))
+            with gm.graph.inserting_before(node):
+                call = gm.graph.call_module(name, tuple(node.args[1:]))
+            call.meta = dict(node.meta)
+            node.replace_all_uses_with(call)
+            gm.graph.erase_node(node)
+    gm.graph.eliminate_dead_code()
+    for name, module in list(gm.named_children()):
+        if not isinstance(module, ForeignCall) and hasattr(module, "processed_bytes"):
+            delattr(gm, name)
+    gm.recompile()
+
+
+def _foreign(lowered) -> ForeignCall:
+    """What an ExecuTorch LoweredBackendModule holds that a program stores: the backend's id,
+    its payload, its compile specs and the named data it keeps beside the payload."""
+    store = lowered.named_data_store_output
+    named = []
+    if store is not None:
+        if store.external_data:
+            raise DevplanError(f"{lowered.backend_id}: the backend writes named data to an external file "
+                               f"({', '.join(store.external_data)}), which devplan does not write yet")
+        for key, entry in sorted(store.pte_data.items()):
+            if SEGMENT_ALIGNMENT % entry.alignment:  # every segment starts on that boundary, no finer one
+                raise DevplanError(f"{lowered.backend_id}: named data {key} asks for {entry.alignment}-byte alignment; "
+                                   f"devplan aligns segments to {SEGMENT_ALIGNMENT} bytes")
+            named.append((key, bytes(store.buffers[entry.buffer_index]), entry.alignment))
+    if not isinstance(lowered.processed_bytes, bytes) or not lowered.processed_bytes:
+        raise DevplanError(f"{lowered.backend_id}: its preprocess made no payload for the partition of "
+                           f"{_first_op(lowered)}; the backend cannot compile those ops")
+    specs = tuple((spec.key, bytes(spec.value)) for spec in lowered.compile_specs)
+    return ForeignCall(lowered.backend_id, bytes(lowered.processed_bytes), specs, tuple(named))
+
+
+def _first_op(lowered) -> str:
+    """The first op node of a lowered partition, to name it in messages."""
+    nodes = [n for n in lowered.original_module.graph_module.graph.nodes if n.op == "call_function"]
+    return f"node {nodes[0].name}" if nodes else "no ops"
+
+
+def _view_of_copy(op):
+    """ExecuTorch writes views as their copies (view_copy, permute_copy); devplan's own view
+    handling (aliases where the bytes allow, copies elsewhere) starts from the view."""
+    name = op._schema.name.removeprefix("aten::")
+    if not name.endswith("_copy"):
+        return op
+    view = getattr(getattr(torch.ops.aten, name.removesuffix("_copy"), None), op._overloadname, None)
+    return view if isinstance(view, torch._ops.OpOverload) and view.is_view else op
+
+
+def adopt_delegates(low: Lowered) -> Lowered:
+    """The Lowered program's backends and payloads for the delegate calls ExecuTorch's
+    backends made (call_modules of ForeignCall): planned on the device their compile spec
+    names (`target_device`), else the host."""
+    backends, payloads = dict(low.backends), dict(low.payloads)
+    for node in low.gm.graph.nodes:
+        if node.op != "call_module" or not isinstance(call := low.gm.get_submodule(node.target), ForeignCall):
+            continue
+        specs = dict(call.compile_specs)
+        try:
+            device = Device.parse(specs[TARGET_DEVICE].decode()) if TARGET_DEVICE in specs else CPU
+        except (DevplanError, UnicodeDecodeError):
+            raise DevplanError(f"{call.backend_id}: compile spec target_device {specs[TARGET_DEVICE]!r} names no "
+                               f"device devplan plans for; use cpu or cuda:N") from None
+        backends[node.target] = Backend(device, frozenset(), call.backend_id, call.compile_specs)
+        payloads[node.target] = Payload(call.processed, None, 0, 0, call.named_data)
+    return replace(low, backends=backends, payloads=payloads)
+

@@ -1,0 +1,37 @@
+"""`devplan run --executorch`: the same program on ExecuTorch's own runtime (the
+`devplan[executorch]` extra), so that one tool checks the outputs of any program, those
+with ExecuTorch's backends' delegates (XNNPACK) included, which devplan's runtime cannot run."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from devplan.errors import DevplanError, first_line
+from devplan.extras import import_module
+from devplan.pte.decode import methods
+from devplan.pte.reader import PteFile
+
+
+
+def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1) -> list[list[Any]]:
+    """The outputs of `runs` calls of method `name`, one loaded method, state carried over."""
+    view_of(pte, name)
+    runtime = import_module("executorch.runtime", "--executorch")
+    import_module("executorch.kernels.quantized", "--executorch")  # PT2E programs' kernels register on import
+    try:
+        program = runtime.Runtime.get().load_program(pte.data)
+        method = program.load_method(name)
+        results = []
+        for _ in range(runs):
+            results.append([o.clone() if isinstance(o, torch.Tensor) else o for o in method.execute(list(inputs))])
+    except Exception as error:  # ExecuTorch's runtime refused the program or its inputs
+        raise DevplanError(f"{pte.name}: ExecuTorch's runtime failed on method {name}: {first_line(error)}") from None
+    return results
+
+
+def view_of(pte: PteFile, name: str):
+    views = {view.name: view for view in methods(pte)}
+    if name not in views:
+        raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(views) or 'none'}")
+    return views[name]

@@ -1,0 +1,180 @@
+"""ExecuTorch's own backends inside devplan's programs (`--backend xnnpack`, `--partitioner`):
+the delegates are ExecuTorch's (its partitioner, its backend's preprocess, its named data),
+everything around them devplan's; the programs run on ExecuTorch's runtime as eager does and
+plan no more than ExecuTorch's XNNPACK program of the same export. A test per refusal."""
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import devplan
+from devplan.errors import DevplanError
+from devplan.passes.backends import Partitioner
+from devplan.pte import read_pte
+from tests.models import CORPUS, STATEFUL, eager_outputs, export, pt2e_quantize, run_executorch
+from tests.tiers import tiered
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = ("linear", "conv_bn_relu", "transformer_encoder", "accumulator", "cat_split_chunk")
+
+
+@functools.lru_cache(maxsize=None)
+def executorch_xnnpack(name: str) -> bytes:
+    """ExecuTorch's own XNNPACK program of the corpus model's export."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    with torch.no_grad():
+        return to_edge_transform_and_lower(export(name)[0], partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+
+
+def planned_bytes(data: bytes) -> int:
+    return sum(int(size) for plan in read_pte(data).program.executionPlan for size in plan.nonConstBufferSizes)
+
+
+@pytest.mark.parametrize("name", tiered(CORPUS, FAST))
+def test_xnnpack_program_runs_as_eager_and_plans_no_more(name):
+    ep, module, args = export(name)
+    result = devplan.compile(ep, backends=["xnnpack"])
+    runs = 3 if name in STATEFUL else 1  # state carries over between calls, as in eager
+    want = eager_outputs(module, args, runs=runs)
+    for got_run, want_run in zip(run_executorch(result.data, args, runs=runs), want):
+        for got, expected in zip(got_run, want_run, strict=True):
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    assert planned_bytes(result.data) <= planned_bytes(executorch_xnnpack(name))
+    delegates = result.planned.method.delegates
+    if name != "layer_norm" and name != "reductions":  # XNNPACK takes nothing of these two
+        assert delegates and {d.backend for d in delegates} == {"XnnpackBackend"}
+
+
+def test_delegates_are_written_as_executorch_writes_them():
+    """Same backend id, payload bytes and named data (XNNPACK's weights) as ExecuTorch's program."""
+    ours = read_pte(devplan.compile(export("linear")[0], backends=["xnnpack"]).data)
+    theirs = read_pte(executorch_xnnpack("linear"))
+
+    def delegates(pte):
+        plan = pte.program.executionPlan[0]
+        return [(d.id, pte.segments[d.processed.index] if d.processed.location == 1 else
+                 bytes(pte.program.backendDelegateData[d.processed.index].data)) for d in plan.delegates]
+
+    def named(pte):
+        return {e.key: pte.segments[e.segmentIndex] for e in pte.program.namedData or ()}
+
+    assert [d[0] for d in delegates(ours)] == [b"XnnpackBackend"]
+    assert delegates(ours) == delegates(theirs)
+    assert named(ours) == named(theirs) and named(ours)
+
+
+def test_quantized_linear_goes_to_xnnpack_quantized_kernels():
+    module = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    args = (torch.randn(4, 16),)
+    ep, converted = pt2e_quantize(module, args, is_per_channel=True)
+    result = devplan.compile(ep, backends=["xnnpack"])
+    left = {k.op for k in result.planned.method.kernels if k.delegate is None}
+    assert not any("quantized_decomposed" in op for op in left), left
+    (got,) = run_executorch(result.data, args)[0]
+    torch.testing.assert_close(got, converted(*args), rtol=0.05, atol=0.05)
+
+
+def test_backend_and_delegate_combine_in_order():
+    """--delegate cuda:0=aten::linear first keeps the linears from XNNPACK; after it, it gets
+    only what XNNPACK left."""
+    ep = export("gated_mlp")[0]
+    first = devplan.compile(ep, delegates=["cuda:0=aten::linear", Partitioner.parse("xnnpack")])
+    devices = {(d.backend, str(d.device)) for d in first.planned.method.delegates}
+    assert ("DevplanDelegate", "cuda:0") in devices and ("XnnpackBackend", "cpu") in devices
+    after = devplan.compile(ep, delegates=[Partitioner.parse("xnnpack"), "cuda:0=aten::linear"])
+    assert {d.backend for d in after.planned.method.delegates} == {"XnnpackBackend"}
+
+
+def test_target_device_compile_spec_places_the_delegate():
+    """A partitioner that names a device in its compile spec gets that device's buffer,
+    copies in and out, as --delegate does."""
+    ep = export("linear")[0]
+    result = devplan.compile(ep, delegates=[Partitioner.parse_class('tests.partitioners:AddsTo:{"target_device": "cuda:0"}')])
+    (delegate,) = result.planned.method.delegates
+    assert delegate.backend == "ConcatBytes" and str(delegate.device) == "cuda:0"
+    assert "cuda:0" in {str(b.device) for b in result.planned.buffers}
+    ops = {k.op for k in result.planned.method.kernels}
+    assert "et_copy::_h2d_copy.out" in ops and "et_copy::_d2h_copy.out" in ops
+
+
+def devplan_cli(*args):
+    return subprocess.run([sys.executable, "-m", "devplan", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+
+
+def one_line_error(run, *needles):
+    assert run.returncode == 2, run.stderr
+    lines = [line for line in run.stderr.strip().splitlines() if line.startswith("devplan:")]
+    assert len(lines) == 1 and lines[0].startswith("devplan: error:"), run.stderr
+    assert "Traceback" not in run.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def test_cli_compile_inspect_and_run(tmp_path):
+    program = tmp_path / "cnn.pte"
+    run = devplan_cli("compile", ROOT / "samples" / "cnn.pt2", "-o", program, "--backend", "xnnpack")
+    assert run.returncode == 0, run.stderr
+    assert "XnnpackBackend" in run.stdout
+    doc = json.loads(devplan_cli("inspect", program, "--json").stdout)
+    assert [d["id"] for d in doc["methods"][0]["delegates"]] == ["XnnpackBackend"]
+    assert doc["file"]["named_data"], "XNNPACK's weights are named data"
+    one_line_error(devplan_cli("run", program), "XnnpackBackend", "--executorch")
+    ran = devplan_cli("run", program, "--executorch", "--json")
+    assert ran.returncode == 0, ran.stderr
+    plain = tmp_path / "plain.pte"
+    assert devplan_cli("compile", ROOT / "samples" / "cnn.pt2", "-o", plain).returncode == 0
+    theirs = json.loads(devplan_cli("run", plain, "--json").stdout)
+    assert json.loads(ran.stdout)["runs"][0][0]["shape"] == theirs["runs"][0][0]["shape"]
+    assert abs(json.loads(ran.stdout)["runs"][0][0]["mean"] - theirs["runs"][0][0]["mean"]) < 1e-4
+
+
+@pytest.mark.parametrize("option, needle", [
+    (["--backend", "nosuch"], "unknown backend"),
+    (["--partitioner", "no_module_here:Cls"], "cannot import no_module_here"),
+    (["--partitioner", "json:NoClass"], "no partitioner class NoClass"),
+    (["--partitioner", "tests.partitioners:AddsTo:[1]"], "JSON object"),
+    (["--partitioner", "tests.partitioners:Raises"], "the partitioner failed: this partitioner always fails"),
+    (["--partitioner", "tests.partitioners:NotAResult"], "not a PartitionResult"),
+    (["--partitioner", "tests.partitioners:EmptyPayload"], "MakesNothing: its preprocess made no payload"),
+    (["--partitioner", "tests.partitioners:RaisingBackend"], "backend FailsToCompile, partition add0 from node"),
+], ids=["unknown", "import", "class", "kwargs", "raises", "not-a-result", "empty-payload", "preprocess-raises"])
+def test_refusals(tmp_path, option, needle):
+    one_line_error(devplan_cli("compile", ROOT / "samples" / "mlp.pt2", "-o", tmp_path / "p.pte", *option), needle)
+    assert not (tmp_path / "p.pte").exists()
+
+
+def test_a_partition_that_takes_state_is_refused():
+    with pytest.raises(DevplanError, match="crosses a mutation: node .* takes state the program updates"):
+        devplan.compile(export("accumulator")[0], delegates=[Partitioner.parse_class("tests.partitioners:TakesState")])
+
+
+def test_without_executorch_the_option_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "executorch.exir", None)  # as if the extra were not installed
+    with pytest.raises(DevplanError, match=r'pip install "devplan\[executorch\]"'):
+        devplan.compile(export("linear")[0], backends=["xnnpack"])
+
+
+def test_the_core_never_imports_executorch(tmp_path):
+    """compile, inspect and run without --backend work where importing ExecuTorch fails."""
+    script = f"""
+import sys
+sys.modules["executorch"] = None
+import devplan
+from devplan.runtime import run
+from devplan.pte import read_pte
+result = devplan.compile({str(ROOT / "samples" / "mlp.pt2")!r}, {str(tmp_path / "m.pte")!r})
+devplan.inspect({str(tmp_path / "m.pte")!r})
+assert not any(name.startswith("executorch") and sys.modules[name] is not None for name in sys.modules)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert run.returncode == 0, run.stderr

@@ -1,0 +1,87 @@
+"""ExecuTorch partitioners and a backend written for the tests of `--partitioner`: each takes
+ops the way a third-party backend's would, or misbehaves in one way devplan must refuse.
+Importable as `tests.partitioners:NAME` from the repository root (as the CLI's --partitioner
+names them)."""
+from __future__ import annotations
+
+import operator
+
+import torch
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.backend.utils import tag_constant_data, tag_mutated_buffer
+
+
+def _computing(gm: torch.fx.GraphModule):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
+            and "add" in str(n.target)]
+
+
+class AddsTo(Partitioner):
+    """Every add op, one partition each, for `backend` (a BackendDetails class name), on
+    `target_device` when given (as ExecuTorch's device-aware partitioners say it)."""
+
+    def __init__(self, backend: str = "ConcatBytes", target_device: str | None = None) -> None:
+        specs = [CompileSpec("target_device", target_device.encode())] if target_device else []
+        super().__init__()
+        self.delegation = DelegationSpec(backend, specs)
+
+    def partition(self, ep: torch.export.ExportedProgram) -> PartitionResult:
+        tags = {}
+        for number, node in enumerate(_computing(ep.graph_module)):
+            node.meta["delegation_tag"] = f"add{number}"
+            tags[f"add{number}"] = self.delegation
+        tag_constant_data(ep)
+        return PartitionResult(tagged_exported_program=ep, partition_tags=tags)
+
+
+class Raises(AddsTo):
+    def partition(self, ep):
+        raise RuntimeError("this partitioner always fails")
+
+
+class NotAResult(AddsTo):
+    def partition(self, ep):
+        return {"tags": {}}
+
+
+class EmptyPayload(AddsTo):
+    def __init__(self) -> None:
+        super().__init__("MakesNothing")
+
+
+class RaisingBackend(AddsTo):
+    def __init__(self) -> None:
+        super().__init__("FailsToCompile")
+
+
+class TakesState(AddsTo):
+    """Tags the adds and the buffers they update, so that the delegate would own state."""
+
+    def partition(self, ep):
+        result = super().partition(ep)
+        tag_mutated_buffer(ep)
+        return result
+
+
+class ConcatBytes(BackendDetails):
+    """A backend whose payload names the ops it was given (nothing runs it: devplan plans and
+    writes its delegates, inspect reads them)."""
+
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        ops = [str(n.target) for n in edge_program.graph_module.graph.nodes if n.op == "call_function"]
+        return PreprocessResult(processed_bytes=" ".join(ops).encode())
+
+
+class MakesNothing(BackendDetails):
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        return PreprocessResult(processed_bytes=b"")
+
+
+class FailsToCompile(BackendDetails):
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        raise ValueError("this backend cannot compile anything")
