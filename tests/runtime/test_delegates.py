@@ -63,8 +63,8 @@ def test_a_delegate_of_another_backend_is_named_and_its_arenas_go_back():
     module, args = CORPUS["linear"]()
     edge = to_edge_transform_and_lower(torch.export.export(module, args, strict=False), partitioner=[XnnpackPartitioner()])
     with registered("cpu", Recording()) as host:
-        with pytest.raises(DevplanError, match=r"delegate 0 runs on backend 'XnnpackBackend', which the reference "
-                                               r"runtime does not have"):
+        with pytest.raises(DevplanError, match=r"delegate 0 runs on ExecuTorch's backend 'XnnpackBackend', which "
+                                               r"needs ExecuTorch's runtime: devplan run --executorch"):
             run(edge.to_executorch().buffer, list(args))
     allocated = [call[1] for call in host.calls if call[0] == "allocate"]
     assert allocated and allocated == [call[1] for call in host.calls if call[0] == "deallocate"]
