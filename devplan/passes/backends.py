@@ -216,7 +216,7 @@ def _adopt(gm: torch.fx.GraphModule) -> None:
             gm.add_submodule(name, _foreign(lowered))
             with gm.graph.inserting_before(node):
                 call = gm.graph.call_module(name, tuple(node.args[1:]))
-            call.meta = dict(node.meta)
+            call.meta = {**_where_from(lowered), **node.meta, "devplan_origin": (name, f"{lowered.backend_id} delegate")}
             node.replace_all_uses_with(call)
             gm.graph.erase_node(node)
     gm.graph.eliminate_dead_code()
@@ -245,6 +245,13 @@ def _foreign(lowered) -> ForeignCall:
                            f"{_first_op(lowered)}; the backend cannot compile those ops")
     specs = tuple((spec.key, bytes(spec.value)) for spec in lowered.compile_specs)
     return ForeignCall(lowered.backend_id, bytes(lowered.processed_bytes), specs, tuple(named))
+
+
+def _where_from(lowered) -> dict:
+    """The module and source line of the partition's first op, which inspect names the
+    delegate's tensors after (the call ExecuTorch makes carries neither)."""
+    nodes = [n for n in lowered.original_module.graph_module.graph.nodes if n.op == "call_function"]
+    return {key: nodes[0].meta[key] for key in ("nn_module_stack", "stack_trace") if nodes and key in nodes[0].meta}
 
 
 def _first_op(lowered) -> str:

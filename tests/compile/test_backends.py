@@ -17,7 +17,8 @@ import devplan
 from devplan.errors import DevplanError
 from devplan.passes.backends import Partitioner
 from devplan.pte import read_pte
-from tests.models import CORPUS, STATEFUL, eager_outputs, export, pt2e_quantize, run_executorch
+from tests.hf_models import FAMILIES
+from tests.models import CORPUS, STATEFUL, eager_outputs, eager_runs, export, pt2e_quantize, run_executorch
 from tests.tiers import tiered
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,15 +72,43 @@ def test_delegates_are_written_as_executorch_writes_them():
     assert named(ours) == named(theirs) and named(ours)
 
 
-def test_quantized_linear_goes_to_xnnpack_quantized_kernels():
-    module = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
-    args = (torch.randn(4, 16),)
-    ep, converted = pt2e_quantize(module, args, is_per_channel=True)
+QUANTIZED = {"static_per_tensor": {}, "static_per_channel": {"is_per_channel": True},
+             "dynamic_per_tensor": {"is_dynamic": True},
+             "dynamic_per_channel": {"is_per_channel": True, "is_dynamic": True}}
+QUANTIZED_MODELS = {
+    "mlp": lambda: (torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)),
+                    (torch.randn(4, 16),)),
+    "conv": lambda: (torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3)),
+                     (torch.randn(1, 3, 12, 12),)),
+}
+QUANTIZED_CASES = [(model, config) for model in QUANTIZED_MODELS for config in QUANTIZED
+                   if model == "mlp" or config.startswith("static")]  # XNNPACK quantizes convs statically
+
+
+@pytest.mark.parametrize("model, config", tiered(QUANTIZED_CASES, [("mlp", "static_per_channel")]))
+def test_quantized_programs_go_to_xnnpack_quantized_kernels(model, config):
+    """PT2E programs quantized with the XNNPACK quantizer: the quantize and dequantize
+    patterns fuse into XNNPACK's delegates, as in ExecuTorch's program, which devplan's plans
+    no more than; outputs as the quantized module's."""
+    import executorch.kernels.quantized  # noqa: F401 - the out variants ExecuTorch's own lowering needs
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    torch.manual_seed(0)
+    module, args = QUANTIZED_MODELS[model]()
+    ep, converted = pt2e_quantize(module, args, **QUANTIZED[config])
     result = devplan.compile(ep, backends=["xnnpack"])
     left = {k.op for k in result.planned.method.kernels if k.delegate is None}
-    assert not any("quantized_decomposed" in op for op in left), left
+    with torch.no_grad():
+        theirs = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    # nothing quantized left outside the delegates that ExecuTorch's program does not leave too
+    ours = {op.split(".")[0] for op in left if op.startswith("quantized_decomposed")}
+    assert ours <= {op.name.decode() for op in read_pte(theirs).program.executionPlan[0].operators or ()}, ours
+    if config.startswith("static"):
+        assert not ours
     (got,) = run_executorch(result.data, args)[0]
     torch.testing.assert_close(got, converted(*args), rtol=0.05, atol=0.05)
+    assert planned_bytes(result.data) <= planned_bytes(theirs)
 
 
 def test_backend_and_delegate_combine_in_order():
@@ -178,3 +207,27 @@ assert not any(name.startswith("executorch") and sys.modules[name] is not None f
 """
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("family", FAMILIES)
+def test_transformers_family_with_xnnpack(family):
+    """Each family of the transformers corpus, exported under no_grad as ExecuTorch's flows
+    do: devplan's XNNPACK program runs on ExecuTorch's runtime as eager does and plans no more
+    than ExecuTorch's XNNPACK program of the same export."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from torch.utils import _pytree as pytree
+
+    module, args, kwargs = FAMILIES[family]()
+    with torch.no_grad():
+        ep = torch.export.export(module, args, kwargs, strict=False)
+    result = devplan.compile(ep, backends=["xnnpack"])
+    assert any(d.backend == "XnnpackBackend" for d in result.planned.method.delegates)
+    (want,) = eager_runs(module, [(args, kwargs)])
+    (got,) = run_executorch(result.data, tuple(pytree.tree_leaves((args, kwargs))))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        theirs = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+    assert planned_bytes(result.data) <= planned_bytes(theirs)
