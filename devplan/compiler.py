@@ -77,7 +77,7 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     from devplan.passes import GRAPH_PASSES
     from devplan.passes.graph import from_exported
     from devplan.passes.partition import partition
-    from devplan.pte import write_atomic
+    from devplan.files import write_atomic
 
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
@@ -154,6 +154,7 @@ class Stages:
 def _dump(folder: Path, step: int, name: str, result) -> None:
     """One readable file per stage (devplan/dump.py), so that a regression shows as a file diff."""
     from devplan.dump import stage_text
+    from devplan.files import write_atomic
 
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{step:02d}-{name}.txt").write_text(stage_text(result))
+    # devplan names these files: a link planted as one of them is replaced, never written through
+    write_atomic(folder / f"{step:02d}-{name}.txt", stage_text(result).encode(), follow_links=False, parents=True)
