@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import sys
 from pathlib import Path
@@ -54,7 +55,8 @@ InspectSection = enum.Enum(
 @app.command("inspect")
 def inspect_command(
     program: Annotated[
-        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to inspect.", show_default=False)
+        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to inspect (- reads standard input).",
+                             show_default=False)
     ],
     json_output: Annotated[
         bool,
@@ -111,18 +113,19 @@ def inspect_command(
     peak (tensors, sources, the model's blocks), tensors with offsets, lifetimes
     and sources, instructions with every argument, delegates, and a chart of
     each buffer's memory over time."""
+    from devplan.files import refuse_overwrite, write_atomic
     from devplan.inspect import inspect
 
-    doc = inspect(program, method=method, delegate=delegate)
+    refuse_overwrite(svg, [program], "--svg")
+    refuse_overwrite(trace, [program], "--trace")
+    doc = inspect(_program(program), method=method, delegate=delegate)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
     if svg is not None:
         from devplan.inspect.svg import layout_svg
-        from devplan.pte import write_atomic
 
         write_atomic(svg, layout_svg(doc).encode())
     if trace is not None:
         from devplan.inspect.trace import trace_json
-        from devplan.pte import write_atomic
 
         write_atomic(trace, trace_json(doc).encode())
     if json_output:
@@ -140,6 +143,19 @@ def inspect_command(
     kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
     render(printable_tree(kept), Console(highlight=False), chosen,
            exact_bytes=exact_bytes, shapes=shapes)
+
+
+def _program(path: Path):
+    """A program argument: its path, or for -, the program read from standard input, once
+    (check reads its program twice, and standard input can be read only once)."""
+    from devplan.files import STDIO, read_input
+    from devplan.pte import read_pte
+    from devplan.pte.reader import MAX_PROGRAM_BYTES
+
+    if str(path) != STDIO:
+        return path
+    return read_pte(read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program"),
+                    name="<stdin>")
 
 
 def _echo_json(document: dict) -> None:
@@ -181,7 +197,8 @@ def compile_command(
     model: Annotated[Path, typer.Argument(metavar="MODEL.pt2", help="A program saved with torch.export.save.", show_default=False)],
     output: Annotated[
         Optional[Path],
-        typer.Option("--output", "-o", metavar="PROGRAM.pte", help="Where to write the program (default: MODEL with .pte).", show_default=False),
+        typer.Option("--output", "-o", metavar="PROGRAM.pte", help="Where to write the program (default: MODEL with .pte); "
+                     "- writes it to standard output, and the summary to standard error.", show_default=False),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the compile summary as JSON.")] = False,
     alignment: Annotated[int, typer.Option("--alignment", metavar="BYTES", help="Alignment of every planned tensor's offset (a power of two).")] = DEFAULT_ALIGNMENT,
@@ -239,6 +256,7 @@ def compile_command(
     summary: buffers, planned bytes next to the lower bound, delegates, constant bytes,
     seconds taken."""
     from devplan.compiler import compile
+    from devplan.files import is_stdout, refuse_overwrite
     from devplan.passes.backends import Partitioner
     from devplan.passes.partition import Backend
     from devplan.planning import parse_budget
@@ -248,8 +266,10 @@ def compile_command(
     backends = [make(text) for name in _given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()]
     budgets = dict(parse_budget(text) for text in budget or ())
     target = output if output is not None else model.with_suffix(".pte")
-    if target.resolve() == model.resolve():
-        raise DevplanError(f"{target}: output would overwrite the input; pass -o with another name")
+    refuse_overwrite(target, [model], "-o")
+    # the program on standard output leaves it no room for the summary, which goes to stderr
+    to_stdout = is_stdout(target)
+    echo = functools.partial(typer.echo, err=to_stdout)
     status = _progress(json_output)
     with status:
         result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, reorder=reorder,
@@ -257,28 +277,28 @@ def compile_command(
                          on_stage=lambda name: status.update(f"devplan compile: {name}..."))
     summary = result.summary()
     if json_output:
-        typer.echo(json.dumps(summary, sort_keys=True, indent=2))
+        echo(json.dumps(summary, sort_keys=True, indent=2))
         return
     from devplan.inspect.units import size_text
 
     for method in summary["methods"]:
-        typer.echo(f"method {method['name']}: {method['counts']['instructions']} instructions, "
-                   f"{method['counts']['operators']} operators, planner {method['planner']}")
+        echo(f"method {method['name']}: {method['counts']['instructions']} instructions, "
+             f"{method['counts']['operators']} operators, planner {method['planner']}")
         for b in method["buffers"]:
             ratio = b["size"] / b["lower_bound"] if b["lower_bound"] else 1.0
-            typer.echo(f"  buffer {b['mem_id']} ({b['device']}): {size_text(b['size'])} planned "
-                       f"({b['size']} bytes), lower bound {b['lower_bound']} bytes, ratio {ratio:.3f}, "
-                       f"{b['tensors']} tensors")
-        for device in sorted({d["target_device"] for d in method["delegates"]}):
-            mine = [d for d in method["delegates"] if d["target_device"] == device]
+            echo(f"  buffer {b['mem_id']} ({b['device']}): {size_text(b['size'])} planned "
+                 f"({b['size']} bytes), lower bound {b['lower_bound']} bytes, ratio {ratio:.3f}, "
+                 f"{b['tensors']} tensors")
+        for device, backend in sorted({(d["target_device"], d["id"]) for d in method["delegates"]}):
+            mine = [d for d in method["delegates"] if (d["target_device"], d["id"]) == (device, backend)]
             windows = [d["window"] for d in mine if d["window"]]
             shared = (f", working memory in buffer {windows[0]['mem_id']} ({len(windows)} "
                       f"{'window' if len(windows) == 1 else 'windows'}, largest {size_text(max(w['size'] for w in windows))})" if windows else "")
-            typer.echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({mine[0]['id']}), "
-                       f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
+            echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
+                 f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
     constants = summary["file"]["constant_bytes"]
-    typer.echo(f"constants: {size_text(constants)} ({constants} bytes)")
-    typer.echo(f"wrote {target} ({summary['file']['size']} bytes) in {summary['timings']['seconds']:.2f} s")
+    echo(f"constants: {size_text(constants)} ({constants} bytes)")
+    echo(f"wrote {'standard output' if to_stdout else target} ({summary['file']['size']} bytes) in {summary['timings']['seconds']:.2f} s")
 
 
 Tolerance = Annotated[
@@ -294,7 +314,8 @@ Exact = Annotated[
 @app.command("check")
 def check_command(
     program: Annotated[
-        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to check, devplan's or ExecuTorch's.", show_default=False)
+        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to check, devplan's or ExecuTorch's "
+                             "(- reads standard input).", show_default=False)
     ],
     budget: Budgets = None,
     max_ratio: Annotated[
@@ -330,11 +351,13 @@ def check_command(
 
     if golden is None and (update or tolerance is not None or exact):
         raise DevplanError(f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json")
-    checks = check(program, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
+    source = _program(program)
+    checks = check(source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
                    method=method)
-    matched = (check_golden(program, golden, update=update, tolerance=tolerance, exact=exact, method=method)
+    matched = (check_golden(source, golden, update=update, tolerance=tolerance, exact=exact, method=method)
                if golden is not None else None)
-    report = check_document(program.name, checks, matched)
+    name = source.name if source is not program else program.name
+    report = check_document(name, checks, matched)
     if json_output:
         typer.echo(json.dumps(report, sort_keys=True, indent=2))
     for c in checks if not json_output else ():
@@ -347,7 +370,7 @@ def check_command(
         what = f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}"
         typer.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}")
     if matched is not None and not json_output:
-        verdict = f"wrote it from {program.name}" if matched.updated else outcome(matched.diff)
+        verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
         typer.echo(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
         for line in change_lines(matched.diff) if matched.diff is not None else ():
             typer.echo(line)
@@ -357,7 +380,8 @@ def check_command(
 
 @app.command("diff")
 def diff_command(
-    a: Annotated[Path, typer.Argument(metavar="A.pte", help="The old program (or a golden file).", show_default=False)],
+    a: Annotated[Path, typer.Argument(metavar="A.pte", help="The old program (or a golden file); - reads standard "
+                                      "input.", show_default=False)],
     b: Annotated[Path, typer.Argument(metavar="B.pte", help="The new program (or a golden file).", show_default=False)],
     tolerance: Tolerance = None,
     exact: Exact = False,
@@ -371,7 +395,9 @@ def diff_command(
     operators, counts, delegates, and the tensors whose placement changed."""
     from devplan.inspect.diff import diff
 
-    result = diff(a, b, tolerance=tolerance, exact=exact, method=method)
+    if str(a) == str(b) == "-":
+        raise DevplanError("-: standard input can be read once; pass one of A and B as a file")
+    result = diff(_program(a), _program(b), tolerance=tolerance, exact=exact, method=method)
     typer.echo(json.dumps(result.document(), sort_keys=True, indent=2) if json_output else result.text(), nl=json_output)
     if not result.ok:
         raise typer.Exit(1)
@@ -380,7 +406,8 @@ def diff_command(
 @app.command("run")
 def run_command(
     program: Annotated[
-        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to run.", show_default=False)
+        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to run (- reads standard input).",
+                             show_default=False)
     ],
     inputs: Annotated[
         Optional[Path],
@@ -420,23 +447,25 @@ def run_command(
 
     import torch
 
-    from devplan.pte import read_pte, write_atomic
+    from devplan.files import refuse_overwrite, write_atomic
+    from devplan.pte import read_pte
     from devplan.runtime import HostAllocator, LoadedMethod, registered
     from devplan.runtime.report import run_document
 
     limit = _memory_limit(max_memory)
-    pte = read_pte(program)
+    refuse_overwrite(save, [program, inputs], "--save")
+    pte = read_pte(_program(program))
+    given = _load_inputs(inputs, limit) if inputs is not None else None
     if executorch:
         from devplan.runtime.executor import sample_inputs
         from devplan.runtime.executorch import run_on_executorch, view_of
 
-        given = _load_inputs(inputs) if inputs is not None else sample_inputs(view_of(pte, method), seed)
-        results = run_on_executorch(pte, method, given, runs)
+        results = run_on_executorch(pte, method, given or sample_inputs(view_of(pte, method), seed), runs)
     else:
         with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
             loaded = LoadedMethod(pte, method, max_memory=limit)
             try:
-                given = _load_inputs(inputs) if inputs is not None else loaded.sample_inputs(seed)
+                given = given if given is not None else loaded.sample_inputs(seed)
                 results = [loaded.execute(given) for _ in range(runs)]
             finally:
                 loaded.release()
@@ -467,13 +496,17 @@ def _memory_limit(text: str) -> int:
     return int(nbytes)
 
 
-def _load_inputs(path: Path) -> list:
+def _load_inputs(path: Path, limit: int) -> list:
+    """The --inputs file's tensors, read once into memory: a regular file, at most `limit` bytes."""
+    import io
+
     import torch
 
+    from devplan.files import read_input
+
+    data = read_input(path, limit=limit, hint="pass a file of tensors saved with torch.save")
     try:
-        loaded = torch.load(path, weights_only=True)
-    except FileNotFoundError:
-        raise DevplanError(f"{path}: no such file; check the path") from None
+        loaded = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:  # torch.load raises pickle, zip and OS errors alike for a bad file
         raise DevplanError(f"{path}: not a file of tensors saved with torch.save ({type(error).__name__}); "
                            f"save a tensor or a list of tensors with torch.save") from None

@@ -76,8 +76,8 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     from devplan.load import load
     from devplan.passes import GRAPH_PASSES
     from devplan.passes.graph import from_exported
+    from devplan.files import write_atomic
     from devplan.passes.partition import Backend, partition
-    from devplan.pte import write_atomic
 
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
@@ -163,6 +163,7 @@ class Stages:
 def _dump(folder: Path, step: int, name: str, result) -> None:
     """One readable file per stage (devplan/dump.py), so that a regression shows as a file diff."""
     from devplan.dump import stage_text
+    from devplan.files import write_atomic
 
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{step:02d}-{name}.txt").write_text(stage_text(result))
+    # devplan names these files: a link planted as one of them is replaced, never written through
+    write_atomic(folder / f"{step:02d}-{name}.txt", stage_text(result).encode(), follow_links=False, parents=True)

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from devplan.errors import DevplanError, first_line
+from devplan.files import open_input
 from devplan.pte.header import is_program
 
 
@@ -21,9 +22,9 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
         raise DevplanError(f"{path}: no such file; pass a .pt2 written by torch.export.save")
     if path.is_dir():
         raise DevplanError(f"{path}: is a directory; pass a .pt2 file")
+    with open_input(path, hint="pass a .pt2 file") as f:  # a pipe or device is refused, not read forever
+        head = f.read(8)
     if not zipfile.is_zipfile(path):
-        with open(path, "rb") as f:
-            head = f.read(8)
         hint = " (it is an ET12 .pte program; use 'devplan inspect')" if is_program(head) else ""
         raise DevplanError(f"{path}: not a .pt2 archive{hint}; export the model with torch.export.save")
     _refuse_pickles(path)

@@ -98,15 +98,18 @@ def check_golden(source: str | os.PathLike | bytes, golden: str | os.PathLike, *
                  tolerance: "Tolerance | str | None" = None, exact: bool = False,
                  method: str | None = None) -> GoldenCheck:
     """Compare a program with its golden file (diff.py: sizes may shrink or grow within
-    `tolerance`), or with `update` write the program's golden file (atomically) instead."""
+    `tolerance`), or with `update` write the program's golden file (atomically, through a
+    link, creating its folder) instead. `source` is a .pte path, its bytes or a read PteFile."""
     from devplan.inspect import inspect
     from devplan.inspect.diff import diff
     from devplan.inspect.golden import golden_document, golden_text
-    from devplan.pte import write_atomic
+    from devplan.files import refuse_overwrite, write_atomic
 
+    if update and isinstance(source, (str, os.PathLike)):
+        refuse_overwrite(golden, [source], "--golden")
     doc = inspect(source)
-    if update:
-        write_atomic(golden, golden_text(golden_document(doc)).encode())
+    if update:  # a new golden file may start a new folder
+        write_atomic(golden, golden_text(golden_document(doc)).encode(), parents=True)
         return GoldenCheck(os.fspath(golden), True, None)
     return GoldenCheck(os.fspath(golden), False, diff(golden, doc, tolerance=tolerance, exact=exact, method=method))
 

@@ -138,11 +138,13 @@ def _looks_like_json(path: Path) -> bool:
     """A golden file: named .json (so a missing one is reported as a golden file), or JSON inside."""
     if path.suffix == ".json":
         return True
-    try:
-        with path.open("rb") as file:
-            return file.read(64).lstrip().startswith(b"{")
-    except OSError:
+    from devplan.files import open_input
+
+    if not path.exists():
         return False  # the program reader names the path and the problem
+    # a pipe or device is refused here: reading it could block or never end
+    with open_input(path, hint="pass a .pte program or a golden .json file") as file:
+        return file.read(64).lstrip().startswith(b"{")
 
 
 def diff(a, b, *, tolerance: Tolerance | str | None = None, exact: bool = False, method: str | None = None) -> Diff:

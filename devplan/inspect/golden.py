@@ -13,9 +13,12 @@ import os
 from pathlib import Path
 
 from devplan.errors import DevplanError
+from devplan.files import read_input
 
 SCHEMA_VERSION = 1
 FORMAT = "devplan-golden"
+# a golden file is a few dozen lines; anything near this is not one
+MAX_GOLDEN_BYTES = 16 << 20
 _PLACEMENT_KEYS = ("value", "mem_id", "offset", "nbytes", "lifetime", "device")
 
 
@@ -75,11 +78,12 @@ def read_golden(path: str | os.PathLike) -> dict:
     """A golden file's document; a missing, damaged or foreign file is a DevplanError saying how to write one."""
     path = Path(path)
     rewrite = f"write it with `devplan check PROGRAM.pte --golden {path} --update`"
+    if not path.exists() and not path.is_symlink():
+        raise DevplanError(f"{path}: no such golden file; {rewrite}")
+    text = read_input(path, limit=MAX_GOLDEN_BYTES, hint=rewrite)
     try:
-        golden = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DevplanError(f"{path}: no such golden file; {rewrite}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        golden = json.loads(text.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise DevplanError(f"{path}: not a golden file ({type(error).__name__}); {rewrite}") from None
     if not isinstance(golden, dict) or not is_golden(golden):
         raise DevplanError(f"{path}: not a devplan golden file (no \"format\": \"{FORMAT}\"); {rewrite}")

@@ -18,6 +18,8 @@ _DAMAGED = "the file is damaged or not a .pte"
 # devplan's payloads hold no delegates of their own; deeper nesting is damage, and each level
 # could multiply the work of everything that reads the program
 MAX_DELEGATE_DEPTH = 4
+# a file (or standard input) larger than this is refused before it is read into memory
+MAX_PROGRAM_BYTES = 1 << 34
 T = TypeVar("T")
 
 
@@ -150,9 +152,12 @@ class PteFile:
         raise DevplanError(f"{where}: unknown payload location {reference.location}; {_DAMAGED}")
 
 
-def read_pte(source: str | os.PathLike | bytes, name: str | None = None) -> PteFile:
+def read_pte(source: "str | os.PathLike | bytes | PteFile", name: str | None = None) -> PteFile:
     """Read and check a .pte from a path or from its bytes; any problem is a DevplanError
-    whose message starts with `name` (default: the path, or "<bytes>")."""
+    whose message starts with `name` (default: the path, or "<bytes>"). A PteFile is already
+    read (standard input, which can be read only once, is read into one)."""
+    if isinstance(source, PteFile):
+        return source
     if isinstance(source, (bytes, bytearray, memoryview)):
         # A private immutable copy: the unpacked program keeps views into it.
         data = bytes(source)
@@ -188,17 +193,9 @@ def _stacktraces_left_packed():
 
 
 def _read_file(path: str | os.PathLike, name: str) -> bytes:
-    try:
-        with open(path, "rb") as file:
-            return file.read()
-    except FileNotFoundError:
-        raise DevplanError(f"{name}: no such file; check the path") from None
-    except IsADirectoryError:
-        raise DevplanError(f"{name}: is a directory; pass the path of a .pte file") from None
-    except PermissionError:
-        raise DevplanError(f"{name}: permission denied; check the file's permissions") from None
-    except OSError as error:
-        raise DevplanError(f"{name}: cannot read ({error.strerror or error}); check the path") from None
+    from devplan.files import read_input
+
+    return read_input(path, limit=MAX_PROGRAM_BYTES, name=name, hint="pass the path of a .pte file, or - to read standard input")
 
 
 def _segments(program: ProgramT, data: bytes, header: ExtendedHeader | None, name: str) -> tuple[bytes, ...]:

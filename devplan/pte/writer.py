@@ -1,19 +1,17 @@
-"""Writing a .pte: pack the program, append segments behind an extended header, write atomically."""
+"""Writing a .pte: pack the program, append segments behind an extended header, write atomically
+(devplan/files.py)."""
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
-import re
-import stat
 import struct
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import flatbuffers
 
 from devplan.errors import DevplanError
+from devplan.files import write_atomic
 from devplan.pte.fb.DataSegment import DataSegmentT
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.header import FILE_IDENTIFIER, HEADER_LENGTH, HEADER_OFFSET, ExtendedHeader
@@ -71,65 +69,6 @@ def dumps_pte(program: ProgramT, segments: Sequence[bytes] = (), *, segment_alig
 
 def write_pte(path: str | os.PathLike, program: ProgramT, segments: Sequence[bytes] = ()) -> None:
     write_atomic(path, dumps_pte(program, segments))
-
-
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old file or the whole new one: a
-    failure leaves no partial file and the old one untouched."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        mode = _mode_for(path)
-        _remove_stale_temporaries(directory, os.path.basename(path))
-        # the writer's pid in the name tells a later write whether this one may still be going on
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=".tmp",
-                                                 dir=directory)
-    except OSError as error:
-        raise DevplanError(f"{path}: cannot write ({error.strerror or error}); check that the directory exists and is writable") from None
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException as error:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        if isinstance(error, OSError):
-            raise DevplanError(f"{path}: cannot write ({error.strerror or error}); check the path and free disk space") from None
-        raise
-
-
-def _remove_stale_temporaries(directory: str, name: str) -> None:
-    """Temporaries of `name` left by a writer that was killed outright (SIGKILL runs no cleanup):
-    those whose pid no longer runs."""
-    pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.[^.]+\.tmp")
-    for entry in os.listdir(directory):
-        match = pattern.fullmatch(entry)
-        if match and not _running(int(match[1])):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(directory, entry))
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except (ProcessLookupError, OverflowError):  # gone, or a number no pid can be
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def _mode_for(path: str) -> int:
-    """Keep an existing file's permissions; a new file gets what open() would give it."""
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
 
 
 def _place_segments(sizes: list[int], alignment: int) -> list[tuple[int, int]]:

@@ -1,0 +1,197 @@
+"""Every file devplan reads or writes goes through here.
+
+    write_atomic(path, data)             the whole new file or the old one, never half; through links
+    read_input(path, limit=..., hint=...) a regular file's bytes, or standard input's for "-"
+    open_input(path, hint=...)           a regular file opened for reading, without blocking on a pipe
+    refuse_overwrite(output, inputs, option)  an output must not be one of the command's inputs
+    is_stdout(path)                      "-", or a path naming what standard output is
+
+"-" is standard input or output. Refusals are DevplanErrors: one line naming the path and what to do."""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+import sys
+import tempfile
+from collections.abc import Iterable
+from typing import BinaryIO
+
+from devplan.errors import DevplanError
+
+STDIO = "-"
+# temporaries are named after the file, cut short so that a legal long name (255 bytes) still
+# leaves room for the temporary's own name
+_NAME_KEPT = 32
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def write_atomic(path: str | os.PathLike, data: bytes, *, follow_links: bool = True, parents: bool = False) -> None:
+    """Write `data` to `path` so that readers see the old file or the whole new one: a
+    failure leaves no partial file and the old one untouched.
+
+    "-" and what standard output is write to standard output; a character device or pipe
+    (/dev/null, a FIFO) is written directly (it cannot be renamed onto). A symbolic link is
+    followed to its final target, which is replaced, so the link stays a link; with
+    `follow_links=False` the link itself is replaced by a regular file (for folders whose
+    files devplan names, where a planted link must not redirect the write). Other special
+    files are refused. `parents` creates missing folders."""
+    name = os.fspath(path)
+    try:
+        if is_stdout(name):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+            return
+        found = _stat(name, follow_links)
+        if found is not None and (stat.S_ISCHR(found.st_mode) or stat.S_ISFIFO(found.st_mode)) and follow_links:
+            return _write_stream(name, data)
+        if found is not None and not (stat.S_ISREG(found.st_mode) or stat.S_ISLNK(found.st_mode)):
+            raise DevplanError(f"{name}: is {_kind(found.st_mode)}; devplan writes regular files, character devices "
+                               f"and pipes; pass a file path")
+        # the link's final target, so that the temporary lands beside it and the rename replaces it
+        target = os.path.realpath(name) if follow_links else os.path.abspath(name)
+        directory = os.path.dirname(target)
+        if parents:
+            os.makedirs(directory, exist_ok=True)
+        _remove_stale_temporaries(directory, os.path.basename(target))
+        # the writer's pid in the name tells a later write whether this one may still be going on
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(target)[:_NAME_KEPT]}.{os.getpid()}.",
+                                                 suffix=".tmp", dir=directory)
+    except OSError as error:
+        raise DevplanError(f"{name}: cannot write ({error.strerror or error}); check that the directory exists and is writable") from None
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, _mode_for(found))
+        os.replace(temporary, target)
+    except BaseException as error:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        if isinstance(error, OSError):
+            raise DevplanError(f"{name}: cannot write ({error.strerror or error}); check the path and free disk space") from None
+        raise
+
+
+def _stat(path: str, follow_links: bool) -> os.stat_result | None:
+    try:
+        return os.stat(path) if follow_links else os.lstat(path)
+    except FileNotFoundError:  # a new file, or a link to one (the write creates its target)
+        return None
+
+
+def _write_stream(path: str, data: bytes) -> None:
+    """A character device or pipe, opened without O_CREAT: should it vanish meanwhile, no
+    regular file appears in its place half written."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+    with os.fdopen(descriptor, "wb") as stream:
+        stream.write(data)
+
+
+def is_stdout(path: str | os.PathLike) -> bool:
+    """Whether writing `path` writes standard output: "-", or a path (/dev/stdout) that names
+    the file or pipe standard output is, whose writes then must not be mixed with messages."""
+    name = os.fspath(path)
+    if name == STDIO:
+        return True
+    try:
+        return os.path.samestat(os.stat(name), os.fstat(sys.__stdout__.fileno()))
+    except (OSError, ValueError, AttributeError):  # no such path, or no standard output
+        return False
+
+
+def _remove_stale_temporaries(directory: str, name: str) -> None:
+    """Temporaries of `name` left by a writer that was killed outright (SIGKILL runs no cleanup):
+    those whose pid no longer runs."""
+    pattern = re.compile(rf"\.{re.escape(name[:_NAME_KEPT])}\.(\d+)\.[^.]+\.tmp")
+    for entry in os.listdir(directory):
+        match = pattern.fullmatch(entry)
+        if match and not _running(int(match[1])):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, entry))
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except (ProcessLookupError, OverflowError):  # gone, or a number no pid can be
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def _mode_for(found: os.stat_result | None) -> int:
+    """Keep an existing file's permissions; a new file gets what open() would give it."""
+    if found is not None and stat.S_ISREG(found.st_mode):
+        return stat.S_IMODE(found.st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def open_input(path: str | os.PathLike, *, hint: str, name: str | None = None) -> BinaryIO:
+    """`path` opened for reading, refused unless it is a regular file: a pipe would block
+    forever and /dev/zero never end. Opened without blocking, so that asking about a FIFO
+    with no writer returns at once. `hint` says what to pass instead; `name` names the file."""
+    name = name or os.fspath(path)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        raise DevplanError(f"{name}: no such file; check the path") from None
+    except IsADirectoryError:
+        raise DevplanError(f"{name}: is a directory; {hint}") from None
+    except PermissionError:
+        raise DevplanError(f"{name}: permission denied; check the file's permissions") from None
+    except OSError as error:
+        raise DevplanError(f"{name}: cannot read ({error.strerror or error}); check the path") from None
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        raise DevplanError(f"{name}: is {_kind(mode)}, not a regular file; {hint}")
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "rb")
+
+
+def read_input(path: str | os.PathLike, *, limit: int, hint: str, name: str | None = None) -> bytes:
+    """The bytes of a regular file, or with "-" of standard input (read once: it cannot be
+    read again), refused when more than `limit`."""
+    name = name or os.fspath(path)
+    too_large = DevplanError(f"{name}: larger than the {limit} bytes devplan reads for it; {hint}")
+    try:
+        if os.fspath(path) == STDIO:
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open_input(path, hint=hint, name=name) as file:
+                if os.fstat(file.fileno()).st_size > limit:
+                    raise too_large
+                data = file.read(limit + 1)  # the file may have grown since
+    except OSError as error:
+        raise DevplanError(f"{name}: cannot read ({error.strerror or error}); check the path") from None
+    if len(data) > limit:
+        raise too_large
+    return data
+
+
+def refuse_overwrite(output: str | os.PathLike | None, inputs: Iterable[str | os.PathLike | None], option: str) -> None:
+    """Refuse an output that is, or resolves to (through links, or another name of the same
+    file), one of the command's inputs: the write would destroy what it was made from."""
+    if output is None or is_stdout(output):
+        return
+    for source in inputs:
+        if source is None or os.fspath(source) == STDIO:
+            continue
+        try:
+            same = os.path.samefile(output, source)
+        except OSError:  # one does not exist (yet): the same path once links are resolved?
+            same = os.path.realpath(output) == os.path.realpath(source)
+        if same:
+            raise DevplanError(f"{output}: {option} would overwrite the input {source}; pass {option} another name")
+
+
+def _kind(mode: int) -> str:
+    return next((kind for test, kind in _KINDS if test(mode)), "a special file")

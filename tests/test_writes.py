@@ -1,0 +1,158 @@
+"""Every file devplan writes goes through devplan/files.py: through links to their target,
+straight into pipes and devices (standard output included), never over one of the command's
+inputs, never through a link planted among its stage files; what it reads is a regular file."""
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+import devplan
+from devplan.errors import DevplanError
+from devplan.files import write_atomic
+from tests.compile.test_cli import ROOT, assert_one_line_error, devplan as cli
+
+MLP = ROOT / "samples" / "mlp.pt2"
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory) -> Path:
+    """samples/mlp.pt2 compiled once, in this process."""
+    path = tmp_path_factory.mktemp("writes") / "mlp.pte"
+    devplan.compile(MLP, path)
+    return path
+
+
+def test_compile_output_through_a_link_updates_its_target(tmp_path):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "mlp.pte"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.pte"
+    link.symlink_to(Path("real") / "mlp.pte")
+    run = cli("compile", MLP, "-o", link)
+    assert run.returncode == 0, run.stderr
+    assert link.is_symlink() and os.readlink(link) == os.path.join("real", "mlp.pte")
+    assert target.read_bytes()[4:8] == b"ET12"
+    assert sorted(os.listdir(tmp_path / "real")) == ["mlp.pte"] and sorted(os.listdir(tmp_path)) == ["link.pte", "real"]
+
+
+def test_golden_update_through_a_link_updates_its_target(tmp_path, program):
+    target = tmp_path / "golden.json"
+    target.write_text("{}")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    run = cli("check", program, "--golden", link, "--update")
+    assert run.returncode == 0, run.stderr
+    assert link.is_symlink() and json.loads(target.read_text())["format"] == "devplan-golden"
+    assert cli("check", program, "--golden", link).returncode == 0
+
+
+def test_golden_update_creates_its_folder(tmp_path, program):
+    golden = tmp_path / "new" / "dir" / "g.json"
+    run = cli("check", program, "--golden", golden, "--update")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(golden.read_text())["format"] == "devplan-golden"
+
+
+@pytest.mark.parametrize("output", ["-", "/dev/stdout"])
+def test_compile_to_standard_output_pipes_into_inspect(output, tmp_path):
+    """The program alone on stdout (the summary on stderr), read back from stdin."""
+    python = shlex.quote(sys.executable)
+    pipeline = (f"{python} -m devplan compile {shlex.quote(str(MLP))} -o {output} 2>{shlex.quote(str(tmp_path / 'err'))}"
+                f" | {python} -m devplan inspect -")
+    run = subprocess.run(pipeline, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, (run.stderr, (tmp_path / "err").read_text())
+    assert run.stdout.startswith("<stdin>") and "ET12" in run.stdout and "forward" in run.stdout
+    assert "wrote standard output" in (tmp_path / "err").read_text()
+    assert not (ROOT / "-").exists()
+
+
+def test_standard_input_is_read_once_by_check_and_diff(program, tmp_path):
+    data = program.read_bytes()
+    golden = tmp_path / "g.json"
+    assert cli("check", program, "--golden", golden, "--update").returncode == 0
+    code = "import sys; from devplan.cli import main; sys.argv[0] = 'devplan'; main()"
+    for args in (["check", "-", "--golden", golden], ["diff", "-", program]):
+        run = subprocess.run([sys.executable, "-c", code, *map(str, args)], input=data, capture_output=True, cwd=ROOT,
+                             timeout=120)
+        assert run.returncode == 0, run.stderr
+    assert b"plan the same" in run.stdout
+
+
+def test_writing_a_fifo_writes_into_it(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    write_atomic(fifo, b"through the pipe")
+    reader.join(timeout=30)
+    assert received == [b"through the pipe"] and fifo.is_fifo() and os.listdir(tmp_path) == ["fifo"]
+
+
+def test_a_socket_or_directory_is_refused(tmp_path):
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:  # a socket's path must be short
+        path = os.path.join(short, "s")
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(path)
+            with pytest.raises(DevplanError, match=r"/s: is a socket; .*pass a file path"):
+                write_atomic(path, b"data")
+            assert Path(path).is_socket()
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(DevplanError, match="taken: is a directory"):
+        write_atomic(tmp_path / "taken", b"data")
+    assert os.listdir(tmp_path) == ["taken"]
+
+
+def test_a_long_legal_name_is_written(tmp_path, program):
+    name = "m" * 240 + ".pte"  # 244 characters: the temporary beside it must not be longer than 255
+    out = tmp_path / name
+    devplan.compile(MLP, out)
+    assert out.read_bytes() == program.read_bytes() and os.listdir(tmp_path) == [name]
+
+
+@pytest.mark.parametrize("args, option", [
+    (["inspect", "{program}", "--svg", "{output}"], "--svg"),
+    (["inspect", "{program}", "--trace", "{output}"], "--trace"),
+    (["run", "{program}", "--save", "{output}"], "--save"),
+    (["check", "{program}", "--golden", "{output}", "--update"], "--golden"),
+])
+@pytest.mark.parametrize("through_link", [False, True])
+def test_an_output_that_is_the_input_is_refused(tmp_path, program, args, option, through_link):
+    copy = tmp_path / "mlp.pte"
+    copy.write_bytes(program.read_bytes())
+    output = copy
+    if through_link:
+        output = tmp_path / "other.name"
+        output.symlink_to(copy)
+    run = cli(*[arg.format(program=copy, output=output) for arg in args])
+    assert_one_line_error(run, f"{option} would overwrite the input", str(output))
+    assert copy.read_bytes() == program.read_bytes()
+
+
+def test_a_link_planted_in_the_dump_folder_is_not_followed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    (dump / "01-load.txt").symlink_to(victim)
+    devplan.compile(MLP, dump_dir=dump)
+    assert victim.read_text() == "keep me"
+    assert not (dump / "01-load.txt").is_symlink() and (dump / "01-load.txt").read_text() != "keep me"
+
+
+def test_a_fifo_or_device_to_read_is_refused_without_hanging(tmp_path, program):
+    fifo = tmp_path / "golden.json"
+    os.mkfifo(fifo)  # no writer: opening it to read would block forever
+    assert_one_line_error(cli("check", program, "--golden", fifo), "golden.json: is a pipe (FIFO), not a regular file")
+    assert_one_line_error(cli("diff", fifo, program), "is a pipe (FIFO), not a regular file")
+    assert_one_line_error(cli("run", program, "--inputs", fifo), "is a pipe (FIFO), not a regular file")
+    assert_one_line_error(cli("run", program, "--inputs", "/dev/zero"),  # would read forever
+                          "/dev/zero: is a character device, not a regular file")
+    assert_one_line_error(cli("compile", fifo, "-o", tmp_path / "x.pte"), "is a pipe (FIFO), not a regular file")
