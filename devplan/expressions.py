@@ -24,7 +24,8 @@ The grammar:
 symbols are export's names (s0, u3, zf1 ...), constants True/False/oo, FUNCTION one of sympy's
 and torch's integer functions below; only Symbol and Float take a quoted string, and only
 `name=True/False/integer` keywords. Exponents and shifts are integer literals of at most 64 in
-size: sympy computes powers of numbers at once, and a tower of them never finishes.
+size, raising neither a number nor a power: sympy computes powers of numbers at once, and a
+tower of them never finishes. Only spaces separate tokens.
 """
 from __future__ import annotations
 
@@ -220,7 +221,8 @@ class _Parser:
         """`, name=True`, `, precision=53` ...: sympy's assumptions and a Float's precision."""
         while self.peek() == ",":
             self.take()
-            self.take("name")
+            if not re.fullmatch(r"[a-z][a-z_]*", self.take("name")):
+                raise Refused(f"has keyword {self.tokens[self.at - 1][1]!r}; only sympy's assumptions are written")
             self.take("op", "=")
             value = self.take()
             if value not in ("True", "False") and not (value.isdigit() and len(value) <= 4):

@@ -65,7 +65,9 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
         logger.handlers, logger.propagate = handlers, propagate
 
 
-_SAFE_PREFIXES = {"weights_config.json": "weight_", "constants_config.json": "tensor_"}
+# the payload configs, by member name, and the prefix of the plain tensor files each names
+_PAYLOAD_CONFIGS = {f"data/weights/{allowlist.MODEL}_weights_config.json": "weight_",
+                    f"data/constants/{allowlist.MODEL}_constants_config.json": "tensor_"}
 _MAX_MEMBERS = 100_000  # one per weight or constant and a dozen more; a real model has thousands at most
 # torch.export.save stores members uncompressed; re-zipped weights deflate about 1.1 times and
 # graph JSON about 10 times, while a zip bomb expands a thousandfold
@@ -108,9 +110,8 @@ def _check_archive(path: Path) -> None:
             _check_layout(refuse, root, names)
             sizes = {info.filename: info.file_size for info in infos}
             named = set()
-            for kind in _SAFE_PREFIXES:
-                name = f"{root}data/{kind.split('_')[0]}/{allowlist.MODEL}_{kind}"
-                named |= _check_payload_config(refuse, archive, name, kind, sizes)
+            for config, prefix in _PAYLOAD_CONFIGS.items():
+                named |= _check_payload_config(refuse, archive, root + config, prefix, sizes)
             _check_known(refuse, root, names, named)
             _check_document(refuse, f"{root}models/{allowlist.MODEL}.json", archive, "ExportedProgram")
             inputs = f"{root}data/sample_inputs/{allowlist.MODEL}.pt"
@@ -209,7 +210,7 @@ def _json(refuse: _Refusal, archive: zipfile.ZipFile, name: str):
         raise refuse.member(name, f"is not JSON that torch can read ({first_line(error)})") from None
 
 
-def _check_payload_config(refuse: _Refusal, archive: zipfile.ZipFile, name: str, kind: str,
+def _check_payload_config(refuse: _Refusal, archive: zipfile.ZipFile, name: str, prefix: str,
                           sizes: dict[str, int]) -> set[str]:
     """A weights or constants config lists plain tensors only, each lying inside its data member:
     torch unpickles the others, makes zeros of an empty member's declared shape and fails past
@@ -217,7 +218,7 @@ def _check_payload_config(refuse: _Refusal, archive: zipfile.ZipFile, name: str,
     config = _check_document(refuse, name, archive, "PayloadConfig")["config"]
     folder = name.rpartition("/")[0] + "/"
     for fqn, meta in config.items():
-        if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(_SAFE_PREFIXES[kind]):
+        if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(prefix):
             raise refuse.pickle(name, f"{fqn!r}, a pickled object")
         data, needed = folder + meta["path_name"], _tensor_bytes(meta.get("tensor_meta"))
         if needed is None:

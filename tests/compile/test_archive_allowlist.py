@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from torch.export import Dim
 
 import devplan
+from devplan import expressions
 from devplan.errors import DevplanError
 from tests.compile.test_cli import ROOT, assert_one_line_error, devplan as run_devplan
 from tests.compile.test_load_safety import Payload
@@ -264,3 +265,25 @@ def test_a_grafted_archive_compiles_or_is_refused_in_one_line_and_never_runs_cod
         assert not marker.exists(), "code from the archive ran"
 
     check()
+
+
+# ------------------------------------------------------------------ the expression grammar
+
+WRITTEN = ["Add(Mul(Integer(2), Symbol('s74', positive=True, integer=True)), Integer(1))",
+           "LessThan(Symbol('u0', integer=True), Symbol('s77', positive=True, integer=True))",
+           "Pow(Symbol('s70', positive=True, integer=True), Integer(2))", "2*s74 + 1", "s27*s77",
+           "Max(1, s0) // 2", "Eq(Mod(s0, 4), 0)", "s0 <= 64", "-s0 + 3", "FloorDiv(s0, 2)", "True"]
+NOT_WRITTEN = ["__import__('os').system('x')", "s0.__class__", "exec('1')", "Symbol('os')", "lambda: 1",
+               "Pow(Integer(10), Integer(100))", "(s0**64)**64", "s0**65", "s0 if s1 else s2", "s0\n+1",
+               "Symbol('s0', __class__=True)", "(" * 60 + "s0" + ")" * 60, "9" * 30, ""]
+
+
+@pytest.mark.parametrize("text", WRITTEN)
+def test_expressions_that_export_writes_parse(text):
+    expressions.check(text)
+
+
+@pytest.mark.parametrize("text", NOT_WRITTEN)
+def test_other_text_is_refused_without_being_run(text):
+    with pytest.raises(expressions.Refused):
+        expressions.check(text)
