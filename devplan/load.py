@@ -1,4 +1,13 @@
-"""Stage 1: a .pt2 archive on disk to a torch.export ExportedProgram."""
+"""Stage 1: a .pt2 archive on disk to a torch.export ExportedProgram.
+
+torch.export.load trusts its archive (it unpickles members, evaluates expression strings with
+sympy, and unlifting a loaded program execs source built from its guards), so devplan checks
+the archive first, as an allowlist of what torch.export.save writes for one plain program
+(devplan.allowlist): every member by name, the model's JSON and payload configs field by field,
+and every string torch would evaluate in a small grammar (devplan.expressions). Whatever is not
+on the list is refused in one line naming the archive and the member or field. The zip itself
+is held to bounds (member count, sizes, expansion), and the loaded program loses its guards
+code and sample inputs, which only ever feed the source torch execs when it unlifts."""
 from __future__ import annotations
 
 import contextlib
@@ -9,14 +18,15 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
+from devplan import allowlist
 from devplan.errors import DevplanError, first_line
 from devplan.files import open_input
 from devplan.pte.header import is_program
 
 
 def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
-    """Load a torch.export archive, refusing first any archive member that torch.export.load
-    would unpickle (unpickling can run code that a crafted file carries)."""
+    """Load a torch.export archive, refusing first any archive that is not what
+    torch.export.save writes for one program (a crafted one can run code as torch reads it)."""
     path = Path(path)
     if not path.exists():
         raise DevplanError(f"{path}: no such file; pass a .pt2 written by torch.export.save")
@@ -27,7 +37,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     if not zipfile.is_zipfile(path):
         hint = " (it is an ET12 .pte program; use 'devplan inspect')" if is_program(head) else ""
         raise DevplanError(f"{path}: not a .pt2 archive{hint}; export the model with torch.export.save")
-    _refuse_pickles(path)
+    _check_archive(path)
     import logging
 
     import torch
@@ -43,7 +53,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     logger.handlers, logger.propagate = [catcher], False
     try:
         with _stand_ins(_unknown_tree_types(path)), _type_hints_once():
-            return _plain_specs(torch.export.load(path))
+            return _without_guards(_plain_specs(torch.export.load(path)))
     except Exception as error:  # torch raises many kinds here; all mean the archive is unusable
         logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
         reason = first_line(logged[0] if logged else error)
@@ -56,7 +66,9 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
         logger.handlers, logger.propagate = handlers, propagate
 
 
-_SAFE_PREFIXES = {"weights_config.json": "weight_", "constants_config.json": "tensor_"}
+# the payload configs, by member name, and the prefix of the plain tensor files each names
+_PAYLOAD_CONFIGS = {f"data/weights/{allowlist.MODEL}_weights_config.json": "weight_",
+                    f"data/constants/{allowlist.MODEL}_constants_config.json": "tensor_"}
 _MAX_MEMBERS = 100_000  # one per weight or constant and a dozen more; a real model has thousands at most
 # torch.export.save stores members uncompressed; re-zipped weights deflate about 1.1 times and
 # graph JSON about 10 times, while a zip bomb expands a thousandfold
@@ -74,18 +86,19 @@ class _Refusal:
         return DevplanError(f"{self.path}: {what}; {advice}")
 
     def member(self, name: str, what: str, advice: str = "re-export the model with torch.export.save") -> DevplanError:
-        return self(f"archive member {name} {what}", advice)
+        return self(f"archive member {allowlist.shown(name)} {what}", advice)
 
     def pickle(self, name: str, what: str) -> DevplanError:
         return self.member(name, f"is {what}, which loading would unpickle, and unpickling can run code")
 
 
-def _refuse_pickles(path: Path) -> None:
-    """Refuse, before torch reads the archive, every member that torch.export.load would unpickle
-    (weights and constants marked use_pickle, custom and opaque objects, sample inputs that fail
-    a weights-only load, legacy state files, an old-format archive), native code it would load,
-    anything that makes devplan's checks and torch's reader see different members, and sizes
-    that would make loading take more memory than the archive's real weights."""
+def _check_archive(path: Path) -> None:
+    """Refuse, before torch reads the archive, anything torch.export.save would not have
+    written for one plain program: members it does not write (legacy and pickled state,
+    native code, a second or renamed model), JSON fields outside its schema, expressions
+    outside export's grammar, pickled weights, constants or sample inputs; anything that makes
+    devplan's checks and torch's reader see different members; and sizes that would make
+    loading take more memory than the archive's real weights."""
     refuse = _Refusal(path)
     try:
         with zipfile.ZipFile(path) as archive:
@@ -97,12 +110,13 @@ def _refuse_pickles(path: Path) -> None:
             _check_members(refuse, infos, root)
             _check_layout(refuse, root, names)
             sizes = {info.filename: info.file_size for info in infos}
-            for name in names:
-                kind = next((k for k in _SAFE_PREFIXES if name.endswith("_" + k)), None)
-                if kind is not None:
-                    _check_payload_config(refuse, name, _json(refuse, archive, name), kind, sizes)
-                elif name == f"{root}data/sample_inputs/model.pt":
-                    _check_sample_inputs(refuse, name, archive.read(name))
+            named = set()
+            for config, prefix in _PAYLOAD_CONFIGS.items():
+                named |= _check_payload_config(refuse, archive, root + config, prefix, sizes)
+            _check_known(refuse, root, names, named)
+            _check_document(refuse, f"{root}models/{allowlist.MODEL}.json", archive, "ExportedProgram")
+            inputs = f"{root}data/sample_inputs/{allowlist.MODEL}.pt"
+            _check_sample_inputs(refuse, inputs, archive.read(inputs))
     except (zipfile.BadZipFile, ValueError, AttributeError, TypeError, OSError, RecursionError,
             NotImplementedError) as error:
         raise refuse(f"cannot load the .pt2 archive ({first_line(error)})") from None
@@ -145,22 +159,49 @@ def _check_size(refuse: _Refusal, info: zipfile.ZipInfo, name: str) -> None:
 
 
 def _check_layout(refuse: _Refusal, root: str, names: list[str]) -> None:
-    """The members torch.export.load reads by name: one model, no legacy or native-code members,
-    the archive format torch.export.save writes."""
+    """The members torch.export.load reads by name: the folder is one name, one model, the
+    fixed members it needs; what torch would unpickle or run as native code gets its own
+    message before any other member is looked at."""
+    if root and not allowlist.safe_component(root[:-1]):
+        raise refuse.member(root, "is a folder name that torch.export.save does not write")
     inner = [name[len(root):] for name in names]
     models = [name for name in inner if name.startswith("models/")]
     if len(models) > 1:
-        raise refuse(f"the archive holds {len(models)} models ({', '.join(models[:3])})",
+        raise refuse(f"the archive holds {len(models)} models ({', '.join(map(allowlist.shown, models[:3]))})",
                      "devplan compiles one: save each program to its own .pt2")
     for name in inner:
         if name.startswith("data/aotinductor/"):
             raise refuse.member(root + name, "is AOTInductor output, native code that loading would run",
                                 "devplan compiles exported programs: save one with torch.export.save")
-        if re.fullmatch(r"data/(weights|constants)/.*\.pt", name):  # torch unpickles whole legacy state files
+        if re.fullmatch(r"data/(weights|constants)/.*\.pt", name, re.DOTALL):  # torch unpickles whole state files
             raise refuse.pickle(root + name, "a legacy weights or constants file")
-    if "archive_format" not in inner:
-        raise refuse("cannot load the .pt2 archive (it has no archive_format member, so torch.export.save did not "
-                     "write it)")
+    for name, needed in allowlist.FIXED.items():
+        if needed and name not in inner:
+            raise refuse(f"cannot load the .pt2 archive (it has no {name} member, so torch.export.save did not "
+                         "write it)")
+
+
+def _check_known(refuse: _Refusal, root: str, names: list[str], named: set[str]) -> None:
+    """Every member one that torch.export.save writes (torch reads some by patterns: a model
+    named other than `model` brings its own sample inputs and configs), its weight and
+    constant files those the configs name."""
+    for name in names:
+        kind = allowlist.member_kind(name[len(root):])
+        if kind is None:
+            what = "is a model other than 'model', the one" if name.startswith(f"{root}models/") else "is not a member"
+            raise refuse.member(name, f"{what} torch.export.save writes")
+        if kind == "payload" and name not in named:
+            raise refuse.member(name, "is a weight or constant that no config names")
+
+
+def _check_document(refuse: _Refusal, name: str, archive: zipfile.ZipFile, schema: str):
+    """The JSON member `name` as torch's schema class `schema` has it; its document."""
+    document = _json(refuse, archive, name)
+    try:
+        allowlist.check_document(schema, document)
+    except allowlist.Unexpected as unexpected:
+        raise refuse.member(name, f"field {unexpected.where} {unexpected.what}") from None
+    return document
 
 
 def _json(refuse: _Refusal, archive: zipfile.ZipFile, name: str):
@@ -170,16 +211,15 @@ def _json(refuse: _Refusal, archive: zipfile.ZipFile, name: str):
         raise refuse.member(name, f"is not JSON that torch can read ({first_line(error)})") from None
 
 
-def _check_payload_config(refuse: _Refusal, name: str, document, kind: str, sizes: dict[str, int]) -> None:
+def _check_payload_config(refuse: _Refusal, archive: zipfile.ZipFile, name: str, prefix: str,
+                          sizes: dict[str, int]) -> set[str]:
     """A weights or constants config lists plain tensors only, each lying inside its data member:
     torch unpickles the others, makes zeros of an empty member's declared shape and fails past
-    a short member's end."""
-    config = document.get("config") if isinstance(document, dict) else None
-    if not isinstance(config, dict) or not all(isinstance(meta, dict) for meta in config.values()):
-        raise refuse.member(name, "is not a config that torch.export.save writes")
+    a short member's end. Returns the data members it names."""
+    config = _check_document(refuse, name, archive, "PayloadConfig")["config"]
     folder = name.rpartition("/")[0] + "/"
     for fqn, meta in config.items():
-        if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(_SAFE_PREFIXES[kind]):
+        if meta.get("use_pickle") or not str(meta.get("path_name", "")).startswith(prefix):
             raise refuse.pickle(name, f"{fqn!r}, a pickled object")
         data, needed = folder + meta["path_name"], _tensor_bytes(meta.get("tensor_meta"))
         if needed is None:
@@ -188,6 +228,7 @@ def _check_payload_config(refuse: _Refusal, name: str, document, kind: str, size
             raise refuse.member(name, f"places {fqn!r} in {data}, which the archive lacks")
         if needed > sizes[data]:
             raise refuse.member(name, f"gives {fqn!r} {needed} bytes of {data}, which holds {sizes[data]}")
+    return {folder + meta["path_name"] for meta in config.values()}
 
 
 def _tensor_bytes(meta) -> int | None:
@@ -222,6 +263,16 @@ def _check_sample_inputs(refuse: _Refusal, name: str, data: bytes) -> None:
         torch.load(io.BytesIO(data), weights_only=True)
     except Exception:  # anything a weights-only load rejects would be unpickled in full
         raise refuse.pickle(name, "sample inputs that are not plain tensors") from None
+
+
+def _without_guards(ep):
+    """The loaded program without its guards code and sample inputs: unlifting it
+    (run_decompositions, ep.module()) builds Python source from both and execs it, and a
+    crafted archive chooses that text. A .pte program carries neither, and devplan drops the
+    asserts a retrace would make of them."""
+    ep._guards_code = []
+    ep.example_inputs = None
+    return ep
 
 
 def _unknown_tree_types(path: Path) -> set[str]:
