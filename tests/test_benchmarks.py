@@ -5,6 +5,7 @@ devplan breaks first."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -179,3 +180,25 @@ def test_fuzz_quick_counts_add_up() -> None:
     assert total["mutants"] == sum(row["mutants"] for row in programs) >= 600
     assert total["escapes"] == total["hangs"] == 0 and 0 < total["compared"] <= 60
     assert report["passed"] == (run.returncode == 0) and report["peak_mb"] < 1024
+
+
+def test_latency_quick_times_all_four_programs_of_each_model(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import latency_vs_executorch
+
+    assert latency_vs_executorch.main(["--quick", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    rows, summary = report["rows"], report["summary"]
+    assert report["runs"] == 5 and [row["model"] for row in rows] == list(latency_vs_executorch.QUICK)
+    for row in rows:
+        times = [row[key] for key in ("devplan_ms", "devplan_xnnpack_ms", "executorch_ms", "executorch_xnnpack_ms")]
+        assert all(ms > 0 for ms in times), row
+        assert row["ratio"] == pytest.approx(row["devplan_xnnpack_ms"] / row["executorch_xnnpack_ms"])
+        assert min(row["devplan_bytes"], row["devplan_xnnpack_bytes"], row["executorch_xnnpack_bytes"]) > 0
+        assert row["ok"] is True and row["errors"] == [], row
+    ratios = [row["ratio"] for row in rows]
+    assert summary["compared"] == summary["models"] == summary["bytes_compared"] == len(rows)
+    assert summary["geomean_ratio"] == pytest.approx(math.prod(ratios) ** (1 / len(ratios)))
+    assert summary["max_ratio"] == max(ratios)
+    assert summary["devplan_xnnpack_larger"] == sum(row["devplan_xnnpack_bytes"] > row["executorch_xnnpack_bytes"]
+                                                    for row in rows)
+    assert summary["all_ok"] is True
