@@ -45,6 +45,7 @@ class Tensor(NamedTuple):
     data: int                       # data_buffer_idx: a constant's data, or a planned tensor's initial data; 0: none
     said_device: Device | None      # what extra_tensor_info says, when it names other than the CPU
     storage_offset: int = 0         # in elements; ExecuTorch supports only 0 (other is damage its runtime refuses)
+    unbound: bool = False           # DYNAMIC_UNBOUND, which ExecuTorch's runtime refuses
 
     @property
     def ordered(self) -> bool:
@@ -54,12 +55,19 @@ class Tensor(NamedTuple):
 
 
 class Instruction(NamedTuple):
+    """One instruction. `index` numbers the method's instructions across its chains, in the
+    order they run (chain 0's first, then chain 1's): inspect, check and every message name
+    instructions by it. A jump's `destination` is what the file says, an index within the
+    jump's own chain, as ExecuTorch's runtime reads it: the runtime's loader turns it into an
+    `index` (one at or past its chain's end, or negative, ends the chain)."""
     index: int                      # across the method's chains
     kind: str                       # kernel, delegate, move, jump_false, free, or kind(N) for an unknown one
     op: int | None                  # a kernel's operator index
     delegate: int | None            # a delegate call's delegate index
     args: tuple[int, ...]           # the values it names: a move's (from, to), a jump's condition, a free's value
-    destination: int | None = None  # a jump's target instruction
+    destination: int | None = None  # a jump's target, an index within its own chain
+    chain: int = 0                  # the chain that holds it
+    at: int = 0                     # its index within that chain
 
     @property
     def results(self) -> tuple[int, ...]:
@@ -207,8 +215,10 @@ def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
         elif kind in _SCALARS:
             scalars[index] = _SCALARS[kind](val)
     chains = plan.chains or ()
-    instructions = tuple(_instruction(where, index, instruction) for index, instruction in
-                         enumerate(instruction for chain in chains for instruction in chain.instructions or ()))
+    rows = ((number, at, instruction) for number, chain in enumerate(chains)
+            for at, instruction in enumerate(chain.instructions or ()))
+    instructions = tuple(_instruction(where, index, instruction)._replace(chain=number, at=at)
+                         for index, (number, at, instruction) in enumerate(rows))
     return MethodView(
         plan_index=plan_index, name=name, where=where,
         inputs=tuple(ints(plan.inputs)), outputs=tuple(ints(plan.outputs)),
@@ -250,7 +260,8 @@ def _tensor(where: str, index: int, t, sizes: tuple[int, ...]) -> Tensor:
     said = Device.from_code(extra.deviceType, extra.deviceIndex) if extra is not None else None
     return Tensor(dtype, shape, None if t.dimOrder is None else tuple(ints(t.dimOrder)),
                   int(t.shapeDynamism) != TensorShapeDynamism.STATIC, mem_id, offset, nbytes, int(t.dataBufferIdx),
-                  None if said == CPU else said, int(t.storageOffset))
+                  None if said == CPU else said, int(t.storageOffset),
+                  int(t.shapeDynamism) == TensorShapeDynamism.DYNAMIC_UNBOUND)
 
 
 def _instruction(where: str, index: int, instruction) -> Instruction:

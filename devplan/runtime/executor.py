@@ -10,13 +10,14 @@ kernels.py is the kernel table and interpreter.py the loop that runs the steps."
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
 from devplan.errors import DevplanError, first_line
-from devplan.ops import BACKEND_ID, ET_VIEW, TO_DEVICE, TO_HOST
+from devplan.ops import BACKEND_ID, ET_VIEW, KERNELS, TO_DEVICE, TO_HOST
 from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import Delegate, Instruction, MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
@@ -25,6 +26,7 @@ from devplan.runtime.interpreter import Refs, Step, interpret, value_of
 from devplan.runtime.kernels import DIM_ORDER, NUMBERS, et_view, schema_op, writes_its_outs
 from devplan.spec import CPU, DEVICE_TYPES, Device
 
+_KIND_NAMES = {code: name for name, code in vars(KernelTypes).items() if not name.startswith("_")}
 _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach (alignment, reserves)
 # Memory a method may take for its arenas and unplanned tensors unless its caller says more:
 # every size comes from the file, and a few damaged bytes can ask for terabytes.
@@ -52,6 +54,7 @@ class LoadedMethod:
         # every tensor checked once, before anything is allocated; binding and sizes read these
         self.dtypes = {index: self._dtype(index, t) for index, t in view.tensors.items()}
         self._check_layouts(view)
+        self._check_memory(view)
         self._check_sizes(view)
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
@@ -120,7 +123,8 @@ class LoadedMethod:
         self.outputs = [self._index(i, "an output") for i in view.outputs]
         if view.unlisted_chains:  # as ExecuTorch's runtime refuses it
             raise DevplanError(f"{self.where}: a chain has no list of instructions; the program is damaged")
-        self.steps = [self._step(view, row) for row in view.instructions]
+        lengths = Counter(row.chain for row in view.instructions)
+        self.steps = [self._step(view, row, lengths[row.chain]) for row in view.instructions]
 
     def execute(self, inputs: Sequence[Any]) -> list[Any]:
         """Run once: copy `inputs` in, run every instruction, return host copies of the outputs."""
@@ -240,15 +244,47 @@ class LoadedMethod:
         return dtype
 
     def _check_layouts(self, view: MethodView) -> None:
-        """Refuse the layouts ExecuTorch's runtime refuses as it parses a tensor."""
+        """Refuse the layouts ExecuTorch's runtime refuses as it parses a tensor, and those it
+        would run on other terms than this runtime can (another dim order, another device)."""
         for index, t in view.tensors.items():
+            if t.dim_order is None:
+                raise DevplanError(f"{self.where}: value {index} has no dim order, which ExecuTorch's runtime "
+                                   f"requires of every tensor; the program is damaged")
             if not t.ordered:
                 shown = list(t.dim_order) if len(t.dim_order) <= 8 else f"of {len(t.dim_order)} entries"
                 raise DevplanError(f"{self.where}: value {index} has the dim order {shown}, not an order of its "
                                    f"{len(t.shape)} dimensions; the program is damaged")
+            if list(t.dim_order) != list(range(len(t.shape))):
+                raise DevplanError(f"{self.where}: value {index} has the dim order {list(t.dim_order)}; the reference "
+                                   f"runtime holds only contiguous tensors (dim order 0 to {len(t.shape) - 1}): "
+                                   f"run it on ExecuTorch's runtime (devplan run --executorch)")
             if t.storage_offset:
                 raise DevplanError(f"{self.where}: value {index} has the storage offset {t.storage_offset}, which "
                                    f"ExecuTorch does not support; the program is damaged")
+            if t.unbound:
+                raise DevplanError(f"{self.where}: value {index} has a DYNAMIC_UNBOUND shape, which ExecuTorch's "
+                                   f"runtime does not support; the program is damaged")
+            buffer = view.buffer_devices.get(t.mem_id, CPU)
+            if t.mem_id is not None and t.said_device is not None and t.said_device != buffer:
+                raise DevplanError(f"{self.where}: value {index} is said to be on {t.said_device} (extra_tensor_info) "
+                                   f"but is planned in buffer {t.mem_id}, which is on {buffer}; the program is "
+                                   f"damaged")
+
+    def _check_memory(self, view: MethodView) -> None:
+        """Refuse a tensor some instruction names that has no memory: neither planned, nor a
+        constant, nor an input or output a caller hands in. ExecuTorch's runtime gives it a null
+        data pointer, which its kernels would read or write; zeros here would be a wrong answer."""
+        conditions = {row.args[0] for row in view.instructions if row.kind == "jump_false"}
+        empty = view.unplanned | {i for i in conditions
+                                  if (t := view.tensors.get(i)) is not None and t.mem_id is None and t.data == 0}
+        for index in sorted(empty - set(view.inputs) - set(view.outputs)):
+            writer = view.first_writers.get(index)
+            use = (f"instruction {writer} writes it" if writer is not None
+                   else f"instruction {view.lifetimes[index][0]} reads it" if index in view.lifetimes else "")
+            raise DevplanError(f"{self.where}: value {index} is a tensor with no data and no place in a buffer, "
+                               f"not an input or output"
+                               f"{'; ' + use if use else ''} (ExecuTorch's runtime gives it no memory); the "
+                               f"program is damaged")
 
     def _check_sizes(self, view: MethodView) -> None:
         """Every planned tensor at a whole element of its buffer (decoding has put it inside),
@@ -304,7 +340,7 @@ class LoadedMethod:
         allocator.copy_to_device(view, host)
         return view
 
-    def _step(self, view: MethodView, row: Instruction) -> Step:
+    def _step(self, view: MethodView, row: Instruction, chain_length: int) -> Step:
         index = row.index
         args = [self._index(a, f"instruction {index}") for a in row.args]
         if row.kind == "kernel":
@@ -317,11 +353,27 @@ class LoadedMethod:
                 raise DevplanError(f"{self.where}: instruction {index} moves value {source} into value {target} of "
                                    f"another type or shape; the program is damaged")
             return Step("move", "move", args=(source, target))
-        if row.kind == "jump_false":  # a destination past the end just ends the run
-            return Step("jump_false", "jump_false", args=(args[0], max(0, row.destination)))
+        if row.kind == "jump_false":
+            return self._jump(view, row, args[0], chain_length)
         if row.kind != "free":  # as ExecuTorch's runtime refuses it
             raise DevplanError(f"{self.where}: instruction {index} has no call; the program is damaged")
         return Step("free", "free")  # planned memory needs no freeing
+
+    def _jump(self, view: MethodView, row: Instruction, condition: int, chain_length: int) -> Step:
+        """A JumpFalseCall as ExecuTorch's runtime runs it: its condition a Bool, or a bool
+        tensor (true when every element is), and its destination an index within its own
+        chain, one at or past the chain's end (or negative: the runtime reads it unsigned)
+        ending the chain, whose next chain then runs."""
+        kind = view.kinds[condition]
+        if not (kind == KernelTypes.Bool or kind == KernelTypes.Tensor and self.dtypes[condition] == torch.bool):
+            what = (f"a {self.dtypes[condition]} tensor" if kind == KernelTypes.Tensor
+                    else f"of type {_KIND_NAMES.get(kind, f'kind({kind})')}")
+            raise DevplanError(f"{self.where}: instruction {row.index} jumps on value {condition}, {what}; "
+                               f"ExecuTorch's runtime takes only a Bool or a bool tensor as a condition; the "
+                               f"program is damaged")
+        start = row.index - row.at  # the chain's first instruction, across the method's chains
+        within = row.destination if 0 <= row.destination < chain_length else chain_length
+        return Step("jump_false", "jump_false", args=(condition, start + within))
 
     def _delegate(self, index: int, delegate: int, args: list[int]) -> Step:
         if not 0 <= delegate < len(self.delegates):
@@ -364,6 +416,9 @@ class LoadedMethod:
         if not writes_its_outs(op, name):  # ExecuTorch has only out and a few in-place kernels
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which is not an out variant "
                                f"(.out); the program is damaged or made for another runtime")
+        if name not in KERNELS:  # torch has the op, but ExecuTorch's runtime would refuse to load the program
+            raise DevplanError(f"{self.where}: instruction {index} calls {name}, which ExecuTorch's kernel libraries "
+                               f"(portable and quantized) do not register; the program is made for another runtime")
         schema = op._schema.arguments
         if len(args) < len(schema):
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments; "

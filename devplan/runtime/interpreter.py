@@ -90,8 +90,10 @@ def _run(pc: int, step: Step, values: list, bounds: dict, where: str) -> int:
                 _within_bound(where, pc, step, out, values[out].shape, bounds[out])
     elif step.kind == "move":
         values[step.args[1]] = values[step.args[0]]
-    elif step.kind == "jump_false" and not value_of(values, step.args[0]):
-        return step.args[1]
+    elif step.kind == "jump_false":  # a Bool, or a bool tensor: true when every element is
+        condition = values[step.args[0]]
+        if not (bool(condition.all()) if isinstance(condition, torch.Tensor) else condition):
+            return step.args[1]
     return pc + 1
 
 
