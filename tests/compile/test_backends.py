@@ -231,3 +231,17 @@ def test_transformers_family_with_xnnpack(family):
     with torch.no_grad():
         theirs = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
     assert planned_bytes(result.data) <= planned_bytes(theirs)
+
+
+def test_dynamic_shapes_run_at_every_size_within_the_bound():
+    """XNNPACK's delegates take a dynamic batch; devplan plans the tensors around them at the
+    bound and the program runs any batch up to it."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).eval()
+    batch = torch.export.Dim("batch", max=64)
+    ep = torch.export.export(module, (torch.randn(4, 16),), dynamic_shapes=({0: batch},), strict=False)
+    result = devplan.compile(ep, backends=["xnnpack"])
+    for size in (1, 4, 33, 64):
+        x = torch.randn(size, 16)
+        (got,) = run_executorch(result.data, (x,))[0]
+        torch.testing.assert_close(got, module(x), rtol=1e-4, atol=1e-4)
