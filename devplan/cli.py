@@ -367,6 +367,8 @@ def check_command(
                                                              f", over by {size_text(c.size - c.budget)}"))
         facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
                      + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
+        if c.problem is not None:
+            facts.append(c.problem)
         what = f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}"
         typer.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}")
     if matched is not None and not json_output:
