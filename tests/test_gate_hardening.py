@@ -4,12 +4,14 @@ escape sequences off the terminal. Each test builds its bad input itself."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 import devplan
 from devplan.errors import DevplanError
-from tests.inspect.runner import invoke
+from tests.compile.test_cli import assert_one_line_error
+from tests.inspect.runner import invoke, run_devplan
 from tests.runtime.test_device_arena import two_blocks
 
 
@@ -52,3 +54,100 @@ def test_a_peak_below_the_bytes_that_must_be_apart_is_flagged_and_fails_check(bl
     run = invoke("check", str(blocks["moved"]), "--json")
     report = json.loads(run.stdout)
     assert run.exit_code == 1 and report["ok"] is False and report["buffers"][1]["problem"] == moved["problem"]
+
+
+GOLDEN = Path(__file__).parent / "golden"
+SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "schemas" / "golden.schema.json").read_text())
+
+
+def _odd_goldens() -> dict[str, tuple[str, str]]:
+    """Golden files of the right format and odd contents: name -> (text, the field path the refusal names)."""
+    base = json.loads((GOLDEN / "two_io_cuda.golden.json").read_text())
+
+    def edited(path: str, value) -> str:
+        doc = json.loads(json.dumps(base))
+        *parents, last = [int(key) if key.isdigit() else key for key in path.split(".")]
+        target = doc
+        for key in parents:
+            target = target[key]
+        if value is _DROP:
+            del target[last]
+        else:
+            target[last] = value
+        return json.dumps(doc)
+
+    nested = '{"format": "devplan-golden", "schema_version": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    return {
+        "deep nesting": (nested, "nested too deeply"),
+        "huge integer": (edited("methods.0.buffers.0.size", 10 ** 400), "methods[0].buffers[0].size"),
+        "NaN size": (edited("methods.0.buffers.1.size", float("nan")), "not a golden file (NaN is not JSON)"),
+        "wrong type": (edited("methods.0.operators", "aten::add.out"), "methods[0].operators should be an array"),
+        "missing key": (edited("methods.0.delegates.0.window", _DROP), 'methods[0].delegates[0] has no "window"'),
+        "schema_version true": (edited("schema_version", True), "golden schema_version True"),
+        "float count": (edited("methods.0.counts.values", 11.0), "methods[0].counts.values"),
+        "device entry": (edited("methods.0.devices.cpu", []), "methods[0].devices.cpu should be an object"),
+        "bad window": (edited("methods.0.delegates.0.window", {"mem_id": 0, "offset": 0}), "window.mem_id"),
+    }
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize("case", list(_odd_goldens()))
+def test_an_odd_golden_file_is_refused_naming_the_file_and_the_field(case, tmp_path):
+    text, field = _odd_goldens()[case]
+    golden = tmp_path / "odd.golden.json"
+    golden.write_text(text)
+    with pytest.raises(DevplanError) as refused:
+        devplan.diff(golden, golden)
+    message = str(refused.value)
+    assert message.startswith(f"{golden}: ") and field in message and "\n" not in message, message
+
+
+def test_odd_goldens_exit_2_in_diff_and_check(blocks, tmp_path):
+    golden = tmp_path / "odd.golden.json"
+    golden.write_text(_odd_goldens()["schema_version true"][0])
+    for args in (("diff", golden, blocks["good"]), ("diff", blocks["good"], golden),
+                 ("check", blocks["good"], "--golden", golden)):
+        assert_one_line_error(run_devplan(*map(str, args)), str(golden))
+
+
+def test_the_golden_validator_requires_what_the_schema_requires():
+    """Every key the JSON Schema requires, removed from a golden file with delegates and
+    windows, makes the validator refuse it; and the committed golden files pass both."""
+    import jsonschema
+
+    from devplan.inspect.golden import _GOLDEN, _mismatch
+
+    for path in sorted(GOLDEN.glob("*.golden.json")):
+        doc = json.loads(path.read_text())
+        jsonschema.validate(doc, SCHEMA)
+        assert _mismatch(doc, _GOLDEN, "") is None, path
+
+    def required(schema, doc, where):
+        schema = SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[1]] if "$ref" in schema else schema
+        if isinstance(doc, dict):
+            for key in schema.get("required", ()):
+                yield where, doc, key
+            for key, inner in schema.get("properties", {}).items():
+                if isinstance(doc.get(key), (dict, list)):
+                    yield from required(inner, doc[key], f"{where}.{key}")
+            if isinstance(schema.get("additionalProperties"), dict):
+                for key, item in doc.items():
+                    yield from required(schema["additionalProperties"], item, f"{where}.{key}")
+        elif isinstance(doc, list) and doc and "items" in schema:
+            yield from required(schema["items"], doc[0], f"{where}[0]")
+
+    doc = json.loads(json.dumps({**json.loads((GOLDEN / "two_io_cuda.golden.json").read_text())}))
+    doc["methods"][0]["delegates"][0]["window"] = {"mem_id": 2, "offset": 0}
+    doc["methods"][0]["delegates"][0]["payload_buffers"] = [
+        {"method": "forward", "mem_id": 1, "device": "cuda:0", "size": 16, "lower_bound": 16}]
+    checked = 0
+    for where, parent, key in list(required(SCHEMA, doc, "")):
+        if key in ("schema_version", "format"):
+            continue  # refused before the shape, with messages of their own
+        value = parent.pop(key)
+        assert _mismatch(doc, _GOLDEN, "") is not None, f"{where}.{key}"
+        parent[key] = value
+        checked += 1
+    assert checked > 30
