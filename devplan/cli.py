@@ -346,7 +346,7 @@ def check_command(
     golden file (--update writes it)."""
     from devplan.inspect.check import check, check_document, check_golden
     from devplan.inspect.difftext import change_lines, outcome
-    from devplan.inspect.units import size_text
+    from devplan.inspect.units import printable, size_text
     from devplan.planning import parse_budget
 
     if golden is None and (update or tolerance is not None or exact):
@@ -370,12 +370,12 @@ def check_command(
         if c.problem is not None:
             facts.append(c.problem)
         what = f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}"
-        typer.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}")
+        typer.echo(printable(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}"))
     if matched is not None and not json_output:
         verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
-        typer.echo(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
+        typer.echo(printable(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}"))
         for line in change_lines(matched.diff) if matched.diff is not None else ():
-            typer.echo(line)
+            typer.echo(printable(line))
     if not report["ok"]:
         raise typer.Exit(1)
 
@@ -396,11 +396,14 @@ def diff_command(
     Per method: buffers added, removed or resized (per device), lower bounds, constant bytes,
     operators, counts, delegates, and the tensors whose placement changed."""
     from devplan.inspect.diff import diff
+    from devplan.inspect.units import printable
 
     if str(a) == str(b) == "-":
         raise DevplanError("-: standard input can be read once; pass one of A and B as a file")
     result = diff(_program(a), _program(b), tolerance=tolerance, exact=exact, method=method)
-    typer.echo(json.dumps(result.document(), sort_keys=True, indent=2) if json_output else result.text(), nl=json_output)
+    # names from the files (operators, backend ids, devices) may hold terminal escapes: shown escaped
+    typer.echo(json.dumps(result.document(), sort_keys=True, indent=2) if json_output
+               else "".join(printable(line) + "\n" for line in result.text().splitlines()), nl=json_output)
     if not result.ok:
         raise typer.Exit(1)
 

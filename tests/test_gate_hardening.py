@@ -151,3 +151,24 @@ def test_the_golden_validator_requires_what_the_schema_requires():
         parent[key] = value
         checked += 1
     assert checked > 30
+
+
+def test_escape_sequences_from_files_reach_check_and_diff_output_escaped(tmp_path):
+    """An operator name, a delegate id and a device from a golden file, and a method name in
+    a program, holding ESC [31m and BEL."""
+    doc = json.loads((GOLDEN / "two_io_cuda.golden.json").read_text())
+    method = doc["methods"][0]
+    method["operators"].append("evil\x1b[31m::op\x07")
+    method["delegates"][0]["id"] = "Back\x1b[2Jend"
+    method["buffers"][0]["device"] = "cpu\x1b]0;title\x07"
+    odd = tmp_path / "odd.golden.json"
+    odd.write_text(json.dumps(doc))
+    runs = [invoke("diff", str(GOLDEN / "two_io_cuda.golden.json"), str(odd)),
+            invoke("diff", str(odd), str(GOLDEN / "two_io_cuda.golden.json"))]
+    program = tmp_path / "two_io_cuda.pte"
+    devplan.compile(GOLDEN.parent.parent / "samples" / "two_io.pt2", program, delegates=["cuda:0=aten::linear"])
+    runs.append(invoke("check", str(program), "--golden", str(odd)))
+    for run in runs:
+        assert run.exit_code == 1, run.output
+        assert "\x1b" not in run.output and "\x07" not in run.output, run.output
+        assert "\\x1b[31m" in run.output or "\\x1b[2J" in run.output, run.output
