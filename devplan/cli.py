@@ -554,6 +554,7 @@ def main() -> None:
     try:
         # outside standalone mode click hands back a command's exit code instead of exiting
         code = app(standalone_mode=False)
+        sys.stdout.flush()  # inside the try: a Ctrl-C while the last lines go out is an interruption too
         if isinstance(code, int) and code:
             sys.exit(code)
     except DevplanError as error:
@@ -568,8 +569,10 @@ def main() -> None:
         sys.exit(done.exit_code)
     except typer.Abort:
         _fail("aborted")
-    except KeyboardInterrupt:
-        _fail("interrupted")
+    except KeyboardInterrupt:  # no traceback; a write in progress has removed its temporary file
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C on the way out changes nothing
+        print("devplan: interrupted", file=sys.stderr)
+        sys.exit(130)
     except MemoryError:
         _fail("out of memory; try a smaller model or a machine with more memory")
     except Exception as error:  # devplan's own bug: one line, the traceback kept for the report

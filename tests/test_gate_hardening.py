@@ -172,3 +172,28 @@ def test_escape_sequences_from_files_reach_check_and_diff_output_escaped(tmp_pat
         assert run.exit_code == 1, run.output
         assert "\x1b" not in run.output and "\x07" not in run.output, run.output
         assert "\\x1b[31m" in run.output or "\\x1b[2J" in run.output, run.output
+
+
+def test_ctrl_c_exits_130_with_one_line(monkeypatch, capsys):
+    from devplan import cli
+
+    def interrupted(**_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "app", interrupted)
+    monkeypatch.setattr("sys.argv", ["devplan", "check", "x.pte"])
+    monkeypatch.setattr("signal.signal", lambda *_: None)  # leave pytest's handlers alone
+    with pytest.raises(SystemExit) as done:
+        cli.main()
+    assert done.value.code == 130 and capsys.readouterr().err == "devplan: interrupted\n"
+
+
+def test_a_legal_244_character_output_name_is_written(tmp_path):
+    """The temporary file beside it keeps only part of the name, so it stays within 255 bytes."""
+    from devplan.files import write_atomic
+
+    for length in (244, 255):
+        target = tmp_path / ("p" * (length - 4) + ".pte")
+        write_atomic(target, b"program")
+        assert target.read_bytes() == b"program" and [p.name for p in tmp_path.iterdir()] == [target.name]
+        target.unlink()
