@@ -515,7 +515,12 @@ def _load_inputs(path: Path, limit: int) -> list:
     except Exception as error:  # torch.load raises pickle, zip and OS errors alike for a bad file
         raise DevplanError(f"{path}: not a file of tensors saved with torch.save ({type(error).__name__}); "
                            f"save a tensor or a list of tensors with torch.save") from None
-    return list(loaded) if isinstance(loaded, (list, tuple)) else [loaded]
+    tensors = list(loaded) if isinstance(loaded, (list, tuple)) else [loaded]
+    for index, tensor in enumerate(tensors):
+        if isinstance(tensor, torch.Tensor) and (tensor.layout != torch.strided or tensor.is_meta):
+            raise DevplanError(f"{path}: input {index} is a {str(tensor.layout).removeprefix('torch.')} tensor on "
+                               f"{tensor.device.type}; save dense tensors that hold their values (tensor.to_dense())")
+    return tensors
 
 
 def _progress(quiet: bool):

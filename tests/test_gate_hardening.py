@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 import devplan
 from devplan.errors import DevplanError
@@ -197,3 +198,13 @@ def test_a_legal_244_character_output_name_is_written(tmp_path):
         write_atomic(target, b"program")
         assert target.read_bytes() == b"program" and [p.name for p in tmp_path.iterdir()] == [target.name]
         target.unlink()
+
+
+@pytest.mark.parametrize("make", [lambda: torch.eye(3).to_sparse(), lambda: torch.empty(3, 3, device="meta")])
+def test_sparse_or_meta_inputs_are_refused_in_one_line(make, tmp_path):
+    from devplan.cli import _load_inputs
+
+    saved = tmp_path / "inputs.pt"
+    torch.save([torch.ones(3, 3), make()], saved)
+    with pytest.raises(DevplanError, match=r"inputs.pt: input 1 is a (sparse_coo tensor on cpu|strided tensor on meta)"):
+        _load_inputs(saved, 1 << 20)
