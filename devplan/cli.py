@@ -346,7 +346,7 @@ def check_command(
     golden file (--update writes it)."""
     from devplan.inspect.check import check, check_document, check_golden
     from devplan.inspect.difftext import change_lines, outcome
-    from devplan.inspect.units import size_text
+    from devplan.inspect.units import printable, size_text
     from devplan.planning import parse_budget
 
     if golden is None and (update or tolerance is not None or exact):
@@ -367,13 +367,15 @@ def check_command(
                                                              f", over by {size_text(c.size - c.budget)}"))
         facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
                      + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
+        if c.problem is not None:
+            facts.append(c.problem)
         what = f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}"
-        typer.echo(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}")
+        typer.echo(printable(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}"))
     if matched is not None and not json_output:
         verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
-        typer.echo(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
+        typer.echo(printable(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}"))
         for line in change_lines(matched.diff) if matched.diff is not None else ():
-            typer.echo(line)
+            typer.echo(printable(line))
     if not report["ok"]:
         raise typer.Exit(1)
 
@@ -394,11 +396,14 @@ def diff_command(
     Per method: buffers added, removed or resized (per device), lower bounds, constant bytes,
     operators, counts, delegates, and the tensors whose placement changed."""
     from devplan.inspect.diff import diff
+    from devplan.inspect.units import printable
 
     if str(a) == str(b) == "-":
         raise DevplanError("-: standard input can be read once; pass one of A and B as a file")
     result = diff(_program(a), _program(b), tolerance=tolerance, exact=exact, method=method)
-    typer.echo(json.dumps(result.document(), sort_keys=True, indent=2) if json_output else result.text(), nl=json_output)
+    # names from the files (operators, backend ids, devices) may hold terminal escapes: shown escaped
+    typer.echo(json.dumps(result.document(), sort_keys=True, indent=2) if json_output
+               else "".join(printable(line) + "\n" for line in result.text().splitlines()), nl=json_output)
     if not result.ok:
         raise typer.Exit(1)
 
@@ -510,7 +515,12 @@ def _load_inputs(path: Path, limit: int) -> list:
     except Exception as error:  # torch.load raises pickle, zip and OS errors alike for a bad file
         raise DevplanError(f"{path}: not a file of tensors saved with torch.save ({type(error).__name__}); "
                            f"save a tensor or a list of tensors with torch.save") from None
-    return list(loaded) if isinstance(loaded, (list, tuple)) else [loaded]
+    tensors = list(loaded) if isinstance(loaded, (list, tuple)) else [loaded]
+    for index, tensor in enumerate(tensors):
+        if isinstance(tensor, torch.Tensor) and (tensor.layout != torch.strided or tensor.is_meta):
+            raise DevplanError(f"{path}: input {index} is a {str(tensor.layout).removeprefix('torch.')} tensor on "
+                               f"{tensor.device.type}; save dense tensors that hold their values (tensor.to_dense())")
+    return tensors
 
 
 def _progress(quiet: bool):
@@ -549,6 +559,7 @@ def main() -> None:
     try:
         # outside standalone mode click hands back a command's exit code instead of exiting
         code = app(standalone_mode=False)
+        sys.stdout.flush()  # inside the try: a Ctrl-C while the last lines go out is an interruption too
         if isinstance(code, int) and code:
             sys.exit(code)
     except DevplanError as error:
@@ -563,8 +574,10 @@ def main() -> None:
         sys.exit(done.exit_code)
     except typer.Abort:
         _fail("aborted")
-    except KeyboardInterrupt:
-        _fail("interrupted")
+    except KeyboardInterrupt:  # no traceback; a write in progress has removed its temporary file
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C on the way out changes nothing
+        print("devplan: interrupted", file=sys.stderr)
+        sys.exit(130)
     except MemoryError:
         _fail("out of memory; try a smaller model or a machine with more memory")
     except Exception as error:  # devplan's own bug: one line, the traceback kept for the report

@@ -28,6 +28,7 @@ class BufferCheck:
     budget: int | None          # bytes allowed, if a budget names this buffer or device
     max_ratio: float | None     # size / lower_bound allowed, if asked
     buffers: int = 1
+    problem: str | None = None  # the inspection document's: a plan no runtime can trust
 
     @property
     def ratio(self) -> float:
@@ -35,7 +36,7 @@ class BufferCheck:
 
     @property
     def ok(self) -> bool:
-        return ((self.budget is None or self.size <= self.budget)
+        return (self.problem is None and (self.budget is None or self.size <= self.budget)
                 and (self.max_ratio is None or self.ratio <= self.max_ratio))
 
 
@@ -59,9 +60,10 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
     checks, named = [], set()
     for m in doc["methods"]:
         rows = [BufferCheck(m["name"], b["mem_id"], b["device"], b["size"], b["lower_bound"],
-                            budgets.get(str(b["mem_id"])), max_ratio) for b in m["buffers"]]
+                            budgets.get(str(b["mem_id"])), max_ratio, problem=b.get("problem")) for b in m["buffers"]]
         rows += [BufferCheck(f"{m['name']} delegate {d['index']}", b["mem_id"], b["device"], b["size"], b["lower_bound"],
-                             None, max_ratio) for d in m["delegates"] for b in d["payload_buffers"] or ()]
+                             None, max_ratio, problem=b.get("problem"))
+                 for d in m["delegates"] for b in d["payload_buffers"] or ()]
         named |= {str(b["mem_id"]) for b in m["buffers"]} | {row.device for row in rows}
         # a device's total is checked when a budget names it, or against the device's bound
         # when it holds several buffers that could have shared bytes

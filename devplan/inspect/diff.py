@@ -4,7 +4,8 @@ Both sides become golden documents (golden.py) and are compared fact by fact; wh
 programs, their placement lists are compared tensor by tensor as well (a golden file only
 keeps their digest). Sizes (buffers, lower bounds, constant bytes, delegate payloads) may
 shrink, or grow within a tolerance; anything else that changes, an operator, a device, a
-count, a buffer or delegate added or removed, is always a difference. docs/diff-json.md
+count, a delegate's window moved or resized, a buffer or delegate added or removed, is always
+a difference. docs/diff-json.md
 describes the document."""
 from __future__ import annotations
 
@@ -247,6 +248,9 @@ class _Compare:
             self.fixed(method, subject, "target_device", x["target_device"], y["target_device"])
             self.sized(method, subject, "payload_size", x["payload_size"], y["payload_size"])
             self.buffers(method, f"{subject} ", x["payload_buffers"] or [], y["payload_buffers"] or [])
+            # where the delegate's working memory sits in the method's buffer: moved or resized,
+            # it may lie over tensors alive while the delegate runs, so it always fails
+            self.fixed(method, subject, "window", _window(x), _window(y))
 
     def placements(self, method: str, a: dict, b: dict, rows_a: list[dict] | None, rows_b: list[dict] | None) -> None:
         """Moved placements are only a difference with exact: a plan that shrank, or grew
@@ -254,6 +258,15 @@ class _Compare:
         if a["sha256"] != b["sha256"]:
             detail = _placement_detail(rows_a, rows_b) if rows_a is not None and rows_b is not None else None
             self.changes.append(Change(method, "placements", "digest", a, b, self.exact, detail))
+
+
+def _window(delegate: dict) -> dict | None:
+    """A delegate's window with its size (its payload's buffers), None without one."""
+    window = delegate.get("window")
+    if window is None:
+        return None
+    return {"mem_id": window["mem_id"], "offset": window["offset"],
+            "size": sum(b["size"] for b in delegate["payload_buffers"] or ())}
 
 
 def _placement_detail(a: list[dict], b: list[dict]) -> dict:

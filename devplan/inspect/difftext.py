@@ -18,7 +18,7 @@ _PLACEMENT_KINDS = {"added": "added", "removed": "removed", "moved": "moved", "r
 
 _FACTS = {"size": "size", "lower_bound": "lower bound", "payload_size": "payload", "constant_bytes": "constant bytes",
           "count": "", "tensors": "tensors", "device": "device", "id": "backend", "target_device": "target device",
-          "added": "added", "removed": "removed", "digest": ""}
+          "added": "added", "removed": "removed", "digest": "", "window": "window"}
 
 
 def diff_text(d) -> str:
@@ -73,12 +73,18 @@ def _values(change) -> str:
         if isinstance(shown, dict):
             return f"{shown['id']} on {shown['target_device'] or 'no device'}"
         return str(shown)
+    if change.fact == "window":
+        return f"{_window(a)} -> {_window(b)}"
     if change.fact in SIZED:
         percent = f", {_percent(a, b)}" if a else ""
         return f"{size_text(a)} -> {size_text(b)} ({_signed_bytes(b - a)}{percent})"
     if isinstance(a, int) and isinstance(b, int):
         return f"{a} -> {b} ({b - a:+d})"
     return f"{a} -> {b}"
+
+
+def _window(window: dict | None) -> str:
+    return f"buffer {window['mem_id']} @{window['offset']} ({size_text(window['size'])})" if window else "none"
 
 
 def _placements(change) -> str:

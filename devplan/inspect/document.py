@@ -203,6 +203,11 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
     for at, in_use in busiest(timed + windows):
         if in_use > peak:
             peak, peak_instruction = in_use, at
+    bound = _lower_bound(timed, sharing, size, windows)
+    exact = bound.pop("_exact_bound")
+    # a sound plan keeps apart, at its busiest, at least the bytes its bound says must be
+    problem = ({"problem": f"unsound plan: peak {peak} bytes is below the {exact} that must be apart at once "
+                           f"(live tensors or delegate windows share bytes)"} if peak < exact else {})
     return {
         "mem_id": mem_id,
         "size": size,
@@ -210,7 +215,8 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
         "tensors": len(placed),
         "peak": peak,
         "peak_instruction": peak_instruction,
-        **_lower_bound(timed, sharing, size, windows),
+        **bound,
+        **problem,
     }
 
 
@@ -249,7 +255,9 @@ def _lower_bound(timed: list[dict], sharing: list[int], size: int, windows: list
     while alignment > _MIN_ALIGNMENT and bound > size:
         alignment //= 2
         bound = lower_bound(at(alignment), alignment=1).get(1, 0)
-    return {"lower_bound": bound, "_live": at(alignment)}
+    # unaligned, the bound is bytes that must be apart at some instruction: a peak below it
+    # means storages alive at once (a delegate's window among them) share bytes
+    return {"lower_bound": bound, "_live": at(alignment), "_exact_bound": lower_bound(at(1), alignment=1).get(1, 0)}
 
 
 def _windows(view: MethodView, delegates: list[dict]) -> list[dict]:

@@ -82,12 +82,80 @@ def read_golden(path: str | os.PathLike) -> dict:
         raise DevplanError(f"{path}: no such golden file; {rewrite}")
     text = read_input(path, limit=MAX_GOLDEN_BYTES, hint=rewrite)
     try:
-        golden = json.loads(text.decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise DevplanError(f"{path}: not a golden file ({type(error).__name__}); {rewrite}") from None
+        golden = json.loads(text.decode(), parse_constant=_no_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as error:
+        why = ("nested too deeply" if isinstance(error, RecursionError) else
+               str(error) if type(error) is ValueError else type(error).__name__)
+        raise DevplanError(f"{path}: not a golden file ({why}); {rewrite}") from None
     if not isinstance(golden, dict) or not is_golden(golden):
         raise DevplanError(f"{path}: not a devplan golden file (no \"format\": \"{FORMAT}\"); {rewrite}")
-    if golden.get("schema_version") != SCHEMA_VERSION:
-        raise DevplanError(f"{path}: golden schema_version {golden.get('schema_version')!r}, this devplan reads "
+    version = golden.get("schema_version")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise DevplanError(f"{path}: golden schema_version {version!r}, this devplan reads "
                            f"{SCHEMA_VERSION}; rewrite it with --update after checking the program")
+    problem = _mismatch(golden, _GOLDEN, "")
+    if problem is not None:
+        raise DevplanError(f"{path}: not a valid golden file: {problem}; {rewrite}")
     return golden
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+# The golden file's shape, as docs/schemas/golden.schema.json gives it (tests/test_gate_hardening.py
+# holds the two together): a dict is an object with these keys (more are ignored; "*": any key),
+# [x] an array of x, (None, x) x or null; BYTES a count or size, up to what an int64 holds.
+BYTES, ID, NAME, SHA256 = "bytes", "id", "name", "sha256"
+_BUFFER = {"mem_id": ID, "device": NAME, "size": BYTES, "lower_bound": BYTES}
+_GOLDEN = {
+    "schema_version": BYTES, "format": NAME, "file": {"name": NAME, "constant_bytes": BYTES},
+    "methods": [{
+        "name": NAME,
+        "counts": {"instructions": BYTES, "values": BYTES, "tensors": BYTES, "delegates": BYTES},
+        "buffers": [_BUFFER | {"tensors": BYTES}],
+        "devices": {"*": {"buffers": BYTES, "size": BYTES, "lower_bound": BYTES}},
+        "operators": [NAME],
+        "delegates": [{"index": BYTES, "id": NAME, "target_device": (None, NAME), "payload_size": BYTES,
+                       "payload_buffers": (None, [_BUFFER | {"method": NAME}]),
+                       "window": (None, {"mem_id": ID, "offset": BYTES})}],
+        "placements": {"count": BYTES, "sha256": SHA256},
+    }],
+}
+_INT64 = (1 << 63) - 1
+
+
+def _mismatch(value, shape, where: str) -> str | None:
+    """The first place (a field path, e.g. methods[0].buffers[1].size) where `value` is not of
+    `shape`, and what it should be there; None when it fits."""
+    here = where or "the top level"
+    if isinstance(shape, tuple):
+        return None if value is None else _mismatch(value, shape[1], where)
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return f"{here} should be an object"
+        if "*" in shape:
+            return next((problem for key, item in value.items()
+                         if (problem := _mismatch(item, shape["*"], f"{where}.{key}")) is not None), None)
+        for key, inner in shape.items():
+            if key not in value:
+                return f"{here} has no \"{key}\""
+            problem = _mismatch(value[key], inner, f"{where}.{key}" if where else key)
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{here} should be an array"
+        return next((problem for index, item in enumerate(value)
+                     if (problem := _mismatch(item, shape[0], f"{where}[{index}]")) is not None), None)
+    if shape in (BYTES, ID):
+        least = 1 if shape == ID else 0
+        if type(value) is not int or not least <= value <= _INT64:  # not a bool, a float, NaN or a 400-digit number
+            return f"{here} should be a whole number from {least} to {_INT64}"
+        return None
+    if not isinstance(value, str):
+        return f"{here} should be a string"
+    if shape == SHA256 and (len(value) != 64 or value.strip("0123456789abcdef")):
+        return f"{here} should be 64 lowercase hex digits"
+    return None

@@ -99,6 +99,10 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
             ratio,
         )
     table.print(console)
+    for buffer in method["buffers"]:
+        if "problem" in buffer:
+            console.print(Text(f"buffer {buffer['mem_id']} ({buffer['device']}): {buffer['problem']}", style="bold red"),
+                          soft_wrap=True)
     for device in method.get("devices") or ():
         if device["buffers"] > 1:  # buffers that could have shared bytes: the device's own bound says how well
             ratio = f"{device['size'] / device['lower_bound']:.3f}" if device["lower_bound"] else "-"
