@@ -32,6 +32,7 @@ class CompileResult:
     constant_bytes: int
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    folding: dict[str, int] = field(default_factory=dict)  # fold_constants' choice (passes/fold.py)
 
     def summary(self) -> dict:
         """`devplan compile --json` (docs/compile-json.md): the facts it prints, under the keys
@@ -55,9 +56,13 @@ class CompileResult:
                                "window": {"mem_id": d.window[0], "offset": d.window[1], "size": d.arena} if d.window else None}
                               for i, d in enumerate(method.delegates)],
             }],
+            "folding": {key: int(self.folding.get(key, 0)) for key in _FOLDING},
             "timings": {"seconds": round(self.seconds, 3),
                         "stages": {name: round(seconds, 4) for name, seconds in self.stage_seconds.items()}},
         }
+
+
+_FOLDING = ("subgraphs", "shared_inputs", "constant_bytes_added", "run_bytes_removed")
 
 
 def compile(model, output: str | os.PathLike | None = None, options: CompileOptions | None = None, *,
@@ -93,6 +98,7 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
         low = stage("adopt", adopt_delegates, low)
     for name, graph_pass in GRAPH_PASSES:
         low = stage(name, graph_pass, low)
+    folding = dict(low.folding)
     if options.delegates:
         low = stage("partition", partition, low, own)
         # each payload goes through the same stages as the program, named after its call
@@ -101,7 +107,7 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     path = Path(output) if output is not None else None
     if path is not None:
         stage("write", write_atomic, path, data)
-    return CompileResult(data, path, planned, constant_bytes, time.perf_counter() - start, stage.seconds)
+    return CompileResult(data, path, planned, constant_bytes, time.perf_counter() - start, stage.seconds, folding)
 
 
 def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
@@ -166,4 +172,4 @@ def _dump(folder: Path, step: int, name: str, result) -> None:
     from devplan.files import write_atomic
 
     # devplan names these files: a link planted as one of them is replaced, never written through
-    write_atomic(folder / f"{step:02d}-{name}.txt", stage_text(result).encode(), follow_links=False, parents=True)
+    write_atomic(folder / f"{step:02d}-{name}.txt", stage_text(result, name).encode(), follow_links=False, parents=True)

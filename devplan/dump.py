@@ -10,7 +10,7 @@ from devplan.method import BoolList, DoubleList, IntList, OptionalTensorList, Te
 from devplan.spec import TensorSpec
 
 
-def stage_text(result) -> str:
+def stage_text(result, stage: str = "") -> str:
     """A stage's result as text: a graph stage's FX graph; a method stage's tables (values,
     instructions, and after planning each buffer's layout); emit's program objects by their
     facts; serialize's bytes by digest; the written file by name."""
@@ -19,6 +19,8 @@ def stage_text(result) -> str:
     from devplan.planning.assign import PlannedMethod
 
     if isinstance(result, Lowered):
+        if stage.rsplit(".", 1)[-1] == "fold" and result.folding:  # what folding chose, and what it cost
+            return _folding_text(result.folding) + str(result.gm.graph)
         return str(result.gm.graph)
     if hasattr(result, "graph_module"):  # ExportedProgram
         return str(result.graph_module.graph)
@@ -35,6 +37,12 @@ def stage_text(result) -> str:
     if isinstance(result, Method):
         return _method_text(result)
     return f"{type(result).__qualname__}\n"  # a stage this dump does not know yet
+
+
+def _folding_text(folding) -> str:
+    return (f"folded {folding['subgraphs']} constant subgraphs, {folding['shared_inputs']} of them reading weights "
+            f"the run reads too: constant bytes {folding['constant_bytes_added']:+d}, run bytes removed "
+            f"{folding['run_bytes_removed']}\n\n")
 
 
 def _method_text(method) -> str:

@@ -15,7 +15,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError, first_line
-from devplan.ops import CHECKS_OUT_SIZES, RANKS, out_schema, runnable, schema_name
+from devplan.ops import CHECKS_OUT_SIZES, RANKS, is_view, out_schema, runnable, schema_name
 from devplan.passes.decompositions import table
 from devplan.passes.graph import Lowered
 
@@ -43,7 +43,7 @@ def decompose(low: Lowered) -> Lowered:
             if op._schema.name in _DROPPED:
                 gm.graph.erase_node(node)
             elif (_prefer_scalar(node) or not runnable(node.target) or (op in CHECKS_OUT_SIZES and _dynamic(node))
-                  or _rank_refusal(node)):
+                  or _rank_refusal(node) or _reads_strided_storage(node)):
                 added += _inline(gm, node, table().get(node.target, node.target), traces, mode)
         if not added:
             break
@@ -74,6 +74,39 @@ def _rank_refusal(node: torch.fx.Node) -> str | None:
     if ranks and isinstance(source, torch.Tensor) and source.dim() not in ranks:
         return f"{why} (its input has {source.dim()} dims)"
     return None
+
+
+_AS_STRIDED = {torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default}
+
+
+def _reads_strided_storage(node: torch.fx.Node) -> bool:
+    """Whether an as_strided reads its input's storage in an order other than row-major: its
+    kernel reads the contiguous tensor devplan plans, so it goes through devplan's own
+    decomposition (decompositions.as_strided), which first makes that order row-major."""
+    if node.target not in _AS_STRIDED or _dynamic(node):
+        return False
+    _rebase(node)
+    source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    return isinstance(source, torch.Tensor) and not (source.is_contiguous() and source.storage_offset() == 0)
+
+
+def _rebase(node: torch.fx.Node) -> None:
+    """An as_strided reads the storage, not the view it is given: over a view (a slice with a
+    step, an expand) that storage is the viewed tensor's, so it reads that tensor instead, at
+    the same absolute offset."""
+    source = node.args[0]
+    base = source
+    while (isinstance(base, torch.fx.Node) and isinstance(base.target, OpOverload) and is_view(base.target)
+           and base.args and isinstance(base.args[0], torch.fx.Node)):
+        base = base.args[0]
+    value, base_value = source.meta.get("val"), base.meta.get("val") if isinstance(base, torch.fx.Node) else None
+    if base is source or not isinstance(base_value, torch.Tensor) or base_value.storage_offset() != 0:
+        return
+    args = list(node.args) + [None] * (4 - len(node.args))
+    if args[3] is None and "storage_offset" not in node.kwargs:
+        args[3] = value.storage_offset()
+    args[0] = base
+    node.args = tuple(args)
 
 
 def _dynamic(node: torch.fx.Node) -> bool:

@@ -18,12 +18,53 @@ def table() -> dict:
             torch.ops.aten.batch_norm.default: _batch_norm, torch.ops.aten.rms_norm.default: _rms_norm,
             torch.ops.aten.cosine_similarity.default: _cosine_similarity, torch.ops.aten.pad.default: _pad,
             torch.ops.aten.sort.default: _sort, torch.ops.aten.median.dim: _median,
+            # views that restride: the portable library has as_strided_copy, which reads its input
+            # as the contiguous tensor every planned value is; the in-place forms (adaptive
+            # pooling's restride of its fresh mean on a channels-last input) as the functional one
+            torch.ops.aten.as_strided.default: as_strided, torch.ops.aten.as_strided_.default: as_strided,
+            torch.ops.aten.as_strided_copy.default: as_strided,
+            torch.ops.aten.squeeze_.dim: torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze_.default: torch.ops.aten.squeeze.default,
+            torch.ops.aten.squeeze_.dims: torch.ops.aten.squeeze.dims, torch.ops.aten.unsqueeze_.default: torch.ops.aten.unsqueeze.default,
+            torch.ops.aten.transpose_.default: torch.ops.aten.transpose.int, torch.ops.aten.t_.default: torch.ops.aten.t.default,
             # `x << 1` exports as the dunder op, which has no kernel of its own
             torch.ops.aten.__lshift__.Scalar: torch.ops.aten.bitwise_left_shift.Tensor_Scalar,
             torch.ops.aten.__lshift__.Tensor: torch.ops.aten.bitwise_left_shift.Tensor,
             torch.ops.aten.__rshift__.Scalar: torch.ops.aten.bitwise_right_shift.Tensor_Scalar,
             torch.ops.aten.__rshift__.Tensor: torch.ops.aten.bitwise_right_shift.Tensor}
     return {**torch._decomp.decomposition_table, **torch._decomp.core_aten_decompositions(), **ours}
+
+
+def as_strided(x, size, stride, storage_offset=None):
+    """`x.as_strided(size, stride, offset)` over the bytes every planned value has, its
+    elements in row-major order: x's own layout first made row-major (a permute to the order
+    of its strides, when x is a dense non-contiguous view such as a transpose); the identity
+    when the new strides are x's; a slice and a view when they are contiguous ones; otherwise
+    as_strided_copy, the portable kernel, on the row-major tensor."""
+    from devplan.errors import DevplanError
+
+    offset = x.storage_offset() if storage_offset is None else storage_offset
+    size, stride = list(size), list(stride)
+    order = sorted(range(x.dim()), key=lambda d: (x.shape[d] == 1, -x.stride(d), d))
+    expected, dense = 1, True
+    for d in reversed([d for d in order if x.shape[d] != 1]):
+        dense, expected = dense and x.stride(d) == expected, expected * x.shape[d]
+    if x.storage_offset() != 0 or not dense:
+        raise DevplanError(f"as_strided reads a view of a larger tensor (sizes {list(x.shape)}, strides "
+                           f"{list(x.stride())}, offset {x.storage_offset()}), which devplan stores apart; "
+                           f"rewrite the model without it")
+    significant = lambda sizes, strides: [(n, s) for n, s in zip(sizes, strides) if n != 1]
+    if size == list(x.shape) and offset == 0 and significant(size, stride) == significant(x.shape, x.stride()):
+        return x
+    flat = x.permute(order) if order != list(range(x.dim())) else x
+    numel = 1
+    for n in size:
+        numel *= n
+    contiguous = [1] * len(size)
+    for d in range(len(size) - 2, -1, -1):
+        contiguous[d] = contiguous[d + 1] * size[d + 1]
+    if significant(size, stride) == significant(size, contiguous) and offset + numel <= x.numel():
+        return flat.reshape(-1)[offset:offset + numel].reshape(size)
+    return torch.ops.aten.as_strided_copy.default(flat.contiguous(), size, stride, offset)
 
 
 def _batch_norm(x, weight, bias, mean, var, training, momentum, eps, cudnn_enabled):

@@ -2,22 +2,36 @@
 weight, a scale folded into a bias), so that it is stored rather than planned and run."""
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 
 import torch
 
 from devplan.passes.graph import Lowered
 
-_NONDETERMINISTIC = {"aten::rand", "aten::randn", "aten::native_dropout", "aten::bernoulli", "aten::randint"}
+_NONDETERMINISTIC = {"aten::rand", "aten::randn", "aten::native_dropout", "aten::bernoulli", "aten::randint",
+                     # their contents are whatever the memory held
+                     "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided"}
 # Quantized weights are stored quantized, whatever their scales and zero points weigh: a
 # dequantized copy would be float at rest, which is what quantizing them was to avoid.
 _KEPT_QUANTIZED = ("quantized_decomposed::dequantize_",)
 
 
+# A constant subgraph whose inputs the run also reads keeps them stored: folding it adds its
+# result to the file, which is worth it only when the run saves more than that, and never
+# past this many bytes (an expand or repeat of a weight stays a run-time op).
+SHARED_FOLD_CAP = 1 << 20
+
+
 def fold_constants(low: Lowered) -> Lowered:
     """Replace each constant-only subgraph whose result is used at run time by a stored
-    constant, when that never grows the constant bytes: its inputs must be used by nothing
-    else, and the result must be no larger than they are."""
+    constant. When nothing else reads its inputs, it is folded if the result is no larger
+    than they are (the constant bytes never grow). When the run reads them too (a projection
+    weight applied to the input and to a position table), they stay stored and the result is
+    added: it is folded when it is no larger than the weights it is computed from nor
+    SHARED_FOLD_CAP, and the bytes the run needs at once to compute it (`_run_peak`) exceed
+    the bytes it adds; a subgraph whose result is too large (a repeat) has its inputs
+    considered in its place. `low.folding` says what was folded and what it cost."""
     gm = low.gm
     values: dict[torch.fx.Node, torch.Tensor] = {}
     cone: dict[torch.fx.Node, set[torch.fx.Node]] = {}
@@ -30,17 +44,36 @@ def fold_constants(low: Lowered) -> Lowered:
             args, kwargs = torch.fx.map_arg((node.args, node.kwargs), values.__getitem__)
             values[node] = node.target(*args, **kwargs)
             cone[node] = {node}.union(*(cone[n] for n in node.all_input_nodes))
-    for node in list(values):
-        if node.op != "call_function" or all(user in values for user in node.users):
-            continue  # not a frontier: only constants use it
+    before = _stored_bytes(low)
+    folded = shared = removed = 0
+    candidates = [node for node in values if node.op == "call_function" and any(u not in values for u in node.users)]
+    seen = set(candidates)
+    while candidates:
+        node = candidates.pop(0)
         inside = cone[node]
+        result = values[node]
+        if not isinstance(result, torch.Tensor):
+            continue
         closed = all(user in inside for n in inside - {node} for user in n.users)
         leaves = [n for n in inside if n.op != "call_function"]
-        result = values[node]
-        if not (closed and isinstance(result, torch.Tensor)):
-            continue
-        if result.nbytes > sum(values[leaf].nbytes for leaf in leaves):
-            continue
+        leaf_bytes = sum(values[leaf].nbytes for leaf in leaves)
+        if closed and leaves:
+            if result.nbytes > leaf_bytes:
+                continue
+        else:
+            private = sum(values[leaf].nbytes for leaf in leaves if all(user in inside for user in leaf.users))
+            if result.nbytes > min(leaf_bytes if leaves else SHARED_FOLD_CAP, SHARED_FOLD_CAP):
+                # too large to store: what it is computed from may be worth storing instead
+                inputs = [n for n in node.all_input_nodes if n.op == "call_function" and n in values and n not in seen]
+                seen.update(inputs)
+                candidates += inputs
+                continue
+            if _run_peak(inside, values) <= result.nbytes - private:
+                continue
+            shared += bool(leaves)
+        folded += 1
+        removed += sum(values[n].nbytes for n in inside if n.op == "call_function" and n.target is not operator.getitem
+                       and isinstance(values[n], torch.Tensor))
         name = f"_folded_{node.name}"
         gm.register_buffer(name, result.contiguous())
         with gm.graph.inserting_before(node):
@@ -50,13 +83,45 @@ def fold_constants(low: Lowered) -> Lowered:
     gm.graph.eliminate_dead_code()
     # graph DCE keeps placeholders; drop weights that folding left unused
     unused = {node.name for node in gm.graph.nodes if node.op == "placeholder" and not node.users}
-    return replace(low, constants={name: data for name, data in low.constants.items() if name not in unused})
+    low = replace(low, constants={name: data for name, data in low.constants.items() if name not in unused})
+    folding = {"subgraphs": folded, "shared_inputs": shared, "constant_bytes_added": _stored_bytes(low) - before,
+               "run_bytes_removed": removed}
+    return replace(low, folding=folding)
+
+
+def _run_peak(inside: set[torch.fx.Node], values) -> int:
+    """The bytes the run holds at once to compute a constant subgraph: the most, over its ops,
+    of an op's result and the results of the subgraph's ops it reads."""
+    def nbytes(n):
+        value = values[n]
+        return sum(t.nbytes for t in (value if isinstance(value, (tuple, list)) else [value]) if isinstance(t, torch.Tensor))
+    return max((nbytes(n) + sum(nbytes(i) for i in n.all_input_nodes if i.op == "call_function")
+                for n in inside if n.op == "call_function"), default=0)
+
+
+def _stored_bytes(low: Lowered) -> int:
+    """Bytes of the constants the graph reads (weights and folded results), each once."""
+    gm = low.gm
+    read = [low.constants[n.name] for n in gm.graph.nodes if n.op == "placeholder" and n.name in low.constants and n.users]
+    read += [getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr" and n.users]
+    return sum(t.nbytes for t in read if isinstance(t, torch.Tensor))
 
 
 def _foldable(node: torch.fx.Node, values) -> bool:
     inputs = node.all_input_nodes
-    return (bool(inputs) and all(n in values for n in inputs)
+    if node.target is operator.getitem:  # one result of a constant multi-result op (layer norm's output)
+        return bool(inputs) and all(n in values for n in inputs)
+    # a factory (arange, full) of sizes known at compile time is a constant too
+    return (all(n in values for n in inputs) and not _symbolic(node)
             and isinstance(node.target, torch._ops.OpOverload)
             and node.target._schema.name not in _NONDETERMINISTIC
             and not node.target._schema.name.startswith(_KEPT_QUANTIZED)
             and not node.target._schema.is_mutable)
+
+
+def _symbolic(node: torch.fx.Node) -> bool:
+    """Whether the node's arguments or result involve sizes known only at run time."""
+    symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
+    flat = torch.utils._pytree.tree_leaves((node.args, node.kwargs, node.meta.get("val")))
+    return any(isinstance(a, symbolic) or isinstance(a, torch.Tensor) and any(isinstance(d, symbolic) for d in a.shape)
+               for a in flat)

@@ -60,6 +60,8 @@ class Lowered:
     # and the payload compile_delegates() made of it
     backends: Mapping[str, "Backend"] = field(default_factory=dict)
     payloads: Mapping[str, "Payload"] = field(default_factory=dict)
+    # what fold_constants stored (passes/fold.py): subgraphs, shared_inputs, constant_bytes_added, run_bytes_removed
+    folding: Mapping[str, int] = field(default_factory=dict)
 
     def results(self) -> tuple[dict[str, object], list[object]]:
         """(placeholder name of state or a mutated input -> its value after a run, user

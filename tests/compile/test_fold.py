@@ -1,4 +1,5 @@
 """Constant folding: work that depends only on weights is done at compile time."""
+import pytest
 import torch
 
 import devplan
@@ -70,3 +71,85 @@ def test_constant_bytes_are_what_the_program_stores():
     """Equal constants are stored once; the count is inspect's, alignment included."""
     result = compile_it(TwinWeights(), (torch.randn(2, 8),))
     assert result.constant_bytes == devplan.inspect(result.data)["file"]["constant_bytes"] == 8 * 8 * 4
+
+
+# ------------------------------------------------------- constants whose inputs the run reads too
+
+class SharedProjection(torch.nn.Module):
+    """DeBERTa's relative positions in small: one projection applied to the input and to a
+    normalized position table. The table's projection depends on weights only, but the
+    weights are read at run time too (issue 28)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj, self.norm = torch.nn.Linear(32, 32), torch.nn.LayerNorm(32)
+        self.rel = torch.nn.Parameter(torch.randn(64, 32))
+
+    def forward(self, x):
+        return self.proj(x) @ self.proj(self.norm(self.rel)).T
+
+
+def _against_executorch_const_prop(ep, result):
+    """devplan's arena no larger than ExecuTorch's with constant propagation, nor its arena
+    and constants together; returns both programs' (arena, constant bytes)."""
+    from benchmarks.harness import executorch_pte, planned_bytes
+
+    theirs = executorch_pte(ep, const_prop=True)
+    ours_arena, theirs_arena = planned_bytes(result.data), planned_bytes(theirs)
+    theirs_constants = devplan.inspect(theirs)["file"]["constant_bytes"]
+    assert ours_arena <= theirs_arena, (ours_arena, theirs_arena)
+    assert ours_arena + result.constant_bytes <= theirs_arena + theirs_constants, \
+        (ours_arena, result.constant_bytes, theirs_arena, theirs_constants)
+    return (ours_arena, result.constant_bytes), (theirs_arena, theirs_constants)
+
+
+def _matches_eager(module, args, kwargs, result):
+    from torch.utils import _pytree as pytree
+
+    flat = pytree.tree_leaves((args, kwargs))
+    with torch.no_grad():
+        want = [t for t in pytree.tree_leaves(module(*args, **kwargs)) if isinstance(t, torch.Tensor)]
+    for runtime, got in (("devplan", devplan.run(result.data, flat)[0]), ("executorch", run_executorch(result.data, flat)[0])):
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=lambda m: f"{runtime}: {m}")
+
+
+def test_a_constant_subgraph_of_shared_weights_is_folded_when_the_arena_gains():
+    torch.manual_seed(0)
+    module, args = SharedProjection(), (torch.randn(1, 8, 32),)
+    module.eval().requires_grad_(False)
+    ep = torch.export.export(module, args, strict=False)
+    result = devplan.compile(ep)
+    folding = result.summary()["folding"]
+    assert folding["shared_inputs"] == 1 and folding["run_bytes_removed"] > max(folding["constant_bytes_added"], 0)
+    assert "aten::native_layer_norm.out" not in {k.op for k in result.planned.method.kernels}
+    _against_executorch_const_prop(ep, result)
+    _matches_eager(module, args, {}, result)
+
+
+def _deberta(batch: int):
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    config = DebertaV2Config(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                             intermediate_size=64, max_position_embeddings=64, relative_attention=True,
+                             position_buckets=16, pos_att_type=["p2c", "c2p"])
+    torch.manual_seed(0)
+    module = DebertaV2Model(config).eval()
+    ids = torch.randint(3, 128, (batch, 8))
+    if batch == 1:
+        return module, (ids,), {}
+    mask = torch.ones(batch, 8, dtype=torch.long)
+    mask[1, 5:] = 0  # the second sequence is padded
+    return module, (ids,), {"attention_mask": mask}
+
+
+@pytest.mark.parametrize("batch", [1, 2], ids=["one", "padded_batch"])
+def test_deberta_relative_positions_are_folded(batch):
+    pytest.importorskip("transformers")
+    module, args, kwargs = _deberta(batch)
+    ep = torch.export.export(module, args, kwargs, strict=False)
+    result = devplan.compile(ep)
+    ours, theirs = _against_executorch_const_prop(ep, result)
+    print(f"deberta batch {batch}: devplan (arena, constants) {ours}, executorch const-prop {theirs}, "
+          f"folding {result.summary()['folding']}")
+    _matches_eager(module, args, kwargs, result)
