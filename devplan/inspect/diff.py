@@ -1,25 +1,31 @@
 """Compare two programs' plans: `devplan diff A.pte B.pte` and `devplan check --golden`.
 
 Both sides become golden documents (golden.py) and are compared fact by fact; where both are
-programs, their placement lists are compared tensor by tensor as well (a golden file only
-keeps their digest). Sizes (buffers, lower bounds, constant bytes, delegate payloads) may
-shrink, or grow within a tolerance; anything else that changes, an operator, a device, a
-count, a delegate's window moved or resized, a buffer or delegate added or removed, is always
-a difference. docs/diff-json.md
+programs, their planned tensors are compared one by one as well, paired by what they are
+(pair_tensors), not by value index (a golden file only keeps their digest). Sizes (buffers,
+lower bounds, constant bytes, delegate payloads) may shrink, or grow within a tolerance;
+counts of values and instructions are reported; anything else that changes, an operator, a
+device, a count of tensors, a delegate's window moved or resized, a buffer or delegate added
+or removed, is always a difference. docs/diff-json.md
 describes the document."""
 from __future__ import annotations
 
 import os
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
 from devplan.errors import DevplanError
 from devplan.inspect.golden import golden_document, is_golden, placements, read_golden
+from devplan.inspect.sources import source_identity
 
 SCHEMA_VERSION = 1
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
+# counts reported, never failed (but with exact): one more scalar the emitter made, or one
+# more instruction, is no memory; the tensors, operators and buffers that come with it are named
+REPORTED = frozenset({"instructions", "values"})
 LARGEST_SHOWN = 10
 
 
@@ -115,7 +121,49 @@ class Side:
 
     name: str
     golden: dict
-    placements: dict[str, list[dict]] | None = None
+    placements: dict[str, list[Planned]] | None = None
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One planned tensor of a program: its placement row, and what it is, to pair it with the
+    other side's: `identity` (its role and position or name, else where it was made, without
+    the file and line), `form` (shape and dtype), `source` (the document's, for people) and
+    whether the identity names a source (else it is only the kernel that wrote it)."""
+
+    row: dict
+    identity: str
+    form: tuple
+    source: str
+    sourced: bool
+
+
+def planned(method: dict) -> list[Planned]:
+    """The planned tensors of an inspection document's method, in value order."""
+    inputs = {value: i for i, value in enumerate(method["inputs"])}
+    outputs = {value: i for i, value in enumerate(method["outputs"])}
+    rows = placements(method)
+    found = []
+    for row, tensor in zip(rows, (t for t in method["tensors"] if t["mem_id"] is not None)):
+        identity, sourced = _identity(tensor, inputs, outputs)
+        found.append(Planned(row, identity, (tuple(tensor["shape"]), tensor["dtype"]), tensor["source"], sourced))
+    return found
+
+
+_NAMED = ("parameter ", "buffer ", "constant ")
+
+
+def _identity(tensor: dict, inputs: dict[int, int], outputs: dict[int, int]) -> tuple[str, bool]:
+    """A weight the program names by its name; an input or output by its position; any other
+    tensor by where it was made (module path and op), or the kernel that wrote it."""
+    source, value = tensor["source"], tensor["value"]
+    if source.startswith(_NAMED) and not source.startswith("constant of "):
+        return source, True
+    if value in outputs:
+        return f"output {outputs[value]}", True
+    if value in inputs:
+        return f"input {inputs[value]}", True
+    return source_identity(source)
 
 
 def side(source) -> Side:
@@ -132,7 +180,7 @@ def side(source) -> Side:
         doc = inspect(source)
     if is_golden(doc):
         return Side(doc["file"]["name"], doc)
-    return Side(doc["file"]["name"], golden_document(doc), {m["name"]: placements(m) for m in doc["methods"]})
+    return Side(doc["file"]["name"], golden_document(doc), {m["name"]: planned(m) for m in doc["methods"]})
 
 
 def _looks_like_json(path: Path) -> bool:
@@ -187,6 +235,10 @@ class _Compare:
             fails = self.exact or (b > a and not self.tolerance.allows(a, b))
             self.changes.append(Change(method, subject, fact, a, b, fails))
 
+    def reported(self, method, subject: str, fact: str, a, b) -> None:
+        if a != b:
+            self.changes.append(Change(method, subject, fact, a, b, self.exact))
+
     def fixed(self, method, subject: str, fact: str, a, b) -> None:
         if a != b:
             self.changes.append(Change(method, subject, fact, a, b, True))
@@ -203,7 +255,10 @@ class _Compare:
 
     def method(self, name: str, a: dict, b: dict) -> None:
         for count in ("instructions", "values", "tensors"):  # delegates: each one added or removed says it
-            self.fixed(name, count, "count", a["counts"][count], b["counts"][count])
+            if count in REPORTED:
+                self.reported(name, count, "count", a["counts"][count], b["counts"][count])
+            else:
+                self.fixed(name, count, "count", a["counts"][count], b["counts"][count])
         removed = sorted(set(a["operators"]) - set(b["operators"]))
         added = sorted(set(b["operators"]) - set(a["operators"]))
         for fact, ops in (("removed", removed), ("added", added)):
@@ -252,7 +307,8 @@ class _Compare:
             # it may lie over tensors alive while the delegate runs, so it always fails
             self.fixed(method, subject, "window", _window(x), _window(y))
 
-    def placements(self, method: str, a: dict, b: dict, rows_a: list[dict] | None, rows_b: list[dict] | None) -> None:
+    def placements(self, method: str, a: dict, b: dict, rows_a: list[Planned] | None,
+                   rows_b: list[Planned] | None) -> None:
         """Moved placements are only a difference with exact: a plan that shrank, or grew
         within the tolerance, has moved its tensors too."""
         if a["sha256"] != b["sha256"]:
@@ -269,22 +325,75 @@ def _window(delegate: dict) -> dict | None:
             "size": sum(b["size"] for b in delegate["payload_buffers"] or ())}
 
 
-def _placement_detail(a: list[dict], b: list[dict]) -> dict:
-    """What changed, tensor by tensor (matched by value index): counts of each kind of change,
-    and the largest changed tensors first."""
-    by_a, by_b = {row["value"]: row for row in a}, {row["value"]: row for row in b}
-    kinds = {"added": 0, "removed": 0, "moved": 0, "resized": 0, "lifetime": 0}
+def _placement_detail(a: list[Planned], b: list[Planned]) -> dict:
+    """What changed, tensor by tensor (paired by identity, pair_tensors): counts of each kind
+    of change, and the largest changed tensors first."""
+    pairs, removed, added = pair_tensors(a, b)
+    kinds = {"added": len(added), "removed": len(removed), "moved": 0, "resized": 0, "lifetime": 0}
     changed = []
-    for value in sorted(set(by_a) | set(by_b)):
-        x, y = by_a.get(value), by_b.get(value)
-        if x == y:
+    for x, y in pairs:
+        if _facts(x.row) == _facts(y.row):
             continue
-        if x is None or y is None:
-            kinds["added" if x is None else "removed"] += 1
-        else:
-            kinds["moved"] += (x["mem_id"], x["offset"], x["device"]) != (y["mem_id"], y["offset"], y["device"])
-            kinds["resized"] += x["nbytes"] != y["nbytes"]
-            kinds["lifetime"] += x["lifetime"] != y["lifetime"]
-        changed.append({"value": value, "a": x, "b": y})
-    changed.sort(key=lambda row: (-max((r or {}).get("nbytes", 0) for r in (row["a"], row["b"])), row["value"]))
+        kinds["moved"] += _facts(x.row)[:3] != _facts(y.row)[:3]
+        kinds["resized"] += x.row["nbytes"] != y.row["nbytes"]
+        kinds["lifetime"] += x.row["lifetime"] != y.row["lifetime"]
+        changed.append({"value": y.row["value"], "source": y.source, "a": x.row, "b": y.row})
+    changed += [{"value": x.row["value"], "source": x.source, "a": x.row, "b": None} for x in removed]
+    changed += [{"value": y.row["value"], "source": y.source, "a": None, "b": y.row} for y in added]
+    changed.sort(key=lambda row: (-max((r or {}).get("nbytes", 0) for r in (row["a"], row["b"])),
+                                  row["b"] is None, row["value"]))
     return {"changed": len(changed), **kinds, "largest": changed[:LARGEST_SHOWN]}
+
+
+def _facts(row: dict) -> tuple:
+    """A placement but for its value index, which renumbering changes."""
+    return row["mem_id"], row["offset"], row["device"], row["nbytes"], row["lifetime"]
+
+
+def pair_tensors(a: list[Planned], b: list[Planned]) -> tuple[list[tuple[Planned, Planned]], list[Planned], list[Planned]]:
+    """Each side's planned tensors paired by what they are, not by value index (a graph that
+    gained one scalar renumbers every value after it): by identity and then shape and dtype,
+    in order within each; then what is left of an identity, in order (the same tensor,
+    resized); then, where one of the two has no source (ExecuTorch's default programs keep no
+    stacktrace), by shape and dtype in order. Returns (pairs, a's unpaired, b's unpaired),
+    in value order; grouping and sorting keep it n log n."""
+    pairs: list[tuple[Planned, Planned]] = []
+    by_identity: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for side, tensors in enumerate((a, b)):
+        for t in tensors:
+            by_identity[t.identity][side].append(t)
+    rest_a, rest_b = [], []
+    for xs, ys in by_identity.values():
+        left_x, left_y = _pair_in_order(xs, ys, lambda t: t.form, pairs)
+        n = min(len(left_x), len(left_y))
+        pairs += zip(left_x[:n], left_y[:n])
+        rest_a += left_x[n:]
+        rest_b += left_y[n:]
+    # across identities only where one side cannot say where its tensor came from
+    unsourced_a, sourced_a = [t for t in rest_a if not t.sourced], [t for t in rest_a if t.sourced]
+    rest_b.sort(key=_value)
+    unsourced_a, rest_b = _pair_in_order(unsourced_a, rest_b, lambda t: t.form, pairs)
+    unsourced_b, sourced_b = [t for t in rest_b if not t.sourced], [t for t in rest_b if t.sourced]
+    sourced_a, unsourced_b = _pair_in_order(sourced_a, unsourced_b, lambda t: t.form, pairs)
+    pairs.sort(key=lambda pair: _value(pair[1]))
+    return pairs, sorted(unsourced_a + sourced_a, key=_value), sorted(unsourced_b + sourced_b, key=_value)
+
+
+def _value(t: Planned) -> int:
+    return t.row["value"]
+
+
+def _pair_in_order(xs: list[Planned], ys: list[Planned], key, pairs: list) -> tuple[list[Planned], list[Planned]]:
+    """Pairs xs and ys with equal key, in order within each key, onto pairs; returns what is
+    left of each, in value order."""
+    groups: dict[object, tuple[list, list]] = defaultdict(lambda: ([], []))
+    for side, tensors in enumerate((xs, ys)):
+        for t in tensors:
+            groups[key(t)][side].append(t)
+    left_x, left_y = [], []
+    for gx, gy in groups.values():
+        n = min(len(gx), len(gy))
+        pairs += zip(gx[:n], gy[:n])
+        left_x += gx[n:]
+        left_y += gy[n:]
+    return sorted(left_x, key=_value), sorted(left_y, key=_value)

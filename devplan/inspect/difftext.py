@@ -99,18 +99,22 @@ def _placements(change) -> str:
 def _largest(detail: dict | None) -> list[str]:
     if detail is None:
         return []
-    lines = [_tensor(row["value"], row["a"], row["b"]) for row in detail["largest"]]
+    lines = [_tensor(row) for row in detail["largest"]]
     if detail["changed"] > len(detail["largest"]):
         lines.append(f"and {detail['changed'] - len(detail['largest'])} more")
     return [f"{_INDENT}{line}" for line in lines]
 
 
-def _tensor(value: int, a: dict | None, b: dict | None) -> str:
-    """'v7 (256 B) buffer 1 @512 -> @0, life 2..5 -> 3..5'."""
+def _tensor(row: dict) -> str:
+    """'v7 (256 B) buffer 1 @512 -> @0, life 2..5 -> 3..5: SOURCE'; 'v7 -> v8' where the
+    tensor's value index changed."""
+    a, b = row["a"], row["b"]
     one = a or b
-    head = f"v{value} ({size_text(one['nbytes'])})"
+    values = f"v{a['value']} -> v{b['value']}" if a and b and a["value"] != b["value"] else f"v{one['value']}"
+    head = f"{values} ({size_text(one['nbytes'])})"
+    source = f": {row['source']}" if row.get("source") else ""
     if a is None or b is None:
-        return f"{head} {'added' if a is None else 'removed'}: {_where(one)}, life {_span(one)}"
+        return f"{head} {'added' if a is None else 'removed'}: {_where(one)}, life {_span(one)}{source}"
     facts = [_where(a)]
     if (a["mem_id"], a["device"]) != (b["mem_id"], b["device"]):
         facts[0] += f" -> {_where(b)}"
@@ -119,7 +123,7 @@ def _tensor(value: int, a: dict | None, b: dict | None) -> str:
     if a["nbytes"] != b["nbytes"]:
         facts.append(f"now {size_text(b['nbytes'])}")
     facts.append(f"life {_span(a)}" + (f" -> {_span(b)}" if a["lifetime"] != b["lifetime"] else ""))
-    return f"{head} {', '.join(facts)}"
+    return f"{head} {', '.join(facts)}{source}"
 
 
 def _where(row: dict) -> str:

@@ -4,6 +4,7 @@ keeps one, else the instruction that first writes it), and every argument as tex
 from __future__ import annotations
 
 import os
+import re
 
 from devplan.pte.frames import Where
 from devplan.pte.fb.KernelTypes import KernelTypes
@@ -82,3 +83,17 @@ def argument_text(view, index: int, written) -> str:
     if kind in (KernelTypes.TensorList, KernelTypes.OptionalTensorList):
         return "[" + ", ".join("None" if item < 0 else f"v{item}" for item in view.lists[index]) + "]"
     return repr(view.scalars[index])
+
+
+def source_identity(source: str) -> tuple[str, bool]:
+    """What a tensor's `source` says it is, without what moves when the model's code is edited
+    (the file and line; an instruction's index): 'transformer.h.0.ln_1 (LayerNorm) layer_norm',
+    'view of bytes from ...', or, without a stacktrace, the kernel ('#aten::add.out'). Returns
+    (identity, whether it names a source rather than only a kernel)."""
+    view = "view of bytes from "
+    prefix, made = (view, source[len(view):]) if source.startswith(view) else ("", source)
+    kernel = re.fullmatch(r"#\d+ (.*)", made)
+    if kernel:
+        return f"{prefix}#{kernel.group(1)}", False
+    parts = made.split(" · ")
+    return prefix + (parts[0] if len(parts) > 1 else made), made != "unused"
