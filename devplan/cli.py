@@ -257,6 +257,7 @@ def compile_command(
     seconds taken."""
     from devplan.compiler import compile
     from devplan.files import is_stdout, refuse_overwrite
+    from devplan.load import check_input
     from devplan.passes.backends import Partitioner
     from devplan.passes.partition import Backend
     from devplan.planning import parse_budget
@@ -265,6 +266,7 @@ def compile_command(
              "partitioner": (Partitioner.parse_class, partitioner)}
     backends = [make(text) for name in _given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()]
     budgets = dict(parse_budget(text) for text in budget or ())
+    check_input(model)  # a .pte given as the model is told so, not that -o would overwrite it
     target = output if output is not None else model.with_suffix(".pte")
     refuse_overwrite(target, [model], "-o")
     # the program on standard output leaves it no room for the summary, which goes to stderr

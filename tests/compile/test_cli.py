@@ -132,6 +132,16 @@ def test_bad_model_files(tmp_path, make, needle):
     assert not (tmp_path / "x.pte").exists()
 
 
+def test_a_program_given_as_the_model_is_named_a_program(tmp_path):
+    """The default output of X.pte is X.pte itself: the input's kind is the first thing to say."""
+    program = tmp_path / "model.pte"
+    assert devplan("compile", ROOT / "samples" / "two_io.pt2", "-o", program).returncode == 0
+    before = program.read_bytes()
+    run = devplan("compile", program)
+    assert_one_line_error(run, "not a .pt2 archive (it is an ET12 .pte program; use 'devplan inspect')")
+    assert "overwrite" not in run.stderr and program.read_bytes() == before
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--alignment", "12"], "power of two"),
     (["--alignment", str(2**40)], "from 1 to 4096"),
