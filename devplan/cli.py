@@ -15,7 +15,7 @@ try:  # newer typer releases carry their own copy of click
 except ImportError:
     from click import exceptions as click_errors
 
-from devplan.errors import DevplanError, first_line
+from devplan.errors import BudgetExceeded, DevplanError, first_line
 from devplan.inspect import sections as inspect_sections
 from devplan.options import DEFAULT_ALIGNMENT
 
@@ -564,6 +564,8 @@ def main() -> None:
         sys.stdout.flush()  # inside the try: a Ctrl-C while the last lines go out is an interruption too
         if isinstance(code, int) and code:
             sys.exit(code)
+    except BudgetExceeded as error:  # the program fails a check, as `devplan check` exits for it
+        _fail(str(error), code=1)
     except DevplanError as error:
         _fail(str(error))
     except click_errors.UsageError as error:
@@ -611,9 +613,9 @@ def _internal(error: Exception, debug: bool) -> None:
     sys.exit(3)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, code: int = 2) -> None:
     from devplan.inspect.units import printable
 
     print(f"devplan: error: {printable(message)}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(code)
 

@@ -106,7 +106,12 @@ def test_failure_keeps_an_existing_output(tmp_path):
     out = tmp_path / "keep.pte"
     out.write_bytes(b"previous program")
     run = devplan("compile", ROOT / "samples" / "mlp.pt2", "-o", out, "--budget", "1=1KiB")
-    assert_one_line_error(run, "budget")
+    # a plan over budget fails a check, as `devplan check` does (1); it names the buffer and what
+    # is held at its peak by the value numbers `devplan inspect` shows for the program
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+    assert ("devplan: error: memory buffer 1 (cpu) needs 16384 bytes (16.0 KiB) but its budget is 1024 bytes "
+            "(1.0 KiB); the lower bound is 16384 bytes (16.0 KiB) (held at its peak, instruction 0: v8 (8192 bytes "
+            "(8.0 KiB)), v9 (8192 bytes (8.0 KiB)))") in run.stderr, run.stderr
     assert out.read_bytes() == b"previous program"
 
 
