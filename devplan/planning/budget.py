@@ -38,6 +38,21 @@ def size_bytes(text: str) -> Fraction | None:
     return Fraction(match.group(1)) * UNITS.get(match.group(2).lower(), 1)
 
 
+def checked_budgets(budgets: Mapping) -> dict[str, int]:
+    """A budgets mapping from the Python API, held to what --budget TARGET=SIZE accepts: a
+    mem_id or device (an int mem_id too) to a whole number of bytes, 0 or more. Refused with
+    DevplanError, as the command line refuses it, rather than failing later as a TypeError."""
+    checked = {}
+    for target, nbytes in budgets.items():
+        if isinstance(target, int) and not isinstance(target, bool) and target >= 0:
+            target = str(target)
+        if not isinstance(target, str) or isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise DevplanError(f"bad memory budget {target!r}: {nbytes!r}; map a mem_id such as '1' or a device "
+                               f"such as 'cuda:0' to a whole number of bytes, 0 or more")
+        checked[target] = nbytes
+    return checked
+
+
 def budget_key(target: str) -> str:
     """The buffer a budget's TARGET names, spelled as mem_id ("1") or canonical device ("cuda:0")."""
     return target if target.isdigit() else str(Device.parse(target))
