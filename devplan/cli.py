@@ -22,7 +22,7 @@ from devplan.options import DEFAULT_ALIGNMENT
 app = typer.Typer(
     help="Compile, plan and inspect ExecuTorch .pte programs across devices.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion and --show-completion for bash, zsh, fish and PowerShell
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -204,6 +204,8 @@ def test_a_dynamic_size_without_a_bound_or_computed_without_a_kernel_is_refused_
 
 
 def test_version_and_help():
+    top = devplan("--help")
+    assert top.returncode == 0 and "--install-completion" in top.stdout and "compile" in top.stdout, top.stdout
     version = devplan("--version")
     assert version.returncode == 0 and version.stdout.startswith("devplan ")
     for command in ("compile", "inspect"):
