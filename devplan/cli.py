@@ -15,14 +15,14 @@ try:  # newer typer releases carry their own copy of click
 except ImportError:
     from click import exceptions as click_errors
 
-from devplan.errors import DevplanError, first_line
+from devplan.errors import BudgetExceeded, DevplanError, first_line
 from devplan.inspect import sections as inspect_sections
 from devplan.options import DEFAULT_ALIGNMENT
 
 app = typer.Typer(
     help="Compile, plan and inspect ExecuTorch .pte programs across devices.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion and --show-completion for bash, zsh, fish and PowerShell
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -257,6 +257,7 @@ def compile_command(
     seconds taken."""
     from devplan.compiler import compile
     from devplan.files import is_stdout, refuse_overwrite
+    from devplan.load import check_input
     from devplan.passes.backends import Partitioner
     from devplan.passes.partition import Backend
     from devplan.planning import parse_budget
@@ -265,6 +266,7 @@ def compile_command(
              "partitioner": (Partitioner.parse_class, partitioner)}
     backends = [make(text) for name in _given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()]
     budgets = dict(parse_budget(text) for text in budget or ())
+    check_input(model)  # a .pte given as the model is told so, not that -o would overwrite it
     target = output if output is not None else model.with_suffix(".pte")
     refuse_overwrite(target, [model], "-o")
     # the program on standard output leaves it no room for the summary, which goes to stderr
@@ -562,6 +564,8 @@ def main() -> None:
         sys.stdout.flush()  # inside the try: a Ctrl-C while the last lines go out is an interruption too
         if isinstance(code, int) and code:
             sys.exit(code)
+    except BudgetExceeded as error:  # the program fails a check, as `devplan check` exits for it
+        _fail(str(error), code=1)
     except DevplanError as error:
         _fail(str(error))
     except click_errors.UsageError as error:
@@ -609,9 +613,9 @@ def _internal(error: Exception, debug: bool) -> None:
     sys.exit(3)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, code: int = 2) -> None:
     from devplan.inspect.units import printable
 
     print(f"devplan: error: {printable(message)}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(code)
 

@@ -1,9 +1,14 @@
-"""The one exception type that devplan's commands turn into a single line and exit code 2."""
+"""The exceptions that devplan's commands turn into a single line and exit code 2 (1 for BudgetExceeded)."""
 
 
 class DevplanError(Exception):
     """A problem with the user's input or options; the message names the file, node or op
     and says what to do. Never raised for bugs in devplan itself."""
+
+
+class BudgetExceeded(DevplanError):
+    """A plan that does not fit a --budget: the program fails a check, as `devplan check` does,
+    so commands exit with code 1 for it (2 is for unusable input or options)."""
 
 
 def first_line(error: BaseException) -> str:

@@ -27,16 +27,7 @@ from devplan.pte.header import is_program
 def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     """Load a torch.export archive, refusing first any archive that is not what
     torch.export.save writes for one program (a crafted one can run code as torch reads it)."""
-    path = Path(path)
-    if not path.exists():
-        raise DevplanError(f"{path}: no such file; pass a .pt2 written by torch.export.save")
-    if path.is_dir():
-        raise DevplanError(f"{path}: is a directory; pass a .pt2 file")
-    with open_input(path, hint="pass a .pt2 file") as f:  # a pipe or device is refused, not read forever
-        head = f.read(8)
-    if not zipfile.is_zipfile(path):
-        hint = " (it is an ET12 .pte program; use 'devplan inspect')" if is_program(head) else ""
-        raise DevplanError(f"{path}: not a .pt2 archive{hint}; export the model with torch.export.save")
+    path = check_input(path)
     _check_archive(path)
     import logging
 
@@ -64,6 +55,23 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
         raise DevplanError(f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save") from None
     finally:
         logger.handlers, logger.propagate = handlers, propagate
+
+
+def check_input(path: str | os.PathLike) -> Path:
+    """Refuse what is plainly no .pt2 (missing, a folder, not a zip, a .pte program) before
+    anything else looks at it: `devplan compile X.pte` is told the input is a program, not
+    that its output would overwrite it."""
+    path = Path(path)
+    if not path.exists():
+        raise DevplanError(f"{path}: no such file; pass a .pt2 written by torch.export.save")
+    if path.is_dir():
+        raise DevplanError(f"{path}: is a directory; pass a .pt2 file")
+    with open_input(path, hint="pass a .pt2 file") as f:  # a pipe or device is refused, not read forever
+        head = f.read(8)
+    if not zipfile.is_zipfile(path):
+        hint = " (it is an ET12 .pte program; use 'devplan inspect')" if is_program(head) else ""
+        raise DevplanError(f"{path}: not a .pt2 archive{hint}; export the model with torch.export.save")
+    return path
 
 
 # the payload configs, by member name, and the prefix of the plain tensor files each names

@@ -50,13 +50,13 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
     buffer by mem_id ("1", the method's own buffers) or a device ("cpu", "cuda:0"); one that
     names neither is an error."""
     from devplan.inspect import inspect
-    from devplan.planning.budget import budget_key
+    from devplan.planning.budget import budget_key, checked_budgets
 
     if max_ratio is not None and not 1 <= max_ratio < math.inf:  # nan fails this too
         raise DevplanError(f"--max-ratio {max_ratio}: use a finite ratio of 1 or more (no plan is below its "
                            f"lower bound), e.g. 1.05")
     doc = inspect(source, method=method)
-    budgets = {budget_key(target): nbytes for target, nbytes in (budgets or {}).items()}
+    budgets = {budget_key(target): nbytes for target, nbytes in checked_budgets(budgets or {}).items()}
     checks, named = [], set()
     for m in doc["methods"]:
         rows = [BufferCheck(m["name"], b["mem_id"], b["device"], b["size"], b["lower_bound"],
@@ -101,12 +101,14 @@ def check_golden(source: str | os.PathLike | bytes, golden: str | os.PathLike, *
                  method: str | None = None) -> GoldenCheck:
     """Compare a program with its golden file (diff.py: sizes may shrink or grow within
     `tolerance`), or with `update` write the program's golden file (atomically, through a
-    link, creating its folder) instead. `source` is a .pte path, its bytes or a read PteFile."""
+    link, creating its folder) instead. `source` is a .pte path, its bytes, a read PteFile or a
+    CompileResult."""
     from devplan.inspect import inspect
     from devplan.inspect.diff import diff
     from devplan.inspect.golden import golden_document, golden_text
     from devplan.files import refuse_overwrite, write_atomic
 
+    source = getattr(source, "data", source)  # a CompileResult: the program it wrote
     if update and isinstance(source, (str, os.PathLike)):
         refuse_overwrite(golden, [source], "--golden")
     doc = inspect(source)

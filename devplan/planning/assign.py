@@ -94,7 +94,8 @@ def _check_budgets(budgets: Mapping[str, int], ids: Mapping[Device, int], sizes:
             raise DevplanError(f"--budget {target}: no such buffer in this program; "
                                f"budget one of: {', '.join(sorted(named))}")
         by_id[named[key]] = nbytes
-    check_budget(sizes, by_id, intervals, alignment, names=names)
+    check_budget(sizes, by_id, intervals, alignment, names=names,
+                 buffers={m: f"buffer {m} ({d})" for d, m in ids.items()})
 
 
 def _borrowed(method: Method, alive: Mapping[int, tuple[int, int]]) -> set[int]:

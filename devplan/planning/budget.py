@@ -5,7 +5,7 @@ import re
 from fractions import Fraction
 from typing import Mapping, Sequence
 
-from devplan.errors import DevplanError
+from devplan.errors import BudgetExceeded, DevplanError
 from devplan.planning.bounds import peak
 from devplan.planning.model import Interval, split_groups
 from devplan.spec import Device
@@ -38,6 +38,21 @@ def size_bytes(text: str) -> Fraction | None:
     return Fraction(match.group(1)) * UNITS.get(match.group(2).lower(), 1)
 
 
+def checked_budgets(budgets: Mapping) -> dict[str, int]:
+    """A budgets mapping from the Python API, held to what --budget TARGET=SIZE accepts: a
+    mem_id or device (an int mem_id too) to a whole number of bytes, 0 or more. Refused with
+    DevplanError, as the command line refuses it, rather than failing later as a TypeError."""
+    checked = {}
+    for target, nbytes in budgets.items():
+        if isinstance(target, int) and not isinstance(target, bool) and target >= 0:
+            target = str(target)
+        if not isinstance(target, str) or isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise DevplanError(f"bad memory budget {target!r}: {nbytes!r}; map a mem_id such as '1' or a device "
+                               f"such as 'cuda:0' to a whole number of bytes, 0 or more")
+        checked[target] = nbytes
+    return checked
+
+
 def budget_key(target: str) -> str:
     """The buffer a budget's TARGET names, spelled as mem_id ("1") or canonical device ("cuda:0")."""
     return target if target.isdigit() else str(Device.parse(target))
@@ -45,21 +60,24 @@ def budget_key(target: str) -> str:
 
 def check_budget(
     plan_sizes: Mapping[int, int], budgets: Mapping[int, int], intervals: Sequence[Interval], alignment: int,
-    names: Mapping[int, str] | None = None,
+    names: Mapping[int, str] | None = None, buffers: Mapping[int, str] | None = None,
 ) -> None:
     """Raise DevplanError for the first buffer (in group order) whose planned size exceeds its
     budget, saying what the plan needs, what is available, the lower bound and which tensors
-    are alive at the peak. `names`: what to call an interval other than "value KEY"."""
+    are alive at the peak (BudgetExceeded). `names`: what to call an interval other than
+    "vKEY", the value's number in the written program as `devplan inspect` shows it;
+    `buffers`: what to call a group other than "buffer GROUP" ("buffer 1 (cpu)")."""
     for group in sorted(budgets):
         needed, available = plan_sizes.get(group, 0), budgets[group]
         if needed <= available:
             continue
         available_text = _bytes(available)
+        buffer = (buffers or {}).get(group, f"buffer {group}")
         problems = {problem.group: problem for problem in split_groups(intervals, alignment)}
         if group not in problems:
-            raise DevplanError(f"memory buffer {group} needs {_bytes(needed)} but its budget is {available_text}")
+            raise BudgetExceeded(f"memory {buffer} needs {_bytes(needed)} but its budget is {available_text}")
         top = peak(problems[group])
-        shown = ", ".join(f"{(names or {}).get(key, f'value {key}')} ({_bytes(size)})"
+        shown = ", ".join(f"{(names or {}).get(key, f'v{key}')} ({_bytes(size)})"
                           for key, size in top.alive[:SHOWN_AT_PEAK])
         more = len(top.alive) - SHOWN_AT_PEAK
         shown += f" and {more} more" if more > 0 else ""
@@ -67,9 +85,9 @@ def check_budget(
             verdict = "no placement can fit, since more than that is alive at once; raise the budget or shrink the model's activations"
         else:
             verdict = "a tighter placement might fit; raise the budget or try another planning algorithm"
-        raise DevplanError(
-            f"memory buffer {group} needs {_bytes(needed)} but its budget is {available_text}; "
-            f"the lower bound is {_bytes(top.nbytes)} (at instruction {top.instruction}: {shown}); {verdict}"
+        raise BudgetExceeded(
+            f"memory {buffer} needs {_bytes(needed)} but its budget is {available_text}; "
+            f"the lower bound is {_bytes(top.nbytes)} (held at its peak, instruction {top.instruction}: {shown}); {verdict}"
         )
 
 

@@ -106,7 +106,12 @@ def test_failure_keeps_an_existing_output(tmp_path):
     out = tmp_path / "keep.pte"
     out.write_bytes(b"previous program")
     run = devplan("compile", ROOT / "samples" / "mlp.pt2", "-o", out, "--budget", "1=1KiB")
-    assert_one_line_error(run, "budget")
+    # a plan over budget fails a check, as `devplan check` does (1); it names the buffer and what
+    # is held at its peak by the value numbers `devplan inspect` shows for the program
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+    assert ("devplan: error: memory buffer 1 (cpu) needs 16384 bytes (16.0 KiB) but its budget is 1024 bytes "
+            "(1.0 KiB); the lower bound is 16384 bytes (16.0 KiB) (held at its peak, instruction 0: v8 (8192 bytes "
+            "(8.0 KiB)), v9 (8192 bytes (8.0 KiB)))") in run.stderr, run.stderr
     assert out.read_bytes() == b"previous program"
 
 
@@ -130,6 +135,16 @@ def test_bad_model_files(tmp_path, make, needle):
     path = make(tmp_path / "model.pt2")
     assert_one_line_error(devplan("compile", path, "-o", tmp_path / "x.pte"), str(path), needle)
     assert not (tmp_path / "x.pte").exists()
+
+
+def test_a_program_given_as_the_model_is_named_a_program(tmp_path):
+    """The default output of X.pte is X.pte itself: the input's kind is the first thing to say."""
+    program = tmp_path / "model.pte"
+    assert devplan("compile", ROOT / "samples" / "two_io.pt2", "-o", program).returncode == 0
+    before = program.read_bytes()
+    run = devplan("compile", program)
+    assert_one_line_error(run, "not a .pt2 archive (it is an ET12 .pte program; use 'devplan inspect')")
+    assert "overwrite" not in run.stderr and program.read_bytes() == before
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -189,6 +204,8 @@ def test_a_dynamic_size_without_a_bound_or_computed_without_a_kernel_is_refused_
 
 
 def test_version_and_help():
+    top = devplan("--help")
+    assert top.returncode == 0 and "--install-completion" in top.stdout and "compile" in top.stdout, top.stdout
     version = devplan("--version")
     assert version.returncode == 0 and version.stdout.startswith("devplan ")
     for command in ("compile", "inspect"):

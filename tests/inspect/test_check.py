@@ -1,5 +1,6 @@
 """`devplan check`: planned memory against budgets and lower bounds, for CI."""
 import json
+from pathlib import Path
 
 import pytest
 from dataclasses import replace
@@ -129,3 +130,18 @@ def test_a_plan_at_its_own_bound_passes_max_ratio_one_at_any_alignment(alignment
     assert buffer.size == buffer.lower_bound
     checks = devplan.check(result.data, max_ratio=1.0)
     assert [(c.size, c.lower_bound, c.ok) for c in checks] == [(buffer.size, buffer.lower_bound, True)]
+
+
+@pytest.mark.parametrize("budgets", [{"1": "lots"}, {"1": -1}, {"1": 1.5}, {"1": True}, {None: 1}])
+def test_the_python_api_refuses_a_bad_budget_as_the_command_line_does(budgets):
+    data = program_bytes(planned(Chain(), (torch.randn(5, 3),)))
+    with pytest.raises(DevplanError, match="bad memory budget"):
+        devplan.check(data, budgets=budgets)
+    assert devplan.check(data, budgets={1: 1 << 20})[0].budget == 1 << 20  # a mem_id as a number is one too
+
+
+def test_check_golden_takes_a_compile_result(tmp_path):
+    result = devplan.compile(Path(__file__).resolve().parents[2] / "samples" / "two_io.pt2")
+    golden = tmp_path / "new" / "two_io.json"  # the update creates the folder
+    assert devplan.check_golden(result, golden, update=True).updated
+    assert devplan.check_golden(result, golden).ok

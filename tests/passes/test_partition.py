@@ -165,7 +165,7 @@ def test_a_device_budget_holds_the_device_buffer_with_its_delegates_windows_insi
     compile = lambda budgets: devplan.compile(exported(), delegates=["cuda:0"], budgets=budgets)  # noqa: E731
     assert compile({"cuda:0": outer.size}).data == result.data
     # the explanation names a delegate's window among what is alive at the device's peak
-    with pytest.raises(DevplanError, match=rf"memory buffer 2 needs {outer.size} bytes.* but its budget is "
+    with pytest.raises(DevplanError, match=rf"memory buffer 2 \(cuda:0\) needs {outer.size} bytes.* but its budget is "
                                            rf"{outer.size - 16} bytes; the lower bound is .*delegate \d's buffer"):
         compile({"cuda:0": outer.size - 16})
     # a budget by mem_id holds that buffer alone

@@ -56,7 +56,7 @@ def test_a_budget_below_the_lower_bound_says_that_nothing_can_fit():
         check_budget({1: 288, 2: 4000}, {1: 200}, INTERVALS, 16)
     message = str(caught.value)
     assert "memory buffer 1 needs 288 bytes but its budget is 200 bytes" in message
-    assert "the lower bound is 256 bytes (at instruction 1: value 12 (160 bytes), value 11 (64 bytes), value 13 (32 bytes))" in message
+    assert "the lower bound is 256 bytes (held at its peak, instruction 1: v12 (160 bytes), v11 (64 bytes), v13 (32 bytes))" in message
     assert "no placement can fit" in message
     assert "\n" not in message
 
@@ -68,5 +68,5 @@ def test_a_budget_between_the_bound_and_the_plan_suggests_a_tighter_placement():
 
 def test_the_peak_lists_only_the_largest_tensors():
     crowd = [Interval(key, 16 * (key + 1), 0, 0) for key in range(8)]
-    with pytest.raises(DevplanError, match=r"value 7 \(128 bytes\), .*value 3 \(64 bytes\) and 3 more"):
+    with pytest.raises(DevplanError, match=r"v7 \(128 bytes\), .*v3 \(64 bytes\) and 3 more"):
         check_budget({1: 576}, {1: 100}, crowd, 16)
