@@ -17,7 +17,13 @@ _KEPT_QUANTIZED = ("quantized_decomposed::dequantize_",)
 def fold_constants(low: Lowered) -> Lowered:
     """Replace each constant-only subgraph whose result is used at run time by a stored
     constant, when that never grows the constant bytes: its inputs must be used by nothing
-    else, and the result must be no larger than they are."""
+    else, and the result must be no larger than they are.
+
+    The same bound holds for every step on the way, and is checked from the node's fake value
+    (shape and dtype) before the step is evaluated: a node whose result would outweigh the
+    constants it is computed from stays a run-time op, and so does everything computed from it.
+    So compile-time work is bounded by the constants the program already stores, never by
+    shapes a small file can name (`w.expand(10**6, 10**4).contiguous()` from one weight)."""
     gm = low.gm
     values: dict[torch.fx.Node, torch.Tensor] = {}
     cone: dict[torch.fx.Node, set[torch.fx.Node]] = {}
@@ -27,9 +33,13 @@ def fold_constants(low: Lowered) -> Lowered:
         elif node.op == "get_attr":
             values[node], cone[node] = getattr(gm, node.target), {node}
         elif node.op == "call_function" and _foldable(node, values):
+            inside = {node}.union(*(cone[n] for n in node.all_input_nodes))
+            leaf_bytes = sum(_nbytes(values[n]) for n in inside if n.op != "call_function")
+            if _result_bytes(node) > leaf_bytes:
+                continue  # too large to compute here: left to run time
             args, kwargs = torch.fx.map_arg((node.args, node.kwargs), values.__getitem__)
             values[node] = node.target(*args, **kwargs)
-            cone[node] = {node}.union(*(cone[n] for n in node.all_input_nodes))
+            cone[node] = inside
     for node in list(values):
         if node.op != "call_function" or all(user in values for user in node.users):
             continue  # not a frontier: only constants use it
@@ -51,6 +61,26 @@ def fold_constants(low: Lowered) -> Lowered:
     # graph DCE keeps placeholders; drop weights that folding left unused
     unused = {node.name for node in gm.graph.nodes if node.op == "placeholder" and not node.users}
     return replace(low, constants={name: data for name, data in low.constants.items() if name not in unused})
+
+
+def _nbytes(value) -> int:
+    return value.nbytes if isinstance(value, torch.Tensor) else 0
+
+
+def _result_bytes(node: torch.fx.Node) -> float:
+    """The bytes of the node's result, from its fake value (every tensor it returns); infinite
+    when that is not known (no fake value, or a size that is symbolic), so it is not folded."""
+    total = 0
+    for fake in torch.utils._pytree.tree_leaves(node.meta.get("val")):
+        if not isinstance(fake, torch.Tensor):
+            continue
+        try:
+            total += int(fake.numel()) * fake.element_size()
+        except (TypeError, ValueError, RuntimeError):  # symbolic sizes
+            return float("inf")
+    if "val" not in node.meta:
+        return float("inf")
+    return total
 
 
 def _foldable(node: torch.fx.Node, values) -> bool:
