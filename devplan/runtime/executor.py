@@ -187,15 +187,11 @@ class LoadedMethod:
 
     def _take(self, nbytes: int, what: str) -> None:
         """Count `nbytes` more against the memory limit, refusing first what passes it."""
-        memory = self.memory
-        if memory.taken + nbytes > memory.limit:
-            raise DevplanError(f"{self.where}: {what} needs {nbytes} bytes, which with the {memory.taken} bytes taken "
-                               f"before it passes the memory limit of {memory.limit} bytes; raise the limit "
-                               f"(devplan run --max-memory) if the program is meant to be this large")
-        memory.taken += nbytes
+        self.memory.take(nbytes, f"{self.where}: {what}")
 
     def sample_inputs(self, seed: int = 0) -> list[Any]:
-        return sample_inputs(self.view, seed)
+        """`sample_inputs` of this method, their bytes counted against its memory limit first."""
+        return sample_inputs(self.view, seed, self.memory)
 
     def release(self) -> None:
         for delegate in {id(d): d for d in getattr(self, "delegates", ())}.values():
@@ -456,6 +452,10 @@ class LoadedMethod:
                       else f"a {tuple(slot.shape)} {slot.dtype} tensor")
             raise DevplanError(f"{self.where}: input {position} must be {wanted}, got {got}")
         if index in self.borrowed:  # the caller's memory, as ExecuTorch takes an input it does not plan
+            held = self.values[index]  # a copy of an earlier run's input, or a placeholder taking none
+            grown = given.numel() * given.element_size() - (0 if index in self.placeholders else held.nbytes)
+            if grown > 0:
+                self._take(grown, f"input {position}, an unplanned tensor of {list(given.shape)}")
             self.values[index] = given.detach().cpu().clone()
             self.placeholders.discard(index)
             return
@@ -486,9 +486,19 @@ def _same_kind(a: Any, b: Any) -> bool:
 
 @dataclass
 class Memory:
-    """Bytes a loaded method and its delegates' payloads may take in all, and those taken."""
+    """Bytes a loaded method and its delegates' payloads may take in all (their inputs too),
+    and those taken."""
     limit: int
     taken: int = 0
+
+    def take(self, nbytes: int, what: str) -> None:
+        """Count `nbytes` more, refusing first what passes the limit (`what`: the file and
+        what needs them)."""
+        if self.taken + nbytes > self.limit:
+            raise DevplanError(f"{what} needs {nbytes} bytes, which with the {self.taken} bytes taken before it "
+                               f"passes the memory limit of {self.limit} bytes; raise the limit (devplan run "
+                               f"--max-memory) if the program is meant to be this large")
+        self.taken += nbytes
 
 
 def _constant(pte: PteFile, data_index: int, data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int,
@@ -516,15 +526,26 @@ def run(source: str | os.PathLike | bytes | PteFile, inputs: Sequence[Any], *, m
         loaded.release()
 
 
-def sample_inputs(view: MethodView, seed: int = 0) -> list[Any]:
+def sample_inputs(view: MethodView, seed: int = 0, memory: Memory | None = None) -> list[Any]:
     """Inputs of the method's shapes and dtypes: seeded normal floats, zeros for integer and
-    bool tensors (always valid indices), and the program's own values for number inputs."""
+    bool tensors (always valid indices), and the program's own values for number inputs. With
+    `memory`, the bytes they need (sizes come from the file) are counted against its limit
+    before any is made."""
     generator = torch.Generator().manual_seed(seed)
-    samples = []
-    for index in view.inputs:
+    planned = []  # (index, tensor, dtype)
+    for position, index in enumerate(view.inputs):
         tensor = view.tensors.get(index)
         dtype = getattr(torch, tensor.dtype, None) if tensor is not None else None
-        if tensor is None or not isinstance(dtype, torch.dtype):
+        if not isinstance(dtype, torch.dtype):
+            dtype = None
+        elif memory is not None:  # a float input other than float32 is drawn as float32, then converted
+            drawn = dtype.is_floating_point and dtype != torch.float32
+            made = tensor.nbytes + (tensor.nbytes // dtype.itemsize * 4 if drawn else 0)
+            memory.take(made, f"{view.where}: input {position}, a sample tensor of {list(tensor.shape)}")
+        planned.append((index, tensor, dtype))
+    samples = []
+    for index, tensor, dtype in planned:
+        if dtype is None:
             samples.append(view.scalars.get(index))
         elif dtype.is_floating_point:
             samples.append(torch.randn(tensor.shape, generator=generator).to(dtype))

@@ -308,6 +308,25 @@ def test_memory_past_the_limit_is_refused_naming_the_buffer_or_value(tmp_path):
         assert needle is None or (len(run.stderr.splitlines()) == 1 and needle in run.stderr), run.stderr
 
 
+def test_inputs_count_against_the_memory_limit_before_they_are_made(tmp_path):
+    """An input the file declares 4 GiB (left to the caller, as an unplanned input is): its
+    sample is counted against --max-memory before it is made, and refused in one line."""
+    from benchmarks.peak import run_measured
+
+    def huge_input(plan):
+        tensor = plan.values[plan.inputs[0]].val
+        tensor.sizes, tensor.allocationInfo = [1 << 16, 1 << 14], None
+
+    path = tmp_path / "bad.pte"
+    path.write_bytes(damaged(compiled(), huge_input))
+    run, peak = run_measured(["-m", "devplan", "run", str(path), "--max-memory", "64MiB"], capture_output=True,
+                             text=True, timeout=300)
+    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr
+    assert "bad.pte: method forward: input 0, a sample tensor of [65536, 16384] needs 4294967296 bytes" in run.stderr
+    assert "--max-memory" in run.stderr
+    assert peak is not None and peak < 1 << 30, peak
+
+
 def test_an_arena_the_allocator_cannot_give_is_one_line():
     class Exhausted(HostAllocator):
         def allocate(self, nbytes, device):
