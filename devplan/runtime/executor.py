@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -31,6 +31,11 @@ _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach 
 # Memory a method may take for its arenas and unplanned tensors unless its caller says more:
 # every size comes from the file, and a few damaged bytes can ask for terabytes.
 MAX_MEMORY = 8 << 30
+# Delegate methods one run may load. Delegates of one payload and window share one, but each
+# window of a payload is loaded apart (its values are views of those bytes), and nested payloads
+# multiply: k windows at each of 4 levels would be k**4 loads from a file of a few KB. A program
+# devplan compiles loads one per partition.
+MAX_LOADED_DELEGATES = 1024
 
 
 class LoadedMethod:
@@ -51,11 +56,9 @@ class LoadedMethod:
         self.view, self.where, devices, sizes = view, view.where, view.buffer_devices, view.buffer_sizes
         if not view.values_listed:  # as ExecuTorch's runtime refuses it
             raise DevplanError(f"{self.where} has no values table; the program is damaged")
-        # every tensor checked once, before anything is allocated; binding and sizes read these
-        self.dtypes = {index: self._dtype(index, t) for index, t in view.tensors.items()}
-        self._check_layouts(view)
-        self._check_memory(view)
-        self._check_sizes(view)
+        # every tensor checked before anything is allocated, once per payload however many
+        # windows load it; binding and sizes read these
+        self.dtypes = pte.memo(("runtime checked", name), lambda: self._checked(view))
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
         self.lent = set(lent or ())
@@ -95,6 +98,13 @@ class LoadedMethod:
         except BaseException:
             self.release()  # a device allocator gets back what it gave, even for a damaged program
             raise
+
+    def _checked(self, view: MethodView) -> dict[int, torch.dtype]:
+        self.dtypes = {index: self._dtype(index, t) for index, t in view.tensors.items()}
+        self._check_layouts(view)
+        self._check_memory(view)
+        self._check_sizes(view)
+        return self.dtypes
 
     def _borrow(self, mem_id: int, size: int, device: Device, window: torch.Tensor,
                 owner: Device) -> tuple[torch.Tensor, Device]:
@@ -207,6 +217,13 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: delegate {index} runs on ExecuTorch's backend {delegate.id!r}, which "
                                f"needs ExecuTorch's runtime: devplan run --executorch (devplan's runs {BACKEND_ID} "
                                f"payloads only)")
+        memory = self.memory
+        if memory.delegates >= MAX_LOADED_DELEGATES:
+            raise DevplanError(f"{self.where}: delegate {index} would be delegate method {memory.delegates + 1} this "
+                               f"run loads (each payload once per memory window, nested payloads once per window "
+                               f"of each caller); the reference runtime loads at most {MAX_LOADED_DELEGATES}: the "
+                               f"program is damaged, or run it with devplan run --executorch")
+        memory.delegates += 1
         # read and decoded once however many delegates share it
         payload = pte.delegate_program(view.plan_index, index)
         if delegate.window is None:  # the payload's buffers are its own
@@ -328,13 +345,18 @@ class LoadedMethod:
         return view
 
     def _upload(self, index: int, host: torch.Tensor, nbytes: int) -> torch.Tensor:
-        self._take(nbytes, f"constant value {index} on {self.home}")
-        allocator = allocator_for(self.home)
-        arena = allocator.allocate(nbytes, self.home)
-        self.uploads.append((arena, self.home))
-        view = arena[:nbytes].view(host.dtype).reshape(host.shape)
-        allocator.copy_to_device(view, host)
-        return view
+        """The constant on this method's device, copied there once per run: every window of a
+        payload reads the same copy (kernels never write constants)."""
+        key = (id(host), self.home)  # `host` is the file's one copy of the constant (_constant)
+        if key not in self.memory.uploads:
+            self._take(nbytes, f"constant value {index} on {self.home}")
+            allocator = allocator_for(self.home)
+            arena = allocator.allocate(nbytes, self.home)
+            self.uploads.append((arena, self.home))
+            view = arena[:nbytes].view(host.dtype).reshape(host.shape)
+            allocator.copy_to_device(view, host)
+            self.memory.uploads[key] = (host, view)  # host kept: its id stays its own
+        return self.memory.uploads[key][1]
 
     def _step(self, view: MethodView, row: Instruction, chain_length: int) -> Step:
         index = row.index
@@ -487,9 +509,12 @@ def _same_kind(a: Any, b: Any) -> bool:
 @dataclass
 class Memory:
     """Bytes a loaded method and its delegates' payloads may take in all (their inputs too),
-    and those taken."""
+    and those taken; what the run shares: its count of loaded delegate methods, and constants
+    on a device ((id of the host copy, device) -> (host copy, device copy))."""
     limit: int
     taken: int = 0
+    delegates: int = 0
+    uploads: dict = field(default_factory=dict)
 
     def take(self, nbytes: int, what: str) -> None:
         """Count `nbytes` more, refusing first what passes the limit (`what`: the file and
