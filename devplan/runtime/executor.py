@@ -64,6 +64,7 @@ class LoadedMethod:
         self.lent = set(lent or ())
         self.memory = memory or Memory(max_memory)
         self.delegates: list[LoadedMethod] = []
+        self.work = 0  # tensor elements the last call read and wrote
         try:
             for mem_id in range(1, len(sizes)):
                 device = devices.get(mem_id, CPU)
@@ -180,7 +181,7 @@ class LoadedMethod:
                 self.values[index] = out
                 self.placeholders.discard(index)
         self._materialize(set(self.inputs) | set(self.outputs))
-        interpret(self.steps, self.values, self.bounds, self.where)
+        self.work = interpret(self.steps, self.values, self.bounds, self.where)  # what its caller counts
         return [value_of(self.values, index) for index in self.outputs]
 
     def _accept(self, index: int, given: Any) -> bool:

@@ -155,6 +155,45 @@ def test_a_jump_loop_padded_with_free_calls_is_bounded_by_what_it_executes():
     refused(damaged(compiled(), change), "executed 1020001 instructions without finishing; its jumps loop")
 
 
+class Wide(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(256, 256)
+
+    def forward(self, x):
+        return self.proj(x).relu()
+
+
+def test_a_jump_loop_of_heavy_kernels_is_bounded_by_the_elements_it_touches():
+    """Instructions run again by a jump count the tensor elements they read and write, not only
+    their number: a loop over a 64x256 linear layer (a few hundred thousand elements a turn)
+    is refused after EXTRA_ELEMENTS of them, not after a million instructions."""
+    import time
+
+    from devplan.runtime.interpreter import EXTRA_ELEMENTS
+
+    args = (torch.randn(64, 256),)
+    data = devplan.compile(torch.export.export(Wide().eval().requires_grad_(False), args)).data
+
+    def loop(plan):
+        false = EValueT()
+        false.valType, false.val = KernelTypes.Bool, BoolT()
+        false.val.boolVal = False
+        plan.values.append(false)
+        jump = InstructionT()
+        jump.instrArgsType, jump.instrArgs = InstructionArguments.JumpFalseCall, JumpFalseCallT()
+        jump.instrArgs.condValueIndex, jump.instrArgs.destinationInstruction = len(plan.values) - 1, 0
+        plan.chains[0].instructions = [*plan.chains[0].instructions, jump]
+
+    started = time.monotonic()
+    with pytest.raises(DevplanError) as error:
+        devplan.run(read_pte(damaged(data, loop), name="bad.pte"), list(args))
+    message = str(error.value)
+    assert message.startswith("bad.pte") and "\n" not in message
+    assert f"more than {EXTRA_ELEMENTS} tensor elements beyond one pass" in message and "jumps loop" in message
+    assert time.monotonic() - started < 60
+
+
 def test_names_from_the_file_cannot_split_the_error_line_or_drive_the_terminal(tmp_path):
     import subprocess
     import sys
