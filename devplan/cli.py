@@ -435,8 +435,8 @@ def run_command(
                            "device program's plan on a machine without the device.")
     ] = False,
     max_memory: Annotated[
-        str, typer.Option("--max-memory", metavar="SIZE", help="Refuse a program whose buffers and unplanned tensors "
-                          "take more than this (units B, KiB, MiB, GiB, ...): sizes come from the file.")
+        str, typer.Option("--max-memory", metavar="SIZE", help="Refuse a program whose inputs, buffers and "
+                          "unplanned tensors take more than this (units B, KiB, MiB, GiB, ...): sizes come from the file.")
     ] = "8GiB",
     executorch: Annotated[
         bool, typer.Option("--executorch", help="Run on ExecuTorch's own runtime instead (needs pip install "
@@ -459,18 +459,21 @@ def run_command(
     from devplan.runtime import HostAllocator, LoadedMethod, registered
     from devplan.runtime.report import run_document
 
-    limit = _memory_limit(max_memory)
+    from devplan.runtime.executor import Memory
+
+    # one limit for the inputs, read or made, and all the program's memory
+    memory = Memory(_memory_limit(max_memory))
     refuse_overwrite(save, [program, inputs], "--save")
     pte = read_pte(_program(program))
-    given = _load_inputs(inputs, limit) if inputs is not None else None
+    given = _load_inputs(inputs, memory) if inputs is not None else None
     if executorch:
         from devplan.runtime.executor import sample_inputs
         from devplan.runtime.executorch import run_on_executorch, view_of
 
-        results = run_on_executorch(pte, method, given or sample_inputs(view_of(pte, method), seed), runs)
+        results = run_on_executorch(pte, method, given or sample_inputs(view_of(pte, method), seed, memory), runs)
     else:
         with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
-            loaded = LoadedMethod(pte, method, max_memory=limit)
+            loaded = LoadedMethod(pte, method, memory=memory)
             try:
                 given = given if given is not None else loaded.sample_inputs(seed)
                 results = [loaded.execute(given) for _ in range(runs)]
@@ -503,15 +506,17 @@ def _memory_limit(text: str) -> int:
     return int(nbytes)
 
 
-def _load_inputs(path: Path, limit: int) -> list:
-    """The --inputs file's tensors, read once into memory: a regular file, at most `limit` bytes."""
+def _load_inputs(path: Path, memory) -> list:
+    """The --inputs file's tensors, read once into memory: a regular file, whose bytes (what its
+    tensors take once loaded) are counted against `memory`'s limit before they are loaded."""
     import io
 
     import torch
 
     from devplan.files import read_input
 
-    data = read_input(path, limit=limit, hint="pass a file of tensors saved with torch.save")
+    data = read_input(path, limit=memory.limit - memory.taken, hint="pass a file of tensors saved with torch.save")
+    memory.take(len(data), f"{path}: the inputs")
     try:
         loaded = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:  # torch.load raises pickle, zip and OS errors alike for a bad file

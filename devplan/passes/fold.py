@@ -31,7 +31,13 @@ def fold_constants(low: Lowered) -> Lowered:
     added: it is folded when it is no larger than the weights it is computed from nor
     SHARED_FOLD_CAP, and the bytes the run needs at once to compute it (`_run_peak`) exceed
     the bytes it adds; a subgraph whose result is too large (a repeat) has its inputs
-    considered in its place. `low.folding` says what was folded and what it cost."""
+    considered in its place. `low.folding` says what was folded and what it cost.
+
+    Every step on the way is bounded before it is evaluated, from the node's fake value (shape
+    and dtype): a result larger than both the constants it is computed from and
+    SHARED_FOLD_CAP stays a run-time op, and so does everything computed from it. So
+    compile-time work is bounded by what the program stores, never by shapes a small file can
+    name (`w.expand(10**6, 10**4).contiguous()` from one weight)."""
     gm = low.gm
     values: dict[torch.fx.Node, torch.Tensor] = {}
     cone: dict[torch.fx.Node, set[torch.fx.Node]] = {}
@@ -41,9 +47,13 @@ def fold_constants(low: Lowered) -> Lowered:
         elif node.op == "get_attr":
             values[node], cone[node] = getattr(gm, node.target), {node}
         elif node.op == "call_function" and _foldable(node, values):
+            inside = {node}.union(*(cone[n] for n in node.all_input_nodes))
+            leaf_bytes = sum(_nbytes(values[n]) for n in inside if n.op != "call_function")
+            if _result_bytes(node) > max(leaf_bytes, SHARED_FOLD_CAP):
+                continue  # too large to compute here: left to run time
             args, kwargs = torch.fx.map_arg((node.args, node.kwargs), values.__getitem__)
             values[node] = node.target(*args, **kwargs)
-            cone[node] = {node}.union(*(cone[n] for n in node.all_input_nodes))
+            cone[node] = inside
     before = _stored_bytes(low)
     folded = shared = removed = 0
     candidates = [node for node in values if node.op == "call_function" and any(u not in values for u in node.users)]
@@ -105,6 +115,26 @@ def _stored_bytes(low: Lowered) -> int:
     read = [low.constants[n.name] for n in gm.graph.nodes if n.op == "placeholder" and n.name in low.constants and n.users]
     read += [getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr" and n.users]
     return sum(t.nbytes for t in read if isinstance(t, torch.Tensor))
+
+
+def _nbytes(value) -> int:
+    return value.nbytes if isinstance(value, torch.Tensor) else 0
+
+
+def _result_bytes(node: torch.fx.Node) -> float:
+    """The bytes of the node's result, from its fake value (every tensor it returns); infinite
+    when that is not known (no fake value, or a size that is symbolic), so it is not folded."""
+    if "val" not in node.meta:
+        return float("inf")
+    total = 0
+    for fake in torch.utils._pytree.tree_leaves(node.meta["val"]):
+        if not isinstance(fake, torch.Tensor):
+            continue
+        try:
+            total += int(fake.numel()) * fake.element_size()
+        except (TypeError, ValueError, RuntimeError):  # symbolic sizes
+            return float("inf")
+    return total
 
 
 def _foldable(node: torch.fx.Node, values) -> bool:

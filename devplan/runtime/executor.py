@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -31,6 +31,11 @@ _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach 
 # Memory a method may take for its arenas and unplanned tensors unless its caller says more:
 # every size comes from the file, and a few damaged bytes can ask for terabytes.
 MAX_MEMORY = 8 << 30
+# Delegate methods one run may load. Delegates of one payload and window share one, but each
+# window of a payload is loaded apart (its values are views of those bytes), and nested payloads
+# multiply: k windows at each of 4 levels would be k**4 loads from a file of a few KB. A program
+# devplan compiles loads one per partition.
+MAX_LOADED_DELEGATES = 1024
 
 
 class LoadedMethod:
@@ -51,16 +56,15 @@ class LoadedMethod:
         self.view, self.where, devices, sizes = view, view.where, view.buffer_devices, view.buffer_sizes
         if not view.values_listed:  # as ExecuTorch's runtime refuses it
             raise DevplanError(f"{self.where} has no values table; the program is damaged")
-        # every tensor checked once, before anything is allocated; binding and sizes read these
-        self.dtypes = {index: self._dtype(index, t) for index, t in view.tensors.items()}
-        self._check_layouts(view)
-        self._check_memory(view)
-        self._check_sizes(view)
+        # every tensor checked before anything is allocated, once per payload however many
+        # windows load it; binding and sizes read these
+        self.dtypes = pte.memo(("runtime checked", name), lambda: self._checked(view))
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
         self.lent = set(lent or ())
         self.memory = memory or Memory(max_memory)
         self.delegates: list[LoadedMethod] = []
+        self.work = 0  # tensor elements the last call read and wrote
         try:
             for mem_id in range(1, len(sizes)):
                 device = devices.get(mem_id, CPU)
@@ -95,6 +99,13 @@ class LoadedMethod:
         except BaseException:
             self.release()  # a device allocator gets back what it gave, even for a damaged program
             raise
+
+    def _checked(self, view: MethodView) -> dict[int, torch.dtype]:
+        self.dtypes = {index: self._dtype(index, t) for index, t in view.tensors.items()}
+        self._check_layouts(view)
+        self._check_memory(view)
+        self._check_sizes(view)
+        return self.dtypes
 
     def _borrow(self, mem_id: int, size: int, device: Device, window: torch.Tensor,
                 owner: Device) -> tuple[torch.Tensor, Device]:
@@ -170,7 +181,7 @@ class LoadedMethod:
                 self.values[index] = out
                 self.placeholders.discard(index)
         self._materialize(set(self.inputs) | set(self.outputs))
-        interpret(self.steps, self.values, self.bounds, self.where)
+        self.work = interpret(self.steps, self.values, self.bounds, self.where)  # what its caller counts
         return [value_of(self.values, index) for index in self.outputs]
 
     def _accept(self, index: int, given: Any) -> bool:
@@ -187,15 +198,11 @@ class LoadedMethod:
 
     def _take(self, nbytes: int, what: str) -> None:
         """Count `nbytes` more against the memory limit, refusing first what passes it."""
-        memory = self.memory
-        if memory.taken + nbytes > memory.limit:
-            raise DevplanError(f"{self.where}: {what} needs {nbytes} bytes, which with the {memory.taken} bytes taken "
-                               f"before it passes the memory limit of {memory.limit} bytes; raise the limit "
-                               f"(devplan run --max-memory) if the program is meant to be this large")
-        memory.taken += nbytes
+        self.memory.take(nbytes, f"{self.where}: {what}")
 
     def sample_inputs(self, seed: int = 0) -> list[Any]:
-        return sample_inputs(self.view, seed)
+        """`sample_inputs` of this method, their bytes counted against its memory limit first."""
+        return sample_inputs(self.view, seed, self.memory)
 
     def release(self) -> None:
         for delegate in {id(d): d for d in getattr(self, "delegates", ())}.values():
@@ -211,6 +218,13 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: delegate {index} runs on ExecuTorch's backend {delegate.id!r}, which "
                                f"needs ExecuTorch's runtime: devplan run --executorch (devplan's runs {BACKEND_ID} "
                                f"payloads only)")
+        memory = self.memory
+        if memory.delegates >= MAX_LOADED_DELEGATES:
+            raise DevplanError(f"{self.where}: delegate {index} would be delegate method {memory.delegates + 1} this "
+                               f"run loads (each payload once per memory window, nested payloads once per window "
+                               f"of each caller); the reference runtime loads at most {MAX_LOADED_DELEGATES}: the "
+                               f"program is damaged, or run it with devplan run --executorch")
+        memory.delegates += 1
         # read and decoded once however many delegates share it
         payload = pte.delegate_program(view.plan_index, index)
         if delegate.window is None:  # the payload's buffers are its own
@@ -332,13 +346,18 @@ class LoadedMethod:
         return view
 
     def _upload(self, index: int, host: torch.Tensor, nbytes: int) -> torch.Tensor:
-        self._take(nbytes, f"constant value {index} on {self.home}")
-        allocator = allocator_for(self.home)
-        arena = allocator.allocate(nbytes, self.home)
-        self.uploads.append((arena, self.home))
-        view = arena[:nbytes].view(host.dtype).reshape(host.shape)
-        allocator.copy_to_device(view, host)
-        return view
+        """The constant on this method's device, copied there once per run: every window of a
+        payload reads the same copy (kernels never write constants)."""
+        key = (id(host), self.home)  # `host` is the file's one copy of the constant (_constant)
+        if key not in self.memory.uploads:
+            self._take(nbytes, f"constant value {index} on {self.home}")
+            allocator = allocator_for(self.home)
+            arena = allocator.allocate(nbytes, self.home)
+            self.uploads.append((arena, self.home))
+            view = arena[:nbytes].view(host.dtype).reshape(host.shape)
+            allocator.copy_to_device(view, host)
+            self.memory.uploads[key] = (host, view)  # host kept: its id stays its own
+        return self.memory.uploads[key][1]
 
     def _step(self, view: MethodView, row: Instruction, chain_length: int) -> Step:
         index = row.index
@@ -456,6 +475,10 @@ class LoadedMethod:
                       else f"a {tuple(slot.shape)} {slot.dtype} tensor")
             raise DevplanError(f"{self.where}: input {position} must be {wanted}, got {got}")
         if index in self.borrowed:  # the caller's memory, as ExecuTorch takes an input it does not plan
+            held = self.values[index]  # a copy of an earlier run's input, or a placeholder taking none
+            grown = given.numel() * given.element_size() - (0 if index in self.placeholders else held.nbytes)
+            if grown > 0:
+                self._take(grown, f"input {position}, an unplanned tensor of {list(given.shape)}")
             self.values[index] = given.detach().cpu().clone()
             self.placeholders.discard(index)
             return
@@ -486,9 +509,22 @@ def _same_kind(a: Any, b: Any) -> bool:
 
 @dataclass
 class Memory:
-    """Bytes a loaded method and its delegates' payloads may take in all, and those taken."""
+    """Bytes a loaded method and its delegates' payloads may take in all (their inputs too),
+    and those taken; what the run shares: its count of loaded delegate methods, and constants
+    on a device ((id of the host copy, device) -> (host copy, device copy))."""
     limit: int
     taken: int = 0
+    delegates: int = 0
+    uploads: dict = field(default_factory=dict)
+
+    def take(self, nbytes: int, what: str) -> None:
+        """Count `nbytes` more, refusing first what passes the limit (`what`: the file and
+        what needs them)."""
+        if self.taken + nbytes > self.limit:
+            raise DevplanError(f"{what} needs {nbytes} bytes, which with the {self.taken} bytes taken before it "
+                               f"passes the memory limit of {self.limit} bytes; raise the limit (devplan run "
+                               f"--max-memory) if the program is meant to be this large")
+        self.taken += nbytes
 
 
 def _constant(pte: PteFile, data_index: int, data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int,
@@ -516,15 +552,26 @@ def run(source: str | os.PathLike | bytes | PteFile, inputs: Sequence[Any], *, m
         loaded.release()
 
 
-def sample_inputs(view: MethodView, seed: int = 0) -> list[Any]:
+def sample_inputs(view: MethodView, seed: int = 0, memory: Memory | None = None) -> list[Any]:
     """Inputs of the method's shapes and dtypes: seeded normal floats, zeros for integer and
-    bool tensors (always valid indices), and the program's own values for number inputs."""
+    bool tensors (always valid indices), and the program's own values for number inputs. With
+    `memory`, the bytes they need (sizes come from the file) are counted against its limit
+    before any is made."""
     generator = torch.Generator().manual_seed(seed)
-    samples = []
-    for index in view.inputs:
+    planned = []  # (index, tensor, dtype)
+    for position, index in enumerate(view.inputs):
         tensor = view.tensors.get(index)
         dtype = getattr(torch, tensor.dtype, None) if tensor is not None else None
-        if tensor is None or not isinstance(dtype, torch.dtype):
+        if not isinstance(dtype, torch.dtype):
+            dtype = None
+        elif memory is not None:  # a float input other than float32 is drawn as float32, then converted
+            drawn = dtype.is_floating_point and dtype != torch.float32
+            made = tensor.nbytes + (tensor.nbytes // dtype.itemsize * 4 if drawn else 0)
+            memory.take(made, f"{view.where}: input {position}, a sample tensor of {list(tensor.shape)}")
+        planned.append((index, tensor, dtype))
+    samples = []
+    for index, tensor, dtype in planned:
+        if dtype is None:
             samples.append(view.scalars.get(index))
         elif dtype.is_floating_point:
             samples.append(torch.randn(tensor.shape, generator=generator).to(dtype))

@@ -1,7 +1,8 @@
 """The interpreter loop of the reference runtime: runs a loaded method's steps (its
 instructions with their kernels looked up and their arguments checked, made by executor.py)
 over its values, refusing in one line what a damaged program would do to its memory: a static
-tensor resized, a dynamic one grown past its planned bound, a jump that loops forever."""
+tensor resized, a dynamic one grown past its planned bound, a jump that loops forever or
+makes its instructions do more work than one pass by far."""
 from __future__ import annotations
 
 import math
@@ -14,6 +15,11 @@ from devplan.errors import DevplanError, first_line
 from devplan.pte.fb.KernelTypes import KernelTypes
 
 EXTRA_STEPS = 1_000_000  # instructions a run may execute beyond one pass: only jumps loop
+# Tensor elements that instructions run again (after a jump back) may read and write in one run:
+# counting instructions alone let a loop of heavy kernels run a million of them. A pass runs each
+# instruction once, so what a program does without looping is its file's to say; this is what a
+# loop may add: about a second of the reference runtime's kernels.
+EXTRA_ELEMENTS = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -46,24 +52,47 @@ def value_of(values: list, index: int) -> Any:
     return value
 
 
-def interpret(steps: list[Step], values: list, bounds: dict[int, list[int]], where: str) -> None:
+def interpret(steps: list[Step], values: list, bounds: dict[int, list[int]], where: str) -> int:
     """Run the steps once from the first, `values` updated in place; `bounds`: the planned
-    upper bound of each dynamic tensor."""
-    pc, budget = 0, len(steps) + EXTRA_STEPS
+    upper bound of each dynamic tensor. Returns the tensor elements its instructions read and
+    wrote (a delegate call: its payload's too), which a caller counts as the call's work."""
+    pc, budget, extra, done, seen = 0, len(steps) + EXTRA_STEPS, EXTRA_ELEMENTS, 0, bytearray(len(steps))
     while pc < len(steps):
         budget -= 1
         if budget < 0:  # only jumps can run this long; a damaged program must not hang us
             raise DevplanError(f"{where}: executed {len(steps) + EXTRA_STEPS} instructions without "
                                f"finishing; its jumps loop")
         try:
-            pc = _run(pc, steps[pc], values, bounds, where)
+            following, work = _run(pc, steps[pc], values, bounds, where)
         except (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, AttributeError,
                 NotImplementedError, AssertionError) as error:  # a damaged program: one line, not a traceback
             # (torch's quantized ops assert their input dtypes)
             raise DevplanError(f"{where}: instruction {pc} ({steps[pc].name}) failed: {first_line(error)}") from None
+        done += work
+        if seen[pc]:  # run again: a jump looped back
+            extra -= work
+            if extra < 0:
+                raise DevplanError(f"{where}: instructions run again by its jumps read and wrote more than "
+                                   f"{EXTRA_ELEMENTS} tensor elements beyond one pass without finishing (the last "
+                                   f"instruction {pc}, {steps[pc].name}); its jumps loop, the program is damaged")
+        seen[pc] = 1
+        pc = following
+    return done
 
 
-def _run(pc: int, step: Step, values: list, bounds: dict, where: str) -> int:
+def _elements(values: list, indices) -> int:
+    """Tensor elements of these values, lists' items included."""
+    total = 0
+    for index in indices:
+        value = value_of(values, index)
+        for item in value if isinstance(value, list) else (value,):
+            if isinstance(item, torch.Tensor):
+                total += item.numel()
+    return total
+
+
+def _run(pc: int, step: Step, values: list, bounds: dict, where: str) -> tuple[int, int]:
+    """The next instruction, and the tensor elements this one read and wrote."""
     if step.kind == "kernel":
         for index in step.emptied:  # else torch warns of the resize, or sees an in-place input overlap it
             values[index].resize_([0] * values[index].dim())  # rank kept: kernels check it
@@ -76,7 +105,8 @@ def _run(pc: int, step: Step, values: list, bounds: dict, where: str) -> int:
             _keep_shape(where, pc, step, index, shape, values[index].shape)
         for index in step.emptied:
             _within_bound(where, pc, step, index, values[index].shape, bounds[index])
-    elif step.kind == "delegate":
+        return pc + 1, _elements(values, (*step.args, *(a for _, a in step.keywords)))
+    if step.kind == "delegate":
         inputs = len(step.call.inputs)
         outs = step.args[inputs:]
         results = step.call.call([values[a] for a in step.args[:inputs]], [values[a] for a in outs])
@@ -88,13 +118,16 @@ def _run(pc: int, step: Step, values: list, bounds: dict, where: str) -> int:
             values[out].resize_(result.shape).copy_(result)  # a dynamic result takes its run-time shape
             if out in bounds:
                 _within_bound(where, pc, step, out, values[out].shape, bounds[out])
-    elif step.kind == "move":
+        return pc + 1, _elements(values, step.args) + step.call.work
+    if step.kind == "move":
         values[step.args[1]] = values[step.args[0]]
     elif step.kind == "jump_false":  # a Bool, or a bool tensor: true when every element is
         condition = values[step.args[0]]
+        read = condition.numel() if isinstance(condition, torch.Tensor) else 1
         if not (bool(condition.all()) if isinstance(condition, torch.Tensor) else condition):
-            return step.args[1]
-    return pc + 1
+            return step.args[1], read
+        return pc + 1, read
+    return pc + 1, 1
 
 
 def _keep_shape(where: str, pc: int, step: Step, index: int, planned: torch.Size, made: torch.Size) -> None:

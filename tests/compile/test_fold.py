@@ -153,3 +153,38 @@ def test_deberta_relative_positions_are_folded(batch):
     print(f"deberta batch {batch}: devplan (arena, constants) {ours}, executorch const-prop {theirs}, "
           f"folding {result.summary()['folding']}")
     _matches_eager(module, args, kwargs, result)
+
+
+_HUGE_FROM_SMALL = """
+import sys, torch, devplan
+
+class Huge(torch.nn.Module):
+    '''A 32-byte weight whose constant-only subgraph makes 2 GiB before it is reduced.'''
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(1, 8))
+
+    def forward(self, x):
+        if sys.argv[1] == "expand":
+            big = self.w.expand(2 ** 26, 8).contiguous()
+        else:
+            big = self.w.repeat(2 ** 26, 1)
+        return x + big.sum(0)
+
+module = Huge().eval().requires_grad_(False)
+result = devplan.compile(torch.export.export(module, (torch.randn(8),), strict=False))
+print(result.constant_bytes)
+"""
+
+
+@pytest.mark.parametrize("how", ["expand", "repeat"])
+def test_constant_subgraph_too_large_to_fold_stays_a_run_time_op(how):
+    """Folding checks each step's result size (its fake value) before evaluating it: a step
+    larger than the constants it comes from is left to run time, so compiling a tiny export
+    whose constants would make 2 GiB neither takes the time nor the memory."""
+    from benchmarks.peak import run_measured
+
+    done, peak = run_measured(["-c", _HUGE_FROM_SMALL, how], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) <= 64  # the weight, not a folded copy of anything
+    assert peak is not None and peak < 2 ** 30, peak

@@ -155,6 +155,45 @@ def test_a_jump_loop_padded_with_free_calls_is_bounded_by_what_it_executes():
     refused(damaged(compiled(), change), "executed 1020001 instructions without finishing; its jumps loop")
 
 
+class Wide(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(256, 256)
+
+    def forward(self, x):
+        return self.proj(x).relu()
+
+
+def test_a_jump_loop_of_heavy_kernels_is_bounded_by_the_elements_it_touches():
+    """Instructions run again by a jump count the tensor elements they read and write, not only
+    their number: a loop over a 64x256 linear layer (a few hundred thousand elements a turn)
+    is refused after EXTRA_ELEMENTS of them, not after a million instructions."""
+    import time
+
+    from devplan.runtime.interpreter import EXTRA_ELEMENTS
+
+    args = (torch.randn(64, 256),)
+    data = devplan.compile(torch.export.export(Wide().eval().requires_grad_(False), args)).data
+
+    def loop(plan):
+        false = EValueT()
+        false.valType, false.val = KernelTypes.Bool, BoolT()
+        false.val.boolVal = False
+        plan.values.append(false)
+        jump = InstructionT()
+        jump.instrArgsType, jump.instrArgs = InstructionArguments.JumpFalseCall, JumpFalseCallT()
+        jump.instrArgs.condValueIndex, jump.instrArgs.destinationInstruction = len(plan.values) - 1, 0
+        plan.chains[0].instructions = [*plan.chains[0].instructions, jump]
+
+    started = time.monotonic()
+    with pytest.raises(DevplanError) as error:
+        devplan.run(read_pte(damaged(data, loop), name="bad.pte"), list(args))
+    message = str(error.value)
+    assert message.startswith("bad.pte") and "\n" not in message
+    assert f"more than {EXTRA_ELEMENTS} tensor elements beyond one pass" in message and "jumps loop" in message
+    assert time.monotonic() - started < 60
+
+
 def test_names_from_the_file_cannot_split_the_error_line_or_drive_the_terminal(tmp_path):
     import subprocess
     import sys
@@ -306,6 +345,25 @@ def test_memory_past_the_limit_is_refused_naming_the_buffer_or_value(tmp_path):
                              capture_output=True, text=True)
         assert run.returncode == (2 if needle else 0), run.stderr
         assert needle is None or (len(run.stderr.splitlines()) == 1 and needle in run.stderr), run.stderr
+
+
+def test_inputs_count_against_the_memory_limit_before_they_are_made(tmp_path):
+    """An input the file declares 4 GiB (left to the caller, as an unplanned input is): its
+    sample is counted against --max-memory before it is made, and refused in one line."""
+    from benchmarks.peak import run_measured
+
+    def huge_input(plan):
+        tensor = plan.values[plan.inputs[0]].val
+        tensor.sizes, tensor.allocationInfo = [1 << 16, 1 << 14], None
+
+    path = tmp_path / "bad.pte"
+    path.write_bytes(damaged(compiled(), huge_input))
+    run, peak = run_measured(["-m", "devplan", "run", str(path), "--max-memory", "64MiB"], capture_output=True,
+                             text=True, timeout=300)
+    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr
+    assert "bad.pte: method forward: input 0, a sample tensor of [65536, 16384] needs 4294967296 bytes" in run.stderr
+    assert "--max-memory" in run.stderr
+    assert peak is not None and peak < 1 << 30, peak
 
 
 def test_an_arena_the_allocator_cannot_give_is_one_line():
