@@ -223,12 +223,14 @@ def summary(rows: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", help=f"comma-separated model names (default: all of {', '.join(MODELS)})")
+    parser.add_argument("--models", help=f"comma-separated model names, any of benchmarks/harness.py's catalogue too "
+                                         f"(default: all of {', '.join(MODELS)})")
     parser.add_argument("--runs", type=int, help="timed rounds, each running every program once (default 20; --quick: 5)")
     parser.add_argument("--quick", action="store_true", help=f"{', '.join(QUICK)} with --runs 5 unless given")
     parser.add_argument("--json", action="store_true", help="print the rows and the summary as one JSON document")
     args = parser.parse_args(argv)
-    names = choose(args.models, QUICK if args.quick else MODELS, known=MODELS)
+    # any benchmark model by name too (harness.catalogue: samples, the test corpus, the stacks)
+    names = choose(args.models, QUICK if args.quick else MODELS, known=(*MODELS, *catalogue()))
     runs = max(1, args.runs if args.runs is not None else 5 if args.quick else 20)
 
     import executorch.kernels.quantized  # noqa: F401 - quantized programs' kernels, for lowering and running
