@@ -457,9 +457,8 @@ def run_command(
     from devplan.files import refuse_overwrite, write_atomic
     from devplan.pte import read_pte
     from devplan.runtime import HostAllocator, LoadedMethod, registered
-    from devplan.runtime.report import run_document
-
     from devplan.runtime.executor import Memory
+    from devplan.runtime.report import run_document
 
     # one limit for the inputs, read or made, and all the program's memory
     memory = Memory(_memory_limit(max_memory))
@@ -470,7 +469,7 @@ def run_command(
         from devplan.runtime.executor import sample_inputs
         from devplan.runtime.executorch import run_on_executorch, view_of
 
-        results = run_on_executorch(pte, method, given or sample_inputs(view_of(pte, method), seed, memory), runs)
+        results = run_on_executorch(pte, method, given if given is not None else sample_inputs(view_of(pte, method), seed, memory), runs)
     else:
         with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
             loaded = LoadedMethod(pte, method, memory=memory)
