@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from devplan.errors import DevplanError, first_line
-from devplan.ops import BACKEND_ID, ET_VIEW, KERNELS, TO_DEVICE, TO_HOST
+from devplan.ops import BACKEND_ID, ET_VIEW, TO_DEVICE, TO_HOST
 from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import Delegate, Instruction, MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
@@ -259,7 +259,7 @@ class LoadedMethod:
 
     def _check_layouts(self, view: MethodView) -> None:
         """Refuse the layouts ExecuTorch's runtime refuses as it parses a tensor, and those it
-        would run on other terms than this runtime can (another dim order, another device)."""
+        would run on other terms than this runtime can (another device)."""
         for index, t in view.tensors.items():
             if t.dim_order is None:
                 raise DevplanError(f"{self.where}: value {index} has no dim order, which ExecuTorch's runtime "
@@ -268,10 +268,6 @@ class LoadedMethod:
                 shown = list(t.dim_order) if len(t.dim_order) <= 8 else f"of {len(t.dim_order)} entries"
                 raise DevplanError(f"{self.where}: value {index} has the dim order {shown}, not an order of its "
                                    f"{len(t.shape)} dimensions; the program is damaged")
-            if list(t.dim_order) != list(range(len(t.shape))):
-                raise DevplanError(f"{self.where}: value {index} has the dim order {list(t.dim_order)}; the reference "
-                                   f"runtime holds only contiguous tensors (dim order 0 to {len(t.shape) - 1}): "
-                                   f"run it on ExecuTorch's runtime (devplan run --executorch)")
             if t.storage_offset:
                 raise DevplanError(f"{self.where}: value {index} has the storage offset {t.storage_offset}, which "
                                    f"ExecuTorch does not support; the program is damaged")
@@ -435,9 +431,6 @@ class LoadedMethod:
         if not writes_its_outs(op, name):  # ExecuTorch has only out and a few in-place kernels
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which is not an out variant "
                                f"(.out); the program is damaged or made for another runtime")
-        if name not in KERNELS:  # torch has the op, but ExecuTorch's runtime would refuse to load the program
-            raise DevplanError(f"{self.where}: instruction {index} calls {name}, which ExecuTorch's kernel libraries "
-                               f"(portable and quantized) do not register; the program is made for another runtime")
         schema = op._schema.arguments
         if len(args) < len(schema):
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments; "

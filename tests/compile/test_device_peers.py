@@ -40,7 +40,7 @@ class _Nodes(Backend):
 
 def _per_add(*devices: str) -> list[Backend]:
     names = ["add"] + [f"add_{i}" for i in range(1, len(devices))]  # torch.export's names, in graph order
-    return [_Nodes(Device.parse(device), None, frozenset([name])) for device, name in zip(devices, names)]
+    return [_Nodes(Device.parse(device), names=frozenset([name])) for device, name in zip(devices, names)]
 
 
 class _Add(torch.nn.Module):
