@@ -466,10 +466,10 @@ def run_command(
     pte = read_pte(_program(program))
     given = _load_inputs(inputs, memory) if inputs is not None else None
     if executorch:
-        from devplan.runtime.executor import sample_inputs
-        from devplan.runtime.executorch import run_on_executorch, view_of
+        from devplan.runtime.executor import method_view, sample_inputs
+        from devplan.runtime.executorch import run_on_executorch
 
-        results = run_on_executorch(pte, method, given if given is not None else sample_inputs(view_of(pte, method), seed, memory), runs)
+        results = run_on_executorch(pte, method, given if given is not None else sample_inputs(method_view(pte, method), seed, memory), runs)
     else:
         with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
             loaded = LoadedMethod(pte, method, memory=memory)

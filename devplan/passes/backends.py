@@ -250,14 +250,18 @@ def _foreign(lowered) -> ForeignCall:
 def _where_from(lowered) -> dict:
     """The module and source line of the partition's first op, which inspect names the
     delegate's tensors after (the call ExecuTorch makes carries neither)."""
-    nodes = [n for n in lowered.original_module.graph_module.graph.nodes if n.op == "call_function"]
+    nodes = _partition_ops(lowered)
     return {key: nodes[0].meta[key] for key in ("nn_module_stack", "stack_trace") if nodes and key in nodes[0].meta}
 
 
 def _first_op(lowered) -> str:
     """The first op node of a lowered partition, to name it in messages."""
-    nodes = [n for n in lowered.original_module.graph_module.graph.nodes if n.op == "call_function"]
+    nodes = _partition_ops(lowered)
     return f"node {nodes[0].name}" if nodes else "no ops"
+
+
+def _partition_ops(lowered) -> list[torch.fx.Node]:
+    return [n for n in lowered.original_module.graph_module.graph.nodes if n.op == "call_function"]
 
 
 def _view_of_copy(op):

@@ -49,10 +49,7 @@ class LoadedMethod:
         method's arenas, unplanned tensors and constants copied to a device may take in all,
         its delegates' included (they share the caller's `memory`)."""
         pte.memo(("runnable",), lambda: _check_program(pte))
-        views = {view.name: view for view in methods(pte)}
-        if name not in views:
-            raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(views) or 'none'}")
-        view = views[name]
+        view = method_view(pte, name)
         self.view, self.where, devices, sizes = view, view.where, view.buffer_devices, view.buffer_sizes
         if not view.values_listed:  # as ExecuTorch's runtime refuses it
             raise DevplanError(f"{self.where} has no values table; the program is damaged")
@@ -571,3 +568,11 @@ def sample_inputs(view: MethodView, seed: int = 0, memory: Memory | None = None)
         else:
             samples.append(torch.zeros(tensor.shape, dtype=dtype))
     return samples
+
+
+def method_view(pte: PteFile, name: str) -> MethodView:
+    """Method `name`'s decoded view, or one line naming the methods the program has."""
+    views = {view.name: view for view in methods(pte)}
+    if name not in views:
+        raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(views) or 'none'}")
+    return views[name]

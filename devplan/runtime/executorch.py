@@ -9,14 +9,14 @@ import torch
 
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
-from devplan.pte.decode import methods
 from devplan.pte.reader import PteFile
+from devplan.runtime.executor import method_view
 
 
 
 def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1) -> list[list[Any]]:
     """The outputs of `runs` calls of method `name`, one loaded method, state carried over."""
-    view_of(pte, name)
+    method_view(pte, name)
     runtime = import_module("executorch.runtime", "--executorch")
     import_module("executorch.kernels.quantized", "--executorch")  # PT2E programs' kernels register on import
     try:
@@ -29,9 +29,3 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
         raise DevplanError(f"{pte.name}: ExecuTorch's runtime failed on method {name}: {first_line(error)}") from None
     return results
 
-
-def view_of(pte: PteFile, name: str):
-    views = {view.name: view for view in methods(pte)}
-    if name not in views:
-        raise DevplanError(f"{pte.name}: no method {name!r}; the program has {', '.join(views) or 'none'}")
-    return views[name]
