@@ -96,6 +96,7 @@ ET_VIEW = "executorch_prim::et_view.default"
 # numbers computes what the runtime's kernel does.
 NUMBER_OPS = {
     torch.ops.aten.sym_size.int: "aten::sym_size.int",
+    torch.ops.aten._local_scalar_dense.default: "aten::_local_scalar_dense",  # tensor.item(): an LLM's cache position
     torch.ops.aten.sym_numel.default: "aten::sym_numel",
     operator.add: "executorch_prim::add.Scalar",
     operator.sub: "executorch_prim::sub.Scalar",
@@ -131,6 +132,38 @@ def kernel_name(op: OpOverload) -> str:
 
 # The operators a program may call: the portable kernels and the quantized ones.
 KERNELS: frozenset[str] = PORTABLE | {schema_name(schema) for schema in QUANTIZED.values()}
+# Namespaces of torch's own operators: an op of any other namespace comes from a kernel library
+# the user loads (ExecuTorch's llama:: custom ops register a .out overload beside each op, and
+# the runtime the program targets links their kernels), so its out variant is called by name.
+TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized_decomposed"})
+
+
+def has_kernel(schema: torch._C.FunctionSchema) -> bool:
+    """Whether an out variant's schema names a kernel the program may call: a portable or
+    quantized kernel, or an op of a kernel library outside torch's namespaces."""
+    return schema_name(schema) in KERNELS or (schema.name.partition("::")[0] not in TORCH_NAMESPACES
+                                              and any(a.is_out for a in schema.arguments))
+
+
+def torch_op(name: str) -> OpOverload | None:
+    """torch's op "namespace::op.overload", or None: a name from the file reaches getattr only
+    as an op's name (never a dunder), and only an OpOverload comes back."""
+    qualified, _, overload = name.partition(".")
+    namespace, _, op = qualified.partition("::")
+    if not (namespace and op) or any(part.startswith("__") for part in (namespace, op, overload)):
+        return None
+    packet = getattr(getattr(torch.ops, namespace, None), op, None)
+    found = getattr(packet, overload or "default", None) if packet is not None else None
+    return found if isinstance(found, OpOverload) else None
+
+
+@functools.cache
+def written_inputs(name: str) -> tuple[int, ...]:
+    """Positions of the arguments other than outs that kernel `name` writes in place
+    (`llama::update_cache.out` writes the cache it is given); () when torch does not know it."""
+    op = torch_op(name)
+    arguments = op._schema.arguments if op is not None else ()
+    return tuple(i for i, a in enumerate(arguments) if not a.is_out and a.alias_info is not None and a.alias_info.is_write)
 
 
 # Factory options (arange(..., dtype=...)) that an out variant takes from its out tensor
@@ -172,8 +205,8 @@ def out_schema(op: OpOverload) -> torch._C.FunctionSchema | None:
 
 
 def runnable(op: OpOverload) -> bool:
-    """True when the op, or its out variant, has a kernel in the portable or quantized library."""
+    """True when the op, or its out variant, has a kernel in a library the program may call (has_kernel)."""
     if op in NUMBER_OPS:
         return True
     out = out_schema(op)
-    return out is not None and schema_name(out) in KERNELS
+    return out is not None and has_kernel(out)

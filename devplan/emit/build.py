@@ -11,7 +11,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.ops import KERNELS, NUMBER_OPS, SAME_BYTES, is_view, kernel_name, out_schema, schema_name
+from devplan.ops import NUMBER_OPS, SAME_BYTES, has_kernel, is_view, kernel_name, out_schema, schema_name
 from devplan.passes.graph import Lowered
 from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, Source,
                             TensorList, Use, Value, ViewOf)
@@ -105,6 +105,8 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
     placeholders = {n.name: n for n in gm.graph.nodes if n.op == "placeholder"}
     for target, value in updates.items():  # state, then mutated inputs, take their new values in place
         updated = b.of_node[placeholders[target]]
+        if value is placeholders[target]:  # a kernel wrote it in place already (llama::update_cache)
+            continue
         copy = torch.ops.aten.copy_.default
         args = (updated, _arg(b, value, copy._schema.arguments[1].type, target), b.add(False))
         b.kernels.append(Kernel(kernel_name(copy), args + (updated,), target,
@@ -159,7 +161,11 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
                                f"compute sizes with + - * / // %, min, max or comparisons")
         raise DevplanError(f"{_user_node(node)}: {name} has no kernel in ExecuTorch's runtime; rewrite the model without it")
     schema = out_schema(node.target)
-    if schema is None or schema_name(schema) not in KERNELS:
+    if schema is None or not has_kernel(schema):
+        if node.target.namespace != "aten" and schema is None:
+            raise DevplanError(f"{_user_node(node)}: custom op {node.target} has no out variant, so no kernel can write "
+                               f"its result into planned memory; register {node.target.name().split('.')[0]}.out "
+                               f"beside it (as ExecuTorch's custom ops do)")
         raise DevplanError(f"{_user_node(node)}: op {node.target} has no kernel in the portable library; "
                            f"rewrite the model without it")
     kernel = schema_name(schema)

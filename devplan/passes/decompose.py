@@ -160,7 +160,8 @@ def _trace(node: torch.fx.Node, fn, mode) -> torch.fx.GraphModule:
         # mkldnn off: torch's LSTM decomposition would pick the mkldnn kernel on the CPU. Symbolic
         # sizes need the export's own fake mode, where torch's C++ kernels see them as symbols
         # rather than values (SDPA's decomposition, for one, stops without it).
-        with _without_mkldnn(), mode if mode is not None and _dynamic(node) else contextlib.nullcontext():
+        with _without_mkldnn(), mode if mode is not None and _dynamic(node) else contextlib.nullcontext(), \
+                _no_pending_symbols(mode):
             sub = make_fx(call, tracing_mode="fake" if not fakes else "real")(*fakes)
     except Exception as error:
         raise DevplanError(f"node {origin[0]}: op {origin[1]}{via} has no portable kernel and torch cannot "
@@ -225,6 +226,22 @@ def _fresh(value, mode):
         return value
     with mode or value.fake_mode:
         return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
+
+
+@contextlib.contextmanager
+def _no_pending_symbols(mode):
+    """Data-dependent sizes (`input_pos.item()`, an LLM's cache position) that loading the
+    export left pending in its shape environment belong to the graph, not to this trace, which
+    torch would otherwise blame for not returning them."""
+    env = getattr(mode, "shape_env", None)
+    pending = list(env.pending_fresh_unbacked_symbols) if env is not None else []
+    if env is not None:
+        env.pending_fresh_unbacked_symbols.clear()
+    try:
+        yield
+    finally:
+        if env is not None:
+            env.pending_fresh_unbacked_symbols[:0] = pending
 
 
 @contextlib.contextmanager

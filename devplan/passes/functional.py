@@ -7,6 +7,9 @@ retrace (`run_decompositions`, most of a small model's compile).
 - An in-place op on a fresh intermediate (`relu_`, `hardtanh_`, `add_` in a block) becomes its
   functional op, and later readers of the intermediate read the new value; an in-place dropout
   in eval mode, which writes nothing, goes.
+- `auto_functionalized_v2` (how export keeps a custom op that writes its arguments, ExecuTorch's
+  `llama::update_cache` writing a KV cache) becomes the op itself writing the buffer in place,
+  as ExecuTorch runs it; the build marks what the kernel writes so that nothing moves across it.
 - Whatever is left that needs torch (in-place writes to inputs, buffers or views; autocast
   regions, whose casts only a retrace inserts) makes `needs_retrace` say so.
 """
@@ -63,6 +66,32 @@ def functionalize_locally(gm: torch.fx.GraphModule) -> None:
         node.replace_all_uses_with(pure)
         gm.graph.erase_node(node)
         order[pure] = order[node]
+    gm.recompile()
+
+
+_AUTO_FUNCTIONALIZED = torch.ops.higher_order.auto_functionalized_v2
+
+
+def write_in_place(gm: torch.fx.GraphModule) -> None:
+    """`auto_functionalized_v2(op, _x_base_index=i, _all_bases=[...], **args)` to `op(x=base_i,
+    **args)` writing base i itself: readers of the op's result read the call, readers of the
+    updated base read the base, which the call now writes. A mutated argument that is a view of
+    its base (export records its size and stride) stays for refuse_unlowerable to name."""
+    for node in [n for n in gm.graph.nodes if n.op == "call_function" and n.target is _AUTO_FUNCTIONALIZED]:
+        op, kwargs = node.args[0], dict(node.kwargs)
+        bases = kwargs.pop("_all_bases")
+        written = {a.name: kwargs.pop(f"_{a.name}_base_index") for a in op._schema.arguments
+                   if f"_{a.name}_base_index" in kwargs}
+        if any(key.startswith("_") for key in kwargs) or len(op._schema.returns) != 1:
+            continue  # views of bases, or several results: not rewritten, refused by name below
+        with gm.graph.inserting_before(node):
+            call = gm.graph.call_function(op, (), {**kwargs, **{name: bases[i] for name, i in written.items()}})
+        call.meta = {**node.meta, "val": node.meta["val"][0]}
+        for user in list(node.users):
+            index = user.args[1]
+            user.replace_all_uses_with(call if index == 0 else bases[index - 1])
+            gm.graph.erase_node(user)
+        gm.graph.erase_node(node)
     gm.recompile()
 
 

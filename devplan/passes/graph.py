@@ -12,7 +12,8 @@ from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError, first_line
 from devplan.ops import is_view
-from devplan.passes.functional import functionalize_locally, inline_grad_regions, needs_retrace, refuse_unlowerable
+from devplan.passes.functional import (functionalize_locally, inline_grad_regions, needs_retrace, refuse_unlowerable,
+                                      write_in_place)
 
 if TYPE_CHECKING:
     from devplan.passes.partition import Backend
@@ -87,6 +88,7 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
             raise DevplanError(f"torch cannot functionalize the program's in-place writes ({first_line(error)}); "
                                f"export the model under torch.no_grad() with its state in registered buffers") from None
         gm = copy.deepcopy(ep.graph_module)
+    write_in_place(gm)  # after any retrace, which would make the writes functional again
     refuse_unlowerable(gm)
     # deepcopy may rename placeholders (e.g. 'input'), so pair them with the signature by position
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from devplan.method import IntList, Kernel, Method, OptionalTensorList, TensorList
+from devplan.ops import written_inputs
 from devplan.options import DEFAULT_ALIGNMENT
 from devplan.passes.inplace import overwritable
 from devplan.planning.lifetimes import lifetimes, storages
@@ -137,12 +138,14 @@ def _items(method: Method, kernel: Kernel) -> list[int]:
 
 
 def _writes(method: Method, kernel: Kernel) -> list[int]:
-    """Value indices a kernel writes: its trailing result (or each of a list of results); a
-    delegate call's arguments are all taken as written, since its outputs are not marked."""
+    """Value indices a kernel writes: its trailing result (or each of a list of results) and
+    the arguments its schema writes in place; a delegate call's arguments are all taken as
+    written, since its outputs are not marked."""
     if kernel.delegate is not None:
         return method.operands(kernel)
     last = method.values[kernel.args[-1]]
-    return [i for i in last.items if i >= 0] if isinstance(last, (TensorList, OptionalTensorList)) else [kernel.args[-1]]
+    results = [i for i in last.items if i >= 0] if isinstance(last, (TensorList, OptionalTensorList)) else [kernel.args[-1]]
+    return [kernel.args[i] for i in written_inputs(kernel.op)] + results
 
 
 def _dependencies(method: Method, root: dict[int, int]) -> list[tuple[int, ...]]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from devplan.ops import NUMBER_OPS, PORTABLE, QUANTIZED, schema_name
+from devplan.ops import NUMBER_OPS, PORTABLE, QUANTIZED, TORCH_NAMESPACES, out_schema, schema_name, torch_op
 
 
 def resize_within(out: torch.Tensor, size: list[int]) -> torch.Tensor:
@@ -50,25 +50,22 @@ def schema_op(name: str):
         import torch.ao.quantization.fx._decomposed  # noqa: F401 - defines the functional quantized_decomposed ops
 
         return _Functional(QUANTIZED[functional], torch_op(functional))
-    return torch_op(name)
+    op = torch_op(name)
+    if op is not None and op.namespace not in TORCH_NAMESPACES:
+        # a kernel library's out variant (ExecuTorch's llama::custom_sdpa.out): torch's wrapper
+        # of it leaves a dynamic out unsized, so its functional twin runs and fills the out
+        packet = op.overloadpacket
+        for overload in packet.overloads():
+            twin = getattr(packet, overload)
+            if twin is not op and (found := out_schema(twin)) is not None and schema_name(found) == name:
+                return _Functional(op._schema, twin)
+    return op
 
 
 def writes_its_outs(op, name: str) -> bool:
     """Whether a schema op's result lands in its arguments: an out variant, or one of the few
     in-place kernels ExecuTorch has. A functional op's result would be dropped."""
     return any(a.is_out for a in op._schema.arguments) or (op._schema.is_mutable and name.partition(".")[0] in PORTABLE)
-
-
-def torch_op(name: str) -> torch._ops.OpOverload | None:
-    """torch's op "namespace::op.overload", or None: a name from the file reaches getattr only
-    as an op's name (never a dunder), and only an OpOverload comes back."""
-    qualified, _, overload = name.partition(".")
-    namespace, _, op = qualified.partition("::")
-    if not (namespace and op) or any(part.startswith("__") for part in (namespace, op, overload)):
-        return None
-    packet = getattr(getattr(torch.ops, namespace, None), op, None)
-    found = getattr(packet, overload or "default", None) if packet is not None else None
-    return found if isinstance(found, torch._ops.OpOverload) else None
 
 
 @dataclass(frozen=True)
