@@ -248,6 +248,23 @@ def compile_command(
         Optional[Path],
         typer.Option("--dump-dir", metavar="DIR", help="Write the program after each stage to DIR, one readable file per stage.", show_default=False),
     ] = None,
+    method: Annotated[
+        Optional[list[str]],
+        typer.Option("--method", metavar="NAME=FILE.pt2", help="Compile FILE.pt2 into the same program as method NAME "
+                     "(MODEL.pt2 is forward); weights the methods share are stored once. Repeatable.", show_default=False),
+    ] = None,
+    constant_method: Annotated[
+        Optional[list[str]],
+        typer.Option("--constant-method", metavar="NAME=VALUE", help="Add a method NAME that returns VALUE and runs "
+                     "nothing, as ExecuTorch's LLM runner reads them (get_max_seq_len=128, use_kv_cache=true, "
+                     "get_eos_ids=[128001,128009]): a JSON int, float, true/false, list of ints, or else a string. "
+                     "Repeatable.", show_default=False),
+    ] = None,
+    metadata: Annotated[
+        Optional[Path],
+        typer.Option("--metadata", metavar="FILE.json", help="Constant methods from a JSON object of NAME: VALUE "
+                     "(--constant-method adds to them and wins).", show_default=False),
+    ] = None,
 ) -> None:
     """Compile a torch.export program (.pt2) to an ExecuTorch program (.pte).
 
@@ -266,9 +283,13 @@ def compile_command(
              "partitioner": (Partitioner.parse_class, partitioner)}
     backends = [make(text) for name in _given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()]
     budgets = dict(parse_budget(text) for text in budget or ())
-    check_input(model)  # a .pte given as the model is told so, not that -o would overwrite it
+    methods = dict(_name_value(text, "--method", Path) for text in method or ())
+    constants = {**(_metadata(metadata) if metadata is not None else {}),
+                 **dict(_name_value(text, "--constant-method", _constant) for text in constant_method or ())}
+    for path in (model, *methods.values()):
+        check_input(path)  # a .pte given as the model is told so, not that -o would overwrite it
     target = output if output is not None else model.with_suffix(".pte")
-    refuse_overwrite(target, [model], "-o")
+    refuse_overwrite(target, [model, *methods.values()], "-o")
     # the program on standard output leaves it no room for the summary, which goes to stderr
     to_stdout = is_stdout(target)
     echo = functools.partial(typer.echo, err=to_stdout)
@@ -276,6 +297,7 @@ def compile_command(
     with status:
         result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, reorder=reorder,
                          delegates=backends, device_io=device_io, source=source, dump_dir=dump_dir,
+                         methods=methods, constant_methods=constants,
                          on_stage=lambda name: status.update(f"devplan compile: {name}..."))
     summary = result.summary()
     if json_output:
@@ -283,7 +305,10 @@ def compile_command(
         return
     from devplan.inspect.units import size_text
 
-    for method in summary["methods"]:
+    constant_methods = [m["name"] for m in summary["methods"] if m["name"] in constants]
+    if constant_methods:
+        echo(f"constant methods: {', '.join(constant_methods)}")
+    for method in (m for m in summary["methods"] if m["name"] not in constants):
         echo(f"method {method['name']}: {method['counts']['instructions']} instructions, "
              f"{method['counts']['operators']} operators, planner {method['planner']}")
         for b in method["buffers"]:
@@ -301,6 +326,35 @@ def compile_command(
     constants = summary["file"]["constant_bytes"]
     echo(f"constants: {size_text(constants)} ({constants} bytes)")
     echo(f"wrote {'standard output' if to_stdout else target} ({summary['file']['size']} bytes) in {summary['timings']['seconds']:.2f} s")
+
+
+def _name_value(text: str, option: str, parse):
+    """NAME=VALUE of a repeatable option, the value parsed by `parse`."""
+    name, equals, value = text.partition("=")
+    if not equals or not name:
+        raise DevplanError(f"{option} {text}: write it as NAME=VALUE, e.g. {option} get_max_seq_len=128")
+    return name, parse(value)
+
+
+def _constant(text: str):
+    """A constant method's value as JSON (7, 1.5, true, [1, 2], "text"), or else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _metadata(path: Path) -> dict:
+    from devplan.files import read_input
+
+    text = read_input(path, limit=1 << 20, hint="pass a JSON file of constant methods")
+    try:
+        found = json.loads(text)
+    except ValueError as error:
+        raise DevplanError(f"--metadata {path}: not JSON ({error}); write an object of NAME: VALUE") from None
+    if not isinstance(found, dict):
+        raise DevplanError(f"--metadata {path}: holds a {type(found).__name__}; write an object of NAME: VALUE")
+    return found
 
 
 Tolerance = Annotated[

@@ -1,11 +1,11 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
+    per method (forward, then --method's):
     load -> from_exported -> GRAPH_PASSES (decompose, fold, views, sizes), each Lowered -> Lowered
-         [-> partition -> compile_delegates: lower_method for each payload]
+         [-> partition -> compile_delegates: lower_method, to_program and dumps_pte for each payload]
          -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
-                          inplace), each Method -> Method
-                          -> plan_method -> to_program -> dumps_pte
-         -> write
+                          inplace), each Method -> Method -> plan_method
+    then every planned method, constant methods too -> to_program -> dumps_pte -> write
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from devplan.errors import DevplanError, InternalError
 from devplan.options import CompileOptions
@@ -28,48 +28,58 @@ if TYPE_CHECKING:
 class CompileResult:
     data: bytes                      # the .pte bytes
     path: Path | None                # where they were written, if anywhere
-    planned: "PlannedMethod"
+    planned: "PlannedMethod"         # forward's plan
     constant_bytes: int
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
-    folding: dict[str, int] = field(default_factory=dict)  # fold_constants' choice (passes/fold.py)
+    folding: dict[str, int] = field(default_factory=dict)  # fold_constants' choice (passes/fold.py), all methods'
+    methods: tuple["PlannedMethod", ...] = ()  # every method's plan, in the program's order (forward first)
 
     def summary(self) -> dict:
         """`devplan compile --json` (docs/compile-json.md): the facts it prints, under the keys
         the inspection document gives the same facts; timings apart under `timings`, the one
         key that differs between two runs."""
-        method = self.planned.method
         return {
             "schema_version": 1,
             "file": {"name": self.path.name if self.path else "<bytes>", "size": len(self.data),
                      "constant_bytes": self.constant_bytes},
-            "methods": [{
-                "name": method.name,
-                "planner": self.planned.algorithm,
-                "counts": {"values": len(method.values), "instructions": len(method.kernels),
-                           "operators": len({k.op for k in method.kernels if k.delegate is None}),
-                           "delegates": len(method.delegates)},
-                "buffers": [{"mem_id": b.mem_id, "device": str(b.device), "size": b.size,
-                             "lower_bound": b.lower_bound, "tensors": b.tensors} for b in self.planned.buffers],
-                "delegates": [{"index": i, "id": d.backend, "target_device": str(d.device),
-                               "payload_size": len(d.payload),
-                               "window": {"mem_id": d.window[0], "offset": d.window[1], "size": d.arena} if d.window else None}
-                              for i, d in enumerate(method.delegates)],
-            }],
+            "methods": [_method_summary(planned) for planned in self.methods or (self.planned,)],
             "folding": {key: int(self.folding.get(key, 0)) for key in _FOLDING},
             "timings": {"seconds": round(self.seconds, 3),
                         "stages": {name: round(seconds, 4) for name, seconds in self.stage_seconds.items()}},
         }
 
 
+def _method_summary(planned: "PlannedMethod") -> dict:
+    method = planned.method
+    return {
+        "name": method.name,
+        "planner": planned.algorithm,
+        "counts": {"values": len(method.values), "instructions": len(method.kernels),
+                   "operators": len({k.op for k in method.kernels if k.delegate is None}),
+                   "delegates": len(method.delegates)},
+        "buffers": [{"mem_id": b.mem_id, "device": str(b.device), "size": b.size,
+                     "lower_bound": b.lower_bound, "tensors": b.tensors} for b in planned.buffers],
+        "delegates": [{"index": i, "id": d.backend, "target_device": str(d.device),
+                       "payload_size": len(d.payload),
+                       "window": {"mem_id": d.window[0], "offset": d.window[1], "size": d.arena} if d.window else None}
+                      for i, d in enumerate(method.delegates)],
+    }
+
+
 _FOLDING = ("subgraphs", "shared_inputs", "constant_bytes_added", "run_bytes_removed")
 
 
 def compile(model, output: str | os.PathLike | None = None, options: CompileOptions | None = None, *,
+            methods: Mapping[str, object] | None = None, constant_methods: Mapping[str, object] | None = None,
             on_stage: Callable[[str], None] | None = None, **choices) -> CompileResult:
-    """Compile a .pt2 path or an ExportedProgram to an ET12 program. Writes `output` when
-    given (atomically); nothing is written when any stage fails. `options` (a CompileOptions)
-    or keywords of the same names choose: `delegates` are backends ('cuda:0',
+    """Compile a .pt2 path or an ExportedProgram to an ET12 program, as its method `forward`.
+    `methods` maps more method names to .pt2 paths or ExportedPrograms, each compiled the same
+    way into the same program (their equal weights stored once); `constant_methods` maps names
+    to values (int, float, bool, str, a list of ints) that methods running nothing return, as
+    ExecuTorch's LLM runner reads them (get_max_seq_len, use_kv_cache, get_eos_ids). Writes
+    `output` when given (atomically); nothing is written when any stage fails. `options` (a
+    CompileOptions) or keywords of the same names choose: `delegates` are backends ('cuda:0',
     'cuda:0=aten::linear,aten::relu', or Backend objects), each taking the ops it supports, in
     turn, to run them on its device; with `device_io`, inputs only they read are planned on
     their device and their results are returned from there. `reorder` runs the instructions
@@ -77,16 +87,61 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     inputs that die with them. `source` keeps, per instruction, the module, op and line it came
     from, and the user's names of inputs and weights (ET12's stacktrace). `budgets` maps a
     buffer's mem_id or a device to the bytes it may plan; `alignment`, `planner`, `dump_dir`."""
-    from devplan.emit.delegate import compile_delegates
-    from devplan.load import load
-    from devplan.passes import GRAPH_PASSES
-    from devplan.passes.graph import from_exported
+    from devplan.emit.build import constant_method
+    from devplan.emit.program import to_program
     from devplan.files import write_atomic
-    from devplan.passes.partition import Backend, partition
+    from devplan.planning.assign import plan_method
+    from devplan.pte import dumps_pte
 
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
     stage = Stages(options.dump_dir, on_stage)
+    sources = {"forward": model, **_named(methods, "method")}
+    constants = _named(constant_methods, "constant method")
+    taken = sorted(set(sources) & set(constants))
+    if taken:
+        raise DevplanError(f"method {taken[0]} is given both as a program and as a constant method; name them apart")
+    folding: dict[str, int] = {}
+    planned = []
+    for name, source in sources.items():  # forward's stages keep their plain names
+        plan, folded = _plan_program(source, options, stage if name == "forward" else stage.within(name), name)
+        planned.append(plan)
+        folding = {key: folding.get(key, 0) + folded.get(key, 0) for key in {*folding, *folded}}
+    planned += [stage(f"{name}.plan", plan_method, constant_method(name, value)) for name, value in constants.items()]
+    program, segments = stage("emit", to_program, *planned, source=options.source)
+    data = stage("serialize", dumps_pte, program, segments)
+    # what the program stores: equal tensors once, each aligned, and the named data that
+    # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)
+    stored = len(segments[0]) + sum(len(segments[entry.segmentIndex]) for entry in program.namedData or ())
+    path = Path(output) if output is not None else None
+    if path is not None:
+        stage("write", write_atomic, path, data)
+    return CompileResult(data, path, planned[0], stored, time.perf_counter() - start, stage.seconds, folding,
+                         tuple(planned))
+
+
+def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
+    """A mapping of method names, each checked: the runtime looks methods up by these names."""
+    named = dict(given or {})
+    for name in named:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise DevplanError(f"{kind} name {name!r}: use a name of letters, digits and _ (e.g. get_max_seq_len)")
+    if "forward" in named:
+        raise DevplanError(f"{kind} name forward: the model itself is forward; give the other methods other names")
+    return named
+
+
+def _plan_program(model, options: CompileOptions, stage: "Stages", name: str) -> tuple["PlannedMethod", dict]:
+    """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
+    payloads compiled on the way, to its plan; with what folding chose."""
+    from devplan.emit.delegate import compile_delegates
+    from devplan.emit.program import to_program
+    from devplan.load import load
+    from devplan.passes import GRAPH_PASSES
+    from devplan.passes.graph import from_exported
+    from devplan.passes.partition import Backend, partition
+    from devplan.pte import dumps_pte
+
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
@@ -96,43 +151,38 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     low = stage("split", from_exported, ep)
     if len(own) < len(options.delegates):
         low = stage("adopt", adopt_delegates, low)
-    for name, graph_pass in GRAPH_PASSES:
-        low = stage(name, graph_pass, low)
+    for pass_name, graph_pass in GRAPH_PASSES:
+        low = stage(pass_name, graph_pass, low)
     folding = dict(low.folding)
     if options.delegates:
         low = stage("partition", partition, low, own)
-        # each payload goes through the same stages as the program, named after its call
-        low = compile_delegates(low, lambda sub, device, call: lower_method(sub, options, stage.within(call), device))
-    planned, data, constant_bytes = lower_method(low, options, stage)
-    path = Path(output) if output is not None else None
-    if path is not None:
-        stage("write", write_atomic, path, data)
-    return CompileResult(data, path, planned, constant_bytes, time.perf_counter() - start, stage.seconds, folding)
+
+        def payload(sub: "Lowered", device: "Device", call: str) -> tuple["PlannedMethod", bytes]:
+            # each payload goes through the same stages as the program, named after its call
+            inner = stage.within(call)
+            planned = lower_method(sub, options, inner, device)
+            return planned, inner("serialize", dumps_pte, *inner("emit", to_program, planned, source=options.source))
+
+        low = compile_delegates(low, payload)
+    return lower_method(low, options, stage, name=name), folding
 
 
 def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
-                 delegate: "Device | None" = None) -> tuple["PlannedMethod", bytes, int]:
-    """A Lowered graph to (planned method, .pte bytes, stored constant bytes), for the program
-    and, with `delegate` (the device its backend runs on), for a delegate's payload: every
-    tensor it computes on that device, its inputs and outputs its caller's."""
+                 delegate: "Device | None" = None, name: str = "forward") -> "PlannedMethod":
+    """A Lowered graph to its planned method, for the program and, with `delegate` (the device
+    its backend runs on), for a delegate's payload: every tensor it computes on that device,
+    its inputs and outputs its caller's."""
     from devplan.emit.build import build_method
-    from devplan.emit.program import to_program
     from devplan.passes import method_passes
     from devplan.planning.assign import plan_method
-    from devplan.pte import dumps_pte
     from devplan.spec import CPU
 
-    method = stage("build", build_method, low, device_io=options.device_io and delegate is None)
-    for name, method_pass in method_passes(options, delegate):
-        method = stage(name, method_pass, method)
-    planned = stage("plan", plan_method, method, alignment=options.alignment, algorithm=options.planner,
-                    budgets=dict(options.budgets) if delegate is None else None, home=delegate or CPU,
-                    borrowed_io=delegate is not None)
-    program, segments = stage("emit", to_program, planned, source=options.source)
-    # what the program stores: equal tensors once, each aligned, and the named data that
-    # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)
-    stored = len(segments[0]) + sum(len(segments[entry.segmentIndex]) for entry in program.namedData or ())
-    return planned, stage("serialize", dumps_pte, program, segments), stored
+    method = stage("build", build_method, low, name, device_io=options.device_io and delegate is None)
+    for pass_name, method_pass in method_passes(options, delegate):
+        method = stage(pass_name, method_pass, method)
+    return stage("plan", plan_method, method, alignment=options.alignment, algorithm=options.planner,
+                 budgets=dict(options.budgets) if delegate is None else None, home=delegate or CPU,
+                 borrowed_io=delegate is not None)
 
 
 @dataclass

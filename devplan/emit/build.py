@@ -162,10 +162,6 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
         raise DevplanError(f"{_user_node(node)}: {name} has no kernel in ExecuTorch's runtime; rewrite the model without it")
     schema = out_schema(node.target)
     if schema is None or not has_kernel(schema):
-        if node.target.namespace != "aten" and schema is None:
-            raise DevplanError(f"{_user_node(node)}: custom op {node.target} has no out variant, so no kernel can write "
-                               f"its result into planned memory; register {node.target.name().split('.')[0]}.out "
-                               f"beside it (as ExecuTorch's custom ops do)")
         raise DevplanError(f"{_user_node(node)}: op {node.target} has no kernel in the portable library; "
                            f"rewrite the model without it")
     kernel = schema_name(schema)
@@ -319,3 +315,22 @@ def _arg(b: _Builder, value, kind, where: str) -> int:
     if isinstance(value, (bool, int, float, str)):
         return b.add(value)
     raise DevplanError(f"node {where}: argument value {value!r} of type {type(value).__name__} cannot be stored in a program")
+
+
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
+def constant_method(name: str, value) -> Method:
+    """A method that runs nothing and returns `value`, as ExecuTorch writes the constant methods
+    an LLM runner reads before anything runs (get_max_seq_len, use_kv_cache, get_eos_ids): an
+    int, float, bool or string is one value; a list of ints (floats, bools) one value per item,
+    each an output, under the list's pytree spec."""
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    kinds = {type(item) for item in items}
+    scalar = not isinstance(value, (list, tuple)) and kinds <= {bool, int, float, str}
+    listed = isinstance(value, (list, tuple)) and len(kinds) <= 1 and kinds <= {bool, int, float}
+    if not (scalar or listed) or any(type(item) is int and item not in _INT64 for item in items):
+        raise DevplanError(f"constant method {name}: {value!r} is not an int, float, bool, string or a list of ints, "
+                           f"floats or bools (ints within 64 bits)")
+    spec = pytree.treespec_dumps(pytree.tree_structure(items if listed else value))
+    return Method(name, tuple(items), (), (), tuple(range(len(items))), {}, {}, "", spec)

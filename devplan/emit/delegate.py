@@ -19,7 +19,7 @@ from devplan.planning.assign import PlannedMethod
 from devplan.spec import Device
 
 
-def compile_delegates(low: Lowered, lower: Callable[[Lowered, Device, str], tuple[PlannedMethod, bytes, int]]
+def compile_delegates(low: Lowered, lower: Callable[[Lowered, Device, str], tuple[PlannedMethod, bytes]]
                       ) -> Lowered:
     """Every delegate call's Payload: its group as a Lowered program of its own, which
     `lower(program, device, call name)` plans and writes as the compile's other methods are."""
@@ -29,7 +29,7 @@ def compile_delegates(low: Lowered, lower: Callable[[Lowered, Device, str], tupl
             device = low.backends[node.target].device
             try:
                 sub, runtime_args = _group(low, node)
-                planned, data, _ = lower(sub, device, node.target)
+                planned, data = lower(sub, device, node.target)
             except DevplanError as error:
                 raise DevplanError(f"{node.target} (the ops delegated to {device}): {error}") from None
             # everything the payload plans is on its one device: one buffer, or none

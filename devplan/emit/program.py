@@ -1,5 +1,5 @@
-"""A planned Method to ET12 program objects: values, operators, one chain of kernel calls,
-per-buffer sizes and devices, and the constant data laid out as a segment."""
+"""Planned Methods to ET12 program objects: per method its values, operators, one chain of kernel
+calls, per-buffer sizes and devices; the constant data of all laid out as one segment."""
 from __future__ import annotations
 
 import hashlib
@@ -67,14 +67,42 @@ class _Blob:
         return self.index[key]
 
 
-def to_program(planned: PlannedMethod, *, source: bool = True) -> tuple[ProgramT, list[bytes]]:
-    """The program and its data segments (constants, initial state if any is non-zero, then
-    one per delegate payload). `source` keeps where each instruction came from in the chain's
+def to_program(*planned: PlannedMethod, source: bool = True) -> tuple[ProgramT, list[bytes]]:
+    """The program of one or more planned methods and its data segments (the methods' constants,
+    each stored once, their initial state if any is non-zero, then one per delegate payload,
+    then the named data). `source` keeps where each instruction came from in the chain's
     stacktrace (devplan/pte/frames.py)."""
-    method = planned.method
     constants, state = _Blob(), _Blob()
-    data_index = {i: constants.add(t) for i, t in method.constants.items()}
-    initial = {i: state.add(t) for i, t in method.state.items() if bool(torch.count_nonzero(t))}
+    data_index = [{i: constants.add(t) for i, t in p.method.constants.items()} for p in planned]
+    initial = [{i: state.add(t) for i, t in p.method.state.items() if bool(torch.count_nonzero(t))} for p in planned]
+    program = ProgramT()
+    program.version = 0
+    program.constantBuffer = []
+    program.backendDelegateData = []
+    segments = [bytes(constants.data)]
+    program.constantSegment = SubsegmentOffsetsT()
+    program.constantSegment.segmentIndex = 0
+    program.constantSegment.offsets = constants.offsets
+    if any(initial):
+        mutable = SubsegmentOffsetsT()
+        mutable.segmentIndex, mutable.offsets = 1, state.offsets
+        program.mutableDataSegments = [mutable]
+        segments.append(bytes(state.data))
+    program.executionPlan = [_plan(p, data, init, segments, source) for p, data, init in zip(planned, data_index, initial)]
+    # what ExecuTorch's backends keep beside their payloads, once per key, a segment each
+    named = {key: data for p in planned for delegate in p.method.delegates for key, data, _ in delegate.named_data}
+    program.namedData = [] if named else None
+    for key in sorted(named):
+        entry = NamedDataT()
+        entry.key, entry.segmentIndex = key, len(segments)
+        program.namedData.append(entry)
+        segments.append(named[key])
+    return program, segments
+
+
+def _plan(planned: PlannedMethod, data_index: dict, initial: dict, segments: list[bytes], source: bool) -> ExecutionPlanT:
+    """One method's execution plan; its delegates' payloads are appended to `segments`."""
+    method = planned.method
     operators: dict[str, int] = {}
     instructions = []
     for kernel in method.kernels:
@@ -102,33 +130,11 @@ def to_program(planned: PlannedMethod, *, source: bool = True) -> tuple[ProgramT
     # as ExecuTorch writes them, a program all on the CPU carries no device table
     plan.nonConstBufferDevice = ([_buffer_device(b.mem_id, b.device) for b in planned.buffers]
                                  if any(b.device != CPU for b in planned.buffers) else None)
-    program = ProgramT()
-    program.version = 0
-    program.executionPlan = [plan]
-    program.constantBuffer = []
-    program.backendDelegateData = []
-    segments = [bytes(constants.data)]
-    program.constantSegment = SubsegmentOffsetsT()
-    program.constantSegment.segmentIndex = 0
-    program.constantSegment.offsets = constants.offsets
-    if initial:
-        mutable = SubsegmentOffsetsT()
-        mutable.segmentIndex, mutable.offsets = 1, state.offsets
-        program.mutableDataSegments = [mutable]
-        segments.append(bytes(state.data))
     plan.delegates = []
     for delegate in method.delegates:
         plan.delegates.append(_delegate(delegate, len(segments)))
         segments.append(delegate.payload)
-    # what ExecuTorch's backends keep beside their payloads, once per key, a segment each
-    named = {key: data for delegate in method.delegates for key, data, _ in delegate.named_data}
-    program.namedData = [] if named else None
-    for key in sorted(named):
-        entry = NamedDataT()
-        entry.key, entry.segmentIndex = key, len(segments)
-        program.namedData.append(entry)
-        segments.append(named[key])
-    return program, segments
+    return plan
 
 
 def _delegate(delegate, segment: int) -> BackendDelegateT:

@@ -15,7 +15,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError, first_line
-from devplan.ops import CHECKS_OUT_SIZES, RANKS, is_view, out_schema, runnable, schema_name
+from devplan.ops import CHECKS_OUT_SIZES, RANKS, TORCH_NAMESPACES, is_view, out_schema, runnable, schema_name
 from devplan.passes.decompositions import table
 from devplan.passes.graph import Lowered
 
@@ -171,6 +171,10 @@ def _trace(node: torch.fx.Node, fn, mode) -> torch.fx.GraphModule:
         if refusal:
             raise DevplanError(f"node {origin[0]}{f' ({origin[1]})' if via else ''}: {refusal}; "
                                f"rewrite the model without it")
+        if node.target.namespace not in TORCH_NAMESPACES:
+            raise DevplanError(f"node {origin[0]}: custom op {node.target} has no out variant, so no kernel can write "
+                               f"its result into planned memory; register {node.target.name().split('::')[-1]}.out "
+                               f"beside it (as ExecuTorch's custom ops do)")
         raise DevplanError(f"node {origin[0]}: op {origin[1]} is not supported{via}: no portable kernel and no "
                            f"decomposition; rewrite the model without it")
     return sub

@@ -1,0 +1,49 @@
+"""ExecuTorch's LLM runner on devplan's programs: a Llama-3-style model of ExecuTorch's
+examples, exported by ExecuTorch's export_llama pipeline with a KV cache and its sdpa and
+update_cache custom ops, compiled by devplan with the same constant methods as ExecuTorch's
+own program. `TextLLMRunner` loads both and must generate the same tokens greedily; devplan's
+program must plan no more bytes, the KV cache included."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+pytest.importorskip("executorch.extension.llm.runner")
+
+import devplan  # noqa: E402
+from devplan.inspect import inspect  # noqa: E402
+from tests.llama_export import CUSTOM_OPS, export_llama, generate, word_tokenizer  # noqa: E402
+
+PROMPT = "the quick brown fox"
+SPECIAL = {"get_bos_id": 1, "get_eos_ids": [2]}
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("llama")
+    exported = export_llama(folder, metadata=SPECIAL)
+    importlib.import_module(CUSTOM_OPS)
+    result = devplan.compile(exported.pt2, folder / "devplan.pte", constant_methods=exported.metadata)
+    return exported, result, word_tokenizer(folder)
+
+
+@pytest.mark.sweep
+def test_runner_generates_executorchs_tokens(llama):
+    exported, result, tokenizer = llama
+    want, _ = generate(exported.pte, tokenizer, PROMPT)
+    got, _ = generate(result.path, tokenizer, PROMPT)
+    assert len(want) > 8  # the prompt's continuation, not an immediate end
+    assert got == want
+
+
+@pytest.mark.sweep
+def test_plans_no_more_than_executorch_with_every_constant_method(llama):
+    exported, result, _ = llama
+    theirs, ours = inspect(exported.pte.read_bytes()), inspect(result.data)
+    assert [m["name"] for m in ours["methods"]] == [m["name"] for m in theirs["methods"]]
+    size = lambda doc: sum(b["size"] for b in doc["methods"][0]["buffers"])  # noqa: E731
+    assert 0 < size(ours) <= size(theirs)
+    # the KV caches are planned buffers of the method, as in ExecuTorch's program
+    caches = [t for t in ours["methods"][0]["tensors"] if (t["source"] or "").startswith("buffer ") and "kv_cache" in t["source"]]
+    assert len(caches) == 4 and all(t["mem_id"] == 1 for t in caches)

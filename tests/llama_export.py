@@ -1,0 +1,91 @@
+"""ExecuTorch's own LLM path, for tests and benchmarks of devplan's LLM programs: a tiny
+Llama-3-style model of ExecuTorch's `examples/models/llama` (seeded random weights loaded
+through a checkpoint file), exported with a KV cache and the sdpa custom op as `export_llama`
+exports it, saved both as the .pt2 devplan compiles and as ExecuTorch's own .pte; a word
+tokenizer in the HF format ExecuTorch's runner reads; and greedy generation through
+ExecuTorch's `TextLLMRunner`.
+
+Lives under tests/ because devplan itself must never import executorch."""
+from __future__ import annotations
+
+import json
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+# ExecuTorch's custom ops (llama::custom_sdpa, llama::update_cache) register in this module
+CUSTOM_OPS = "executorch.extension.llm.custom_ops.custom_ops"
+VOCAB = 512
+
+
+@dataclass(frozen=True)
+class LlamaExport:
+    pt2: Path        # torch.export of the model, as devplan compiles it
+    pte: Path        # ExecuTorch's lowering of the same export
+    metadata: dict   # the constant methods ExecuTorch's program carries
+
+
+def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                 max_seq: int = 64, seed: int = 0, metadata: dict | None = None) -> LlamaExport:
+    """The model through ExecuTorch's export_llama pipeline (use_kv_cache, use_sdpa_with_kv_cache,
+    dynamic prefill length); its weights drawn from `seed` and loaded from a checkpoint file."""
+    import importlib
+
+    from executorch.examples.models.llama import export_llama_lib
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+    from executorch.extension.llm.export.config.llm_config import LlmConfig
+
+    importlib.import_module(CUSTOM_OPS)
+    params = {"dim": dim, "n_layers": layers, "n_heads": heads, "n_kv_heads": kv_heads, "vocab_size": VOCAB,
+              "multiple_of": 32, "norm_eps": 1e-5, "rope_theta": 500000.0, "use_scaled_rope": False}
+    (folder / "params.json").write_text(json.dumps(params))
+    torch.manual_seed(seed)
+    model = construct_transformer(ModelArgs(**params))
+    weights = {k: torch.randn_like(v) * 0.1 if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    torch.save(weights, folder / "checkpoint.pth")
+    config = LlmConfig()
+    config.base.params, config.base.checkpoint = str(folder / "params.json"), str(folder / "checkpoint.pth")
+    config.base.metadata = json.dumps(metadata or {})
+    config.model.use_kv_cache = config.model.use_sdpa_with_kv_cache = config.model.enable_dynamic_shape = True
+    config.export.max_seq_length = config.export.max_context_length = max_seq
+    config.export.output_dir, config.export.output_name = str(folder), str(folder / "executorch.pte")
+    builder = export_llama_lib._prepare_for_llama_export(config)
+    ep = builder._export()
+    torch.export.save(ep, folder / "model.pt2")
+    export_llama_lib._export_llama(config)
+    return LlamaExport(folder / "model.pt2", folder / "executorch.pte", dict(builder.metadata))
+
+
+def word_tokenizer(folder: Path) -> Path:
+    """A BPE tokenizer of VOCAB ids whose every token is ASCII (letters and letter pairs), so
+    that each generated token decodes on its own."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: 3 + i for i, c in enumerate(string.ascii_lowercase)}}
+    pairs = [(a, b) for a in string.ascii_lowercase for b in string.ascii_lowercase][:VOCAB - len(vocab)]
+    vocab.update({a + b: len(vocab) + i for i, (a, b) in enumerate(pairs)})
+    tokenizer = Tokenizer(models.BPE(vocab, pairs, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    path = folder / "tokenizer.json"
+    tokenizer.save(str(path))
+    return path
+
+
+def generate(pte: Path, tokenizer: Path, prompt: str, new_tokens: int = 32) -> tuple[list[str], dict]:
+    """The pieces ExecuTorch's TextLLMRunner generates greedily (temperature 0) after `prompt`,
+    and its stats (tokens per second among them)."""
+    import importlib
+
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    importlib.import_module(CUSTOM_OPS)
+    runner = TextLLMRunner(str(pte), str(tokenizer))
+    pieces: list[str] = []
+    stats: list = []
+    runner.generate(prompt, GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False),
+                    token_callback=pieces.append, stats_callback=stats.append)
+    return pieces, json.loads(stats[-1].to_json_string())
