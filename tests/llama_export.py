@@ -59,6 +59,35 @@ def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4
     return LlamaExport(folder / "model.pt2", folder / "executorch.pte", dict(builder.metadata))
 
 
+def export_hf_llama(folder: Path, *, max_seq: int = 64, seed: int = 0, metadata: dict | None = None) -> LlamaExport:
+    """A transformers Llama (seeded random weights) through transformers' ExecuTorch recipe
+    (TorchExportableModuleForDecoderOnlyLM: a static KV cache, inputs input_ids and
+    cache_position, one position per token, the prefill length dynamic), and ExecuTorch's
+    lowering of that export with the constant methods its runner reads."""
+    from executorch.exir import to_edge_transform_and_lower
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2 * max_seq)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static", max_length=max_seq,
+                                               cache_config={"batch_size": 1, "max_cache_len": max_seq})
+    recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=max_seq)
+    tokens = torch.export.Dim("seq_length_dim", max=max_seq - 1)
+    with torch.no_grad():  # strict, as the recipe's users export it: a non-strict export lifts the cache as constants
+        ep = recipe.export(input_ids=torch.tensor([[1, 2, 3]]), cache_position=torch.arange(3),
+                           dynamic_shapes={"input_ids": {1: tokens}, "cache_position": {0: tokens}}, strict=True)
+    torch.export.save(ep, folder / "model.pt2")
+    metadata = {"get_max_seq_len": max_seq, "get_max_context_len": max_seq, "get_vocab_size": VOCAB,
+                "get_n_layers": config.num_hidden_layers, "use_kv_cache": True, "use_sdpa_with_kv_cache": False,
+                "enable_dynamic_shape": True, **(metadata or {})}
+    program = to_edge_transform_and_lower(ep, constant_methods=metadata).to_executorch()
+    (folder / "executorch.pte").write_bytes(program.buffer)
+    return LlamaExport(folder / "model.pt2", folder / "executorch.pte", metadata)
+
+
 def word_tokenizer(folder: Path) -> Path:
     """A BPE tokenizer of VOCAB ids whose every token is ASCII (letters and letter pairs), so
     that each generated token decodes on its own."""
