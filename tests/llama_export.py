@@ -28,9 +28,10 @@ class LlamaExport:
 
 
 def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                 max_seq: int = 64, seed: int = 0, metadata: dict | None = None) -> LlamaExport:
+                 max_seq: int = 64, seed: int = 0, metadata: dict | None = None, xnnpack: bool = False) -> LlamaExport:
     """The model through ExecuTorch's export_llama pipeline (use_kv_cache, use_sdpa_with_kv_cache,
-    dynamic prefill length); its weights drawn from `seed` and loaded from a checkpoint file."""
+    dynamic prefill length); its weights drawn from `seed` and loaded from a checkpoint file.
+    `xnnpack`: ExecuTorch's program sends the linears to XNNPACK, as its LLM recipe does."""
     import importlib
 
     from executorch.examples.models.llama import export_llama_lib
@@ -51,6 +52,7 @@ def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4
     config.base.metadata = json.dumps(metadata or {})
     config.model.use_kv_cache = config.model.use_sdpa_with_kv_cache = config.model.enable_dynamic_shape = True
     config.export.max_seq_length = config.export.max_context_length = max_seq
+    config.backend.xnnpack.enabled = xnnpack
     config.export.output_dir, config.export.output_name = str(folder), str(folder / "executorch.pte")
     builder = export_llama_lib._prepare_for_llama_export(config)
     ep = builder._export()
@@ -59,7 +61,8 @@ def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4
     return LlamaExport(folder / "model.pt2", folder / "executorch.pte", dict(builder.metadata))
 
 
-def export_hf_llama(folder: Path, *, max_seq: int = 64, seed: int = 0, metadata: dict | None = None) -> LlamaExport:
+def export_hf_llama(folder: Path, *, dim: int = 64, layers: int = 2, max_seq: int = 64, seed: int = 0,
+                    metadata: dict | None = None, xnnpack: bool = False) -> LlamaExport:
     """A transformers Llama (seeded random weights) through transformers' ExecuTorch recipe
     (TorchExportableModuleForDecoderOnlyLM: a static KV cache, inputs input_ids and
     cache_position, one position per token, the prefill length dynamic), and ExecuTorch's
@@ -69,7 +72,7 @@ def export_hf_llama(folder: Path, *, max_seq: int = 64, seed: int = 0, metadata:
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=dim, intermediate_size=2 * dim, num_hidden_layers=layers,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2 * max_seq)
     model = LlamaForCausalLM(config).eval()
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static", max_length=max_seq,
@@ -83,9 +86,16 @@ def export_hf_llama(folder: Path, *, max_seq: int = 64, seed: int = 0, metadata:
     metadata = {"get_max_seq_len": max_seq, "get_max_context_len": max_seq, "get_vocab_size": VOCAB,
                 "get_n_layers": config.num_hidden_layers, "use_kv_cache": True, "use_sdpa_with_kv_cache": False,
                 "enable_dynamic_shape": True, **(metadata or {})}
-    program = to_edge_transform_and_lower(ep, constant_methods=metadata).to_executorch()
+    partitioners = [_xnnpack()] if xnnpack else []
+    program = to_edge_transform_and_lower(ep, partitioner=partitioners, constant_methods=metadata).to_executorch()
     (folder / "executorch.pte").write_bytes(program.buffer)
     return LlamaExport(folder / "model.pt2", folder / "executorch.pte", metadata)
+
+
+def _xnnpack():
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    return XnnpackPartitioner()
 
 
 def word_tokenizer(folder: Path) -> Path:
