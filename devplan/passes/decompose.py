@@ -5,6 +5,7 @@ most of ExecuTorch's lowering time)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 
 import torch
@@ -16,7 +17,7 @@ from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError, first_line
 from devplan.ops import CHECKS_OUT_SIZES, RANKS, TORCH_NAMESPACES, is_view, out_schema, runnable, schema_name
-from devplan.passes.decompositions import table
+from devplan.passes.decompositions import bincount, decomposition
 from devplan.passes.graph import Lowered
 
 # Ops that only check metadata or shapes at trace time; the runtime has nothing to do.
@@ -44,12 +45,28 @@ def decompose(low: Lowered) -> Lowered:
                 gm.graph.erase_node(node)
             elif (_prefer_scalar(node) or not runnable(node.target) or (op in CHECKS_OUT_SIZES and _dynamic(node))
                   or _rank_refusal(node) or _reads_strided_storage(node)):
-                added += _inline(gm, node, table().get(node.target, node.target), traces, mode)
+                added += _inline(gm, node, _decomposer(node), traces, mode)
         if not added:
             break
         pending = added
     gm.graph.lint()
     return low
+
+
+def _decomposer(node: torch.fx.Node):
+    """The function that rewrites the node (its own op when there is none, which _trace
+    refuses). bincount's result is as long as its input's largest value: export bounds it
+    only when the model says how long it is, and then it counts up to that size."""
+    if node.target is torch.ops.aten.bincount.default:
+        size = node.meta["val"].shape[0]
+        if not isinstance(size, int):
+            name, op = _origin(node)
+            raise DevplanError(f"node {name}: op {op} returns as many counts as its input's largest value, a size "
+                               f"only the data decides; give it one: torch._check(counts.shape[0] == N) after the "
+                               f"call (with minlength=N), or count with torch.histc or scatter_add into N bins")
+        return functools.partial(bincount, size=size)
+    found = decomposition(node.target)
+    return node.target if found is None else found
 
 
 def _prefer_scalar(node: torch.fx.Node) -> bool:
@@ -128,7 +145,8 @@ def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict, mod
     A model repeats the same op on the same shapes many times (one per layer): `traces`
     keeps each trace for the rest of this compile."""
     flat, spec = pytree.tree_flatten((node.args, node.kwargs))
-    key = (node.target, repr(spec), tuple(_signature(a) for a in flat))
+    # the result's signature too: a bound the model put on a data-sized result (bincount's) is not in its inputs
+    key = (node.target, repr(spec), tuple(_signature(a) for a in flat), _signature(node))
     if key not in traces:
         traces[key] = _trace(node, fn, mode)
     return _splice(gm, node, traces[key], [a for a in flat if isinstance(a, torch.fx.Node)], mode)

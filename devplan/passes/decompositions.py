@@ -18,6 +18,10 @@ def table() -> dict:
             torch.ops.aten.batch_norm.default: _batch_norm, torch.ops.aten.rms_norm.default: _rms_norm,
             torch.ops.aten.cosine_similarity.default: _cosine_similarity, torch.ops.aten.pad.default: _pad,
             torch.ops.aten.sort.default: _sort, torch.ops.aten.median.dim: _median,
+            # counting and grouped products of mixture-of-experts routing
+            torch.ops.aten.histc.default: histc, torch.ops.aten._grouped_mm.default: grouped_mm,
+            # torch's goes through empty_permuted, which has no kernel; every planned tensor is contiguous
+            torch.ops.aten.empty_like.default: _empty_like,
             # views that restride: the portable library has as_strided_copy, which reads its input
             # as the contiguous tensor every planned value is; the in-place forms (adaptive
             # pooling's restride of its fresh mean on a channels-last input) as the functional one
@@ -32,6 +36,16 @@ def table() -> dict:
             torch.ops.aten.__rshift__.Scalar: torch.ops.aten.bitwise_right_shift.Tensor_Scalar,
             torch.ops.aten.__rshift__.Tensor: torch.ops.aten.bitwise_right_shift.Tensor}
     return {**torch._decomp.decomposition_table, **torch._decomp.core_aten_decompositions(), **ours}
+
+
+# Ops of libraries devplan does not import (they exist only once their library is), by name
+NAMED = {"transformers::grouped_mm_fallback": lambda input, weight, offs: grouped_mm(input, weight, offs)}
+
+
+def decomposition(op) -> object | None:
+    """The function that decomposes op, from torch's tables, devplan's, or NAMED; None if none."""
+    found = table().get(op)
+    return found if found is not None else NAMED.get(op._schema.name) if op._overloadname == "default" else None
 
 
 def as_strided(x, size, stride, storage_offset=None):
@@ -65,6 +79,10 @@ def as_strided(x, size, stride, storage_offset=None):
     if significant(size, stride) == significant(size, contiguous) and offset + numel <= x.numel():
         return flat.reshape(-1)[offset:offset + numel].reshape(size)
     return torch.ops.aten.as_strided_copy.default(flat.contiguous(), size, stride, offset)
+
+
+def _empty_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return torch.empty(x.shape, dtype=dtype or x.dtype, device=device or x.device)
 
 
 def _batch_norm(x, weight, bias, mean, var, training, momentum, eps, cudnn_enabled):
@@ -115,3 +133,64 @@ def _pad(x, pad, mode="constant", value=None):
         size = x.shape[dim]
         x = torch.cat([x.narrow(dim, size - before, before), x, x.narrow(dim, 0, after)], dim)
     return x
+
+
+def histc(x, bins=100, min=0, max=0):
+    """`torch.histc` as comparisons with its bin edges: an element counts in bin b when
+    edges[b] <= x < edges[b + 1] (the last bin also takes x == max), elements outside
+    [min, max] in none. The edges are those ATen's kernel compares with, linspace(min, max,
+    bins + 1) in x's dtype: below halfway min + i * step, from there max - (bins - i) * step.
+    min == max means the data's own range, widened by one each way when it is one value."""
+    flat = x.reshape(-1)
+    if min == max:
+        low, high = torch.amin(flat, 0), torch.amax(flat, 0)
+        same = low == high
+        low, high = torch.where(same, low - 1, low), torch.where(same, high + 1, high)
+    else:
+        low, high = torch.full((), min, dtype=x.dtype), torch.full((), max, dtype=x.dtype)
+    step = (high - low) / bins
+    i = torch.arange(bins + 1, dtype=x.dtype)
+    edges = torch.where(i < (bins + 1) // 2, low + i * step, high - (bins - i) * step)
+    column = flat.unsqueeze(1)
+    above = column >= edges[:-1]
+    below = torch.cat([column < edges[1:-1], column <= edges[-1:]], 1)
+    return (above & below).to(x.dtype).sum(0)
+
+
+def bincount(x, weights=None, minlength=0, *, size: int):
+    """`torch.bincount` with `size` counts, the size export bounded its result to: the
+    (weighted) number of elements equal to each of 0 .. size - 1."""
+    hits = x.unsqueeze(1) == torch.arange(size, dtype=x.dtype)
+    if weights is None:
+        return hits.sum(0)
+    dtype = torch.float32 if weights.dtype == torch.float32 else torch.float64
+    return torch.where(hits, weights.to(dtype).unsqueeze(1), 0).sum(0)
+
+
+def grouped_mm(a, b, offs=None, bias=None, out_dtype=None):
+    """`torch._grouped_mm` (and transformers' grouped_mm_fallback, the same product) without
+    its data-dependent slices: every group's product over all rows (or columns, or the shared
+    dimension), each kept where the offsets put it in that group, zeros past the last offset.
+    The cost is the number of groups times one product, with no size that the data chooses."""
+    if bias is not None:
+        raise NotImplementedError("grouped_mm with a bias")
+    if a.dim() == 3 and b.dim() == 3:
+        out = torch.bmm(a, b)
+    elif a.dim() == 2 and b.dim() == 3:  # rows grouped: (S, K) x (G, K, N) -> (S, N)
+        groups, k, n = b.shape
+        each = torch.mm(a, b.permute(1, 0, 2).reshape(k, groups * n)).reshape(a.shape[0], groups, n)
+        out = torch.where(_in_group(offs, a.shape[0]).t().unsqueeze(2), each, 0).sum(1)
+    elif a.dim() == 3 and b.dim() == 2:  # columns grouped: (G, M, K) x (K, N) -> (M, N)
+        out = torch.where(_in_group(offs, b.shape[1]).unsqueeze(1), torch.matmul(a, b), 0).sum(0)
+    else:  # the shared dimension grouped: (M, K) x (K, N) -> (G, M, N)
+        mask = _in_group(offs, a.shape[1]).unsqueeze(1)
+        out = torch.bmm(torch.where(mask, a.unsqueeze(0), 0), b.unsqueeze(0).expand(mask.shape[0], *b.shape))
+    return out.to(out_dtype) if out_dtype is not None else out
+
+
+def _in_group(offs, count: int):
+    """(groups, count) booleans: whether index j lies in group g, offs[g - 1] <= j < offs[g]."""
+    index = torch.arange(count).unsqueeze(0)
+    ends = offs.to(torch.int64).unsqueeze(1)
+    starts = torch.cat([torch.zeros(1, 1, dtype=torch.int64), ends[:-1]])
+    return (index >= starts) & (index < ends)
