@@ -265,6 +265,13 @@ def compile_command(
         typer.Option("--metadata", metavar="FILE.json", help="Constant methods from a JSON object of NAME: VALUE "
                      "(--constant-method adds to them and wins).", show_default=False),
     ] = None,
+    kernels: Annotated[
+        Optional[list[str]],
+        typer.Option("--kernels", metavar="MODULE", help="Import the Python module MODULE before loading, for the op "
+                     "libraries its import registers: a graph calling custom ops loads only once they exist. "
+                     "An op namespace devplan knows stands for its library's module (transformers: its MoE "
+                     "grouped_mm_fallback). Repeatable.", show_default=False),
+    ] = None,
 ) -> None:
     """Compile a torch.export program (.pt2) to an ExecuTorch program (.pte).
 
@@ -297,7 +304,7 @@ def compile_command(
     with status:
         result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, reorder=reorder,
                          delegates=backends, device_io=device_io, source=source, dump_dir=dump_dir,
-                         methods=methods, constant_methods=constants,
+                         methods=methods, constant_methods=constants, kernels=kernels,
                          on_stage=lambda name: status.update(f"devplan compile: {name}..."))
     summary = result.summary()
     if json_output:

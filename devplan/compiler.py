@@ -86,15 +86,18 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     in the order that holds the fewest bytes at once, `inplace` lets results take the bytes of
     inputs that die with them. `source` keeps, per instruction, the module, op and line it came
     from, and the user's names of inputs and weights (ET12's stacktrace). `budgets` maps a
-    buffer's mem_id or a device to the bytes it may plan; `alignment`, `planner`, `dump_dir`."""
+    buffer's mem_id or a device to the bytes it may plan; `kernels` names modules to import
+    first, for the op libraries they register; `alignment`, `planner`, `dump_dir`."""
     from devplan.emit.build import constant_method
     from devplan.emit.program import to_program
     from devplan.files import write_atomic
+    from devplan.load import import_kernels
     from devplan.planning.assign import plan_method
     from devplan.pte import dumps_pte
 
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
+    import_kernels(options.kernels)
     stage = Stages(options.dump_dir, on_stage)
     sources = {"forward": model, **_named(methods, "method")}
     constants = _named(constant_methods, "constant method")

@@ -50,11 +50,40 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
         reason = first_line(logged[0] if logged else error)
         unknown = re.match(r"Failed deserializing node Node\(target='([^']+)'", reason)
         if unknown:  # torch prints the whole node; the op is what the user needs
-            raise DevplanError(f"{path}: the graph calls {unknown[1]}, which no library loaded here defines; "
-                               f"export the model with ops of torch's own libraries") from None
+            raise DevplanError(f"{path}: {_unregistered(unknown[1])}") from None
         raise DevplanError(f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save") from None
     finally:
         logger.handlers, logger.propagate = handlers, propagate
+
+
+def import_kernels(modules) -> None:
+    """Import each module named (--kernels), for the op libraries its import registers: a
+    graph that calls a library's custom ops loads only once they exist in torch. A known op
+    namespace (ops.OP_LIBRARIES: transformers) stands for the module that registers its ops."""
+    import importlib
+
+    from devplan.ops import OP_LIBRARIES
+
+    for name in modules:
+        try:
+            importlib.import_module(OP_LIBRARIES.get(name, name))
+        except Exception as error:  # whatever the module raises, it is the user's module that failed
+            raise DevplanError(f"--kernels {name}: cannot import it ({first_line(error)}); install the package "
+                               f"that provides it, or name the module that registers the ops") from None
+
+
+def _unregistered(target: str) -> str:
+    """What to do about a graph that calls an op (torch's name for it, torch.ops.NS.NAME.OVERLOAD)
+    that nothing imported here has registered."""
+    from devplan.ops import OP_LIBRARIES
+
+    parts = target.split(".")
+    if len(parts) < 4 or parts[:2] != ["torch", "ops"]:
+        return f"the graph calls {target}, which no library loaded here defines; export the model with ops of torch's own libraries"
+    namespace, name = parts[2], parts[3]
+    option = (f"--kernels {namespace}" if namespace in OP_LIBRARIES
+              else f"--kernels MODULE, the Python module whose import registers the {namespace} ops")
+    return f"the graph calls {namespace}::{name}, an op that no library imported here registers; pass {option}"
 
 
 def check_input(path: str | os.PathLike) -> Path:

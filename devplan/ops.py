@@ -50,6 +50,12 @@ QUANTIZED: dict[str, torch._C.FunctionSchema] = {name: torch._C.parse_schema(_Q 
                                  f"{_QPARAMS}, ScalarType output_dtype, *, Tensor(a!) out) -> Tensor(a!)",
 }.items()}
 
+# The Python module whose import registers the ops of a library namespace that torch does not
+# define itself: `--kernels NAMESPACE` imports it (transformers registers its ops in a module
+# that `import transformers` alone does not import), and the hint for an unregistered op names it
+OP_LIBRARIES = {"transformers": "transformers.integrations.moe",
+                "llama": "executorch.extension.llm.custom_ops.custom_ops"}
+
 # Ops whose (first) result element i depends only on element i of a same-shaped input
 # (per-channel constants aside), so the result may take over the storage of such an input
 # that dies at this op (the in-place pass reads this).

@@ -29,6 +29,9 @@ class CompileOptions:
     device_io: bool = False              # inputs only delegates read, and their results, stay on the device
     source: bool = True                  # each instruction's module, op and line in ET12's stacktrace
     dump_dir: Path | None = None         # a readable file per stage
+    # Python modules imported before loading, for the op libraries their import registers
+    # (custom ops a graph calls exist in torch only once their library's module has run)
+    kernels: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from devplan.planning import ALGORITHMS
@@ -40,13 +43,17 @@ class CompileOptions:
             raise DevplanError(f"unknown memory planning algorithm {self.planner!r}; use one of: {', '.join(ALGORITHMS)}")
         if self.dump_dir is not None and self.dump_dir.exists() and not self.dump_dir.is_dir():
             raise DevplanError(f"--dump-dir {self.dump_dir}: is a file; name a folder (it is made if missing)")
+        for name in self.kernels:
+            if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+                raise DevplanError(f"--kernels {name}: not a Python module name; name a module as import does, "
+                                   f"e.g. transformers")
 
     @classmethod
     def of(cls, base: CompileOptions | None = None, **choices) -> CompileOptions:
         """`base` (or the defaults) with `choices` as devplan.compile takes them: budgets as a
         mapping, delegates as 'cuda:0=aten::linear' texts, Backends or Partitioners,
         `backends` as ExecuTorch backend names ('xnnpack') or 'MODULE:CLASS[:JSON]' partitioners
-        that choose before the delegates, dump_dir as any path."""
+        that choose before the delegates, dump_dir as any path, kernels as module names."""
         from devplan.passes.backends import Partitioner
         from devplan.passes.partition import Backend
 
@@ -60,6 +67,9 @@ class CompileOptions:
             choices["budgets"] = tuple((dict(choices["budgets"] or {})).items())
         if "delegates" in choices:
             choices["delegates"] = tuple(Backend.parse(d) if isinstance(d, str) else d for d in choices["delegates"] or ())
+        if "kernels" in choices:
+            kernels = choices["kernels"] or ()
+            choices["kernels"] = (kernels,) if isinstance(kernels, str) else tuple(kernels)
         if choices.get("dump_dir") is not None:
             choices["dump_dir"] = Path(choices["dump_dir"])
         return replace(base or cls(), **choices)

@@ -126,6 +126,36 @@ def gemma2() -> HFCase:
     return _build(Gemma2ForCausalLM, config, attn="eager"), (_tokens(),), {}
 
 
+# ------------------------------------------------------------------ mixture-of-experts decoders
+# 4 experts, 2 per token; transformers routes them with its grouped_mm experts (aten.histc to
+# count each expert's tokens, and transformers::grouped_mm_fallback, an op its
+# integrations.moe module registers on import, for the experts' products)
+
+_MOE = dict(num_experts_per_tok=2)
+
+
+def mixtral() -> HFCase:
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    return _build(MixtralForCausalLM, _decoder_config(MixtralConfig, num_local_experts=4, **_MOE)), (_tokens(),), {}
+
+
+def qwen2_moe() -> HFCase:
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    # a shared expert beside the routed ones, gated by a sigmoid
+    config = _decoder_config(Qwen2MoeConfig, num_experts=4, moe_intermediate_size=32,
+                             shared_expert_intermediate_size=64, **_MOE)
+    return _build(Qwen2MoeForCausalLM, config), (_tokens(),), {}
+
+
+def qwen3_moe() -> HFCase:
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    config = _decoder_config(Qwen3MoeConfig, head_dim=16, num_experts=4, moe_intermediate_size=32, **_MOE)
+    return _build(Qwen3MoeForCausalLM, config), (_tokens(),), {}
+
+
 # --------------------------------------------------------------------------------- text encoders
 
 _ENCODER = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -302,6 +332,11 @@ FAMILIES: dict[str, Callable[[], HFCase]] = {
     "whisper_encoder": whisper_encoder,
     "wav2vec2": wav2vec2,
 }
+
+# The mixture-of-experts decoders, apart from FAMILIES: ExecuTorch's own lowering (and so its
+# XNNPACK partitioner) refuses them (aten.histc is not in its Core ATen opset), which the
+# tests that compare with ExecuTorch's lowering of every family need
+MOE_FAMILIES: dict[str, Callable[[], HFCase]] = {"mixtral": mixtral, "qwen2_moe": qwen2_moe, "qwen3_moe": qwen3_moe}
 
 DECODERS = ("gpt2", "llama", "qwen2", "qwen3", "mistral", "phi", "phi3", "gemma", "gemma2")
 

@@ -58,8 +58,8 @@ def _decomposer(node: torch.fx.Node):
     refuses). bincount's result is as long as its input's largest value: export bounds it
     only when the model says how long it is, and then it counts up to that size."""
     if node.target is torch.ops.aten.bincount.default:
-        size = node.meta["val"].shape[0]
-        if not isinstance(size, int):
+        size = _fixed(node.meta["val"].shape[0])
+        if size is None:
             name, op = _origin(node)
             raise DevplanError(f"node {name}: op {op} returns as many counts as its input's largest value, a size "
                                f"only the data decides; give it one: torch._check(counts.shape[0] == N) after the "
@@ -67,6 +67,16 @@ def _decomposer(node: torch.fx.Node):
         return functools.partial(bincount, size=size)
     found = decomposition(node.target)
     return node.target if found is None else found
+
+
+def _fixed(size) -> int | None:
+    """The one value a size can take (a data-dependent one that the model's checks pinned),
+    or None when it can take several."""
+    if not isinstance(size, torch.SymInt):
+        return size
+    node = size.node
+    bounds = node.shape_env.bound_sympy(node.expr)
+    return int(bounds.lower) if bounds.lower == bounds.upper and bounds.lower.is_integer else None
 
 
 def _prefer_scalar(node: torch.fx.Node) -> bool:

@@ -153,7 +153,8 @@ def histc(x, bins=100, min=0, max=0):
     edges = torch.where(i < (bins + 1) // 2, low + i * step, high - (bins - i) * step)
     column = flat.unsqueeze(1)
     above = column >= edges[:-1]
-    below = torch.cat([column < edges[1:-1], column <= edges[-1:]], 1)
+    last = column <= edges[-1:]
+    below = torch.cat([column < edges[1:-1], last], 1) if bins > 1 else last  # (no empty pieces: one bin has none)
     return (above & below).to(x.dtype).sum(0)
 
 

@@ -50,7 +50,7 @@ from torch.utils import _pytree as pytree
 
 import devplan
 from devplan.errors import DevplanError
-from tests.hf_models import DECODERS, FAMILIES, static_cache_decoder
+from tests.hf_models import DECODERS, FAMILIES, MOE_FAMILIES, static_cache_decoder
 from tests.lowerings import by_program, released_after_module
 from tests.models import eager_runs, run_executorch
 
@@ -58,9 +58,10 @@ pytestmark = pytest.mark.sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 RTOL, ATOL = 1e-4, 1e-5
+CORPUS = {**FAMILIES, **MOE_FAMILIES}
 STRICT_FAMILIES = (*DECODERS, "bert", "t5", "resnet")
 MODES = {"grad": (False, True), "no_grad": (False, False), "strict_grad": (True, True), "strict_no_grad": (True, False)}
-CASES = [(name, mode) for name in FAMILIES for mode in MODES if not mode.startswith("strict") or name in STRICT_FAMILIES]
+CASES = [(name, mode) for name in CORPUS for mode in MODES if not mode.startswith("strict") or name in STRICT_FAMILIES]
 IDS = [f"{name}-{mode}" for name, mode in CASES]
 BYTES_MODE = "no_grad"
 
@@ -93,7 +94,7 @@ def _memo(fn):
 
 @functools.lru_cache(maxsize=None)
 def built(name: str):
-    return FAMILIES[name]()
+    return CORPUS[name]()
 
 
 @functools.lru_cache(maxsize=None)
@@ -205,7 +206,7 @@ def _executorch_sizes(ep: torch.export.ExportedProgram) -> tuple[dict[str, int],
 
 
 @pytest.mark.parametrize("mode", [BYTES_MODE, "grad"])
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", list(CORPUS))
 def test_planned_bytes(name, mode):
     from benchmarks.harness import planned_bytes
 
@@ -216,7 +217,7 @@ def test_planned_bytes(name, mode):
     assert ours <= theirs, f"devplan plans {ours} bytes, ExecuTorch ({config}) {theirs}"
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", list(CORPUS))
 def test_cpu_only_programs_carry_no_device_table(name):
     """ExecuTorch's deserializer reads devplan's program without a NonConstBufferDevice table,
     as ExecuTorch's serializer writes a program that is all on the CPU."""
@@ -285,7 +286,7 @@ def cli_runs(tmp_path_factory) -> dict[str, dict]:
     """name -> {code, stdout, stderr, in_process} for the saved BYTES_MODE export of each family."""
     folder = tmp_path_factory.mktemp("hf_pt2")
     paths = {}
-    for name in FAMILIES:
+    for name in CORPUS:
         ep, _ = exported(name, BYTES_MODE)
         if ep is not None:
             paths[name] = folder / f"{name}.pt2"
@@ -296,7 +297,7 @@ def cli_runs(tmp_path_factory) -> dict[str, dict]:
     return {Path(path).stem: report for path, report in json.loads(run.stdout.splitlines()[-1]).items()}
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", list(CORPUS))
 def test_cli_compile(name, cli_runs):
     """`devplan compile` in a fresh process: a program, or one error line; never a traceback."""
     _program(name, BYTES_MODE)
@@ -311,7 +312,7 @@ def test_cli_compile(name, cli_runs):
             f"exit {report['code']}: {text[-2000:]}"
 
 
-@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("name", list(CORPUS))
 def test_compile_in_one_process(name, cli_runs):
     """devplan.compile on every saved program in turn, in one process, does what a fresh
     process does with each: the earlier loads (other programs returning the same ModelOutput
