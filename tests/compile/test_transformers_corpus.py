@@ -1,6 +1,10 @@
 """The real-model corpus (issue 12): tiny random-weight `transformers` models of every common
 family (tests/hf_models.py), exported as users export them, compiled by devplan, run on
-ExecuTorch's runtime and on devplan's, compared with eager, and planned against ExecuTorch.
+ExecuTorch's runtime and on devplan's, compared with eager, and planned against ExecuTorch;
+and the mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE), which ExecuTorch's own
+lowering refuses (test_executorch_cannot_lower_moe), so that their test_planned_bytes xfails
+naming its error, and which a fresh `devplan compile` without --kernels transformers refuses
+in one line (test_cli_compile).
 
 Export modes, each strict=False:
   grad      plain `torch.export.export(model, args)` as the transformers docs write it (grad
@@ -217,6 +221,19 @@ def test_planned_bytes(name, mode):
     assert ours <= theirs, f"devplan plans {ours} bytes, ExecuTorch ({config}) {theirs}"
 
 
+@pytest.mark.parametrize("name", list(MOE_FAMILIES))
+def test_executorch_cannot_lower_moe(name):
+    """What devplan compiles above, ExecuTorch's own lowering refuses: the routing counts each
+    expert's tokens with aten.histc, outside its Core ATen opset. Should this fail, ExecuTorch
+    has caught up, and the MoE families belong with the others in test_planned_bytes' baseline."""
+    from executorch.exir import to_edge, to_edge_transform_and_lower
+
+    ep = _program(name, BYTES_MODE)
+    for lower in (to_edge, to_edge_transform_and_lower):
+        with torch.no_grad(), pytest.raises(Exception, match=r"aten\.histc\.default is not in Core ATen opset"):
+            lower(copy.deepcopy(ep))
+
+
 @pytest.mark.parametrize("name", list(CORPUS))
 def test_cpu_only_programs_carry_no_device_table(name):
     """ExecuTorch's deserializer reads devplan's program without a NonConstBufferDevice table,
@@ -310,6 +327,8 @@ def test_cli_compile(name, cli_runs):
         lines = report["stderr"].strip().splitlines()
         assert report["code"] == 2 and len(lines) == 1 and lines[0].startswith("devplan: error:"), \
             f"exit {report['code']}: {text[-2000:]}"
+    if name in MOE_FAMILIES:  # transformers, never imported here, registers their routing's op
+        assert report["code"] == 2 and report["stderr"].strip().endswith("pass --kernels transformers"), text[-2000:]
 
 
 @pytest.mark.parametrize("name", list(CORPUS))
