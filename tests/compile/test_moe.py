@@ -197,3 +197,23 @@ def test_kernels_of_a_module_that_does_not_import_is_one_line(tmp_path):
         devplan.compile(ROOT / "samples" / "mlp.pt2", kernels=["no such"])
     # a module that imports compiles as before
     assert devplan.compile(ROOT / "samples" / "mlp.pt2", kernels="json").data
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "qwen3_moe"])
+def test_moe_with_a_dynamic_sequence_runs_at_every_length(family):
+    """The routing's sizes follow the prompt's length (tokens times experts per token):
+    planned at the bound, the program takes any length within it."""
+    from tests.hf_models import MOE_FAMILIES
+
+    module, args, _ = MOE_FAMILIES[family]()
+    with torch.no_grad():
+        ep = torch.export.export(module, args, dynamic_shapes=({1: torch.export.Dim("seq", min=2, max=16)},),
+                                 strict=False)
+    result = devplan.compile(ep)
+    for length in (2, 5, 16):
+        ids = torch.randint(3, 128, (1, length), generator=torch.Generator().manual_seed(length))
+        want = module(ids).logits.detach()
+        for runtime, (got,) in (("devplan", devplan.run(result.data, [ids])),
+                                ("executorch", run_executorch(result.data, (ids,)))):
+            torch.testing.assert_close(got[0], want, rtol=1e-4, atol=1e-5, msg=lambda m: f"{runtime} {length}: {m}")

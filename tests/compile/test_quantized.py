@@ -154,19 +154,28 @@ def test_a_saved_quantized_archive_compiles_in_a_fresh_process(tmp_path):
 
 @pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_an_op_no_library_defines_is_named_in_one_line(tmp_path):
-    """A .pt2 whose graph calls a custom op that is not defined where devplan runs."""
-    script = (
+    """A .pt2 whose graph calls a custom op that is not defined where devplan runs: named in
+    one line with --kernels, which imports the module that defines it, so that the archive
+    loads (and the op, which has no kernel, is what is refused then)."""
+    library = (
         "import torch\n"
         "lib = torch.library.Library('devplan_test', 'DEF')\n"
         "lib.define('twice(Tensor x) -> Tensor')\n"
         "lib.impl('twice', lambda x: x * 2, 'CompositeExplicitAutograd')\n"
-        "torch.library.register_fake('devplan_test::twice')(lambda x: torch.empty_like(x))\n"
+        "torch.library.register_fake('devplan_test::twice')(lambda x: torch.empty_like(x))\n")
+    (tmp_path / "twice_ops.py").write_text(library)
+    script = (
+        "import torch, twice_ops\n"
         "class M(torch.nn.Module):\n"
         "    def forward(self, x): return torch.ops.devplan_test.twice(x) + 1\n"
         f"torch.export.save(torch.export.export(M(), (torch.randn(3),)), {str(tmp_path / 'c.pt2')!r})\n")
-    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
-    done = subprocess.run([sys.executable, "-m", "devplan", "compile", str(tmp_path / "c.pt2"), "-o",
-                           str(tmp_path / "c.pte")], capture_output=True, text=True)
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, cwd=tmp_path)
+    compile_c = [sys.executable, "-m", "devplan", "compile", str(tmp_path / "c.pt2"), "-o", str(tmp_path / "c.pte")]
+    done = subprocess.run(compile_c, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2
-    assert done.stderr.strip().count("\n") == 0 and "devplan_test.twice" in done.stderr and len(done.stderr) < 300
+    assert done.stderr.strip().count("\n") == 0 and len(done.stderr) < 300
+    assert "devplan_test::twice" in done.stderr and "pass --kernels MODULE" in done.stderr
+    done = subprocess.run([*compile_c, "--kernels", "twice_ops"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
+    assert "op devplan_test.twice.default is not supported" in done.stderr, done.stderr
     assert not (tmp_path / "c.pte").exists()
