@@ -12,8 +12,8 @@ import pytest
 pytestmark = pytest.mark.sweep
 
 import devplan
-from benchmarks import (compile_vs_executorch, device_plan_vs_executorch, dynamic_vs_executorch, plan_vs_executorch,
-                        quantized_vs_executorch)
+from benchmarks import (compile_vs_executorch, device_plan_vs_executorch, dynamic_vs_executorch, moe_vs_executorch,
+                        plan_vs_executorch, quantized_vs_executorch)
 from benchmarks.floor import order_free_floor
 from benchmarks.harness import export
 
@@ -202,3 +202,13 @@ def test_latency_quick_times_all_four_programs_of_each_model(capsys: pytest.Capt
     assert summary["devplan_xnnpack_larger"] == sum(row["devplan_xnnpack_bytes"] > row["executorch_xnnpack_bytes"]
                                                     for row in rows)
     assert summary["all_ok"] is True
+
+
+def test_moe_table_sets_devplan_against_the_form_executorch_lowers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert moe_vs_executorch.main(["--models", "qwen3_moe"]) == 0
+    out = capsys.readouterr().out
+    (row,) = table_rows(out, moe_vs_executorch.HEADERS)
+    assert row[0] == "qwen3_moe" and len(row) == len(moe_vs_executorch.HEADERS)
+    ours, theirs, ratio, batched = int(row[2]), int(row[3]), float(row[4]), int(row[5])
+    assert ours > 0 and theirs > 0 and batched > 0 and ratio == pytest.approx(ours / theirs, rel=2e-3)
+    assert "qwen3_moe: executorch on grouped_mm experts: " in out and "histc" in out
