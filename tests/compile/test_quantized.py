@@ -177,5 +177,5 @@ def test_an_op_no_library_defines_is_named_in_one_line(tmp_path):
     assert "devplan_test::twice" in done.stderr and "pass --kernels MODULE" in done.stderr
     done = subprocess.run([*compile_c, "--kernels", "twice_ops"], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
-    assert "op devplan_test.twice.default is not supported" in done.stderr, done.stderr
+    assert "custom op devplan_test.twice.default has no out variant" in done.stderr, done.stderr
     assert not (tmp_path / "c.pte").exists()
