@@ -408,7 +408,7 @@ def check_command(
     its delegates plan there included. With --golden, the program is also compared with its
     golden file (--update writes it)."""
     from devplan.inspect.check import check, check_document, check_golden
-    from devplan.inspect.difftext import change_lines, outcome
+    from devplan.inspect.difftext import change_lines, outcome, peak_text
     from devplan.inspect.units import printable, size_text
     from devplan.planning import parse_budget
 
@@ -434,6 +434,8 @@ def check_command(
             facts.append(c.problem)
         what = f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}"
         typer.echo(printable(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}"))
+        if not c.ok and c.peak is not None:  # what a reviewer needs to act on: where, and which blocks
+            typer.echo(printable(f"        at its peak, {peak_text(c.peak)}"))
     if matched is not None and not json_output:
         verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
         typer.echo(printable(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}"))

@@ -29,6 +29,7 @@ class BufferCheck:
     max_ratio: float | None     # size / lower_bound allowed, if asked
     buffers: int = 1
     problem: str | None = None  # the inspection document's: a plan no runtime can trust
+    peak: dict | None = None    # a buffer's busiest instruction and the blocks holding it there (golden.py's)
 
     @property
     def ratio(self) -> float:
@@ -50,6 +51,7 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
     buffer by mem_id ("1", the method's own buffers) or a device ("cpu", "cuda:0"); one that
     names neither is an error."""
     from devplan.inspect import inspect
+    from devplan.inspect.golden import peak_brief
     from devplan.planning.budget import budget_key, checked_budgets
 
     if max_ratio is not None and not 1 <= max_ratio < math.inf:  # nan fails this too
@@ -59,8 +61,10 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
     budgets = {budget_key(target): nbytes for target, nbytes in checked_budgets(budgets or {}).items()}
     checks, named = [], set()
     for m in doc["methods"]:
+        peaks = {peak["mem_id"]: peak_brief(peak) for peak in m["peak"]}
         rows = [BufferCheck(m["name"], b["mem_id"], b["device"], b["size"], b["lower_bound"],
-                            budgets.get(str(b["mem_id"])), max_ratio, problem=b.get("problem")) for b in m["buffers"]]
+                            budgets.get(str(b["mem_id"])), max_ratio, problem=b.get("problem"), peak=peaks.get(b["mem_id"]))
+                for b in m["buffers"]]
         rows += [BufferCheck(f"{m['name']} delegate {d['index']}", b["mem_id"], b["device"], b["size"], b["lower_bound"],
                              None, max_ratio, problem=b.get("problem"))
                  for d in m["delegates"] for b in d["payload_buffers"] or ()]

@@ -284,6 +284,21 @@ class _Compare:
             self.sized(method, subject, "lower_bound", x["lower_bound"], y["lower_bound"])
             if "tensors" in x:
                 self.fixed(method, subject, "tensors", x["tensors"], y["tensors"])
+            self.peak(method, subject, x.get("peak"), y.get("peak"))
+
+    def peak(self, method: str, subject: str, a: dict | None, b: dict | None) -> None:
+        """Where a buffer's peak is and which blocks hold it, when either changed: reported, never
+        failed (the sizes fail), so that a grown buffer says which blocks grew."""
+        if a is None or b is None:
+            return
+        modules = [{"module": module, "a": a["modules"].get(module, 0), "b": b["modules"].get(module, 0)}
+                   for module in sorted({*a["modules"], *b["modules"]})]
+        grown = sorted((m for m in modules if m["a"] != m["b"]), key=lambda m: (-abs(m["b"] - m["a"]), m["module"]))
+        moved = (a["op"], a["source"]) != (b["op"], b["source"])
+        if grown or moved:
+            brief = lambda p: {key: p[key] for key in ("instruction", "op", "source", "bytes")}  # noqa: E731
+            self.changes.append(Change(method, subject, "peak", brief(a), brief(b), self.exact,
+                                       {"moved": moved, "modules": grown[:LARGEST_SHOWN], "more": max(0, len(grown) - LARGEST_SHOWN)}))
 
     def devices(self, method: str, a: dict, b: dict) -> None:
         """A device's total, where it holds more than one buffer (else its buffer's line says it)."""

@@ -18,7 +18,7 @@ _PLACEMENT_KINDS = {"added": "added", "removed": "removed", "moved": "moved", "r
 
 _FACTS = {"size": "size", "lower_bound": "lower bound", "payload_size": "payload", "constant_bytes": "constant bytes",
           "count": "", "tensors": "tensors", "device": "device", "id": "backend", "target_device": "target device",
-          "added": "added", "removed": "removed", "digest": "", "window": "window"}
+          "added": "added", "removed": "removed", "digest": "", "window": "window", "peak": "peak"}
 
 
 def diff_text(d) -> str:
@@ -59,6 +59,8 @@ def _lines(change) -> list[str]:
     label = f"{change.subject} {fact}".rstrip() if change.subject != "program" else fact
     if change.fact == "digest":
         return [f"  {status}  {label}: {_placements(change)}", *_largest(change.detail)]
+    if change.fact == "peak":
+        return [f"  {status}  {label}: {_peak_values(change)}", *_blocks(change.detail)]
     return [f"  {status}  {label}: {_values(change)}"]
 
 
@@ -81,6 +83,38 @@ def _values(change) -> str:
     if isinstance(a, int) and isinstance(b, int):
         return f"{a} -> {b} ({b - a:+d})"
     return f"{a} -> {b}"
+
+
+def _peak_values(change) -> str:
+    """'#12 aten::addmm.out (h.0.mlp.c_fc (Conv1D) addmm), 36.2 KiB -> #40 ... , 54.2 KiB'; one
+    place when the peak stayed where it was."""
+    a, b = change.a, change.b
+    if not change.detail["moved"]:
+        return f"{_where_peak(b)}, {size_text(a['bytes'])} -> {size_text(b['bytes'])}"
+    return f"moved from {_where_peak(a)}, {size_text(a['bytes'])}, to {_where_peak(b)}, {size_text(b['bytes'])}"
+
+
+def _where_peak(peak: dict) -> str:
+    where = (peak["source"] or "").strip()  # ExecuTorch's default programs keep no stacktrace
+    source = f" ({where})" if where else ""
+    return f"#{peak['instruction']} {peak['op']}{source}"
+
+
+def peak_text(peak: dict, blocks: int = 3) -> str:
+    """'#40 aten::addmm.out (h.0.mlp.c_fc (Conv1D) addmm) holds 54.2 KiB: h.0.mlp 36.0 KiB, ...',
+    the largest `blocks` blocks."""
+    largest = sorted(peak["modules"].items(), key=lambda item: (-item[1], item[0]))[:blocks]
+    held = ", ".join(f"{module} {size_text(nbytes)}" for module, nbytes in largest)
+    return f"{_where_peak(peak)} holds {size_text(peak['bytes'])}" + (f": {held}" if held else "")
+
+
+def _blocks(detail: dict) -> list[str]:
+    """Each block whose bytes at the peak changed, most changed first: 'h.0.mlp +18.0 KiB (18.0 KiB -> 36.0 KiB)'."""
+    lines = [f"{_INDENT}{m['module']} {_signed_bytes(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
+             for m in detail["modules"]]
+    if detail["more"]:
+        lines.append(f"{_INDENT}and {detail['more']} more blocks")
+    return lines
 
 
 def _window(window: dict | None) -> str:

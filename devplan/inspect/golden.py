@@ -41,7 +41,9 @@ def _method(method: dict) -> dict:
     delegates = [{"index": d["index"], "id": d["id"], "target_device": d["target_device"],
                   "payload_size": d["payload_size"], "payload_buffers": d["payload_buffers"], "window": d["window"]}
                  for d in method["delegates"]]
-    buffers = [{key: b[key] for key in ("mem_id", "device", "size", "lower_bound", "tensors")} for b in method["buffers"]]
+    peaks = {peak["mem_id"]: peak for peak in method.get("peak", ())}
+    buffers = [{**{key: b[key] for key in ("mem_id", "device", "size", "lower_bound", "tensors")},
+                **({"peak": peak_brief(peaks[b["mem_id"]])} if b["mem_id"] in peaks else {})} for b in method["buffers"]]
     return {
         "name": method["name"],
         "counts": {"instructions": method["counts"]["instructions"], "values": method["counts"]["values"],
@@ -53,6 +55,13 @@ def _method(method: dict) -> dict:
         "delegates": delegates,
         "placements": {"count": len(rows), "sha256": placement_digest(rows)},
     }
+
+
+def peak_brief(peak: dict) -> dict:
+    """A buffer's busiest instruction (its number, op and where in the model it came from), the
+    bytes held there, and each block's share of them: what a reviewer reads when the size grows."""
+    return {"instruction": peak["instruction"], "op": peak["op"], "source": peak["source"], "bytes": peak["bytes"],
+            "modules": {m["module"]: m["bytes"] for m in peak["modules"]}}
 
 
 def placements(method: dict) -> list[dict]:

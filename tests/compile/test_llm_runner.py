@@ -53,3 +53,19 @@ def test_plans_no_more_than_executorch_with_every_constant_method(llama):
     caches = [t for t in ours["methods"][0]["tensors"]
               if (t["source"] or "").startswith("buffer ") and re.search("k_cache|v_cache|key_cache|value_cache", t["source"])]
     assert len(caches) == 4 and all(t["mem_id"] == 1 for t in caches)
+
+
+@pytest.mark.sweep
+def test_cli_compiles_the_same_program(llama, tmp_path):
+    """`devplan compile --kernels llama --metadata` in a fresh process: the same bytes as the API's."""
+    import json
+    import subprocess
+    import sys
+
+    exported, result, _ = llama
+    (tmp_path / "llm.json").write_text(json.dumps(exported.metadata))
+    out = tmp_path / "cli.pte"
+    done = subprocess.run([sys.executable, "-m", "devplan", "compile", str(exported.pt2), "-o", str(out), "--kernels", "llama",
+                           "--metadata", str(tmp_path / "llm.json")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == result.data
