@@ -54,7 +54,8 @@ QUANTIZED: dict[str, torch._C.FunctionSchema] = {name: torch._C.parse_schema(_Q 
 # define itself: `--kernels NAMESPACE` imports it (transformers registers its ops in a module
 # that `import transformers` alone does not import), and the hint for an unregistered op names it
 OP_LIBRARIES = {"transformers": "transformers.integrations.moe",
-                "llama": "executorch.extension.llm.custom_ops.custom_ops"}
+                "llama": "executorch.extension.llm.custom_ops.custom_ops",
+                "quantized_decomposed": "executorch.exir.passes._quant_patterns_and_replacements"}
 
 # Ops whose (first) result element i depends only on element i of a same-shaped input
 # (per-channel constants aside), so the result may take over the storage of such an input
@@ -136,8 +137,13 @@ def kernel_name(op: OpOverload) -> str:
     return schema_name(op._schema)
 
 
+# ExecuTorch's quantized kernel library also runs the embedding lookups of its LLM quantization
+# recipes (export_llama's --embedding-quantize); ExecuTorch's Python registers their ops with torch
+# (OP_LIBRARIES' quantized_decomposed), out variants with no kernel of torch's own.
+QUANTIZED_EMBEDDINGS = frozenset(f"quantized_decomposed::embedding_{bits}.{overload}"
+                                 for bits in ("byte", "4bit", "2bit") for overload in ("out", "dtype_out"))
 # The operators a program may call: the portable kernels and the quantized ones.
-KERNELS: frozenset[str] = PORTABLE | {schema_name(schema) for schema in QUANTIZED.values()}
+KERNELS: frozenset[str] = PORTABLE | {schema_name(schema) for schema in QUANTIZED.values()} | QUANTIZED_EMBEDDINGS
 # Namespaces of torch's own operators: an op of any other namespace comes from a kernel library
 # the user loads (ExecuTorch's llama:: custom ops register a .out overload beside each op, and
 # the runtime the program targets links their kernels), so its out variant is called by name.

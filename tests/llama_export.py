@@ -28,10 +28,12 @@ class LlamaExport:
 
 
 def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                 max_seq: int = 64, seed: int = 0, metadata: dict | None = None, xnnpack: bool = False) -> LlamaExport:
+                 max_seq: int = 64, seed: int = 0, metadata: dict | None = None, xnnpack: bool = False,
+                 embedding_quantize: str | None = None) -> LlamaExport:
     """The model through ExecuTorch's export_llama pipeline (use_kv_cache, use_sdpa_with_kv_cache,
     dynamic prefill length); its weights drawn from `seed` and loaded from a checkpoint file.
-    `xnnpack`: ExecuTorch's program sends the linears to XNNPACK, as its LLM recipe does."""
+    `xnnpack`: ExecuTorch's program sends the linears to XNNPACK, as its LLM recipe does;
+    `embedding_quantize` ("8,0": 8 bits, per row) quantizes the embedding as export_llama -E does."""
     import importlib
 
     from executorch.examples.models.llama import export_llama_lib
@@ -53,6 +55,7 @@ def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4
     config.model.use_kv_cache = config.model.use_sdpa_with_kv_cache = config.model.enable_dynamic_shape = True
     config.export.max_seq_length = config.export.max_context_length = max_seq
     config.backend.xnnpack.enabled = xnnpack
+    config.quantization.embedding_quantize = embedding_quantize
     config.export.output_dir, config.export.output_name = str(folder), str(folder / "executorch.pte")
     builder = export_llama_lib._prepare_for_llama_export(config)
     ep = builder._export()
@@ -122,6 +125,7 @@ def generate(pte: Path, tokenizer: Path, prompt: str, new_tokens: int = 32) -> t
     from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
     importlib.import_module(CUSTOM_OPS)
+    importlib.import_module("executorch.kernels.quantized")  # registers the quantized kernels with the runtime
     runner = TextLLMRunner(str(pte), str(tokenizer))
     pieces: list[str] = []
     stats: list = []

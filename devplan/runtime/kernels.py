@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from devplan.ops import NUMBER_OPS, PORTABLE, QUANTIZED, TORCH_NAMESPACES, out_schema, schema_name, torch_op
+from devplan.ops import (NUMBER_OPS, PORTABLE, QUANTIZED, QUANTIZED_EMBEDDINGS, TORCH_NAMESPACES, out_schema, schema_name,
+                         torch_op)
 
 
 def resize_within(out: torch.Tensor, size: list[int]) -> torch.Tensor:
@@ -51,9 +52,10 @@ def schema_op(name: str):
 
         return _Functional(QUANTIZED[functional], torch_op(functional))
     op = torch_op(name)
-    if op is not None and op.namespace not in TORCH_NAMESPACES:
+    if op is not None and (op.namespace not in TORCH_NAMESPACES or name in QUANTIZED_EMBEDDINGS):
         # a kernel library's out variant (ExecuTorch's llama::custom_sdpa.out): torch's wrapper
-        # of it leaves a dynamic out unsized, so its functional twin runs and fills the out
+        # of it leaves a dynamic out unsized, or torch has no kernel for it at all (ExecuTorch's
+        # quantized embeddings), so its functional twin runs and fills the out
         packet = op.overloadpacket
         for overload in packet.overloads():
             twin = getattr(packet, overload)

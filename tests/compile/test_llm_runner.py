@@ -7,6 +7,7 @@ loads both programs and must generate the same 32 tokens greedily; devplan's pro
 no more bytes, the KV cache included."""
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 
@@ -21,7 +22,9 @@ from tests.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, genera
 PROMPT = "the quick brown fox"
 # an end-of-sequence id these seeded models do not reach within 32 tokens, so that all 32 compare
 SPECIAL = {"get_bos_id": 1, "get_eos_ids": [511]}
-EXPORTS = {"executorch_export_llama": export_llama, "transformers_recipe": export_hf_llama}
+EXPORTS = {"executorch_export_llama": export_llama, "transformers_recipe": export_hf_llama,
+           # ExecuTorch's quantized embedding (quantized_decomposed::embedding_byte), as export_llama -E 8,0 makes it
+           "executorch_quantized_embedding": functools.partial(export_llama, embedding_quantize="8,0")}
 
 
 @pytest.fixture(scope="module", params=list(EXPORTS))
@@ -29,6 +32,7 @@ def llama(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
     exported = EXPORTS[request.param](folder, metadata=SPECIAL)
     importlib.import_module(CUSTOM_OPS)
+    importlib.import_module("executorch.exir.passes._quant_patterns_and_replacements")  # quantized embeddings
     result = devplan.compile(exported.pt2, folder / "devplan.pte", constant_methods=exported.metadata)
     return exported, result, word_tokenizer(folder)
 
@@ -66,6 +70,7 @@ def test_cli_compiles_the_same_program(llama, tmp_path):
     (tmp_path / "llm.json").write_text(json.dumps(exported.metadata))
     out = tmp_path / "cli.pte"
     done = subprocess.run([sys.executable, "-m", "devplan", "compile", str(exported.pt2), "-o", str(out), "--kernels", "llama",
-                           "--metadata", str(tmp_path / "llm.json")], capture_output=True, text=True)
+                           "--kernels", "quantized_decomposed", "--metadata", str(tmp_path / "llm.json")],
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert out.read_bytes() == result.data
