@@ -4,14 +4,16 @@
          [-> partition -> compile_delegates: lower_method for each payload]
          -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
                           inplace), each Method -> Method
-                          -> plan_method -> to_program -> dumps_pte
-         -> write
+                          -> plan_method -> to_program -> pte_image (the pieces of the file: the
+                             weights stay the tensors they are, never copied)
+         -> write (streamed, piece by piece)
 """
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -21,18 +23,25 @@ from devplan.options import CompileOptions
 if TYPE_CHECKING:
     from devplan.passes.graph import Lowered
     from devplan.planning.assign import PlannedMethod
+    from devplan.pte.writer import Spread
     from devplan.spec import Device
 
 
 @dataclass(frozen=True)
 class CompileResult:
-    data: bytes                      # the .pte bytes
+    image: "Spread"                  # the .pte as the pieces written, the weights' own tensors among them
     path: Path | None                # where they were written, if anywhere
     planned: "PlannedMethod"
     constant_bytes: int
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
     folding: dict[str, int] = field(default_factory=dict)  # fold_constants' choice (passes/fold.py)
+
+    @cached_property
+    def data(self) -> bytes:
+        """The .pte's bytes, joined when first asked: a compile that writes its file never
+        holds a second copy of the weights."""
+        return bytes(self.image)
 
     def summary(self) -> dict:
         """`devplan compile --json` (docs/compile-json.md): the facts it prints, under the keys
@@ -41,7 +50,7 @@ class CompileResult:
         method = self.planned.method
         return {
             "schema_version": 1,
-            "file": {"name": self.path.name if self.path else "<bytes>", "size": len(self.data),
+            "file": {"name": self.path.name if self.path else "<bytes>", "size": len(self.image),
                      "constant_bytes": self.constant_bytes},
             "methods": [{
                 "name": method.name,
@@ -103,23 +112,23 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
         low = stage("partition", partition, low, own)
         # each payload goes through the same stages as the program, named after its call
         low = compile_delegates(low, lambda sub, device, call: lower_method(sub, options, stage.within(call), device))
-    planned, data, constant_bytes = lower_method(low, options, stage)
+    planned, image, constant_bytes = lower_method(low, options, stage)
     path = Path(output) if output is not None else None
     if path is not None:
-        stage("write", write_atomic, path, data)
-    return CompileResult(data, path, planned, constant_bytes, time.perf_counter() - start, stage.seconds, folding)
+        stage("write", write_atomic, path, image.parts)
+    return CompileResult(image, path, planned, constant_bytes, time.perf_counter() - start, stage.seconds, folding)
 
 
 def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
-                 delegate: "Device | None" = None) -> tuple["PlannedMethod", bytes, int]:
-    """A Lowered graph to (planned method, .pte bytes, stored constant bytes), for the program
+                 delegate: "Device | None" = None) -> tuple["PlannedMethod", "Spread", int]:
+    """A Lowered graph to (planned method, .pte pieces, stored constant bytes), for the program
     and, with `delegate` (the device its backend runs on), for a delegate's payload: every
     tensor it computes on that device, its inputs and outputs its caller's."""
     from devplan.emit.build import build_method
     from devplan.emit.program import to_program
     from devplan.passes import method_passes
     from devplan.planning.assign import plan_method
-    from devplan.pte import dumps_pte
+    from devplan.pte.writer import pte_image
     from devplan.spec import CPU
 
     method = stage("build", build_method, low, device_io=options.device_io and delegate is None)
@@ -132,7 +141,7 @@ def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
     # what the program stores: equal tensors once, each aligned, and the named data that
     # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)
     stored = len(segments[0]) + sum(len(segments[entry.segmentIndex]) for entry in program.namedData or ())
-    return planned, stage("serialize", dumps_pte, program, segments), stored
+    return planned, stage("serialize", pte_image, program, segments), stored
 
 
 @dataclass

@@ -16,10 +16,11 @@ from torch.utils import _pytree as pytree
 from devplan.errors import DevplanError
 from devplan.passes.graph import Lowered, Payload
 from devplan.planning.assign import PlannedMethod
+from devplan.pte.writer import Spread
 from devplan.spec import Device
 
 
-def compile_delegates(low: Lowered, lower: Callable[[Lowered, Device, str], tuple[PlannedMethod, bytes, int]]
+def compile_delegates(low: Lowered, lower: Callable[[Lowered, Device, str], tuple[PlannedMethod, Spread, int]]
                       ) -> Lowered:
     """Every delegate call's Payload: its group as a Lowered program of its own, which
     `lower(program, device, call name)` plans and writes as the compile's other methods are."""
@@ -29,11 +30,11 @@ def compile_delegates(low: Lowered, lower: Callable[[Lowered, Device, str], tupl
             device = low.backends[node.target].device
             try:
                 sub, runtime_args = _group(low, node)
-                planned, data, _ = lower(sub, device, node.target)
+                planned, image, _ = lower(sub, device, node.target)
             except DevplanError as error:
                 raise DevplanError(f"{node.target} (the ops delegated to {device}): {error}") from None
             # everything the payload plans is on its one device: one buffer, or none
-            payloads[node.target] = Payload(data, runtime_args, sum(b.size for b in planned.buffers),
+            payloads[node.target] = Payload(bytes(image), runtime_args, sum(b.size for b in planned.buffers),
                                             sum(b.lower_bound for b in planned.buffers))
     return replace(low, payloads=payloads)
 

@@ -2,7 +2,6 @@
 per-buffer sizes and devices, and the constant data laid out as a segment."""
 from __future__ import annotations
 
-import hashlib
 from dataclasses import astuple
 
 import torch
@@ -43,31 +42,49 @@ from devplan.pte.fb.Tensor import TensorT
 from devplan.pte.fb.TensorList import TensorListT
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
 from devplan.pte.window import window_spec
+from devplan.pte.writer import Spread
 from devplan.spec import CPU, Device, TensorSpec
 
 CONSTANT_ALIGNMENT = 16
 
 
 class _Blob:
-    """One data segment of deduplicated, aligned tensors; item 0 is the format's empty placeholder."""
+    """One data segment of deduplicated, aligned tensors, held as the tensors' own bytes (never
+    copied: a compile holds its weights once); item 0 is the format's empty placeholder. Equal
+    tensors are found by size and a fingerprint of a few sampled bytes, then compared in full."""
 
     def __init__(self) -> None:
-        self.data = bytearray()
+        self.parts: list = []
+        self.size = 0
         self.offsets = [0]
-        self.index: dict[bytes, int] = {}
+        self.index: dict[tuple[int, bytes], list[tuple[torch.Tensor, int]]] = {}
 
     def add(self, tensor: torch.Tensor) -> int:
-        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""  # numpy has no bfloat16
-        key = hashlib.sha256(raw).digest() + str(len(raw)).encode()
-        if key not in self.index:
-            self.data += bytes(-len(self.data) % CONSTANT_ALIGNMENT)
-            self.offsets.append(len(self.data))
-            self.data += raw
-            self.index[key] = len(self.offsets) - 1
-        return self.index[key]
+        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)  # numpy has no bfloat16
+        key = (raw.numel(), _fingerprint(raw))
+        for seen, index in self.index.get(key, ()):
+            if torch.equal(seen, raw):
+                return index
+        self.parts.append(bytes(-self.size % CONSTANT_ALIGNMENT))
+        self.size += len(self.parts[-1])
+        self.offsets.append(self.size)
+        self.parts.append(raw.numpy())
+        self.size += raw.numel()
+        self.index.setdefault(key, []).append((raw, len(self.offsets) - 1))
+        return len(self.offsets) - 1
+
+    def segment(self) -> Spread:
+        return Spread.of(part for part in self.parts if len(part))
 
 
-def to_program(planned: PlannedMethod, *, source: bool = True) -> tuple[ProgramT, list[bytes]]:
+def _fingerprint(raw: torch.Tensor, samples: int = 64) -> bytes:
+    """A few of the bytes, spread across the tensor, and its last ones: tensors that differ
+    mostly differ here, and reading them costs nothing next to comparing whole tensors."""
+    step = max(1, raw.numel() // samples)
+    return bytes(raw[::step][:samples].numpy()) + bytes(raw[-8:].numpy())
+
+
+def to_program(planned: PlannedMethod, *, source: bool = True) -> tuple[ProgramT, list["bytes | Spread"]]:
     """The program and its data segments (constants, initial state if any is non-zero, then
     one per delegate payload). `source` keeps where each instruction came from in the chain's
     stacktrace (devplan/pte/frames.py)."""
@@ -107,7 +124,7 @@ def to_program(planned: PlannedMethod, *, source: bool = True) -> tuple[ProgramT
     program.executionPlan = [plan]
     program.constantBuffer = []
     program.backendDelegateData = []
-    segments = [bytes(constants.data)]
+    segments = [constants.segment()]
     program.constantSegment = SubsegmentOffsetsT()
     program.constantSegment.segmentIndex = 0
     program.constantSegment.offsets = constants.offsets
@@ -115,7 +132,7 @@ def to_program(planned: PlannedMethod, *, source: bool = True) -> tuple[ProgramT
         mutable = SubsegmentOffsetsT()
         mutable.segmentIndex, mutable.offsets = 1, state.offsets
         program.mutableDataSegments = [mutable]
-        segments.append(bytes(state.data))
+        segments.append(state.segment())
     plan.delegates = []
     for delegate in method.delegates:
         plan.delegates.append(_delegate(delegate, len(segments)))
