@@ -144,13 +144,12 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    table = [HEADERS] + [(r["model"], r["step"], f"{r['seconds']:.2f}", f"{r['peak_bytes'] / 2**20:.0f}",
-                          f"{r['peak_over_weights']:.2f}x",
-                          "" if r["versus"] is None else
-                          f"{r['versus']['seconds']:.2f}x time, {r['versus']['peak']:.2f}x memory") for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(HEADERS))]
-    for line in table:
-        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+    from benchmarks.harness import table
+
+    print(table(HEADERS, [(r["model"], r["step"], f"{r['seconds']:.2f}", f"{r['peak_bytes'] / 2**20:.0f}",
+                           f"{r['peak_over_weights']:.2f}x",
+                           "" if r["versus"] is None else
+                           f"{r['versus']['seconds']:.3f}x time, {r['versus']['peak']:.2f}x memory") for r in rows]))
 
 
 if __name__ == "__main__":
