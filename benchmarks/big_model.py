@@ -9,10 +9,11 @@ child process of its own whose peak memory is its own VmHWM (benchmarks/peak.py)
     devplan inspect, inspect --json, check of both programs, and diff of the two
 
 Seconds and peak memory of each, peak memory also over the model's weight bytes, and
-devplan's over ExecuTorch's.
+devplan's over ExecuTorch's. devplan's program is also run on ExecuTorch's runtime against
+eager (the largest difference and whether it is allclose go to stderr).
 
     python benchmarks/big_model.py [--models qwen2_0_5b,tinyllama_1_1b] [--keep DIR] [--json]
-    python benchmarks/big_model.py --models small       # a 150 MB model, as the CI test runs it
+    python benchmarks/big_model.py --models small       # a 113 MB model, as the CI test uses
 
 Run from the repository root; each model takes minutes on 2 cores and needs about 3x its
 weights in free memory (ExecuTorch's lowering does)."""
@@ -47,8 +48,8 @@ MODELS = {
 }
 HEADERS = ("model", "step", "seconds", "peak MB", "peak / weights", "devplan / executorch")
 
-# the child that exports: builds the model from its config, seeded, and saves the export
-_EXPORT = """
+# builds the model from its config, seeded, and the example input ids
+_BUILD = """
 import json, sys, torch, transformers
 family, dtype, config, path, tokens = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 classes = {"qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
@@ -58,10 +59,23 @@ torch.manual_seed(0)
 model = model_class._from_config(config_class(use_cache=False, **config), attn_implementation="sdpa",
                                  torch_dtype=getattr(torch, dtype)).eval()
 ids = torch.randint(3, config["vocab_size"], (1, tokens))
+"""
+# the child that exports and saves the export; prints the weight bytes
+_EXPORT = _BUILD + """
 with torch.no_grad():
     ep = torch.export.export(model, (ids,))
 torch.export.save(ep, path)
 print(sum(p.numel() * p.element_size() for p in model.parameters()))
+"""
+# the child that runs a program (the path) on ExecuTorch's runtime; prints its largest
+# difference from eager and whether that is allclose in the model's dtype
+_AGREE = _BUILD + """
+from executorch.runtime import Runtime
+with torch.no_grad():
+    eager = model(ids).logits
+got = Runtime.get().load_program(path).load_method("forward").execute([ids])[0]
+tolerance = 1e-3 if model.dtype == torch.float32 else 5e-2
+print((got.float() - eager.float()).abs().max().item(), torch.allclose(got.float(), eager.float(), rtol=tolerance, atol=tolerance))
 """
 
 # the child that lowers with ExecuTorch's defaults, from the same .pt2 to a file
@@ -113,6 +127,14 @@ def measure(name: str, folder: Path) -> list[dict]:
 
     lowering = row("executorch lowering", ["-c", _EXECUTORCH, str(model), str(theirs)])
     row("devplan compile", ["-m", "devplan", "compile", str(model), "-o", str(ours)], lowering)
+    family, dtype, config = MODELS[name]
+    agree, _ = run_measured(["-c", _AGREE, family, dtype, json.dumps(config), str(ours), str(TOKENS)],
+                            capture_output=True, text=True, check=False)
+    if agree.returncode:
+        raise SystemExit(f"running devplan's {name} on ExecuTorch's runtime failed:\n{agree.stderr[-3000:]}")
+    difference, close = agree.stdout.split()[-2:]
+    print(f"{name}: devplan's program on ExecuTorch's runtime, largest difference from eager {difference}, "
+          f"allclose {close}", file=sys.stderr)
     for label, program in (("devplan's", ours), ("executorch's", theirs)):
         row(f"inspect {label}", ["-m", "devplan", "inspect", str(program)])
         row(f"inspect --json {label}", ["-m", "devplan", "inspect", "--json", str(program)])

@@ -27,8 +27,8 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class PteFile:
     """A program and the bytes that live outside its FlatBuffer. Vectors of numbers in
-    `program` are numpy arrays viewing the file's bytes (the generated object API's choice);
-    strings are bytes."""
+    `program` are numpy arrays viewing a copy of the FlatBuffer's bytes (the generated object
+    API's choice); strings are bytes."""
 
     program: ProgramT  # without chains' stacktraces, which stacktrace() reads
     # data of program.segments[i], in order: views of `data`, so that only what a reader
