@@ -226,7 +226,8 @@ def _map_file(path: str | os.PathLike, name: str) -> bytes | memoryview:
             raise DevplanError(f"{name}: cannot read ({error.strerror or error}); check the path") from None
 
 
-def _segments(program: ProgramT, data: bytes | memoryview, header: ExtendedHeader | None, name: str) -> tuple[bytes, ...]:
+def _segments(program: ProgramT, data: bytes | memoryview, header: ExtendedHeader | None,
+              name: str) -> tuple[memoryview, ...]:
     listed = program.segments or []
     located = header is not None and header.segment_base_offset > 0
     # ExecuTorch writes no header when every segment is empty, so those need none.
