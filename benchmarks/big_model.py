@@ -10,7 +10,7 @@ child process of its own whose peak memory is its own VmHWM (benchmarks/peak.py)
 
 Seconds and peak memory of each, peak memory also over the model's weight bytes, and
 devplan's over ExecuTorch's. devplan's program is also run on ExecuTorch's runtime against
-eager (the largest difference and whether it is allclose go to stderr).
+eager (the largest difference, and whether it agrees, go to stderr).
 
     python benchmarks/big_model.py [--models qwen2_0_5b,tinyllama_1_1b] [--keep DIR] [--json]
     python benchmarks/big_model.py --models small       # a 113 MB model, as the CI test uses
@@ -67,15 +67,21 @@ with torch.no_grad():
 torch.export.save(ep, path)
 print(sum(p.numel() * p.element_size() for p in model.parameters()))
 """
-# the child that runs a program (the path) on ExecuTorch's runtime; prints its largest
-# difference from eager and whether that is allclose in the model's dtype
+# the child that runs a program (the path) on ExecuTorch's runtime against eager; prints the
+# largest difference from eager and whether the program agrees: in fp32, allclose to eager; in
+# bf16, where eager and the kernels round at different places and 22 layers move logits by
+# units in their last place, no further from the model run in fp32 than eager in bf16 is
 _AGREE = _BUILD + """
 from executorch.runtime import Runtime
 with torch.no_grad():
-    eager = model(ids).logits
-got = Runtime.get().load_program(path).load_method("forward").execute([ids])[0]
-tolerance = 1e-3 if model.dtype == torch.float32 else 5e-2
-print((got.float() - eager.float()).abs().max().item(), torch.allclose(got.float(), eager.float(), rtol=tolerance, atol=tolerance))
+    eager = model(ids).logits.float()
+    got = Runtime.get().load_program(path).load_method("forward").execute([ids])[0].float()
+    if model.dtype == torch.float32:
+        agrees = torch.allclose(got, eager, rtol=1e-3, atol=1e-3)
+    else:
+        exact = model.float()(ids).logits
+        agrees = (got - exact).abs().max() <= 2 * (eager - exact).abs().max()
+print((got - eager).abs().max().item(), bool(agrees))
 """
 
 # the child that lowers with ExecuTorch's defaults, from the same .pt2 to a file
@@ -134,7 +140,7 @@ def measure(name: str, folder: Path) -> list[dict]:
         raise SystemExit(f"running devplan's {name} on ExecuTorch's runtime failed:\n{agree.stderr[-3000:]}")
     difference, close = agree.stdout.split()[-2:]
     print(f"{name}: devplan's program on ExecuTorch's runtime, largest difference from eager {difference}, "
-          f"allclose {close}", file=sys.stderr)
+          f"agrees {close}", file=sys.stderr)
     for label, program in (("devplan's", ours), ("executorch's", theirs)):
         row(f"inspect {label}", ["-m", "devplan", "inspect", str(program)])
         row(f"inspect --json {label}", ["-m", "devplan", "inspect", "--json", str(program)])
