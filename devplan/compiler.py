@@ -40,7 +40,8 @@ class CompileResult:
     @cached_property
     def data(self) -> bytes:
         """The .pte's bytes, joined when first asked: a compile that writes its file never
-        holds a second copy of the weights."""
+        holds a second copy of the weights. The weights are read from the model's own tensors
+        then; the initial state is what it was at compile time."""
         return bytes(self.image)
 
     def summary(self) -> dict:

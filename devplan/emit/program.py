@@ -53,7 +53,10 @@ class _Blob:
     copied: a compile holds its weights once); item 0 is the format's empty placeholder. Equal
     tensors are found by size and a fingerprint of a few sampled bytes, then compared in full."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, snapshot: bool = False) -> None:
+        # `snapshot` copies each tensor: the initial values of state, which running the model
+        # (a KV cache) changes in place before the program's bytes may be asked for
+        self.snapshot = snapshot
         self.parts: list = []
         self.size = 0
         self.offsets = [0]
@@ -65,6 +68,8 @@ class _Blob:
         for seen, index in self.index.get(key, ()):
             if torch.equal(seen, raw):
                 return index
+        if self.snapshot:
+            raw = raw.clone()
         self.parts.append(bytes(-self.size % CONSTANT_ALIGNMENT))
         self.size += len(self.parts[-1])
         self.offsets.append(self.size)
@@ -89,7 +94,7 @@ def to_program(planned: PlannedMethod, *, source: bool = True) -> tuple[ProgramT
     one per delegate payload). `source` keeps where each instruction came from in the chain's
     stacktrace (devplan/pte/frames.py)."""
     method = planned.method
-    constants, state = _Blob(), _Blob()
+    constants, state = _Blob(), _Blob(snapshot=True)
     data_index = {i: constants.add(t) for i, t in method.constants.items()}
     initial = {i: state.add(t) for i, t in method.state.items() if bool(torch.count_nonzero(t))}
     operators: dict[str, int] = {}
