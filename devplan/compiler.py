@@ -5,13 +5,15 @@
          [-> partition -> compile_delegates: lower_method, to_program and dumps_pte for each payload]
          -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
                           inplace), each Method -> Method -> plan_method
-    then every planned method, constant methods too -> to_program -> dumps_pte -> write
+    then every planned method, constant methods too -> to_program -> pte_image (the pieces of the
+         file: the weights stay the tensors they are, never copied) -> write (streamed, piece by piece)
 """
 from __future__ import annotations
 
 import os
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
@@ -21,12 +23,13 @@ from devplan.options import CompileOptions
 if TYPE_CHECKING:
     from devplan.passes.graph import Lowered
     from devplan.planning.assign import PlannedMethod
+    from devplan.pte.writer import Spread
     from devplan.spec import Device
 
 
 @dataclass(frozen=True)
 class CompileResult:
-    data: bytes                      # the .pte bytes
+    image: "Spread"                  # the .pte as the pieces written, the weights' own tensors among them
     path: Path | None                # where they were written, if anywhere
     planned: "PlannedMethod"         # forward's plan
     constant_bytes: int
@@ -35,13 +38,20 @@ class CompileResult:
     folding: dict[str, int] = field(default_factory=dict)  # fold_constants' choice (passes/fold.py), all methods'
     methods: tuple["PlannedMethod", ...] = ()  # every method's plan, in the program's order (forward first)
 
+    @cached_property
+    def data(self) -> bytes:
+        """The .pte's bytes, joined when first asked: a compile that writes its file never
+        holds a second copy of the weights. The weights are read from the model's own tensors
+        then; the initial state is what it was at compile time."""
+        return bytes(self.image)
+
     def summary(self) -> dict:
         """`devplan compile --json` (docs/compile-json.md): the facts it prints, under the keys
         the inspection document gives the same facts; timings apart under `timings`, the one
         key that differs between two runs."""
         return {
             "schema_version": 1,
-            "file": {"name": self.path.name if self.path else "<bytes>", "size": len(self.data),
+            "file": {"name": self.path.name if self.path else "<bytes>", "size": len(self.image),
                      "constant_bytes": self.constant_bytes},
             "methods": [_method_summary(planned) for planned in self.methods or (self.planned,)],
             "folding": {key: int(self.folding.get(key, 0)) for key in _FOLDING},
@@ -112,14 +122,14 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
         folding = {key: folding.get(key, 0) + folded.get(key, 0) for key in {*folding, *folded}}
     planned += [stage(f"{name}.plan", plan_method, constant_method(name, value)) for name, value in constants.items()]
     program, segments = stage("emit", to_program, *planned, source=options.source)
-    data = stage("serialize", dumps_pte, program, segments)
+    image = stage("serialize", pte_image, program, segments)
     # what the program stores: equal tensors once, each aligned, and the named data that
     # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)
     stored = len(segments[0]) + sum(len(segments[entry.segmentIndex]) for entry in program.namedData or ())
     path = Path(output) if output is not None else None
     if path is not None:
-        stage("write", write_atomic, path, data)
-    return CompileResult(data, path, planned[0], stored, time.perf_counter() - start, stage.seconds, folding,
+        stage("write", write_atomic, path, image.parts)
+    return CompileResult(image, path, planned[0], stored, time.perf_counter() - start, stage.seconds, folding,
                          tuple(planned))
 
 

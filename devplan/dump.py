@@ -17,6 +17,7 @@ def stage_text(result, stage: str = "") -> str:
     from devplan.method import Method
     from devplan.passes.graph import Lowered
     from devplan.planning.assign import PlannedMethod
+    from devplan.pte.writer import Spread
 
     if isinstance(result, Lowered):
         if stage.rsplit(".", 1)[-1] == "fold" and result.folding:  # what folding chose, and what it cost
@@ -26,8 +27,8 @@ def stage_text(result, stage: str = "") -> str:
         return str(result.graph_module.graph)
     if hasattr(result, "graph"):  # GraphModule
         return str(result.graph)
-    if isinstance(result, (bytes, bytearray)):
-        return f"{len(result)} bytes, sha256 {hashlib.sha256(result).hexdigest()}\n"
+    if isinstance(result, (bytes, bytearray, Spread)):  # serialize's pieces digest as the bytes they make
+        return f"{len(result)} bytes, sha256 {_sha256(result)}\n"
     if isinstance(result, Path):  # the written file: its name only, which is all a rerun elsewhere shares
         return f"wrote {result.name}\n"
     if isinstance(result, tuple):  # emit: (ProgramT, segments)
@@ -93,6 +94,16 @@ def _value_text(value) -> str:
     return "none" if value is None else f"{type(value).__name__} {value!r}"  # int, float, bool, str
 
 
+def _sha256(data) -> str:
+    """The digest of bytes, or of a Spread's pieces one after another (never joined)."""
+    from devplan.pte.writer import pieces
+
+    digest = hashlib.sha256()
+    for piece in pieces(data):
+        digest.update(piece)
+    return digest.hexdigest()
+
+
 def _program_text(program, segments) -> str:
     """emit's ET12 objects: each plan's counts, operators, buffers and delegates; each segment's size and digest."""
     from devplan.pte.fb.DataLocation import DataLocation
@@ -108,7 +119,7 @@ def _program_text(program, segments) -> str:
         for i, d in enumerate(plan.delegates or ()):
             where = "segment" if d.processed.location == DataLocation.SEGMENT else "inline data"
             lines.append(f"  delegate {i}: {_text(d.id)}, payload in {where} {d.processed.index}")
-    lines += [f"segment {i}: {len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()}"
+    lines += [f"segment {i}: {len(data)} bytes, sha256 {_sha256(data)}"
               for i, data in enumerate(segments)]
     return "\n".join(lines) + "\n"
 

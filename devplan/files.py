@@ -28,8 +28,10 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
-def write_atomic(path: str | os.PathLike, data: bytes, *, follow_links: bool = True, parents: bool = False) -> None:
-    """Write `data` to `path` so that readers see the old file or the whole new one: a
+def write_atomic(path: str | os.PathLike, data: "bytes | Iterable", *, follow_links: bool = True,
+                 parents: bool = False) -> None:
+    """Write `data` (bytes-like, or bytes-like pieces written one after another, which a large
+    program's weights are) to `path` so that readers see the old file or the whole new one: a
     failure leaves no partial file and the old one untouched.
 
     "-" and what standard output is write to standard output; a character device or pipe
@@ -39,15 +41,17 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, follow_links: bool = T
     files devplan names, where a planted link must not redirect the write). Other special
     files are refused. `parents` creates missing folders."""
     name = os.fspath(path)
+    chunks = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else tuple(data)
     try:
         if is_stdout(name):
             sys.stdout.flush()
-            sys.stdout.buffer.write(data)
+            for chunk in chunks:
+                sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
             return
         found = _stat(name, follow_links)
         if found is not None and (stat.S_ISCHR(found.st_mode) or stat.S_ISFIFO(found.st_mode)) and follow_links:
-            return _write_stream(name, data)
+            return _write_stream(name, chunks)
         if found is not None and not (stat.S_ISREG(found.st_mode) or stat.S_ISLNK(found.st_mode)):
             raise DevplanError(f"{name}: is {_kind(found.st_mode)}; devplan writes regular files, character devices "
                                f"and pipes; pass a file path")
@@ -64,7 +68,8 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, follow_links: bool = T
         raise DevplanError(f"{name}: cannot write ({error.strerror or error}); check that the directory exists and is writable") from None
     try:
         with os.fdopen(descriptor, "wb") as file:
-            file.write(data)
+            for chunk in chunks:
+                file.write(chunk)
             file.flush()
             os.fsync(file.fileno())
         os.chmod(temporary, _mode_for(found))
@@ -84,12 +89,13 @@ def _stat(path: str, follow_links: bool) -> os.stat_result | None:
         return None
 
 
-def _write_stream(path: str, data: bytes) -> None:
+def _write_stream(path: str, chunks: tuple) -> None:
     """A character device or pipe, opened without O_CREAT: should it vanish meanwhile, no
     regular file appears in its place half written."""
     descriptor = os.open(path, os.O_WRONLY | os.O_NOCTTY)
     with os.fdopen(descriptor, "wb") as stream:
-        stream.write(data)
+        for chunk in chunks:
+            stream.write(chunk)
 
 
 def is_stdout(path: str | os.PathLike) -> bool:

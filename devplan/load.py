@@ -16,6 +16,7 @@ import os
 import re
 import zipfile
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from devplan import allowlist
@@ -43,7 +44,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     handlers, propagate = logger.handlers, logger.propagate
     logger.handlers, logger.propagate = [catcher], False
     try:
-        with _stand_ins(_unknown_tree_types(path)), _type_hints_once():
+        with _stand_ins(_unknown_tree_types(path)), _type_hints_once(), _weights_mapped(path):
             return _without_guards(_plain_specs(torch.export.load(path)))
     except Exception as error:  # torch raises many kinds here; all mean the archive is unusable
         logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
@@ -336,6 +337,52 @@ def _unknown_tree_types(path: Path) -> set[str]:
                         text = (entry.get("signature") or {}).get(key)
                         names |= types(json.loads(text)) if isinstance(text, str) and text else set()
     return {name for name in names if name not in SERIALIZED_TYPE_TO_PYTHON_TYPE}
+
+
+@contextlib.contextmanager
+def _weights_mapped(path: Path):
+    """torch's reader copies every weight out of the archive, all read before any is needed
+    and then held beside the archive's pages. torch.export.save stores its members
+    uncompressed and aligned, so while torch reads, each such tensor is instead a view of a
+    private mapping of the archive: its pages are read when a pass or the writer touches them,
+    and whatever writes to it changes this process's copy only. Compressed or unaligned members
+    (a re-zipped archive) are read as torch reads them."""
+    import mmap
+
+    import torch
+    from torch.export.pt2_archive import _package as package
+
+    with zipfile.ZipFile(path) as archive:
+        stored = {info.filename.partition("/")[2] for info in archive.infolist()
+                  if info.compress_type == zipfile.ZIP_STORED}
+    with open(path, "rb") as file:
+        mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
+    original = package._build_file_map
+
+    def build_file_map(archive_reader, config, base_dir):
+        mapped = {}
+        for meta in config.config.values():
+            record, tensor_meta = os.path.join(base_dir, meta.path_name), meta.tensor_meta
+            if meta.use_pickle or tensor_meta is None or meta.path_name in mapped or record not in stored:
+                continue
+            dtype = package.deserialize_scalar_type(tensor_meta.dtype)
+            offset = archive_reader.archive_file.get_record_offset(record)
+            size = archive_reader.archive_file.get_record_size(record)
+            if size == 0 or size % dtype.itemsize or offset % dtype.itemsize:
+                continue
+            tensor = torch.frombuffer(mapping, dtype=torch.uint8, count=size, offset=offset).view(dtype)
+            if tensor_meta.requires_grad:
+                tensor.requires_grad_(True)
+            device = package.deserialize_device(tensor_meta.device)
+            mapped[meta.path_name] = tensor if device == torch.device("cpu") else tensor.to(device)
+        rest = {key: meta for key, meta in config.config.items() if meta.path_name not in mapped}
+        return {**original(archive_reader, replace(config, config=rest), base_dir), **mapped}
+
+    package._build_file_map = build_file_map
+    try:
+        yield
+    finally:
+        package._build_file_map = original
 
 
 @contextlib.contextmanager

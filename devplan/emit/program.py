@@ -2,7 +2,6 @@
 calls, per-buffer sizes and devices; the constant data of all laid out as one segment."""
 from __future__ import annotations
 
-import hashlib
 from dataclasses import astuple
 
 import torch
@@ -43,43 +42,66 @@ from devplan.pte.fb.Tensor import TensorT
 from devplan.pte.fb.TensorList import TensorListT
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
 from devplan.pte.window import window_spec
+from devplan.pte.writer import Spread
 from devplan.spec import CPU, Device, TensorSpec
 
 CONSTANT_ALIGNMENT = 16
 
 
 class _Blob:
-    """One data segment of deduplicated, aligned tensors; item 0 is the format's empty placeholder."""
+    """One data segment of deduplicated, aligned tensors, held as the tensors' own bytes (never
+    copied: a compile holds its weights once); item 0 is the format's empty placeholder. Equal
+    tensors are found by size and a fingerprint of a few sampled bytes, then compared in full."""
 
-    def __init__(self) -> None:
-        self.data = bytearray()
+    def __init__(self, *, snapshot: bool = False) -> None:
+        # `snapshot` copies each tensor: the initial values of state, which running the model
+        # (a KV cache) changes in place before the program's bytes may be asked for
+        self.snapshot = snapshot
+        self.parts: list = []
+        self.size = 0
         self.offsets = [0]
-        self.index: dict[bytes, int] = {}
+        self.index: dict[tuple[int, bytes], list[tuple[torch.Tensor, int]]] = {}
 
     def add(self, tensor: torch.Tensor) -> int:
-        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""  # numpy has no bfloat16
-        key = hashlib.sha256(raw).digest() + str(len(raw)).encode()
-        if key not in self.index:
-            self.data += bytes(-len(self.data) % CONSTANT_ALIGNMENT)
-            self.offsets.append(len(self.data))
-            self.data += raw
-            self.index[key] = len(self.offsets) - 1
-        return self.index[key]
+        raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)  # numpy has no bfloat16
+        key = (raw.numel(), _fingerprint(raw))
+        for seen, index in self.index.get(key, ()):
+            if torch.equal(seen, raw):
+                return index
+        if self.snapshot:
+            raw = raw.clone()
+        self.parts.append(bytes(-self.size % CONSTANT_ALIGNMENT))
+        self.size += len(self.parts[-1])
+        self.offsets.append(self.size)
+        self.parts.append(raw.numpy())
+        self.size += raw.numel()
+        self.index.setdefault(key, []).append((raw, len(self.offsets) - 1))
+        return len(self.offsets) - 1
+
+    def segment(self) -> Spread:
+        return Spread.of(part for part in self.parts if len(part))
 
 
-def to_program(*planned: PlannedMethod, source: bool = True) -> tuple[ProgramT, list[bytes]]:
+def _fingerprint(raw: torch.Tensor, samples: int = 64) -> bytes:
+    """A few of the bytes, spread across the tensor, and its last ones: tensors that differ
+    mostly differ here, and reading them costs nothing next to comparing whole tensors."""
+    step = max(1, raw.numel() // samples)
+    return bytes(raw[::step][:samples].numpy()) + bytes(raw[-8:].numpy())
+
+
+def to_program(*planned: PlannedMethod, source: bool = True) -> tuple[ProgramT, list["bytes | Spread"]]:
     """The program of one or more planned methods and its data segments (the methods' constants,
     each stored once, their initial state if any is non-zero, then one per delegate payload,
     then the named data). `source` keeps where each instruction came from in the chain's
     stacktrace (devplan/pte/frames.py)."""
-    constants, state = _Blob(), _Blob()
+    constants, state = _Blob(), _Blob(snapshot=True)
     data_index = [{i: constants.add(t) for i, t in p.method.constants.items()} for p in planned]
     initial = [{i: state.add(t) for i, t in p.method.state.items() if bool(torch.count_nonzero(t))} for p in planned]
     program = ProgramT()
     program.version = 0
     program.constantBuffer = []
     program.backendDelegateData = []
-    segments = [bytes(constants.data)]
+    segments: list["bytes | Spread"] = [constants.segment()]
     program.constantSegment = SubsegmentOffsetsT()
     program.constantSegment.segmentIndex = 0
     program.constantSegment.offsets = constants.offsets
@@ -87,7 +109,7 @@ def to_program(*planned: PlannedMethod, source: bool = True) -> tuple[ProgramT, 
         mutable = SubsegmentOffsetsT()
         mutable.segmentIndex, mutable.offsets = 1, state.offsets
         program.mutableDataSegments = [mutable]
-        segments.append(bytes(state.data))
+        segments.append(state.segment())
     program.executionPlan = [_plan(p, data, init, segments, source) for p, data, init in zip(planned, data_index, initial)]
     # what ExecuTorch's backends keep beside their payloads, once per key, a segment each
     named = {key: data for p in planned for delegate in p.method.delegates for key, data, _ in delegate.named_data}
@@ -100,7 +122,7 @@ def to_program(*planned: PlannedMethod, source: bool = True) -> tuple[ProgramT, 
     return program, segments
 
 
-def _plan(planned: PlannedMethod, data_index: dict, initial: dict, segments: list[bytes], source: bool) -> ExecutionPlanT:
+def _plan(planned: PlannedMethod, data_index: dict, initial: dict, segments: list, source: bool) -> ExecutionPlanT:
     """One method's execution plan; its delegates' payloads are appended to `segments`."""
     method = planned.method
     operators: dict[str, int] = {}

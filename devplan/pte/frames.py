@@ -95,7 +95,7 @@ def read_frames(frames: list[tuple[str, int, str, str]]) -> Where:
     return Where(module, kind, op, file, line, code, tuple(names))
 
 
-def read_stacktrace(buffer: bytes, plan_index: int, chain_index: int) -> list[Where | None] | None:
+def read_stacktrace(buffer: "bytes | memoryview", plan_index: int, chain_index: int) -> list[Where | None] | None:
     """What the frames of each instruction of a chain say, or None when the chain keeps none.
     Read straight from the (verified) FlatBuffer, each frame table once: frames repeat across
     instructions (devplan shares them), and unpacking a FrameT per frame and instruction made a
@@ -147,7 +147,7 @@ def _frame_fields(buffer: bytes, frame: int) -> tuple[str, int, str, str]:
         if not at:
             return ""
         start = frame + at + _U32.unpack_from(buffer, frame + at)[0]
-        return buffer[start + 4:start + 4 + _U32.unpack_from(buffer, start)[0]].decode("utf-8", errors="replace")
+        return bytes(buffer[start + 4:start + 4 + _U32.unpack_from(buffer, start)[0]]).decode("utf-8", errors="replace")
 
     line = _field(buffer, frame, 1)
     return string(0), _I32.unpack_from(buffer, frame + line)[0] if line else 0, string(2), string(3)

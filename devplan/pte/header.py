@@ -54,9 +54,10 @@ class ExtendedHeader:
         )
 
 
-def check_container(data: bytes, name: str) -> ExtendedHeader | None:
+def check_container(data: bytes | memoryview, name: str) -> ExtendedHeader | None:
     """Check the identifier and the extended header against the file's size; return the header."""
-    size = len(data)
+    # the first bytes alone: the rest of a mapped file stays unread
+    size, data = len(data), bytes(data[:HEADER_OFFSET + HEADER_LENGTH])
     if size == 0:
         raise DevplanError(f"{name}: empty file; expected an ExecuTorch .pte program")
     if data.startswith(_ZIP_MAGIC):
@@ -70,12 +71,12 @@ def check_container(data: bytes, name: str) -> ExtendedHeader | None:
         raise DevplanError(f"{name}: not an ET12 program (file identifier {data[4:8]!r}); {_DAMAGED}")
     if data[HEADER_OFFSET : HEADER_OFFSET + 4] != HEADER_MAGIC:
         return None
-    return _parse_header(data, name)
+    return _parse_header(data, size, name)
 
 
-def _parse_header(data: bytes, name: str) -> ExtendedHeader:
-    size = len(data)
-    if size < HEADER_OFFSET + HEADER_MIN_LENGTH:
+def _parse_header(data: bytes, size: int, name: str) -> ExtendedHeader:
+    """The header from the file's first bytes `data`, checked against the file's `size`."""
+    if len(data) < HEADER_OFFSET + HEADER_MIN_LENGTH:
         raise DevplanError(f"{name}: truncated: the extended header at byte 8 needs 24 bytes but the file ends at byte {size}; {_DAMAGED}")
     _, length, program_size, base = _HEADER.unpack_from(data, HEADER_OFFSET)
     if length < HEADER_MIN_LENGTH:

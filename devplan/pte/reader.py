@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, TypeVar
@@ -26,15 +27,20 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class PteFile:
     """A program and the bytes that live outside its FlatBuffer. Vectors of numbers in
-    `program` are numpy arrays viewing the file's bytes (the generated object API's choice);
-    strings are bytes."""
+    `program` are numpy arrays viewing a copy of the FlatBuffer's bytes (the generated object
+    API's choice); strings are bytes."""
 
     program: ProgramT  # without chains' stacktraces, which stacktrace() reads
-    segments: tuple[bytes, ...]  # data of program.segments[i], in order
+    # data of program.segments[i], in order: views of `data`, so that only what a reader
+    # touches is ever read from a mapped file
+    segments: tuple[bytes | memoryview, ...]
     size: int  # file size in bytes
     header: ExtendedHeader | None
     name: str = "<bytes>"  # how messages name the file
-    data: bytes = b""  # the whole file, which the program's FlatBuffer starts
+    # the whole file, which the program's FlatBuffer starts: bytes given, or a file's private
+    # mapping (a memoryview; what writes into it stays in this process)
+    data: bytes | memoryview = b""
+    path: str | None = None  # the file mapped, which ExecuTorch's runtime can map itself
     depth: int = 0  # how many delegate payloads this program lies inside
     # what is worked out once per file (see memo); only memo reaches it
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
@@ -47,6 +53,11 @@ class PteFile:
         if key not in self._memo:
             self._memo[key] = make()
         return self._memo[key]
+
+    @property
+    def mapped(self) -> bool:
+        """Whether `data` maps a file privately, so that tensors may use its bytes in place."""
+        return isinstance(self.data, memoryview)
 
     @property
     def constants_unlisted(self) -> bool:
@@ -164,17 +175,21 @@ def read_pte(source: "str | os.PathLike | bytes | PteFile", name: str | None = N
         name = name or "<bytes>"
     else:
         name = name or os.fspath(source)
-        data = _read_file(source, name)
+        data = _map_file(source, name)
     header = check_container(data, name)
     program_size = header.program_size if header else len(data)
-    verify_program(data, HEADER_OFFSET + (header.length if header else 0), program_size, name)
+    # the FlatBuffer alone, copied out of a mapped file: every table read reads these bytes,
+    # and the segments behind them (the weights) stay on disk until something reads them
+    flat = data if isinstance(data, bytes) and program_size == len(data) else bytes(data[:program_size])
+    verify_program(flat, HEADER_OFFSET + (header.length if header else 0), program_size, name, len(data))
     try:
         with _stacktraces_left_packed():
-            program = ProgramT.InitFromPackedBuf(data, 0)
+            program = ProgramT.InitFromPackedBuf(flat, 0)
     except Exception as error:  # a bug or gap in the checks above must still read as bad input
         detail = " ".join(str(error).split())
         raise DevplanError(f"{name}: cannot decode the program ({type(error).__name__}: {detail}); {_DAMAGED}") from error
-    pte = PteFile(program, _segments(program, data, header, name), len(data), header, name, data)
+    pte = PteFile(program, _segments(program, data, header, name), len(data), header, name, data,
+                  path=os.fspath(source) if isinstance(data, memoryview) else None)
     _check_references(pte)
     return pte
 
@@ -192,13 +207,27 @@ def _stacktraces_left_packed():
         Chain.StacktraceIsNone = said
 
 
-def _read_file(path: str | os.PathLike, name: str) -> bytes:
-    from devplan.files import read_input
+def _map_file(path: str | os.PathLike, name: str) -> bytes | memoryview:
+    """A program file as a private copy-on-write mapping: pages are read when touched, so that
+    a reader of the FlatBuffer never reads the weights, and the runtime uses constants in place
+    (a kernel that wrote one would change this process's copy, never the file)."""
+    from devplan.files import open_input
 
-    return read_input(path, limit=MAX_PROGRAM_BYTES, name=name, hint="pass the path of a .pte file, or - to read standard input")
+    hint = "pass the path of a .pte file, or - to read standard input"
+    with open_input(path, hint=hint, name=name) as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > MAX_PROGRAM_BYTES:
+            raise DevplanError(f"{name}: larger than the {MAX_PROGRAM_BYTES} bytes devplan reads for it; {hint}")
+        if size == 0:  # nothing to map; check_container names the empty file
+            return b""
+        try:
+            return memoryview(mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY))
+        except OSError as error:
+            raise DevplanError(f"{name}: cannot read ({error.strerror or error}); check the path") from None
 
 
-def _segments(program: ProgramT, data: bytes, header: ExtendedHeader | None, name: str) -> tuple[bytes, ...]:
+def _segments(program: ProgramT, data: bytes | memoryview, header: ExtendedHeader | None,
+              name: str) -> tuple[memoryview, ...]:
     listed = program.segments or []
     located = header is not None and header.segment_base_offset > 0
     # ExecuTorch writes no header when every segment is empty, so those need none.
@@ -215,7 +244,8 @@ def _segments(program: ProgramT, data: bytes, header: ExtendedHeader | None, nam
             f"{name}: truncated: segment {index} claims bytes {segment.offset}..{segment.offset + segment.size} "
             f"of the segment data but that holds {available} bytes (file size {len(data)}); {_DAMAGED}"
         )
-    return tuple(data[base + segment.offset : base + segment.offset + segment.size] for segment in listed)
+    view = memoryview(data).toreadonly()  # slices of bytes would copy them
+    return tuple(view[base + segment.offset : base + segment.offset + segment.size] for segment in listed)
 
 
 def _check_references(pte: PteFile) -> None:

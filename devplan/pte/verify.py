@@ -276,10 +276,11 @@ class _Walker:
         self.table(self.follow(value, member_path), member, member_path, depth + 1)
 
 
-def verify_program(data: bytes, start: int, end: int, name: str) -> None:
+def verify_program(data: bytes, start: int, end: int, name: str, file_size: int | None = None) -> None:
     """Check the FlatBuffer in data[:end] whose root table must lie at or after byte `start`
-    (past the identifier and any extended header). Raises DevplanError naming `name`."""
-    walker = _Walker(data, end, name, whole_file=end == len(data))
+    (past the identifier and any extended header), in a file of `file_size` bytes (default
+    len(data)). Raises DevplanError naming `name`."""
+    walker = _Walker(data, end, name, whole_file=end == (len(data) if file_size is None else file_size))
     root = walker.follow(0, None)
     if root < start:
         walker.corrupt(None, f"root offset points to byte {root}, inside the file header")

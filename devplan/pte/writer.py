@@ -22,8 +22,41 @@ _root_offset = struct.Struct("<I")
 SEGMENT_ALIGNMENT = 128  # where each data segment starts, as ExecuTorch aligns them
 
 
-def dumps_pte(program: ProgramT, segments: Sequence[bytes] = (), *, segment_alignment: int = SEGMENT_ALIGNMENT) -> bytes:
-    """The bytes of a .pte holding `program` and the data of its segments, in order.
+@dataclass(frozen=True)
+class Spread:
+    """Bytes held as the pieces that make them, in order (tensors' numpy views, bytes): a
+    segment of weights, or a whole program, written piece by piece and joined into one bytes
+    object only when asked (bytes(spread)), so that a compile holds its weights once."""
+
+    parts: tuple
+    size: int
+
+    @classmethod
+    def of(cls, parts) -> "Spread":
+        parts = tuple(parts)
+        return cls(parts, sum(memoryview(part).nbytes for part in parts))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def pieces(data) -> tuple:
+    """The buffers that make `data`, a Spread or one bytes-like object, in order."""
+    return data.parts if isinstance(data, Spread) else (data,)
+
+
+def dumps_pte(program: ProgramT, segments: Sequence = (), *, segment_alignment: int = SEGMENT_ALIGNMENT) -> bytes:
+    """The bytes of a .pte holding `program` and the data of its segments (bytes-like, or
+    Spreads), in order: pte_image's, joined."""
+    return bytes(pte_image(program, segments, segment_alignment=segment_alignment))
+
+
+def pte_image(program: ProgramT, segments: Sequence = (), *, segment_alignment: int = SEGMENT_ALIGNMENT) -> Spread:
+    """A .pte holding `program` and the data of its segments, in order, as the pieces to
+    write one after another: the segments' own buffers are never copied.
 
     program.segments is rewritten (in the output only) to say where each segment landed;
     when it already lists entries, there must be one per segment given. Without segment
@@ -49,7 +82,7 @@ def dumps_pte(program: ProgramT, segments: Sequence[bytes] = (), *, segment_alig
     flat = bytes(builder.Output())
     data_size = placed[-1][0] + placed[-1][1] if placed else 0
     if data_size == 0:  # like ExecuTorch: empty segments need no header
-        return flat
+        return Spread.of([flat])
 
     # The header goes inside the FlatBuffer, so its padded length must keep every aligned
     # object aligned.
@@ -58,17 +91,17 @@ def dumps_pte(program: ProgramT, segments: Sequence[bytes] = (), *, segment_alig
     base = _round_up(program_size, segment_alignment)
     header = ExtendedHeader(program_size, base, data_size).to_bytes()
     (root,) = _root_offset.unpack_from(flat)
-    parts = [_root_offset.pack(root + padded), flat[4:HEADER_OFFSET], header.ljust(padded, b"\0"), flat[HEADER_OFFSET:]]
+    parts = [_root_offset.pack(root + padded) + flat[4:HEADER_OFFSET] + header.ljust(padded, b"\0") + flat[HEADER_OFFSET:]]
     end = program_size
-    for (offset, _), segment in zip(placed, segments):
+    for (offset, size), segment in zip(placed, segments):
         parts.append(bytes(base + offset - end))
-        parts.append(bytes(segment))
-        end = base + offset + len(segment)
-    return b"".join(parts)
+        parts.extend(pieces(segment))
+        end = base + offset + size
+    return Spread(tuple(part for part in parts if memoryview(part).nbytes), base + data_size)
 
 
-def write_pte(path: str | os.PathLike, program: ProgramT, segments: Sequence[bytes] = ()) -> None:
-    write_atomic(path, dumps_pte(program, segments))
+def write_pte(path: str | os.PathLike, program: ProgramT, segments: Sequence = ()) -> None:
+    write_atomic(path, pte_image(program, segments).parts)
 
 
 def _place_segments(sizes: list[int], alignment: int) -> list[tuple[int, int]]:

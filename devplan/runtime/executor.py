@@ -10,6 +10,7 @@ kernels.py is the kernel table and interpreter.py the loop that runs the steps."
 from __future__ import annotations
 
 import os
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -522,13 +523,20 @@ def _constant(pte: PteFile, data_index: int, data: bytes, dtype: torch.dtype, sh
     """Constant `data_index` as a host tensor of this dtype and shape, made once per file:
     delegates that share a payload share its constants (kernels never write them)."""
     return pte.memo(("constant", data_index, dtype, tuple(shape)),
-                    lambda: _from_bytes(data, dtype, shape, nbytes, what))
+                    lambda: _from_bytes(data, dtype, shape, nbytes, what, in_place=pte.mapped))
 
 
-def _from_bytes(data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int, what: str) -> torch.Tensor:
+def _from_bytes(data: bytes | memoryview, dtype: torch.dtype, shape: list[int], nbytes: int, what: str, *,
+                in_place: bool = False) -> torch.Tensor:
+    """The bytes as a tensor: `in_place`, the private mapping of a file itself (its pages read
+    as kernels touch them; a write would change this process's copy only), else a copy."""
     if len(data) < nbytes:
         raise DevplanError(f"{what} has {len(data)} bytes of data but needs {nbytes}; the program is damaged")
-    return torch.frombuffer(bytearray(data[:nbytes]), dtype=torch.uint8).view(dtype).reshape(shape)
+    if not in_place or not nbytes:
+        return torch.frombuffer(bytearray(data[:nbytes]), dtype=torch.uint8).view(dtype).reshape(shape)
+    with warnings.catch_warnings():  # the view is read-only to Python, not to the mapping underneath
+        warnings.filterwarnings("ignore", "The given buffer is not writable")
+        return torch.frombuffer(data[:nbytes], dtype=torch.uint8).view(dtype).reshape(shape)
 
 
 def run(source: str | os.PathLike | bytes | PteFile, inputs: Sequence[Any], *, method: str = "forward",

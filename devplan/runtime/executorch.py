@@ -20,7 +20,8 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
     runtime = import_module("executorch.runtime", "--executorch")
     import_module("executorch.kernels.quantized", "--executorch")  # PT2E programs' kernels register on import
     try:
-        program = runtime.Runtime.get().load_program(pte.data)
+        # a mapped file by its path (ExecuTorch's loader maps it too), bytes as they are
+        program = runtime.Runtime.get().load_program(pte.path if pte.path is not None else bytes(pte.data))
         method = program.load_method(name)
         results = []
         for _ in range(runs):
