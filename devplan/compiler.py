@@ -103,7 +103,7 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     from devplan.files import write_atomic
     from devplan.load import import_kernels
     from devplan.planning.assign import plan_method
-    from devplan.pte import dumps_pte
+    from devplan.pte.writer import pte_image
 
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()

@@ -16,7 +16,6 @@ from torch.utils import _pytree as pytree
 from devplan.errors import DevplanError
 from devplan.passes.graph import Lowered, Payload
 from devplan.planning.assign import PlannedMethod
-from devplan.pte.writer import Spread
 from devplan.spec import Device
 
 
@@ -34,7 +33,7 @@ def compile_delegates(low: Lowered, lower: Callable[[Lowered, Device, str], tupl
             except DevplanError as error:
                 raise DevplanError(f"{node.target} (the ops delegated to {device}): {error}") from None
             # everything the payload plans is on its one device: one buffer, or none
-            payloads[node.target] = Payload(bytes(image), runtime_args, sum(b.size for b in planned.buffers),
+            payloads[node.target] = Payload(data, runtime_args, sum(b.size for b in planned.buffers),
                                             sum(b.lower_bound for b in planned.buffers))
     return replace(low, payloads=payloads)
 
