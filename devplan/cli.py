@@ -15,7 +15,8 @@ try:  # newer typer releases carry their own copy of click
 except ImportError:
     from click import exceptions as click_errors
 
-from devplan.errors import BudgetExceeded, DevplanError, first_line
+from devplan.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, BudgetExceeded,
+                            DevplanError, first_line)
 from devplan.inspect import sections as inspect_sections
 from devplan.options import DEFAULT_ALIGNMENT
 
@@ -33,7 +34,7 @@ def _print_version(value: bool) -> None:
         from devplan import __version__
 
         typer.echo(f"devplan {__version__}")
-        raise typer.Exit()
+        raise typer.Exit(EXIT_OK)
 
 
 @app.callback()
@@ -379,7 +380,7 @@ def check_command(
         for line in change_lines(matched.diff) if matched.diff is not None else ():
             typer.echo(printable(line))
     if not report["ok"]:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("diff")
@@ -407,7 +408,7 @@ def diff_command(
     typer.echo(json.dumps(result.document(), sort_keys=True, indent=2) if json_output
                else "".join(printable(line) + "\n" for line in result.text().splitlines()), nl=json_output)
     if not result.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("run")
@@ -545,8 +546,8 @@ def _progress(quiet: bool):
 
 
 def main() -> None:
-    """Entry point: every user-facing failure becomes one line on stderr and exit code 2; a bug
-    in devplan itself one line too, exit code 3, with its traceback in a log file (or printed
+    """Entry point: every user-facing failure becomes one line on stderr and EXIT_BAD_INPUT; a bug
+    in devplan itself one line too, EXIT_INTERNAL, with its traceback in a log file (or printed
     with --debug, which any command takes)."""
     debug = "--debug" in sys.argv[1:]
     sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != "--debug"]
@@ -569,13 +570,13 @@ def main() -> None:
         if isinstance(code, int) and code:
             sys.exit(code)
     except BudgetExceeded as error:  # the program fails a check, as `devplan check` exits for it
-        _fail(str(error), code=1)
+        _fail(str(error), code=EXIT_FAILED)
     except DevplanError as error:
         _fail(str(error))
     except click_errors.UsageError as error:
         if type(error).__name__ == "NoArgsIsHelpError":  # bare `devplan` or `devplan compile`: show help
             print(error.format_message())
-            sys.exit(0)
+            sys.exit(EXIT_OK)
         command = error.ctx.command_path if error.ctx else "devplan"
         _fail(f"{error.format_message()} (see '{command} --help')")
     except typer.Exit as done:
@@ -585,7 +586,7 @@ def main() -> None:
     except KeyboardInterrupt:  # no traceback; a write in progress has removed its temporary file
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C on the way out changes nothing
         print("devplan: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except MemoryError:
         _fail("out of memory; try a smaller model or a machine with more memory")
     except Exception as error:  # devplan's own bug: one line, the traceback kept for the report
@@ -614,10 +615,10 @@ def _internal(error: Exception, debug: bool) -> None:
         kept = f"traceback in {log}; rerun with --debug to print it"
     print(printable(f"devplan: internal error {where} (devplan {__version__}): {type(cause).__name__}: "
                     f"{first_line(cause)}; {kept}; please report it"), file=sys.stderr)
-    sys.exit(3)
+    sys.exit(EXIT_INTERNAL)
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
     from devplan.inspect.units import printable
 
     print(f"devplan: error: {printable(message)}", file=sys.stderr)

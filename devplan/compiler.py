@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 from devplan.errors import DevplanError, InternalError
 from devplan.options import CompileOptions
+from devplan.planning.verify import PlanError
 
 if TYPE_CHECKING:
     from devplan.passes.graph import Lowered
@@ -138,7 +139,8 @@ def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
 @dataclass
 class Stages:
     """Runs a compile's stages: each timed, reported to `on_stage`, dumped to `dump_dir`, and
-    a failure that is not a DevplanError named as devplan's own bug in that stage."""
+    a failure that is not a DevplanError, or the plan verifier refusing devplan's own plan,
+    named as devplan's own bug in that stage (EXIT_INTERNAL)."""
 
     dump_dir: Path | None = None
     on_stage: Callable[[str], None] | None = None
@@ -152,6 +154,8 @@ class Stages:
         began = time.perf_counter()
         try:
             result = fn(*args, **kwargs)
+        except PlanError as error:  # the verifier refusing a plan devplan made: devplan's bug, not the input's
+            raise InternalError.of(name, error) from error
         except (DevplanError, KeyboardInterrupt, MemoryError):
             raise
         except Exception as error:  # anything else is devplan's own bug: say where it happened

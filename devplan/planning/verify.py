@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 
 
 class PlanError(DevplanError):
-    """A memory plan that would let live tensors overwrite each other or leave their buffer."""
+    """A memory plan that would let live tensors overwrite each other or leave their buffer: bad
+    input for a caller verifying a plan of its own; inside a compile, where devplan made the
+    plan, the compile names it an internal error of the stage (compiler.Stages)."""
 
 
 @dataclass(frozen=True)
