@@ -18,7 +18,7 @@ except ImportError:
 from devplan.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, BudgetExceeded,
                             DevplanError, first_line)
 from devplan.inspect import sections as inspect_sections
-from devplan.options import DEFAULT_ALIGNMENT
+from devplan.planning.model import DEFAULT_ALIGNMENT
 
 app = typer.Typer(
     help="Compile, plan and inspect ExecuTorch .pte programs across devices.",
@@ -256,11 +256,11 @@ def compile_command(
     plans memory per device, verifies the plan, and writes the program atomically. Prints a
     summary: buffers, planned bytes next to the lower bound, delegates, constant bytes,
     seconds taken."""
+    from devplan.backend import Backend
     from devplan.compiler import compile
     from devplan.files import is_stdout, refuse_overwrite
     from devplan.load import check_input
     from devplan.passes.backends import Partitioner
-    from devplan.passes.partition import Backend
     from devplan.planning import parse_budget
 
     parse = {"delegate": (Backend.parse, delegate), "backend": (Partitioner.parse, backend),

@@ -78,12 +78,13 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     inputs that die with them. `source` keeps, per instruction, the module, op and line it came
     from, and the user's names of inputs and weights (ET12's stacktrace). `budgets` maps a
     buffer's mem_id or a device to the bytes it may plan; `alignment`, `planner`, `dump_dir`."""
+    from devplan.backend import Backend
     from devplan.emit.delegate import compile_delegates
     from devplan.load import load
     from devplan.passes import GRAPH_PASSES
     from devplan.passes.graph import from_exported
     from devplan.files import write_atomic
-    from devplan.passes.partition import Backend, partition
+    from devplan.passes.partition import partition
 
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()

@@ -7,14 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from devplan.errors import DevplanError
+from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT
 
 if TYPE_CHECKING:
     from devplan.passes.backends import Partitioner
-    from devplan.passes.partition import Backend
-
-DEFAULT_ALIGNMENT = 16  # bytes, as ExecuTorch's planner aligns
-MAX_ALIGNMENT = 4096    # a page: no device asks for more, and a larger one only inflates the buffers
-
+    from devplan.backend import Backend
 
 @dataclass(frozen=True)
 class CompileOptions:
@@ -48,7 +45,7 @@ class CompileOptions:
         `backends` as ExecuTorch backend names ('xnnpack') or 'MODULE:CLASS[:JSON]' partitioners
         that choose before the delegates, dump_dir as any path."""
         from devplan.passes.backends import Partitioner
-        from devplan.passes.partition import Backend
+        from devplan.backend import Backend
 
         if "backends" in choices:
             foreign = tuple(Partitioner.parse(b) if isinstance(b, str) else b for b in choices.pop("backends") or ())

@@ -66,7 +66,7 @@ def assert_matches_golden(pte, golden: str | os.PathLike, update: bool | None = 
 def _shrunk(diff) -> str:
     """The sizes that are smaller now than the golden records ('' if none): a passing check
     whose golden would otherwise go stale, letting the program grow back unnoticed."""
-    from devplan.inspect.diff import SIZED
+    from devplan.inspect.difftext import SIZED
     from devplan.inspect.units import size_text
 
     return "; ".join(f"{c.method + ' ' if c.method else ''}{c.subject} {c.fact} {size_text(c.a)} -> {size_text(c.b)}"

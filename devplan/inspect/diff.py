@@ -18,11 +18,11 @@ from fractions import Fraction
 from pathlib import Path
 
 from devplan.errors import DevplanError
+from devplan.inspect.difftext import diff_text
 from devplan.inspect.golden import golden_document, is_golden, placements, read_golden
 from devplan.inspect.sources import source_identity
 
 SCHEMA_VERSION = 1
-SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 # counts reported, never failed (but with exact): one more scalar the emitter made, or one
 # more instruction, is no memory; the tensors, operators and buffers that come with it are named
 REPORTED = frozenset({"instructions", "values"})
@@ -110,8 +110,6 @@ class Diff:
         }
 
     def text(self) -> str:
-        from devplan.inspect.difftext import diff_text
-
         return diff_text(self)
 
 

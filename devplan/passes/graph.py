@@ -15,7 +15,7 @@ from devplan.ops import is_view
 from devplan.passes.functional import functionalize_locally, inline_grad_regions, needs_retrace, refuse_unlowerable
 
 if TYPE_CHECKING:
-    from devplan.passes.partition import Backend
+    from devplan.backend import Backend
 
 
 @dataclass(frozen=True)

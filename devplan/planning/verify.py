@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from devplan.errors import DevplanError
 from devplan.planning.model import check_alignment
+from devplan.spec import CPU, Device, TensorSpec
 
 if TYPE_CHECKING:
     from devplan.method import Method
-    from devplan.spec import Device
 
 
 class PlanError(DevplanError):
@@ -178,9 +178,10 @@ def verify_devices(method: Method, home: Device) -> None:
     its target_device, an et_copy from the host to a device or back; and every view or
     in-place result on the device of the storage it shares. Constants are stored data, not
     planned memory, and may be read anywhere."""
+    # imported here: method and ops import torch, which the CLI importing this package for
+    # its options never needs
     from devplan.method import OptionalTensorList, TensorList
     from devplan.ops import TO_DEVICE, TO_HOST
-    from devplan.spec import CPU, Device, TensorSpec
 
     values = method.values
     for index, spec in enumerate(values):
