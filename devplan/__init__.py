@@ -15,9 +15,9 @@ import importlib
 
 __version__ = "0.1.0"
 
-_HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspect", "read_pte": "devplan.pte", "write_pte": "devplan.pte",
-          "run": "devplan.runtime", "check": "devplan.inspect.check", "check_golden": "devplan.inspect.check",
-          "diff": "devplan.inspect.diff"}
+_HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspection", "read_pte": "devplan.pte", "write_pte": "devplan.pte",
+          "run": "devplan.runtime", "check": "devplan.inspection.check", "check_golden": "devplan.inspection.check",
+          "diff": "devplan.inspection.diff"}
 
 
 def __getattr__(name: str):

@@ -17,7 +17,7 @@ except ImportError:
 
 from devplan.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, BudgetExceeded,
                             DevplanError, first_line)
-from devplan.inspect import sections as inspect_sections
+from devplan.inspection import sections as inspect_sections
 from devplan.planning.model import DEFAULT_ALIGNMENT
 
 app = typer.Typer(
@@ -115,18 +115,18 @@ def inspect_command(
     and sources, instructions with every argument, delegates, and a chart of
     each buffer's memory over time."""
     from devplan.files import refuse_overwrite, write_atomic
-    from devplan.inspect import inspect
+    from devplan.inspection import inspect
 
     refuse_overwrite(svg, [program], "--svg")
     refuse_overwrite(trace, [program], "--trace")
     doc = inspect(_program(program), method=method, delegate=delegate)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
     if svg is not None:
-        from devplan.inspect.svg import layout_svg
+        from devplan.inspection.svg import layout_svg
 
         write_atomic(svg, layout_svg(doc).encode())
     if trace is not None:
-        from devplan.inspect.trace import trace_json
+        from devplan.inspection.trace import trace_json
 
         write_atomic(trace, trace_json(doc).encode())
     if json_output:
@@ -135,9 +135,9 @@ def inspect_command(
     # Imported only once there is something to draw, so a bad file fails fast.
     from rich.console import Console
 
-    from devplan.inspect.render import render
+    from devplan.inspection.render import render
 
-    from devplan.inspect.units import printable_tree
+    from devplan.inspection.units import printable_tree
 
     chosen = chosen or inspect_sections.DEFAULT_SECTIONS
     # only the lists the views draw from are made printable (a large program's instructions take seconds)
@@ -282,7 +282,7 @@ def compile_command(
     if json_output:
         echo(json.dumps(summary, sort_keys=True, indent=2))
         return
-    from devplan.inspect.units import size_text
+    from devplan.inspection.units import size_text
 
     for method in summary["methods"]:
         echo(f"method {method['name']}: {method['counts']['instructions']} instructions, "
@@ -347,9 +347,9 @@ def check_command(
     its lower bound; each device a --budget names, against the total of its buffers, those
     its delegates plan there included. With --golden, the program is also compared with its
     golden file (--update writes it)."""
-    from devplan.inspect.check import check, check_document, check_golden
-    from devplan.inspect.difftext import change_lines, outcome
-    from devplan.inspect.units import printable, size_text
+    from devplan.inspection.check import check, check_document, check_golden
+    from devplan.inspection.difftext import change_lines, outcome
+    from devplan.inspection.units import printable, size_text
     from devplan.planning import parse_budget
 
     if golden is None and (update or tolerance is not None or exact):
@@ -398,8 +398,8 @@ def diff_command(
 
     Per method: buffers added, removed or resized (per device), lower bounds, constant bytes,
     operators, counts, delegates, and the tensors whose placement changed."""
-    from devplan.inspect.diff import diff
-    from devplan.inspect.units import printable
+    from devplan.inspection.diff import diff
+    from devplan.inspection.units import printable
 
     if str(a) == str(b) == "-":
         raise DevplanError("-: standard input can be read once; pass one of A and B as a file")
@@ -599,7 +599,7 @@ def _internal(error: Exception, debug: bool) -> None:
 
     from devplan import __version__
     from devplan.errors import InternalError
-    from devplan.inspect.units import printable
+    from devplan.inspection.units import printable
 
     cause = error.__cause__ if isinstance(error, InternalError) and error.__cause__ else error
     where = (f"in stage {error.stage}" + (f" at node {error.node}" if error.node else "")
@@ -619,7 +619,7 @@ def _internal(error: Exception, debug: bool) -> None:
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    from devplan.inspect.units import printable
+    from devplan.inspection.units import printable
 
     print(f"devplan: error: {printable(message)}", file=sys.stderr)
     sys.exit(code)

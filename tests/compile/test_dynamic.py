@@ -88,7 +88,7 @@ def test_inspect_shows_a_dynamic_shape_as_its_bound():
 
     from rich.console import Console
 
-    from devplan.inspect.render import render
+    from devplan.inspection.render import render
 
     out = io.StringIO()
     render(devplan.inspect(devplan.compile(exported()).data), Console(file=out, width=100, color_system=None),

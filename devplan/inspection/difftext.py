@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from devplan.inspect.units import size_text
+from devplan.inspection.units import size_text
 
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 

@@ -13,8 +13,8 @@ from rich.columns import Columns
 from rich.console import Group
 from rich.text import Text
 
-from devplan.inspect.sources import top_module
-from devplan.inspect.units import size_text
+from devplan.inspection.sources import top_module
+from devplan.inspection.units import size_text
 
 GLYPHS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 EMPTY = "·"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from html import escape
 
-from devplan.inspect.layout import band_size
-from devplan.inspect.sources import top_module
-from devplan.inspect.units import size_text
+from devplan.inspection.layout import band_size
+from devplan.inspection.sources import top_module
+from devplan.inspection.units import size_text
 
 WIDTH, HEIGHT = 760, 320           # plot area of one chart, in px
 LEFT, TOP, GAP = 80, 56, 110       # margins: byte labels, title, space between charts (axis, legend)

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import Counter
 
 from devplan.errors import DevplanError
-from devplan.inspect.overlap import LatestWrites, busiest, storages
-from devplan.inspect.peak import peak
-from devplan.inspect.sources import argument_text, chain_origins, source_text, tensor_source
+from devplan.inspection.overlap import LatestWrites, busiest, storages
+from devplan.inspection.peak import peak
+from devplan.inspection.sources import argument_text, chain_origins, source_text, tensor_source
 from devplan.pte import PteFile
 from devplan.pte.decode import MethodView, methods
 from devplan.pte.reader import ints, text

@@ -18,9 +18,9 @@ from fractions import Fraction
 from pathlib import Path
 
 from devplan.errors import DevplanError
-from devplan.inspect.difftext import diff_text
-from devplan.inspect.golden import golden_document, is_golden, placements, read_golden
-from devplan.inspect.sources import source_identity
+from devplan.inspection.difftext import diff_text
+from devplan.inspection.golden import golden_document, is_golden, placements, read_golden
+from devplan.inspection.sources import source_identity
 
 SCHEMA_VERSION = 1
 # counts reported, never failed (but with exact): one more scalar the emitter made, or one
@@ -44,7 +44,7 @@ class Tolerance:
         return growth <= (self.nbytes or 0)
 
     def __str__(self) -> str:
-        from devplan.inspect.units import size_text
+        from devplan.inspection.units import size_text
 
         return f"{float(self.percent):g}%" if self.percent is not None else size_text(self.nbytes or 0)
 
@@ -167,7 +167,7 @@ def _identity(tensor: dict, inputs: dict[int, int], outputs: dict[int, int]) -> 
 def side(source) -> Side:
     """A program (path or bytes of a .pte), a golden file (path of its JSON), an inspection
     document or a golden document (dicts)."""
-    from devplan.inspect import inspect
+    from devplan.inspection import inspect
 
     if isinstance(source, dict):
         doc = source
