@@ -43,7 +43,8 @@ def _options(
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print devplan's version and exit.")
     ] = False,
     debug: Annotated[
-        bool, typer.Option("--debug", help="On an internal error, print the full traceback (any command takes it).")
+        bool, typer.Option("--debug", help="On an internal error, print the full traceback (any command takes it); "
+                           "compile also checks each stage's result.")
     ] = False,
 ) -> None:
     """Compile, plan and inspect ExecuTorch .pte programs across devices."""
@@ -551,12 +552,14 @@ def main() -> None:
     with --debug, which any command takes)."""
     debug = "--debug" in sys.argv[1:]
     sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != "--debug"]
+    import os
     import signal
 
     # SIGTERM as an exit, so that a write in progress removes its temporary file on the way out
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    if not debug:  # torch's deprecation chatter is not the user's to act on; --debug shows it
-        import os
+    if debug:  # a compile checks each stage's result too (devplan/wellformed.py), naming the stage that broke it
+        os.environ["DEVPLAN_CHECK_STAGES"] = "1"
+    else:  # torch's deprecation chatter is not the user's to act on; --debug shows it
         import warnings
 
         warnings.simplefilter("ignore")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable
 from devplan.errors import DevplanError, InternalError
 from devplan.options import CompileOptions
 from devplan.planning.verify import PlanError
+from devplan.wellformed import Malformed, check_stage
 
 if TYPE_CHECKING:
     from devplan.passes.graph import Lowered
@@ -88,7 +89,7 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
 
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
-    stage = Stages(options.dump_dir, on_stage)
+    stage = Stages(options.dump_dir, on_stage, checks=options.checks)
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
@@ -147,6 +148,7 @@ class Stages:
     on_stage: Callable[[str], None] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     prefix: str = ""
+    checks: bool = False  # each result checked (devplan/wellformed.py), so a broken pass is named by its stage
 
     def __call__(self, name: str, fn, *args, **kwargs):
         name = self.prefix + name
@@ -164,6 +166,11 @@ class Stages:
         self.seconds[name] = time.perf_counter() - began
         if self.dump_dir is not None:  # the write stage returns nothing: what it wrote where
             _dump(self.dump_dir, len(self.seconds), name, result if result is not None else args[0])
+        if self.checks:
+            try:
+                check_stage(result)
+            except Malformed as error:
+                raise InternalError(name) from error
         return result
 
     def within(self, prefix: str) -> "Stages":

@@ -2,7 +2,8 @@
 devplan.compile's keywords), checked once, and handed whole to the stages that read it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import os
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,9 @@ class CompileOptions:
     device_io: bool = False              # inputs only delegates read, and their results, stay on the device
     source: bool = True                  # each instruction's module, op and line in ET12's stacktrace
     dump_dir: Path | None = None         # a readable file per stage
+    # each stage's result checked (devplan/wellformed.py): with --debug, and in the tests, whose
+    # conftest sets DEVPLAN_CHECK_STAGES for every compile they make, in-process or not
+    checks: bool = field(default_factory=lambda: os.environ.get("DEVPLAN_CHECK_STAGES") == "1")
 
     def __post_init__(self) -> None:
         from devplan.planning import ALGORITHMS
