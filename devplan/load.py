@@ -17,11 +17,15 @@ import re
 import zipfile
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devplan import allowlist
 from devplan.errors import DevplanError, first_line
 from devplan.files import open_input
 from devplan.pte.header import is_program
+
+if TYPE_CHECKING:
+    import torch
 
 
 def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":

@@ -302,7 +302,7 @@ def _devices(buffers: list[dict], delegates: list[dict]) -> list[dict]:
             total["size"] += b["size"]
             total["_live"] += [Interval(0, b["lower_bound"], call, call) for call in d["calls"]]
     rows = []
-    for device, total in sorted(totals.items(), key=lambda item: (item[0] != "cpu", item[0])):
+    for _device, total in sorted(totals.items(), key=lambda item: (item[0] != "cpu", item[0])):
         live = [Interval(key, i.size, i.first, i.last) for key, i in enumerate(total.pop("_live"))]
         rows.append({**total, "lower_bound": lower_bound(live, alignment=1).get(1, 0)})
     return rows

@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import pytest
 
-import devplan
 from devplan.errors import EXIT_INTERNAL
 
 
