@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the package's one version: pyproject.toml reads it from here
 
 _HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspection", "read_pte": "devplan.pte", "write_pte": "devplan.pte",
           "run": "devplan.runtime", "check": "devplan.inspection.check", "check_golden": "devplan.inspection.check",

@@ -13,7 +13,7 @@ import typer
 try:  # newer typer releases carry their own copy of click
     from typer._click import exceptions as click_errors
 except ImportError:
-    from click import exceptions as click_errors
+    from click import exceptions as click_errors  # type: ignore[no-redef]
 
 from devplan.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, BudgetExceeded,
                             DevplanError, first_line)
@@ -49,7 +49,7 @@ def _options(
 ) -> None:
     """Compile, plan and inspect ExecuTorch .pte programs across devices."""
 
-InspectSection = enum.Enum(
+InspectSection = enum.Enum(  # type: ignore[misc]  # members from the sections table
     "InspectSection", {name: name for name in (*inspect_sections.SECTIONS, inspect_sections.ALL)}, type=str
 )
 

@@ -43,7 +43,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     logger = logging.getLogger("torch.export")
     records: list[logging.LogRecord] = []
     catcher = logging.Handler()
-    catcher.emit = records.append
+    catcher.emit = records.append  # type: ignore[method-assign,assignment]
     handlers, propagate = logger.handlers, logger.propagate
     logger.handlers, logger.propagate = [catcher], False
     try:

@@ -5,6 +5,7 @@ goes away (adding a key does not bump it)."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import AbstractSet
 
 from devplan.errors import DevplanError
 from devplan.inspection.overlap import LatestWrites, busiest, storages
@@ -188,7 +189,7 @@ def _role(index: int, constant: bool, inputs: set[int], outputs: set[int]) -> st
     return "constant" if constant else "activation"
 
 
-def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: set[int], read: set[int],
+def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: AbstractSet[int], read: AbstractSet[int],
             windows: list[dict]) -> dict:
     """One buffer: its size, the bytes in use at its busiest instruction, and its lower bound,
     delegates' windows (their payloads' buffers, alive while they run) counted with the
@@ -265,7 +266,7 @@ def _windows(view: MethodView, delegates: list[dict]) -> list[dict]:
     buffer bytes at the window's offset, held from the delegate's first call to its last."""
     found = []
     for d in delegates:
-        window, buffers = d["window"], d["payload_buffers"] or ()
+        window, buffers = d["window"], d["payload_buffers"] or []
         if window is None or not d["calls"]:
             continue
         nbytes = sum(b["size"] for b in buffers)
@@ -308,7 +309,7 @@ def _devices(buffers: list[dict], delegates: list[dict]) -> list[dict]:
     return rows
 
 
-def _hold_views(timed: list[dict], written: set[int], read: set[int]) -> None:
+def _hold_views(timed: list[dict], written: AbstractSet[int], read: AbstractSet[int]) -> None:
     """A view (a tensor no instruction writes) holds its bytes from when they were last written:
     each byte holds what the latest tensor over it that started before the view's first use
     put there, and the view needs them all. An instruction reads its arguments before it

@@ -121,7 +121,8 @@ def _marks(buffer: dict, x, y, top: int) -> list[str]:
 
 
 def _legend(baseline: int) -> list[str]:
-    parts, at = [], LEFT
+    parts: list[str] = []
+    at: float = LEFT
     swatches = (*((role, (fill,)) for role, fill in FILLS.items() if role != "activation"),
                 ("activation (blocks alternate)", (FILLS["activation"], SECOND_SHADE)), ("other", (OTHER_FILL,)))
     for label, fills in swatches:

@@ -13,7 +13,7 @@ from devplan.planning.lifetimes import lifetimes, storages
 from devplan.planning.model import DEFAULT_ALIGNMENT, Interval
 from devplan.planning.planner import plan
 from devplan.planning.verify import Placed, verify, verify_devices
-from devplan.spec import CPU, Device
+from devplan.spec import CPU, Device, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def plan_method(method: Method, *, alignment: int = DEFAULT_ALIGNMENT, algorithm
     alive = lifetimes(method)
     if borrowed_io:
         alive = {i: span for i, span in alive.items() if i not in _borrowed(method, alive)}
-    specs = {i: method.values[i] for i in alive}
+    specs = {i: spec for i in alive if isinstance(spec := method.values[i], TensorSpec)}  # alive: tensors only
     steps: dict[int, list[int]] = {}
     for step, kernel in enumerate(method.kernels):
         if kernel.delegate is not None and method.delegates[kernel.delegate].arena:

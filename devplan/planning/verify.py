@@ -191,7 +191,8 @@ def verify_devices(method: Method, home: Device) -> None:
     for step, kernel in enumerate(method.kernels):
         tensors = []
         for arg in kernel.args:
-            items = values[arg].items if isinstance(values[arg], (TensorList, OptionalTensorList)) else (arg,)
+            value = values[arg]
+            items = value.items if isinstance(value, (TensorList, OptionalTensorList)) else (arg,)
             tensors += [i for i in items if i >= 0 and isinstance(values[i], TensorSpec) and not values[i].constant]
         if kernel.delegate is not None:
             target = dict(method.delegates[kernel.delegate].compile_specs).get("target_device")

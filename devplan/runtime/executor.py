@@ -441,7 +441,7 @@ class LoadedMethod:
         outs = [a for a, s in zip(args, schema) if s.is_out]
         return Step("kernel", name, op, positional, keywords, **self._outs(outs))
 
-    def _outs(self, outs: list[int]) -> dict[str, tuple[int, ...]]:
+    def _outs(self, outs: list[int]) -> dict[str, Any]:
         """A kernel's out tensors (lists' items too) as a step's `emptied` (dynamic: sized by the
         kernel within their bound) and `fixed` (static: the kernel must keep their shape)."""
         outs = [i for a in outs for i in (self.values[a].items if isinstance(self.values[a], Refs) else (a,))]
