@@ -1,4 +1,5 @@
-"""The `devplan` command: parse options, call a stage, render. Nothing else lives here."""
+"""The `devplan` command: parse options, call a stage, render. Nothing else lives here.
+Each command imports what it runs inside itself, so that `devplan inspect` never imports torch."""
 from __future__ import annotations
 
 import enum

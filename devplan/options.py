@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
-
+from devplan.backend import Backend
 from devplan.errors import DevplanError
+from devplan.passes.backends import Partitioner
 from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT
-
-if TYPE_CHECKING:
-    from devplan.passes.backends import Partitioner
-    from devplan.backend import Backend
+from devplan.planning.planner import ALGORITHMS
 
 @dataclass(frozen=True)
 class CompileOptions:
@@ -32,8 +29,6 @@ class CompileOptions:
     checks: bool = field(default_factory=lambda: os.environ.get("DEVPLAN_CHECK_STAGES") == "1")
 
     def __post_init__(self) -> None:
-        from devplan.planning import ALGORITHMS
-
         a = self.alignment
         if isinstance(a, bool) or not isinstance(a, int) or a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
             raise DevplanError(f"--alignment {a}: must be a power of two from 1 to {MAX_ALIGNMENT}, e.g. 16")
@@ -48,9 +43,6 @@ class CompileOptions:
         mapping, delegates as 'cuda:0=aten::linear' texts, Backends or Partitioners,
         `backends` as ExecuTorch backend names ('xnnpack') or 'MODULE:CLASS[:JSON]' partitioners
         that choose before the delegates, dump_dir as any path."""
-        from devplan.passes.backends import Partitioner
-        from devplan.backend import Backend
-
         if "backends" in choices:
             foreign = tuple(Partitioner.parse(b) if isinstance(b, str) else b for b in choices.pop("backends") or ())
             choices["delegates"] = foreign + tuple(choices.get("delegates") or ())

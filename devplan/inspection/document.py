@@ -11,8 +11,11 @@ from devplan.errors import DevplanError
 from devplan.inspection.overlap import LatestWrites, busiest, storages
 from devplan.inspection.peak import peak
 from devplan.inspection.sources import argument_text, chain_origins, source_text, tensor_source
+from devplan.planning.bounds import lower_bound
+from devplan.planning.model import Interval, align_up
 from devplan.pte import PteFile
 from devplan.pte.decode import MethodView, methods
+from devplan.pte.header import is_program
 from devplan.pte.reader import ints, text
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.spec import CPU, Device
@@ -234,8 +237,6 @@ def _lower_bound(timed: list[dict], sharing: list[int], size: int, windows: list
     from 16 to 4096 dividing every storage's offset whose bound the buffer meets (a program
     planned with --alignment 256 is measured at 256, not at 16). Returns lower_bound, and
     under `_live` the intervals at that alignment."""
-    from devplan.planning import Interval, lower_bound
-    from devplan.planning.model import align_up
 
     pools: dict[int, list[int]] = {}  # one per storage, first met first
     for i, t in enumerate(timed):
@@ -286,7 +287,6 @@ def _devices(buffers: list[dict], delegates: list[dict]) -> list[dict]:
     (those not in a window) included, since a runtime holds them all at once; and the device's
     lower bound, the most bytes alive there at any instruction, a delegate's buffers counted
     (at its payload's bound) while it runs."""
-    from devplan.planning import Interval, lower_bound
 
     totals: dict[str, dict] = {}
     for b in buffers:
@@ -355,7 +355,6 @@ def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[d
     """The planned buffers of a payload that is itself an ET12 program (devplan's delegates
     are): memory the delegate holds on its device besides the method's own buffers. Worked
     out once for all the delegates sharing a payload (the reader hands them one program)."""
-    from devplan.pte.header import is_program
 
     if not is_program(payload):
         return None
