@@ -203,7 +203,7 @@ def encoder() -> torch.nn.Module:
     return EncoderBlock(32, 4, 64)
 
 
-@pytest.mark.parametrize("make", [CausalAttention, encoder], ids=("sdpa", "encoder"))
+@pytest.mark.parametrize("make", [CausalAttention, pytest.param(encoder, marks=pytest.mark.sweep)], ids=("sdpa", "encoder"))
 def test_a_dynamic_sequence_runs_in_both_runtimes_within_executorchs_plan(make):
     from executorch.runtime import Runtime
 

@@ -137,6 +137,7 @@ def _lines_at_80_columns(text: str) -> int:
     return sum(max(1, math.ceil(len(line) / 80)) for line in text.splitlines())
 
 
+@pytest.mark.sweep  # at scale: 32 layers
 def test_the_default_view_of_a_32_layer_gpt2_fits_two_screens(tmp_path):
     module, args = _gpt2(layers=32)
     path = tmp_path / "gpt2_32.pte"
