@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import devplan  # noqa: E402
-from devplan.inspect import inspect  # noqa: E402
+from devplan import inspect  # noqa: E402
 from tests.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, generate, word_tokenizer  # noqa: E402
 
 # an end-of-sequence id past the vocabulary: every program generates all --tokens tokens

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the package's one version: pyproject.toml reads it from here
 
-_HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspect", "read_pte": "devplan.pte", "write_pte": "devplan.pte",
-          "run": "devplan.runtime", "check": "devplan.inspect.check", "check_golden": "devplan.inspect.check",
-          "diff": "devplan.inspect.diff"}
+_HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspection", "read_pte": "devplan.pte", "write_pte": "devplan.pte",
+          "run": "devplan.runtime", "check": "devplan.inspection.check", "check_golden": "devplan.inspection.check",
+          "diff": "devplan.inspection.diff"}
 
 
 def __getattr__(name: str):

@@ -1,4 +1,5 @@
-"""The `devplan` command: parse options, call a stage, render. Nothing else lives here."""
+"""The `devplan` command: parse options, call a stage, render. Nothing else lives here.
+Each command imports what it runs inside itself, so that `devplan inspect` never imports torch."""
 from __future__ import annotations
 
 import enum
@@ -13,11 +14,12 @@ import typer
 try:  # newer typer releases carry their own copy of click
     from typer._click import exceptions as click_errors
 except ImportError:
-    from click import exceptions as click_errors
+    from click import exceptions as click_errors  # type: ignore[no-redef]
 
-from devplan.errors import BudgetExceeded, DevplanError, first_line
-from devplan.inspect import sections as inspect_sections
-from devplan.options import DEFAULT_ALIGNMENT
+from devplan.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, BudgetExceeded,
+                            DevplanError, first_line)
+from devplan.inspection import sections as inspect_sections
+from devplan.planning.model import DEFAULT_ALIGNMENT
 
 app = typer.Typer(
     help="Compile, plan and inspect ExecuTorch .pte programs across devices.",
@@ -33,7 +35,7 @@ def _print_version(value: bool) -> None:
         from devplan import __version__
 
         typer.echo(f"devplan {__version__}")
-        raise typer.Exit()
+        raise typer.Exit(EXIT_OK)
 
 
 @app.callback()
@@ -42,12 +44,13 @@ def _options(
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print devplan's version and exit.")
     ] = False,
     debug: Annotated[
-        bool, typer.Option("--debug", help="On an internal error, print the full traceback (any command takes it).")
+        bool, typer.Option("--debug", help="On an internal error, print the full traceback (any command takes it); "
+                           "compile also checks each stage's result.")
     ] = False,
 ) -> None:
     """Compile, plan and inspect ExecuTorch .pte programs across devices."""
 
-InspectSection = enum.Enum(
+InspectSection = enum.Enum(  # type: ignore[misc]  # members from the sections table
     "InspectSection", {name: name for name in (*inspect_sections.SECTIONS, inspect_sections.ALL)}, type=str
 )
 
@@ -114,18 +117,18 @@ def inspect_command(
     and sources, instructions with every argument, delegates, and a chart of
     each buffer's memory over time."""
     from devplan.files import refuse_overwrite, write_atomic
-    from devplan.inspect import inspect
+    from devplan.inspection import inspect
 
     refuse_overwrite(svg, [program], "--svg")
     refuse_overwrite(trace, [program], "--trace")
     doc = inspect(_program(program), method=method, delegate=delegate)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
     if svg is not None:
-        from devplan.inspect.svg import layout_svg
+        from devplan.inspection.svg import layout_svg
 
         write_atomic(svg, layout_svg(doc).encode())
     if trace is not None:
-        from devplan.inspect.trace import trace_json
+        from devplan.inspection.trace import trace_json
 
         write_atomic(trace, trace_json(doc).encode())
     if json_output:
@@ -134,9 +137,9 @@ def inspect_command(
     # Imported only once there is something to draw, so a bad file fails fast.
     from rich.console import Console
 
-    from devplan.inspect.render import render
+    from devplan.inspection.render import render
 
-    from devplan.inspect.units import printable_tree
+    from devplan.inspection.units import printable_tree
 
     chosen = chosen or inspect_sections.DEFAULT_SECTIONS
     # only the lists the views draw from are made printable (a large program's instructions take seconds)
@@ -279,11 +282,11 @@ def compile_command(
     plans memory per device, verifies the plan, and writes the program atomically. Prints a
     summary: buffers, planned bytes next to the lower bound, delegates, constant bytes,
     seconds taken."""
+    from devplan.backend import Backend
     from devplan.compiler import compile
     from devplan.files import is_stdout, refuse_overwrite
     from devplan.load import check_input
     from devplan.passes.backends import Partitioner
-    from devplan.passes.partition import Backend
     from devplan.planning import parse_budget
 
     parse = {"delegate": (Backend.parse, delegate), "backend": (Partitioner.parse, backend),
@@ -310,28 +313,28 @@ def compile_command(
     if json_output:
         echo(json.dumps(summary, sort_keys=True, indent=2))
         return
-    from devplan.inspect.units import size_text
+    from devplan.inspection.units import size_text
 
     constant_methods = [m["name"] for m in summary["methods"] if m["name"] in constants]
     if constant_methods:
         echo(f"constant methods: {', '.join(constant_methods)}")
-    for method in (m for m in summary["methods"] if m["name"] not in constants):
-        echo(f"method {method['name']}: {method['counts']['instructions']} instructions, "
-             f"{method['counts']['operators']} operators, planner {method['planner']}")
-        for b in method["buffers"]:
+    for shown in (m for m in summary["methods"] if m["name"] not in constants):
+        echo(f"method {shown['name']}: {shown['counts']['instructions']} instructions, "
+             f"{shown['counts']['operators']} operators, planner {shown['planner']}")
+        for b in shown["buffers"]:
             ratio = b["size"] / b["lower_bound"] if b["lower_bound"] else 1.0
             echo(f"  buffer {b['mem_id']} ({b['device']}): {size_text(b['size'])} planned "
                  f"({b['size']} bytes), lower bound {b['lower_bound']} bytes, ratio {ratio:.3f}, "
                  f"{b['tensors']} tensors")
-        for device, backend in sorted({(d["target_device"], d["id"]) for d in method["delegates"]}):
-            mine = [d for d in method["delegates"] if (d["target_device"], d["id"]) == (device, backend)]
+        for device, backend in sorted({(d["target_device"], d["id"]) for d in shown["delegates"]}):
+            mine = [d for d in shown["delegates"] if (d["target_device"], d["id"]) == (device, backend)]
             windows = [d["window"] for d in mine if d["window"]]
             shared = (f", working memory in buffer {windows[0]['mem_id']} ({len(windows)} "
                       f"{'window' if len(windows) == 1 else 'windows'}, largest {size_text(max(w['size'] for w in windows))})" if windows else "")
             echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
                  f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
-    constants = summary["file"]["constant_bytes"]
-    echo(f"constants: {size_text(constants)} ({constants} bytes)")
+    stored = summary["file"]["constant_bytes"]
+    echo(f"constants: {size_text(stored)} ({stored} bytes)")
     echo(f"wrote {'standard output' if to_stdout else target} ({summary['file']['size']} bytes) in {summary['timings']['seconds']:.2f} s")
 
 
@@ -407,9 +410,9 @@ def check_command(
     its lower bound; each device a --budget names, against the total of its buffers, those
     its delegates plan there included. With --golden, the program is also compared with its
     golden file (--update writes it)."""
-    from devplan.inspect.check import check, check_document, check_golden
-    from devplan.inspect.difftext import change_lines, outcome, peak_text
-    from devplan.inspect.units import printable, size_text
+    from devplan.inspection.check import check, check_document, check_golden
+    from devplan.inspection.difftext import change_lines, outcome, peak_text
+    from devplan.inspection.units import printable, size_text
     from devplan.planning import parse_budget
 
     if golden is None and (update or tolerance is not None or exact):
@@ -442,7 +445,7 @@ def check_command(
         for line in change_lines(matched.diff) if matched.diff is not None else ():
             typer.echo(printable(line))
     if not report["ok"]:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("diff")
@@ -460,8 +463,8 @@ def diff_command(
 
     Per method: buffers added, removed or resized (per device), lower bounds, constant bytes,
     operators, counts, delegates, and the tensors whose placement changed."""
-    from devplan.inspect.diff import diff
-    from devplan.inspect.units import printable
+    from devplan.inspection.diff import diff
+    from devplan.inspection.units import printable
 
     if str(a) == str(b) == "-":
         raise DevplanError("-: standard input can be read once; pass one of A and B as a file")
@@ -470,7 +473,7 @@ def diff_command(
     typer.echo(json.dumps(result.document(), sort_keys=True, indent=2) if json_output
                else "".join(printable(line) + "\n" for line in result.text().splitlines()), nl=json_output)
     if not result.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @app.command("run")
@@ -608,17 +611,19 @@ def _progress(quiet: bool):
 
 
 def main() -> None:
-    """Entry point: every user-facing failure becomes one line on stderr and exit code 2; a bug
-    in devplan itself one line too, exit code 3, with its traceback in a log file (or printed
+    """Entry point: every user-facing failure becomes one line on stderr and EXIT_BAD_INPUT; a bug
+    in devplan itself one line too, EXIT_INTERNAL, with its traceback in a log file (or printed
     with --debug, which any command takes)."""
     debug = "--debug" in sys.argv[1:]
     sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != "--debug"]
+    import os
     import signal
 
     # SIGTERM as an exit, so that a write in progress removes its temporary file on the way out
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    if not debug:  # torch's deprecation chatter is not the user's to act on; --debug shows it
-        import os
+    if debug:  # a compile checks each stage's result too (devplan/wellformed.py), naming the stage that broke it
+        os.environ["DEVPLAN_CHECK_STAGES"] = "1"
+    else:  # torch's deprecation chatter is not the user's to act on; --debug shows it
         import warnings
 
         warnings.simplefilter("ignore")
@@ -632,13 +637,13 @@ def main() -> None:
         if isinstance(code, int) and code:
             sys.exit(code)
     except BudgetExceeded as error:  # the program fails a check, as `devplan check` exits for it
-        _fail(str(error), code=1)
+        _fail(str(error), code=EXIT_FAILED)
     except DevplanError as error:
         _fail(str(error))
     except click_errors.UsageError as error:
         if type(error).__name__ == "NoArgsIsHelpError":  # bare `devplan` or `devplan compile`: show help
             print(error.format_message())
-            sys.exit(0)
+            sys.exit(EXIT_OK)
         command = error.ctx.command_path if error.ctx else "devplan"
         _fail(f"{error.format_message()} (see '{command} --help')")
     except typer.Exit as done:
@@ -648,7 +653,7 @@ def main() -> None:
     except KeyboardInterrupt:  # no traceback; a write in progress has removed its temporary file
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C on the way out changes nothing
         print("devplan: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except MemoryError:
         _fail("out of memory; try a smaller model or a machine with more memory")
     except Exception as error:  # devplan's own bug: one line, the traceback kept for the report
@@ -661,7 +666,7 @@ def _internal(error: Exception, debug: bool) -> None:
 
     from devplan import __version__
     from devplan.errors import InternalError
-    from devplan.inspect.units import printable
+    from devplan.inspection.units import printable
 
     cause = error.__cause__ if isinstance(error, InternalError) and error.__cause__ else error
     where = (f"in stage {error.stage}" + (f" at node {error.node}" if error.node else "")
@@ -677,11 +682,11 @@ def _internal(error: Exception, debug: bool) -> None:
         kept = f"traceback in {log}; rerun with --debug to print it"
     print(printable(f"devplan: internal error {where} (devplan {__version__}): {type(cause).__name__}: "
                     f"{first_line(cause)}; {kept}; please report it"), file=sys.stderr)
-    sys.exit(3)
+    sys.exit(EXIT_INTERNAL)
 
 
-def _fail(message: str, code: int = 2) -> None:
-    from devplan.inspect.units import printable
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    from devplan.inspection.units import printable
 
     print(f"devplan: error: {printable(message)}", file=sys.stderr)
     sys.exit(code)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from devplan.errors import DevplanError, InternalError
 from devplan.options import CompileOptions
+from devplan.planning.verify import PlanError
+from devplan.wellformed import Malformed, check_stage
 
 if TYPE_CHECKING:
     from devplan.passes.graph import Lowered
@@ -108,7 +110,7 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
     import_kernels(options.kernels)
-    stage = Stages(options.dump_dir, on_stage)
+    stage = Stages(options.dump_dir, on_stage, checks=options.checks)
     sources = {"forward": model, **_named(methods, "method")}
     constants = _named(constant_methods, "constant method")
     taken = sorted(set(sources) & set(constants))
@@ -152,7 +154,8 @@ def _plan_program(model, options: CompileOptions, stage: "Stages", name: str) ->
     from devplan.load import load
     from devplan.passes import GRAPH_PASSES
     from devplan.passes.graph import from_exported
-    from devplan.passes.partition import Backend, partition
+    from devplan.backend import Backend
+    from devplan.passes.partition import partition
     from devplan.pte import dumps_pte
 
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
@@ -201,12 +204,14 @@ def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
 @dataclass
 class Stages:
     """Runs a compile's stages: each timed, reported to `on_stage`, dumped to `dump_dir`, and
-    a failure that is not a DevplanError named as devplan's own bug in that stage."""
+    a failure that is not a DevplanError, or the plan verifier refusing devplan's own plan,
+    named as devplan's own bug in that stage (EXIT_INTERNAL)."""
 
     dump_dir: Path | None = None
     on_stage: Callable[[str], None] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     prefix: str = ""
+    checks: bool = False  # each result checked (devplan/wellformed.py), so a broken pass is named by its stage
 
     def __call__(self, name: str, fn, *args, **kwargs):
         name = self.prefix + name
@@ -215,6 +220,8 @@ class Stages:
         began = time.perf_counter()
         try:
             result = fn(*args, **kwargs)
+        except PlanError as error:  # the verifier refusing a plan devplan made: devplan's bug, not the input's
+            raise InternalError.of(name, error) from error
         except (DevplanError, KeyboardInterrupt, MemoryError):
             raise
         except Exception as error:  # anything else is devplan's own bug: say where it happened
@@ -222,6 +229,11 @@ class Stages:
         self.seconds[name] = time.perf_counter() - began
         if self.dump_dir is not None:  # the write stage returns nothing: what it wrote where
             _dump(self.dump_dir, len(self.seconds), name, result if result is not None else args[0])
+        if self.checks:
+            try:
+                check_stage(result)
+            except Malformed as error:
+                raise InternalError(name) from error
         return result
 
     def within(self, prefix: str) -> "Stages":

@@ -18,11 +18,15 @@ import zipfile
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from devplan import allowlist
 from devplan.errors import DevplanError, first_line
 from devplan.files import open_input
 from devplan.pte.header import is_program
+
+if TYPE_CHECKING:
+    import torch
 
 
 def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
@@ -40,7 +44,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     logger = logging.getLogger("torch.export")
     records: list[logging.LogRecord] = []
     catcher = logging.Handler()
-    catcher.emit = records.append
+    catcher.emit = records.append  # type: ignore[method-assign,assignment]
     handlers, propagate = logger.handlers, logger.propagate
     logger.handlers, logger.propagate = [catcher], False
     try:

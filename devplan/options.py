@@ -2,19 +2,15 @@
 devplan.compile's keywords), checked once, and handed whole to the stages that read it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import os
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from devplan.backend import Backend
 from devplan.errors import DevplanError
-
-if TYPE_CHECKING:
-    from devplan.passes.backends import Partitioner
-    from devplan.passes.partition import Backend
-
-DEFAULT_ALIGNMENT = 16  # bytes, as ExecuTorch's planner aligns
-MAX_ALIGNMENT = 4096    # a page: no device asks for more, and a larger one only inflates the buffers
-
+from devplan.passes.backends import Partitioner
+from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT
+from devplan.planning.planner import ALGORITHMS
 
 @dataclass(frozen=True)
 class CompileOptions:
@@ -32,10 +28,11 @@ class CompileOptions:
     # Python modules imported before loading, for the op libraries their import registers
     # (custom ops a graph calls exist in torch only once their library's module has run)
     kernels: tuple[str, ...] = ()
+    # each stage's result checked (devplan/wellformed.py): with --debug, and in the tests, whose
+    # conftest sets DEVPLAN_CHECK_STAGES for every compile they make, in-process or not
+    checks: bool = field(default_factory=lambda: os.environ.get("DEVPLAN_CHECK_STAGES") == "1")
 
     def __post_init__(self) -> None:
-        from devplan.planning import ALGORITHMS
-
         a = self.alignment
         if isinstance(a, bool) or not isinstance(a, int) or a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
             raise DevplanError(f"--alignment {a}: must be a power of two from 1 to {MAX_ALIGNMENT}, e.g. 16")
@@ -54,9 +51,6 @@ class CompileOptions:
         mapping, delegates as 'cuda:0=aten::linear' texts, Backends or Partitioners,
         `backends` as ExecuTorch backend names ('xnnpack') or 'MODULE:CLASS[:JSON]' partitioners
         that choose before the delegates, dump_dir as any path, kernels as module names."""
-        from devplan.passes.backends import Partitioner
-        from devplan.passes.partition import Backend
-
         if "backends" in choices:
             foreign = tuple(Partitioner.parse(b) if isinstance(b, str) else b for b in choices.pop("backends") or ())
             choices["delegates"] = foreign + tuple(choices.get("delegates") or ())

@@ -43,7 +43,7 @@ def assert_matches_golden(pte, golden: str | os.PathLike, update: bool | None = 
     or a CompileResult) plans as the golden file records; with update, write the golden file
     (and its folders) instead. update None follows --devplan-update-golden and
     DEVPLAN_UPDATE_GOLDEN. tolerance ('2%', '4KiB') and exact are those of `devplan check --golden`."""
-    from devplan.inspect.check import check_golden
+    from devplan.inspection.check import check_golden
 
     __tracebackhide__ = True  # pytest shows the caller's line, not this helper's
     if update is None:
@@ -66,8 +66,8 @@ def assert_matches_golden(pte, golden: str | os.PathLike, update: bool | None = 
 def _shrunk(diff) -> str:
     """The sizes that are smaller now than the golden records ('' if none): a passing check
     whose golden would otherwise go stale, letting the program grow back unnoticed."""
-    from devplan.inspect.diff import SIZED
-    from devplan.inspect.units import size_text
+    from devplan.inspection.difftext import SIZED
+    from devplan.inspection.units import size_text
 
     return "; ".join(f"{c.method + ' ' if c.method else ''}{c.subject} {c.fact} {size_text(c.a)} -> {size_text(c.b)}"
                      for c in diff.changes if c.fact in SIZED and not c.fails and c.b < c.a)

@@ -1,4 +1,9 @@
 """Options for the whole test suite."""
+import os
+
+# every compile the tests make, in this process or a child, checks each stage's result
+# (devplan/wellformed.py), so that a pass breaking the IR fails where it breaks it
+os.environ["DEVPLAN_CHECK_STAGES"] = "1"
 
 
 def pytest_addoption(parser):

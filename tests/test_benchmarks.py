@@ -9,13 +9,13 @@ import math
 
 import pytest
 
-pytestmark = pytest.mark.sweep
-
 import devplan
 from benchmarks import (compile_vs_executorch, device_plan_vs_executorch, dynamic_vs_executorch, moe_vs_executorch,
                         plan_vs_executorch, quantized_vs_executorch)
 from benchmarks.floor import order_free_floor
 from benchmarks.harness import export
+
+pytestmark = pytest.mark.sweep
 
 MODEL = "linear"
 

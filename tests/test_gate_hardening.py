@@ -118,7 +118,7 @@ def test_the_golden_validator_requires_what_the_schema_requires():
     windows, makes the validator refuse it; and the committed golden files pass both."""
     import jsonschema
 
-    from devplan.inspect.golden import _GOLDEN, _mismatch
+    from devplan.inspection.golden import _GOLDEN, _mismatch
 
     for path in sorted(GOLDEN.glob("*.golden.json")):
         doc = json.loads(path.read_text())

@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 
 import devplan
-from devplan.inspect.check import check_document
-from devplan.inspect.golden import golden_document
+from devplan.inspection.check import check_document
+from devplan.inspection.golden import golden_document
 from devplan.runtime.report import run_document
 from tests.inspect.runner import invoke
 from tests.lowerings import executorch_lowered

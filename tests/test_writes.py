@@ -60,7 +60,7 @@ def test_golden_update_creates_its_folder(tmp_path, program):
     assert json.loads(golden.read_text())["format"] == "devplan-golden"
 
 
-@pytest.mark.parametrize("output", ["-", "/dev/stdout"])
+@pytest.mark.parametrize("output", ["-", pytest.param("/dev/stdout", marks=pytest.mark.sweep)])
 def test_compile_to_standard_output_pipes_into_inspect(output, tmp_path):
     """The program alone on stdout (the summary on stderr), read back from stdin."""
     python = shlex.quote(sys.executable)

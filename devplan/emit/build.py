@@ -98,7 +98,7 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
             _emit_delegate(b, node, low)
         if node.op == "placeholder" and node in b.of_node and node.name in low.names:
             _name(b, b.of_node[node], low.names[node.name])
-        # every call a node became, its copies to and from devices too, came from the user's node
+        # every call a node became came from the user's node (device copies come later, from the copies pass)
         if len(b.kernels) > emitted:
             where = source_of(node)
             b.kernels[emitted:] = [replace(kernel, source=where) for kernel in b.kernels[emitted:]]

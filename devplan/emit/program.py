@@ -207,7 +207,7 @@ def _stacktrace(method) -> list:
         if isinstance(value, TensorSpec) and value.name is not None:
             names.setdefault(first_reader.get(index, 0), []).append((index, *value.name))
     empty, cache = Source(), FrameCache()
-    return [frame_list(*astuple(kernel.source or empty), names.get(at, []), cache)
+    return [frame_list(*astuple(kernel.source or empty), names.get(at, []), cache)  # type: ignore[call-arg]  # Source is frame_list's first seven
             for at, kernel in enumerate(method.kernels)]
 
 

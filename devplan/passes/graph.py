@@ -16,7 +16,7 @@ from devplan.passes.functional import (functionalize_locally, inline_grad_region
                                       write_in_place)
 
 if TYPE_CHECKING:
-    from devplan.passes.partition import Backend
+    from devplan.backend import Backend
 
 
 @dataclass(frozen=True)

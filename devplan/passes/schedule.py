@@ -13,10 +13,9 @@ from dataclasses import dataclass, replace
 
 from devplan.method import IntList, Kernel, Method, OptionalTensorList, TensorList
 from devplan.ops import written_inputs
-from devplan.options import DEFAULT_ALIGNMENT
 from devplan.passes.inplace import overwritable
 from devplan.planning.lifetimes import lifetimes, storages
-from devplan.planning.model import align_up
+from devplan.planning.model import DEFAULT_ALIGNMENT, align_up
 
 WIDTH = 64               # sets of run kernels kept per step
 EXPANSIONS = 100_000     # kernels tried over the whole search: a wide method keeps fewer sets

@@ -5,10 +5,13 @@ alive at the same time never share bytes, and check plans independently of how t
     lower_bound(intervals, alignment=16)            -> {group: bytes}
     verify(placed, sizes, alignment)                 raises PlanError
     parse_budget("1=512KiB") / check_budget(...)     memory budgets"""
+from __future__ import annotations
+
+import importlib
+
 from devplan.planning.bounds import lower_bound
 from devplan.planning.budget import check_budget, parse_budget
 from devplan.planning.model import Interval, Plan
-from devplan.planning.planner import ALGORITHMS, plan
 from devplan.planning.verify import Placed, PlanError, verify
 
 __all__ = [
@@ -23,3 +26,11 @@ __all__ = [
     "plan",
     "verify",
 ]
+
+
+def __getattr__(name: str):
+    # the placement algorithms on first use: the CLI reads DEFAULT_ALIGNMENT (planning.model)
+    # for its options without importing numpy, which they need
+    if name not in ("ALGORITHMS", "plan"):
+        raise AttributeError(f"module 'devplan.planning' has no attribute {name!r}")
+    return getattr(importlib.import_module("devplan.planning.planner"), name)

@@ -7,9 +7,13 @@ from typing import Mapping
 
 from devplan.errors import DevplanError
 from devplan.method import Method
-from devplan.options import DEFAULT_ALIGNMENT
+from devplan.planning.bounds import lower_bound
+from devplan.planning.budget import budget_key, check_budget
 from devplan.planning.lifetimes import lifetimes, storages
-from devplan.spec import CPU, Device
+from devplan.planning.model import DEFAULT_ALIGNMENT, Interval
+from devplan.planning.planner import plan
+from devplan.planning.verify import Placed, verify, verify_devices
+from devplan.spec import CPU, Device, TensorSpec
 
 
 @dataclass(frozen=True)
@@ -42,14 +46,11 @@ def plan_method(method: Method, *, alignment: int = DEFAULT_ALIGNMENT, algorithm
     A delegate's own buffer is planned here too, as a window of the method's buffer on its
     device that is alive while the delegate runs, so delegates that never run at once share
     bytes, and the device's bound counts what is alive there, the running delegate's included."""
-    from devplan.planning import Interval, Placed, lower_bound, plan, verify
-    from devplan.planning.verify import verify_devices
-
     verify_devices(method, home)
     alive = lifetimes(method)
     if borrowed_io:
         alive = {i: span for i, span in alive.items() if i not in _borrowed(method, alive)}
-    specs = {i: method.values[i] for i in alive}
+    specs = {i: spec for i in alive if isinstance(spec := method.values[i], TensorSpec)}  # alive: tensors only
     steps: dict[int, list[int]] = {}
     for step, kernel in enumerate(method.kernels):
         if kernel.delegate is not None and method.delegates[kernel.delegate].arena:
@@ -83,9 +84,6 @@ def plan_method(method: Method, *, alignment: int = DEFAULT_ALIGNMENT, algorithm
 
 def _check_budgets(budgets: Mapping[str, int], ids: Mapping[Device, int], sizes: Mapping[int, int], intervals,
                    alignment: int, names: Mapping[int, str]) -> None:
-    from devplan.planning import check_budget
-    from devplan.planning.budget import budget_key
-
     named = {str(mem_id): mem_id for mem_id in ids.values()} | {str(d): m for d, m in ids.items()}
     by_id = {}
     for target, nbytes in budgets.items():

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from devplan.options import DEFAULT_ALIGNMENT
-from devplan.planning.model import GroupProblem, Interval, split_groups
+from devplan.planning.model import DEFAULT_ALIGNMENT, GroupProblem, Interval, split_groups
 
 
 @dataclass(frozen=True)

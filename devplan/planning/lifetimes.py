@@ -1,6 +1,8 @@
 """When each planned tensor is alive, from the instruction order alone."""
 from __future__ import annotations
 
+from typing import Mapping
+
 from devplan.method import Method
 from devplan.spec import TensorSpec
 
@@ -39,7 +41,7 @@ def lifetimes(method: Method) -> dict[int, tuple[int, int]]:
             if isinstance(method.values[i], TensorSpec) and not method.values[i].constant}
 
 
-def storages(method: Method, alive: dict[int, tuple[int, int]]) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
+def storages(method: Method, alive: Mapping[int, tuple[int, int]]) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
     """(value -> its storage root, root -> span): a tensor and everything that shares its
     bytes (views, in-place results) are one storage, alive from its first to its last user."""
     root = {i: method.values[i].alias_of if method.values[i].alias_of is not None else i for i in alive}

@@ -8,6 +8,9 @@ from typing import Mapping, Sequence
 
 from devplan.errors import DevplanError
 
+DEFAULT_ALIGNMENT = 16  # bytes, as ExecuTorch's planner aligns
+MAX_ALIGNMENT = 4096    # a page: no device asks for more, and a larger one only inflates the buffers
+
 
 @dataclass(frozen=True)
 class Interval:

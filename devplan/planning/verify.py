@@ -9,14 +9,16 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from devplan.errors import DevplanError
 from devplan.planning.model import check_alignment
+from devplan.spec import CPU, Device, TensorSpec
 
 if TYPE_CHECKING:
     from devplan.method import Method
-    from devplan.spec import Device
 
 
 class PlanError(DevplanError):
-    """A memory plan that would let live tensors overwrite each other or leave their buffer."""
+    """A memory plan that would let live tensors overwrite each other or leave their buffer: bad
+    input for a caller verifying a plan of its own; inside a compile, where devplan made the
+    plan, the compile names it an internal error of the stage (compiler.Stages)."""
 
 
 @dataclass(frozen=True)
@@ -176,9 +178,10 @@ def verify_devices(method: Method, home: Device) -> None:
     its target_device, an et_copy from the host to a device or back; and every view or
     in-place result on the device of the storage it shares. Constants are stored data, not
     planned memory, and may be read anywhere."""
+    # imported here: method and ops import torch, which the CLI importing this package for
+    # its options never needs
     from devplan.method import OptionalTensorList, TensorList
     from devplan.ops import TO_DEVICE, TO_HOST
-    from devplan.spec import CPU, Device, TensorSpec
 
     values = method.values
     for index, spec in enumerate(values):
@@ -188,7 +191,8 @@ def verify_devices(method: Method, home: Device) -> None:
     for step, kernel in enumerate(method.kernels):
         tensors = []
         for arg in kernel.args:
-            items = values[arg].items if isinstance(values[arg], (TensorList, OptionalTensorList)) else (arg,)
+            value = values[arg]
+            items = value.items if isinstance(value, (TensorList, OptionalTensorList)) else (arg,)
             tensors += [i for i in items if i >= 0 and isinstance(values[i], TensorSpec) and not values[i].constant]
         if kernel.delegate is not None:
             target = dict(method.delegates[kernel.delegate].compile_specs).get("target_device")

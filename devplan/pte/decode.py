@@ -60,7 +60,7 @@ class Instruction(NamedTuple):
     instructions by it. A jump's `destination` is what the file says, an index within the
     jump's own chain, as ExecuTorch's runtime reads it: the runtime's loader turns it into an
     `index` (one at or past its chain's end, or negative, ends the chain)."""
-    index: int                      # across the method's chains
+    index: int  # type: ignore[assignment]  # a field, not tuple.index: across the method's chains
     kind: str                       # kernel, delegate, move, jump_false, free, or kind(N) for an unknown one
     op: int | None                  # a kernel's operator index
     delegate: int | None            # a delegate call's delegate index
@@ -76,7 +76,7 @@ class Instruction(NamedTuple):
 
 
 class Delegate(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # a field, not tuple.index
     id: str
     specs: tuple[tuple[str, bytes], ...]   # compile specs, raw
     window: tuple[int, int] | None         # (mem_id, offset) of its payload's buffer in the method's

@@ -123,14 +123,14 @@ _U32, _I32, _U16 = struct.Struct("<I"), struct.Struct("<i"), struct.Struct("<H")
 _STACKTRACE_SLOT = 10  # Chain's fourth field: 4 + 2 * 3
 
 
-def _field(buffer: bytes, table: int, index: int) -> int:
+def _field(buffer: bytes | memoryview, table: int, index: int) -> int:
     """Where field `index` of the table at `table` sits, or 0 when the table leaves it out."""
     vtable = table - _I32.unpack_from(buffer, table)[0]
     slot = 4 + 2 * index
     return _U16.unpack_from(buffer, vtable + slot)[0] if slot < _U16.unpack_from(buffer, vtable)[0] else 0
 
 
-def _items(buffer: bytes, frame_list: int) -> list[int]:
+def _items(buffer: bytes | memoryview, frame_list: int) -> list[int]:
     """Positions of the Frame tables a FrameList holds."""
     at = _field(buffer, frame_list, 0)
     if not at:
@@ -140,7 +140,7 @@ def _items(buffer: bytes, frame_list: int) -> list[int]:
     return [element + _U32.unpack_from(buffer, element)[0] for element in elements]
 
 
-def _frame_fields(buffer: bytes, frame: int) -> tuple[str, int, str, str]:
+def _frame_fields(buffer: bytes | memoryview, frame: int) -> tuple[str, int, str, str]:
     """(filename, lineno, name, context) of the Frame table at `frame`."""
     def string(index: int) -> str:
         at = _field(buffer, frame, index)

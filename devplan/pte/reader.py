@@ -75,7 +75,7 @@ class PteFile:
 
         return read_stacktrace(self.data, plan_index, chain_index)
 
-    def constant_data(self, data_buffer_idx: int) -> bytes | None:
+    def constant_data(self, data_buffer_idx: int) -> bytes | memoryview | None:
         """Bytes of constant `data_buffer_idx` (a Tensor's data_buffer_idx), or None for 0
         (no constant) or an index the program does not have. From the constant segment the
         bytes run to the next constant's offset, so they include its alignment padding."""
@@ -95,7 +95,7 @@ class PteFile:
         storage = buffers[data_buffer_idx].storage
         return b"" if storage is None else bytes(storage)
 
-    def mutable_data(self, index: int) -> bytes:
+    def mutable_data(self, index: int) -> bytes | memoryview:
         """Initial bytes `index` of a planned tensor (its data_buffer_idx) from the first
         mutable data segment, as ExecuTorch's runtime reads them."""
         segments = self.program.mutableDataSegments or ()
@@ -118,7 +118,7 @@ class PteFile:
         name = f"{self.name} delegate {delegate_index}"
         return self.memo(("program", key), lambda: self._read_payload(payload, name))
 
-    def _read_payload(self, payload: bytes, name: str) -> "PteFile":
+    def _read_payload(self, payload: bytes | memoryview, name: str) -> "PteFile":
         """A delegate's payload read as a program one level deeper than this one."""
         if self.depth >= MAX_DELEGATE_DEPTH:
             raise DevplanError(f"{name}: a payload nested {self.depth + 1} delegates deep (devplan reads "
@@ -129,11 +129,11 @@ class PteFile:
         """Where a delegate's payload lives (location, index): delegates with one key share it."""
         return self._payload(plan_index, delegate_index)[0]
 
-    def delegate_payload(self, plan_index: int, delegate_index: int) -> bytes:
+    def delegate_payload(self, plan_index: int, delegate_index: int) -> bytes | memoryview:
         """The processed blob of delegate `delegate_index` in plan `plan_index`."""
         return self._payload(plan_index, delegate_index)[1]
 
-    def _payload(self, plan_index: int, delegate_index: int) -> tuple[tuple[int, int], bytes]:
+    def _payload(self, plan_index: int, delegate_index: int) -> tuple[tuple[int, int], bytes | memoryview]:
         """(where the payload lives, its bytes), the bytes copied out of the program once."""
         plans = self.program.executionPlan or []
         if not 0 <= plan_index < len(plans):
@@ -148,7 +148,7 @@ class PteFile:
         key = (int(reference.location), int(reference.index))
         return key, self.memo(("payload", key), lambda: self._payload_bytes(where, reference))
 
-    def _payload_bytes(self, where: str, reference: BackendDelegateDataReferenceT) -> bytes:
+    def _payload_bytes(self, where: str, reference: BackendDelegateDataReferenceT) -> bytes | memoryview:
         """The bytes `reference` names, copied out of the program (an inline blob) or the file's segment."""
         if reference.location == DataLocation.INLINE:
             inline = self.program.backendDelegateData or []
@@ -163,7 +163,7 @@ class PteFile:
         raise DevplanError(f"{where}: unknown payload location {reference.location}; {_DAMAGED}")
 
 
-def read_pte(source: "str | os.PathLike | bytes | PteFile", name: str | None = None) -> PteFile:
+def read_pte(source: "str | os.PathLike | bytes | memoryview | PteFile", name: str | None = None) -> PteFile:
     """Read and check a .pte from a path or from its bytes; any problem is a DevplanError
     whose message starts with `name` (default: the path, or "<bytes>"). A PteFile is already
     read (standard input, which can be read only once, is read into one)."""
@@ -171,7 +171,7 @@ def read_pte(source: "str | os.PathLike | bytes | PteFile", name: str | None = N
         return source
     if isinstance(source, (bytes, bytearray, memoryview)):
         # A private immutable copy: the unpacked program keeps views into it.
-        data = bytes(source)
+        data: bytes | memoryview = bytes(source)
         name = name or "<bytes>"
     else:
         name = name or os.fspath(source)
@@ -189,7 +189,7 @@ def read_pte(source: "str | os.PathLike | bytes | PteFile", name: str | None = N
         detail = " ".join(str(error).split())
         raise DevplanError(f"{name}: cannot decode the program ({type(error).__name__}: {detail}); {_DAMAGED}") from error
     pte = PteFile(program, _segments(program, data, header, name), len(data), header, name, data,
-                  path=os.fspath(source) if isinstance(data, memoryview) else None)
+                  path=os.fsdecode(source) if isinstance(data, memoryview) else None)
     _check_references(pte)
     return pte
 

@@ -73,9 +73,9 @@ def pte_image(program: ProgramT, segments: Sequence = (), *, segment_alignment: 
     if segments:
         packed.segments = [DataSegmentT(offset=offset, size=size) for offset, size in placed]
     if program.constantBuffer is not None:
-        packed.constantBuffer = [_AlignedBlob.of(buffer.storage) for buffer in program.constantBuffer]
+        packed.constantBuffer = [_AlignedBlob.of(buffer.storage) for buffer in program.constantBuffer]  # type: ignore[misc]  # packs as BufferT does
     if program.backendDelegateData is not None:
-        packed.backendDelegateData = [_AlignedBlob.of(blob.data) for blob in program.backendDelegateData]
+        packed.backendDelegateData = [_AlignedBlob.of(blob.data) for blob in program.backendDelegateData]  # type: ignore[misc]  # packs as the inline data does
 
     builder = flatbuffers.Builder(1024)
     builder.Finish(packed.Pack(builder), file_identifier=FILE_IDENTIFIER)

@@ -442,7 +442,7 @@ class LoadedMethod:
         outs = [a for a, s in zip(args, schema) if s.is_out]
         return Step("kernel", name, op, positional, keywords, **self._outs(outs))
 
-    def _outs(self, outs: list[int]) -> dict[str, tuple[int, ...]]:
+    def _outs(self, outs: list[int]) -> dict[str, Any]:
         """A kernel's out tensors (lists' items too) as a step's `emptied` (dynamic: sized by the
         kernel within their bound) and `fixed` (static: the kernel must keep their shape)."""
         outs = [i for a in outs for i in (self.values[a].items if isinstance(self.values[a], Refs) else (a,))]
@@ -518,7 +518,7 @@ class Memory:
         self.taken += nbytes
 
 
-def _constant(pte: PteFile, data_index: int, data: bytes, dtype: torch.dtype, shape: list[int], nbytes: int,
+def _constant(pte: PteFile, data_index: int, data: bytes | memoryview, dtype: torch.dtype, shape: list[int], nbytes: int,
               what: str) -> torch.Tensor:
     """Constant `data_index` as a host tensor of this dtype and shape, made once per file:
     delegates that share a payload share its constants (kernels never write them)."""

@@ -22,7 +22,7 @@ from tests.models import CORPUS, STATEFUL, eager_outputs, eager_runs, export, pt
 from tests.tiers import tiered
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = ("linear", "conv_bn_relu", "transformer_encoder", "accumulator", "cat_split_chunk")
+FAST = ("conv_bn_relu", "accumulator")  # a convolution and a stateful model; the rest in the full suite
 
 
 @functools.lru_cache(maxsize=None)
@@ -149,6 +149,7 @@ def one_line_error(run, *needles):
     return lines[0]
 
 
+@pytest.mark.sweep  # end to end through fresh processes; test_xnnpack_program_runs_as_eager_and_plans_no_more is the fast tier's
 def test_cli_compile_inspect_and_run(tmp_path):
     program = tmp_path / "cnn.pte"
     run = devplan_cli("compile", ROOT / "samples" / "cnn.pt2", "-o", program, "--backend", "xnnpack")
@@ -167,14 +168,19 @@ def test_cli_compile_inspect_and_run(tmp_path):
     assert abs(json.loads(ran.stdout)["runs"][0][0]["mean"] - theirs["runs"][0][0]["mean"]) < 1e-4
 
 
+_SWEEP = pytest.mark.sweep  # one refusal of each kind stays fast: a bad name, a bad argument, a failing backend
+
+
 @pytest.mark.parametrize("option, needle", [
     (["--backend", "nosuch"], "unknown backend"),
-    (["--partitioner", "no_module_here:Cls"], "cannot import no_module_here"),
-    (["--partitioner", "json:NoClass"], "no partitioner class NoClass"),
+    pytest.param(["--partitioner", "no_module_here:Cls"], "cannot import no_module_here", marks=_SWEEP),
+    pytest.param(["--partitioner", "json:NoClass"], "no partitioner class NoClass", marks=_SWEEP),
     (["--partitioner", "tests.partitioners:AddsTo:[1]"], "JSON object"),
-    (["--partitioner", "tests.partitioners:Raises"], "the partitioner failed: this partitioner always fails"),
-    (["--partitioner", "tests.partitioners:NotAResult"], "not a PartitionResult"),
-    (["--partitioner", "tests.partitioners:EmptyPayload"], "MakesNothing: its preprocess made no payload"),
+    pytest.param(["--partitioner", "tests.partitioners:Raises"], "the partitioner failed: this partitioner always fails",
+                 marks=_SWEEP),
+    pytest.param(["--partitioner", "tests.partitioners:NotAResult"], "not a PartitionResult", marks=_SWEEP),
+    pytest.param(["--partitioner", "tests.partitioners:EmptyPayload"], "MakesNothing: its preprocess made no payload",
+                 marks=_SWEEP),
     (["--partitioner", "tests.partitioners:RaisingBackend"], "backend FailsToCompile, partition add0 from node"),
 ], ids=["unknown", "import", "class", "kwargs", "raises", "not-a-result", "empty-payload", "preprocess-raises"])
 def test_refusals(tmp_path, option, needle):

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import devplan
-from devplan.passes.partition import Backend
+from devplan.backend import Backend
 from devplan.spec import Device
 
 pytestmark = pytest.mark.sweep

@@ -107,7 +107,7 @@ def _choice(name: str) -> Dynamic | str:
             return how
         except Exception as error:
             first = first or error
-            suggested = re.search(r"Dim\('batch', min=(\d+), max=%d\)" % BOUND, str(error))
+            suggested = re.search(rf"Dim\('batch', min=(\d+), max={BOUND}\)", str(error))
             if suggested and how.least < int(suggested.group(1)) < BOUND:
                 tries.insert(0, Dynamic(how.dim, int(suggested.group(1)), how.shared))
     return f"{name}: torch.export keeps no dynamic batch: {_reason(first)}"

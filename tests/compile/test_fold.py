@@ -143,7 +143,7 @@ def _deberta(batch: int):
     return module, (ids,), {"attention_mask": mask}
 
 
-@pytest.mark.parametrize("batch", [1, 2], ids=["one", "padded_batch"])
+@pytest.mark.parametrize("batch", [pytest.param(1, marks=pytest.mark.sweep), 2], ids=["one", "padded_batch"])
 def test_deberta_relative_positions_are_folded(batch):
     pytest.importorskip("transformers")
     module, args, kwargs = _deberta(batch)
@@ -177,7 +177,7 @@ print(result.constant_bytes)
 """
 
 
-@pytest.mark.parametrize("how", ["expand", "repeat"])
+@pytest.mark.parametrize("how", [pytest.param("expand", marks=pytest.mark.sweep), "repeat"])
 def test_constant_subgraph_too_large_to_fold_stays_a_run_time_op(how):
     """Folding checks each step's result size (its fake value) before evaluating it: a step
     larger than the constants it comes from is left to run time, so compiling a tiny export

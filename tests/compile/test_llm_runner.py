@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("executorch.extension.llm.runner")
 
 import devplan  # noqa: E402
-from devplan.inspect import inspect  # noqa: E402
+from devplan import inspect  # noqa: E402
 from tests.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, generate, word_tokenizer  # noqa: E402
 
 PROMPT = "the quick brown fox"

@@ -103,6 +103,7 @@ def _payload_bytes(marker) -> bytes:
     return buffer.getvalue()
 
 
+@pytest.mark.sweep  # a canary of torch itself; the refusal it guards stays in the fast tier
 def test_the_legacy_weights_route_is_live_in_torch(tmp_path):
     """The refusal above guards a real route: torch.export.load unpickles such a member."""
     marker = tmp_path / "marker"

@@ -51,7 +51,7 @@ def test_constant_method_returns_its_value_on_both_runtimes(value):
 def test_constant_methods_match_executorchs_values_and_order():
     """The same names, order, value kinds and pytree specs as ExecuTorch's to_edge(constant_methods=)."""
     edge = pytest.importorskip("executorch.exir")
-    from devplan.inspect import inspect
+    from devplan import inspect
 
     metadata = {"get_max_seq_len": 128, "use_kv_cache": True, "get_eos_ids": [2, 3], "name": "x", "scale": 0.5}
     ep, _ = _export(2)

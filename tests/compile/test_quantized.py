@@ -142,6 +142,7 @@ def test_out_schemas_are_the_quantized_librarys_own():
         assert schema_name(schema) in registered
 
 
+@pytest.mark.sweep  # end to end through a fresh process
 def test_a_saved_quantized_archive_compiles_in_a_fresh_process(tmp_path):
     """Loading a .pt2 needs the quantized_decomposed ops defined; devplan defines them itself."""
     ep, _, _ = quantize("mlp", "per_tensor")

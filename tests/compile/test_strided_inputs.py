@@ -89,6 +89,7 @@ def _swin():
     return SwinForImageClassification(config).eval(), (torch.randn(1, 3, 32, 32),)
 
 
+@pytest.mark.sweep  # a real model twice over; the strided-input kinds above stay in the fast tier
 @pytest.mark.parametrize("grad", [True, False], ids=["grad", "no_grad"])
 def test_swin_compiles_matches_eager_and_plans_no_more_than_executorch(grad):
     pytest.importorskip("transformers")

@@ -43,7 +43,7 @@ def test_views_share_storage_and_run_no_kernel():
     assert len(views) == 1
     assert all(isinstance(v, TensorSpec) and v.mem_id is not None for v in method.values
                if isinstance(v, TensorSpec) and not v.constant)
-    for index, view in views:
+    for _index, view in views:
         root = method.values[view.alias_of]
         assert (view.mem_id, view.offset, view.nbytes) == (root.mem_id, root.offset, root.nbytes)
         assert root.alias_of is None

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import devplan
-from devplan.inspect.diff import LARGEST_SHOWN
-from devplan.inspect.golden import golden_document
+from devplan.inspection.diff import LARGEST_SHOWN
+from devplan.inspection.golden import golden_document
 from tests.compile.test_cli import ROOT, assert_one_line_error
 from tests.inspect.runner import REPO, invoke, run_devplan
 from tests.lowerings import executorch_lowered

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import devplan
-from devplan.inspect.diff import pair_tensors, side
+from devplan.inspection.diff import pair_tensors, side
 from tests.inspect.runner import invoke
 
 

@@ -10,7 +10,7 @@ from torch import nn
 
 import devplan
 from devplan.errors import DevplanError
-from devplan.inspect.diff import Tolerance, parse_tolerance
+from devplan.inspection.diff import Tolerance, parse_tolerance
 from tests.compile.test_cli import assert_one_line_error
 from tests.inspect.runner import invoke, run_devplan
 

@@ -40,7 +40,7 @@ def test_the_tensors_table_says_when_a_view_holds_its_bytes():
 
     from rich.console import Console
 
-    from devplan.inspect.render import render
+    from devplan.inspection.render import render
 
     args = (torch.randn(8, 4),)
     result = devplan.compile(torch.export.export(LateView(), args, strict=False))

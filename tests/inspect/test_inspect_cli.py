@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from devplan.inspect.sections import DEFAULT_SECTIONS, SECTIONS
+from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
 from tests.inspect.runner import invoke, run_devplan
 
 

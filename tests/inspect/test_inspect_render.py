@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 
 import devplan
-from devplan.inspect.render import render
-from devplan.inspect.sections import SECTIONS
+from devplan.inspection.render import render
+from devplan.inspection.sections import SECTIONS
 from tests.inspect.lowered import NAMES
 
 CHART_ROW = re.compile(r"^\s*(\d+(?:\.\d+)?) (B|KiB|MiB) │(.*)$")

@@ -1,4 +1,4 @@
-"""The sweeps of devplan/inspect/overlap.py against the pairwise definitions they replace, on
+"""The sweeps of devplan/inspection/overlap.py against the pairwise definitions they replace, on
 random tensors: which tensors share a storage (bytes that meet while both hold them, and so
 on transitively), and the bytes in use at each instruction, aliases counted once."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from devplan.inspect.overlap import busiest, storages
+from devplan.inspection.overlap import busiest, storages
 
 
 def pairwise_storages(timed: list[dict]) -> list[int]:

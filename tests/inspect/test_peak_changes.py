@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import devplan
-from devplan.inspect.check import check, check_golden
-from devplan.inspect.diff import diff
+from devplan.inspection.check import check, check_golden
+from devplan.inspection.diff import diff
 from devplan.testing import assert_matches_golden
 from tests.compile.test_cli import devplan as devplan_cli
 

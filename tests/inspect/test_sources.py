@@ -137,6 +137,7 @@ def _lines_at_80_columns(text: str) -> int:
     return sum(max(1, math.ceil(len(line) / 80)) for line in text.splitlines())
 
 
+@pytest.mark.sweep  # at scale: 32 layers
 def test_the_default_view_of_a_32_layer_gpt2_fits_two_screens(tmp_path):
     module, args = _gpt2(layers=32)
     path = tmp_path / "gpt2_32.pte"
@@ -152,7 +153,7 @@ def test_the_default_view_of_a_32_layer_gpt2_fits_two_screens(tmp_path):
 
 
 def test_the_chrome_trace_names_instructions_and_tensors_by_source(gpt2_pte):
-    from devplan.inspect.trace import memory_trace
+    from devplan.inspection.trace import memory_trace
 
     events = memory_trace(devplan.inspect(gpt2_pte))["traceEvents"]
     slices = [event for event in events if event["ph"] == "X"]

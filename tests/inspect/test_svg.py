@@ -4,7 +4,7 @@ import xml.etree.ElementTree as ET
 import torch
 
 import devplan
-from devplan.inspect.svg import HEIGHT, TOP, WIDTH, LEFT, layout_svg
+from devplan.inspection.svg import HEIGHT, TOP, WIDTH, LEFT, layout_svg
 from tests.compile.test_cli import devplan as cli
 from tests.models import export
 

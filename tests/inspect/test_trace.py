@@ -5,7 +5,7 @@ import json
 import pytest
 
 import devplan
-from devplan.inspect.trace import STEP, memory_trace, trace_json
+from devplan.inspection.trace import STEP, memory_trace, trace_json
 from tests.compile.test_cli import assert_one_line_error
 from tests.compile.test_cli import devplan as cli
 from tests.models import export

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 import devplan
+from devplan.backend import Backend
 from devplan.errors import DevplanError
 from devplan.passes.decompose import decompose
 from devplan.passes.fold import fold_constants
 from devplan.passes.graph import from_exported
-from devplan.passes.partition import Backend, partition
+from devplan.passes.partition import partition
 from devplan.spec import Device
 
 CUDA0, CUDA1 = Device("cuda", 0), Device("cuda", 1)

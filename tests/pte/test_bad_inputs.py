@@ -217,7 +217,7 @@ def test_delegates_sharing_a_payload_read_it_once():
     the time of the delegate entries, not of 5,000 payload programs."""
     import copy
 
-    from devplan.inspect.document import document
+    from devplan.inspection.document import document
 
     pte = read_pte(_delegated())
     program = copy.deepcopy(pte.program)

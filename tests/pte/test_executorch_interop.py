@@ -292,7 +292,7 @@ def test_named_data_counts_as_constants(xnnpack_pte):
     import io
 
     import devplan
-    from devplan.inspect.render import render
+    from devplan.inspection.render import render
     from rich.console import Console
 
     stored = executorch_read(xnnpack_pte).named_data  # ExecuTorch moves them out of the program

@@ -129,7 +129,7 @@ def test_llm_block_delegated_matches_eager(name, setting):
     assert not problems, "; ".join(problems)
 
 
-@pytest.mark.parametrize("name", DYNAMIC)
+@pytest.mark.parametrize("name", tiered(DYNAMIC, ["tiny_decoder_2_layers", "kv_cache_index_copy_input_pos"]))
 def test_llm_dynamic_sequence_all_on_cuda(name):
     """Everything on cuda:0, sequence lengths 16, 3, 7: stateless cases on one loaded method,
     KV-cache cases on a fresh loaded method per length (as test_llm_dynamic runs them)."""

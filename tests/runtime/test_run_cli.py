@@ -14,6 +14,7 @@ def compiled(tmp_path, name="two_io"):
     return program
 
 
+@pytest.mark.sweep  # end to end through fresh processes; the run command's other cases stay fast
 def test_run_with_saved_inputs_matches_eager_and_saves_outputs(tmp_path):
     program = compiled(tmp_path)
     module, args = sample_models()["two_io"]

@@ -315,6 +315,7 @@ def test_a_size_from_the_file_cannot_grow_a_tensor(size, needle):
     refused(damaged(compiled(), _empty_dim_order_into_relu_out(size)), "_empty_dim_order.out", needle)
 
 
+@pytest.mark.sweep  # test_inputs_count_against_the_memory_limit_before_they_are_made keeps the kind fast
 def test_memory_past_the_limit_is_refused_naming_the_buffer_or_value(tmp_path):
     import subprocess
     import sys

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from html import escape
 
-from devplan.inspect.layout import band_size
-from devplan.inspect.sources import top_module
-from devplan.inspect.units import size_text
+from devplan.inspection.layout import band_size
+from devplan.inspection.sources import top_module
+from devplan.inspection.units import size_text
 
 WIDTH, HEIGHT = 760, 320           # plot area of one chart, in px
 LEFT, TOP, GAP = 80, 56, 110       # margins: byte labels, title, space between charts (axis, legend)
@@ -121,7 +121,8 @@ def _marks(buffer: dict, x, y, top: int) -> list[str]:
 
 
 def _legend(baseline: int) -> list[str]:
-    parts, at = [], LEFT
+    parts: list[str] = []
+    at: float = LEFT
     swatches = (*((role, (fill,)) for role, fill in FILLS.items() if role != "activation"),
                 ("activation (blocks alternate)", (FILLS["activation"], SECOND_SHADE)), ("other", (OTHER_FILL,)))
     for label, fills in swatches:

@@ -13,8 +13,8 @@ from rich.columns import Columns
 from rich.console import Group
 from rich.text import Text
 
-from devplan.inspect.sources import top_module
-from devplan.inspect.units import size_text
+from devplan.inspection.sources import top_module
+from devplan.inspection.units import size_text
 
 GLYPHS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 EMPTY = "·"
@@ -58,7 +58,7 @@ def layout_chart(method: dict, buffer: dict, width: int = 80, rows: int = 16, ex
     labels = [size_text(row * band, exact_bytes) for row in range(rows)]
     label_width = max(len(label) for label in labels)
     columns = _columns(instruction_count, max(8, width - label_width - 3))
-    lines = [title, _axis(columns, label_width)]
+    lines: list = [title, _axis(columns, label_width)]
     alive_in_column = [[o for o in occupants if o.first <= last and first <= o.last] for first, last in columns]
     for row, label in enumerate(labels):
         line = Text(f"{label:>{label_width}} │")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import textwrap
 
-from devplan.inspect.diff import SIZED
-from devplan.inspect.units import size_text
+from devplan.inspection.units import size_text
+
+SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 
 _INDENT = " " * 8
 _PLACEMENT_KINDS = {"added": "added", "removed": "removed", "moved": "moved", "resized": "resized",

@@ -1,18 +1,15 @@
-"""Inspect a .pte program: a JSON-able document (document.py), terminal views (render.py),
-an SVG picture of each buffer (svg.py) and CI checks (check.py).
+"""The inspection of a .pte program: a JSON-able document (document.py), terminal views
+(render.py), an SVG picture of each buffer (svg.py) and CI checks (check.py).
 
     devplan.inspect("model.pte")                  -> the inspection document (a dict)
     devplan.inspect("model.pte", method="forward") -> the same, one method only
     devplan.inspect("model.pte", delegate=0)      -> the program inside delegate 0 of the
                                                      (first, or named) method
 
-Importing this subpackage rebinds `devplan.inspect` from the lazy function to this module,
-so the module itself is made callable and both spellings keep working."""
+The package is named for the noun so that `devplan.inspect`, the verb, is always the function."""
 from __future__ import annotations
 
 import os
-import sys
-import types
 
 __all__ = ["inspect"]
 
@@ -22,7 +19,7 @@ def inspect(source: str | os.PathLike | bytes, *, method: str | None = None, del
     `delegate`, the document of the ET12 program that delegate's payload holds."""
     # Imported here so that the CLI can list this package's sections without loading the
     # FlatBuffers bindings for every command.
-    from devplan.inspect.document import document
+    from devplan.inspection.document import document
     from devplan.pte import read_pte
 
     pte = read_pte(source)
@@ -47,12 +44,3 @@ def _payload_program(pte, method: str | None, delegate: int):
         raise DevplanError(f"{pte.name} delegate {delegate}: the payload is not an ET12 program but the backend's "
                            f"own format; devplan shows programs only (devplan's DevplanDelegate payloads are)")
     return pte.delegate_program(plan_index, delegate)
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, source: str | os.PathLike | bytes, *, method: str | None = None,
-                 delegate: int | None = None) -> dict:
-        return inspect(source, method=method, delegate=delegate)
-
-
-sys.modules[__name__].__class__ = _CallableModule

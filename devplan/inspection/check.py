@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from devplan.errors import DevplanError
-
-if TYPE_CHECKING:
-    from devplan.inspect.diff import Diff, Tolerance
+from devplan.files import refuse_overwrite, write_atomic
+from devplan.inspection import inspect
+from devplan.inspection.diff import Diff, Tolerance, diff
+from devplan.inspection.golden import golden_document, golden_text, peak_brief
+from devplan.planning.budget import budget_key, checked_budgets
 
 SCHEMA_VERSION = 1  # of check_document; docs/check-json.md
 
@@ -50,10 +52,6 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
     a window of the method's buffer adds nothing), against the device's bound. A budget names a
     buffer by mem_id ("1", the method's own buffers) or a device ("cpu", "cuda:0"); one that
     names neither is an error."""
-    from devplan.inspect import inspect
-    from devplan.inspect.golden import peak_brief
-    from devplan.planning.budget import budget_key, checked_budgets
-
     if max_ratio is not None and not 1 <= max_ratio < math.inf:  # nan fails this too
         raise DevplanError(f"--max-ratio {max_ratio}: use a finite ratio of 1 or more (no plan is below its "
                            f"lower bound), e.g. 1.05")
@@ -107,11 +105,6 @@ def check_golden(source: str | os.PathLike | bytes, golden: str | os.PathLike, *
     `tolerance`), or with `update` write the program's golden file (atomically, through a
     link, creating its folder) instead. `source` is a .pte path, its bytes, a read PteFile or a
     CompileResult."""
-    from devplan.inspect import inspect
-    from devplan.inspect.diff import diff
-    from devplan.inspect.golden import golden_document, golden_text
-    from devplan.files import refuse_overwrite, write_atomic
-
     source = getattr(source, "data", source)  # a CompileResult: the program it wrote
     if update and isinstance(source, (str, os.PathLike)):
         refuse_overwrite(golden, [source], "--golden")

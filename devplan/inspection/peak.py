@@ -2,7 +2,7 @@
 instruction, largest first, and how much of the peak each top-level module of the model holds."""
 from __future__ import annotations
 
-from devplan.inspect.sources import top_module
+from devplan.inspection.sources import top_module
 
 
 def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: dict[int, str]) -> dict:

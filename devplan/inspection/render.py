@@ -13,9 +13,9 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from devplan.inspect.layout import layout_chart
-from devplan.inspect.sections import DEFAULT_SECTIONS, SECTIONS
-from devplan.inspect.units import size_text
+from devplan.inspection.layout import layout_chart
+from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
+from devplan.inspection.units import size_text
 
 
 

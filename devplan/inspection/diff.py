@@ -18,11 +18,15 @@ from fractions import Fraction
 from pathlib import Path
 
 from devplan.errors import DevplanError
-from devplan.inspect.golden import golden_document, is_golden, placements, read_golden
-from devplan.inspect.sources import source_identity
+from devplan.files import open_input
+from devplan.inspection import inspect
+from devplan.inspection.difftext import diff_text
+from devplan.inspection.golden import golden_document, is_golden, placements, read_golden
+from devplan.inspection.sources import source_identity
+from devplan.inspection.units import size_text
+from devplan.planning.budget import size_bytes
 
 SCHEMA_VERSION = 1
-SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 # counts reported, never failed (but with exact): one more scalar the emitter made, or one
 # more instruction, is no memory; the tensors, operators and buffers that come with it are named
 REPORTED = frozenset({"instructions", "values"})
@@ -44,8 +48,6 @@ class Tolerance:
         return growth <= (self.nbytes or 0)
 
     def __str__(self) -> str:
-        from devplan.inspect.units import size_text
-
         return f"{float(self.percent):g}%" if self.percent is not None else size_text(self.nbytes or 0)
 
     def document(self) -> dict:
@@ -54,8 +56,6 @@ class Tolerance:
 
 def parse_tolerance(text: str) -> Tolerance:
     """'2%', '0.5%', '4KiB', '4096' -> Tolerance."""
-    from devplan.planning.budget import size_bytes
-
     percent = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", text)
     if percent:
         return Tolerance(percent=Fraction(percent.group(1)))
@@ -110,8 +110,6 @@ class Diff:
         }
 
     def text(self) -> str:
-        from devplan.inspect.difftext import diff_text
-
         return diff_text(self)
 
 
@@ -169,8 +167,6 @@ def _identity(tensor: dict, inputs: dict[int, int], outputs: dict[int, int]) -> 
 def side(source) -> Side:
     """A program (path or bytes of a .pte), a golden file (path of its JSON), an inspection
     document or a golden document (dicts)."""
-    from devplan.inspect import inspect
-
     if isinstance(source, dict):
         doc = source
     elif isinstance(source, (str, os.PathLike)) and _looks_like_json(Path(source)):
@@ -187,8 +183,6 @@ def _looks_like_json(path: Path) -> bool:
     """A golden file: named .json (so a missing one is reported as a golden file), or JSON inside."""
     if path.suffix == ".json":
         return True
-    from devplan.files import open_input
-
     if not path.exists():
         return False  # the program reader names the path and the problem
     # a pipe or device is refused here: reading it could block or never end

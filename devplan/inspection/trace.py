@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import json
 
-from devplan.inspect.overlap import busiest
+from devplan.inspection.overlap import busiest
 
 STEP = 1000  # trace microseconds per instruction
 

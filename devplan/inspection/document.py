@@ -5,13 +5,17 @@ goes away (adding a key does not bump it)."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import AbstractSet
 
 from devplan.errors import DevplanError
-from devplan.inspect.overlap import LatestWrites, busiest, storages
-from devplan.inspect.peak import peak
-from devplan.inspect.sources import argument_text, chain_origins, source_text, tensor_source
+from devplan.inspection.overlap import LatestWrites, busiest, storages
+from devplan.inspection.peak import peak
+from devplan.inspection.sources import argument_text, chain_origins, source_text, tensor_source
+from devplan.planning.bounds import lower_bound
+from devplan.planning.model import Interval, align_up
 from devplan.pte import PteFile
 from devplan.pte.decode import MethodView, methods
+from devplan.pte.header import is_program
 from devplan.pte.reader import ints, text
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.spec import CPU, Device
@@ -188,7 +192,7 @@ def _role(index: int, constant: bool, inputs: set[int], outputs: set[int]) -> st
     return "constant" if constant else "activation"
 
 
-def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: set[int], read: set[int],
+def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: AbstractSet[int], read: AbstractSet[int],
             windows: list[dict]) -> dict:
     """One buffer: its size, the bytes in use at its busiest instruction, and its lower bound,
     delegates' windows (their payloads' buffers, alive while they run) counted with the
@@ -233,8 +237,6 @@ def _lower_bound(timed: list[dict], sharing: list[int], size: int, windows: list
     from 16 to 4096 dividing every storage's offset whose bound the buffer meets (a program
     planned with --alignment 256 is measured at 256, not at 16). Returns lower_bound, and
     under `_live` the intervals at that alignment."""
-    from devplan.planning import Interval, lower_bound
-    from devplan.planning.model import align_up
 
     pools: dict[int, list[int]] = {}  # one per storage, first met first
     for i, t in enumerate(timed):
@@ -265,7 +267,7 @@ def _windows(view: MethodView, delegates: list[dict]) -> list[dict]:
     buffer bytes at the window's offset, held from the delegate's first call to its last."""
     found = []
     for d in delegates:
-        window, buffers = d["window"], d["payload_buffers"] or ()
+        window, buffers = d["window"], d["payload_buffers"] or []
         if window is None or not d["calls"]:
             continue
         nbytes = sum(b["size"] for b in buffers)
@@ -285,7 +287,6 @@ def _devices(buffers: list[dict], delegates: list[dict]) -> list[dict]:
     (those not in a window) included, since a runtime holds them all at once; and the device's
     lower bound, the most bytes alive there at any instruction, a delegate's buffers counted
     (at its payload's bound) while it runs."""
-    from devplan.planning import Interval, lower_bound
 
     totals: dict[str, dict] = {}
     for b in buffers:
@@ -302,13 +303,13 @@ def _devices(buffers: list[dict], delegates: list[dict]) -> list[dict]:
             total["size"] += b["size"]
             total["_live"] += [Interval(0, b["lower_bound"], call, call) for call in d["calls"]]
     rows = []
-    for device, total in sorted(totals.items(), key=lambda item: (item[0] != "cpu", item[0])):
+    for _device, total in sorted(totals.items(), key=lambda item: (item[0] != "cpu", item[0])):
         live = [Interval(key, i.size, i.first, i.last) for key, i in enumerate(total.pop("_live"))]
         rows.append({**total, "lower_bound": lower_bound(live, alignment=1).get(1, 0)})
     return rows
 
 
-def _hold_views(timed: list[dict], written: set[int], read: set[int]) -> None:
+def _hold_views(timed: list[dict], written: AbstractSet[int], read: AbstractSet[int]) -> None:
     """A view (a tensor no instruction writes) holds its bytes from when they were last written:
     each byte holds what the latest tensor over it that started before the view's first use
     put there, and the view needs them all. An instruction reads its arguments before it
@@ -354,7 +355,6 @@ def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[d
     """The planned buffers of a payload that is itself an ET12 program (devplan's delegates
     are): memory the delegate holds on its device besides the method's own buffers. Worked
     out once for all the delegates sharing a payload (the reader hands them one program)."""
-    from devplan.pte.header import is_program
 
     if not is_program(payload):
         return None

@@ -1,0 +1,134 @@
+"""The checks between stages (devplan/wellformed.py): a deliberately broken pass is caught
+right after it runs, and the internal error names its stage, not a later one that trips."""
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+import pytest
+import torch
+
+import devplan
+import devplan.passes
+from devplan.errors import InternalError
+from devplan.method import Kernel, Method
+from devplan.options import CompileOptions
+from devplan.spec import TensorSpec
+from devplan.wellformed import Malformed
+
+
+class Small(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return (self.linear(x).relu() + x).sum(0)
+
+
+@pytest.fixture(scope="module")
+def exported():
+    return torch.export.export(Small(), (torch.randn(4, 8),))
+
+
+def _caught(exported) -> InternalError:
+    with pytest.raises(InternalError) as caught:
+        devplan.compile(exported, checks=True)
+    assert isinstance(caught.value.__cause__, Malformed), caught.value.__cause__
+    return caught.value
+
+
+def _graph_pass(monkeypatch, stage: str, broken) -> None:
+    passes = tuple((name, broken if name == stage else run) for name, run in devplan.passes.GRAPH_PASSES)
+    monkeypatch.setattr(devplan.passes, "GRAPH_PASSES", passes)
+
+
+def _method_pass(monkeypatch, stage: str, broken) -> None:
+    original = devplan.passes.method_passes
+
+    def chosen(options, delegate=None):
+        return [(name, (lambda m, run=run: broken(run(m))) if name == stage else run)
+                for name, run in original(options, delegate)]
+
+    monkeypatch.setattr(devplan.passes, "method_passes", chosen)
+
+
+def test_the_graph_lint_names_a_pass_that_uses_a_node_before_defining_it(exported, monkeypatch):
+    run = dict(devplan.passes.GRAPH_PASSES)["fold"]
+
+    def broken(low):
+        low = run(low)
+        relu = next(n for n in low.gm.graph.nodes if "relu" in str(n.target))
+        next(iter(low.gm.graph.nodes)).prepend(relu)  # before the placeholders it reads
+        return low
+
+    _graph_pass(monkeypatch, "fold", broken)
+    error = _caught(exported)
+    assert error.stage == "fold" and "graph lint" in str(error.__cause__)
+
+
+def test_the_graph_check_names_a_pass_that_drops_what_later_stages_read(exported, monkeypatch):
+    run = dict(devplan.passes.GRAPH_PASSES)["views"]
+
+    def broken(low):
+        low = run(low)
+        add = next(n for n in low.gm.graph.nodes if "add" in str(n.target))
+        del add.meta["val"]
+        return low
+
+    _graph_pass(monkeypatch, "views", broken)
+    error = _caught(exported)
+    assert error.stage == "views" and "has no meta['val']" in str(error.__cause__)
+
+
+def _reversed(method: Method) -> Method:
+    return replace(method, kernels=method.kernels[::-1])
+
+
+def _arguments_to_spare(method: Method) -> Method:
+    kernel = method.kernels[0]
+    return replace(method, kernels=(replace(kernel, args=kernel.args * 2), *method.kernels[1:]))
+
+
+def _a_tensor_without_a_spec(method: Method) -> Method:
+    read = next(a for k in method.kernels for a in k.args if isinstance(method.values[a], TensorSpec))
+    return replace(method, values=tuple(7 if i == read else v for i, v in enumerate(method.values)))
+
+
+@pytest.mark.parametrize(("stage", "broken", "needle"), [
+    ("compact", _reversed, "before any instruction writes it"),
+    ("alias", _arguments_to_spare, "its schema takes"),
+    ("copies", _a_tensor_without_a_spec, ", a int"),
+])
+def test_the_method_check_names_the_pass_that_broke_it(exported, monkeypatch, stage, broken, needle):
+    _method_pass(monkeypatch, stage, broken)
+    error = _caught(exported)
+    assert error.stage == stage and needle in str(error.__cause__), error.__cause__
+
+
+def test_the_checks_are_off_in_a_normal_compile_and_on_with_debug(tmp_path, monkeypatch, capsys):
+    import devplan.cli
+
+    monkeypatch.delenv("DEVPLAN_CHECK_STAGES")
+    assert CompileOptions().checks is False
+    _method_pass(monkeypatch, "compact", _reversed)
+    monkeypatch.setattr(sys, "argv", ["devplan", "--debug", "compile", "samples/mlp.pt2", "-o", str(tmp_path / "m.pte")])
+    with pytest.raises(SystemExit) as exit:
+        devplan.cli.main()
+    assert exit.value.code == 3
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("devplan: internal error in stage compact (devplan "), line
+    assert "Malformed: instruction 0 (" in line
+    assert not (tmp_path / "m.pte").exists()
+
+
+def test_kernels_of_a_built_method_are_checked_against_their_schemas(exported):
+    from devplan.wellformed import check_method
+
+    planned = devplan.compile(exported, checks=True).planned
+    check_method(planned.method)
+    kernel = planned.method.kernels[0]
+    wrong = replace(planned.method, kernels=(Kernel("aten::no_such_op.out", kernel.args, kernel.node),
+                                             *planned.method.kernels[1:]))
+    with pytest.raises(Malformed, match="no operator of that name has a schema"):
+        check_method(wrong)

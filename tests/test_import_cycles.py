@@ -1,0 +1,81 @@
+"""devplan's modules import each other in one order, from the IR and options at the bottom to
+the CLI at the top: no module imports, however late (inside a function, under TYPE_CHECKING),
+one that imports it back. A lazy import is there to keep a heavy module (torch, executorch)
+off a path that does not need it, never to dodge a cycle."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import devplan
+
+PACKAGE = Path(devplan.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = ("devplan", *path.relative_to(PACKAGE).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module's devplan imports, wherever in the file they stand. `from a import b` is an
+    import of module a.b when there is one, of a otherwise (a parent package's __init__ is not
+    counted for its submodules: Python runs it first, but it is not the submodule's dependency)."""
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names if alias.name in modules}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: up from this module's package
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                for alias in node.names:
+                    if f"{base}.{alias.name}" in modules:
+                        found.add(f"{base}.{alias.name}")
+                    elif base in modules:
+                        found.add(base)
+        graph[name] = found - {name}
+    return graph
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (its modules in import order, the first repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 finished
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for imported in sorted(graph[module]):
+            if state.get(imported) == 1:
+                return path[path.index(imported):] + [imported]
+            if imported not in state and (found := visit(imported)):
+                return found
+        state[module] = 2
+        path.pop()
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit(module)):
+            return found
+    return None
+
+
+def test_no_import_cycle_among_devplan_modules():
+    found = cycle(imports(_modules()))
+    assert found is None, "import cycle: " + " -> ".join(found)
+
+
+def test_the_walk_sees_late_imports_and_names_a_cycle(tmp_path):
+    (tmp_path / "a.py").write_text("def f():\n    from devplan.b import g\n")
+    (tmp_path / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from devplan import a\n")
+    graph = imports({"devplan.a": tmp_path / "a.py", "devplan.b": tmp_path / "b.py"})
+    assert graph == {"devplan.a": {"devplan.b"}, "devplan.b": {"devplan.a"}}
+    assert cycle(graph) == ["devplan.a", "devplan.b", "devplan.a"]
