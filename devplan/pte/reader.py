@@ -189,7 +189,7 @@ def read_pte(source: "str | os.PathLike | bytes | memoryview | PteFile", name: s
         detail = " ".join(str(error).split())
         raise DevplanError(f"{name}: cannot decode the program ({type(error).__name__}: {detail}); {_DAMAGED}") from error
     pte = PteFile(program, _segments(program, data, header, name), len(data), header, name, data,
-                  path=os.fsdecode(source) if isinstance(data, memoryview) else None)
+                  path=os.fsdecode(source) if isinstance(data, memoryview) and isinstance(source, (str, os.PathLike)) else None)
     _check_references(pte)
     return pte
 
