@@ -117,6 +117,10 @@ def test_cli_methods_constant_methods_and_metadata(tmp_path):
     assert runner.invoke(app, ["check", str(out), "--golden", str(golden), "--update"]).exit_code == 0
     assert [m["name"] for m in json.loads(golden.read_text())["methods"]][:2] == ["forward", "batch5"]
     assert runner.invoke(app, ["check", str(out), "--golden", str(golden)]).exit_code == 0
+    single = tmp_path / "single.pte"
+    assert runner.invoke(app, ["compile", str(tmp_path / "two.pt2"), "-o", str(single)]).exit_code == 0
+    compared = runner.invoke(app, ["diff", str(single), str(out)])
+    assert all(f"method {name} added" in compared.output for name in ("batch5", "get_max_seq_len", "name"))
 
 
 @pytest.mark.parametrize("args, message", [
