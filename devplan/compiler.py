@@ -39,6 +39,9 @@ class CompileResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     folding: dict[str, int] = field(default_factory=dict)  # fold_constants' choice (passes/fold.py), all methods'
     methods: tuple["PlannedMethod", ...] = ()  # every method's plan, in the program's order (forward first)
+    # with external_constants: the .ptd as the pieces written, and how many keys it holds
+    external: "Spread | None" = None
+    external_keys: int = 0
 
     @cached_property
     def data(self) -> bytes:
@@ -54,7 +57,9 @@ class CompileResult:
         return {
             "schema_version": 1,
             "file": {"name": self.path.name if self.path else "<bytes>", "size": len(self.image),
-                     "constant_bytes": self.constant_bytes},
+                     "constant_bytes": self.constant_bytes,
+                     "external": None if self.external is None else {"size": len(self.external),
+                                                                     "keys": self.external_keys}},
             "methods": [_method_summary(planned) for planned in self.methods or (self.planned,)],
             "folding": {key: int(self.folding.get(key, 0)) for key in _FOLDING},
             "timings": {"seconds": round(self.seconds, 3),
@@ -99,9 +104,12 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     inputs that die with them. `source` keeps, per instruction, the module, op and line it came
     from, and the user's names of inputs and weights (ET12's stacktrace). `budgets` maps a
     buffer's mem_id or a device to the bytes it may plan; `kernels` names modules to import
-    first, for the op libraries they register; `alignment`, `planner`, `dump_dir`."""
+    first, for the op libraries they register; `external_constants` is a path where the weights
+    are written instead, as ExecuTorch's .ptd data file, which the program's tensors name by key
+    (one copy for every method; the runtime loads the program with it); `alignment`, `planner`,
+    `dump_dir`."""
     from devplan.emit.build import constant_method
-    from devplan.emit.program import to_program
+    from devplan.emit.program import ExternalWeights, to_program
     from devplan.files import write_atomic
     from devplan.load import import_kernels
     from devplan.planning.assign import plan_method
@@ -123,16 +131,20 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
         planned.append(plan)
         folding = {key: folding.get(key, 0) + folded.get(key, 0) for key in {*folding, *folded}}
     planned += [stage(f"{name}.plan", plan_method, constant_method(name, value)) for name, value in constants.items()]
-    program, segments = stage("emit", to_program, *planned, source=options.source)
+    external = ExternalWeights() if options.external_constants is not None else None
+    program, segments = stage("emit", to_program, *planned, source=options.source, external=external)
     image = stage("serialize", pte_image, program, segments)
+    data = stage("serialize data", external.image) if external is not None else None
     # what the program stores: equal tensors once, each aligned, and the named data that
     # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)
     stored = len(segments[0]) + sum(len(segments[entry.segmentIndex]) for entry in program.namedData or ())
     path = Path(output) if output is not None else None
+    if data is not None:  # before the program, whose tensors name its keys
+        stage("write data", write_atomic, options.external_constants, data.parts)
     if path is not None:
         stage("write", write_atomic, path, image.parts)
     return CompileResult(image, path, planned[0], stored, time.perf_counter() - start, stage.seconds, folding,
-                         tuple(planned))
+                         tuple(planned), data, len(external.keys) if external is not None else 0)
 
 
 def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:

@@ -3,6 +3,7 @@
     write_atomic(path, data)             the whole new file or the old one, never half; through links
     read_input(path, limit=..., hint=...) a regular file's bytes, or standard input's for "-"
     open_input(path, hint=...)           a regular file opened for reading, without blocking on a pipe
+    map_input(path, name=..., limit=..., hint=...)  a regular file as a private copy-on-write mapping
     refuse_overwrite(output, inputs, option)  an output must not be one of the command's inputs
     is_stdout(path)                      "-", or a path naming what standard output is
 
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import re
 import stat
@@ -161,6 +163,23 @@ def open_input(path: str | os.PathLike, *, hint: str, name: str | None = None) -
         raise DevplanError(f"{name}: is {_kind(mode)}, not a regular file; {hint}")
     os.set_blocking(descriptor, True)
     return os.fdopen(descriptor, "rb")
+
+
+def map_input(path: str | os.PathLike, *, name: str, limit: int, hint: str) -> bytes | memoryview:
+    """A regular file as a private copy-on-write mapping: pages are read when touched, so that
+    a reader of a FlatBuffer never reads the weights behind it, and the runtime uses them in
+    place (a kernel that wrote one would change this process's copy, never the file). An
+    empty file is b""; one over `limit` bytes is refused."""
+    with open_input(path, hint=hint, name=name) as file:
+        size = os.fstat(file.fileno()).st_size
+        if size > limit:
+            raise DevplanError(f"{name}: larger than the {limit} bytes devplan reads for it; {hint}")
+        if size == 0:  # nothing to map; the caller names the empty file
+            return b""
+        try:
+            return memoryview(mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY))
+        except OSError as error:
+            raise DevplanError(f"{name}: cannot read ({error.strerror or error}); check the path") from None
 
 
 def read_input(path: str | os.PathLike, *, limit: int, hint: str, name: str | None = None) -> bytes:

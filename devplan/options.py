@@ -25,6 +25,9 @@ class CompileOptions:
     device_io: bool = False              # inputs only delegates read, and their results, stay on the device
     source: bool = True                  # each instruction's module, op and line in ET12's stacktrace
     dump_dir: Path | None = None         # a readable file per stage
+    # where the weights go instead of the program: ExecuTorch's .ptd data file (FlatTensor),
+    # each under its name, which the program's tensors name (ExecutorchBackendConfig(external_constants=True))
+    external_constants: Path | None = None
     # Python modules imported before loading, for the op libraries their import registers
     # (custom ops a graph calls exist in torch only once their library's module has run)
     kernels: tuple[str, ...] = ()
@@ -50,7 +53,8 @@ class CompileOptions:
         """`base` (or the defaults) with `choices` as devplan.compile takes them: budgets as a
         mapping, delegates as 'cuda:0=aten::linear' texts, Backends or Partitioners,
         `backends` as ExecuTorch backend names ('xnnpack') or 'MODULE:CLASS[:JSON]' partitioners
-        that choose before the delegates, dump_dir as any path, kernels as module names."""
+        that choose before the delegates, dump_dir and external_constants as any path, kernels as
+        module names."""
         if "backends" in choices:
             foreign = tuple(Partitioner.parse(b) if isinstance(b, str) else b for b in choices.pop("backends") or ())
             choices["delegates"] = foreign + tuple(choices.get("delegates") or ())
@@ -64,6 +68,7 @@ class CompileOptions:
         if "kernels" in choices:
             kernels = choices["kernels"] or ()
             choices["kernels"] = (kernels,) if isinstance(kernels, str) else tuple(kernels)
-        if choices.get("dump_dir") is not None:
-            choices["dump_dir"] = Path(choices["dump_dir"])
+        for name in ("dump_dir", "external_constants"):
+            if choices.get(name) is not None:
+                choices[name] = Path(choices[name])
         return replace(base or cls(), **choices)

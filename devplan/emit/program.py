@@ -2,6 +2,7 @@
 calls, per-buffer sizes and devices; the constant data of all laid out as one segment."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import astuple
 
 import torch
@@ -10,6 +11,7 @@ from devplan.dtypes import code_of
 from devplan.method import BoolList, DoubleList, IntList, OptionalTensorList, Source, TensorList
 from devplan.planning.assign import PlannedMethod
 from devplan.pte.frames import FrameCache, frame_list
+from devplan.pte.ptd import Entry, Layout, ptd_image
 from devplan.pte.fb import KernelTypes, InstructionArguments
 from devplan.pte.fb.AllocationDetails import AllocationDetailsT
 from devplan.pte.fb.BackendDelegate import BackendDelegateT
@@ -40,6 +42,7 @@ from devplan.pte.fb.String import StringT
 from devplan.pte.fb.SubsegmentOffsets import SubsegmentOffsetsT
 from devplan.pte.fb.Tensor import TensorT
 from devplan.pte.fb.TensorList import TensorListT
+from devplan.pte.fb.TensorDataLocation import TensorDataLocation
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
 from devplan.pte.window import window_spec
 from devplan.pte.writer import Spread
@@ -57,7 +60,7 @@ class _Blob:
         # `snapshot` copies each tensor: the initial values of state, which running the model
         # (a KV cache) changes in place before the program's bytes may be asked for
         self.snapshot = snapshot
-        self.parts: list = []
+        self.tensors: list = []  # each distinct tensor's bytes (a numpy view), item i + 1's
         self.size = 0
         self.offsets = [0]
         self.index: dict[tuple[int, bytes], list[tuple[torch.Tensor, int]]] = {}
@@ -70,16 +73,44 @@ class _Blob:
                 return index
         if self.snapshot:
             raw = raw.clone()
-        self.parts.append(bytes(-self.size % CONSTANT_ALIGNMENT))
-        self.size += len(self.parts[-1])
+        self.size += -self.size % CONSTANT_ALIGNMENT
         self.offsets.append(self.size)
-        self.parts.append(raw.numpy())
+        self.tensors.append(raw.numpy())
         self.size += raw.numel()
         self.index.setdefault(key, []).append((raw, len(self.offsets) - 1))
         return len(self.offsets) - 1
 
     def segment(self) -> Spread:
-        return Spread.of(part for part in self.parts if len(part))
+        ends = [offset + tensor.nbytes for offset, tensor in zip(self.offsets[1:], self.tensors)]
+        padding = (bytes(start - end) for start, end in zip(self.offsets[1:], [0, *ends]))
+        return Spread.of(part for pair in zip(padding, self.tensors) for part in pair if len(part))
+
+
+class ExternalWeights:
+    """The constants of a program compiled with external weights, for its .ptd: each distinct
+    tensor stored once (a segment each), under keys the program's tensors name: the weight's
+    own name (a.weight, as ExecuTorch keys it), `_constant` for a folded result, a `#N` suffix
+    when a name is taken by other bytes or another shape. A key that methods share with the
+    same bytes and layout is one key."""
+
+    def __init__(self) -> None:
+        self.blob = _Blob()
+        self.keys: dict[str, Entry] = {}
+
+    def add(self, tensor: torch.Tensor, spec: TensorSpec) -> str:
+        entry = Entry("", self.blob.add(tensor) - 1, Layout(code_of(spec.dtype), spec.shape, spec.dim_order))
+        base = spec.name[1] if spec.name is not None else "_constant"
+        for number in itertools.count():
+            key = f"{base}#{number}" if number else base
+            if key not in self.keys:
+                self.keys[key] = entry._replace(key=key)
+            if self.keys[key] == entry._replace(key=key):
+                return key
+        raise AssertionError("unreachable")  # itertools.count never ends
+
+    def image(self) -> Spread:
+        """The .ptd, as the pieces to write: the tensors' own buffers among them."""
+        return ptd_image(list(self.keys.values()), self.blob.tensors)
 
 
 def _fingerprint(raw: torch.Tensor, samples: int = 64) -> bytes:
@@ -89,13 +120,19 @@ def _fingerprint(raw: torch.Tensor, samples: int = 64) -> bytes:
     return bytes(raw[::step][:samples].numpy()) + bytes(raw[-8:].numpy())
 
 
-def to_program(*planned: PlannedMethod, source: bool = True) -> tuple[ProgramT, list["bytes | Spread"]]:
+def to_program(*planned: PlannedMethod, source: bool = True,
+               external: ExternalWeights | None = None) -> tuple[ProgramT, list["bytes | Spread"]]:
     """The program of one or more planned methods and its data segments (the methods' constants,
     each stored once, their initial state if any is non-zero, then one per delegate payload,
     then the named data). `source` keeps where each instruction came from in the chain's
-    stacktrace (devplan/pte/frames.py)."""
+    stacktrace (devplan/pte/frames.py). With `external`, the constants go there instead, for a
+    .ptd, and the program's tensors name them by key (its constant segment stays empty)."""
     constants, state = _Blob(), _Blob(snapshot=True)
-    data_index = [{i: constants.add(t) for i, t in p.method.constants.items()} for p in planned]
+
+    def stored(method, index: int, tensor: torch.Tensor) -> int | str:
+        return constants.add(tensor) if external is None else external.add(tensor, method.values[index])
+
+    data_index = [{i: stored(p.method, i, t) for i, t in p.method.constants.items()} for p in planned]
     initial = [{i: state.add(t) for i, t in p.method.state.items() if bool(torch.count_nonzero(t))} for p in planned]
     program = ProgramT()
     program.version = 0
@@ -211,21 +248,24 @@ def _stacktrace(method) -> list:
             for at, kernel in enumerate(method.kernels)]
 
 
-def _tensor(spec: TensorSpec, data_index: int) -> TensorT:
+def _tensor(spec: TensorSpec, data: int | str) -> TensorT:
+    """`data`: the constant's or initial value's index, 0 for none, or an external weight's key."""
     t = TensorT()
     t.scalarType = code_of(spec.dtype)
     t.sizes = list(spec.shape)
     t.dimOrder = list(spec.dim_order)
-    t.dataBufferIdx = data_index
+    t.dataBufferIdx = data if isinstance(data, int) else 0
     t.shapeDynamism = TensorShapeDynamism.DYNAMIC_BOUND if spec.dynamic else TensorShapeDynamism.STATIC
     if spec.mem_id is not None:
         t.allocationInfo = AllocationDetailsT()
         t.allocationInfo.memoryId = spec.mem_id
         t.allocationInfo.memoryOffsetLow = spec.offset & 0xFFFFFFFF
         t.allocationInfo.memoryOffsetHigh = spec.offset >> 32
-    if spec.device != CPU:
+    if spec.device != CPU or isinstance(data, str):
         t.extraTensorInfo = ExtraTensorInfoT()
         t.extraTensorInfo.deviceType, t.extraTensorInfo.deviceIndex = spec.device.code, spec.device.index
+    if isinstance(data, str):
+        t.extraTensorInfo.fullyQualifiedName, t.extraTensorInfo.location = data, TensorDataLocation.EXTERNAL
     return t
 
 

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, TypeVar
 
 from devplan.errors import DevplanError
+from devplan.files import map_input
 from devplan.pte.fb.BackendDelegateDataReference import BackendDelegateDataReferenceT
 from devplan.pte.fb.Chain import Chain
 from devplan.pte.fb.DataLocation import DataLocation
@@ -175,7 +175,7 @@ def read_pte(source: "str | os.PathLike | bytes | memoryview | PteFile", name: s
         name = name or "<bytes>"
     else:
         name = name or os.fspath(source)
-        data = _map_file(source, name)
+        data = map_input(source, name=name, limit=MAX_PROGRAM_BYTES, hint="pass the path of a .pte file, or - to read standard input")
     header = check_container(data, name)
     program_size = header.program_size if header else len(data)
     # the FlatBuffer alone, copied out of a mapped file: every table read reads these bytes,
@@ -205,25 +205,6 @@ def _stacktraces_left_packed():
         yield
     finally:
         Chain.StacktraceIsNone = said
-
-
-def _map_file(path: str | os.PathLike, name: str) -> bytes | memoryview:
-    """A program file as a private copy-on-write mapping: pages are read when touched, so that
-    a reader of the FlatBuffer never reads the weights, and the runtime uses constants in place
-    (a kernel that wrote one would change this process's copy, never the file)."""
-    from devplan.files import open_input
-
-    hint = "pass the path of a .pte file, or - to read standard input"
-    with open_input(path, hint=hint, name=name) as file:
-        size = os.fstat(file.fileno()).st_size
-        if size > MAX_PROGRAM_BYTES:
-            raise DevplanError(f"{name}: larger than the {MAX_PROGRAM_BYTES} bytes devplan reads for it; {hint}")
-        if size == 0:  # nothing to map; check_container names the empty file
-            return b""
-        try:
-            return memoryview(mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY))
-        except OSError as error:
-            raise DevplanError(f"{name}: cannot read ({error.strerror or error}); check the path") from None
 
 
 def _segments(program: ProgramT, data: bytes | memoryview, header: ExtendedHeader | None,

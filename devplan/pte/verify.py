@@ -136,6 +136,14 @@ UNIONS: dict[str, tuple[str, ...]] = {
     "InstructionArguments": ("KernelCall", "DelegateCall", "MoveCall", "JumpFalseCall", "FreeCall"),
 }
 ROOT = "Program"
+# Mirrors schema/flat_tensor.fbs, the .ptd data file's FlatBuffer, whose tables are walked the same way
+FLAT_TENSOR_TABLES: dict[str, tuple[tuple, ...]] = {
+    "TensorLayout": (_scalar("scalar_type", U8), _scalars("sizes", U32), _scalars("dim_order", U8)),
+    "DataSegment": (_scalar("offset", U64), _scalar("size", U64)),
+    "NamedData": (_string("key"), _scalar("segment_index", U32), _table("tensor_layout", "TensorLayout")),
+    "FlatTensor": (_scalar("version", U32), _tables("segments", "DataSegment"), _tables("named_data", "NamedData")),
+}
+FLAT_TENSOR_ROOT = "FlatTensor"
 
 # The schema is not recursive, so real nesting stops at depth 4; the bound guards edits to it.
 _MAX_DEPTH = 32
@@ -158,6 +166,7 @@ def _slots(fields: tuple[tuple, ...]) -> tuple[tuple, ...]:
 
 
 _COMPILED = {name: _slots(fields) for name, fields in TABLES.items()}
+_FLAT_TENSOR_COMPILED = {name: _slots(fields) for name, fields in FLAT_TENSOR_TABLES.items()}
 
 
 def _where(path) -> str:
@@ -170,8 +179,10 @@ def _where(path) -> str:
 
 
 class _Walker:
-    def __init__(self, data: bytes, end: int, name: str, whole_file: bool) -> None:
+    def __init__(self, data: bytes, end: int, name: str, whole_file: bool, compiled: dict = _COMPILED,
+                 damaged: str = _DAMAGED) -> None:
         self.data = data
+        self.compiled, self.damaged = compiled, damaged
         self.end = end
         self.name = name
         self.limit = "the file ends" if whole_file else "the program data (per the extended header) ends"
@@ -180,10 +191,11 @@ class _Walker:
         self.budget = end // 4
 
     def corrupt(self, path, what: str):
-        raise DevplanError(f"{self.name}: corrupt: {_where(path)}: {what}; {_DAMAGED}")
+        raise DevplanError(f"{self.name}: corrupt: {_where(path)}: {what}; {self.damaged}")
 
     def truncated(self, path, what: str):
-        raise DevplanError(f"{self.name}: truncated: {_where(path)}: {what} but {self.limit} at byte {self.end}; {_DAMAGED}")
+        raise DevplanError(f"{self.name}: truncated: {_where(path)}: {what} but {self.limit} at byte {self.end}; "
+                           f"{self.damaged}")
 
     def follow(self, at: int, path) -> int:
         """Target of the uoffset stored at byte `at` (which the caller has bounds-checked)."""
@@ -229,7 +241,7 @@ class _Walker:
             self.truncated(path, f"vtable at byte {vtable} claims {vtable_size} bytes")
         if pos + table_size > end:
             self.truncated(path, f"{table} table at byte {pos} claims {table_size} bytes")
-        for entry, kind, detail, name, inline in _COMPILED[table]:
+        for entry, kind, detail, name, inline in self.compiled[table]:
             if entry >= vtable_size:
                 break
             field_path = (path, name)
@@ -285,3 +297,12 @@ def verify_program(data: bytes, start: int, end: int, name: str, file_size: int 
     if root < start:
         walker.corrupt(None, f"root offset points to byte {root}, inside the file header")
     walker.table(root, ROOT, None, 0)
+
+
+def verify_flat_tensor(data: bytes, start: int, name: str, damaged: str) -> None:
+    """Check a .ptd's FlatBuffer (all of `data`), its root table at or after byte `start`."""
+    walker = _Walker(data, len(data), name, whole_file=False, compiled=_FLAT_TENSOR_COMPILED, damaged=damaged)
+    root = walker.follow(0, None)
+    if root < start:
+        walker.corrupt(None, f"root offset points to byte {root}, inside the file header")
+    walker.table(root, FLAT_TENSOR_ROOT, None, 0)

@@ -14,6 +14,7 @@ from devplan.pte import verify
 
 ROOT = Path(__file__).resolve().parents[2]
 FB = ROOT / "devplan" / "pte" / "fb"
+PTD_FB = ROOT / "devplan" / "pte" / "ptd_fb"  # the .ptd data file's (schema/flat_tensor.fbs)
 
 _WIDTHS = {"Bool": 1, "Int8": 1, "Uint8": 1, "Int16": 2, "Uint16": 2, "Int32": 4, "Uint32": 4, "Float32": 4, "Int64": 8, "Uint64": 8, "Float64": 8}
 
@@ -39,16 +40,18 @@ def test_bindings_are_exactly_what_flatc_generates(tmp_path):
     version = subprocess.run([flatc, "--version"], capture_output=True, text=True, check=True).stdout
     assert "25.12.19" in version
     subprocess.run(
-        [flatc, "--python", "--gen-object-api", "-o", str(tmp_path), "schema/program.fbs", "schema/scalar_type.fbs"],
+        [flatc, "--python", "--gen-object-api", "-o", str(tmp_path), "schema/program.fbs", "schema/scalar_type.fbs",
+         "schema/flat_tensor.fbs"],
         cwd=ROOT,
         check=True,
         capture_output=True,
     )
-    regenerated = _files(tmp_path / "devplan" / "pte" / "fb")
-    committed = _files(FB)
-    assert sorted(committed) == sorted(regenerated)
-    changed = [name for name in committed if committed[name] != regenerated[name]]
-    assert changed == []
+    for committed_folder in (FB, PTD_FB):
+        regenerated = _files(tmp_path / "devplan" / "pte" / committed_folder.name)
+        committed = _files(committed_folder)
+        assert sorted(committed) == sorted(regenerated)
+        changed = [name for name in committed if committed[name] != regenerated[name]]
+        assert changed == []
 
 
 def _camel(name: str) -> str:
