@@ -50,6 +50,13 @@ def _options(
 ) -> None:
     """Compile, plan and inspect ExecuTorch .pte programs across devices."""
 
+DataFile = Annotated[
+    Optional[Path],
+    typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file holding the weights the program keeps outside "
+                 "it (compile --external-constants, ExecuTorch's external_constants), checked against the program.",
+                 show_default=False),
+]
+
 InspectSection = enum.Enum(  # type: ignore[misc]  # members from the sections table
     "InspectSection", {name: name for name in (*inspect_sections.SECTIONS, inspect_sections.ALL)}, type=str
 )
@@ -109,6 +116,7 @@ def inspect_command(
                      "chrome://tracing: instructions, bytes in use per buffer, one slice per tensor (1 ms per instruction).",
                      show_default=False),
     ] = None,
+    data: DataFile = None,
 ) -> None:
     """Show what a .pte program holds, devplan's or ExecuTorch's.
 
@@ -121,7 +129,7 @@ def inspect_command(
 
     refuse_overwrite(svg, [program], "--svg")
     refuse_overwrite(trace, [program], "--trace")
-    doc = inspect(_program(program), method=method, delegate=delegate)
+    doc = inspect(_program(program, data), method=method, delegate=delegate)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
     if svg is not None:
         from devplan.inspection.svg import layout_svg
@@ -148,17 +156,30 @@ def inspect_command(
            exact_bytes=exact_bytes, shapes=shapes)
 
 
-def _program(path: Path):
-    """A program argument: its path, or for -, the program read from standard input, once
-    (check reads its program twice, and standard input can be read only once)."""
+def _program(path: Path, data: Path | None = None):
+    """A program argument: its path, or for - or with a .ptd `data` file, the program read
+    (standard input once: check reads its program twice, and standard input can be read only once)."""
     from devplan.files import STDIO, read_input
     from devplan.pte import read_pte
     from devplan.pte.reader import MAX_PROGRAM_BYTES
 
     if str(path) != STDIO:
-        return path
+        return path if data is None else read_pte(path, data=data)
     return read_pte(read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program"),
-                    name="<stdin>")
+                    name="<stdin>", data=data)
+
+
+def _read_noting_external(path: Path, data: Path | None):
+    """The program read, and on stderr one line when its weights are outside it and no .ptd
+    was given: check and diff never need them."""
+    from devplan.inspection.document import external_note
+    from devplan.pte import read_pte
+
+    pte = read_pte(_program(path, data))
+    note = external_note(pte)
+    if note is not None:
+        typer.echo(f"note: {note}", err=True)
+    return pte
 
 
 def _echo_json(document: dict) -> None:
@@ -268,6 +289,13 @@ def compile_command(
         typer.Option("--metadata", metavar="FILE.json", help="Constant methods from a JSON object of NAME: VALUE "
                      "(--constant-method adds to them and wins).", show_default=False),
     ] = None,
+    external_constants: Annotated[
+        Optional[Path],
+        typer.Option("--external-constants", metavar="FILE.ptd", help="Write the weights to FILE.ptd, ExecuTorch's "
+                     "FlatTensor data file, instead of the program, each under its name, which the program's tensors "
+                     "name: one copy for every method (run it with --data FILE.ptd; ExecuTorch's runtime loads the "
+                     "program with it).", show_default=False),
+    ] = None,
     kernels: Annotated[
         Optional[list[str]],
         typer.Option("--kernels", metavar="MODULE", help="Import the Python module MODULE before loading, for the op "
@@ -300,6 +328,7 @@ def compile_command(
         check_input(path)  # a .pte given as the model is told so, not that -o would overwrite it
     target = output if output is not None else model.with_suffix(".pte")
     refuse_overwrite(target, [model, *methods.values()], "-o")
+    refuse_overwrite(external_constants, [model, *methods.values(), target], "--external-constants")
     # the program on standard output leaves it no room for the summary, which goes to stderr
     to_stdout = is_stdout(target)
     echo = functools.partial(typer.echo, err=to_stdout)
@@ -308,7 +337,7 @@ def compile_command(
         result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, reorder=reorder,
                          delegates=backends, device_io=device_io, source=source, dump_dir=dump_dir,
                          methods=methods, constant_methods=constants, kernels=kernels,
-                         on_stage=lambda name: status.update(f"devplan compile: {name}..."))
+                         external_constants=external_constants, on_stage=lambda name: status.update(f"devplan compile: {name}..."))
     summary = result.summary()
     if json_output:
         echo(json.dumps(summary, sort_keys=True, indent=2))
@@ -333,8 +362,10 @@ def compile_command(
                       f"{'window' if len(windows) == 1 else 'windows'}, largest {size_text(max(w['size'] for w in windows))})" if windows else "")
             echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
                  f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
-    stored = summary["file"]["constant_bytes"]
+    stored, external = summary["file"]["constant_bytes"], summary["file"]["external"]
     echo(f"constants: {size_text(stored)} ({stored} bytes)")
+    if external is not None:
+        echo(f"wrote {external_constants} ({external['size']} bytes, {external['keys']} keys): the weights")
     echo(f"wrote {'standard output' if to_stdout else target} ({summary['file']['size']} bytes) in {summary['timings']['seconds']:.2f} s")
 
 
@@ -402,6 +433,7 @@ def check_command(
     exact: Exact = False,
     method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Check only this method.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the checks as JSON (docs/check-json.md).")] = False,
+    data: DataFile = None,
 ) -> None:
     """Check a program's planned memory in CI: exit 0 when every buffer passes and the program
     matches its --golden file, 1 when not (each line says why), 2 for bad input.
@@ -417,12 +449,12 @@ def check_command(
 
     if golden is None and (update or tolerance is not None or exact):
         raise DevplanError(f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json")
-    source = _program(program)
+    source = _read_noting_external(program, data)
     checks = check(source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
                    method=method)
     matched = (check_golden(source, golden, update=update, tolerance=tolerance, exact=exact, method=method)
                if golden is not None else None)
-    name = source.name if source is not program else program.name
+    name = source.name if str(program) == "-" else program.name
     report = check_document(name, checks, matched)
     if json_output:
         typer.echo(json.dumps(report, sort_keys=True, indent=2))
@@ -457,6 +489,11 @@ def diff_command(
     exact: Exact = False,
     method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Compare only this method.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the differences as JSON (docs/diff-json.md).")] = False,
+    data: Annotated[
+        Optional[list[Path]],
+        typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file of A, then of B (given once: of both), "
+                     "for programs that keep their weights outside them.", show_default=False),
+    ] = None,
 ) -> None:
     """Compare two programs' plans, devplan's or ExecuTorch's: exit 0 when they plan the same
     (within --tolerance), 1 when they differ, 2 for bad input.
@@ -468,12 +505,26 @@ def diff_command(
 
     if str(a) == str(b) == "-":
         raise DevplanError("-: standard input can be read once; pass one of A and B as a file")
-    result = diff(_program(a), _program(b), tolerance=tolerance, exact=exact, method=method)
+    if len(data or ()) > 2:
+        raise DevplanError(f"--data given {len(data or ())} times; give it once (both programs' .ptd) or twice (A's, "
+                           f"then B's)")
+    data_a, data_b = (data or [None])[0], (data or [None])[-1]
+    result = diff(_diff_side(a, data_a), _diff_side(b, data_b), tolerance=tolerance, exact=exact, method=method)
     # names from the files (operators, backend ids, devices) may hold terminal escapes: shown escaped
     typer.echo(json.dumps(result.document(), sort_keys=True, indent=2) if json_output
                else "".join(printable(line) + "\n" for line in result.text().splitlines()), nl=json_output)
     if not result.ok:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _diff_side(path: Path, data: Path | None):
+    """A or B as diff reads it: a golden file by its path, a program read (saying when its
+    weights are outside it and no .ptd was given)."""
+    from devplan.inspection.diff import looks_like_golden
+
+    if str(path) != "-" and looks_like_golden(path):
+        return path
+    return _read_noting_external(path, data)
 
 
 @app.command("run")
@@ -508,6 +559,11 @@ def run_command(
         bool, typer.Option("--executorch", help="Run on ExecuTorch's own runtime instead (needs pip install "
                            "\"devplan[executorch]\"): any program, those with XNNPACK delegates too.")
     ] = False,
+    data: Annotated[
+        Optional[Path],
+        typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file holding the weights the program keeps "
+                     "outside it (compile --external-constants, ExecuTorch's external_constants).", show_default=False),
+    ] = None,
 ) -> None:
     """Run a .pte in devplan's reference runtime and summarize its outputs.
 
@@ -529,7 +585,7 @@ def run_command(
     # one limit for the inputs, read or made, and all the program's memory
     memory = Memory(_memory_limit(max_memory))
     refuse_overwrite(save, [program, inputs], "--save")
-    pte = read_pte(_program(program))
+    pte = read_pte(_program(program, data))
     given = _load_inputs(inputs, memory) if inputs is not None else None
     if executorch:
         from devplan.runtime.executor import method_view, sample_inputs

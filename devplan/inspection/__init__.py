@@ -14,15 +14,17 @@ import os
 __all__ = ["inspect"]
 
 
-def inspect(source: str | os.PathLike | bytes, *, method: str | None = None, delegate: int | None = None) -> dict:
+def inspect(source: str | os.PathLike | bytes, *, method: str | None = None, delegate: int | None = None,
+            data: str | os.PathLike | None = None) -> dict:
     """Read a program (a path, or the file's bytes) and return its inspection document; with
-    `delegate`, the document of the ET12 program that delegate's payload holds."""
+    `delegate`, the document of the ET12 program that delegate's payload holds; with `data`, the
+    .ptd holding the weights it keeps outside, checked against it."""
     # Imported here so that the CLI can list this package's sections without loading the
     # FlatBuffers bindings for every command.
     from devplan.inspection.document import document
     from devplan.pte import read_pte
 
-    pte = read_pte(source)
+    pte = read_pte(source, data=data)
     if delegate is not None:
         pte = _payload_program(pte, method, delegate)
         method = None

@@ -14,6 +14,7 @@ from devplan.inspection import inspect
 from devplan.inspection.diff import Diff, Tolerance, diff
 from devplan.inspection.golden import golden_document, golden_text, peak_brief
 from devplan.planning.budget import budget_key, checked_budgets
+from devplan.pte.reader import PteFile
 
 SCHEMA_VERSION = 1  # of check_document; docs/check-json.md
 
@@ -105,9 +106,11 @@ def check_golden(source: str | os.PathLike | bytes, golden: str | os.PathLike, *
     `tolerance`), or with `update` write the program's golden file (atomically, through a
     link, creating its folder) instead. `source` is a .pte path, its bytes, a read PteFile or a
     CompileResult."""
-    source = getattr(source, "data", source)  # a CompileResult: the program it wrote
-    if update and isinstance(source, (str, os.PathLike)):
-        refuse_overwrite(golden, [source], "--golden")
+    if not isinstance(source, PteFile):  # whose data is the whole file it maps
+        source = getattr(source, "data", source)  # a CompileResult: the program it wrote
+    read_from = source.path if isinstance(source, PteFile) else source
+    if update and isinstance(read_from, (str, os.PathLike)):
+        refuse_overwrite(golden, [read_from], "--golden")
     doc = inspect(source)
     if update:  # a new golden file may start a new folder
         write_atomic(golden, golden_text(golden_document(doc)).encode(), parents=True)

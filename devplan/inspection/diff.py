@@ -169,7 +169,7 @@ def side(source) -> Side:
     document or a golden document (dicts)."""
     if isinstance(source, dict):
         doc = source
-    elif isinstance(source, (str, os.PathLike)) and _looks_like_json(Path(source)):
+    elif isinstance(source, (str, os.PathLike)) and looks_like_golden(Path(source)):
         golden = read_golden(source)
         return Side(os.path.basename(source), golden)
     else:
@@ -179,7 +179,7 @@ def side(source) -> Side:
     return Side(doc["file"]["name"], golden_document(doc), {m["name"]: planned(m) for m in doc["methods"]})
 
 
-def _looks_like_json(path: Path) -> bool:
+def looks_like_golden(path: Path) -> bool:
     """A golden file: named .json (so a missing one is reported as a golden file), or JSON inside."""
     if path.suffix == ".json":
         return True

@@ -4,6 +4,7 @@ docs/inspect-json.md describes every key; bump SCHEMA_VERSION when a key changes
 goes away (adding a key does not bump it)."""
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import AbstractSet
 
@@ -16,7 +17,7 @@ from devplan.planning.model import Interval, align_up
 from devplan.pte import PteFile
 from devplan.pte.decode import MethodView, methods
 from devplan.pte.header import is_program
-from devplan.pte.reader import ints, text
+from devplan.pte.reader import external_key, ints, text
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.spec import CPU, Device
 
@@ -56,6 +57,7 @@ def document(pte: PteFile, name: str, method: str | None = None) -> dict:
             "segments": _segments(pte),
             "constant_bytes": _constant_bytes(program) + sum(_named_segments(program).values()),
             "named_data": _named_data(program),
+            "external": external_weights(pte),
         },
         "methods": [_method(pte, view) for view in views if method is None or view.name == method],
     }
@@ -77,6 +79,29 @@ def _constant_bytes(program) -> int:
     if constant_segment is not None and ints(constant_segment.offsets):
         return int(program.segments[constant_segment.segmentIndex].size)
     return sum(len(buffer.storage) for buffer in program.constantBuffer or () if buffer.storage is not None)
+
+
+def external_weights(pte: PteFile) -> dict | None:
+    """The weights the program keeps in a .ptd data file (its EXTERNAL tensors): how many
+    keys it names and, when the .ptd was given, its name and the bytes it stores; None for a
+    program holding all its weights."""
+    keys = {key for plan in pte.program.executionPlan or () for value in plan.values or ()
+            if (key := external_key(value.val)) is not None}
+    if not keys:
+        return None
+    data = pte.external
+    return {"keys": len(keys), "data": None if data is None else os.path.basename(data.name),
+            "bytes": None if data is None else data.stored_bytes}
+
+
+def external_note(pte: PteFile) -> str | None:
+    """One line saying that the program's weights are outside it, when they are and no .ptd
+    was given: what inspect, check and diff say instead of needing them."""
+    external = external_weights(pte)
+    if external is None or external["data"] is not None:
+        return None
+    return (f"{pte.name}: weights external: {external['keys']} {'key' if external['keys'] == 1 else 'keys'} in a .ptd "
+            f"data file not given (--data FILE.ptd checks them against it)")
 
 
 def _named_data(program) -> list[dict]:
@@ -177,8 +202,8 @@ def _tensor(view: MethodView, index: int, tensor, inputs: set[int], outputs: set
         "lifetime": list(lifetime) if lifetime is not None else None,
         # from when the tensor's bytes must be kept; earlier than lifetime for a view
         "held": list(lifetime) if lifetime is not None else None,
-        "role": _role(index, tensor.data > 0, inputs, outputs),
-        "constant": tensor.data > 0,
+        "role": _role(index, tensor.constant or tensor.data > 0, inputs, outputs),
+        "constant": tensor.constant or tensor.data > 0,
     }
 
 

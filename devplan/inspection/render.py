@@ -67,6 +67,11 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
     _pair(grid, "constant data", size_text(file["constant_bytes"], exact_bytes)
           + (f", of which named data {size_text(sum({e['segment']: e['size'] for e in named}.values()), exact_bytes)}"
              f" under {len(named)} {'key' if len(named) == 1 else 'keys'}" if named else ""))
+    external = file.get("external")
+    if external:
+        keys = f"{external['keys']} {'key' if external['keys'] == 1 else 'keys'}"
+        _pair(grid, "external data", f"{keys} in {external['data']}, {size_text(external['bytes'], exact_bytes)}"
+              if external["data"] else f"{keys} in a .ptd data file not given (--data FILE.ptd reads it)")
     for method in doc["methods"]:
         counts = method["counts"]
         _pair(

@@ -18,7 +18,7 @@ from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
-from devplan.pte.reader import PteFile, ints, text
+from devplan.pte.reader import PteFile, external_key, ints, text
 from devplan.pte.window import read_window
 from devplan.spec import CPU, Device
 
@@ -46,6 +46,12 @@ class Tensor(NamedTuple):
     said_device: Device | None      # what extra_tensor_info says, when it names other than the CPU
     storage_offset: int = 0         # in elements; ExecuTorch supports only 0 (other is damage its runtime refuses)
     unbound: bool = False           # DYNAMIC_UNBOUND, which ExecuTorch's runtime refuses
+    external: str | None = None     # a constant kept in a .ptd data file: its key there (data is then 0)
+
+    @property
+    def constant(self) -> bool:
+        """Whether its bytes are the program's constant data, in the program or in a .ptd."""
+        return self.mem_id is None and (self.data > 0 or self.external is not None)
 
     @property
     def ordered(self) -> bool:
@@ -136,7 +142,8 @@ class MethodView:
     def unplanned(self) -> frozenset[int]:
         """Tensors the method names that are neither planned nor constants: inputs and outputs
         it leaves to its caller, whose tensors stand in for them."""
-        return frozenset(i for i, t in self.tensors.items() if t.mem_id is None and t.data == 0 and i in self.named)
+        return frozenset(i for i, t in self.tensors.items()
+                         if t.mem_id is None and t.data == 0 and t.external is None and i in self.named)
 
     @cached_property
     def lifetimes(self) -> dict[int, tuple[int, int]]:
@@ -258,10 +265,11 @@ def _tensor(where: str, index: int, t, sizes: tuple[int, ...]) -> Tensor:
                                f"outside its buffer; the program is damaged")
     extra = t.extraTensorInfo
     said = Device.from_code(extra.deviceType, extra.deviceIndex) if extra is not None else None
+    key = external_key(t)  # its data_buffer_idx then says nothing (ExecuTorch numbers them anyway)
     return Tensor(dtype, shape, None if t.dimOrder is None else tuple(ints(t.dimOrder)),
-                  int(t.shapeDynamism) != TensorShapeDynamism.STATIC, mem_id, offset, nbytes, int(t.dataBufferIdx),
-                  None if said == CPU else said, int(t.storageOffset),
-                  int(t.shapeDynamism) == TensorShapeDynamism.DYNAMIC_UNBOUND)
+                  int(t.shapeDynamism) != TensorShapeDynamism.STATIC, mem_id, offset, nbytes,
+                  int(t.dataBufferIdx) if key is None else 0, None if said == CPU else said, int(t.storageOffset),
+                  int(t.shapeDynamism) == TensorShapeDynamism.DYNAMIC_UNBOUND, key)
 
 
 def _instruction(where: str, index: int, instruction) -> Instruction:

@@ -110,6 +110,7 @@ class PtdFile:
     segments: tuple[memoryview, ...]
     size: int
     mapped: bool  # whether the segments view a private mapping of the file, usable in place
+    path: str | None = None  # the file read, which ExecuTorch's runtime loads itself
 
     @property
     def stored_bytes(self) -> int:
@@ -153,7 +154,8 @@ def read_ptd(source: "str | os.PathLike | bytes | PtdFile", name: str | None = N
                                f"{segment.offset + segment.size} of the segment data, which holds {data_size}; "
                                f"{_DAMAGED}")
         segments.append(view[base + segment.offset : base + segment.offset + segment.size])
-    return PtdFile(name, _entries(table, name, len(segments)), tuple(segments), len(data), isinstance(data, memoryview))
+    return PtdFile(name, _entries(table, name, len(segments)), tuple(segments), len(data), isinstance(data, memoryview),
+                   None if isinstance(source, (bytes, bytearray, memoryview)) else os.fsdecode(source))
 
 
 def _header(data: bytes | memoryview, name: str) -> tuple[int, int, int]:

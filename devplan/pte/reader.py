@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, TypeVar
 
+from devplan import dtypes
 from devplan.errors import DevplanError
 from devplan.files import map_input
 from devplan.pte.fb.BackendDelegateDataReference import BackendDelegateDataReferenceT
 from devplan.pte.fb.Chain import Chain
 from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
+from devplan.pte.fb.TensorDataLocation import TensorDataLocation
 from devplan.pte.header import HEADER_OFFSET, ExtendedHeader, check_container
+from devplan.pte.ptd import PtdFile, read_ptd
 from devplan.pte.verify import verify_program
 
 _DAMAGED = "the file is damaged or not a .pte"
@@ -42,6 +46,8 @@ class PteFile:
     data: bytes | memoryview = b""
     path: str | None = None  # the file mapped, which ExecuTorch's runtime can map itself
     depth: int = 0  # how many delegate payloads this program lies inside
+    # the .ptd data file holding the weights its external tensors name by key, when given
+    external: PtdFile | None = None
     # what is worked out once per file (see memo); only memo reaches it
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -163,12 +169,18 @@ class PteFile:
         raise DevplanError(f"{where}: unknown payload location {reference.location}; {_DAMAGED}")
 
 
-def read_pte(source: "str | os.PathLike | bytes | memoryview | PteFile", name: str | None = None) -> PteFile:
+def read_pte(source: "str | os.PathLike | bytes | memoryview | PteFile", name: str | None = None, *,
+             data: "str | os.PathLike | PtdFile | None" = None) -> PteFile:
     """Read and check a .pte from a path or from its bytes; any problem is a DevplanError
     whose message starts with `name` (default: the path, or "<bytes>"). A PteFile is already
-    read (standard input, which can be read only once, is read into one)."""
-    if isinstance(source, PteFile):
-        return source
+    read (standard input, which can be read only once, is read into one). `data` is the .ptd
+    holding the weights the program keeps outside (its external tensors), checked against it:
+    every key there, of the tensor's dtype and shape and at least its size."""
+    pte = source if isinstance(source, PteFile) else _read_program(source, name)
+    return pte if data is None else _with_data(pte, read_ptd(data))
+
+
+def _read_program(source: "str | os.PathLike | bytes | memoryview", name: str | None) -> PteFile:
     if isinstance(source, (bytes, bytearray, memoryview)):
         # A private immutable copy: the unpacked program keeps views into it.
         data: bytes | memoryview = bytes(source)
@@ -192,6 +204,41 @@ def read_pte(source: "str | os.PathLike | bytes | memoryview | PteFile", name: s
                   path=os.fsdecode(source) if isinstance(data, memoryview) and isinstance(source, (str, os.PathLike)) else None)
     _check_references(pte)
     return pte
+
+
+def _with_data(pte: PteFile, ptd: PtdFile) -> PteFile:
+    """The program with its .ptd, once every external tensor it names is found there."""
+    for plan in pte.program.executionPlan or ():
+        for index, value in enumerate(plan.values or ()):
+            key = external_key(value.val)
+            if key is None:
+                continue
+            where = f"{pte.name}: method {text(plan.name)}: value {index}"
+            entry = ptd.entries.get(key)
+            if entry is None:
+                raise DevplanError(f"{where} is the external weight {key!r}, which {ptd.name} does not hold "
+                                   f"({len(ptd.entries)} keys); pass the .ptd written with this program")
+            t = value.val
+            shape, dim_order = tuple(ints(t.sizes)), tuple(ints(t.dimOrder))
+            wanted = f"{dtypes.name_of(t.scalarType)}{list(shape)}"
+            if entry.layout is not None and entry.layout != (t.scalarType, shape, dim_order):
+                raise DevplanError(f"{ptd.name}: key {key!r} is {entry.layout.text()} (dim order "
+                                   f"{list(entry.layout.dim_order)}) but {where} is {wanted} (dim order "
+                                   f"{list(dim_order)}); pass the .ptd written with this program")
+            needed = math.prod(shape) * dtypes.ITEMSIZE.get(dtypes.name_of(t.scalarType), 0)
+            if len(ptd.data(key)) < needed:
+                raise DevplanError(f"{ptd.name}: key {key!r} holds {len(ptd.data(key))} bytes but {where} "
+                                   f"({wanted}) needs {needed}; pass the .ptd written with this program")
+    return replace(pte, external=ptd, _memo={})
+
+
+def external_key(tensor) -> str | None:
+    """The key of a constant the program keeps in a .ptd (a tensor value whose data is
+    EXTERNAL and which is not planned), else None."""
+    info = getattr(tensor, "extraTensorInfo", None)
+    if info is None or info.location != TensorDataLocation.EXTERNAL or tensor.allocationInfo is not None:
+        return None
+    return text(info.fullyQualifiedName)
 
 
 @contextlib.contextmanager

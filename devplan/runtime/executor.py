@@ -85,7 +85,7 @@ class LoadedMethod:
             # there, so its constants go there too.
             # (one that plans none, its inputs and outputs its caller's, where its tensors say)
             placed = {device for _, device in self.arenas.values()} or {
-                t.said_device or CPU for t in view.tensors.values() if t.data == 0}
+                t.said_device or CPU for t in view.tensors.values() if not t.constant}
             self.home = placed.pop() if len(placed) == 1 else CPU
             opened: dict[tuple, LoadedMethod] = {}  # delegates of one payload and window run one loaded method
             for delegate in view.delegates:
@@ -284,7 +284,7 @@ class LoadedMethod:
         data pointer, which its kernels would read or write; zeros here would be a wrong answer."""
         conditions = {row.args[0] for row in view.instructions if row.kind == "jump_false"}
         empty = view.unplanned | {i for i in conditions
-                                  if (t := view.tensors.get(i)) is not None and t.mem_id is None and t.data == 0}
+                                  if (t := view.tensors.get(i)) is not None and t.mem_id is None and not t.constant}
         for index in sorted(empty - set(view.inputs) - set(view.outputs)):
             writer = view.first_writers.get(index)
             use = (f"instruction {writer} writes it" if writer is not None
@@ -313,7 +313,7 @@ class LoadedMethod:
     def _tensor(self, pte: PteFile, index: int, t: Tensor) -> torch.Tensor:
         dtype, shape, nbytes = self.dtypes[index], list(t.shape), t.nbytes
         if t.mem_id is None:
-            data = pte.constant_data(t.data)
+            data = pte.constant_data(t.data) if t.external is None else self._external(pte, index, t.external)
             if data is None and t.data > 0:  # ExecuTorch refuses it too; zeros would be a wrong answer
                 raise DevplanError(f"{self.where}: value {index} names constant {t.data}, which the program "
                                    f"does not hold; the program is damaged")
@@ -323,7 +323,7 @@ class LoadedMethod:
                 return torch.zeros((), dtype=dtype).expand(shape)
             if data is None:  # nothing reads or writes it: no memory
                 return torch.empty([0] * len(shape), dtype=dtype)
-            host = _constant(pte, t.data, data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
+            host = _constant(pte, t.external or t.data, data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
             return host if self.home == CPU else self._upload(index, host, nbytes)
         arena, device = self.arenas[t.mem_id]
         self.devices[index] = device
@@ -338,6 +338,13 @@ class LoadedMethod:
                                   f"{self.where}: initial value of {index}")
             allocator_for(device).copy_to_device(view, initial)
         return view
+
+    def _external(self, pte: PteFile, index: int, key: str) -> memoryview:
+        """An external weight's bytes, from the .ptd read with the program (read_pte checked the key)."""
+        if pte.external is None:
+            raise DevplanError(f"{self.where}: value {index} is the external weight {key!r}, kept in a .ptd data "
+                               f"file; pass it: devplan run PROGRAM.pte --data FILE.ptd")
+        return pte.external.data(key)
 
     def _upload(self, index: int, host: torch.Tensor, nbytes: int) -> torch.Tensor:
         """The constant on this method's device, copied there once per run: every window of a
@@ -518,12 +525,14 @@ class Memory:
         self.taken += nbytes
 
 
-def _constant(pte: PteFile, data_index: int, data: bytes | memoryview, dtype: torch.dtype, shape: list[int], nbytes: int,
-              what: str) -> torch.Tensor:
-    """Constant `data_index` as a host tensor of this dtype and shape, made once per file:
-    delegates that share a payload share its constants (kernels never write them)."""
+def _constant(pte: PteFile, data_index: int | str, data: bytes | memoryview, dtype: torch.dtype, shape: list[int],
+              nbytes: int, what: str) -> torch.Tensor:
+    """Constant `data_index` (or an external weight's key) as a host tensor of this dtype and
+    shape, made once per file: delegates that share a payload share its constants (kernels
+    never write them)."""
+    mapped = pte.external.mapped if isinstance(data_index, str) and pte.external is not None else pte.mapped
     return pte.memo(("constant", data_index, dtype, tuple(shape)),
-                    lambda: _from_bytes(data, dtype, shape, nbytes, what, in_place=pte.mapped))
+                    lambda: _from_bytes(data, dtype, shape, nbytes, what, in_place=mapped))
 
 
 def _from_bytes(data: bytes | memoryview, dtype: torch.dtype, shape: list[int], nbytes: int, what: str, *,
