@@ -142,3 +142,15 @@ def released_after_module(*caches):
             cache.cache_clear()
 
     return _release_caches
+
+
+@by_program(size=lambda lowered: len(lowered[0]) + len(lowered[1]))
+def executorch_lowered_external(ep: torch.export.ExportedProgram) -> tuple[bytes, bytes]:
+    """ExecuTorch's default lowering with its weights in a .ptd (ExecutorchBackendConfig(
+    external_constants=True)): (the .pte's bytes, the .ptd's bytes)."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+
+    with torch.no_grad():
+        manager = to_edge_transform_and_lower(ep).to_executorch(ExecutorchBackendConfig(external_constants=True))
+    (data,) = manager._tensor_data.values()  # one file: every weight under the default tag
+    return manager.buffer, bytes(data)

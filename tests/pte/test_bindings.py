@@ -64,12 +64,15 @@ def _slot_writer(source: str, table: str, field: str) -> tuple[str, int]:
     return match.group(1), int(match.group(2))
 
 
-@pytest.mark.parametrize("table", sorted(verify.TABLES))
-def test_verifier_schema_matches_the_bindings(table):
-    module = importlib.import_module(f"devplan.pte.fb.{table}")
+_SCHEMAS = {"fb": verify.TABLES, "ptd_fb": verify.FLAT_TENSOR_TABLES}  # bindings folder -> the verifier's tables
+
+
+@pytest.mark.parametrize(("folder", "table"), [(folder, table) for folder, tables in _SCHEMAS.items() for table in sorted(tables)])
+def test_verifier_schema_matches_the_bindings(folder, table):
+    module = importlib.import_module(f"devplan.pte.{folder}.{table}")
     source = inspect.getsource(module)
     slot = 0
-    for name, kind, detail in verify.TABLES[table]:
+    for name, kind, detail in _SCHEMAS[folder][table]:
         field = _camel(name)
         if kind == verify._UNION:
             assert _slot_writer(source, table, field + "Type") == ("Uint8", slot)
@@ -103,7 +106,8 @@ def test_verifier_union_tags_match_the_bindings(union):
     assert members == {name: tag for tag, name in enumerate(verify.UNIONS[union], start=1)}
 
 
-def test_every_table_in_the_bindings_is_described():
-    described = set(verify.TABLES)
-    generated = {path.stem for path in FB.glob("*.py") if "def Start(builder)" in path.read_text()}
+@pytest.mark.parametrize("folder", [FB, PTD_FB], ids=["program", "ptd"])
+def test_every_table_in_the_bindings_is_described(folder):
+    described = set(_SCHEMAS[folder.name])
+    generated = {path.stem for path in folder.glob("*.py") if "def Start(builder)" in path.read_text()}
     assert generated == described
