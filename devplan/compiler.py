@@ -6,7 +6,9 @@
          -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
                           inplace), each Method -> Method -> plan_method
     then every planned method, constant methods too -> to_program -> pte_image (the pieces of the
-         file: the weights stay the tensors they are, never copied) -> write (streamed, piece by piece)
+         file: the weights stay the tensors they are, never copied) -> write (streamed, piece by piece);
+         with external_constants, to_program gives the weights to ExternalWeights, whose image (the
+         .ptd) is written first
 """
 from __future__ import annotations
 

@@ -549,9 +549,10 @@ def _from_bytes(data: bytes | memoryview, dtype: torch.dtype, shape: list[int], 
 
 
 def run(source: str | os.PathLike | bytes | PteFile, inputs: Sequence[Any], *, method: str = "forward",
-        runs: int = 1) -> list[list[Any]]:
-    """Run `method` of a .pte `runs` times on the same loaded method; the outputs of each run."""
-    pte = source if isinstance(source, PteFile) else read_pte(source)
+        runs: int = 1, data: str | os.PathLike | None = None) -> list[list[Any]]:
+    """Run `method` of a .pte `runs` times on the same loaded method; the outputs of each run.
+    `data`: the .ptd holding the weights the program keeps outside it."""
+    pte = read_pte(source, data=data)
     loaded = LoadedMethod(pte, method)
     try:
         return [loaded.execute(inputs) for _ in range(runs)]

@@ -59,7 +59,7 @@ def test_a_ptd_program_runs_on_both_runtimes_as_the_inline_program(tmp_path):
     (x,) = torch.export.load(MLP).example_inputs[0]
     expected = _executorch(inline, None, [x])
     assert read_pte(pte).program.constantSegment.offsets.tolist() == [0]  # no weight in the program
-    for got in (_executorch(pte, ptd, [x]), run(read_pte(pte, data=ptd), [x])[0]):
+    for got in (_executorch(pte, ptd, [x]), run(pte, [x], data=ptd)[0]):
         assert len(got) == len(expected) and all(torch.allclose(g, e) for g, e in zip(got, expected))
 
 
@@ -222,3 +222,12 @@ def test_damaged_data_files_are_refused_in_one_line(tmp_path):
                 read_ptd(damaged)
             except DevplanError as error:
                 assert "\n" not in str(error)
+
+
+def test_the_documents_validate_against_their_schemas(tmp_path):
+    from tests.test_schemas import validate
+
+    result = devplan.compile(MLP, tmp_path / "p.pte", external_constants=tmp_path / "p.ptd")
+    validate("compile", result.summary())
+    validate("inspect", devplan.inspect(tmp_path / "p.pte"))
+    validate("inspect", devplan.inspect(tmp_path / "p.pte", data=tmp_path / "p.ptd"))
