@@ -136,13 +136,13 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     external = ExternalWeights() if options.external_constants is not None else None
     program, segments = stage("emit", to_program, *planned, source=options.source, external=external)
     image = stage("serialize", pte_image, program, segments)
-    data = stage("serialize data", external.image) if external is not None else None
+    data = stage("serialize_ptd", external.image) if external is not None else None
     # what the program stores: equal tensors once, each aligned, and the named data that
     # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)
     stored = len(segments[0]) + sum(len(segments[entry.segmentIndex]) for entry in program.namedData or ())
     path = Path(output) if output is not None else None
     if data is not None:  # before the program, whose tensors name its keys
-        stage("write data", write_atomic, options.external_constants, data.parts)
+        stage("write_ptd", write_atomic, options.external_constants, data.parts)
     if path is not None:
         stage("write", write_atomic, path, image.parts)
     return CompileResult(image, path, planned[0], stored, time.perf_counter() - start, stage.seconds, folding,
