@@ -362,7 +362,7 @@ def compile_command(
                       f"{'window' if len(windows) == 1 else 'windows'}, largest {size_text(max(w['size'] for w in windows))})" if windows else "")
             echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
                  f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
-    stored, external = summary["file"]["constant_bytes"], summary["file"]["external"]
+    stored, external = summary["file"]["constant_bytes"], summary["file"].get("external")
     echo(f"constants: {size_text(stored)} ({stored} bytes)")
     if external is not None:
         echo(f"wrote {external_constants} ({external['size']} bytes, {external['keys']} keys): the weights")

@@ -57,7 +57,8 @@ def document(pte: PteFile, name: str, method: str | None = None) -> dict:
             "segments": _segments(pte),
             "constant_bytes": _constant_bytes(program) + sum(_named_segments(program).values()),
             "named_data": _named_data(program),
-            "external": external_weights(pte),
+            # only where the program keeps weights in a .ptd, so that other documents stay as they were
+            **({"external": external} if (external := external_weights(pte)) is not None else {}),
         },
         "methods": [_method(pte, view) for view in views if method is None or view.name == method],
     }

@@ -225,7 +225,10 @@ def test_damaged_data_files_are_refused_in_one_line(tmp_path):
 
 
 def test_the_documents_validate_against_their_schemas(tmp_path):
+    """And a program holding its weights gets no `external` key: its documents stay as they were."""
     from tests.test_schemas import validate
+
+    assert "external" not in devplan.inspect(devplan.compile(MLP).data)["file"]
 
     result = devplan.compile(MLP, tmp_path / "p.pte", external_constants=tmp_path / "p.ptd")
     validate("compile", result.summary())
