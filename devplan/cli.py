@@ -5,11 +5,14 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import os
 import sys
+from inspect import cleandoc
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 try:  # newer typer releases carry their own copy of click
     from typer._click import exceptions as click_errors
@@ -21,7 +24,36 @@ from devplan.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERNAL, EXIT_INT
 from devplan.inspection import sections as inspect_sections
 from devplan.planning.model import DEFAULT_ALIGNMENT
 
+class _Command(TyperCommand):
+    """A command's help as rich should wrap it: each paragraph of the docstring one line (typer
+    keeps a docstring's line breaks, which a narrow terminal then breaks again), and flags
+    without typer's <bool> placeholder."""
+
+    def __init__(self, *args, help: str | None = None, **kwargs) -> None:
+        paragraphs = cleandoc(help or "").split("\n\n")
+        super().__init__(*args, help="\n\n".join(" ".join(p.split()) for p in paragraphs), **kwargs)
+
+    def get_params(self, ctx):
+        return _bare_flags(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    """devplan's own options (--version, --debug), with flags as _Command shows them."""
+
+    def get_params(self, ctx):
+        return _bare_flags(super().get_params(ctx))
+
+
+def _bare_flags(params: list) -> list:
+    """Flags take no value, so they show none (an empty metavar instead of typer's <bool>)."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
 app = typer.Typer(
+    cls=_Group,
     help="Compile, plan and inspect ExecuTorch .pte programs across devices.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion and --show-completion for bash, zsh, fish and PowerShell
@@ -55,7 +87,7 @@ InspectSection = enum.Enum(  # type: ignore[misc]  # members from the sections t
 )
 
 
-@app.command("inspect")
+@app.command("inspect", cls=_Command)
 def inspect_command(
     program: Annotated[
         Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to inspect (- reads standard input).",
@@ -135,17 +167,22 @@ def inspect_command(
         _echo_json(inspect_sections.only(doc, chosen) if section else doc)
         return
     # Imported only once there is something to draw, so a bad file fails fast.
-    from rich.console import Console
-
     from devplan.inspection.render import render
-
     from devplan.inspection.units import printable_tree
 
     chosen = chosen or inspect_sections.DEFAULT_SECTIONS
     # only the lists the views draw from are made printable (a large program's instructions take seconds)
     kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
-    render(printable_tree(kept), Console(highlight=False), chosen,
+    render(printable_tree(kept), _console(), chosen,
            exact_bytes=exact_bytes, shapes=shapes)
+
+
+def _console(stderr: bool = False):
+    """A rich Console for devplan's views. Under NO_COLOR (no-color.org) it writes no styles at
+    all: rich itself drops only colours there, keeping bold and dim."""
+    from rich.console import Console
+
+    return Console(highlight=False, stderr=stderr, color_system=None if os.environ.get("NO_COLOR") else "auto")
 
 
 def _program(path: Path):
@@ -194,7 +231,7 @@ def _given_order(ctx: typer.Context, names) -> list[str]:
     return [name for name in ctx.meta.get("devplan_order", []) if name in names]
 
 
-@app.command("compile")
+@app.command("compile", cls=_Command)
 def compile_command(
     ctx: typer.Context,
     model: Annotated[Path, typer.Argument(metavar="MODEL.pt2", help="A program saved with torch.export.save.", show_default=False)],
@@ -229,7 +266,7 @@ def compile_command(
         Optional[list[str]],
         typer.Option("--backend", metavar="NAME", callback=_in_order, help="Let ExecuTorch's backend NAME (xnnpack) take "
                      "the ops it supports, compiled by its own partitioner and preprocess into its delegates; devplan "
-                     "plans everything around them. Needs pip install \"devplan[executorch]\". Combines with --delegate "
+                     "plans everything around them. Needs pip install \"devplan\\[executorch]\". Combines with --delegate "
                      "and --partitioner in the order given.", show_default=False),
     ] = None,
     partitioner: Annotated[
@@ -377,7 +414,7 @@ Exact = Annotated[
 ]
 
 
-@app.command("check")
+@app.command("check", cls=_Command)
 def check_command(
     program: Annotated[
         Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to check, devplan's or ExecuTorch's "
@@ -448,7 +485,7 @@ def check_command(
         raise typer.Exit(EXIT_FAILED)
 
 
-@app.command("diff")
+@app.command("diff", cls=_Command)
 def diff_command(
     a: Annotated[Path, typer.Argument(metavar="A.pte", help="The old program (or a golden file); - reads standard "
                                       "input.", show_default=False)],
@@ -476,7 +513,7 @@ def diff_command(
         raise typer.Exit(EXIT_FAILED)
 
 
-@app.command("run")
+@app.command("run", cls=_Command)
 def run_command(
     program: Annotated[
         Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to run (- reads standard input).",
@@ -506,7 +543,7 @@ def run_command(
     ] = "8GiB",
     executorch: Annotated[
         bool, typer.Option("--executorch", help="Run on ExecuTorch's own runtime instead (needs pip install "
-                           "\"devplan[executorch]\"): any program, those with XNNPACK delegates too.")
+                           "\"devplan\\[executorch]\"): any program, those with XNNPACK delegates too.")
     ] = False,
 ) -> None:
     """Run a .pte in devplan's reference runtime and summarize its outputs.
@@ -599,9 +636,7 @@ def _progress(quiet: bool):
     """A spinner on stderr naming the running stage, only when a person is watching."""
     from contextlib import nullcontext
 
-    from rich.console import Console
-
-    console = Console(stderr=True)
+    console = _console(stderr=True)
     if quiet or not console.is_terminal:
         class _Silent(nullcontext):
             def update(self, _text: str) -> None:
