@@ -23,7 +23,7 @@ from devplan.inspection import inspect
 from devplan.inspection.difftext import diff_text
 from devplan.inspection.golden import golden_document, is_golden, placements, read_golden
 from devplan.inspection.sources import source_identity
-from devplan.inspection.units import size_text
+from devplan.inspection.units import natural_key, size_text
 from devplan.planning.budget import size_bytes
 
 SCHEMA_VERSION = 1
@@ -286,8 +286,8 @@ class _Compare:
         if a is None or b is None:
             return
         modules = [{"module": module, "a": a["modules"].get(module, 0), "b": b["modules"].get(module, 0)}
-                   for module in sorted({*a["modules"], *b["modules"]})]
-        grown = sorted((m for m in modules if m["a"] != m["b"]), key=lambda m: (-abs(m["b"] - m["a"]), m["module"]))
+                   for module in sorted({*a["modules"], *b["modules"]}, key=natural_key)]
+        grown = sorted((m for m in modules if m["a"] != m["b"]), key=lambda m: -abs(m["b"] - m["a"]))
         moved = (a["op"], a["source"]) != (b["op"], b["source"])
         if grown or moved:
             brief = lambda p: {key: p[key] for key in ("instruction", "op", "source", "bytes")}  # noqa: E731

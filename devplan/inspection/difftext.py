@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from devplan.inspection.units import size_text
+from devplan.inspection.units import natural_key, size_text
 
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 
@@ -104,7 +104,7 @@ def _where_peak(peak: dict) -> str:
 def peak_text(peak: dict, blocks: int = 3) -> str:
     """'#40 aten::addmm.out (h.0.mlp.c_fc (Conv1D) addmm) holds 54.2 KiB: h.0.mlp 36.0 KiB, ...',
     the largest `blocks` blocks."""
-    largest = sorted(peak["modules"].items(), key=lambda item: (-item[1], item[0]))[:blocks]
+    largest = sorted(peak["modules"].items(), key=lambda item: (-item[1], natural_key(item[0])))[:blocks]
     held = ", ".join(f"{module} {size_text(nbytes)}" for module, nbytes in largest)
     return f"{_where_peak(peak)} holds {size_text(peak['bytes'])}" + (f": {held}" if held else "")
 

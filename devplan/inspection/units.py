@@ -1,6 +1,8 @@
 """Byte counts and names from files as people read them in a terminal."""
 from __future__ import annotations
 
+import re
+
 _UNITS = ("KiB", "MiB", "GiB", "TiB")
 
 
@@ -12,6 +14,11 @@ def size_text(nbytes: int, exact: bool = False) -> str:
     while abs(value) >= 1024 and unit < len(_UNITS) - 1:
         value, unit = value / 1024, unit + 1
     return f"{value:.1f} {_UNITS[unit]}"
+
+
+def natural_key(name: str) -> tuple:
+    """Sorts names as people count: 'h.2' before 'h.10' (each run of digits compares as its number)."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part)
 
 
 def printable(text: str) -> str:
