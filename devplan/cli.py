@@ -350,7 +350,7 @@ def compile_command(
     if json_output:
         echo(json.dumps(summary, sort_keys=True, indent=2))
         return
-    from devplan.inspection.units import size_text
+    from devplan.inspection.units import exact_size_text, size_text
 
     constant_methods = [m["name"] for m in summary["methods"] if m["name"] in constants]
     if constant_methods:
@@ -360,9 +360,8 @@ def compile_command(
              f"{shown['counts']['operators']} operators, planner {shown['planner']}")
         for b in shown["buffers"]:
             ratio = b["size"] / b["lower_bound"] if b["lower_bound"] else 1.0
-            echo(f"  buffer {b['mem_id']} ({b['device']}): {size_text(b['size'])} planned "
-                 f"({b['size']} bytes), lower bound {b['lower_bound']} bytes, ratio {ratio:.3f}, "
-                 f"{b['tensors']} tensors")
+            echo(f"  buffer {b['mem_id']} ({b['device']}): {exact_size_text(b['size'])} planned, "
+                 f"lower bound {exact_size_text(b['lower_bound'])}, ratio {ratio:.3f}, {b['tensors']} tensors")
         for device, backend in sorted({(d["target_device"], d["id"]) for d in shown["delegates"]}):
             mine = [d for d in shown["delegates"] if (d["target_device"], d["id"]) == (device, backend)]
             windows = [d["window"] for d in mine if d["window"]]
@@ -371,8 +370,9 @@ def compile_command(
             echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
                  f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
     stored = summary["file"]["constant_bytes"]
-    echo(f"constants: {size_text(stored)} ({stored} bytes)")
-    echo(f"wrote {'standard output' if to_stdout else target} ({summary['file']['size']} bytes) in {summary['timings']['seconds']:.2f} s")
+    echo(f"constants: {exact_size_text(stored)}")
+    echo(f"wrote {'standard output' if to_stdout else target} ({exact_size_text(summary['file']['size'])}) "
+         f"in {summary['timings']['seconds']:.2f} s")
 
 
 def _name_value(text: str, option: str, parse):
@@ -449,7 +449,7 @@ def check_command(
     golden file (--update writes it)."""
     from devplan.inspection.check import check, check_document, check_golden
     from devplan.inspection.difftext import change_lines, outcome, peak_text
-    from devplan.inspection.units import printable, size_text
+    from devplan.inspection.units import exact_size_text, printable, size_text
     from devplan.planning import parse_budget
 
     if golden is None and (update or tolerance is not None or exact):
@@ -464,10 +464,10 @@ def check_command(
     if json_output:
         typer.echo(json.dumps(report, sort_keys=True, indent=2))
     for c in checks if not json_output else ():
-        facts = [f"{size_text(c.size)} ({c.size} bytes)"]
+        facts = [exact_size_text(c.size)]
         if c.budget is not None:
             facts.append(f"budget {size_text(c.budget)}" + ("" if c.size <= c.budget else
-                                                             f", over by {size_text(c.size - c.budget)}"))
+                                                             f", over by {exact_size_text(c.size - c.budget)}"))
         facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
                      + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
         if c.problem is not None:

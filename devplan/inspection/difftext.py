@@ -1,7 +1,7 @@
 """A Diff as a person reads it: one line per change, under its method, within 80 columns.
 
-    FAIL  buffer 1 (cpu) size: 1.5 KiB -> 2.0 KiB (+512 B, +33.3%)
-    ok    constant bytes: 781.3 KiB -> 780.3 KiB (-1.0 KiB, -0.1%)
+    FAIL  buffer 1 (cpu) size: 1.5 KiB (1,536 bytes) -> 2.0 KiB (2,048 bytes), +512 B (+33.3%)
+    ok    constant bytes: 781.3 KiB (800,000 bytes) -> 780.3 KiB (798,976 bytes), -1.0 KiB (-0.1%)
 
 "FAIL" marks a difference; "ok" a change the comparison allows (a size that shrank or grew
 within the tolerance, placements that moved without --exact)."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import textwrap
 
-from devplan.inspection.units import natural_key, size_text
+from devplan.inspection.units import exact_size_text, natural_key, size_text
 
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 
@@ -79,8 +79,8 @@ def _values(change) -> str:
     if change.fact == "window":
         return f"{_window(a)} -> {_window(b)}"
     if change.fact in SIZED:
-        percent = f", {_percent(a, b)}" if a else ""
-        return f"{size_text(a)} -> {size_text(b)} ({_signed_bytes(b - a)}{percent})"
+        percent = f" ({_percent(a, b)})" if a else ""
+        return f"{exact_size_text(a)} -> {exact_size_text(b)}, {_signed_bytes(b - a)}{percent}"
     if isinstance(a, int) and isinstance(b, int):
         return f"{a} -> {b} ({b - a:+d})"
     return f"{a} -> {b}"

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from devplan.inspection.layout import layout_chart
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
-from devplan.inspection.units import size_text
+from devplan.inspection.units import exact_size_text, size_text
 
 
 
@@ -58,7 +58,7 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
         f"#{segment['index']} {size_text(segment['size'], exact_bytes)} at byte {segment['offset']}"
         for segment in file["segments"]
     )
-    _pair(grid, "file", f"{size_text(file['size'], exact_bytes)} ({file['size']} bytes)")
+    _pair(grid, "file", size_text(file["size"], exact=True) if exact_bytes else exact_size_text(file["size"]))
     _pair(grid, "format", f"{doc['format']}, program version {file['program_version']}")
     _pair(grid, "document", f"schema version {doc['schema_version']}")
     _pair(grid, "methods", ", ".join(method["name"] for method in doc["methods"]) or "none")

@@ -12,6 +12,7 @@ from rich.console import Console
 import devplan
 from devplan.inspection.render import render
 from devplan.inspection.sections import SECTIONS
+from devplan.inspection.units import exact_size_text
 from tests.inspect.lowered import NAMES
 
 CHART_ROW = re.compile(r"^\s*(\d+(?:\.\d+)?) (B|KiB|MiB) │(.*)$")
@@ -30,7 +31,7 @@ def test_every_section_appears(hand_built):
         assert re.search(rf"^{heading}\b", text, re.MULTILINE), heading
     # summary
     assert "cuda.pte" in text
-    assert f"({hand_built['cuda'].stat().st_size} bytes)" in text
+    assert f"file           {exact_size_text(hand_built['cuda'].stat().st_size)}" in text
     assert "4 values, 3 instructions, 1 operators, 1 delegates" in text
 
 
