@@ -7,6 +7,7 @@
 within the tolerance, placements that moved without --exact)."""
 from __future__ import annotations
 
+import re
 import textwrap
 
 from devplan.inspection.units import exact_size_text, natural_key, size_text
@@ -49,9 +50,15 @@ def change_lines(d) -> list[str]:
             heading = change.method
             lines.append(f"method {heading}")
         lines += _lines(change)
-    # long operator lists wrap under their change rather than run past 80 columns
-    return [part for line in lines for part in textwrap.wrap(line, 80, subsequent_indent=_INDENT,
-                                                               break_on_hyphens=False)]
+    # long operator lists wrap under their change rather than run past 80 columns, never
+    # between a number and its unit
+    return [part.replace(_UNIT_SPACE, " ") for line in lines
+            for part in textwrap.wrap(_SIZE.sub(rf"\1{_UNIT_SPACE}\2", line), 80, subsequent_indent=_INDENT,
+                                      break_on_hyphens=False)]
+
+
+_SIZE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|bytes)\b")
+_UNIT_SPACE = "\xa0"  # textwrap breaks only at ASCII whitespace
 
 
 def _lines(change) -> list[str]:
