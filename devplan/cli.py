@@ -133,7 +133,7 @@ def inspect_command(
     svg: Annotated[
         Optional[Path],
         typer.Option("--svg", metavar="FILE.svg", help="Also draw each buffer's layout over time as an SVG picture "
-                     "(hover a rectangle to name its tensor).", show_default=False),
+                     "(each block of the model named under its instructions; hover a rectangle to name its tensor).", show_default=False),
     ] = None,
     trace: Annotated[
         Optional[Path],
