@@ -651,8 +651,12 @@ def main() -> None:
     with --debug, which any command takes)."""
     debug = "--debug" in sys.argv[1:]
     sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != "--debug"]
-    import os
     import signal
+
+    if os.environ.get("NO_COLOR"):  # typer's help, like devplan's views (_console), then has no styles at all
+        import typer.rich_utils
+
+        typer.rich_utils.COLOR_SYSTEM = None
 
     # SIGTERM as an exit, so that a write in progress removes its temporary file on the way out
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

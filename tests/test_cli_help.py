@@ -4,6 +4,7 @@ type placeholder."""
 from __future__ import annotations
 
 import inspect
+import os
 
 import pytest
 import typer
@@ -42,3 +43,13 @@ def test_every_option_help_reaches_the_screen_and_flags_have_no_placeholder(name
 
 def test_the_top_level_help_has_no_placeholders_on_flags():
     assert "<bool>" not in _help(width=100)
+
+
+def test_no_color_help_has_no_styles_at_all():
+    """NO_COLOR (no-color.org): no bold or dim either, in a fresh process as the command runs."""
+    from tests.inspect.runner import run_devplan
+
+    env = {**os.environ, "FORCE_COLOR": "1"}
+    assert "\x1b[1m" in run_devplan("inspect", "--help", env=env).stdout
+    plain = run_devplan("inspect", "--help", env={**env, "NO_COLOR": "1"})
+    assert plain.returncode == 0 and "\x1b[" not in plain.stdout and "--json" in plain.stdout
