@@ -323,8 +323,7 @@ class _Table:
 
     def _room_for_last(self, console: Console) -> int:
         """Columns left for the last one once every other column has folded as far as it may."""
-        used = sum(min(width, max(len(header), 8)) if header in _WRAPPING else width
-                   for width, (header, _) in zip(self._natural()[:-1], self.columns[:-1]))
+        used = sum(_narrowest(header, width) for width, (header, _) in zip(self._natural()[:-1], self.columns[:-1]))
         return console.width - used - 2 * (len(self.columns) - 1)
 
     def _text(self, console: Console, under: list[list[str]] | None) -> Text:
@@ -334,7 +333,7 @@ class _Table:
         for name in _WRAPPING:
             i = next((i for i, (header, _) in enumerate(self.columns) if header == name), None)
             if excess > 0 and i is not None:
-                cut = min(excess, widths[i] - max(len(name), 8))
+                cut = min(excess, widths[i] - _narrowest(name, widths[i]))
                 widths[i], excess = widths[i] - cut, excess - cut
         if excess > 0:
             widths = natural
@@ -353,6 +352,11 @@ class _Table:
     def _line(self, cells: Sequence[str], widths: Sequence[int]) -> str:
         return "  ".join(cell.rjust(width) if justify == "right" else cell.ljust(width)
                          for cell, width, (_, justify) in zip(cells, widths, self.columns)).rstrip()
+
+
+def _narrowest(header: str, natural: int) -> int:
+    """How narrow a column may fold: a wrapping one to its header or 8 columns, others not at all."""
+    return min(natural, max(len(header), 8)) if header in _WRAPPING else natural
 
 
 def _fold(pieces: tuple[str, ...], width: int) -> list[str]:
