@@ -5,11 +5,14 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import os
 import sys
+from inspect import cleandoc
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 try:  # newer typer releases carry their own copy of click
     from typer._click import exceptions as click_errors
@@ -21,7 +24,36 @@ from devplan.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERNAL, EXIT_INT
 from devplan.inspection import sections as inspect_sections
 from devplan.planning.model import DEFAULT_ALIGNMENT
 
+class _Command(TyperCommand):
+    """A command's help as rich should wrap it: each paragraph of the docstring one line (typer
+    keeps a docstring's line breaks, which a narrow terminal then breaks again), and flags
+    without typer's <bool> placeholder."""
+
+    def __init__(self, *args, help: str | None = None, **kwargs) -> None:
+        paragraphs = cleandoc(help or "").split("\n\n")
+        super().__init__(*args, help="\n\n".join(" ".join(p.split()) for p in paragraphs), **kwargs)
+
+    def get_params(self, ctx):
+        return _bare_flags(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    """devplan's own options (--version, --debug), with flags as _Command shows them."""
+
+    def get_params(self, ctx):
+        return _bare_flags(super().get_params(ctx))
+
+
+def _bare_flags(params: list) -> list:
+    """Flags take no value, so they show none (an empty metavar instead of typer's <bool>)."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
 app = typer.Typer(
+    cls=_Group,
     help="Compile, plan and inspect ExecuTorch .pte programs across devices.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion and --show-completion for bash, zsh, fish and PowerShell
@@ -62,7 +94,7 @@ InspectSection = enum.Enum(  # type: ignore[misc]  # members from the sections t
 )
 
 
-@app.command("inspect")
+@app.command("inspect", cls=_Command)
 def inspect_command(
     program: Annotated[
         Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to inspect (- reads standard input).",
@@ -108,7 +140,7 @@ def inspect_command(
     svg: Annotated[
         Optional[Path],
         typer.Option("--svg", metavar="FILE.svg", help="Also draw each buffer's layout over time as an SVG picture "
-                     "(hover a rectangle to name its tensor).", show_default=False),
+                     "(each block of the model named under its instructions; hover a rectangle to name its tensor).", show_default=False),
     ] = None,
     trace: Annotated[
         Optional[Path],
@@ -143,17 +175,22 @@ def inspect_command(
         _echo_json(inspect_sections.only(doc, chosen) if section else doc)
         return
     # Imported only once there is something to draw, so a bad file fails fast.
-    from rich.console import Console
-
     from devplan.inspection.render import render
-
     from devplan.inspection.units import printable_tree
 
     chosen = chosen or inspect_sections.DEFAULT_SECTIONS
     # only the lists the views draw from are made printable (a large program's instructions take seconds)
     kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
-    render(printable_tree(kept), Console(highlight=False), chosen,
+    render(printable_tree(kept), _console(), chosen,
            exact_bytes=exact_bytes, shapes=shapes)
+
+
+def _console(stderr: bool = False):
+    """A rich Console for devplan's views. Under NO_COLOR (no-color.org) it writes no styles at
+    all: rich itself drops only colours there, keeping bold and dim."""
+    from rich.console import Console
+
+    return Console(highlight=False, stderr=stderr, color_system=None if os.environ.get("NO_COLOR") else "auto")
 
 
 def _program(path: Path, data: Path | None = None):
@@ -215,7 +252,7 @@ def _given_order(ctx: typer.Context, names) -> list[str]:
     return [name for name in ctx.meta.get("devplan_order", []) if name in names]
 
 
-@app.command("compile")
+@app.command("compile", cls=_Command)
 def compile_command(
     ctx: typer.Context,
     model: Annotated[Path, typer.Argument(metavar="MODEL.pt2", help="A program saved with torch.export.save.", show_default=False)],
@@ -250,7 +287,7 @@ def compile_command(
         Optional[list[str]],
         typer.Option("--backend", metavar="NAME", callback=_in_order, help="Let ExecuTorch's backend NAME (xnnpack) take "
                      "the ops it supports, compiled by its own partitioner and preprocess into its delegates; devplan "
-                     "plans everything around them. Needs pip install \"devplan[executorch]\". Combines with --delegate "
+                     "plans everything around them. Needs pip install \"devplan\\[executorch]\". Combines with --delegate "
                      "and --partitioner in the order given.", show_default=False),
     ] = None,
     partitioner: Annotated[
@@ -342,7 +379,7 @@ def compile_command(
     if json_output:
         echo(json.dumps(summary, sort_keys=True, indent=2))
         return
-    from devplan.inspection.units import size_text
+    from devplan.inspection.units import exact_size_text, size_text
 
     constant_methods = [m["name"] for m in summary["methods"] if m["name"] in constants]
     if constant_methods:
@@ -352,9 +389,8 @@ def compile_command(
              f"{shown['counts']['operators']} operators, planner {shown['planner']}")
         for b in shown["buffers"]:
             ratio = b["size"] / b["lower_bound"] if b["lower_bound"] else 1.0
-            echo(f"  buffer {b['mem_id']} ({b['device']}): {size_text(b['size'])} planned "
-                 f"({b['size']} bytes), lower bound {b['lower_bound']} bytes, ratio {ratio:.3f}, "
-                 f"{b['tensors']} tensors")
+            echo(f"  buffer {b['mem_id']} ({b['device']}): {exact_size_text(b['size'])} planned, "
+                 f"lower bound {exact_size_text(b['lower_bound'])}, ratio {ratio:.3f}, {b['tensors']} tensors")
         for device, backend in sorted({(d["target_device"], d["id"]) for d in shown["delegates"]}):
             mine = [d for d in shown["delegates"] if (d["target_device"], d["id"]) == (device, backend)]
             windows = [d["window"] for d in mine if d["window"]]
@@ -363,10 +399,11 @@ def compile_command(
             echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
                  f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
     stored, external = summary["file"]["constant_bytes"], summary["file"].get("external")
-    echo(f"constants: {size_text(stored)} ({stored} bytes)")
+    echo(f"constants: {exact_size_text(stored)}")
     if external is not None:
-        echo(f"wrote {external_constants} ({external['size']} bytes, {external['keys']} keys): the weights")
-    echo(f"wrote {'standard output' if to_stdout else target} ({summary['file']['size']} bytes) in {summary['timings']['seconds']:.2f} s")
+        echo(f"wrote {external_constants} ({exact_size_text(external['size'])}, {external['keys']} keys): the weights")
+    echo(f"wrote {'standard output' if to_stdout else target} ({exact_size_text(summary['file']['size'])}) "
+         f"in {summary['timings']['seconds']:.2f} s")
 
 
 def _name_value(text: str, option: str, parse):
@@ -408,7 +445,7 @@ Exact = Annotated[
 ]
 
 
-@app.command("check")
+@app.command("check", cls=_Command)
 def check_command(
     program: Annotated[
         Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to check, devplan's or ExecuTorch's "
@@ -444,7 +481,7 @@ def check_command(
     golden file (--update writes it)."""
     from devplan.inspection.check import check, check_document, check_golden
     from devplan.inspection.difftext import change_lines, outcome, peak_text
-    from devplan.inspection.units import printable, size_text
+    from devplan.inspection.units import exact_size_text, printable, size_text
     from devplan.planning import parse_budget
 
     if golden is None and (update or tolerance is not None or exact):
@@ -459,10 +496,10 @@ def check_command(
     if json_output:
         typer.echo(json.dumps(report, sort_keys=True, indent=2))
     for c in checks if not json_output else ():
-        facts = [f"{size_text(c.size)} ({c.size} bytes)"]
+        facts = [exact_size_text(c.size)]
         if c.budget is not None:
             facts.append(f"budget {size_text(c.budget)}" + ("" if c.size <= c.budget else
-                                                             f", over by {size_text(c.size - c.budget)}"))
+                                                             f", over by {exact_size_text(c.size - c.budget)}"))
         facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
                      + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
         if c.problem is not None:
@@ -480,7 +517,7 @@ def check_command(
         raise typer.Exit(EXIT_FAILED)
 
 
-@app.command("diff")
+@app.command("diff", cls=_Command)
 def diff_command(
     a: Annotated[Path, typer.Argument(metavar="A.pte", help="The old program (or a golden file); - reads standard "
                                       "input.", show_default=False)],
@@ -527,7 +564,7 @@ def _diff_side(path: Path, data: Path | None):
     return _read_noting_external(path, data)
 
 
-@app.command("run")
+@app.command("run", cls=_Command)
 def run_command(
     program: Annotated[
         Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to run (- reads standard input).",
@@ -557,7 +594,7 @@ def run_command(
     ] = "8GiB",
     executorch: Annotated[
         bool, typer.Option("--executorch", help="Run on ExecuTorch's own runtime instead (needs pip install "
-                           "\"devplan[executorch]\"): any program, those with XNNPACK delegates too.")
+                           "\"devplan\\[executorch]\"): any program, those with XNNPACK delegates too.")
     ] = False,
     data: Annotated[
         Optional[Path],
@@ -655,9 +692,7 @@ def _progress(quiet: bool):
     """A spinner on stderr naming the running stage, only when a person is watching."""
     from contextlib import nullcontext
 
-    from rich.console import Console
-
-    console = Console(stderr=True)
+    console = _console(stderr=True)
     if quiet or not console.is_terminal:
         class _Silent(nullcontext):
             def update(self, _text: str) -> None:
@@ -672,8 +707,12 @@ def main() -> None:
     with --debug, which any command takes)."""
     debug = "--debug" in sys.argv[1:]
     sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != "--debug"]
-    import os
     import signal
+
+    if os.environ.get("NO_COLOR"):  # typer's help, like devplan's views (_console), then has no styles at all
+        from typer import rich_utils  # (an `import typer.rich_utils` here would make typer local to main)
+
+        rich_utils.COLOR_SYSTEM = None
 
     # SIGTERM as an exit, so that a write in progress removes its temporary file on the way out
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

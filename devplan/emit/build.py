@@ -4,6 +4,7 @@ tensors live and which views share bytes is left to the copies and alias passes.
 from __future__ import annotations
 
 import operator
+import os
 import re
 from dataclasses import dataclass, field, replace
 
@@ -136,7 +137,22 @@ def source_of(node: torch.fx.Node) -> Source:
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
     file, line, function, code = frames[-1] if frames else ("", "0", "", "")
     op = node.meta.get("devplan_origin", (node.name, str(node.target)))[1]
-    return Source(path, kind.rpartition(".")[2], op, file, int(line), function, code.strip())
+    return Source(path, kind.rpartition(".")[2], op, portable_path(file), int(line), function, code.strip())
+
+
+_PACKAGES = re.compile(r".*[/\\](?:site|dist)-packages[/\\]")
+
+
+def portable_path(file: str) -> str:
+    """A source file's path as the same model gives it on any machine: within an installed
+    package, from the package down (transformers/models/gpt2/modeling_gpt2.py); elsewhere, the
+    file's name (model.py). The export recorded the absolute paths of the machine it ran on,
+    which would make the program's bytes differ from one checkout, user or virtual environment
+    to the next; the folder devplan runs in must not matter either."""
+    if not os.path.isabs(file):
+        return file  # generated code (<eval_with_key>) or a path already relative
+    packaged = _PACKAGES.sub("", file, count=1)
+    return packaged if packaged != file else os.path.basename(file)
 
 
 def _only_device(node: torch.fx.Node, low: Lowered) -> Device:

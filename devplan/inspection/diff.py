@@ -23,7 +23,7 @@ from devplan.inspection import inspect
 from devplan.inspection.difftext import diff_text
 from devplan.inspection.golden import golden_document, is_golden, placements, read_golden
 from devplan.inspection.sources import source_identity
-from devplan.inspection.units import size_text
+from devplan.inspection.units import natural_key, size_text
 from devplan.planning.budget import size_bytes
 
 SCHEMA_VERSION = 1
@@ -120,6 +120,7 @@ class Side:
     name: str
     golden: dict
     placements: dict[str, list[Planned]] | None = None
+    instructions: dict[str, list[tuple]] | None = None  # instruction_marks, by method
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,37 @@ def planned(method: dict) -> list[Planned]:
         identity, sourced = _identity(tensor, inputs, outputs)
         found.append(Planned(row, identity, (tuple(tensor["shape"]), tensor["dtype"]), tensor["source"], sourced))
     return found
+
+
+def instruction_marks(method: dict) -> list[tuple]:
+    """Each instruction of an inspection document's method as what it runs, where it came from
+    (without file and line) and how many alike ran before it: what stays of it when the graph
+    gains or loses ops elsewhere."""
+    seen: dict[tuple, int] = defaultdict(int)
+    marks = []
+    for row in method["instructions"]:
+        what = (row["op"] or row["kind"], source_identity(row["source"] or "")[0])
+        marks.append((*what, seen[what]))
+        seen[what] += 1
+    return marks
+
+
+def _timelines(a: list[tuple], b: list[tuple]) -> tuple[list[int], list[int]]:
+    """One clock for both sides' instructions: an instruction both have (by its mark) reads its
+    index in a; one that only its side has, the time of the next that both have (an inserted
+    op takes the place of the one it comes before), or the end, which each clock ends with.
+    Lifetimes compared on this clock are equal when only the numbering moved."""
+    at = {mark: i for i, mark in enumerate(a)}
+    both = at.keys() & set(b)
+
+    def clock(marks: list[tuple]) -> list[int]:
+        times, following = [0] * len(marks), len(a)
+        for i in reversed(range(len(marks))):
+            following = at[marks[i]] if marks[i] in both else following
+            times[i] = following
+        return times + [len(a)]
+
+    return clock(a), clock(b)
 
 
 _NAMED = ("parameter ", "buffer ", "constant ")
@@ -176,7 +208,8 @@ def side(source) -> Side:
         doc = inspect(source)
     if is_golden(doc):
         return Side(doc["file"]["name"], doc)
-    return Side(doc["file"]["name"], golden_document(doc), {m["name"]: planned(m) for m in doc["methods"]})
+    return Side(doc["file"]["name"], golden_document(doc), {m["name"]: planned(m) for m in doc["methods"]},
+                {m["name"]: instruction_marks(m) for m in doc["methods"]})
 
 
 def looks_like_golden(path: Path) -> bool:
@@ -208,8 +241,9 @@ def diff(a, b, *, tolerance: Tolerance | str | None = None, exact: bool = False,
     for name, x, y in _pairs(methods_a, methods_b):
         if compare.matched(None, f"method {name}", x, y, lambda m: m["name"]):
             compare.method(name, x, y)
+            programs = left.placements is not None and right.placements is not None
             compare.placements(name, x["placements"], y["placements"],
-                               *(s.placements.get(name) if s.placements is not None else None for s in (left, right)))
+                               (left, right) if programs else None)
     return Diff(left.name, right.name, tuple(compare.changes), rule, exact)
 
 
@@ -286,8 +320,8 @@ class _Compare:
         if a is None or b is None:
             return
         modules = [{"module": module, "a": a["modules"].get(module, 0), "b": b["modules"].get(module, 0)}
-                   for module in sorted({*a["modules"], *b["modules"]})]
-        grown = sorted((m for m in modules if m["a"] != m["b"]), key=lambda m: (-abs(m["b"] - m["a"]), m["module"]))
+                   for module in sorted({*a["modules"], *b["modules"]}, key=natural_key)]
+        grown = sorted((m for m in modules if m["a"] != m["b"]), key=lambda m: -abs(m["b"] - m["a"]))
         moved = (a["op"], a["source"]) != (b["op"], b["source"])
         if grown or moved:
             brief = lambda p: {key: p[key] for key in ("instruction", "op", "source", "bytes")}  # noqa: E731
@@ -316,12 +350,16 @@ class _Compare:
             # it may lie over tensors alive while the delegate runs, so it always fails
             self.fixed(method, subject, "window", _window(x), _window(y))
 
-    def placements(self, method: str, a: dict, b: dict, rows_a: list[Planned] | None,
-                   rows_b: list[Planned] | None) -> None:
+    def placements(self, method: str, a: dict, b: dict, programs: tuple[Side, Side] | None) -> None:
         """Moved placements are only a difference with exact: a plan that shrank, or grew
-        within the tolerance, has moved its tensors too."""
+        within the tolerance, has moved its tensors too. A golden file keeps only the digest,
+        so only two programs say which tensors changed."""
         if a["sha256"] != b["sha256"]:
-            detail = _placement_detail(rows_a, rows_b) if rows_a is not None and rows_b is not None else None
+            detail = None
+            if programs is not None:
+                left, right = programs
+                detail = _placement_detail(left.placements[method], right.placements[method],
+                                           *_timelines(left.instructions[method], right.instructions[method]))
             self.changes.append(Change(method, "placements", "digest", a, b, self.exact, detail))
 
 
@@ -334,18 +372,19 @@ def _window(delegate: dict) -> dict | None:
             "size": sum(b["size"] for b in delegate["payload_buffers"] or ())}
 
 
-def _placement_detail(a: list[Planned], b: list[Planned]) -> dict:
-    """What changed, tensor by tensor (paired by identity, pair_tensors): counts of each kind
-    of change, and the largest changed tensors first."""
+def _placement_detail(a: list[Planned], b: list[Planned], clock_a: list[int], clock_b: list[int]) -> dict:
+    """What changed, tensor by tensor (paired by identity, pair_tensors; lifetimes on the
+    clock of _timelines): counts of each kind of change, and the largest changed tensors first."""
     pairs, removed, added = pair_tensors(a, b)
     kinds = {"added": len(added), "removed": len(removed), "moved": 0, "resized": 0, "lifetime": 0}
     changed = []
     for x, y in pairs:
-        if _facts(x.row) == _facts(y.row):
+        facts_x, facts_y = _facts(x, clock_a), _facts(y, clock_b)
+        if facts_x == facts_y:
             continue
-        kinds["moved"] += _facts(x.row)[:3] != _facts(y.row)[:3]
+        kinds["moved"] += facts_x[:3] != facts_y[:3]
         kinds["resized"] += x.row["nbytes"] != y.row["nbytes"]
-        kinds["lifetime"] += x.row["lifetime"] != y.row["lifetime"]
+        kinds["lifetime"] += facts_x[4] != facts_y[4]
         changed.append({"value": y.row["value"], "source": y.source, "a": x.row, "b": y.row})
     changed += [{"value": x.row["value"], "source": x.source, "a": x.row, "b": None} for x in removed]
     changed += [{"value": y.row["value"], "source": y.source, "a": None, "b": y.row} for y in added]
@@ -354,9 +393,12 @@ def _placement_detail(a: list[Planned], b: list[Planned]) -> dict:
     return {"changed": len(changed), **kinds, "largest": changed[:LARGEST_SHOWN]}
 
 
-def _facts(row: dict) -> tuple:
-    """A placement but for its value index, which renumbering changes."""
-    return row["mem_id"], row["offset"], row["device"], row["nbytes"], row["lifetime"]
+def _facts(t: Planned, clock: list[int]) -> tuple:
+    """A placement but for what renumbering changes: its value index, and its lifetime's
+    instruction numbers (read on both sides' one clock)."""
+    life = t.row["lifetime"]
+    span = tuple(clock[min(i, len(clock) - 1)] for i in life) if life else None
+    return t.row["mem_id"], t.row["offset"], t.row["device"], t.row["nbytes"], span
 
 
 def pair_tensors(a: list[Planned], b: list[Planned]) -> tuple[list[tuple[Planned, Planned]], list[Planned], list[Planned]]:

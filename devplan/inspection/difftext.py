@@ -1,15 +1,16 @@
 """A Diff as a person reads it: one line per change, under its method, within 80 columns.
 
-    FAIL  buffer 1 (cpu) size: 1.5 KiB -> 2.0 KiB (+512 B, +33.3%)
-    ok    constant bytes: 781.3 KiB -> 780.3 KiB (-1.0 KiB, -0.1%)
+    FAIL  buffer 1 (cpu) size: 1.5 KiB (1,536 bytes) -> 2.0 KiB (2,048 bytes), +512 B (+33.3%)
+    ok    constant bytes: 781.3 KiB (800,000 bytes) -> 780.3 KiB (798,976 bytes), -1.0 KiB (-0.1%)
 
 "FAIL" marks a difference; "ok" a change the comparison allows (a size that shrank or grew
 within the tolerance, placements that moved without --exact)."""
 from __future__ import annotations
 
+import re
 import textwrap
 
-from devplan.inspection.units import size_text
+from devplan.inspection.units import exact_size_text, natural_key, size_text
 
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 
@@ -49,9 +50,15 @@ def change_lines(d) -> list[str]:
             heading = change.method
             lines.append(f"method {heading}")
         lines += _lines(change)
-    # long operator lists wrap under their change rather than run past 80 columns
-    return [part for line in lines for part in textwrap.wrap(line, 80, subsequent_indent=_INDENT,
-                                                               break_on_hyphens=False)]
+    # long operator lists wrap under their change rather than run past 80 columns, never
+    # between a number and its unit
+    return [part.replace(_UNIT_SPACE, " ") for line in lines
+            for part in textwrap.wrap(_SIZE.sub(rf"\1{_UNIT_SPACE}\2", line), 80, subsequent_indent=_INDENT,
+                                      break_on_hyphens=False)]
+
+
+_SIZE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|bytes)\b")
+_UNIT_SPACE = "\xa0"  # textwrap breaks only at ASCII whitespace
 
 
 def _lines(change) -> list[str]:
@@ -79,8 +86,8 @@ def _values(change) -> str:
     if change.fact == "window":
         return f"{_window(a)} -> {_window(b)}"
     if change.fact in SIZED:
-        percent = f", {_percent(a, b)}" if a else ""
-        return f"{size_text(a)} -> {size_text(b)} ({_signed_bytes(b - a)}{percent})"
+        percent = f" ({_percent(a, b)})" if a else ""
+        return f"{exact_size_text(a)} -> {exact_size_text(b)}, {_signed_bytes(b - a)}{percent}"
     if isinstance(a, int) and isinstance(b, int):
         return f"{a} -> {b} ({b - a:+d})"
     return f"{a} -> {b}"
@@ -104,7 +111,7 @@ def _where_peak(peak: dict) -> str:
 def peak_text(peak: dict, blocks: int = 3) -> str:
     """'#40 aten::addmm.out (h.0.mlp.c_fc (Conv1D) addmm) holds 54.2 KiB: h.0.mlp 36.0 KiB, ...',
     the largest `blocks` blocks."""
-    largest = sorted(peak["modules"].items(), key=lambda item: (-item[1], item[0]))[:blocks]
+    largest = sorted(peak["modules"].items(), key=lambda item: (-item[1], natural_key(item[0])))[:blocks]
     held = ", ".join(f"{module} {size_text(nbytes)}" for module, nbytes in largest)
     return f"{_where_peak(peak)} holds {size_text(peak['bytes'])}" + (f": {held}" if held else "")
 

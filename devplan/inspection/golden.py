@@ -14,6 +14,7 @@ from pathlib import Path
 
 from devplan.errors import DevplanError
 from devplan.files import read_input
+from devplan.inspection.units import natural_key
 
 SCHEMA_VERSION = 1
 FORMAT = "devplan-golden"
@@ -75,8 +76,17 @@ def placement_digest(rows: list[dict]) -> str:
 
 
 def golden_text(golden: dict) -> str:
-    """The file's text: sorted keys and a final newline, so a rewrite of the same plan is byte-identical."""
-    return json.dumps(golden, sort_keys=True, indent=2) + "\n"
+    """The file's text: keys sorted naturally (a peak's blocks h.2 before h.10) and a final newline,
+    so a rewrite of the same plan is byte-identical."""
+    return json.dumps(_naturally_sorted(golden), indent=2) + "\n"
+
+
+def _naturally_sorted(value):
+    if isinstance(value, dict):
+        return {key: _naturally_sorted(value[key]) for key in sorted(value, key=natural_key)}
+    if isinstance(value, list):
+        return [_naturally_sorted(item) for item in value]
+    return value
 
 
 def is_golden(document: dict) -> bool:

@@ -3,6 +3,7 @@ instruction, largest first, and how much of the peak each top-level module of th
 from __future__ import annotations
 
 from devplan.inspection.sources import top_module
+from devplan.inspection.units import natural_key
 
 
 def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: dict[int, str]) -> dict:
@@ -32,7 +33,7 @@ def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: di
         "op": (row["op"] or row["kind"]) if row else None,
         "tensors": rows,
         "modules": [{"module": name, "bytes": size}
-                    for name, size in sorted(shares.items(), key=lambda item: (-item[1], item[0])) if size],
+                    for name, size in sorted(shares.items(), key=lambda item: (-item[1], natural_key(item[0]))) if size],
     }
 
 

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from devplan.inspection.layout import layout_chart
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
-from devplan.inspection.units import size_text
+from devplan.inspection.units import exact_size_text, size_text
 
 
 
@@ -58,7 +58,7 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
         f"#{segment['index']} {size_text(segment['size'], exact_bytes)} at byte {segment['offset']}"
         for segment in file["segments"]
     )
-    _pair(grid, "file", f"{size_text(file['size'], exact_bytes)} ({file['size']} bytes)")
+    _pair(grid, "file", size_text(file["size"], exact=True) if exact_bytes else exact_size_text(file["size"]))
     _pair(grid, "format", f"{doc['format']}, program version {file['program_version']}")
     _pair(grid, "document", f"schema version {doc['schema_version']}")
     _pair(grid, "methods", ", ".join(method["name"] for method in doc["methods"]) or "none")
@@ -163,7 +163,8 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
         console.print(Text("tensors: none", style="dim"))
         return
     table = _Table("tensors", ("value", "right"), ("dtype", "left"), ("shape", "left"), ("mem", "right"),
-                   ("offset", "right"), ("nbytes", "right"), ("device", "left"), ("life", "left"), ("role", "left"))
+                   ("offset", "right"), ("nbytes", "right"), ("device", "left"), ("life", "left"), ("role", "left"),
+                   ("source", "left"), below="source")
     for tensor in method["tensors"]:
         table.add_row(
             f"v{tensor['value']}",
@@ -175,6 +176,7 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
             tensor["device"],
             _life(tensor),
             tensor["role"],
+            tuple(re.findall(r"\S+(?: |$)", tensor["source"])) or "-",
         )
     table.print(console)
 
@@ -299,38 +301,67 @@ class _Table:
     Columns are two spaces apart. A cell is a string or a tuple of pieces; a column in
     _WRAPPING folds its cells between pieces when that makes the table fit the console. A
     table that cannot fit is printed unfolded, one line per row, so that lines stay whole for
-    grep and the terminal wraps them, not us."""
+    grep and the terminal wraps them, not us. The last column, when named as `below`, goes on
+    a line of its own under each row where it would get fewer than BELOW_WIDTH columns."""
 
-    def __init__(self, title: str, *columns: tuple[str, str]) -> None:
-        self.title, self.columns, self.rows = title, list(columns), []
+    BELOW_WIDTH = 24
+
+    def __init__(self, title: str, *columns: tuple[str, str], below: str | None = None) -> None:
+        self.title, self.columns, self.rows, self.below = title, list(columns), [], below
 
     def add_row(self, *cells: str | tuple[str, ...]) -> None:
         self.rows.append([(cell,) if isinstance(cell, str) else cell for cell in cells])
 
     def print(self, console: Console) -> None:
-        natural = [max([len(header)] + [len("".join(row[i])) for row in self.rows])
-                   for i, (header, _) in enumerate(self.columns)]
+        if self.below and self._room_for_last(console) < self.BELOW_WIDTH:
+            table = _Table(self.title, *self.columns[:-1])
+            table.rows = [row[:-1] for row in self.rows]
+            # a cell saying "none" ("-") in the column is left out below, not given a line
+            under = [_fold(row[-1], console.width - 4) if row[-1] != ("-",) else [] for row in self.rows]
+            console.print(table._text(console, under), soft_wrap=True)
+            return
+        console.print(self._text(console, None), soft_wrap=True)
+
+    def _natural(self) -> list[int]:
+        return [max([len(header)] + [len("".join(row[i])) for row in self.rows])
+                for i, (header, _) in enumerate(self.columns)]
+
+    def _room_for_last(self, console: Console) -> int:
+        """Columns left for the last one once every other column has folded as far as it may."""
+        used = sum(_narrowest(header, width) for width, (header, _) in zip(self._natural()[:-1], self.columns[:-1]))
+        return console.width - used - 2 * (len(self.columns) - 1)
+
+    def _text(self, console: Console, under: list[list[str]] | None) -> Text:
+        """The table; `under`, lines to print dim and indented below each row."""
+        natural = self._natural()
         widths, excess = list(natural), sum(natural) + 2 * (len(natural) - 1) - console.width
         for name in _WRAPPING:
             i = next((i for i, (header, _) in enumerate(self.columns) if header == name), None)
             if excess > 0 and i is not None:
-                cut = min(excess, widths[i] - max(len(name), 8))
+                cut = min(excess, widths[i] - _narrowest(name, widths[i]))
                 widths[i], excess = widths[i] - cut, excess - cut
         if excess > 0:
             widths = natural
         text = Text(self.title + "\n", style="bold")
         text.append(self._line([header for header, _ in self.columns], widths) + "\n", style="bold")
         text.append("─" * (sum(widths) + 2 * (len(widths) - 1)) + "\n")  # after any column shrank
-        for row in self.rows:
+        for index, row in enumerate(self.rows):
             folded = [_fold(pieces, width) for pieces, width in zip(row, widths)]
             for depth in range(max(len(lines) for lines in folded)):
                 text.append(self._line([lines[depth] if depth < len(lines) else "" for lines in folded], widths) + "\n")
+            for line in under[index] if under else ():
+                text.append(f"    {line}\n", style="dim")
         text.rstrip()
-        console.print(text, soft_wrap=True)
+        return text
 
     def _line(self, cells: Sequence[str], widths: Sequence[int]) -> str:
         return "  ".join(cell.rjust(width) if justify == "right" else cell.ljust(width)
                          for cell, width, (_, justify) in zip(cells, widths, self.columns)).rstrip()
+
+
+def _narrowest(header: str, natural: int) -> int:
+    """How narrow a column may fold: a wrapping one to its header or 8 columns, others not at all."""
+    return min(natural, max(len(header), 8)) if header in _WRAPPING else natural
 
 
 def _fold(pieces: tuple[str, ...], width: int) -> list[str]:

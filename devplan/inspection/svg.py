@@ -1,7 +1,8 @@
 """The memory layout as a picture: for every planned buffer, a chart of byte offset (down)
 over instructions (across) with one rectangle per tensor for as long as it holds its bytes,
-a tooltip naming the tensor and where it came from, axes with ticks, the lower bound and the
-peak drawn as labelled lines, and a legend. Drawn from the inspection document alone,
+a tooltip naming the tensor and where it came from, each block of the model labelled under the
+instructions that make its tensors, axes with ticks, the lower bound and the peak drawn as
+labelled lines, and a legend. Drawn from the inspection document alone,
 deterministic to the byte, and readable without a browser's help (a plain SVG 1.1 file, no
 scripts). Tensors of zero bytes hold nothing and are left out, of the drawing and its counts."""
 from __future__ import annotations
@@ -11,10 +12,11 @@ from html import escape
 
 from devplan.inspection.layout import band_size
 from devplan.inspection.sources import top_module
-from devplan.inspection.units import size_text
+from devplan.inspection.units import natural_key, size_text
 
 WIDTH, HEIGHT = 760, 320           # plot area of one chart, in px
-LEFT, TOP, GAP = 80, 56, 110       # margins: byte labels, title, space between charts (axis, legend)
+LEFT, TOP, GAP = 80, 56, 140       # margins: byte labels, title, space between charts (axis, blocks, legend)
+CHAR = 5.6                         # about the width of one character at font-size 11, in px
 TICKS = 8                          # about this many ticks on each axis
 # Fill colours by role, so inputs, outputs and activations read apart at a glance.
 FILLS = {"input": "#4e79a7", "output": "#f28e2b", "input+output": "#b07aa1", "activation": "#59a14f"}
@@ -67,8 +69,33 @@ def _chart(method: dict, buffer: dict, top: int) -> list[str]:
         parts.append(f'<rect x="{x(first):.2f}" y="{top_px:.2f}" width="{x(last + 1) - x(first):.2f}" '
                      f'height="{max(bottom_px - top_px, 0.5):.2f}" fill="{fill}" '
                      f'fill-opacity="0.85" stroke="#333" stroke-width="0.3"><title>{escape(tip)}</title></rect>')
+    parts += _block_labels(tensors, x, top + HEIGHT + 32)
     parts += _marks(buffer, x, y, top)
-    parts += _legend(top + HEIGHT + 44)
+    parts += _legend(top + HEIGHT + 80)
+    return parts
+
+
+def _block_labels(tensors: list[dict], x, baseline: int) -> list[str]:
+    """Each block of the model named under the instructions where its tensors are made, on a
+    bracket, in two alternating rows so that neighbours do not meet: what a reader needs
+    without hovering. A name wider than its bracket is cut to its last two parts (h.3), or
+    left to the bracket's tooltip when that is still too wide."""
+    spans: dict[str, tuple[int, int]] = {}
+    for t in tensors:
+        name, made = top_module(t.get("module")), t["held"][0]
+        if not name.startswith("("):  # inputs, the model's own ops, no module: not a block
+            first, last = spans.get(name, (made, made))
+            spans[name] = (min(first, made), max(last, made))
+    parts = []
+    ordered = sorted(spans.items(), key=lambda item: (item[1], natural_key(item[0])))
+    for row, (name, (first, last)) in enumerate(ordered):
+        left, right, y = x(first), x(last + 1), baseline + 14 * (row % 2)
+        short = ".".join(name.split(".")[-2:])
+        label = next((text for text in (name, short) if len(text) * CHAR <= right - left + 2 * CHAR), None)
+        parts.append(f'<path d="M{left + 1:.2f} {y - 13} v3 H{right - 1:.2f} v-3" fill="none" stroke="#777">'
+                     f'<title>{escape(name)}</title></path>')
+        if label is not None:
+            parts.append(f'<text x="{(left + right) / 2:.2f}" y="{y}" text-anchor="middle">{escape(label)}</text>')
     return parts
 
 
@@ -86,7 +113,7 @@ def _grid(steps: int, size: int, x, y, top: int) -> list[str]:
         parts.append(f'<line x1="{LEFT}" y1="{py:.2f}" x2="{LEFT + WIDTH}" y2="{py:.2f}" stroke="#ddd" stroke-width="0.5"/>')
         parts.append(f'<line x1="{LEFT - 5}" y1="{py:.2f}" x2="{LEFT}" y2="{py:.2f}" stroke="#555"/>')
         parts.append(f'<text x="{LEFT - 8}" y="{py + 4:.2f}" text-anchor="end">{size_text(offset)}</text>')
-    parts.append(f'<text x="{LEFT + WIDTH / 2:.0f}" y="{top + HEIGHT + 32}" text-anchor="middle">instruction →</text>')
+    parts.append(f'<text x="{LEFT + WIDTH / 2:.0f}" y="{top + HEIGHT + 62}" text-anchor="middle">instruction →</text>')
     parts.append(f'<text x="{LEFT - 62}" y="{top + HEIGHT / 2:.0f}" text-anchor="middle" '
                  f'transform="rotate(-90 {LEFT - 62} {top + HEIGHT / 2:.0f})">byte offset ↓</text>')
     return parts
@@ -131,11 +158,11 @@ def _legend(baseline: int) -> list[str]:
                          f'stroke-width="0.3"/>')
             at += 12
         parts.append(f'<text x="{at + 2}" y="{baseline}">{label}</text>')
-        at = round(at + 18 + 5.6 * len(label), 1)
+        at = round(at + 18 + CHAR * len(label), 1)
     for label, color, dash in (("lower bound", BOUND, "6 4"), ("peak", PEAK, "none")):
         parts.append(f'<line x1="{at}" y1="{baseline - 4}" x2="{at + 18}" y2="{baseline - 4}" stroke="{color}" '
                      f'stroke-width="2" stroke-dasharray="{dash}"/>')
         parts.append(f'<text x="{at + 22}" y="{baseline}">{label}</text>')
-        at = round(at + 30 + 5.6 * len(label), 1)
+        at = round(at + 30 + CHAR * len(label), 1)
     parts.append(f'<text x="{at}" y="{baseline}" fill="#666">hover a rectangle for its tensor</text>')
     return parts

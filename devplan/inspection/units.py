@@ -1,6 +1,8 @@
 """Byte counts and names from files as people read them in a terminal."""
 from __future__ import annotations
 
+import re
+
 _UNITS = ("KiB", "MiB", "GiB", "TiB")
 
 
@@ -12,6 +14,17 @@ def size_text(nbytes: int, exact: bool = False) -> str:
     while abs(value) >= 1024 and unit < len(_UNITS) - 1:
         value, unit = value / 1024, unit + 1
     return f"{value:.1f} {_UNITS[unit]}"
+
+
+def exact_size_text(nbytes: int) -> str:
+    """A size where the exact bytes matter (checks, diffs, budgets): '36.2 KiB (37,068 bytes)';
+    below a KiB, '768 B' is exact already."""
+    return size_text(nbytes) if abs(nbytes) < 1024 else f"{size_text(nbytes)} ({nbytes:,} bytes)"
+
+
+def natural_key(name: str) -> tuple:
+    """Sorts names as people count: 'h.2' before 'h.10' (each run of digits compares as its number)."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part)
 
 
 def printable(text: str) -> str:

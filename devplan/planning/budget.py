@@ -6,6 +6,7 @@ from fractions import Fraction
 from typing import Mapping, Sequence
 
 from devplan.errors import BudgetExceeded, DevplanError
+from devplan.inspection.units import exact_size_text
 from devplan.planning.bounds import peak
 from devplan.planning.model import Interval, split_groups
 from devplan.spec import Device
@@ -71,13 +72,13 @@ def check_budget(
         needed, available = plan_sizes.get(group, 0), budgets[group]
         if needed <= available:
             continue
-        available_text = _bytes(available)
+        available_text = exact_size_text(available)
         buffer = (buffers or {}).get(group, f"buffer {group}")
         problems = {problem.group: problem for problem in split_groups(intervals, alignment)}
         if group not in problems:
-            raise BudgetExceeded(f"memory {buffer} needs {_bytes(needed)} but its budget is {available_text}")
+            raise BudgetExceeded(f"memory {buffer} needs {exact_size_text(needed)} but its budget is {available_text}")
         top = peak(problems[group])
-        shown = ", ".join(f"{(names or {}).get(key, f'v{key}')} ({_bytes(size)})"
+        shown = ", ".join(f"{(names or {}).get(key, f'v{key}')} ({exact_size_text(size)})"
                           for key, size in top.alive[:SHOWN_AT_PEAK])
         more = len(top.alive) - SHOWN_AT_PEAK
         shown += f" and {more} more" if more > 0 else ""
@@ -86,13 +87,6 @@ def check_budget(
         else:
             verdict = "a tighter placement might fit; raise the budget or try another planning algorithm"
         raise BudgetExceeded(
-            f"memory {buffer} needs {_bytes(needed)} but its budget is {available_text}; "
-            f"the lower bound is {_bytes(top.nbytes)} (held at its peak, instruction {top.instruction}: {shown}); {verdict}"
+            f"memory {buffer} needs {exact_size_text(needed)} but its budget is {available_text}; "
+            f"the lower bound is {exact_size_text(top.nbytes)} (held at its peak, instruction {top.instruction}: {shown}); {verdict}"
         )
-
-
-def _bytes(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes} bytes ({nbytes / scale:.1f} {unit})"
-    return f"{nbytes} bytes"

@@ -109,9 +109,10 @@ def test_failure_keeps_an_existing_output(tmp_path):
     # a plan over budget fails a check, as `devplan check` does (1); it names the buffer and what
     # is held at its peak by the value numbers `devplan inspect` shows for the program
     assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
-    assert ("devplan: error: memory buffer 1 (cpu) needs 16384 bytes (16.0 KiB) but its budget is 1024 bytes "
-            "(1.0 KiB); the lower bound is 16384 bytes (16.0 KiB) (held at its peak, instruction 0: v8 (8192 bytes "
-            "(8.0 KiB)), v9 (8192 bytes (8.0 KiB)))") in run.stderr, run.stderr
+    # sizes as every check and diff says them
+    assert ("devplan: error: memory buffer 1 (cpu) needs 16.0 KiB (16,384 bytes) but its budget is 1.0 KiB "
+            "(1,024 bytes); the lower bound is 16.0 KiB (16,384 bytes) (held at its peak, instruction 0: v8 (8.0 KiB "
+            "(8,192 bytes)), v9 (8.0 KiB (8,192 bytes)))") in run.stderr, run.stderr
     assert out.read_bytes() == b"previous program"
 
 

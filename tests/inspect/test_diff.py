@@ -13,6 +13,7 @@ import torch
 import devplan
 from devplan.inspection.diff import LARGEST_SHOWN
 from devplan.inspection.golden import golden_document
+from devplan.inspection.units import exact_size_text
 from tests.compile.test_cli import ROOT, assert_one_line_error
 from tests.inspect.runner import REPO, invoke, run_devplan
 from tests.lowerings import executorch_lowered
@@ -36,11 +37,13 @@ def test_executorch_against_devplan_names_the_size_differences_per_device(pair):
     assert result.exit_code == 1, result.output
     theirs, mine = (devplan.inspect(pair[name])["methods"][0]["buffers"] for name in ("executorch", "devplan"))
     assert [b["device"] for b in theirs] == [b["device"] for b in mine] == ["cpu"]
-    lines = result.stdout.splitlines()
+    lines = result.stdout.replace("\n        ", " ").splitlines()  # a change wrapped past 80 columns, joined
     assert lines[0].startswith("executorch.pte -> devplan.pte: ") and "difference" in lines[0]
     size = next(line for line in lines if "buffer 1 (cpu) size: " in line)
+    for side in (theirs, mine):
+        assert exact_size_text(side[0]["size"]) in size
     delta = mine[0]["size"] - theirs[0]["size"]
-    assert f"({'+' if delta > 0 else '-'}" in size and f"{delta * 100 / theirs[0]['size']:+.1f}%" in size, size
+    assert f", {'+' if delta > 0 else '-'}" in size and f"{delta * 100 / theirs[0]['size']:+.1f}%" in size, size
     assert "operators removed: aten::addmm.out" in result.stdout
     report = json.loads(invoke("diff", str(pair["executorch"]), str(pair["devplan"]), "--json").stdout)
     (change,) = [c for c in report["changes"] if (c["subject"], c["fact"]) == ("buffer 1 (cpu)", "size")]

@@ -7,6 +7,9 @@ import re
 
 import pytest
 
+from typer.testing import CliRunner
+
+from devplan.cli import app
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
 from tests.inspect.runner import invoke, run_devplan
 
@@ -105,3 +108,12 @@ def test_delegate_option_shows_the_program_inside_a_payload(tmp_path, lowered):
                           ([str(lowered["xnnpack"]), "-d", "0"], "the payload is not an ET12 program")):
         failed = run_devplan("inspect", *argv)
         assert failed.returncode == 2 and message in failed.stderr and len(failed.stderr.splitlines()) == 1
+
+
+def test_no_color_drops_bold_and_dim_too(hand_built):
+    """NO_COLOR means no styles at all (no-color.org); rich alone keeps bold and dim."""
+    path = str(hand_built["lifetimes"])
+    styled = CliRunner().invoke(app, ["inspect", path, "-s", "all"], env={"FORCE_COLOR": "1", "NO_COLOR": None})
+    assert "\x1b[1m" in styled.stdout  # the terminal gets bold headings
+    plain = CliRunner().invoke(app, ["inspect", path, "-s", "all"], env={"FORCE_COLOR": "1", "NO_COLOR": "1"})
+    assert plain.exit_code == 0 and "\x1b[" not in plain.stdout, plain.stdout[:400]

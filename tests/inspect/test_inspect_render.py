@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import itertools
 import re
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -11,6 +12,7 @@ from rich.console import Console
 import devplan
 from devplan.inspection.render import render
 from devplan.inspection.sections import SECTIONS
+from devplan.inspection.units import exact_size_text
 from tests.inspect.lowered import NAMES
 
 CHART_ROW = re.compile(r"^\s*(\d+(?:\.\d+)?) (B|KiB|MiB) │(.*)$")
@@ -29,7 +31,7 @@ def test_every_section_appears(hand_built):
         assert re.search(rf"^{heading}\b", text, re.MULTILINE), heading
     # summary
     assert "cuda.pte" in text
-    assert f"({hand_built['cuda'].stat().st_size} bytes)" in text
+    assert f"file           {exact_size_text(hand_built['cuda'].stat().st_size)}" in text
     assert "4 values, 3 instructions, 1 operators, 1 delegates" in text
 
 
@@ -161,5 +163,22 @@ def test_a_table_that_cannot_fit_keeps_one_line_per_row(lowered):
     lines = text_of(doc, ("tensors",), width=40).splitlines()
     tensors = doc["methods"][0]["tensors"]
     rows = [line for line in lines if re.match(r"^\s*v\d+ ", line)]
-    assert len(rows) == len(tensors) == len(lines) - 4  # method rule, title, header, rule
-    assert all(len(line) > 40 for line in rows)
+    sources = [line for line in lines[4:] if line not in rows]  # after the method rule, title, header, rule
+    assert len(rows) == len(tensors) and all(len(line) > 40 for line in rows)
+    assert all(line.startswith("    ") and len(line) <= 40 for line in sources)  # each source under its row
+
+
+def test_tensors_have_a_source_column_or_a_source_line(tmp_path):
+    """-s tensors names where each tensor came from: a column when the terminal has room,
+    else a line under each row, within 80 columns."""
+    program = tmp_path / "transformer.pte"
+    devplan.compile(str(Path(__file__).resolve().parents[2] / "samples" / "transformer.pt2"), program)
+    doc = devplan.inspect(program)
+    fc1 = next(t for t in doc["methods"][0]["tensors"] if t["source"].startswith("fc1 (Linear)"))
+    wide = text_of(doc, ("tensors",), width=200).splitlines()
+    assert wide[2].split()[-1] == "source"
+    assert any(line.split()[0] == f"v{fc1['value']}" and line.endswith(fc1["source"]) for line in wide[4:])
+    narrow = text_of(doc, ("tensors",)).splitlines()
+    assert all(len(line) <= 80 for line in narrow)
+    row = next(i for i, line in enumerate(narrow) if line.split()[0] == f"v{fc1['value']}")
+    assert narrow[row + 1].strip() == fc1["source"]

@@ -89,3 +89,23 @@ def test_failing_budget_names_what_its_peak_holds(tmp_path, pair):
     shown = devplan_cli("check", path, "--budget", "1=64B")
     assert shown.returncode == 1
     assert "at its peak, #" in shown.stdout and "wide" in shown.stdout.split("at its peak", 1)[1]
+
+
+def test_every_failing_size_says_its_exact_bytes_one_way(tmp_path, pair):
+    """check's buffer lines, check --golden's and diff's size changes and the pytest failure all
+    write a size whose bytes matter as '36.2 KiB (37,068 bytes)'."""
+    from devplan.inspection.units import exact_size_text
+
+    (old,), (new,) = (devplan.inspect(p)["methods"][0]["buffers"] for p in pair)
+    grown = f"size: {exact_size_text(old['size'])} -> {exact_size_text(new['size'])}, +"
+    assert grown in diff(*pair).text().replace("\n        ", " ")
+    golden, path = tmp_path / "g.json", tmp_path / "p.pte"
+    check_golden(pair[0], golden, update=True)
+    path.write_bytes(pair[1])
+    shown = devplan_cli("check", path, "--golden", golden, "--budget", "1=64B")
+    assert grown in shown.stdout.replace("\n        ", " "), shown.stdout
+    over = new["size"] - 64
+    assert f"1 (cpu): {exact_size_text(new['size'])}; budget 64 B, over by {exact_size_text(over)}" in shown.stdout
+    with pytest.raises(AssertionError) as failure:
+        assert_matches_golden(pair[1], golden, update=False)
+    assert grown in str(failure.value).replace("\n        ", " ")

@@ -53,7 +53,9 @@ def test_executorch_reads_devplans_frames_one_list_per_instruction(gpt2_pte):
     assert "transformer.h.1.attn.c_attn (Conv1D)" in modules and "lm_head (Linear)" in modules
     names = {(frame.context, frame.name) for frame in frames if frame.filename == "<value>"}
     assert ("parameter", "transformer.h.0.attn.c_attn.weight") in names and ("input", "input_ids") in names
-    assert any(frame.filename.endswith("modeling_gpt2.py") and frame.lineno > 0 for frame in frames)
+    # from the package down, whatever machine or environment compiled it
+    assert any(frame.filename == "transformers/models/gpt2/modeling_gpt2.py" and frame.lineno > 0 for frame in frames)
+    assert not any(frame.filename.startswith("/") for frame in frames)
 
 
 def test_every_instruction_and_tensor_is_named(gpt2_pte):

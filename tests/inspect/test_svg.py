@@ -65,3 +65,6 @@ def test_the_picture_has_axes_bound_peak_legend_and_named_tooltips():
     tips = [r.find("svg:title", NS).text for r in root.findall("svg:rect", NS) if r.find("svg:title", NS) is not None]
     assert len(tips) == len(drawn)
     assert any(" · transformer.h.1.attn.c_attn (Conv1D) addmm · " in tip for tip in tips)
+    # each block named under its instructions, without hovering, in the order they run
+    blocks = [t for t in texts if t in ("transformer.h.0", "transformer.h.1", "h.0", "h.1")]
+    assert [block[-1] for block in blocks] == ["0", "1"], texts

@@ -55,18 +55,18 @@ def test_a_budget_below_the_lower_bound_says_that_nothing_can_fit():
     with pytest.raises(DevplanError) as caught:
         check_budget({1: 288, 2: 4000}, {1: 200}, INTERVALS, 16)
     message = str(caught.value)
-    assert "memory buffer 1 needs 288 bytes but its budget is 200 bytes" in message
-    assert "the lower bound is 256 bytes (held at its peak, instruction 1: v12 (160 bytes), v11 (64 bytes), v13 (32 bytes))" in message
+    assert "memory buffer 1 needs 288 B but its budget is 200 B" in message
+    assert "the lower bound is 256 B (held at its peak, instruction 1: v12 (160 B), v11 (64 B), v13 (32 B))" in message
     assert "no placement can fit" in message
     assert "\n" not in message
 
 
 def test_a_budget_between_the_bound_and_the_plan_suggests_a_tighter_placement():
-    with pytest.raises(DevplanError, match="buffer 1 needs 320 bytes but its budget is 300 bytes.*might fit"):
+    with pytest.raises(DevplanError, match="buffer 1 needs 320 B but its budget is 300 B.*might fit"):
         check_budget({1: 320}, {1: 300}, INTERVALS, 16)
 
 
 def test_the_peak_lists_only_the_largest_tensors():
     crowd = [Interval(key, 16 * (key + 1), 0, 0) for key in range(8)]
-    with pytest.raises(DevplanError, match=r"v7 \(128 bytes\), .*v3 \(64 bytes\) and 3 more"):
+    with pytest.raises(DevplanError, match=r"v7 \(128 B\), .*v3 \(64 B\) and 3 more"):
         check_budget({1: 576}, {1: 100}, crowd, 16)

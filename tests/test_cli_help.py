@@ -1,0 +1,55 @@
+"""`devplan COMMAND --help` as a user reads it: rich wraps the prose to the terminal (nothing is
+wrapped by hand), every word of every option's help reaches the screen, and flags show no
+type placeholder."""
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+import typer
+from rich.markup import render
+from typer.testing import CliRunner
+
+from devplan.cli import app
+
+COMMANDS = typer.main.get_command(app).commands
+
+
+def _help(*args: str, width: int) -> str:
+    result = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": str(width), "TERMINAL_WIDTH": str(width)})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_each_paragraph_of_a_command_help_is_one_line_on_a_wide_terminal(name):
+    shown = _help(name, width=400).splitlines()
+    for paragraph in inspect.cleandoc(COMMANDS[name].help).split("\n\n"):
+        words = " ".join(paragraph.split())
+        assert any(words in line for line in shown), f"devplan {name} --help breaks this paragraph:\n{paragraph}"
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_option_help_reaches_the_screen_and_flags_have_no_placeholder(name):
+    shown = _help(name, width=100)
+    words = set(shown.replace("│", " ").split())
+    for param in COMMANDS[name].params:
+        assert "\n" not in (param.help or ""), f"{name} {param.name}: help wrapped by hand"
+        missing = [word for word in render(param.help or "").plain.split() if word not in words]
+        assert not missing, f"devplan {name} --help loses {missing} of {param.name}'s help"
+    assert "<bool>" not in shown
+
+
+def test_the_top_level_help_has_no_placeholders_on_flags():
+    assert "<bool>" not in _help(width=100)
+
+
+def test_no_color_help_has_no_styles_at_all():
+    """NO_COLOR (no-color.org): no bold or dim either, in a fresh process as the command runs."""
+    from tests.inspect.runner import run_devplan
+
+    env = {**os.environ, "FORCE_COLOR": "1"}
+    assert "\x1b[1m" in run_devplan("inspect", "--help", env=env).stdout
+    plain = run_devplan("inspect", "--help", env={**env, "NO_COLOR": "1"})
+    assert plain.returncode == 0 and "\x1b[" not in plain.stdout and "--json" in plain.stdout
