@@ -15,6 +15,7 @@ from devplan.passes.decompose import decompose
 from devplan.passes.fold import fold_constants
 from devplan.passes.graph import Lowered
 from devplan.passes.inplace import reuse_dead_inputs
+from devplan.passes.permutes import merge_permutes
 from devplan.passes.place import on_device
 from devplan.passes.schedule import schedule
 from devplan.passes.sizes import hoist_sizes, view_dynamic_copies
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 # (stage name, pass) in the order they run: each takes the Lowered program and returns it
 # (the graph edited in place, as torch.fx passes do; anything else replaced)
 GRAPH_PASSES: tuple[tuple[str, Callable[[Lowered], Lowered]], ...] = (
-    ("decompose", decompose), ("fold", fold_constants), ("views", view_dynamic_copies), ("sizes", hoist_sizes))
+    ("decompose", decompose), ("permutes", merge_permutes), ("fold", fold_constants), ("views", view_dynamic_copies), ("sizes", hoist_sizes))
 
 
 def method_passes(options: "CompileOptions", delegate: "Device | None" = None) -> list[tuple[str, Callable[[Method], Method]]]:
