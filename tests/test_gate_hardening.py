@@ -145,7 +145,7 @@ def test_the_golden_validator_requires_what_the_schema_requires():
         {"method": "forward", "mem_id": 1, "device": "cuda:0", "size": 16, "lower_bound": 16}]
     checked = 0
     for where, parent, key in list(required(SCHEMA, doc, "")):
-        if key in ("schema_version", "format"):
+        if key in ("schema_version", "document"):
             continue  # refused before the shape, with messages of their own
         value = parent.pop(key)
         assert _mismatch(doc, _GOLDEN, "") is not None, f"{where}.{key}"
@@ -209,3 +209,19 @@ def test_sparse_or_meta_inputs_are_refused_in_one_line(make, tmp_path):
     torch.save([torch.ones(3, 3), make()], saved)
     with pytest.raises(DevplanError, match=r"inputs.pt: input 1 is a (sparse_coo tensor on cpu|strided tensor on meta)"):
         _load_inputs(saved, Memory(1 << 20))
+
+
+def test_format_is_the_programs_format_and_golden_files_say_what_they_are_as_document(tmp_path):
+    """`format` means one thing in every document (the program's format, "ET12" in inspect's);
+    a golden file says what it is under `document`, and one written before, under `format`, still reads."""
+    program = tmp_path / "mlp.pte"
+    devplan.compile(GOLDEN.parent.parent / "samples" / "mlp.pt2", program)
+    golden = tmp_path / "mlp.golden.json"
+    assert invoke("check", str(program), "--golden", str(golden), "--update").exit_code == 0
+    written = json.loads(golden.read_text())
+    assert written["document"] == "devplan-golden" and "format" not in written
+    assert json.loads(invoke("inspect", str(program), "--json").output)["format"] == "ET12"
+    older = {("format" if key == "document" else key): value for key, value in written.items()}
+    golden.write_text(json.dumps(older))
+    assert invoke("check", str(program), "--golden", str(golden)).exit_code == 0
+    assert invoke("diff", str(golden), str(program)).exit_code == 0

@@ -49,7 +49,7 @@ def test_golden_update_through_a_link_updates_its_target(tmp_path, program):
     link.symlink_to(target)
     run = cli("check", program, "--golden", link, "--update")
     assert run.returncode == 0, run.stderr
-    assert link.is_symlink() and json.loads(target.read_text())["format"] == "devplan-golden"
+    assert link.is_symlink() and json.loads(target.read_text())["document"] == "devplan-golden"
     assert cli("check", program, "--golden", link).returncode == 0
 
 
@@ -57,7 +57,7 @@ def test_golden_update_creates_its_folder(tmp_path, program):
     golden = tmp_path / "new" / "dir" / "g.json"
     run = cli("check", program, "--golden", golden, "--update")
     assert run.returncode == 0, run.stderr
-    assert json.loads(golden.read_text())["format"] == "devplan-golden"
+    assert json.loads(golden.read_text())["document"] == "devplan-golden"
 
 
 @pytest.mark.parametrize("output", ["-", pytest.param("/dev/stdout", marks=pytest.mark.sweep)])

@@ -17,7 +17,9 @@ from devplan.files import read_input
 from devplan.inspection.units import natural_key
 
 SCHEMA_VERSION = 1
-FORMAT = "devplan-golden"
+# what a golden file says it is, under "document"; `format` is the program's format in every
+# document ("ET12" in inspect's), so golden files written before say it under "format" and still read
+DOCUMENT = "devplan-golden"
 # a golden file is a few dozen lines; anything near this is not one
 MAX_GOLDEN_BYTES = 16 << 20
 _PLACEMENT_KEYS = ("value", "mem_id", "offset", "nbytes", "lifetime", "device")
@@ -31,7 +33,7 @@ def golden_document(doc: dict) -> dict:
                            f"a golden document needs the whole one")
     return {
         "schema_version": SCHEMA_VERSION,
-        "format": FORMAT,
+        "document": DOCUMENT,
         "file": {"name": doc["file"]["name"], "constant_bytes": doc["file"]["constant_bytes"]},
         "methods": [_method(method) for method in doc["methods"]],
     }
@@ -90,7 +92,7 @@ def _naturally_sorted(value):
 
 
 def is_golden(document: dict) -> bool:
-    return document.get("format") == FORMAT
+    return DOCUMENT in (document.get("document"), document.get("format"))
 
 
 def read_golden(path: str | os.PathLike) -> dict:
@@ -107,7 +109,7 @@ def read_golden(path: str | os.PathLike) -> dict:
                str(error) if type(error) is ValueError else type(error).__name__)
         raise DevplanError(f"{path}: not a golden file ({why}); {rewrite}") from None
     if not isinstance(golden, dict) or not is_golden(golden):
-        raise DevplanError(f"{path}: not a devplan golden file (no \"format\": \"{FORMAT}\"); {rewrite}")
+        raise DevplanError(f"{path}: not a devplan golden file (no \"document\": \"{DOCUMENT}\"); {rewrite}")
     version = golden.get("schema_version")
     if type(version) is not int or version != SCHEMA_VERSION:
         raise DevplanError(f"{path}: golden schema_version {version!r}, this devplan reads "
@@ -128,7 +130,7 @@ def _no_constant(name: str):
 BYTES, ID, NAME, SHA256 = "bytes", "id", "name", "sha256"
 _BUFFER = {"mem_id": ID, "device": NAME, "size": BYTES, "lower_bound": BYTES}
 _GOLDEN = {
-    "schema_version": BYTES, "format": NAME, "file": {"name": NAME, "constant_bytes": BYTES},
+    "schema_version": BYTES, "file": {"name": NAME, "constant_bytes": BYTES},
     "methods": [{
         "name": NAME,
         "counts": {"instructions": BYTES, "values": BYTES, "tensors": BYTES, "delegates": BYTES},
