@@ -1,7 +1,6 @@
-"""Reading a .pte: check the container and the FlatBuffer, then unpack with the object API."""
+"""Reading a .pte: check the container and the FlatBuffer, then unpack it into the object API's classes."""
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 from dataclasses import dataclass, field, replace
@@ -9,10 +8,10 @@ from typing import Callable, Hashable, TypeVar
 
 from devplan.errors import DevplanError
 from devplan.pte.fb.BackendDelegateDataReference import BackendDelegateDataReferenceT
-from devplan.pte.fb.Chain import Chain
 from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.header import HEADER_OFFSET, ExtendedHeader, check_container
+from devplan.pte.unpack import unpack_program
 from devplan.pte.verify import verify_program
 
 _DAMAGED = "the file is damaged or not a .pte"
@@ -183,8 +182,7 @@ def read_pte(source: "str | os.PathLike | bytes | memoryview | PteFile", name: s
     flat = data if isinstance(data, bytes) and program_size == len(data) else bytes(data[:program_size])
     verify_program(flat, HEADER_OFFSET + (header.length if header else 0), program_size, name, len(data))
     try:
-        with _stacktraces_left_packed():
-            program = ProgramT.InitFromPackedBuf(flat, 0)
+        program = unpack_program(flat)
     except Exception as error:  # a bug or gap in the checks above must still read as bad input
         detail = " ".join(str(error).split())
         raise DevplanError(f"{name}: cannot decode the program ({type(error).__name__}: {detail}); {_DAMAGED}") from error
@@ -192,19 +190,6 @@ def read_pte(source: "str | os.PathLike | bytes | memoryview | PteFile", name: s
                   path=os.fsdecode(source) if isinstance(data, memoryview) and isinstance(source, (str, os.PathLike)) else None)
     _check_references(pte)
     return pte
-
-
-@contextlib.contextmanager
-def _stacktraces_left_packed():
-    """The object API unpacks a FrameListT and a FrameT per frame of every instruction, a third
-    of the time a large program takes to read, for what only inspect asks and what repeats:
-    the unpacking sees no stacktrace, and PteFile.stacktrace reads them from the bytes."""
-    said = Chain.StacktraceIsNone
-    Chain.StacktraceIsNone = lambda self: True
-    try:
-        yield
-    finally:
-        Chain.StacktraceIsNone = said
 
 
 def _map_file(path: str | os.PathLike, name: str) -> bytes | memoryview:
