@@ -14,6 +14,7 @@ from devplan.pte.fb.Chain import Chain
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.header import check_container
 from devplan.pte.unpack import unpack_program
+from tests.tiers import tiered
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSTANTS = {"get_max_seq_len": 128, "use_kv_cache": True, "temperature": 0.5, "name": "tiny", "eos": [1, 2]}
@@ -45,17 +46,11 @@ def _flat(data: bytes) -> bytes:
     return data[: header.program_size] if header else data
 
 
-def _devplan_programs() -> dict[str, bytes]:
-    return {
-        "transformer": devplan.compile(ROOT / "samples" / "transformer.pt2").data,
-        "delegate": devplan.compile(ROOT / "samples" / "mlp.pt2", delegates=["cuda:0=aten::linear"]).data,
-        "constant methods": devplan.compile(ROOT / "samples" / "two_io.pt2", constant_methods=CONSTANTS).data,
-    }
-
-
-@pytest.fixture(scope="module")
-def devplan_programs() -> dict[str, bytes]:
-    return _devplan_programs()
+PROGRAMS = {  # how each of devplan's programs is compiled
+    "transformer": lambda: devplan.compile(ROOT / "samples" / "transformer.pt2"),
+    "delegate": lambda: devplan.compile(ROOT / "samples" / "mlp.pt2", delegates=["cuda:0=aten::linear"]),
+    "constant methods": lambda: devplan.compile(ROOT / "samples" / "two_io.pt2", constant_methods=CONSTANTS),
+}
 
 
 @pytest.mark.parametrize("which", ["affine", "plain", "xnnpack"])
@@ -64,15 +59,15 @@ def test_executorch_programs_unpack_as_the_bindings_do(executorch_programs, whic
     assert _tree(unpack_program(flat)) == _tree(_generated(flat))
 
 
-@pytest.mark.parametrize("which", ["transformer", "delegate", "constant methods"])
-def test_devplan_programs_unpack_as_the_bindings_do(devplan_programs, which):
-    flat = _flat(devplan_programs[which])
+@pytest.mark.parametrize("which", tiered(PROGRAMS, fast=["delegate", "constant methods"]))
+def test_devplan_programs_unpack_as_the_bindings_do(which):
+    flat = _flat(PROGRAMS[which]().data)
     unpacked = unpack_program(flat)
     assert _tree(unpacked) == _tree(_generated(flat))
     assert all(chain.stacktrace is None for plan in unpacked.executionPlan for chain in plan.chains)
 
 
-def test_a_delegate_payload_unpacks_as_the_bindings_do(devplan_programs):
-    pte = devplan.read_pte(devplan_programs["delegate"])
+def test_a_delegate_payload_unpacks_as_the_bindings_do():
+    pte = devplan.read_pte(PROGRAMS["delegate"]().data)
     flat = _flat(bytes(pte.delegate_payload(0, 0)))
     assert _tree(unpack_program(flat)) == _tree(_generated(flat))
