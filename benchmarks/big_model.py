@@ -8,8 +8,10 @@ child process of its own whose peak memory is its own VmHWM (benchmarks/peak.py)
                                                   written to a file; whole process)
     devplan inspect, inspect --json, check of both programs, and diff of the two
 
-Seconds and peak memory of each, peak memory also over the model's weight bytes, and
-devplan's over ExecuTorch's. devplan's program is also run on ExecuTorch's runtime against
+Seconds, CPU seconds (the child's own user and system time, which other processes on a shared
+machine delay but do not add to) and peak memory of each, peak memory also over the model's
+weight bytes, and devplan's over ExecuTorch's. devplan's modules are compiled to bytecode first
+(python -m compileall), as installing devplan does, and every child may reuse it. devplan's program is also run on ExecuTorch's runtime against
 eager (the largest difference, and whether it agrees, go to stderr).
 
     python benchmarks/big_model.py [--models qwen2_0_5b,tinyllama_1_1b] [--keep DIR] [--json]
@@ -22,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +50,9 @@ MODELS = {
                                         num_key_value_heads=2, intermediate_size=1536, vocab_size=32000,
                                         tie_word_embeddings=True)),
 }
-HEADERS = ("model", "step", "seconds", "peak MB", "peak / weights", "devplan / executorch")
+HEADERS = ("model", "step", "seconds", "CPU s", "peak MB", "peak / weights", "devplan / executorch")
+# the children's environment: Python may keep compiled bytecode, as an installed devplan has it
+ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 # builds the model from its config, seeded, and the example input ids
 _BUILD = """
@@ -107,14 +113,14 @@ def export(name: str, path: Path) -> int:
     return int(done.stdout.split()[-1])
 
 
-def timed(argv: list[str]) -> tuple[float, int]:
-    """(seconds, peak bytes) of a child process, which must succeed (check may exit 1)."""
-    start = time.perf_counter()
-    done, peak = run_measured(argv, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - start
+def timed(argv: list[str]) -> tuple[float, float, int]:
+    """(seconds, CPU seconds, peak bytes) of a child process, which must succeed (check may exit 1)."""
+    start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    done, peak = run_measured(argv, capture_output=True, text=True, check=False, env=ENV)
+    seconds, spent = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(argv[:4])} failed:\n{done.stderr[-3000:]}")
-    return seconds, peak or 0
+    return seconds, spent.ru_utime + spent.ru_stime - used.ru_utime - used.ru_stime, peak or 0
 
 
 def measure(name: str, folder: Path) -> list[dict]:
@@ -123,13 +129,14 @@ def measure(name: str, folder: Path) -> list[dict]:
     weights = export(name, model)
     rows = []
 
-    def row(step: str, argv: list[str], versus: tuple[float, int] | None = None) -> tuple[float, int]:
-        seconds, peak = timed(argv)
-        rows.append({"model": name, "step": step, "seconds": round(seconds, 2), "peak_bytes": peak,
-                     "peak_over_weights": round(peak / weights, 2), "weights": weights,
+    def row(step: str, argv: list[str], versus: tuple[float, float, int] | None = None) -> tuple[float, float, int]:
+        seconds, cpu, peak = timed(argv)
+        rows.append({"model": name, "step": step, "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
+                     "peak_bytes": peak, "peak_over_weights": round(peak / weights, 2), "weights": weights,
                      "versus": None if versus is None else
-                     {"seconds": round(seconds / versus[0], 3), "peak": round(peak / versus[1], 3)}})
-        return seconds, peak
+                     {"seconds": round(seconds / versus[0], 3), "cpu_seconds": round(cpu / versus[1], 3),
+                      "peak": round(peak / versus[2], 3)}})
+        return seconds, cpu, peak
 
     lowering = row("executorch lowering", ["-c", _EXECUTORCH, str(model), str(theirs)])
     row("devplan compile", ["-m", "devplan", "compile", str(model), "-o", str(ours)], lowering)
@@ -160,6 +167,7 @@ def main() -> None:
     unknown = [name for name in names if name not in MODELS]
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "devplan")], check=True, env=ENV)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
@@ -174,10 +182,12 @@ def main() -> None:
         return
     from benchmarks.harness import table
 
-    print(table(HEADERS, [(r["model"], r["step"], f"{r['seconds']:.2f}", f"{r['peak_bytes'] / 2**20:.0f}",
+    print(table(HEADERS, [(r["model"], r["step"], f"{r['seconds']:.2f}", f"{r['cpu_seconds']:.2f}",
+                           f"{r['peak_bytes'] / 2**20:.0f}",
                            f"{r['peak_over_weights']:.2f}x",
                            "" if r["versus"] is None else
-                           f"{r['versus']['seconds']:.3f}x time, {r['versus']['peak']:.2f}x memory") for r in rows]))
+                           f"{r['versus']['seconds']:.3f}x time, {r['versus']['cpu_seconds']:.3f}x CPU, "
+                           f"{r['versus']['peak']:.2f}x memory") for r in rows]))
 
 
 if __name__ == "__main__":

@@ -21,12 +21,21 @@ peak memory), `--checkout DIR` timing another checkout's devplan on the same fil
     python benchmarks/inspect_scale.py --wide 20000x2000  # tensors held across every instruction
     python benchmarks/inspect_scale.py --long 1000000     # instructions
 
+A 2 GB program (issue 26): a Qwen2-shaped model of LAYERS layers (Qwen2.5-0.5B has 24),
+compiled by devplan, its constant segment grown to 2 GB of zeros that the file system does not
+store (a sparse file), so that the FlatBuffer is the real model's and the weights cost no disk:
+inspect, inspect --json, check and diff, each the second of two runs in a fresh process (the
+first compiles devplan's bytecode, as installing it does, and reads the file's pages):
+
+    python benchmarks/inspect_scale.py --big 24
+
 Run from the repository root."""
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -83,15 +92,21 @@ def synthetic(tensors: int) -> bytes:
     return dumps_pte(*to_program(planned))
 
 
-def _measure(command: Sequence[str], root: Path = ROOT) -> tuple[float, float, str]:
-    """(seconds, peak resident MiB, stdout) of `python ARGV` in a process importing devplan from `root`."""
-    start = time.perf_counter()
-    process, peak = run_measured(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=root,
-                                 env={**os.environ, "COLUMNS": "80", "PYTHONPATH": str(root)})
-    seconds = time.perf_counter() - start
+def _measure(command: Sequence[str], root: Path = ROOT, bytecode: bool = False) -> tuple[float, float, str, float]:
+    """(seconds, peak resident MiB, stdout, CPU seconds) of `python ARGV` in a process importing
+    devplan from `root`; with `bytecode`, Python may write (and so reuse) compiled modules. The
+    CPU seconds (user and system) are the child's own work, which other processes sharing the
+    machine delay but do not add to, as they do to the seconds."""
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(root)}
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    process, peak = run_measured(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=root, env=env)
+    seconds, done = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = done.ru_utime + done.ru_stime - used.ru_utime - used.ru_stime
     if process.returncode:
         raise SystemExit(f"python {' '.join(command)} failed with exit {process.returncode}")
-    return seconds, peak / (1 << 20), process.stdout.decode()
+    return seconds, peak / (1 << 20), process.stdout.decode(), cpu
 
 
 def measure(tensors: int) -> list[dict]:
@@ -101,23 +116,51 @@ def measure(tensors: int) -> list[dict]:
         # resident pages, and each measured process would report them as its own peak
         subprocess.run([sys.executable, __file__, "--write", str(tensors), str(path)], check=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
-        _, executorch_mb, out = _measure(["-c", _EXECUTORCH, str(path)])
+        _, executorch_mb, out, _ = _measure(["-c", _EXECUTORCH, str(path)])
         executorch_s = float(out.strip().splitlines()[-1])
         rows = []
         for view, options in VIEWS.items():
-            seconds, mb, _ = _measure(["-m", "devplan", "inspect", str(path), *options])
+            seconds, mb, _, _ = _measure(["-m", "devplan", "inspect", str(path), *options])
             rows.append({"tensors": tensors, "view": view, "devplan_seconds": seconds, "devplan_mb": mb,
                          "executorch_seconds": executorch_s, "executorch_mb": executorch_mb,
                          "time_ratio": seconds / executorch_s, "memory_ratio": mb / executorch_mb})
         return rows
 
 
-CASES = {  # command line options after `devplan inspect PROGRAM`, per case; None: `devplan check PROGRAM`
-    "overlap": {"inspect": [], "json": ["--json"], "check": None, "svg": ["--svg", "{out}.svg"],
-                "trace": ["--trace", "{out}.json"]},
-    "wide": {"trace": ["--trace", "{out}.json"]},
-    "long": {"json": ["--json"]},
+CASES = {  # the devplan command line of each measured command, per case
+    "overlap": {"inspect": ["inspect", "{program}"], "json": ["inspect", "{program}", "--json"],
+                "check": ["check", "{program}"], "svg": ["inspect", "{program}", "--svg", "{out}.svg"],
+                "trace": ["inspect", "{program}", "--trace", "{out}.json"]},
+    "wide": {"trace": ["inspect", "{program}", "--trace", "{out}.json"]},
+    "long": {"json": ["inspect", "{program}", "--json"]},
+    "big": {"inspect": ["inspect", "{program}"], "json": ["inspect", "{program}", "--json"],
+            "check": ["check", "{program}"], "diff": ["diff", "{program}", "{program}"]},
 }
+BIG_SEGMENT = 2 << 30
+
+
+def big_program(layers: int, path: Path) -> None:
+    """A Qwen2-shaped model of `layers` tiny layers compiled by devplan, written to `path` with
+    its constant segment grown to BIG_SEGMENT bytes of zeros (a sparse file)."""
+    import torch
+    import transformers
+
+    import devplan
+    from devplan.pte import read_pte
+    from devplan.pte.writer import Spread, pte_image
+
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(use_cache=False, hidden_size=64, num_hidden_layers=layers, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=128, vocab_size=1000)
+    model = transformers.Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        exported = torch.export.export(model, (torch.randint(3, 1000, (1, 64)),))
+    small = read_pte(devplan.compile(exported).data)
+    image = pte_image(small.program, [Spread((), BIG_SEGMENT), *small.segments[1:]])
+    with open(path, "wb") as file:
+        for part in image.parts:
+            file.write(part)
+        file.truncate(image.size)
 
 
 def hostile(case: str, size: str) -> bytes:
@@ -138,19 +181,20 @@ def measure_case(case: str, size: str, checkout: Path) -> list[dict]:
         subprocess.run([sys.executable, __file__, "--write-case", case, size, str(path)], check=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
         rows = []
-        for name, options in CASES[case].items():
-            command = (["check", str(path)] if options is None else
-                       ["inspect", str(path), *(o.format(out=Path(folder) / name) for o in options)])
-            seconds, mb, _ = _measure(["-m", "devplan", *command], root=checkout)
-            rows.append({"case": case, "size": size, "command": " ".join(["inspect", *options] if options is not None
-                                                                       else ["check"]).replace("{out}", "OUT"),
-                         "seconds": seconds, "mb": mb})
+        for name, template in CASES[case].items():
+            command = [part.format(program=path, out=Path(folder) / name) for part in template]
+            if case == "big":  # untimed: compiles the bytecode (kept, as an installed devplan's is) and reads the pages
+                _measure(["-m", "devplan", *command], root=checkout, bytecode=True)
+            seconds, mb, _, cpu = _measure(["-m", "devplan", *command], root=checkout, bytecode=case == "big")
+            rows.append({"case": case, "size": size, "seconds": seconds, "cpu_seconds": cpu, "mb": mb,
+                         "command": " ".join(template).replace("{program}", "PROGRAM").replace("{out}", "OUT")})
         return rows
 
 
 def case_table(rows: Sequence[dict]) -> str:
-    lines = [f"{'case':<8} {'size':>12}  {'command':<26} {'seconds':>8} {'MB':>6}"]
-    lines += [f"{r['case']:<8} {r['size']:>12}  {r['command']:<26} {r['seconds']:>8.2f} {r['mb']:>6.0f}" for r in rows]
+    lines = [f"{'case':<8} {'size':>12}  {'command':<34} {'seconds':>8} {'CPU s':>6} {'MB':>6}"]
+    lines += [f"{r['case']:<8} {r['size']:>12}  {r['command']:<34} {r['seconds']:>8.2f} {r['cpu_seconds']:>6.2f} "
+              f"{r['mb']:>6.0f}" for r in rows]
     return "\n".join(lines)
 
 
@@ -171,12 +215,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--overlap", metavar="TENSORS", help="time every command on TENSORS tensors at one offset")
     parser.add_argument("--wide", metavar="TENSORSxINSTRUCTIONS", help="time --trace on tensors held throughout")
     parser.add_argument("--long", metavar="INSTRUCTIONS", help="time --json on this many instructions")
+    parser.add_argument("--big", metavar="LAYERS", help="time inspect, --json, check, diff of a 2 GB Qwen2-shaped program")
     parser.add_argument("--checkout", type=Path, default=ROOT, help="time the devplan of this checkout (default: this one)")
     parser.add_argument("--write", nargs=2, metavar=("TENSORS", "PATH"), help=argparse.SUPPRESS)
     parser.add_argument("--write-case", nargs=3, metavar=("CASE", "SIZE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.write:
         Path(args.write[1]).write_bytes(synthetic(int(args.write[0])))
+        return 0
+    if args.write_case and args.write_case[0] == "big":
+        big_program(int(args.write_case[1]), Path(args.write_case[2]))
         return 0
     if args.write_case:
         Path(args.write_case[2]).write_bytes(hostile(*args.write_case[:2]))

@@ -262,6 +262,8 @@ def compile_command(
                      "- writes it to standard output, and the summary to standard error.", show_default=False),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the compile summary as JSON.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no summary, and no "
+                                        "progress (shown on stderr only when it is a terminal).")] = False,
     alignment: Annotated[int, typer.Option("--alignment", metavar="BYTES", help="Alignment of every planned tensor's offset (a power of two).")] = DEFAULT_ALIGNMENT,
     planner: Annotated[
         str,
@@ -369,12 +371,15 @@ def compile_command(
     # the program on standard output leaves it no room for the summary, which goes to stderr
     to_stdout = is_stdout(target)
     echo = functools.partial(typer.echo, err=to_stdout)
-    status = _progress(json_output)
-    with status:
+    from devplan.progress import compile_progress
+
+    with compile_progress(quiet or json_output) as progress:
         result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, reorder=reorder,
                          delegates=backends, device_io=device_io, source=source, dump_dir=dump_dir,
                          methods=methods, constant_methods=constants, kernels=kernels,
-                         external_constants=external_constants, on_stage=lambda name: status.update(f"devplan compile: {name}..."))
+                         external_constants=external_constants, on_stage=progress.stage, on_written=progress.written)
+    if quiet:
+        return
     summary = result.summary()
     if json_output:
         echo(json.dumps(summary, sort_keys=True, indent=2))
@@ -686,19 +691,6 @@ def _load_inputs(path: Path, memory) -> list:
             raise DevplanError(f"{path}: input {index} is a {str(tensor.layout).removeprefix('torch.')} tensor on "
                                f"{tensor.device.type}; save dense tensors that hold their values (tensor.to_dense())")
     return tensors
-
-
-def _progress(quiet: bool):
-    """A spinner on stderr naming the running stage, only when a person is watching."""
-    from contextlib import nullcontext
-
-    console = _console(stderr=True)
-    if quiet or not console.is_terminal:
-        class _Silent(nullcontext):
-            def update(self, _text: str) -> None:
-                pass
-        return _Silent()
-    return console.status("devplan compile: loading...")
 
 
 def main() -> None:

@@ -91,13 +91,16 @@ _FOLDING = ("subgraphs", "shared_inputs", "constant_bytes_added", "run_bytes_rem
 
 def compile(model, output: str | os.PathLike | None = None, options: CompileOptions | None = None, *,
             methods: Mapping[str, object] | None = None, constant_methods: Mapping[str, object] | None = None,
-            on_stage: Callable[[str], None] | None = None, **choices) -> CompileResult:
+            on_stage: Callable[[str], None] | None = None, on_written: Callable[[int, int], None] | None = None,
+            **choices) -> CompileResult:
     """Compile a .pt2 path or an ExportedProgram to an ET12 program, as its method `forward`.
     `methods` maps more method names to .pt2 paths or ExportedPrograms, each compiled the same
     way into the same program (their equal weights stored once); `constant_methods` maps names
     to values (int, float, bool, str, a list of ints) that methods running nothing return, as
     ExecuTorch's LLM runner reads them (get_max_seq_len, use_kv_cache, get_eos_ids). Writes
-    `output` when given (atomically); nothing is written when any stage fails. `options` (a
+    `output` when given (atomically); nothing is written when any stage fails. `on_stage` is
+    told each stage's name as it starts, `on_written` the bytes of `output` written so far and
+    the file's size as they go out. `options` (a
     CompileOptions) or keywords of the same names choose: `delegates` are backends ('cuda:0',
     'cuda:0=aten::linear,aten::relu', or Backend objects), each taking the ops it supports, in
     turn, to run them on its device; with `device_io`, inputs only they read are planned on
@@ -144,7 +147,8 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     if data is not None:  # before the program, whose tensors name its keys
         stage("write_ptd", write_atomic, options.external_constants, data.parts)
     if path is not None:
-        stage("write", write_atomic, path, image.parts)
+        told = None if on_written is None else lambda done: on_written(done, image.size)
+        stage("write", write_atomic, path, image.parts, on_written=told)
     return CompileResult(image, path, planned[0], stored, time.perf_counter() - start, stage.seconds, folding,
                          tuple(planned), data, len(external.keys) if external is not None else 0)
 

@@ -1,6 +1,6 @@
 """Every file devplan reads or writes goes through here.
 
-    write_atomic(path, data)             the whole new file or the old one, never half; through links
+    write_atomic(path, data, on_written=...)  the whole new file or the old one, never half; through links
     read_input(path, limit=..., hint=...) a regular file's bytes, or standard input's for "-"
     open_input(path, hint=...)           a regular file opened for reading, without blocking on a pipe
     map_input(path, name=..., limit=..., hint=...)  a regular file as a private copy-on-write mapping
@@ -17,7 +17,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
 from devplan.errors import DevplanError
@@ -26,12 +26,15 @@ STDIO = "-"
 # temporaries are named after the file, cut short so that a legal long name (255 bytes) still
 # leaves room for the temporary's own name
 _NAME_KEPT = 32
+# a piece larger than this (a weight of hundreds of megabytes) is written in steps of it, so
+# that what reports the bytes written moves while it goes out
+_STEP = 64 << 20
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
 def write_atomic(path: str | os.PathLike, data: "bytes | Iterable", *, follow_links: bool = True,
-                 parents: bool = False) -> None:
+                 parents: bool = False, on_written: Callable[[int], None] | None = None) -> None:
     """Write `data` (bytes-like, or bytes-like pieces written one after another, which a large
     program's weights are) to `path` so that readers see the old file or the whole new one: a
     failure leaves no partial file and the old one untouched.
@@ -41,19 +44,20 @@ def write_atomic(path: str | os.PathLike, data: "bytes | Iterable", *, follow_li
     followed to its final target, which is replaced, so the link stays a link; with
     `follow_links=False` the link itself is replaced by a regular file (for folders whose
     files devplan names, where a planted link must not redirect the write). Other special
-    files are refused. `parents` creates missing folders."""
+    files are refused. `parents` creates missing folders. `on_written` is told the bytes
+    written so far as the write goes on (a compile's progress)."""
     name = os.fspath(path)
     chunks = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else tuple(data)
     try:
         if is_stdout(name):
             sys.stdout.flush()
-            for chunk in chunks:
+            for chunk in _counted(chunks, on_written):
                 sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
             return
         found = _stat(name, follow_links)
         if found is not None and (stat.S_ISCHR(found.st_mode) or stat.S_ISFIFO(found.st_mode)) and follow_links:
-            return _write_stream(name, chunks)
+            return _write_stream(name, _counted(chunks, on_written))
         if found is not None and not (stat.S_ISREG(found.st_mode) or stat.S_ISLNK(found.st_mode)):
             raise DevplanError(f"{name}: is {_kind(found.st_mode)}; devplan writes regular files, character devices "
                                f"and pipes; pass a file path")
@@ -70,7 +74,7 @@ def write_atomic(path: str | os.PathLike, data: "bytes | Iterable", *, follow_li
         raise DevplanError(f"{name}: cannot write ({error.strerror or error}); check that the directory exists and is writable") from None
     try:
         with os.fdopen(descriptor, "wb") as file:
-            for chunk in chunks:
+            for chunk in _counted(chunks, on_written):
                 file.write(chunk)
             file.flush()
             os.fsync(file.fileno())
@@ -91,7 +95,27 @@ def _stat(path: str, follow_links: bool) -> os.stat_result | None:
         return None
 
 
-def _write_stream(path: str, chunks: tuple) -> None:
+def _counted(chunks: tuple, on_written: Callable[[int], None] | None) -> Iterator:
+    """`chunks` in steps of at most _STEP bytes, `on_written` told the bytes written so far after
+    each step (once the caller has written it, as the generator resumes)."""
+    if on_written is None:
+        yield from chunks
+        return
+    written = 0
+    for chunk in chunks:
+        view = memoryview(chunk)
+        if view.nbytes > _STEP and view.c_contiguous:
+            view = view.cast("B")
+            steps: Iterable[memoryview] = (view[at:at + _STEP] for at in range(0, view.nbytes, _STEP))
+        else:
+            steps = (view,)
+        for step in steps:
+            yield step
+            written += step.nbytes
+            on_written(written)
+
+
+def _write_stream(path: str, chunks: Iterable) -> None:
     """A character device or pipe, opened without O_CREAT: should it vanish meanwhile, no
     regular file appears in its place half written."""
     descriptor = os.open(path, os.O_WRONLY | os.O_NOCTTY)

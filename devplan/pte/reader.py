@@ -1,7 +1,6 @@
-"""Reading a .pte: check the container and the FlatBuffer, then unpack with the object API."""
+"""Reading a .pte: check the container and the FlatBuffer, then unpack it into the object API's classes."""
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -11,12 +10,12 @@ from devplan import dtypes
 from devplan.errors import DevplanError
 from devplan.files import map_input
 from devplan.pte.fb.BackendDelegateDataReference import BackendDelegateDataReferenceT
-from devplan.pte.fb.Chain import Chain
 from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.fb.TensorDataLocation import TensorDataLocation
 from devplan.pte.header import HEADER_OFFSET, ExtendedHeader, check_container
 from devplan.pte.ptd import PtdFile, read_ptd
+from devplan.pte.unpack import unpack_program
 from devplan.pte.verify import verify_program
 
 _DAMAGED = "the file is damaged or not a .pte"
@@ -195,8 +194,7 @@ def _read_program(source: "str | os.PathLike | bytes | memoryview", name: str | 
     flat = data if isinstance(data, bytes) and program_size == len(data) else bytes(data[:program_size])
     verify_program(flat, HEADER_OFFSET + (header.length if header else 0), program_size, name, len(data))
     try:
-        with _stacktraces_left_packed():
-            program = ProgramT.InitFromPackedBuf(flat, 0)
+        program = unpack_program(flat)
     except Exception as error:  # a bug or gap in the checks above must still read as bad input
         detail = " ".join(str(error).split())
         raise DevplanError(f"{name}: cannot decode the program ({type(error).__name__}: {detail}); {_DAMAGED}") from error
@@ -239,19 +237,6 @@ def external_key(tensor) -> str | None:
     if info is None or info.location != TensorDataLocation.EXTERNAL or tensor.allocationInfo is not None:
         return None
     return text(info.fullyQualifiedName)
-
-
-@contextlib.contextmanager
-def _stacktraces_left_packed():
-    """The object API unpacks a FrameListT and a FrameT per frame of every instruction, a third
-    of the time a large program takes to read, for what only inspect asks and what repeats:
-    the unpacking sees no stacktrace, and PteFile.stacktrace reads them from the bytes."""
-    said = Chain.StacktraceIsNone
-    Chain.StacktraceIsNone = lambda self: True
-    try:
-        yield
-    finally:
-        Chain.StacktraceIsNone = said
 
 
 def _segments(program: ProgramT, data: bytes | memoryview, header: ExtendedHeader | None,

@@ -12,14 +12,16 @@ import struct
 from devplan.errors import DevplanError
 
 # Field kinds. A field is (name, kind, detail): detail is a scalar's or vector element's
-# width in bytes, or the name of the table or union.
+# type as the bindings name it (their flatbuffers.number_types flags), or the name of the
+# table or union.
 _SCALAR, _STRING, _TABLE, _SCALARS, _TABLES, _UNION = range(6)
 
-U8, U32, U64 = 1, 4, 8
+WIDTHS = {"Bool": 1, "Int8": 1, "Uint8": 1, "Int16": 2, "Uint16": 2, "Int32": 4, "Uint32": 4, "Float32": 4,
+          "Int64": 8, "Uint64": 8, "Float64": 8}
 
 
-def _scalar(name: str, width: int) -> tuple:
-    return (name, _SCALAR, width)
+def _scalar(name: str, number: str) -> tuple:
+    return (name, _SCALAR, number)
 
 
 def _string(name: str) -> tuple:
@@ -30,8 +32,8 @@ def _table(name: str, table: str) -> tuple:
     return (name, _TABLE, table)
 
 
-def _scalars(name: str, width: int) -> tuple:
-    return (name, _SCALARS, width)
+def _scalars(name: str, number: str) -> tuple:
+    return (name, _SCALARS, number)
 
 
 def _tables(name: str, table: str) -> tuple:
@@ -47,55 +49,55 @@ def _union(name: str, union: str) -> tuple:
 TABLES: dict[str, tuple[tuple, ...]] = {
     "ContainerMetadata": (_string("encoded_inp_str"), _string("encoded_out_str")),
     "Null": (),
-    "AllocationDetails": (_scalar("memory_id", U32), _scalar("memory_offset_low", U32), _scalar("memory_offset_high", U32)),
+    "AllocationDetails": (_scalar("memory_id", "Uint32"), _scalar("memory_offset_low", "Uint32"), _scalar("memory_offset_high", "Uint32")),
     "ExtraTensorInfo": (
-        _scalar("mutable_data_segments_idx", U64),
+        _scalar("mutable_data_segments_idx", "Uint64"),
         _string("fully_qualified_name"),
-        _scalar("location", U8),
-        _scalar("device_type", U8),
-        _scalar("device_index", U8),
+        _scalar("location", "Int8"),
+        _scalar("device_type", "Int8"),
+        _scalar("device_index", "Int8"),
     ),
     "Tensor": (
-        _scalar("scalar_type", U8),
-        _scalar("storage_offset", U32),
-        _scalars("sizes", U32),
-        _scalars("dim_order", U8),
-        _scalar("requires_grad", U8),
-        _scalar("data_buffer_idx", U32),
+        _scalar("scalar_type", "Int8"),
+        _scalar("storage_offset", "Int32"),
+        _scalars("sizes", "Int32"),
+        _scalars("dim_order", "Uint8"),
+        _scalar("requires_grad", "Bool"),
+        _scalar("data_buffer_idx", "Uint32"),
         _table("allocation_info", "AllocationDetails"),
-        _scalar("layout", U8),
-        _scalar("shape_dynamism", U8),
+        _scalar("layout", "Int8"),
+        _scalar("shape_dynamism", "Int8"),
         _table("extra_tensor_info", "ExtraTensorInfo"),
     ),
-    "Int": (_scalar("int_val", U64),),
-    "Bool": (_scalar("bool_val", U8),),
-    "Double": (_scalar("double_val", U64),),
+    "Int": (_scalar("int_val", "Int64"),),
+    "Bool": (_scalar("bool_val", "Bool"),),
+    "Double": (_scalar("double_val", "Float64"),),
     "String": (_string("string_val"),),
-    "IntList": (_scalars("items", U64),),
-    "DoubleList": (_scalars("items", U64),),
-    "BoolList": (_scalars("items", U8),),
-    "TensorList": (_scalars("items", U32),),
-    "OptionalTensorList": (_scalars("items", U32),),
+    "IntList": (_scalars("items", "Int64"),),
+    "DoubleList": (_scalars("items", "Float64"),),
+    "BoolList": (_scalars("items", "Bool"),),
+    "TensorList": (_scalars("items", "Int32"),),
+    "OptionalTensorList": (_scalars("items", "Int32"),),
     "EValue": (_union("val", "KernelTypes"),),
     "Operator": (_string("name"), _string("overload")),
-    "KernelCall": (_scalar("op_index", U32), _scalars("args", U32)),
-    "DelegateCall": (_scalar("delegate_index", U32), _scalars("args", U32)),
-    "MoveCall": (_scalar("move_from", U32), _scalar("move_to", U32)),
-    "JumpFalseCall": (_scalar("cond_value_index", U32), _scalar("destination_instruction", U32)),
-    "FreeCall": (_scalar("value_index", U32),),
+    "KernelCall": (_scalar("op_index", "Int32"), _scalars("args", "Int32")),
+    "DelegateCall": (_scalar("delegate_index", "Int32"), _scalars("args", "Int32")),
+    "MoveCall": (_scalar("move_from", "Int32"), _scalar("move_to", "Int32")),
+    "JumpFalseCall": (_scalar("cond_value_index", "Int32"), _scalar("destination_instruction", "Int32")),
+    "FreeCall": (_scalar("value_index", "Int32"),),
     "Instruction": (_union("instr_args", "InstructionArguments"),),
-    "Frame": (_string("filename"), _scalar("lineno", U32), _string("name"), _string("context")),
+    "Frame": (_string("filename"), _scalar("lineno", "Int32"), _string("name"), _string("context")),
     "FrameList": (_tables("items", "Frame"),),
-    "BackendDelegateDataReference": (_scalar("location", U8), _scalar("index", U32)),
-    "CompileSpec": (_string("key"), _scalars("value", U8)),
+    "BackendDelegateDataReference": (_scalar("location", "Int8"), _scalar("index", "Uint32")),
+    "CompileSpec": (_string("key"), _scalars("value", "Uint8")),
     "BackendDelegate": (
         _string("id"),
         _table("processed", "BackendDelegateDataReference"),
         _tables("compile_specs", "CompileSpec"),
     ),
     "Chain": (
-        _scalars("inputs", U32),
-        _scalars("outputs", U32),
+        _scalars("inputs", "Int32"),
+        _scalars("outputs", "Int32"),
         _tables("instructions", "Instruction"),
         _tables("stacktrace", "FrameList"),
     ),
@@ -103,22 +105,22 @@ TABLES: dict[str, tuple[tuple, ...]] = {
         _string("name"),
         _table("container_meta_type", "ContainerMetadata"),
         _tables("values", "EValue"),
-        _scalars("inputs", U32),
-        _scalars("outputs", U32),
+        _scalars("inputs", "Int32"),
+        _scalars("outputs", "Int32"),
         _tables("chains", "Chain"),
         _tables("operators", "Operator"),
         _tables("delegates", "BackendDelegate"),
-        _scalars("non_const_buffer_sizes", U64),
+        _scalars("non_const_buffer_sizes", "Int64"),
         _tables("non_const_buffer_device", "NonConstBufferDevice"),
     ),
-    "NonConstBufferDevice": (_scalar("buffer_idx", U32), _scalar("device_type", U8), _scalar("device_index", U8)),
-    "Buffer": (_scalars("storage", U8),),
-    "BackendDelegateInlineData": (_scalars("data", U8),),
-    "DataSegment": (_scalar("offset", U64), _scalar("size", U64)),
-    "SubsegmentOffsets": (_scalar("segment_index", U32), _scalars("offsets", U64)),
-    "NamedData": (_string("key"), _scalar("segment_index", U32)),
+    "NonConstBufferDevice": (_scalar("buffer_idx", "Int32"), _scalar("device_type", "Int8"), _scalar("device_index", "Int8")),
+    "Buffer": (_scalars("storage", "Uint8"),),
+    "BackendDelegateInlineData": (_scalars("data", "Uint8"),),
+    "DataSegment": (_scalar("offset", "Uint64"), _scalar("size", "Uint64")),
+    "SubsegmentOffsets": (_scalar("segment_index", "Uint32"), _scalars("offsets", "Uint64")),
+    "NamedData": (_string("key"), _scalar("segment_index", "Uint32")),
     "Program": (
-        _scalar("version", U32),
+        _scalar("version", "Uint32"),
         _tables("execution_plan", "ExecutionPlan"),
         _tables("constant_buffer", "Buffer"),
         _tables("backend_delegate_data", "BackendDelegateInlineData"),
@@ -138,10 +140,10 @@ UNIONS: dict[str, tuple[str, ...]] = {
 ROOT = "Program"
 # Mirrors schema/flat_tensor.fbs, the .ptd data file's FlatBuffer, whose tables are walked the same way
 FLAT_TENSOR_TABLES: dict[str, tuple[tuple, ...]] = {
-    "TensorLayout": (_scalar("scalar_type", U8), _scalars("sizes", U32), _scalars("dim_order", U8)),
-    "DataSegment": (_scalar("offset", U64), _scalar("size", U64)),
-    "NamedData": (_string("key"), _scalar("segment_index", U32), _table("tensor_layout", "TensorLayout")),
-    "FlatTensor": (_scalar("version", U32), _tables("segments", "DataSegment"), _tables("named_data", "NamedData")),
+    "TensorLayout": (_scalar("scalar_type", "Int8"), _scalars("sizes", "Int32"), _scalars("dim_order", "Uint8")),
+    "DataSegment": (_scalar("offset", "Uint64"), _scalar("size", "Uint64")),
+    "NamedData": (_string("key"), _scalar("segment_index", "Uint32"), _table("tensor_layout", "TensorLayout")),
+    "FlatTensor": (_scalar("version", "Uint32"), _tables("segments", "DataSegment"), _tables("named_data", "NamedData")),
 }
 FLAT_TENSOR_ROOT = "FlatTensor"
 
@@ -159,7 +161,7 @@ def _slots(fields: tuple[tuple, ...]) -> tuple[tuple, ...]:
     """(vtable entry offset, kind, detail, name, bytes the field takes inside its table)."""
     compiled, slot = [], 0
     for name, kind, detail in fields:
-        inline = detail if kind == _SCALAR else 1 if kind == _UNION else 4
+        inline = WIDTHS[detail] if kind == _SCALAR else 1 if kind == _UNION else 4
         compiled.append((4 + 2 * slot, kind, detail, name, inline))
         slot += 2 if kind == _UNION else 1
     return tuple(compiled)
@@ -258,7 +260,7 @@ class _Walker:
             elif kind == _TABLE:
                 self.table(target, detail, field_path, depth + 1)
             elif kind == _SCALARS:
-                self.vector(target, detail, field_path)
+                self.vector(target, WIDTHS[detail], field_path)
             else:
                 for index in range(self.vector(target, 4, field_path)):
                     element = (field_path, index)

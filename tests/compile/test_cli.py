@@ -51,7 +51,7 @@ def test_dump_dir_has_one_file_per_stage(tmp_path):
     run = devplan("compile", ROOT / "samples" / "cnn.pt2", "-o", tmp_path / "p.pte", "--dump-dir", tmp_path / "dump")
     assert run.returncode == 0, run.stderr
     names = sorted(p.name for p in (tmp_path / "dump").iterdir())
-    assert [n.split("-", 1)[1] for n in names] == ["load.txt", "split.txt", "decompose.txt", "fold.txt", "views.txt", "sizes.txt",
+    assert [n.split("-", 1)[1] for n in names] == ["load.txt", "split.txt", "decompose.txt", "permutes.txt", "fold.txt", "views.txt", "sizes.txt",
                                                    "build.txt", "copies.txt", "alias.txt", "compact.txt", "concat.txt",
                                                    "schedule.txt", "inplace.txt",
                                                    "plan.txt", "emit.txt", "serialize.txt", "write.txt"]

