@@ -23,8 +23,8 @@ from devplan.planning.verify import PlanError
 from devplan.wellformed import Malformed, check_stage
 
 if TYPE_CHECKING:
-    from devplan.passes.graph import Lowered
-    from devplan.planning.assign import PlannedMethod
+    from devplan.ir.lowered import Lowered
+    from devplan.ir.planned import PlannedMethod
     from devplan.pte.writer import Spread
     from devplan.spec import Device
 

@@ -14,8 +14,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.passes.graph import Lowered, Payload
-from devplan.planning.assign import PlannedMethod
+from devplan.ir.lowered import Lowered, Payload
+from devplan.ir.planned import PlannedMethod
 from devplan.spec import Device
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
-from devplan.method import Method
+from devplan.ir.method import Method
 from devplan.passes.alias import alias_views
 from devplan.passes.compact import compact
 from devplan.passes.concat import write_cats_in_place
 from devplan.passes.copies import insert_copies
 from devplan.passes.decompose import decompose
 from devplan.passes.fold import fold_constants
-from devplan.passes.graph import Lowered
+from devplan.ir.lowered import Lowered
 from devplan.passes.inplace import reuse_dead_inputs
 from devplan.passes.place import on_device
 from devplan.passes.schedule import schedule

@@ -15,7 +15,7 @@ from torch.fx.passes.operator_support import create_op_support
 from devplan.backend import TARGET_DEVICE, Backend
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
-from devplan.passes.graph import ForeignCall, Lowered, Payload
+from devplan.ir.lowered import ForeignCall, Lowered, Payload
 from devplan.pte.writer import SEGMENT_ALIGNMENT
 from devplan.spec import CPU, Device
 

@@ -11,7 +11,7 @@ from collections import defaultdict
 import torch
 
 from devplan.ops import NUMBER_OPS
-from devplan.passes.graph import Lowered
+from devplan.ir.lowered import Lowered
 
 
 def hoist_sizes(low: Lowered) -> Lowered:

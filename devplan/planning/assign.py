@@ -2,11 +2,12 @@
 checked by the independent verifier before anyone writes it down."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Mapping
 
 from devplan.errors import DevplanError
-from devplan.method import Method
+from devplan.ir.method import Method
+from devplan.ir.planned import BufferPlan, PlannedMethod
 from devplan.planning.bounds import lower_bound
 from devplan.planning.budget import budget_key, check_budget
 from devplan.planning.lifetimes import lifetimes, storages
@@ -14,22 +15,6 @@ from devplan.planning.model import DEFAULT_ALIGNMENT, Interval
 from devplan.planning.planner import plan
 from devplan.planning.verify import Placed, verify, verify_devices
 from devplan.spec import CPU, Device, TensorSpec
-
-
-@dataclass(frozen=True)
-class BufferPlan:
-    mem_id: int
-    device: Device
-    size: int
-    lower_bound: int
-    tensors: int
-
-
-@dataclass(frozen=True)
-class PlannedMethod:
-    method: Method                 # every planned tensor spec has lifetime, mem_id and offset
-    buffers: tuple[BufferPlan, ...]
-    algorithm: str
 
 
 def mem_ids(devices) -> dict[Device, int]:

@@ -11,7 +11,7 @@ import torch
 import devplan
 import devplan.passes
 from devplan.errors import InternalError
-from devplan.method import Kernel, Method
+from devplan.ir.method import Kernel, Method
 from devplan.options import CompileOptions
 from devplan.spec import TensorSpec
 from devplan.wellformed import Malformed

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import devplan
-from devplan.method import IntList, Source, TensorList, Use, ViewOf
+from devplan.ir.method import IntList, Source, TensorList, Use, ViewOf
 from devplan.ops import ET_VIEW, TO_DEVICE, TO_HOST
 from devplan.passes.alias import alias_views
 from devplan.passes.compact import compact

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import devplan
-from devplan.method import Kernel, Method
+from devplan.ir.method import Kernel, Method
 from devplan.passes.schedule import schedule
 from devplan.planning.assign import plan_method
 from devplan.spec import TensorSpec
