@@ -104,7 +104,7 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     from devplan.emit.program import to_program
     from devplan.files import write_atomic
     from devplan.load import import_kernels
-    from devplan.planning.assign import plan_method
+    from devplan.planning.plan import plan_method
     from devplan.pte.writer import pte_image
 
     options = CompileOptions.of(options, **choices)
@@ -149,11 +149,12 @@ def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
 def _plan_program(model, options: CompileOptions, stage: "Stages", name: str) -> tuple["PlannedMethod", dict]:
     """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
     payloads compiled on the way, to its plan; with what folding chose."""
-    from devplan.emit.delegate import compile_delegates
+    from devplan.emit.delegates import compile_delegates
     from devplan.emit.program import to_program
     from devplan.load import load
     from devplan.passes import GRAPH_PASSES
-    from devplan.passes.graph import from_exported
+    from devplan.passes.adopt import adopt_delegates
+    from devplan.passes.split import from_exported
     from devplan.backend import Backend
     from devplan.passes.partition import partition
     from devplan.pte import dumps_pte
@@ -161,7 +162,7 @@ def _plan_program(model, options: CompileOptions, stage: "Stages", name: str) ->
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
-        from devplan.passes.backends import adopt_delegates, lower_to_backends
+        from devplan.passes.backends import lower_to_backends
 
         ep = stage("backends", lower_to_backends, ep, options.delegates)
     low = stage("split", from_exported, ep)
@@ -190,7 +191,7 @@ def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
     its inputs and outputs its caller's."""
     from devplan.emit.build import build_method
     from devplan.passes import method_passes
-    from devplan.planning.assign import plan_method
+    from devplan.planning.plan import plan_method
     from devplan.spec import CPU
 
     method = stage("build", build_method, low, name, device_io=options.device_io and delegate is None)

@@ -17,7 +17,8 @@ from devplan.ir.lowered import Lowered
 from devplan.passes.inplace import reuse_dead_inputs
 from devplan.passes.place import on_device
 from devplan.passes.schedule import schedule
-from devplan.passes.sizes import hoist_sizes, view_dynamic_copies
+from devplan.passes.sizes import hoist_sizes
+from devplan.passes.views import view_dynamic_copies
 
 if TYPE_CHECKING:
     from devplan.options import CompileOptions

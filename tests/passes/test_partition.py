@@ -10,7 +10,7 @@ from devplan.backend import Backend
 from devplan.errors import DevplanError
 from devplan.passes.decompose import decompose
 from devplan.passes.fold import fold_constants
-from devplan.passes.graph import from_exported
+from devplan.passes.split import from_exported
 from devplan.passes.partition import partition
 from devplan.spec import Device
 

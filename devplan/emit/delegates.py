@@ -3,7 +3,7 @@ pipeline (the driver's lower_method), into an ET12 program whose planned tensors
 runtime's DevplanDelegate backend runs that program, and `devplan inspect` reads it like any
 other. The group's weights move into its program; only tensors computed at run time cross.
 The payload's buffer is planned again by the calling method, as a window of its own buffer on
-that device alive for the call (planning/assign.py)."""
+that device alive for the call (planning/plan.py)."""
 from __future__ import annotations
 
 import copy
