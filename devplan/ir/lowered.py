@@ -51,7 +51,7 @@ class Lowered:
     # placeholder name -> (role, the user's name): an input's argument name, a weight's FQN
     names: dict[str, tuple[str, str]] = field(default_factory=dict)
     # delegate calls (call_module nodes) by target: the backend partition() gave each group,
-    # and the payload compile_delegates() made of it
+    # and the payload the compile made of it (compiler.py; an ExecuTorch backend's: passes/adopt.py)
     backends: Mapping[str, "Backend"] = field(default_factory=dict)
     payloads: Mapping[str, "Payload"] = field(default_factory=dict)
     # what fold_constants stored (passes/fold.py): subgraphs, shared_inputs, constant_bytes_added, run_bytes_removed
