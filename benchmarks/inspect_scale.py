@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.peak import run_measured  # noqa: E402
+from testbed.peak import run_measured  # noqa: E402
 
 HEADERS = ("tensors", "view", "devplan s", "devplan MB", "executorch s", "executorch MB", "time x", "memory x")
 VIEWS = {"default": [], "all": ["-s", "all"], "json": ["--json"]}
@@ -121,7 +121,7 @@ CASES = {  # command line options after `devplan inspect PROGRAM`, per case; Non
 
 
 def hostile(case: str, size: str) -> bytes:
-    from tests.inspect.programs import one_offset_program, wide_program
+    from testbed.programs import one_offset_program, wide_program
 
     if case == "overlap":
         return one_offset_program(int(size))

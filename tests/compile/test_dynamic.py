@@ -12,7 +12,7 @@ import devplan
 from devplan.errors import DevplanError
 from devplan.pte import read_pte
 from devplan.runtime import HostAllocator, LoadedMethod, registered
-from tests.models import executorch_lower
+from testbed.models import executorch_lower
 
 BOUND = 16
 

@@ -15,8 +15,8 @@ from devplan.inspection.diff import LARGEST_SHOWN
 from devplan.inspection.golden import golden_document
 from tests.compile.test_cli import ROOT, assert_one_line_error
 from tests.inspect.runner import REPO, invoke, run_devplan
-from tests.lowerings import executorch_lowered
-from tests.models import export, transformer
+from testbed.lowerings import executorch_lowered
+from testbed.models import export, transformer
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from devplan.passes.alias import alias_views
 from devplan.passes.compact import compact
 from devplan.passes.copies import insert_copies
 from devplan.spec import CPU, Device, TensorSpec
-from tests.hf_models import gpt2, llama
+from testbed.hf_models import gpt2, llama
 from tests.passes.methods import call, method, tensor
 
 CUDA0, CUDA1 = Device("cuda", 0), Device("cuda", 1)

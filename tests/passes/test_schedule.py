@@ -14,7 +14,7 @@ from devplan.ir.method import Kernel, Method
 from devplan.passes.schedule import schedule
 from devplan.planning.plan import plan_method
 from devplan.spec import TensorSpec
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 
 class TwoBranches(torch.nn.Module):

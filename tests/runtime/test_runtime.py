@@ -14,8 +14,8 @@ from devplan.pte import dumps_pte
 from devplan.pte.fb.NonConstBufferDevice import NonConstBufferDeviceT
 from devplan.runtime import HostAllocator, registered, run
 from devplan.spec import Device, TensorSpec
-from tests.lowerings import executorch_lowered
-from tests.models import assert_runs_match, eager_outputs, export
+from testbed.lowerings import executorch_lowered
+from testbed.models import assert_runs_match, eager_outputs, export
 
 
 def assert_outputs(got_runs, want_runs):
