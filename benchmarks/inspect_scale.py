@@ -57,7 +57,7 @@ def synthetic(tensors: int) -> bytes:
     """A .pte of a residual chain holding `tensors` planned tensors (rounded to whole blocks)."""
     from devplan.emit.program import to_program
     from devplan.ir.method import Kernel, Method, Source
-    from devplan.planning.plan import plan_method
+    from devplan.planning.plan_method import plan_method
     from devplan.pte import dumps_pte
     from devplan.spec import TensorSpec
 

@@ -105,7 +105,7 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     from devplan.emit.program import to_program
     from devplan.files import write_atomic
     from devplan.load import import_kernels
-    from devplan.planning.plan import plan_method
+    from devplan.planning.plan_method import plan_method
     from devplan.pte.writer import pte_image
 
     options = CompileOptions.of(options, **choices)
@@ -198,7 +198,7 @@ def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages", role:
     payload: every tensor it computes on its backend's device, its inputs and outputs its caller's."""
     from devplan.emit.build import build_method
     from devplan.passes import method_passes
-    from devplan.planning.plan import plan_method
+    from devplan.planning.plan_method import plan_method
 
     method = stage("build", build_method, low, name, device_io=options.device_io and not role.payload)
     for pass_name, method_pass in method_passes(options, role):

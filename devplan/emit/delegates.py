@@ -3,7 +3,7 @@ the driver (compiler.py) lowers by the program's own stages (lower_method) into 
 runtime's DevplanDelegate backend runs that program, and `devplan inspect` reads it like any
 other. The group's weights move into its program; only tensors computed at run time cross.
 The payload's buffer is planned again by the calling method, as a window of its own buffer on
-that device alive for the call (planning/plan.py)."""
+that device alive for the call (planning/plan_method.py)."""
 from __future__ import annotations
 
 import copy

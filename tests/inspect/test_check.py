@@ -67,7 +67,7 @@ def _own_arenas(planned) -> bytes:
     """The program as devplan wrote it before delegates shared the device buffer: the same
     plan, each payload with an arena of its own (no memory_window)."""
     from devplan.emit.program import to_program
-    from devplan.planning.plan import plan_method
+    from devplan.planning.plan_method import plan_method
     from devplan.pte import dumps_pte
 
     alone = tuple(replace(d, arena=0, window=None) for d in planned.method.delegates)

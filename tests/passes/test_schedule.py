@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import devplan
 from devplan.ir.method import Kernel, Method
 from devplan.passes.schedule import schedule
-from devplan.planning.plan import plan_method
+from devplan.planning.plan_method import plan_method
 from devplan.spec import TensorSpec
 from testbed.models import eager_outputs, run_executorch
 

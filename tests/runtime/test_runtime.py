@@ -9,7 +9,7 @@ from torch.utils import _pytree as pytree
 import devplan
 from devplan.emit.program import to_program
 from devplan.errors import DevplanError
-from devplan.planning.plan import plan_method
+from devplan.planning.plan_method import plan_method
 from devplan.pte import dumps_pte
 from devplan.pte.fb.NonConstBufferDevice import NonConstBufferDeviceT
 from devplan.runtime import HostAllocator, registered, run
