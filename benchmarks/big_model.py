@@ -1,7 +1,7 @@
 """Real-size models (issue 26): a Qwen2-shaped model at Qwen2.5-0.5B's size in fp32 and a
 TinyLlama-shaped 1.1B model in bf16, random seeded weights, exported with
 `torch.export.export(model, (input_ids,))` for 64 tokens and saved as a .pt2. Then, each in a
-child process of its own whose peak memory is its own VmHWM (benchmarks/peak.py):
+child process of its own whose peak memory is its own VmHWM (testbed/peak.py):
 
     devplan compile model.pt2                    (whole process)
     ExecuTorch's default lowering of the same .pt2 (to_edge_transform_and_lower, to_executorch,
@@ -35,49 +35,18 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.peak import run_measured  # noqa: E402
+from testbed.big_models import BUILD, MODELS, TOKENS, export  # noqa: E402
+from testbed.peak import run_measured  # noqa: E402
 
-TOKENS = 64
-# (family, dtype, config): Qwen2.5-0.5B's and TinyLlama-1.1B's shapes, and a small one for CI
-MODELS = {
-    "qwen2_0_5b": ("qwen2", "float32", dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
-                                             num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
-                                             tie_word_embeddings=True)),
-    "tinyllama_1_1b": ("llama", "bfloat16", dict(hidden_size=2048, num_hidden_layers=22, num_attention_heads=32,
-                                                  num_key_value_heads=4, intermediate_size=5632, vocab_size=32000,
-                                                  tie_word_embeddings=False)),
-    "small": ("qwen2", "float32", dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
-                                        num_key_value_heads=2, intermediate_size=1536, vocab_size=32000,
-                                        tie_word_embeddings=True)),
-}
 HEADERS = ("model", "step", "seconds", "CPU s", "peak MB", "peak / weights", "devplan / executorch")
 # the children's environment: Python may keep compiled bytecode, as an installed devplan has it
 ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
-# builds the model from its config, seeded, and the example input ids
-_BUILD = """
-import json, sys, torch, transformers
-family, dtype, config, path, tokens = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], int(sys.argv[5])
-classes = {"qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
-           "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM)}
-config_class, model_class = classes[family]
-torch.manual_seed(0)
-model = model_class._from_config(config_class(use_cache=False, **config), attn_implementation="sdpa",
-                                 torch_dtype=getattr(torch, dtype)).eval()
-ids = torch.randint(3, config["vocab_size"], (1, tokens))
-"""
-# the child that exports and saves the export; prints the weight bytes
-_EXPORT = _BUILD + """
-with torch.no_grad():
-    ep = torch.export.export(model, (ids,))
-torch.export.save(ep, path)
-print(sum(p.numel() * p.element_size() for p in model.parameters()))
-"""
 # the child that runs a program (the path) on ExecuTorch's runtime against eager; prints the
 # largest difference from eager and whether the program agrees: in fp32, allclose to eager; in
 # bf16, where eager and the kernels round at different places and 22 layers move logits by
 # units in their last place, no further from the model run in fp32 than eager in bf16 is
-_AGREE = _BUILD + """
+_AGREE = BUILD + """
 from executorch.runtime import Runtime
 with torch.no_grad():
     eager = model(ids).logits.float()
@@ -101,16 +70,6 @@ with torch.no_grad():
 with open(sys.argv[2], "wb") as file:
     program.write_to_file(file)
 """
-
-
-def export(name: str, path: Path) -> int:
-    """Export model `name` to `path`; its weight bytes."""
-    family, dtype, config = MODELS[name]
-    done, _ = run_measured(["-c", _EXPORT, family, dtype, json.dumps(config), str(path), str(TOKENS)],
-                           capture_output=True, text=True, check=False)
-    if done.returncode:
-        raise SystemExit(f"exporting {name} failed:\n{done.stderr[-3000:]}")
-    return int(done.stdout.split()[-1])
 
 
 def timed(argv: list[str]) -> tuple[float, float, int]:

@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import devplan  # noqa: E402
-from benchmarks.harness import SAMPLES, TRANSFORMERS, best_time, choose, executorch_pte, export, planned_bytes, table  # noqa: E402
+from benchmarks.harness import SAMPLES, TRANSFORMERS, best_time, choose, export, table  # noqa: E402
+from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 
 HEADERS = ("model", "devplan s", "devplan process s", "executorch s", "speedup", "process speedup", "devplan bytes",
            "executorch bytes", "bytes ratio")

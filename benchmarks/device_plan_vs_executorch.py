@@ -7,8 +7,8 @@ Three kinds of rows. A corpus model (`two_io`): ExecuTorch delegates every aten.
 with its device-aware test partitioner (`executorch.exir.backend.test.device_util.
 DeviceAwarePartitioner`, target_device=cuda:0, non-CPU memory planning on); devplan compiles
 it with `--delegate cuda:0=aten::add`. `peer:NAME`: a scenario of ExecuTorch's own device
-tests (tests/compile/test_device_peers.py), each tool lowering it as that suite does.
-`hf:FAMILY`: a transformers model (tests/hf_models.py) with every linear on cuda:0: ExecuTorch
+tests (testbed/device_peers.py), each tool lowering it as that suite does.
+`hf:FAMILY`: a transformers model (testbed/hf_models.py) with every linear on cuda:0: ExecuTorch
 through `LinearsOnDevice` below (its demo backend, linears kept whole), devplan through
 `--delegate cuda:0=aten::linear`. For each tool: delegates and the bytes planned on each
 device (the method's buffers; a devplan delegate's working memory is a window of the device
@@ -93,7 +93,7 @@ def linears_on_device(device: str = "cuda:0"):
 def _lowerings(name: str):
     """(devplan's lowering, ExecuTorch's lowering), each from nothing to program bytes."""
     if name.startswith("peer:"):
-        from tests.compile.test_device_peers import executorch_device_pte as peer_pte, peer_scenarios
+        from testbed.device_peers import executorch_device_pte as peer_pte, peer_scenarios
 
         model, count, partitioner, skips, backends, device_io, _ = peer_scenarios()[name.removeprefix("peer:")]
         torch.manual_seed(0)
@@ -102,7 +102,7 @@ def _lowerings(name: str):
                 lambda: peer_pte(model, inputs, partitioner, skips))
     if name.startswith("hf:"):
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
-        from tests.hf_models import FAMILIES as BUILDERS
+        from testbed.hf_models import FAMILIES as BUILDERS
 
         module, args, kwargs = BUILDERS[name.removeprefix("hf:")]()
         ep = torch.export.export(module, args, kwargs, strict=False)
@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", help=f"comma-separated model names (default: {','.join(DEFAULT)})")
     parser.add_argument("--json", action="store_true", help="print JSON rows and summary instead of a table")
     args = parser.parse_args(argv)
-    from tests.compile.test_device_peers import SCENARIOS
-    from tests.hf_models import FAMILIES as BUILDERS
+    from testbed.device_peers import SCENARIOS
+    from testbed.hf_models import FAMILIES as BUILDERS
 
     known = [*catalogue(), *(f"peer:{name}" for name in SCENARIOS), *(f"hf:{name}" for name in BUILDERS)]
     rows = [measure(name) for name in choose(args.models, DEFAULT, known)]

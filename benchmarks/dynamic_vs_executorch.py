@@ -3,14 +3,14 @@
     python benchmarks/dynamic_vs_executorch.py [--models linear,encoder_2] [--repeat 1] [--json]
 
 Models: every compile-test corpus model that torch.export keeps with a dynamic batch, exported
-as tests/compile/test_dynamic_corpus.py does (its BATCHES, batch up to its BOUND; a model whose
+as testbed/dynamic_corpus.py does (its BATCHES, batch up to its BOUND; a model whose
 batch cannot be dynamic is listed as skipped with torch's reason), and attention models with a
 dynamic batch (up to 4) and sequence (up to 64), width 64 and 4 heads: EncoderBlock stacks of
 2 and 8 (samples/make_samples.py, hidden 128), nn.MultiheadAttention followed by a Linear, and
 causal scaled_dot_product_attention.
 
 Each tool gets its own fresh export, made outside the clock (ExecuTorch's lowering can rewrite
-a dynamic export's shapes); devplan.compile(ep) and tests.models.executorch_lower(ep) (default
+a dynamic export's shapes); devplan.compile(ep) and testbed.models.executorch_lower(ep) (default
 config, serialized to bytes) are each timed `--repeat` times and the fastest run counts; both
 first lower a tiny model untimed so one-off imports land on neither side. Planned bytes are the
 sums of the sizes of the method's planned buffers (devplan.inspect). ExecuTorch's program is
@@ -33,10 +33,11 @@ import torch  # noqa: E402
 from torch.export import Dim  # noqa: E402
 
 import devplan  # noqa: E402
-from benchmarks.harness import best_time, choose, geometric_mean, number, planned_bytes, table  # noqa: E402 - also quiets ExecuTorch's warnings
+from benchmarks.harness import best_time, choose, geometric_mean, number, table  # noqa: E402 - also quiets ExecuTorch's warnings
+from testbed.executorch import planned_bytes  # noqa: E402
 from samples.make_samples import EncoderBlock  # noqa: E402
-from tests.compile.test_dynamic_corpus import BOUND, batched, exported  # noqa: E402
-from tests.models import CORPUS, executorch_lower, run_executorch  # noqa: E402
+from testbed.dynamic_corpus import BOUND, batched, exported  # noqa: E402
+from testbed.models import CORPUS, executorch_lower, run_executorch  # noqa: E402
 
 HEADERS = ("model", "devplan bytes", "executorch bytes", "bytes ratio", "devplan s", "executorch s",
            "speedup", "et at bound", "")

@@ -12,7 +12,7 @@ Three facts hold in every order:
 - at the last kernel, every output and state storage is alive as well."""
 from __future__ import annotations
 
-from devplan.method import Method
+from devplan.ir.method import Method
 from devplan.planning.lifetimes import lifetimes, storages
 
 

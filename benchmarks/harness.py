@@ -1,6 +1,6 @@
-"""What the devplan-vs-ExecuTorch benchmarks share: the models by name, ExecuTorch's lowering
-(the baseline; benchmarks and tests may import executorch, devplan itself never does), and
-plain-text tables.
+"""What the devplan-vs-ExecuTorch benchmarks share: the models by name, best-of timings and
+plain-text tables. ExecuTorch's lowering, the baseline, is testbed/executorch.py, which the
+tests use too.
 
 Import as `benchmarks.harness` with the repository root on sys.path."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import torch
 
 from samples.make_samples import sample_models
-from tests.models import CORPUS, transformer
+from testbed.models import CORPUS, transformer
 
 # ExecuTorch's lowering warns once per model about deprecated pytree calls and buffer
 # mutation; hundreds of identical lines would bury the table.
@@ -54,32 +54,6 @@ def choose(selection: str | None, default: Sequence[str], known: Sequence[str] |
 def export(name: str) -> torch.export.ExportedProgram:
     module, args = catalogue()[name]()
     return torch.export.export(module, args, strict=False)
-
-
-def executorch_pte(ep: torch.export.ExportedProgram, *, const_prop: bool = False) -> bytes:
-    """Lower `ep` with ExecuTorch's default portable pipeline (alignment 16, inputs, outputs
-    and mutable buffers planned) and return the .pte bytes; `const_prop` turns on its
-    constant propagation. Mutated buffers keep their initial values, as devplan's do."""
-    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
-    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
-
-    # Buffer write-back copies a value computed from grad-requiring parameters into the
-    # buffer, which autograd rejects outside no_grad.
-    with torch.no_grad():
-        edge = to_edge_transform_and_lower(ep)
-        signature = edge.exported_program().graph_signature
-        mutated = set(signature.buffers_to_mutate.values())
-        placeholders = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]
-        config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(placeholders)],
-                                         do_quant_fusion_and_const_prop=const_prop)
-        return edge.to_executorch(config).buffer
-
-
-def planned_bytes(pte: bytes) -> int:
-    """Bytes of all planned (non-constant) buffers of a program's first method."""
-    import devplan
-
-    return int(sum(devplan.read_pte(pte).program.executionPlan[0].nonConstBufferSizes))
 
 
 def best_time(run: Callable[[torch.export.ExportedProgram], object], fresh: Callable[[], torch.export.ExportedProgram],

@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.peak import run_measured  # noqa: E402
+from testbed.peak import run_measured  # noqa: E402
 
 HEADERS = ("tensors", "view", "devplan s", "devplan MB", "executorch s", "executorch MB", "time x", "memory x")
 VIEWS = {"default": [], "all": ["-s", "all"], "json": ["--json"]}
@@ -65,8 +65,8 @@ print(time.perf_counter() - start)
 def synthetic(tensors: int) -> bytes:
     """A .pte of a residual chain holding `tensors` planned tensors (rounded to whole blocks)."""
     from devplan.emit.program import to_program
-    from devplan.method import Kernel, Method, Source
-    from devplan.planning.assign import plan_method
+    from devplan.ir.method import Kernel, Method, Source
+    from devplan.planning.plan_method import plan_method
     from devplan.pte import dumps_pte
     from devplan.spec import TensorSpec
 
@@ -164,7 +164,7 @@ def big_program(layers: int, path: Path) -> None:
 
 
 def hostile(case: str, size: str) -> bytes:
-    from tests.inspect.programs import one_offset_program, wide_program
+    from testbed.programs import one_offset_program, wide_program
 
     if case == "overlap":
         return one_offset_program(int(size))

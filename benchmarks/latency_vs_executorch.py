@@ -4,8 +4,8 @@ against ExecuTorch's own lowerings of the same export, with their planned bytes.
     python benchmarks/latency_vs_executorch.py [--models mlp,llama,q_mlp_static_pt] [--runs 20] [--quick] [--json]
 
 Each model is exported once with torch.export.export(strict=False) (the transformers families
-of tests/hf_models.py under torch.no_grad(), as their corpus does; the quantized models are
-PT2E-quantized by tests.models.pt2e_quantize with ExecuTorch's XNNPACK quantizer, and their
+of testbed/hf_models.py under torch.no_grad(), as their corpus does; the quantized models are
+PT2E-quantized by testbed.models.pt2e_quantize with ExecuTorch's XNNPACK quantizer, and their
 converted module is the eager reference). Four programs are made from copies of that one
 export, none of it timed:
 
@@ -45,10 +45,11 @@ from torch import nn  # noqa: E402
 from torch.utils import _pytree as pytree  # noqa: E402
 
 import devplan  # noqa: E402
-from benchmarks.harness import catalogue, choose, executorch_pte, geometric_mean, number, planned_bytes, table  # noqa: E402
+from benchmarks.harness import catalogue, choose, geometric_mean, number, table  # noqa: E402
+from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 from devplan.errors import first_line  # noqa: E402
-from tests.hf_models import FAMILIES  # noqa: E402
-from tests.models import eager_runs, pt2e_quantize  # noqa: E402
+from testbed.hf_models import FAMILIES  # noqa: E402
+from testbed.models import eager_runs, pt2e_quantize  # noqa: E402
 
 BENCHMARK = ("mlp", "cnn", "transformer", "transformer_2", "transformer_8", "residual_cnn", "transformer_encoder",
              "gated_mlp", "conv_bn_relu")

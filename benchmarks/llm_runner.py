@@ -2,7 +2,7 @@
 
     python benchmarks/llm_runner.py [--dim 256] [--layers 4] [--tokens 64] [--repeats 5] [--json]
 
-Two exports of a Llama with seeded random weights (tests/llama_export.py): ExecuTorch's
+Two exports of a Llama with seeded random weights (testbed/llama_export.py): ExecuTorch's
 export_llama pipeline (KV cache, llama::custom_sdpa and llama::update_cache) and transformers'
 ExecuTorch recipe (static cache, input_ids and cache_position). Per export, four programs:
 devplan.compile of the export (portable kernels, and with backends=["xnnpack"]) with the same
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import devplan  # noqa: E402
 from devplan import inspect  # noqa: E402
-from tests.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, generate, word_tokenizer  # noqa: E402
+from testbed.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, generate, word_tokenizer  # noqa: E402
 
 # an end-of-sequence id past the vocabulary: every program generates all --tokens tokens
 SPECIAL = {"get_bos_id": 1, "get_eos_ids": [1 << 20]}

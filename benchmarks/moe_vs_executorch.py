@@ -1,4 +1,4 @@
-"""Mixture-of-experts models from `transformers` (tests/hf_models.py MOE_FAMILIES): devplan's
+"""Mixture-of-experts models from `transformers` (testbed/hf_models.py MOE_FAMILIES): devplan's
 program of the model as transformers runs it against ExecuTorch's best, planned bytes.
 
     python benchmarks/moe_vs_executorch.py [--models mixtral,qwen3_moe] [--json]
@@ -24,9 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import devplan  # noqa: E402
-from benchmarks.harness import choose, executorch_pte, geometric_mean, number, planned_bytes, table  # noqa: E402
+from benchmarks.harness import choose, geometric_mean, number, table  # noqa: E402
+from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 from devplan.errors import first_line  # noqa: E402
-from tests.hf_models import MOE_FAMILIES  # noqa: E402
+from testbed.hf_models import MOE_FAMILIES  # noqa: E402
 
 HEADERS = ("model", "devplan s", "devplan bytes", "executorch batched bytes", "bytes ratio", "devplan batched bytes")
 

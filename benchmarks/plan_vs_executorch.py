@@ -24,8 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import devplan  # noqa: E402
 from benchmarks.floor import order_free_floor  # noqa: E402
-from benchmarks.harness import SAMPLES, TRANSFORMERS, executorch_pte, choose, export, geometric_mean, number, planned_bytes, table  # noqa: E402
-from tests.models import CORPUS  # noqa: E402
+from benchmarks.harness import SAMPLES, TRANSFORMERS, choose, export, geometric_mean, number, table  # noqa: E402
+from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
+from testbed.models import CORPUS  # noqa: E402
 
 HEADERS = ("model", "devplan", "lower bound", "floor", "et default", "et constprop",
            "dp/best et", "dp/bound", "dp/et default", "floor/et default", "")

@@ -20,8 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import devplan  # noqa: E402
-from benchmarks.harness import best_time, catalogue, choose, executorch_pte, planned_bytes, table  # noqa: E402
-from tests.models import pt2e_quantize  # noqa: E402
+from benchmarks.harness import best_time, catalogue, choose, table  # noqa: E402
+from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
+from testbed.models import pt2e_quantize  # noqa: E402
 
 MODELS = ("mlp", "cnn", "transformer", "linear", "conv_bn_relu", "depthwise_separable", "gated_mlp",
           "residual_cnn", "transformer_encoder", "transformer_8")

@@ -1,4 +1,4 @@
-"""Real models from `transformers` (tests/hf_models.py): compile time and planned memory,
+"""Real models from `transformers` (testbed/hf_models.py): compile time and planned memory,
 devplan against ExecuTorch's lowering, with devplan's slowest stages.
 
     python benchmarks/real_models_vs_executorch.py [--models llama,bert] [--repeat 1] [--json]
@@ -22,9 +22,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import devplan  # noqa: E402
-from benchmarks.harness import best_time, executorch_pte, geometric_mean, number, planned_bytes, table  # noqa: E402
+from benchmarks.harness import best_time, geometric_mean, number, table  # noqa: E402
+from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 from devplan.errors import first_line  # noqa: E402
-from tests.hf_models import FAMILIES  # noqa: E402
+from testbed.hf_models import FAMILIES  # noqa: E402
 
 HEADERS = ("model", "devplan s", "executorch s", "speedup", "devplan bytes", "executorch bytes", "bytes ratio",
            "slowest stages")

@@ -15,7 +15,7 @@ rather than refusing what is known to be dangerous, devplan accepts only what to
   constraint in the small grammar of devplan.expressions, node targets as operator names, node
   metadata by known keys, namedtuple fields as identifiers.
 
-Everything here raises `Unexpected`, which devplan.load turns into its one-line refusal.
+Everything here raises `Unexpected`, which devplan.archive turns into its one-line refusal.
 """
 from __future__ import annotations
 

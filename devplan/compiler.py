@@ -2,7 +2,7 @@
 
     per method (forward, then --method's):
     load -> from_exported -> GRAPH_PASSES (decompose, fold, views, sizes), each Lowered -> Lowered
-         [-> partition -> compile_delegates: lower_method, to_program and dumps_pte for each payload]
+         [-> partition -> each delegate_group: lower_method (as a payload), to_program, dumps_pte]
          -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
                           inplace), each Method -> Method -> plan_method
     then every planned method, constant methods too -> to_program -> pte_image (the pieces of the
@@ -20,15 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping
 
 from devplan.errors import DevplanError, InternalError
+from devplan.ir.role import PROGRAM, Role
 from devplan.options import CompileOptions
 from devplan.planning.verify import PlanError
 from devplan.wellformed import Malformed, check_stage
 
 if TYPE_CHECKING:
-    from devplan.passes.graph import Lowered
-    from devplan.planning.assign import PlannedMethod
+    from devplan.emit.delegates import Group
+    from devplan.ir.lowered import Lowered, Payload
+    from devplan.ir.planned import PlannedMethod
     from devplan.pte.writer import Spread
-    from devplan.spec import Device
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     from devplan.emit.program import ExternalWeights, to_program
     from devplan.files import write_atomic
     from devplan.load import import_kernels
-    from devplan.planning.assign import plan_method
+    from devplan.planning.plan_method import plan_method
     from devplan.pte.writer import pte_image
 
     options = CompileOptions.of(options, **choices)
@@ -167,19 +168,18 @@ def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
 def _plan_program(model, options: CompileOptions, stage: "Stages", name: str) -> tuple["PlannedMethod", dict]:
     """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
     payloads compiled on the way, to its plan; with what folding chose."""
-    from devplan.emit.delegate import compile_delegates
-    from devplan.emit.program import to_program
+    from devplan.emit.delegates import delegate_groups
     from devplan.load import load
     from devplan.passes import GRAPH_PASSES
-    from devplan.passes.graph import from_exported
+    from devplan.passes.adopt import adopt_delegates
+    from devplan.passes.split import from_exported
     from devplan.backend import Backend
     from devplan.passes.partition import partition
-    from devplan.pte import dumps_pte
 
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
-        from devplan.passes.backends import adopt_delegates, lower_to_backends
+        from devplan.passes.backends import lower_to_backends
 
         ep = stage("backends", lower_to_backends, ep, options.delegates)
     low = stage("split", from_exported, ep)
@@ -190,33 +190,39 @@ def _plan_program(model, options: CompileOptions, stage: "Stages", name: str) ->
     folding = dict(low.folding)
     if options.delegates:
         low = stage("partition", partition, low, own)
-
-        def payload(sub: "Lowered", device: "Device", call: str) -> tuple["PlannedMethod", bytes]:
-            # each payload goes through the same stages as the program, named after its call
-            inner = stage.within(call)
-            planned = lower_method(sub, options, inner, device)
-            return planned, inner("serialize", dumps_pte, *inner("emit", to_program, planned, source=options.source))
-
-        low = compile_delegates(low, payload)
+        # the recursion: each delegate's group is lowered by the program's own stages, as a payload
+        payloads = {group.call: _payload(group, options, stage.within(group.call)) for group in delegate_groups(low)}
+        low = replace(low, payloads={**low.payloads, **payloads})
     return lower_method(low, options, stage, name=name), folding
 
 
-def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages",
-                 delegate: "Device | None" = None, name: str = "forward") -> "PlannedMethod":
-    """A Lowered graph to its planned method, for the program and, with `delegate` (the device
-    its backend runs on), for a delegate's payload: every tensor it computes on that device,
-    its inputs and outputs its caller's."""
+def _payload(group: "Group", options: CompileOptions, stage: "Stages") -> "Payload":
+    """A delegate's group through lower_method on its backend's device, then emitted and
+    serialized as a program of its own; its stages named after its call (delegate_0.build)."""
+    from devplan.emit.program import to_program
+    from devplan.pte import dumps_pte
+
+    try:
+        planned = lower_method(group.program, options, stage, Role.payload_on(group.device))
+        data = stage("serialize", dumps_pte, *stage("emit", to_program, planned, source=options.source))
+    except DevplanError as error:
+        raise group.refused(error) from None
+    return group.payload(planned, data)
+
+
+def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages", role: Role = PROGRAM,
+                 name: str = "forward") -> "PlannedMethod":
+    """A Lowered graph to its planned method, for the program and, by `role`, for a delegate's
+    payload: every tensor it computes on its backend's device, its inputs and outputs its caller's."""
     from devplan.emit.build import build_method
     from devplan.passes import method_passes
-    from devplan.planning.assign import plan_method
-    from devplan.spec import CPU
+    from devplan.planning.plan_method import plan_method
 
-    method = stage("build", build_method, low, name, device_io=options.device_io and delegate is None)
-    for pass_name, method_pass in method_passes(options, delegate):
+    method = stage("build", build_method, low, name, device_io=options.device_io and not role.payload)
+    for pass_name, method_pass in method_passes(options, role):
         method = stage(pass_name, method_pass, method)
     return stage("plan", plan_method, method, alignment=options.alignment, algorithm=options.planner,
-                 budgets=dict(options.budgets) if delegate is None else None, home=delegate or CPU,
-                 borrowed_io=delegate is not None)
+                 budgets=() if role.payload else options.budgets, home=role.home, borrowed_io=role.payload)
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from devplan.method import BoolList, DoubleList, IntList, OptionalTensorList, TensorList, Use
+from devplan.ir.method import BoolList, DoubleList, IntList, OptionalTensorList, TensorList, Use
 from devplan.spec import TensorSpec
 
 
@@ -14,9 +14,9 @@ def stage_text(result, stage: str = "") -> str:
     """A stage's result as text: a graph stage's FX graph; a method stage's tables (values,
     instructions, and after planning each buffer's layout); emit's program objects by their
     facts; serialize's bytes by digest; the written file by name."""
-    from devplan.method import Method
-    from devplan.passes.graph import Lowered
-    from devplan.planning.assign import PlannedMethod
+    from devplan.ir.method import Method
+    from devplan.ir.lowered import Lowered
+    from devplan.ir.planned import PlannedMethod
     from devplan.pte.writer import Spread
 
     if isinstance(result, Lowered):

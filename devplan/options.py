@@ -9,6 +9,7 @@ from pathlib import Path
 from devplan.backend import Backend
 from devplan.errors import DevplanError
 from devplan.passes.backends import Partitioner
+from devplan.planning.budget import checked_budgets
 from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT
 from devplan.planning.planner import ALGORITHMS
 
@@ -62,7 +63,7 @@ class CompileOptions:
         if unknown:
             raise TypeError(f"compile() got an unexpected keyword argument {unknown[0]!r}")
         if "budgets" in choices:
-            choices["budgets"] = tuple((dict(choices["budgets"] or {})).items())
+            choices["budgets"] = tuple(checked_budgets(choices["budgets"] or {}).items())
         if "delegates" in choices:
             choices["delegates"] = tuple(Backend.parse(d) if isinstance(d, str) else d for d in choices["delegates"] or ())
         if "kernels" in choices:

@@ -12,10 +12,10 @@ import functools
 
 import torch
 
-from devplan.method import IntList, Method, OptionalTensorList, TensorList, Use
+from devplan.ir.method import IntList, Method, OptionalTensorList, TensorList, Use
 from devplan.ops import ET_VIEW, TO_DEVICE, TO_HOST
-from devplan.passes.graph import Lowered
-from devplan.planning.assign import PlannedMethod
+from devplan.ir.lowered import Lowered
+from devplan.ir.planned import PlannedMethod
 from devplan.runtime.kernels import DIM_ORDER, NUMBERS, schema_op
 from devplan.spec import Device, TensorSpec
 

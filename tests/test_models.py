@@ -9,8 +9,8 @@ import torch
 from torch import Tensor, nn
 
 from samples.make_samples import EncoderBlock, sample_models
-from tests.lowerings import executorch_lowered
-from tests.models import CORPUS, STATEFUL, eager_outputs, export, run_executorch, transformer
+from testbed.lowerings import executorch_lowered
+from testbed.models import CORPUS, STATEFUL, eager_outputs, export, run_executorch, transformer
 
 SAMPLES_DIR = Path(__file__).resolve().parents[1] / "samples"
 RTOL, ATOL = 1e-4, 1e-5

@@ -13,8 +13,8 @@ from devplan.inspection.check import check_document
 from devplan.inspection.golden import golden_document
 from devplan.runtime.report import run_document
 from tests.inspect.runner import invoke
-from tests.lowerings import executorch_lowered
-from tests.models import export
+from testbed.lowerings import executorch_lowered
+from testbed.models import export
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "docs" / "schemas"

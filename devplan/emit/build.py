@@ -13,8 +13,8 @@ from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
 from devplan.ops import NUMBER_OPS, SAME_BYTES, has_kernel, is_view, kernel_name, out_schema, schema_name
-from devplan.passes.graph import Lowered
-from devplan.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, Source,
+from devplan.ir.lowered import Lowered
+from devplan.ir.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, Source,
                             TensorList, Use, Value, ViewOf)
 from devplan.spec import CPU, Device, TensorSpec
 

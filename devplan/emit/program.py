@@ -8,8 +8,8 @@ from dataclasses import astuple
 import torch
 
 from devplan.dtypes import code_of
-from devplan.method import BoolList, DoubleList, IntList, OptionalTensorList, Source, TensorList
-from devplan.planning.assign import PlannedMethod
+from devplan.ir.method import BoolList, DoubleList, IntList, OptionalTensorList, Source, TensorList
+from devplan.ir.planned import PlannedMethod
 from devplan.pte.frames import FrameCache, frame_list
 from devplan.pte.ptd import Entry, Layout, ptd_image
 from devplan.pte.fb import KernelTypes, InstructionArguments

@@ -9,11 +9,9 @@ from collections import Counter
 from typing import AbstractSet
 
 from devplan.errors import DevplanError
-from devplan.inspection.overlap import LatestWrites, busiest, storages
+from devplan.inspection.bounds import BufferBounds, buffer_bounds, device_bounds
 from devplan.inspection.peak import peak
 from devplan.inspection.sources import argument_text, chain_origins, source_text, tensor_source
-from devplan.planning.bounds import lower_bound
-from devplan.planning.model import Interval, align_up
 from devplan.pte import PteFile
 from devplan.pte.decode import MethodView, methods
 from devplan.pte.header import is_program
@@ -140,11 +138,12 @@ def _method(pte, view: MethodView) -> dict:
             calls.setdefault(row.delegate, []).append(row.index)
     delegates = [_delegate(pte, view, delegate, calls.get(delegate.index, [])) for delegate in view.delegates]
     windows = _windows(view, delegates)
-    buffers = [
+    rows = [
         _buffer(mem_id, sizes[mem_id], view.buffer_devices.get(mem_id, CPU), tensors, view.written, view.read,
                 [w for w in windows if w["mem_id"] == mem_id])
         for mem_id in range(1, len(sizes))
     ]
+    buffers = [row for row, _ in rows]
     _name_tensors(tensors, instruction_rows, writers, origins, view.inputs, view.outputs)
     for t in tensors:
         t["module"] = _module_of(t, instruction_rows, writers)
@@ -162,8 +161,8 @@ def _method(pte, view: MethodView) -> dict:
             "delegates": len(delegates),
         },
         "values": dict(sorted(Counter(_VALUE_KINDS.get(kind, f"kind({kind})") for kind in view.kinds).items())),
-        "buffers": [{key: b[key] for key in b if key != "_live"} for b in buffers],
-        "devices": _devices(buffers, delegates),
+        "buffers": buffers,
+        "devices": device_bounds(buffers, [bounds.live for _, bounds in rows], delegates),
         "peak": peaks,
         "tensors": tensors,
         "instructions": instruction_rows,
@@ -219,73 +218,27 @@ def _role(index: int, constant: bool, inputs: set[int], outputs: set[int]) -> st
 
 
 def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: AbstractSet[int], read: AbstractSet[int],
-            windows: list[dict]) -> dict:
+            windows: list[dict]) -> tuple[dict, BufferBounds]:
     """One buffer: its size, the bytes in use at its busiest instruction, and its lower bound,
     delegates' windows (their payloads' buffers, alive while they run) counted with the
-    tensors; `_live` (for the device totals) is the bound's aligned intervals."""
+    tensors; with those bounds, whose live intervals the device totals add up."""
     placed = [t for t in tensors if t["mem_id"] == mem_id]
-    timed = [t for t in placed if t["lifetime"] is not None]
-    _hold_views(timed, written, read)
-    sharing = storages(timed)
-    peak, peak_instruction = 0, None
-    # Bytes in use only grow where a tensor starts holding bytes, so the busiest instruction
-    # is one of those; one sweep over them adds and removes each tensor's bytes once.
-    for at, in_use in busiest(timed + windows):
-        if in_use > peak:
-            peak, peak_instruction = in_use, at
-    bound = _lower_bound(timed, sharing, size, windows)
-    exact = bound.pop("_exact_bound")
+    bounds = buffer_bounds([t for t in placed if t["lifetime"] is not None], size, windows, written, read)
     # a sound plan keeps apart, at its busiest, at least the bytes its bound says must be
-    problem = ({"problem": f"unsound plan: peak {peak} bytes is below the {exact} that must be apart at once "
-                           f"(live tensors or delegate windows share bytes)"} if peak < exact else {})
-    return {
+    problem = ({"problem": f"unsound plan: peak {bounds.peak} bytes is below the {bounds.exact_bound} that must be "
+                           f"apart at once (live tensors or delegate windows share bytes)"}
+               if bounds.peak < bounds.exact_bound else {})
+    row = {
         "mem_id": mem_id,
         "size": size,
         "device": str(device),
         "tensors": len(placed),
-        "peak": peak,
-        "peak_instruction": peak_instruction,
-        **bound,
+        "peak": bounds.peak,
+        "peak_instruction": bounds.peak_instruction,
+        "lower_bound": bounds.lower_bound,
         **problem,
     }
-
-
-_MIN_ALIGNMENT, _MAX_ALIGNMENT = 16, 4096
-
-
-def _lower_bound(timed: list[dict], sharing: list[int], size: int, windows: list[dict]) -> dict:
-    """The planner's lower bound (aligned bytes alive at the busiest instruction) for the
-    storages this buffer holds, inferred from where tensors sit, and each delegate window at
-    its payload's own bound while the delegate runs. Tensors that share bytes while both hold
-    them are one storage (a view, an in-place result, a slice of a larger tensor); a storage
-    counts the bytes it spans for as long as any member holds them, which no placement of
-    those storages beats. The alignment is the one the plan kept: the largest power of two
-    from 16 to 4096 dividing every storage's offset whose bound the buffer meets (a program
-    planned with --alignment 256 is measured at 256, not at 16). Returns lower_bound, and
-    under `_live` the intervals at that alignment."""
-
-    pools: dict[int, list[int]] = {}  # one per storage, first met first
-    for i, t in enumerate(timed):
-        start, end, (first, last) = t["offset"], t["offset"] + t["nbytes"], t["held"]
-        pool = pools.setdefault(sharing[i], [start, end, first, last])
-        pool[:] = [min(pool[0], start), max(pool[1], end), min(pool[2], first), max(pool[3], last)]
-    spans = [(start, end - start, first, last) for start, end, first, last in pools.values()]
-    spans += [(w["offset"], w["bound"], *w["held"]) for w in windows]
-    alignment = _MAX_ALIGNMENT
-    while alignment > _MIN_ALIGNMENT and any(start % alignment for start, *_ in spans):
-        alignment //= 2
-
-    def at(alignment: int) -> list[Interval]:
-        return [Interval(key, align_up(nbytes, alignment), first, last)
-                for key, (_, nbytes, first, last) in enumerate(spans)]
-
-    bound = lower_bound(at(alignment), alignment=1).get(1, 0)
-    while alignment > _MIN_ALIGNMENT and bound > size:
-        alignment //= 2
-        bound = lower_bound(at(alignment), alignment=1).get(1, 0)
-    # unaligned, the bound is bytes that must be apart at some instruction: a peak below it
-    # means storages alive at once (a delegate's window among them) share bytes
-    return {"lower_bound": bound, "_live": at(alignment), "_exact_bound": lower_bound(at(1), alignment=1).get(1, 0)}
+    return row, bounds
 
 
 def _windows(view: MethodView, delegates: list[dict]) -> list[dict]:
@@ -306,57 +259,6 @@ def _windows(view: MethodView, delegates: list[dict]) -> list[dict]:
         found.append({"mem_id": window["mem_id"], "offset": window["offset"], "nbytes": nbytes,
                       "bound": buffers[0]["lower_bound"], "held": [min(d["calls"]), max(d["calls"])]})
     return found
-
-
-def _devices(buffers: list[dict], delegates: list[dict]) -> list[dict]:
-    """Per device: the bytes all the method's buffers there take, its delegates' own buffers
-    (those not in a window) included, since a runtime holds them all at once; and the device's
-    lower bound, the most bytes alive there at any instruction, a delegate's buffers counted
-    (at its payload's bound) while it runs."""
-
-    totals: dict[str, dict] = {}
-    for b in buffers:
-        total = totals.setdefault(b["device"], {"device": b["device"], "buffers": 0, "size": 0, "_live": []})
-        total["buffers"] += 1
-        total["size"] += b["size"]
-        total["_live"] += b["_live"]
-    for d in delegates:
-        if d["window"] is not None:
-            continue
-        for b in d["payload_buffers"] or ():
-            total = totals.setdefault(b["device"], {"device": b["device"], "buffers": 0, "size": 0, "_live": []})
-            total["buffers"] += 1
-            total["size"] += b["size"]
-            total["_live"] += [Interval(0, b["lower_bound"], call, call) for call in d["calls"]]
-    rows = []
-    for _device, total in sorted(totals.items(), key=lambda item: (item[0] != "cpu", item[0])):
-        live = [Interval(key, i.size, i.first, i.last) for key, i in enumerate(total.pop("_live"))]
-        rows.append({**total, "lower_bound": lower_bound(live, alignment=1).get(1, 0)})
-    return rows
-
-
-def _hold_views(timed: list[dict], written: AbstractSet[int], read: AbstractSet[int]) -> None:
-    """A view (a tensor no instruction writes) holds its bytes from when they were last written:
-    each byte holds what the latest tensor over it that started before the view's first use
-    put there, and the view needs them all. An instruction reads its arguments before it
-    writes; a view no instruction reads (an output the caller reads after the run) sees the
-    writes of its first instruction too."""
-    latest = LatestWrites()
-    order = sorted(range(len(timed)), key=lambda i: timed[i]["held"][0])
-    painted = 0
-    for i in sorted(range(len(timed)), key=lambda i: timed[i]["lifetime"][0]):
-        t = timed[i]
-        if t["value"] in written:
-            continue
-        first = t["held"][0]
-        before = first if t["value"] in read else first + 1
-        while painted < len(order) and timed[order[painted]]["held"][0] < before:
-            j = order[painted]
-            if timed[j]["value"] in written:
-                latest.paint(timed[j]["offset"], timed[j]["offset"] + timed[j]["nbytes"], timed[j]["held"][0])
-            painted += 1
-        t["held"][0] = latest.earliest(t["offset"], t["offset"] + t["nbytes"], first)
-        latest.paint(t["offset"], t["offset"] + t["nbytes"], t["held"][0])
 
 
 def _delegate(pte, view: MethodView, delegate, calls: list[int]) -> dict:

@@ -6,23 +6,24 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
-from devplan.method import Method
+from devplan.ir.method import Method
+from devplan.ir.role import PROGRAM, Role
 from devplan.passes.alias import alias_views
 from devplan.passes.compact import compact
 from devplan.passes.concat import write_cats_in_place
 from devplan.passes.copies import insert_copies
 from devplan.passes.decompose import decompose
 from devplan.passes.fold import fold_constants
-from devplan.passes.graph import Lowered
+from devplan.ir.lowered import Lowered
 from devplan.passes.inplace import reuse_dead_inputs
 from devplan.passes.permutes import merge_permutes
 from devplan.passes.place import on_device
 from devplan.passes.schedule import schedule
-from devplan.passes.sizes import hoist_sizes, view_dynamic_copies
+from devplan.passes.sizes import hoist_sizes
+from devplan.passes.views import view_dynamic_copies
 
 if TYPE_CHECKING:
     from devplan.options import CompileOptions
-    from devplan.spec import Device
 
 # (stage name, pass) in the order they run: each takes the Lowered program and returns it
 # (the graph edited in place, as torch.fx passes do; anything else replaced)
@@ -30,12 +31,12 @@ GRAPH_PASSES: tuple[tuple[str, Callable[[Lowered], Lowered]], ...] = (
     ("decompose", decompose), ("permutes", merge_permutes), ("fold", fold_constants), ("views", view_dynamic_copies), ("sizes", hoist_sizes))
 
 
-def method_passes(options: "CompileOptions", delegate: "Device | None" = None) -> list[tuple[str, Callable[[Method], Method]]]:
-    """(stage name, pass) in the order they run, for the program and every delegate payload
-    (`delegate`: the device its backend runs on; its inputs and outputs are the caller's)."""
+def method_passes(options: "CompileOptions", role: Role = PROGRAM) -> list[tuple[str, Callable[[Method], Method]]]:
+    """(stage name, pass) in the order they run, for the program's methods and, by `role`,
+    every delegate payload (on its backend's device; its inputs and outputs the caller's)."""
     chosen = (("copies", insert_copies, True), ("alias", alias_views, True), ("compact", compact, True),
-              ("place", partial(on_device, device=delegate), delegate is not None),
+              ("place", partial(on_device, device=role.home), role.payload),
               ("concat", write_cats_in_place, options.inplace),
               ("schedule", partial(schedule, alignment=options.alignment), options.reorder),
-              ("inplace", partial(reuse_dead_inputs, borrowed_io=delegate is not None), options.inplace))
+              ("inplace", partial(reuse_dead_inputs, borrowed_io=role.payload), options.inplace))
     return [(name, run) for name, run, wanted in chosen if wanted]

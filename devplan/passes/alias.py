@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from devplan.method import Method, TensorList
+from devplan.ir.method import Method, TensorList
 from devplan.ops import ET_VIEW
 from devplan.spec import TensorSpec
 

@@ -6,18 +6,17 @@ pipeline. Only this stage imports ExecuTorch (the `devplan[executorch]` extra)."
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import create_op_support
 
-from devplan.backend import TARGET_DEVICE, Backend
+from devplan.backend import Backend
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
-from devplan.passes.graph import ForeignCall, Lowered, Payload
+from devplan.ir.lowered import ForeignCall
 from devplan.pte.writer import SEGMENT_ALIGNMENT
-from devplan.spec import CPU, Device
 
 # --backend NAME: the partitioner ExecuTorch ships for it
 KNOWN = {"xnnpack": "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner"}
@@ -272,23 +271,3 @@ def _view_of_copy(op):
         return op
     view = getattr(getattr(torch.ops.aten, name.removesuffix("_copy"), None), op._overloadname, None)
     return view if isinstance(view, torch._ops.OpOverload) and view.is_view else op
-
-
-def adopt_delegates(low: Lowered) -> Lowered:
-    """The Lowered program's backends and payloads for the delegate calls ExecuTorch's
-    backends made (call_modules of ForeignCall): planned on the device their compile spec
-    names (`target_device`), else the host."""
-    backends, payloads = dict(low.backends), dict(low.payloads)
-    for node in low.gm.graph.nodes:
-        if node.op != "call_module" or not isinstance(call := low.gm.get_submodule(node.target), ForeignCall):
-            continue
-        specs = dict(call.compile_specs)
-        try:
-            device = Device.parse(specs[TARGET_DEVICE].decode()) if TARGET_DEVICE in specs else CPU
-        except (DevplanError, UnicodeDecodeError):
-            raise DevplanError(f"{call.backend_id}: compile spec target_device {specs[TARGET_DEVICE]!r} names no "
-                               f"device devplan plans for; use cpu or cuda:N") from None
-        backends[node.target] = Backend(device, frozenset(), call.backend_id, call.compile_specs)
-        payloads[node.target] = Payload(call.processed, None, 0, 0, call.named_data)
-    return replace(low, backends=backends, payloads=payloads)
-

@@ -3,7 +3,7 @@ that became aliases, Uses read as their source), equal numbers shared, the rest 
 the order they were made."""
 from __future__ import annotations
 
-from devplan.method import IntList, Method, OptionalTensorList, TensorList, Use
+from devplan.ir.method import IntList, Method, OptionalTensorList, TensorList, Use
 from devplan.ops import NUMBER_OPS
 from devplan.spec import TensorSpec
 

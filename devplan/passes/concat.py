@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from devplan.method import Method, TensorList
+from devplan.ir.method import Method, TensorList
 from devplan.planning.lifetimes import lifetimes, storages
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from devplan.method import Kernel, Method, OptionalTensorList, TensorList, Use
+from devplan.ir.method import Kernel, Method, OptionalTensorList, TensorList, Use
 from devplan.ops import TO_DEVICE, TO_HOST
 from devplan.spec import CPU, Device, TensorSpec
 

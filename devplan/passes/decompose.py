@@ -18,7 +18,7 @@ from torch.utils import _pytree as pytree
 from devplan.errors import DevplanError, first_line
 from devplan.ops import CHECKS_OUT_SIZES, RANKS, TORCH_NAMESPACES, is_view, out_schema, runnable, schema_name
 from devplan.passes.decompositions import bincount, decomposition
-from devplan.passes.graph import Lowered
+from devplan.ir.lowered import Lowered
 
 # Ops that only check metadata or shapes at trace time; the runtime has nothing to do.
 _DROPPED = {"aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",

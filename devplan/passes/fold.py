@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import torch
 
-from devplan.passes.graph import Lowered
+from devplan.ir.lowered import Lowered
 
 _NONDETERMINISTIC = {"aten::rand", "aten::randn", "aten::native_dropout", "aten::bernoulli", "aten::randint",
                      # their contents are whatever the memory held

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from devplan.method import Kernel, Method, TensorList, Value
+from devplan.ir.method import Kernel, Method, TensorList, Value
 from devplan.ops import ELEMENTWISE
 from devplan.planning.lifetimes import lifetimes, storages
 from devplan.spec import TensorSpec

@@ -11,7 +11,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import create_op_support
 
 from devplan.backend import Backend
-from devplan.passes.graph import Lowered
+from devplan.ir.lowered import Lowered
 
 
 def partition(low: Lowered, backends: Sequence[Backend]) -> Lowered:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from devplan.passes.graph import Lowered
+from devplan.ir.lowered import Lowered
 
 aten = torch.ops.aten
 PERMUTES = (aten.permute.default, aten.transpose.int, aten.t.default)

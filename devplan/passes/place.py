@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from devplan.method import Method
+from devplan.ir.method import Method
 from devplan.spec import Device, TensorSpec
 
 

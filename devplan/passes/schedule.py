@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from devplan.method import IntList, Kernel, Method, OptionalTensorList, TensorList
+from devplan.ir.method import IntList, Kernel, Method, OptionalTensorList, TensorList
 from devplan.ops import written_inputs
 from devplan.passes.inplace import overwritable
 from devplan.planning.lifetimes import lifetimes, storages

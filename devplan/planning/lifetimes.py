@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from devplan.method import Method
+from devplan.ir.method import Method
 from devplan.spec import TensorSpec
 
 

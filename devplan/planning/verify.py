@@ -12,7 +12,7 @@ from devplan.planning.model import check_alignment
 from devplan.spec import CPU, Device, TensorSpec
 
 if TYPE_CHECKING:
-    from devplan.method import Method
+    from devplan.ir.method import Method
 
 
 class PlanError(DevplanError):
@@ -180,7 +180,7 @@ def verify_devices(method: Method, home: Device) -> None:
     planned memory, and may be read anywhere."""
     # imported here: method and ops import torch, which the CLI importing this package for
     # its options never needs
-    from devplan.method import OptionalTensorList, TensorList
+    from devplan.ir.method import OptionalTensorList, TensorList
     from devplan.ops import TO_DEVICE, TO_HOST
 
     values = method.values

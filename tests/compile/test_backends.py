@@ -17,8 +17,8 @@ import devplan
 from devplan.errors import DevplanError
 from devplan.passes.backends import Partitioner
 from devplan.pte import read_pte
-from tests.hf_models import FAMILIES
-from tests.models import CORPUS, STATEFUL, eager_outputs, eager_runs, export, pt2e_quantize, run_executorch
+from testbed.hf_models import FAMILIES
+from testbed.models import CORPUS, STATEFUL, eager_outputs, eager_runs, export, pt2e_quantize, run_executorch
 from tests.tiers import tiered
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.big_model import export
-from benchmarks.peak import run_measured
+from testbed.big_models import export
+from testbed.peak import run_measured
 
 ROOT = Path(__file__).resolve().parents[2]
 RATIO = 1.3

@@ -216,7 +216,7 @@ def test_version_and_help():
 
 def test_output_cut_short_by_the_reader_is_quiet(tmp_path):
     """`devplan inspect x.pte | head`: no traceback when the reader goes away."""
-    from tests.models import transformer
+    from testbed.models import transformer
 
     module, args = transformer(16)  # its full listing (~130 KB) is far larger than a pipe's buffer
     program = tmp_path / "p.pte"

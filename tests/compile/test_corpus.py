@@ -7,7 +7,7 @@ from torch.utils import _pytree as pytree
 
 import devplan
 from samples.make_samples import sample_models
-from tests.models import CORPUS, STATEFUL, eager_outputs, run_executorch
+from testbed.models import CORPUS, STATEFUL, eager_outputs, run_executorch
 
 CASES = {**CORPUS, **{f"sample_{name}": (lambda name=name: sample_models()[name]) for name in sample_models()}}
 

@@ -26,7 +26,7 @@ import devplan
 from devplan.pte import read_pte
 from devplan.runtime import LoadedMethod
 from tests.compile.test_module_sweep import CASES, XFAIL as STATIC_XFAIL, _close
-from tests.models import eager_outputs, executorch_lower, run_executorch
+from testbed.models import eager_outputs, executorch_lower, run_executorch
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 

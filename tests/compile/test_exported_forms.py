@@ -13,7 +13,7 @@ from torch import nn
 
 import devplan
 from devplan.errors import DevplanError
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 
 class GradRegion(nn.Module):

@@ -18,7 +18,7 @@ from devplan.pte import read_pte
 from devplan.pte.ptd import Entry, Layout, ptd_image, read_ptd
 from devplan.runtime import run
 from tests.inspect.runner import invoke
-from tests.lowerings import executorch_lowered_external
+from testbed.lowerings import executorch_lowered_external
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "samples" / "mlp.pt2"
@@ -65,7 +65,7 @@ def test_a_ptd_program_runs_on_both_runtimes_as_the_inline_program(tmp_path):
 
 def test_a_transformers_model_runs_with_its_ptd(tmp_path):
     """A tiny Llama (rotary tables, folded constants, names from transformers) on both runtimes."""
-    from tests.hf_models import llama
+    from testbed.hf_models import llama
 
     module, args, _ = llama()
     with torch.no_grad():

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import devplan
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 
 class TransposedWeight(torch.nn.Module):
@@ -92,7 +92,7 @@ class SharedProjection(torch.nn.Module):
 def _against_executorch_const_prop(ep, result):
     """devplan's arena no larger than ExecuTorch's with constant propagation, nor its arena
     and constants together; returns both programs' (arena, constant bytes)."""
-    from benchmarks.harness import executorch_pte, planned_bytes
+    from testbed.executorch import executorch_pte, planned_bytes
 
     theirs = executorch_pte(ep, const_prop=True)
     ours_arena, theirs_arena = planned_bytes(result.data), planned_bytes(theirs)
@@ -182,7 +182,7 @@ def test_constant_subgraph_too_large_to_fold_stays_a_run_time_op(how):
     """Folding checks each step's result size (its fake value) before evaluating it: a step
     larger than the constants it comes from is left to run time, so compiling a tiny export
     whose constants would make 2 GiB neither takes the time nor the memory."""
-    from benchmarks.peak import run_measured
+    from testbed.peak import run_measured
 
     done, peak = run_measured(["-c", _HUGE_FROM_SMALL, how], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -11,8 +11,8 @@ import torch
 import devplan
 from devplan.pte import read_pte
 from devplan.runtime.executor import run
-from tests.hf_models import llama, qwen2
-from tests.models import run_executorch
+from testbed.hf_models import llama, qwen2
+from testbed.models import run_executorch
 from tests.tiers import tiered
 
 # eager and the portable kernels round each op to the dtype at different points: a few units

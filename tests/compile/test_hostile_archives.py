@@ -12,7 +12,7 @@ import zipfile
 import pytest
 import torch
 
-from benchmarks.peak import run_measured
+from testbed.peak import run_measured
 from tests.compile.test_cli import ROOT
 from tests.compile.test_load_safety import Payload
 

@@ -27,8 +27,8 @@ import devplan
 import devplan.runtime
 from devplan.pte import read_pte
 from devplan.runtime.allocator import HostAllocator, registered
-from tests.lowerings import released_after_module
-from tests.models import eager_runs, executorch_lower, mismatch
+from testbed.lowerings import released_after_module
+from testbed.models import eager_runs, executorch_lower, mismatch
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 

@@ -23,7 +23,7 @@ from torch.utils import _pytree as pytree
 import devplan
 import devplan.runtime
 from devplan.errors import DevplanError
-from tests.models import eager_runs, mismatch, run_executorch
+from testbed.models import eager_runs, mismatch, run_executorch
 
 RUNS = 2
 

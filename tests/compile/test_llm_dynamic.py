@@ -30,7 +30,7 @@ from tests.compile.test_llm_sweep import (
     KVCacheIndexCopy, KVCacheIndexPut, KVCacheSlice, LlamaMLP, LearnedPositions, RMSNorm, RotaryHalf,
     RotaryPairs, Sampling, SdpaAttention, TiedEmbedding, TinyDecoder,
 )
-from tests.models import eager_outputs, executorch_lower
+from testbed.models import eager_outputs, executorch_lower
 from tests.tiers import tiered
 
 BOUND, LEAST, EXAMPLE = 16, 2, 8

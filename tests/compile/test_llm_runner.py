@@ -17,7 +17,7 @@ pytest.importorskip("executorch.extension.llm.runner")
 
 import devplan  # noqa: E402
 from devplan import inspect  # noqa: E402
-from tests.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, generate, word_tokenizer  # noqa: E402
+from testbed.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, generate, word_tokenizer  # noqa: E402
 
 PROMPT = "the quick brown fox"
 # an end-of-sequence id these seeded models do not reach within 32 tokens, so that all 32 compare

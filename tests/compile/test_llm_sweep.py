@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import devplan
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 

@@ -16,7 +16,7 @@ from devplan.cli import app
 from devplan.errors import DevplanError
 from devplan.runtime import run
 from tests.compile.test_cli import devplan as devplan_cli
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 runner = CliRunner()
 

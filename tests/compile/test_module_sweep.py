@@ -1,5 +1,5 @@
 """A sweep of common torch.nn building blocks and functional ops that test_more_ops.py and
-the tests.models CORPUS leave out: recurrent layers, transposed and 1-D/3-D convolutions,
+the testbed.models CORPUS leave out: recurrent layers, transposed and 1-D/3-D convolutions,
 resampling, norms, losses, attention masks, sorting and searching, low-precision and
 small-integer dtypes, and cat results read through views.
 
@@ -18,7 +18,7 @@ from torch.utils import _pytree as pytree
 import devplan
 import devplan.runtime
 from devplan.errors import DevplanError
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 

@@ -18,7 +18,7 @@ from torch import nn
 
 import devplan
 from devplan.errors import DevplanError
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,7 +146,7 @@ def test_grouped_mm(x, weight, offs, transposed):
 
 @pytest.fixture(scope="module")
 def mixtral():
-    from tests.hf_models import mixtral
+    from testbed.hf_models import mixtral
 
     module, args, _ = mixtral()
     with torch.no_grad():
@@ -204,7 +204,7 @@ def test_kernels_of_a_module_that_does_not_import_is_one_line(tmp_path):
 def test_moe_with_a_dynamic_sequence_runs_at_every_length(family):
     """The routing's sizes follow the prompt's length (tokens times experts per token):
     planned at the bound, the program takes any length within it."""
-    from tests.hf_models import MOE_FAMILIES
+    from testbed.hf_models import MOE_FAMILIES
 
     module, args, _ = MOE_FAMILIES[family]()
     with torch.no_grad():

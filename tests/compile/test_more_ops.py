@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import devplan
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 
 def m(fn):

@@ -5,7 +5,7 @@ import torch
 
 import devplan
 from devplan.runtime import run
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 COPIES = {"aten::transpose_copy.int_out", "aten::permute_copy.out", "aten::t_copy.out"}
 

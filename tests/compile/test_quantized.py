@@ -16,8 +16,8 @@ from torch import nn
 import devplan
 import devplan.runtime
 from devplan.ops import QUANTIZED, schema_name
-from tests.lowerings import executorch_lowered
-from tests.models import pt2e_quantize, run_executorch
+from testbed.lowerings import executorch_lowered
+from testbed.models import pt2e_quantize, run_executorch
 from tests.tiers import tiered
 
 quantized_kernels = pytest.importorskip("executorch.kernels.quantized")
@@ -109,7 +109,7 @@ def test_quantized_program_runs_in_both_runtimes(model, config):
     for got in (devplan.runtime.run(result.data, list(args))[0][0], run_executorch(result.data, args)[0][0]):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
     assert assert_weights_stay_int8(ep, result) > 0
-    from benchmarks.harness import planned_bytes
+    from testbed.executorch import planned_bytes
 
     assert planned_bytes(result.data) <= planned_bytes(executorch_lowered(ep))
 

@@ -21,7 +21,7 @@ from torch.utils import _pytree as pytree
 import devplan
 import devplan.runtime
 from tests.compile.test_quantized import QUANTIZED_KERNELS, assert_calls_quantized_kernels, assert_weights_stay_int8
-from tests.models import executorch_lower, pt2e_quantize, run_executorch
+from testbed.models import executorch_lower, pt2e_quantize, run_executorch
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 
@@ -461,7 +461,7 @@ def assert_outputs(got: list, want: list, who: str) -> None:
 
 
 def assert_plans_no_more_than_executorch(ep, data: bytes) -> None:
-    from benchmarks.harness import planned_bytes
+    from testbed.executorch import planned_bytes
 
     try:
         theirs = executorch_lower(ep)

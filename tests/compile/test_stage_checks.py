@@ -11,7 +11,8 @@ import torch
 import devplan
 import devplan.passes
 from devplan.errors import InternalError
-from devplan.method import Kernel, Method
+from devplan.ir.method import Kernel, Method
+from devplan.ir.role import PROGRAM
 from devplan.options import CompileOptions
 from devplan.spec import TensorSpec
 from devplan.wellformed import Malformed
@@ -46,9 +47,9 @@ def _graph_pass(monkeypatch, stage: str, broken) -> None:
 def _method_pass(monkeypatch, stage: str, broken) -> None:
     original = devplan.passes.method_passes
 
-    def chosen(options, delegate=None):
+    def chosen(options, role=PROGRAM):
         return [(name, (lambda m, run=run: broken(run(m))) if name == stage else run)
-                for name, run in original(options, delegate)]
+                for name, run in original(options, role)]
 
     monkeypatch.setattr(devplan.passes, "method_passes", chosen)
 

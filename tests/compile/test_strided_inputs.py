@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import devplan
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 # each takes a (2, 6, 8, 10) tensor and makes it non-contiguous
 VIEWS = {
@@ -93,7 +93,7 @@ def _swin():
 @pytest.mark.parametrize("grad", [True, False], ids=["grad", "no_grad"])
 def test_swin_compiles_matches_eager_and_plans_no_more_than_executorch(grad):
     pytest.importorskip("transformers")
-    from benchmarks.harness import executorch_pte, planned_bytes
+    from testbed.executorch import executorch_pte, planned_bytes
 
     module, args = _swin()
     with torch.set_grad_enabled(grad):

@@ -1,5 +1,5 @@
 """The real-model corpus (issue 12): tiny random-weight `transformers` models of every common
-family (tests/hf_models.py), exported as users export them, compiled by devplan, run on
+family (testbed/hf_models.py), exported as users export them, compiled by devplan, run on
 ExecuTorch's runtime and on devplan's, compared with eager, and planned against ExecuTorch;
 and the mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE), which ExecuTorch's own
 lowering refuses (test_executorch_cannot_lower_moe), so that their test_planned_bytes xfails
@@ -54,9 +54,9 @@ from torch.utils import _pytree as pytree
 
 import devplan
 from devplan.errors import DevplanError
-from tests.hf_models import DECODERS, FAMILIES, MOE_FAMILIES, static_cache_decoder
-from tests.lowerings import by_program, released_after_module
-from tests.models import eager_runs, run_executorch
+from testbed.hf_models import DECODERS, FAMILIES, MOE_FAMILIES, static_cache_decoder
+from testbed.lowerings import by_program, released_after_module
+from testbed.models import eager_runs, run_executorch
 
 pytestmark = pytest.mark.sweep
 
@@ -180,14 +180,14 @@ def _executorch_baseline(ep: torch.export.ExportedProgram) -> tuple[int, str]:
 @by_program(limit=1024, size=lambda _: 1)  # a family's grad and no_grad exports are often the same program
 def _executorch_sizes(ep: torch.export.ExportedProgram) -> tuple[dict[str, int], list[str]]:
     """({config: planned bytes} for the configurations ExecuTorch lowers the program in, the
-    errors of the others); cached per distinct program (tests/lowerings.py).
+    errors of the others); cached per distinct program (testbed/lowerings.py).
 
     benchmarks.harness.executorch_pte's pipeline, with the edge lowering (three quarters of
     the time) shared by both configurations; the sizes are the same as two executorch_pte calls."""
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
-    from benchmarks.harness import planned_bytes
+    from testbed.executorch import planned_bytes
 
     sizes, errors = {}, []
     with torch.no_grad():
@@ -212,7 +212,7 @@ def _executorch_sizes(ep: torch.export.ExportedProgram) -> tuple[dict[str, int],
 @pytest.mark.parametrize("mode", [BYTES_MODE, "grad"])
 @pytest.mark.parametrize("name", list(CORPUS))
 def test_planned_bytes(name, mode):
-    from benchmarks.harness import planned_bytes
+    from testbed.executorch import planned_bytes
 
     ep = _program(name, mode)
     ours = planned_bytes(compiled(name, mode).data)
@@ -449,7 +449,7 @@ def test_static_cache_steps_depend_on_the_cache():
 
 
 def test_static_cache_planned_bytes():
-    from benchmarks.harness import planned_bytes
+    from testbed.executorch import planned_bytes
 
     ep = _static_cache_program("strict_no_grad")  # the recipe's own export mode
     ours = planned_bytes(static_cache_compiled("strict_no_grad").data)

@@ -5,7 +5,7 @@ import torch
 
 import devplan
 from devplan.spec import TensorSpec
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 
 class ViewChain(torch.nn.Module):

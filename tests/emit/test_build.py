@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import devplan
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 
 class Passthrough(torch.nn.Module):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.inspect import lowered as lowered_programs
-from tests.inspect import programs
+from testbed import programs
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import torch
 
 from samples.make_samples import sample_models
-from tests.lowerings import executorch_lowered
-from tests.models import export
+from testbed.lowerings import executorch_lowered
+from testbed.models import export
 
 # Corpus models that add what the samples lack: tensor lists (cat), mutable state.
 CORPUS_CASES = ("cat_split_chunk", "accumulator")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import devplan
-from benchmarks.peak import run_measured
+from testbed.peak import run_measured
 from devplan.pte import read_pte
 from devplan.pte.writer import Spread, pte_image
 

@@ -10,8 +10,8 @@ import torch
 import devplan
 from devplan.errors import DevplanError
 from tests.compile.test_cli import assert_one_line_error, devplan as cli
-from tests.lowerings import executorch_lowered
-from tests.models import export
+from testbed.lowerings import executorch_lowered
+from testbed.models import export
 from tests.runtime.test_device_arena import two_blocks
 from tests.runtime.test_runtime import Chain, on_cuda, planned, program_bytes
 
@@ -67,7 +67,7 @@ def _own_arenas(planned) -> bytes:
     """The program as devplan wrote it before delegates shared the device buffer: the same
     plan, each payload with an arena of its own (no memory_window)."""
     from devplan.emit.program import to_program
-    from devplan.planning.assign import plan_method
+    from devplan.planning.plan_method import plan_method
     from devplan.pte import dumps_pte
 
     alone = tuple(replace(d, arena=0, window=None) for d in planned.method.delegates)

@@ -16,8 +16,8 @@ from devplan.inspection.golden import golden_document
 from devplan.inspection.units import exact_size_text
 from tests.compile.test_cli import ROOT, assert_one_line_error
 from tests.inspect.runner import REPO, invoke, run_devplan
-from tests.lowerings import executorch_lowered
-from tests.models import export, transformer
+from testbed.lowerings import executorch_lowered
+from testbed.models import export, transformer
 
 
 @pytest.fixture(scope="module")

@@ -53,8 +53,8 @@ def test_one_added_op_is_one_added_tensor_named_by_its_source(nets):
 
 
 def test_devplan_and_executorch_programs_pair_tensors_of_one_shape_and_dtype(tmp_path):
-    from tests.hf_models import gpt2
-    from tests.models import executorch_lower
+    from testbed.hf_models import gpt2
+    from testbed.models import executorch_lower
 
     module, args, kwargs = gpt2()
     ep = torch.export.export(module, args, kwargs, strict=False)

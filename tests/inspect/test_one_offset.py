@@ -10,7 +10,7 @@ import json
 import pytest
 
 from devplan.planning import Interval, lower_bound
-from tests.inspect.programs import one_offset_program
+from testbed.programs import one_offset_program
 from tests.inspect.runner import invoke
 
 TENSORS = 30_000

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import devplan
-from tests import hf_models
+from testbed import hf_models
 from tests.inspect.runner import invoke, run_devplan
 
 

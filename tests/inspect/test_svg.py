@@ -6,7 +6,7 @@ import torch
 import devplan
 from devplan.inspection.svg import HEIGHT, TOP, WIDTH, LEFT, layout_svg
 from tests.compile.test_cli import devplan as cli
-from tests.models import export
+from testbed.models import export
 
 NS = {"svg": "http://www.w3.org/2000/svg"}
 
@@ -48,7 +48,7 @@ def test_the_picture_has_axes_bound_peak_legend_and_named_tooltips():
     """A transformers GPT-2: ticks on both axes, the lower bound and the peak as labelled lines,
     a legend, and each tensor's tooltip saying where it came from; zero-byte tensors are not drawn
     and not counted."""
-    from tests.hf_models import gpt2
+    from testbed.hf_models import gpt2
 
     module, args, _ = gpt2()
     doc = devplan.inspect(devplan.compile(torch.export.export(module, args)).data)

@@ -8,7 +8,7 @@ import devplan
 from devplan.inspection.trace import STEP, memory_trace, trace_json
 from tests.compile.test_cli import assert_one_line_error
 from tests.compile.test_cli import devplan as cli
-from tests.models import export
+from testbed.models import export
 
 
 def check_trace(doc: dict) -> None:

@@ -2,7 +2,7 @@
 cases need no model, no export and no lowering."""
 from __future__ import annotations
 
-from devplan.method import Kernel, Method
+from devplan.ir.method import Kernel, Method
 from devplan.spec import CPU, TensorSpec
 
 

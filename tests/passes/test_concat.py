@@ -4,7 +4,7 @@ import torch
 
 import devplan
 from devplan.spec import TensorSpec
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 
 def compile_it(module, args, **options):

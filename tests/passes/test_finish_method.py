@@ -9,13 +9,13 @@ import pytest
 import torch
 
 import devplan
-from devplan.method import IntList, Source, TensorList, Use, ViewOf
+from devplan.ir.method import IntList, Source, TensorList, Use, ViewOf
 from devplan.ops import ET_VIEW, TO_DEVICE, TO_HOST
 from devplan.passes.alias import alias_views
 from devplan.passes.compact import compact
 from devplan.passes.copies import insert_copies
 from devplan.spec import CPU, Device, TensorSpec
-from tests.hf_models import gpt2, llama
+from testbed.hf_models import gpt2, llama
 from tests.passes.methods import call, method, tensor
 
 CUDA0, CUDA1 = Device("cuda", 0), Device("cuda", 1)

@@ -8,7 +8,7 @@ import torch
 import devplan
 from devplan.passes.inplace import reuse_dead_inputs
 from devplan.spec import TensorSpec
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 from tests.passes.methods import call, method, tensor
 
 

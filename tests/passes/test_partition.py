@@ -6,11 +6,12 @@ import pytest
 import torch
 
 import devplan
+from devplan.inspection.units import exact_size_text
 from devplan.backend import Backend
 from devplan.errors import DevplanError
 from devplan.passes.decompose import decompose
 from devplan.passes.fold import fold_constants
-from devplan.passes.graph import from_exported
+from devplan.passes.split import from_exported
 from devplan.passes.partition import partition
 from devplan.spec import Device
 
@@ -166,8 +167,8 @@ def test_a_device_budget_holds_the_device_buffer_with_its_delegates_windows_insi
     compile = lambda budgets: devplan.compile(exported(), delegates=["cuda:0"], budgets=budgets)  # noqa: E731
     assert compile({"cuda:0": outer.size}).data == result.data
     # the explanation names a delegate's window among what is alive at the device's peak
-    with pytest.raises(DevplanError, match=rf"memory buffer 2 \(cuda:0\) needs {outer.size} bytes.* but its budget is "
-                                           rf"{outer.size - 16} bytes; the lower bound is .*delegate \d's buffer"):
+    with pytest.raises(DevplanError, match=rf"memory buffer 2 \(cuda:0\) needs {exact_size_text(outer.size)} but its "
+                                           rf"budget is {exact_size_text(outer.size - 16)}; the lower bound is .*delegate \d's buffer"):
         compile({"cuda:0": outer.size - 16})
     # a budget by mem_id holds that buffer alone
     assert compile({"2": outer.size}).data == result.data

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import devplan
-from devplan.method import Kernel, Method
+from devplan.ir.method import Kernel, Method
 from devplan.passes.schedule import schedule
-from devplan.planning.assign import plan_method
+from devplan.planning.plan_method import plan_method
 from devplan.spec import TensorSpec
-from tests.models import eager_outputs, run_executorch
+from testbed.models import eager_outputs, run_executorch
 
 
 class TwoBranches(torch.nn.Module):

@@ -5,7 +5,7 @@ import torch
 
 import devplan
 from devplan.runtime import run
-from tests.models import assert_runs_match, eager_outputs, run_executorch
+from testbed.models import assert_runs_match, eager_outputs, run_executorch
 
 
 class InputInsideCats(torch.nn.Module):

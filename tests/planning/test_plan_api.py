@@ -94,3 +94,16 @@ def test_best_climbs_only_when_no_greedy_plan_reaches_the_bound(monkeypatch):
              Interval(4, 64, 2, 2), Interval(5, 48, 5, 6)]
     assert min(plan(above, 16, name).sizes[1] for name in ("greedy-order", "greedy-size", "greedy-breadth")) == 176
     assert plan(above).sizes == lower_bound(above) == {1: 144} and climbs
+
+
+def test_the_package_names_stay_its_functions_whatever_submodules_were_imported():
+    # a submodule named as one of the package's names (planning/plan.py) would replace
+    # devplan.planning.plan, the function, once anything imported it
+    import importlib
+    import pkgutil
+
+    import devplan.planning as planning
+
+    for module in pkgutil.iter_modules(planning.__path__):
+        importlib.import_module(f"devplan.planning.{module.name}")
+    assert [name for name in planning.__all__ if type(getattr(planning, name)).__name__ == "module"] == []

@@ -70,3 +70,23 @@ def test_the_peak_lists_only_the_largest_tensors():
     crowd = [Interval(key, 16 * (key + 1), 0, 0) for key in range(8)]
     with pytest.raises(DevplanError, match=r"v7 \(128 B\), .*v3 \(64 B\) and 3 more"):
         check_budget({1: 576}, {1: 100}, crowd, 16)
+
+
+@pytest.mark.parametrize("budgets, refusal", [
+    ({"1": "64KiB"}, "map a mem_id such as '1'"),  # a size as text, as --budget writes it
+    ({"cpu": -1}, "0 or more"),
+])
+def test_compile_refuses_a_malformed_budgets_mapping_as_check_does(budgets, refusal):
+    import devplan
+
+    with pytest.raises(DevplanError, match=refusal) as caught:
+        devplan.compile("samples/mlp.pt2", budgets=budgets)
+    assert type(caught.value) is DevplanError  # the user's input (exit 2), not devplan's bug (exit 3)
+
+
+def test_compile_takes_a_mem_id_budget_as_an_int_as_check_does():
+    import devplan
+    from devplan.errors import BudgetExceeded
+
+    with pytest.raises(BudgetExceeded, match="buffer 1"):
+        devplan.compile("samples/mlp.pt2", budgets={1: 10})

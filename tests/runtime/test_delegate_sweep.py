@@ -1,4 +1,4 @@
-"""Delegation sweep: every tests.models CORPUS model and every test_module_sweep case that
+"""Delegation sweep: every testbed.models CORPUS model and every test_module_sweep case that
 devplan compiles without delegates, compiled with several `--delegate` settings (everything
 on cuda:0; only the heavy ops; only elementwise ops, which makes many small groups and many
 host<->device copies; two backends on two devices; everything on cuda:0 with device_io),
@@ -26,7 +26,7 @@ from devplan.errors import DevplanError, first_line
 from devplan.pte import read_pte
 from devplan.runtime import HostAllocator, LoadedMethod, registered
 from tests.compile.test_module_sweep import CASES, XFAIL
-from tests.models import CORPUS, eager_outputs
+from testbed.models import CORPUS, eager_outputs
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 

@@ -14,7 +14,7 @@ from devplan.errors import DevplanError
 from devplan.runtime import HostAllocator, registered, run
 from samples.make_samples import sample_models
 from tests.compile.test_cli import ROOT, devplan as devplan_cli
-from tests.models import CORPUS, assert_runs_match, eager_outputs, export
+from testbed.models import CORPUS, assert_runs_match, eager_outputs, export
 from tests.runtime.test_runtime import Recording
 
 MODELS = ("mlp", "cnn", "transformer", "two_io", "rolling_cache", "cat_split_chunk", "gated_mlp", "embedding")

@@ -15,7 +15,7 @@ import devplan
 from devplan.errors import DevplanError, InternalError
 from devplan.planning import PlanError
 from devplan.runtime import HostAllocator, registered
-from tests.hf_models import FAMILIES
+from testbed.hf_models import FAMILIES
 
 logging.getLogger("transformers").setLevel(logging.ERROR)
 

@@ -24,7 +24,7 @@ from devplan.pte.fb.JumpFalseCall import JumpFalseCallT
 from devplan.pte.fb.KernelCall import KernelCallT
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
-from tests.models import run_executorch
+from testbed.models import run_executorch
 from tests.runtime.test_strict_runtime import ARGS, compiled, damaged, executorch_refuses, refused
 
 

@@ -1,7 +1,7 @@
 """devplan's reference runtime runs the programs ExecuTorch itself writes as ExecuTorch's runtime does.
 
 Each model is exported (non-strict), lowered by ExecuTorch 1.5.1's own pipeline
-(tests.models.executorch_lower, once per program in a session: no devplan compile step at all), then
+(testbed.models.executorch_lower, once per program in a session: no devplan compile step at all), then
 
   (a) run twice on one loaded method by ExecuTorch's runtime and twice by devplan's runtime, so
       buffer updates of the first run show in the second; devplan's outputs must equal
@@ -18,7 +18,7 @@ EXECUTORCH_LOWER_FAILED (ExecuTorch's own limits are not devplan's to answer for
 devplan failure fails its test.
 
 The models are a representative subset of the four tables (ExecuTorch's lowering costs 0.5-2 s a
-model, so the whole sweep stays within a few minutes on two cores): all of tests.models.CORPUS
+model, so the whole sweep stays within a few minutes on two cores): all of testbed.models.CORPUS
 (stateful ones included), and picks from test_module_sweep, test_more_ops, test_llm_sweep (KV
 caches over two runs) and test_io_conventions (aliasing outputs, buffers, dtypes, strides).
 
@@ -38,10 +38,10 @@ from torch.utils import _pytree as pytree
 import devplan
 import devplan.runtime
 from devplan.errors import DevplanError
-from tests import models
+from testbed import models
 from tests.compile import test_io_conventions, test_llm_sweep, test_module_sweep, test_more_ops
-from tests.lowerings import executorch_lowered
-from tests.models import run_executorch
+from testbed.lowerings import executorch_lowered
+from testbed.models import run_executorch
 from tests.tiers import tiered
 
 RUNS = 2

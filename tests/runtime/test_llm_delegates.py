@@ -25,7 +25,7 @@ from devplan.pte import read_pte
 from devplan.runtime import HostAllocator, LoadedMethod, registered
 from tests.compile import test_llm_dynamic as dynamic
 from tests.compile.test_llm_sweep import CASES
-from tests.models import eager_outputs
+from testbed.models import eager_outputs
 from tests.runtime.test_delegate_sweep import SETTINGS, _check_document
 from tests.tiers import tiered
 

@@ -9,13 +9,13 @@ from torch.utils import _pytree as pytree
 import devplan
 from devplan.emit.program import to_program
 from devplan.errors import DevplanError
-from devplan.planning.assign import plan_method
+from devplan.planning.plan_method import plan_method
 from devplan.pte import dumps_pte
 from devplan.pte.fb.NonConstBufferDevice import NonConstBufferDeviceT
 from devplan.runtime import HostAllocator, registered, run
 from devplan.spec import Device, TensorSpec
-from tests.lowerings import executorch_lowered
-from tests.models import assert_runs_match, eager_outputs, export
+from testbed.lowerings import executorch_lowered
+from testbed.models import assert_runs_match, eager_outputs, export
 
 
 def assert_outputs(got_runs, want_runs):

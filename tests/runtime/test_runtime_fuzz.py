@@ -11,7 +11,7 @@ from devplan.errors import DevplanError
 from devplan.pte import read_pte
 from devplan.runtime import HostAllocator, LoadedMethod, registered
 from tests.damage import flip_bytes
-from tests.models import CORPUS
+from testbed.models import CORPUS
 
 VARIANTS = 300
 LIMIT_S = 5.0

@@ -22,7 +22,7 @@ from devplan.pte.fb.JumpFalseCall import JumpFalseCallT
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.MoveCall import MoveCallT
 from devplan.runtime import HostAllocator, registered
-from tests.models import run_executorch
+from testbed.models import run_executorch
 
 
 class Block(nn.Module):
@@ -351,7 +351,7 @@ def test_memory_past_the_limit_is_refused_naming_the_buffer_or_value(tmp_path):
 def test_inputs_count_against_the_memory_limit_before_they_are_made(tmp_path):
     """An input the file declares 4 GiB (left to the caller, as an unplanned input is): its
     sample is counted against --max-memory before it is made, and refused in one line."""
-    from benchmarks.peak import run_measured
+    from testbed.peak import run_measured
 
     def huge_input(plan):
         tensor = plan.values[plan.inputs[0]].val
@@ -382,7 +382,7 @@ def test_a_quantized_op_given_the_wrong_dtype_is_one_line():
     """torch's quantized ops assert their input dtype (an AssertionError, not a RuntimeError):
     a float input retyped as int32 (same bytes, so the plan still fits) is refused by name."""
     from devplan.runtime import LoadedMethod
-    from tests.models import pt2e_quantize
+    from testbed.models import pt2e_quantize
 
     exported, _ = pt2e_quantize(Block(), ARGS)
 

@@ -7,7 +7,7 @@ no_grad exports come out identical, is lowered once per session. The cache holds
 (.pte bytes, sizes), never an ExportedProgram, and lowers a deep copy, so no caller sees
 another's mutation. The XNNPACK quantizer's pattern graphs are exported once per session too.
 
-Import it from the repository root as `tests.lowerings`."""
+Import it from the repository root as `testbed.lowerings`."""
 from __future__ import annotations
 
 import contextlib
@@ -87,9 +87,9 @@ def by_program(limit: int = CACHE_BYTES, size: Callable[[Any], int] = len):
 
 @by_program()
 def executorch_lowered(ep: torch.export.ExportedProgram) -> bytes:
-    """tests.models.executorch_lower(ep), lowered once per distinct program in the session (the
+    """testbed.models.executorch_lower(ep), lowered once per distinct program in the session (the
     benchmarks time executorch_lower itself, so it stays uncached)."""
-    from tests.models import executorch_lower
+    from testbed.models import executorch_lower
 
     return executorch_lower(ep)
 

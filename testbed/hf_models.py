@@ -17,7 +17,7 @@ use_cache=False, so that they return logits and no DynamicCache; encoder-decoder
 (transformers.integrations.executorch.TorchExportableModuleWithStaticCache): the KV cache
 lives in buffers the exported program updates in place, one token per call.
 
-Import it from the repository root as `tests.hf_models`."""
+Import it from the repository root as `testbed.hf_models`."""
 from __future__ import annotations
 
 import logging

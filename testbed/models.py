@@ -5,7 +5,7 @@ its example args. `export`, `executorch_lower` and `run_executorch` take a model
 through torch.export and ExecuTorch 1.5.1 (the reference implementation); this
 module lives under tests/ because devplan itself must never import executorch.
 
-Import it from the repository root as `tests.models` (it reuses the encoder block
+Import it from the repository root as `testbed.models` (it reuses the encoder block
 from samples/make_samples.py).
 """
 
@@ -362,7 +362,7 @@ def pt2e_quantize(module: nn.Module, args: tuple, dynamic_shapes=None, **config)
                                                                          get_symmetric_quantization_config)
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from tests.lowerings import patterns_exported_once
+    from testbed.lowerings import patterns_exported_once
 
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(**config))
     graph = torch.export.export(module.eval(), args, dynamic_shapes=dynamic_shapes, strict=False).module()

@@ -2,11 +2,12 @@
 checked by the independent verifier before anyone writes it down."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Mapping
+from dataclasses import replace
+from typing import Mapping, Sequence
 
 from devplan.errors import DevplanError
-from devplan.method import Method
+from devplan.ir.method import Method
+from devplan.ir.planned import BufferPlan, PlannedMethod
 from devplan.planning.bounds import lower_bound
 from devplan.planning.budget import budget_key, check_budget
 from devplan.planning.lifetimes import lifetimes, storages
@@ -16,33 +17,18 @@ from devplan.planning.verify import Placed, verify, verify_devices
 from devplan.spec import CPU, Device, TensorSpec
 
 
-@dataclass(frozen=True)
-class BufferPlan:
-    mem_id: int
-    device: Device
-    size: int
-    lower_bound: int
-    tensors: int
-
-
-@dataclass(frozen=True)
-class PlannedMethod:
-    method: Method                 # every planned tensor spec has lifetime, mem_id and offset
-    buffers: tuple[BufferPlan, ...]
-    algorithm: str
-
-
 def mem_ids(devices) -> dict[Device, int]:
     """mem_id 0 is reserved by the format; the CPU buffer comes first, then other devices in order."""
     return {device: i + 1 for i, device in enumerate(sorted(set(devices), key=lambda d: (d.type != "cpu", d)))}
 
 
 def plan_method(method: Method, *, alignment: int = DEFAULT_ALIGNMENT, algorithm: str = "best",
-                budgets: Mapping[str, int] | None = None, home: Device = CPU, borrowed_io: bool = False) -> PlannedMethod:
+                budgets: Sequence[tuple[str, int]] = (), home: Device = CPU, borrowed_io: bool = False) -> PlannedMethod:
     """`home`: where the method's kernels run (the host; a delegate payload's device).
     `borrowed_io` (a delegate payload): inputs and outputs that are storages of their own are
     left unplanned, because the runtime hands the payload its caller's tensors for them.
-    `budgets`: bytes per buffer (by mem_id) or per device (all of its buffers together).
+    `budgets`: (target, bytes) pairs, as CompileOptions holds them: a buffer by mem_id or a
+    device (all of its buffers together).
     A delegate's own buffer is planned here too, as a window of the method's buffer on its
     device that is alive while the delegate runs, so delegates that never run at once share
     bytes, and the device's bound counts what is alive there, the running delegate's included."""
@@ -82,11 +68,11 @@ def plan_method(method: Method, *, alignment: int = DEFAULT_ALIGNMENT, algorithm
     return PlannedMethod(replace(method.with_specs(planned), delegates=delegates), buffers, placement.algorithm)
 
 
-def _check_budgets(budgets: Mapping[str, int], ids: Mapping[Device, int], sizes: Mapping[int, int], intervals,
+def _check_budgets(budgets: Sequence[tuple[str, int]], ids: Mapping[Device, int], sizes: Mapping[int, int], intervals,
                    alignment: int, names: Mapping[int, str]) -> None:
     named = {str(mem_id): mem_id for mem_id in ids.values()} | {str(d): m for d, m in ids.items()}
     by_id = {}
-    for target, nbytes in budgets.items():
+    for target, nbytes in budgets:
         key = budget_key(target)
         if key not in named:
             raise DevplanError(f"--budget {target}: no such buffer in this program; "

@@ -1,41 +1,51 @@
-"""Delegate payloads: each group partition() gave a backend is compiled, by devplan's own
-pipeline (the driver's lower_method), into an ET12 program whose planned tensors all live on the backend's device. The
+"""Delegate payloads: each group partition() gave a backend is a program of its own, which
+the driver (compiler.py) lowers by the program's own stages (lower_method) into an ET12 program whose planned tensors all live on the backend's device. The
 runtime's DevplanDelegate backend runs that program, and `devplan inspect` reads it like any
 other. The group's weights move into its program; only tensors computed at run time cross.
 The payload's buffer is planned again by the calling method, as a window of its own buffer on
-that device alive for the call (planning/assign.py)."""
+that device alive for the call (planning/plan_method.py)."""
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
-from typing import Callable
+from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
-from devplan.passes.graph import Lowered, Payload
-from devplan.planning.assign import PlannedMethod
+from devplan.ir.lowered import Lowered, Payload
+from devplan.ir.planned import PlannedMethod
 from devplan.spec import Device
 
 
-def compile_delegates(low: Lowered, lower: Callable[[Lowered, Device, str], tuple[PlannedMethod, bytes]]
-                      ) -> Lowered:
-    """Every delegate call's Payload: its group as a Lowered program of its own, which
-    `lower(program, device, call name)` plans and writes as the compile's other methods are."""
-    payloads = dict(low.payloads)  # an ExecuTorch backend's calls come compiled already
+@dataclass(frozen=True)
+class Group:
+    """A delegate call's group of ops, as a program of its own."""
+
+    call: str                                # the call_module's target (delegate_0)
+    device: Device                           # where its backend runs it
+    program: Lowered                         # its weights its constants, its run-time arguments its inputs
+    runtime_args: tuple[torch.fx.Node, ...]  # the caller's nodes for those inputs, in order
+
+    def refused(self, error: DevplanError) -> DevplanError:
+        """An error lowering the group, said of the delegate call."""
+        return DevplanError(f"{self.call} (the ops delegated to {self.device}): {error}")
+
+    def payload(self, planned: PlannedMethod, data: bytes) -> Payload:
+        """The call's Payload: the group's program as planned and serialized."""
+        # everything the payload plans is on its one device: one buffer, or none
+        return Payload(data, self.runtime_args, sum(b.size for b in planned.buffers),
+                       sum(b.lower_bound for b in planned.buffers))
+
+
+def delegate_groups(low: Lowered) -> Iterator[Group]:
+    """The delegate calls still without a payload (an ExecuTorch backend's calls come
+    compiled already), in graph order."""
     for node in low.gm.graph.nodes:
-        if node.op == "call_module" and node.target not in payloads:
-            device = low.backends[node.target].device
-            try:
-                sub, runtime_args = _group(low, node)
-                planned, data = lower(sub, device, node.target)
-            except DevplanError as error:
-                raise DevplanError(f"{node.target} (the ops delegated to {device}): {error}") from None
-            # everything the payload plans is on its one device: one buffer, or none
-            payloads[node.target] = Payload(data, runtime_args, sum(b.size for b in planned.buffers),
-                                            sum(b.lower_bound for b in planned.buffers))
-    return replace(low, payloads=payloads)
+        if node.op == "call_module" and node.target not in low.payloads:
+            program, runtime_args = _group(low, node)
+            yield Group(node.target, low.backends[node.target].device, program, runtime_args)
 
 
 def _group(low: Lowered, node: torch.fx.Node) -> tuple[Lowered, tuple[torch.fx.Node, ...]]:

@@ -1,0 +1,32 @@
+"""ExecuTorch as the baseline that tests and benchmarks measure devplan against: its default
+lowering of a program, and the bytes its plan takes (testbed may import executorch; devplan
+itself never does)."""
+from __future__ import annotations
+
+import torch
+
+
+def executorch_pte(ep: torch.export.ExportedProgram, *, const_prop: bool = False) -> bytes:
+    """Lower `ep` with ExecuTorch's default portable pipeline (alignment 16, inputs, outputs
+    and mutable buffers planned) and return the .pte bytes; `const_prop` turns on its
+    constant propagation. Mutated buffers keep their initial values, as devplan's do."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    # Buffer write-back copies a value computed from grad-requiring parameters into the
+    # buffer, which autograd rejects outside no_grad.
+    with torch.no_grad():
+        edge = to_edge_transform_and_lower(ep)
+        signature = edge.exported_program().graph_signature
+        mutated = set(signature.buffers_to_mutate.values())
+        placeholders = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]
+        config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(placeholders)],
+                                         do_quant_fusion_and_const_prop=const_prop)
+        return edge.to_executorch(config).buffer
+
+
+def planned_bytes(pte: bytes) -> int:
+    """Bytes of all planned (non-constant) buffers of a program's first method."""
+    import devplan
+
+    return int(sum(devplan.read_pte(pte).program.executionPlan[0].nonConstBufferSizes))
