@@ -219,17 +219,17 @@ def _read_noting_external(path: Path, data: Path | None):
     return pte
 
 
-def _echo_json(document: dict) -> None:
-    """`document` as json.dumps(document, sort_keys=True, indent=2) prints it, written a batch of
-    pieces at a time: json.dumps holds every piece in a list before joining them (for a
-    million instructions, 44 million strings and 2.5 GB)."""
+def _echo_json(document: dict, err: bool = False) -> None:
+    """Every command's JSON: `document` as json.dumps(document, sort_keys=True, indent=2) prints
+    it (on stderr with `err`), written a batch of pieces at a time: json.dumps holds every piece
+    in a list before joining them (for a million instructions, 44 million strings and 2.5 GB)."""
     pieces: list[str] = []
     for piece in json.JSONEncoder(sort_keys=True, indent=2).iterencode(document):
         pieces.append(piece)
         if len(pieces) == 1 << 16:
-            typer.echo("".join(pieces), nl=False)
+            typer.echo("".join(pieces), nl=False, err=err)
             pieces.clear()
-    typer.echo("".join(pieces))
+    typer.echo("".join(pieces), err=err)
 
 
 Budgets = Annotated[
@@ -382,33 +382,14 @@ def compile_command(
         return
     summary = result.summary()
     if json_output:
-        echo(json.dumps(summary, sort_keys=True, indent=2))
+        _echo_json(summary, err=to_stdout)
         return
-    from devplan.inspection.units import exact_size_text, size_text
+    from devplan.reports import compile_lines
 
-    constant_methods = [m["name"] for m in summary["methods"] if m["name"] in constants]
-    if constant_methods:
-        echo(f"constant methods: {', '.join(constant_methods)}")
-    for shown in (m for m in summary["methods"] if m["name"] not in constants):
-        echo(f"method {shown['name']}: {shown['counts']['instructions']} instructions, "
-             f"{shown['counts']['operators']} operators, planner {shown['planner']}")
-        for b in shown["buffers"]:
-            ratio = b["size"] / b["lower_bound"] if b["lower_bound"] else 1.0
-            echo(f"  buffer {b['mem_id']} ({b['device']}): {exact_size_text(b['size'])} planned, "
-                 f"lower bound {exact_size_text(b['lower_bound'])}, ratio {ratio:.3f}, {b['tensors']} tensors")
-        for device, backend in sorted({(d["target_device"], d["id"]) for d in shown["delegates"]}):
-            mine = [d for d in shown["delegates"] if (d["target_device"], d["id"]) == (device, backend)]
-            windows = [d["window"] for d in mine if d["window"]]
-            shared = (f", working memory in buffer {windows[0]['mem_id']} ({len(windows)} "
-                      f"{'window' if len(windows) == 1 else 'windows'}, largest {size_text(max(w['size'] for w in windows))})" if windows else "")
-            echo(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
-                 f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
-    stored, external = summary["file"]["constant_bytes"], summary["file"].get("external")
-    echo(f"constants: {exact_size_text(stored)}")
-    if external is not None:
-        echo(f"wrote {external_constants} ({exact_size_text(external['size'])}, {external['keys']} keys): the weights")
-    echo(f"wrote {'standard output' if to_stdout else target} ({exact_size_text(summary['file']['size'])}) "
-         f"in {summary['timings']['seconds']:.2f} s")
+    for line in compile_lines(summary, [m["name"] for m in summary["methods"] if m["name"] in constants],
+                              "standard output" if to_stdout else str(target),
+                              str(external_constants) if external_constants is not None else None):
+        echo(line)
 
 
 def _name_value(text: str, option: str, parse):
@@ -485,8 +466,6 @@ def check_command(
     its delegates plan there included. With --golden, the program is also compared with its
     golden file (--update writes it)."""
     from devplan.inspection.check import check, check_document, check_golden
-    from devplan.inspection.difftext import change_lines, outcome, peak_text
-    from devplan.inspection.units import exact_size_text, printable, size_text
     from devplan.planning import parse_budget
 
     if golden is None and (update or tolerance is not None or exact):
@@ -499,25 +478,12 @@ def check_command(
     name = source.name if str(program) == "-" else program.name
     report = check_document(name, checks, matched)
     if json_output:
-        typer.echo(json.dumps(report, sort_keys=True, indent=2))
-    for c in checks if not json_output else ():
-        facts = [exact_size_text(c.size)]
-        if c.budget is not None:
-            facts.append(f"budget {size_text(c.budget)}" + ("" if c.size <= c.budget else
-                                                             f", over by {exact_size_text(c.size - c.budget)}"))
-        facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
-                     + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
-        if c.problem is not None:
-            facts.append(c.problem)
-        what = f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}"
-        typer.echo(printable(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}"))
-        if not c.ok and c.peak is not None:  # what a reviewer needs to act on: where, and which blocks
-            typer.echo(printable(f"        at its peak, {peak_text(c.peak)}"))
-    if matched is not None and not json_output:
-        verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
-        typer.echo(printable(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}"))
-        for line in change_lines(matched.diff) if matched.diff is not None else ():
-            typer.echo(printable(line))
+        _echo_json(report)
+    else:
+        from devplan.reports import check_lines
+
+        for line in check_lines(checks, matched, str(golden), name):
+            typer.echo(line)
     if not report["ok"]:
         raise typer.Exit(EXIT_FAILED)
 
@@ -553,8 +519,10 @@ def diff_command(
     data_a, data_b = (data or [None])[0], (data or [None])[-1]
     result = diff(_diff_side(a, data_a), _diff_side(b, data_b), tolerance=tolerance, exact=exact, method=method)
     # names from the files (operators, backend ids, devices) may hold terminal escapes: shown escaped
-    typer.echo(json.dumps(result.document(), sort_keys=True, indent=2) if json_output
-               else "".join(printable(line) + "\n" for line in result.text().splitlines()), nl=json_output)
+    if json_output:
+        _echo_json(result.document())
+    else:
+        typer.echo("".join(printable(line) + "\n" for line in result.text().splitlines()), nl=False)
     if not result.ok:
         raise typer.Exit(EXIT_FAILED)
 
@@ -648,16 +616,12 @@ def run_command(
         write_atomic(save, buffer.getvalue())
     report = run_document(program.name, method, results)
     if json_output:
-        typer.echo(json.dumps(report, sort_keys=True, indent=2))
+        _echo_json(report)
         return
-    for number, outputs in enumerate(report["runs"], 1):
-        for index, out in enumerate(outputs):
-            prefix = f"run {number} " if runs > 1 else ""
-            if "value" in out:
-                typer.echo(f"{prefix}output {index}: {out['value']!r}")
-            else:
-                typer.echo(f"{prefix}output {index}: {out['dtype']} {tuple(out['shape'])}  min {out['min']:.6g}  "
-                           f"max {out['max']:.6g}  mean {out['mean']:.6g}")
+    from devplan.reports import run_lines
+
+    for line in run_lines(report):
+        typer.echo(line)
 
 
 def _memory_limit(text: str) -> int:

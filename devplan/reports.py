@@ -1,0 +1,75 @@
+"""Text views of what compile, check and run report: each takes the command's result and
+returns the lines it prints (inspect's tables are devplan/inspection/render.py, diff's text
+is its result's own). Names that come from files are shown through units.printable, so a
+terminal escape in one is shown escaped, never obeyed."""
+from __future__ import annotations
+
+from devplan.inspection.check import BufferCheck, GoldenCheck
+from devplan.inspection.difftext import change_lines, outcome, peak_text
+from devplan.inspection.units import exact_size_text, printable, size_text
+
+
+def compile_lines(summary: dict, constant_methods: list[str], written: str, external: str | None) -> list[str]:
+    """compile's summary: each method's buffers against their lower bounds, its delegates, the
+    constants, and the files written (`written`: the program's name, `external`: the .ptd's)."""
+    lines = [f"constant methods: {', '.join(constant_methods)}"] if constant_methods else []
+    for shown in (m for m in summary["methods"] if m["name"] not in constant_methods):
+        lines.append(f"method {shown['name']}: {shown['counts']['instructions']} instructions, "
+                     f"{shown['counts']['operators']} operators, planner {shown['planner']}")
+        for b in shown["buffers"]:
+            ratio = b["size"] / b["lower_bound"] if b["lower_bound"] else 1.0
+            lines.append(f"  buffer {b['mem_id']} ({b['device']}): {exact_size_text(b['size'])} planned, "
+                         f"lower bound {exact_size_text(b['lower_bound'])}, ratio {ratio:.3f}, {b['tensors']} tensors")
+        for device, backend in sorted({(d["target_device"], d["id"]) for d in shown["delegates"]}):
+            mine = [d for d in shown["delegates"] if (d["target_device"], d["id"]) == (device, backend)]
+            windows = [d["window"] for d in mine if d["window"]]
+            shared = (f", working memory in buffer {windows[0]['mem_id']} ({len(windows)} "
+                      f"{'window' if len(windows) == 1 else 'windows'}, largest "
+                      f"{size_text(max(w['size'] for w in windows))})" if windows else "")
+            lines.append(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
+                         f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
+    file = summary["file"]
+    lines.append(f"constants: {exact_size_text(file['constant_bytes'])}")
+    if file.get("external") is not None:
+        lines.append(f"wrote {external} ({exact_size_text(file['external']['size'])}, "
+                     f"{file['external']['keys']} keys): the weights")
+    lines.append(f"wrote {written} ({exact_size_text(file['size'])}) in {summary['timings']['seconds']:.2f} s")
+    return lines
+
+
+def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str) -> list[str]:
+    """check's verdicts: one line per buffer (and per device a budget names), what a failing
+    one holds at its peak, then the golden file's verdict and what changed."""
+    lines = []
+    for c in checks:
+        facts = [exact_size_text(c.size)]
+        if c.budget is not None:
+            facts.append(f"budget {size_text(c.budget)}" + ("" if c.size <= c.budget else
+                                                             f", over by {exact_size_text(c.size - c.budget)}"))
+        facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
+                     + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
+        if c.problem is not None:
+            facts.append(c.problem)
+        what = (f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else
+                f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}")
+        lines.append(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}")
+        if not c.ok and c.peak is not None:  # what a reviewer needs to act on: where, and which blocks
+            lines.append(f"        at its peak, {peak_text(c.peak)}")
+    if matched is not None:
+        verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
+        lines.append(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
+        lines.extend(change_lines(matched.diff) if matched.diff is not None else ())
+    return [printable(line) for line in lines]
+
+
+def run_lines(report: dict) -> list[str]:
+    """run's outputs, each a value or a tensor's dtype, shape and range (per run when several)."""
+    lines = []
+    several = len(report["runs"]) > 1
+    for number, outputs in enumerate(report["runs"], 1):
+        for index, out in enumerate(outputs):
+            prefix = f"run {number} " if several else ""
+            lines.append(f"{prefix}output {index}: {out['value']!r}" if "value" in out else
+                         f"{prefix}output {index}: {out['dtype']} {tuple(out['shape'])}  min {out['min']:.6g}  "
+                         f"max {out['max']:.6g}  mean {out['mean']:.6g}")
+    return lines
