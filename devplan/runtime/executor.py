@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import torch
 
 from devplan.errors import DevplanError, first_line
-from devplan.ops import BACKEND_ID, ET_VIEW, TO_DEVICE, TO_HOST
+from devplan.ops import BACKEND_ID, ET_VIEW, TO_DEVICE, TO_HOST, unregistered
 from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import Delegate, Instruction, MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
@@ -414,6 +414,10 @@ class LoadedMethod:
                      (source, out))
 
     def _kernel(self, index: int, name: str, args: list[int]) -> Step:
+        if unregistered(name):  # torch may have the op, but ExecuTorch's runtime refuses to load the program
+            raise DevplanError(f"{self.where}: instruction {index} calls {name}, which ExecuTorch's kernel libraries "
+                               f"(portable, quantized and LLM custom ops) do not register; the program is made for "
+                               f"another runtime or damaged")
         if name in (TO_DEVICE, TO_HOST) and len(args) >= 2:
             return self._device_copy(name, args)
         if name == ET_VIEW and len(args) == 3:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from devplan.ops import (NUMBER_OPS, PORTABLE, QUANTIZED, QUANTIZED_EMBEDDINGS, TORCH_NAMESPACES, out_schema, schema_name,
+from devplan.ops import (NUMBER_OPS, QUANTIZED, QUANTIZED_EMBEDDINGS, REGISTERED, TORCH_NAMESPACES, out_schema, schema_name,
                          torch_op)
 
 
@@ -67,7 +67,7 @@ def schema_op(name: str):
 def writes_its_outs(op, name: str) -> bool:
     """Whether a schema op's result lands in its arguments: an out variant, or one of the few
     in-place kernels ExecuTorch has. A functional op's result would be dropped."""
-    return any(a.is_out for a in op._schema.arguments) or (op._schema.is_mutable and name.partition(".")[0] in PORTABLE)
+    return any(a.is_out for a in op._schema.arguments) or (op._schema.is_mutable and name.partition(".")[0] in REGISTERED)
 
 
 @dataclass(frozen=True)
