@@ -108,8 +108,9 @@ class LoadedMethod:
     def _borrow(self, mem_id: int, size: int, device: Device, window: torch.Tensor,
                 owner: Device) -> tuple[torch.Tensor, Device]:
         if owner != device or window.numel() < size:
-            raise DevplanError(f"{self.where}: buffer {mem_id} ({size} bytes on {device}) does not fit the window its "
-                               f"caller lends it ({window.numel()} bytes on {owner}); the program is damaged")
+            raise DevplanError(f"{self.where}: the payload plans buffer {mem_id} as {size} bytes on {device}, more than "
+                               f"the memory window its caller lends it ({window.numel()} bytes on {owner}); the payload "
+                               f"is damaged")
         return window[:size], device
 
     def _load(self, pte: PteFile, view: MethodView) -> None:
@@ -232,6 +233,9 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: delegate {index}'s memory window names buffer {mem_id}, which the "
                                f"method does not have; the program is damaged")
         arena, device = self.arenas[mem_id]
+        if offset > arena.numel():
+            raise DevplanError(f"{self.where}: delegate {index}'s memory window starts at offset {offset} of buffer "
+                               f"{mem_id}, which holds {arena.numel()} bytes; the program is damaged")
         # the payload's one buffer is these bytes of the caller's; its plan keeps them free during the call
         return LoadedMethod(payload, lent={1: (arena[offset:], device)}, memory=self.memory)
 
