@@ -5,7 +5,7 @@ mutants of .pt2 archives (their JSON fields and member names changed, members ad
 them code that writes a marker file when run) through `devplan compile`.
 
     python benchmarks/fuzz.py [--mutants 100000] [--archives 2000] [--seed 17] [--compare 1000]
-                              [--quick] [--keep DIR] [--json]
+                              [--quick] [--keep DIR] [--json] [--build DIR | --programs DIR]
 
 Per program and overall: mutants, command runs that worked (exit 0) or were refused (exit 1 or
 a one-line DevplanError, exit 2), code runs (an archive mutant after which the marker file
@@ -29,6 +29,7 @@ import json
 import os
 import resource
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -260,7 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="600 mutants, 60 compared: under a minute")
     parser.add_argument("--keep", type=Path, help="write every mutant that escaped, hung or mismatched here")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--build", type=Path, metavar="DIR", help="only write the programs and archives to DIR")
+    parser.add_argument("--programs", type=Path, metavar="DIR",
+                        help="fuzz the programs and archives that --build wrote to DIR (building takes minutes on a "
+                             "busy machine; runs in several chunks, one seed each, share them)")
     args = parser.parse_args(argv)
     if args.build:
         build(args.build)
@@ -272,8 +276,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)
-        subprocess.run([sys.executable, __file__, "--build", str(folder)], check=True, stderr=subprocess.DEVNULL,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        if args.programs:
+            for built in [*(f"{name}.pte" for name in PROGRAMS), *(f"{name}.pt2" for name in ARCHIVES)]:
+                shutil.copyfile(args.programs / built, folder / built)
+        else:
+            subprocess.run([sys.executable, __file__, "--build", str(folder)], check=True, stderr=subprocess.DEVNULL,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
         _import_first(folder)
         rows, runnable = [], {}
         per_program = -(-args.mutants // len(PROGRAMS))
