@@ -35,7 +35,8 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
     """The outputs of `runs` calls of method `name`, one loaded method, state carried over."""
     method_view(pte, name)
     runtime = import_module("executorch.runtime", "--executorch")
-    import_module("executorch.kernels.quantized", "--executorch")  # PT2E programs' kernels register on import
+    for library in KERNEL_LIBRARIES:  # the kernels devplan's runtime takes as registered (ops.REGISTERED)
+        import_module(library, "--executorch")
     try:
         # a mapped file by its path (ExecuTorch's loader maps it too), bytes as they are
         program = runtime.Runtime.get().load_program(pte.path if pte.path is not None else bytes(pte.data))
@@ -52,4 +53,5 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
 if __name__ == "__main__":  # python -m devplan.runtime.executorch [PATH]: rewrite the operator list
     from devplan.files import write_atomic
 
-    write_atomic(sys.argv[1] if len(sys.argv) > 1 else OPERATOR_LIST, "".join(f"{name}\n" for name in registered_operators()).encode())
+    names = registered_operators()
+    write_atomic(sys.argv[1] if len(sys.argv) > 1 else OPERATOR_LIST, "".join(f"{name}\n" for name in names).encode())
