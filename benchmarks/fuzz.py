@@ -51,7 +51,8 @@ ARCHIVE_COMMANDS = (["compile", "-o", "{out}"],)
 HEADERS = ("program", "bytes", "mutants", "ok", "refused", "code runs", "exit 3", "tracebacks", "hangs", "slowest s",
            "run ok", "compared", "ET refused")
 COUNTS = ("mutants", "ok", "refused", "code_runs", "exit_3", "tracebacks", "hangs", "run_ok")
-WORKER_TIMEOUT_S = 60  # for one mutant in ExecuTorch's runtime, the worker's imports included
+WORKER_TIMEOUT_S = 60  # for one mutant in ExecuTorch's runtime
+IMPORT_TIMEOUT_S = 600  # for a worker's imports, before its first mutant: minutes on a busy machine
 _WORKER = r"""
 import sys, traceback
 import torch
@@ -195,7 +196,8 @@ def executorch_verdicts(samples: list[bytes], folder: Path) -> list[str]:
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
         current, before = None, len(verdicts)
         while True:
-            ready, _, _ = select.select([worker.stdout], [], [], WORKER_TIMEOUT_S)
+            waited = WORKER_TIMEOUT_S if current is not None or len(verdicts) > before else IMPORT_TIMEOUT_S
+            ready, _, _ = select.select([worker.stdout], [], [], waited)
             line = worker.stdout.readline() if ready else None
             if not line:  # None: a hang; "": the worker ended, done or killed by an abort or a crash
                 if line is None:
