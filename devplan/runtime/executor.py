@@ -418,10 +418,6 @@ class LoadedMethod:
                      (source, out))
 
     def _kernel(self, index: int, name: str, args: list[int]) -> Step:
-        if unregistered(name):  # torch may have the op, but ExecuTorch's runtime refuses to load the program
-            raise DevplanError(f"{self.where}: instruction {index} calls {name}, which ExecuTorch's kernel libraries "
-                               f"(portable, quantized and LLM custom ops) do not register; the program is made for "
-                               f"another runtime or damaged")
         if name in (TO_DEVICE, TO_HOST) and len(args) >= 2:
             return self._device_copy(name, args)
         if name == ET_VIEW and len(args) == 3:
@@ -437,6 +433,10 @@ class LoadedMethod:
         if not writes_its_outs(op, name):  # ExecuTorch has only out and a few in-place kernels
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which is not an out variant "
                                f"(.out); the program is damaged or made for another runtime")
+        if unregistered(name):  # torch may have the op, but ExecuTorch's runtime refuses to load the program
+            raise DevplanError(f"{self.where}: instruction {index} calls {name}, which ExecuTorch's kernel libraries "
+                               f"(portable, quantized and LLM custom ops) do not register; the program is made for "
+                               f"another runtime or damaged")
         schema = op._schema.arguments
         if len(args) < len(schema):
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments; "
