@@ -1,12 +1,17 @@
 """The long fuzz run: random mutants (a few bytes changed, or the file cut short) of programs
 devplan and ExecuTorch wrote, each through `devplan inspect`, `inspect --json`, `check` and
-`run --max-memory 256MiB --devices-on-host` in this one process, as the CLI runs them.
+`run --max-memory 256MiB --devices-on-host` in this one process, as the CLI runs them; and
+mutants of .pt2 archives (their JSON fields and member names changed, members added, some of
+them code that writes a marker file when run) through `devplan compile`.
 
-    python benchmarks/fuzz.py [--mutants 100000] [--seed 17] [--compare 1000] [--quick] [--keep DIR] [--json]
+    python benchmarks/fuzz.py [--mutants 100000] [--archives 2000] [--seed 17] [--compare 1000]
+                              [--quick] [--keep DIR] [--json] [--build DIR | --programs DIR]
 
 Per program and overall: mutants, command runs that worked (exit 0) or were refused (exit 1 or
-a one-line DevplanError, exit 2), escapes (anything else: a traceback), hangs (a command over
-5 s), the slowest mutant (all four commands), and the peak resident memory of this process.
+a one-line DevplanError, exit 2), code runs (an archive mutant after which the marker file
+exists), exit 3s (an exception the CLI reports as an internal error), tracebacks (printed on
+the way, as by a logging error), hangs (a command over 5 s), the slowest mutant (all its
+commands), and the peak resident memory of this process.
 Then, on a sample of mutants that devplan's `run` took with exit 0, ExecuTorch's own runtime
 loads and runs the same bytes with the same inputs in worker processes (a crash or a hang
 there counts as a refusal); a mutant devplan ran but ExecuTorch refused is a mismatch.
@@ -24,6 +29,7 @@ import json
 import os
 import resource
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,9 +45,14 @@ if str(ROOT) not in sys.path:
 # name -> can ExecuTorch's runtime run it (devplan's delegates cannot)
 PROGRAMS = {"devplan": True, "delegated": False, "quantized": True, "executorch_affine": True,
             "executorch_plain": True, "executorch_xnnpack": True}
-HEADERS = ("program", "bytes", "mutants", "ok", "refused", "escapes", "hangs", "slowest s", "run ok",
-           "compared", "ET refused")
-WORKER_TIMEOUT_S = 60  # for one mutant in ExecuTorch's runtime, the worker's imports included
+# .pt2 archives: the sample MLP, one with symbolic sizes in expressions, one writing state in place
+ARCHIVES = ("mlp", "dynamic", "stateful")
+ARCHIVE_COMMANDS = (["compile", "-o", "{out}"],)
+HEADERS = ("program", "bytes", "mutants", "ok", "refused", "code runs", "exit 3", "tracebacks", "hangs", "slowest s",
+           "run ok", "compared", "ET refused")
+COUNTS = ("mutants", "ok", "refused", "code_runs", "exit_3", "tracebacks", "hangs", "run_ok")
+WORKER_TIMEOUT_S = 60  # for one mutant in ExecuTorch's runtime
+IMPORT_TIMEOUT_S = 600  # for a worker's imports, before its first mutant: minutes on a busy machine
 _WORKER = r"""
 import sys, traceback
 import torch
@@ -80,6 +91,11 @@ def build(folder: Path) -> None:
     made.update({f"executorch_{name}": data for name, data in executorch_made().items()})
     for name in PROGRAMS:
         (folder / f"{name}.pte").write_bytes(made[name])
+    from tests.compile.test_archive_allowlist import MLP, saved
+
+    (folder / "mlp.pt2").write_bytes(MLP.read_bytes())
+    for name in ("dynamic", "stateful"):
+        (folder / f"{name}.pt2").write_bytes(saved(name))
     del torch
 
 
@@ -96,45 +112,66 @@ def sample_inputs(data: bytes) -> list:
             loaded.release()
 
 
+def _kind(result: str) -> str:
+    """The column a command's outcome (tests/damage.py's) counts in."""
+    if result in ("ok", "refused"):
+        return result
+    if result.startswith("Hang"):
+        return "hangs"
+    return "tracebacks" if result.startswith("Traceback: ") else "exit_3"
+
+
 def fuzz(name: str, data: bytes, count: int, seed: int, folder: Path, keep: Path | None) -> tuple[dict, list[bytes]]:
-    """One program's row, and the distinct mutants devplan's `run` took with exit 0."""
+    """One program's (or .pt2 archive's) row, and the distinct mutants devplan's `run` took with
+    exit 0."""
     import random
 
-    from tests.damage import COMMANDS, LIMIT_S, mutant, outcome
+    from tests.damage import COMMANDS, LIMIT_S, archive_bytes, archive_members, archive_mutant, mutant, outcome
 
     rng = random.Random(f"{seed}:{name}")
-    path = folder / f"mutant-{name}.pte"
-    row = {"program": name, "bytes": len(data), "mutants": count, "ok": 0, "refused": 0, "escapes": 0, "hangs": 0,
-           "slowest_seconds": 0.0, "slowest_mutant": None, "run_ok": 0, "found": []}
+    archive = name.endswith(".pt2")
+    marker = folder / "marker"  # what code from an archive mutant writes
+    path = folder / f"mutant-{name}{'' if archive else '.pte'}"
+    if archive:
+        members = archive_members(data)
+        commands = [[word.format(out=folder / "out.pte") for word in c] for c in ARCHIVE_COMMANDS]
+        change = lambda _, rng: archive_bytes(archive_mutant(members, rng, marker))  # noqa: E731
+    else:
+        commands, change = list(COMMANDS), mutant
+    row = {"program": name, "bytes": len(data), "mutants": count, "ok": 0, "refused": 0, "code_runs": 0, "exit_3": 0,
+           "tracebacks": 0, "hangs": 0, "slowest_seconds": 0.0, "slowest_mutant": None, "run_ok": 0, "found": []}
     path.write_bytes(data)
-    unmutated = [outcome(path, command) for command in COMMANDS]  # also pays for first-call imports untimed
-    row["unmutated"] = " ".join(unmutated)
+    row["unmutated"] = " ".join(outcome(path, command) for command in commands)
     ran, seen = [], set()
     for number in range(count):
-        variant = mutant(data, rng)
+        variant = change(data, rng)
         path.write_bytes(variant)
         began = time.perf_counter()
         results = []
-        for command in COMMANDS:
+        for command in commands:
             start = time.perf_counter()
             result = outcome(path, command)
-            if time.perf_counter() - start > LIMIT_S or result.startswith("Hang"):
-                row["hangs"] += 1
-                result = "hang"
+            if time.perf_counter() - start > LIMIT_S:
+                result = "Hang"
             results.append(result)
-            if result in ("ok", "refused"):
-                row[result] += 1
-            elif result != "hang":
-                row["escapes"] += 1
-            if result not in ("ok", "refused") and len(row["found"]) < 20:
+            row[_kind(result)] += 1
+            if _kind(result) not in ("ok", "refused") and len(row["found"]) < 20:
                 row["found"].append({"mutant": number, "command": " ".join(command), "result": result[:300]})
                 if keep is not None:
                     keep.mkdir(parents=True, exist_ok=True)
-                    (keep / f"{name}-{number}.pte").write_bytes(variant)
+                    (keep / path.name.replace("mutant", str(number))).write_bytes(variant)
+        if marker.exists():
+            marker.unlink()
+            row["code_runs"] += 1
+            if len(row["found"]) < 20:
+                row["found"].append({"mutant": number, "command": "any", "result": "code from the archive ran"})
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                (keep / path.name.replace("mutant", f"{number}-ran")).write_bytes(variant)
         took = time.perf_counter() - began
         if took > row["slowest_seconds"]:
             row["slowest_seconds"], row["slowest_mutant"] = took, number
-        if results[-1] == "ok":
+        if not archive and results[-1] == "ok":
             row["run_ok"] += 1
             digest = hashlib.sha256(variant).digest()
             if digest not in seen:
@@ -159,7 +196,8 @@ def executorch_verdicts(samples: list[bytes], folder: Path) -> list[str]:
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
         current, before = None, len(verdicts)
         while True:
-            ready, _, _ = select.select([worker.stdout], [], [], WORKER_TIMEOUT_S)
+            waited = WORKER_TIMEOUT_S if current is not None or len(verdicts) > before else IMPORT_TIMEOUT_S
+            ready, _, _ = select.select([worker.stdout], [], [], waited)
             line = worker.stdout.readline() if ready else None
             if not line:  # None: a hang; "": the worker ended, done or killed by an abort or a crash
                 if line is None:
@@ -181,8 +219,9 @@ def executorch_verdicts(samples: list[bytes], folder: Path) -> list[str]:
 
 def table(rows: Sequence[dict]) -> str:
     cells = [[r["program"], f"{r['bytes']:,}", f"{r['mutants']:,}", f"{r['ok']:,}", f"{r['refused']:,}",
-              str(r["escapes"]), str(r["hangs"]), f"{r['slowest_seconds']:.2f}", f"{r['run_ok']:,}",
-              str(r.get("compared", "-")), str(r.get("executorch_refused", "-"))] for r in rows]
+              str(r["code_runs"]), str(r["exit_3"]), str(r["tracebacks"]), str(r["hangs"]),
+              f"{r['slowest_seconds']:.2f}", f"{r['run_ok']:,}", str(r.get("compared", "-")),
+              str(r.get("executorch_refused", "-"))] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(HEADERS)]
     align = lambda text, width, i: text.ljust(width) if i == 0 else text.rjust(width)  # noqa: E731
     lines = ["  ".join(align(h, w, i) for i, (h, w) in enumerate(zip(HEADERS, widths))),
@@ -203,29 +242,49 @@ def _peak_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _import_first(folder: Path) -> None:
+    """torch and the commands imported, and one archive compiled, before any command runs
+    under its time limit: a first import cut short there would leave torch half registered."""
+    import devplan
+    import devplan.runtime  # noqa: F401 - imports torch
+    from tests.damage import _command
+
+    _command()
+    devplan.compile(folder / "mlp.pt2")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=int, default=100_000, help="mutants in all, shared evenly by the programs")
+    parser.add_argument("--archives", type=int, default=2000, help=".pt2 mutants in all, shared evenly by the archives")
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--compare", type=int, default=1000,
                         help="mutants that devplan ran to run in ExecuTorch's runtime too (0: none)")
     parser.add_argument("--quick", action="store_true", help="600 mutants, 60 compared: under a minute")
     parser.add_argument("--keep", type=Path, help="write every mutant that escaped, hung or mismatched here")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--build", type=Path, metavar="DIR", help="only write the programs and archives to DIR")
+    parser.add_argument("--programs", type=Path, metavar="DIR",
+                        help="fuzz the programs and archives that --build wrote to DIR (building takes minutes on a "
+                             "busy machine; runs in several chunks, one seed each, share them)")
     args = parser.parse_args(argv)
     if args.build:
         build(args.build)
         return 0
     if args.quick:
-        args.mutants, args.compare = 600, 60
+        args.mutants, args.archives, args.compare = 600, 30, 60
     warnings.simplefilter("ignore")  # as `devplan` does: torch's deprecation chatter is not a finding
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # nor its C++ warnings (read as torch is imported)
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)
-        subprocess.run([sys.executable, __file__, "--build", str(folder)], check=True, stderr=subprocess.DEVNULL,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        if args.programs:
+            for built in [*(f"{name}.pte" for name in PROGRAMS), *(f"{name}.pt2" for name in ARCHIVES)]:
+                shutil.copyfile(args.programs / built, folder / built)
+        else:
+            subprocess.run([sys.executable, __file__, "--build", str(folder)], check=True, stderr=subprocess.DEVNULL,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+        _import_first(folder)
         rows, runnable = [], {}
         per_program = -(-args.mutants // len(PROGRAMS))
         for name in PROGRAMS:
@@ -234,6 +293,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if PROGRAMS[name]:
                 runnable[name] = ran
             print(f"{name}: {per_program:,} mutants in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+        per_archive = -(-args.archives // len(ARCHIVES)) if args.archives else 0
+        for name in ARCHIVES if per_archive else ():
+            row, _ = fuzz(f"{name}.pt2", (folder / f"{name}.pt2").read_bytes(), per_archive, args.seed, folder, args.keep)
+            rows.append(row)
+            print(f"{name}.pt2: {per_archive:,} mutants in {time.perf_counter() - began:.0f} s", file=sys.stderr,
+                  flush=True)
         peak_mb = _peak_mb()
         mismatches = []
         if args.compare:
@@ -252,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             verdicts = executorch_verdicts([data for _, data in order], compare_dir)
             for row in rows:
                 mine = [(data, v) for (name, data), v in zip(order, verdicts) if name == row["program"]]
-                if PROGRAMS[row["program"]]:
+                if PROGRAMS.get(row["program"]):
                     row["compared"] = len(mine)
                     row["executorch_refused"] = sum(1 for _, v in mine if v != "ok")
                 for data, verdict in mine:
@@ -263,22 +328,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                             digest = hashlib.sha256(data).hexdigest()[:12]
                             (args.keep / f"mismatch-{row['program']}-{digest}.pte").write_bytes(data)
     total = {"program": "all", "bytes": sum(r["bytes"] for r in rows)}
-    for key in ("mutants", "ok", "refused", "escapes", "hangs", "run_ok"):
+    for key in COUNTS:
         total[key] = sum(r[key] for r in rows)
     total["slowest_seconds"] = max(r["slowest_seconds"] for r in rows)
     if args.compare:
         total["compared"] = sum(r.get("compared", 0) for r in rows)
         total["executorch_refused"] = sum(r.get("executorch_refused", 0) for r in rows)
     seconds = time.perf_counter() - began
-    passed = (total["escapes"] == 0 and total["hangs"] == 0 and peak_mb < 1024
+    passed = (total["code_runs"] == total["exit_3"] == total["tracebacks"] == total["hangs"] == 0 and peak_mb < 1024
               and total.get("executorch_refused", 0) == 0)
     if args.json:
         print(json.dumps({"rows": rows + [total], "peak_mb": peak_mb, "seconds": seconds, "seed": args.seed,
                           "mismatches": mismatches, "passed": passed}, indent=2))
         return 0 if passed else 1
     print(table(rows + [total]))
-    print("\nok / refused: command runs (4 a mutant) that exited 0 / were refused in one line (exit 1 or 2); "
-          "slowest: one mutant's four commands; run ok: mutants `devplan run` took; compared / ET refused: "
+    print("\nok / refused: command runs (4 a program mutant, 1 an archive's) that exited 0 / were refused in one "
+          "line (exit 1 or 2); code runs: archive mutants after which their marker file existed; exit 3: "
+          "exceptions the CLI reports as internal errors; tracebacks: printed on the way (a logging error); "
+          "slowest: one mutant's commands; run ok: mutants `devplan run` took; compared / ET refused: "
           "distinct ones of those run by ExecuTorch's runtime / refused there (- : its runtime cannot run "
           "devplan's delegates)")
     for row in rows:
@@ -287,8 +354,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for found in mismatches[:10]:
         print(f"  devplan ran a {found['program']} mutant that ExecuTorch refused: {found['executorch']}")
     print(f"\npeak memory {peak_mb:.0f} MB; {seconds:.0f} s; seed {args.seed}")
-    print(f"{'PASS' if passed else 'FAIL'}: {total['mutants']:,} mutants of {len(rows)} programs, "
-          f"{total['escapes']} escapes, {total['hangs']} hangs over 5 s, slowest mutant {total['slowest_seconds']:.2f} s, "
+    print(f"{'PASS' if passed else 'FAIL'}: {total['mutants']:,} mutants of {len(rows)} programs and archives, "
+          f"{total['code_runs']} code runs, {total['exit_3']} exit 3s, {total['tracebacks']} tracebacks, "
+          f"{total['hangs']} hangs over 5 s, slowest mutant {total['slowest_seconds']:.2f} s, "
           f"peak {peak_mb:.0f} MB, {total.get('executorch_refused', 0)} of {total.get('compared', 0)} "
           f"mutants devplan ran refused by ExecuTorch's runtime")
     return 0 if passed else 1

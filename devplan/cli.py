@@ -675,7 +675,12 @@ def main() -> None:
     if debug:  # a compile checks each stage's result too (devplan/wellformed.py), naming the stage that broke it
         os.environ["DEVPLAN_CHECK_STAGES"] = "1"
     else:  # torch's deprecation chatter is not the user's to act on; --debug shows it
+        import logging
         import warnings
+
+        # nor is a logging call failing inside torch (a message with more %s than arguments, a
+        # closed stream): logging would print '--- Logging error ---' and a traceback for it
+        logging.raiseExceptions = False
 
         warnings.simplefilter("ignore")
         # and what torch warns from C++ (TORCH_WARN, e.g. a kernel resizing an out tensor) goes to

@@ -49,9 +49,10 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     except Exception as error:  # torch raises many kinds here; all mean the archive is unusable
         logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
         reason = first_line(logged[0] if logged else error)
-        unknown = re.match(r"Failed deserializing node Node\(target='([^']+)'", reason)
-        if unknown:  # torch prints the whole node; the op is what the user needs
-            raise DevplanError(f"{path}: {_unregistered(unknown[1])}") from None
+        node = re.match(r"Failed deserializing node Node\(target='([^']+)'(?:.*, name='([^']*)'\))?", reason)
+        if node:  # torch prints the whole node; which node, its op and what is wrong is what the user needs
+            who = f"node {node[2]}" if node[2] else "a node"
+            raise DevplanError(f"{path}: {_node_failure(who, node[1], _innermost(logged[0]))}") from None
         raise DevplanError(f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save") from None
     finally:
         logger.handlers, logger.propagate = handlers, propagate
@@ -73,18 +74,41 @@ def import_kernels(modules) -> None:
                                f"that provides it, or name the module that registers the ops") from None
 
 
-def _unregistered(target: str) -> str:
-    """What to do about a graph that calls an op (torch's name for it, torch.ops.NS.NAME.OVERLOAD)
-    that nothing imported here has registered."""
-    from devplan.ops import OP_LIBRARIES
+def _innermost(error: BaseException) -> BaseException:
+    """The exception at the bottom of the chain torch raised `error` from."""
+    seen = {id(error)}
+    while (cause := error.__cause__ or error.__context__) is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        error = cause
+    return error
+
+
+def _node_failure(who: str, target: str, cause: BaseException) -> str:
+    """What is wrong with graph node `who` ("node relu"), calling `target` (torch's name for an op,
+    torch.ops.NS.NAME.OVERLOAD), that torch could not read: its op does not exist, or the
+    node itself is broken (an argument naming no value, say)."""
+    import torch
+
+    from devplan.ops import OP_LIBRARIES, TORCH_NAMESPACES
 
     parts = target.split(".")
-    if len(parts) < 4 or parts[:2] != ["torch", "ops"]:
-        return f"the graph calls {target}, which no library loaded here defines; export the model with ops of torch's own libraries"
-    namespace, name = parts[2], parts[3]
+    named = len(parts) == 5 and parts[:2] == ["torch", "ops"]
+    if "failed to resolve" not in str(cause):  # the op exists: the node's own fields are broken
+        what = f"names {cause}, which no earlier node or input defines" if isinstance(cause, KeyError) else (
+            f"cannot be read ({type(cause).__name__}: {first_line(cause)})")
+        return f"{who} ({target}) {what}; the archive is damaged; re-export it with torch.export.save"
+    if not named:
+        return f"{who} calls {target}, which is not an operator; the archive is damaged; re-export it with torch.export.save"
+    namespace, op, overload = parts[2:]
+    if namespace in TORCH_NAMESPACES:  # torch's own ops: no library to load, the name is wrong
+        packet = getattr(getattr(torch.ops, namespace, None), op, None) if not op.startswith("__") else None
+        has = f"torch has {namespace}::{op} but no overload {overload!r}" if packet is not None else (
+            f"torch has no operator {namespace}::{op}")
+        return (f"{who} calls {target}, and {has}: the graph names an op that does not exist (the archive is "
+                f"damaged, or saved by another torch version); re-export it with this torch")
     option = (f"--kernels {namespace}" if namespace in OP_LIBRARIES
               else f"--kernels MODULE, the Python module whose import registers the {namespace} ops")
-    return f"the graph calls {namespace}::{name}, an op that no library imported here registers; pass {option}"
+    return f"{who} calls {namespace}::{op}, an op that no library imported here registers; pass {option}"
 
 
 def check_input(path: str | os.PathLike) -> Path:

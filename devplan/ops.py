@@ -1,9 +1,10 @@
 """Op tables in one place: which kernels the target runtime has, and how a functional
 ATen op maps to the `.out` overload that runs it.
 
-portable_ops.txt lists the operators that ExecuTorch 1.5.1's portable kernel library
-registers (a test checks it against the library itself); QUANTIZED lists those of its
-quantized kernel library that PT2E-quantized programs call."""
+executorch_ops.txt lists the operators that ExecuTorch 1.5.1's kernel libraries register
+(`python -m devplan.runtime.executorch` writes it from the libraries themselves, and a test
+checks it still matches); QUANTIZED holds the out schemas of the quantized kernels that
+PT2E-quantized programs call."""
 from __future__ import annotations
 
 import functools
@@ -14,8 +15,10 @@ from importlib import resources
 import torch
 from torch._ops import OpOverload
 
-PORTABLE: frozenset[str] = frozenset(
-    resources.files("devplan").joinpath("portable_ops.txt").read_text().split()
+# The operators the runtime a program targets has kernels for: ExecuTorch's portable library
+# (with its prim ops, dim order ops and et_copy), its quantized library and its LLM custom ops
+REGISTERED: frozenset[str] = frozenset(
+    resources.files("devplan").joinpath("executorch_ops.txt").read_text().split()
 )
 
 # PT2E quantization (torchao's convert_pt2e) leaves quantize and dequantize ops in a graph.
@@ -142,19 +145,27 @@ def kernel_name(op: OpOverload) -> str:
 # (OP_LIBRARIES' quantized_decomposed), out variants with no kernel of torch's own.
 QUANTIZED_EMBEDDINGS = frozenset(f"quantized_decomposed::embedding_{bits}.{overload}"
                                  for bits in ("byte", "4bit", "2bit") for overload in ("out", "dtype_out"))
-# The operators a program may call: the portable kernels and the quantized ones.
-KERNELS: frozenset[str] = PORTABLE | {schema_name(schema) for schema in QUANTIZED.values()} | QUANTIZED_EMBEDDINGS
 # Namespaces of torch's own operators: an op of any other namespace comes from a kernel library
 # the user loads (ExecuTorch's llama:: custom ops register a .out overload beside each op, and
 # the runtime the program targets links their kernels), so its out variant is called by name.
 TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized_decomposed"})
+# Namespaces whose operators the runtime has exactly as REGISTERED lists them: torch's and those
+# of ExecuTorch's libraries. Another namespace is a kernel library the user links (--kernels).
+LISTED_NAMESPACES = TORCH_NAMESPACES | {name.partition("::")[0] for name in REGISTERED}
+
+
+def unregistered(name: str) -> bool:
+    """Whether the runtime a program targets refuses to load a program calling operator `name`
+    ("aten::erfinv.out"): a name of torch's or ExecuTorch's namespaces that its kernel libraries
+    do not register."""
+    return name.partition("::")[0] in LISTED_NAMESPACES and name not in REGISTERED
 
 
 def has_kernel(schema: torch._C.FunctionSchema) -> bool:
-    """Whether an out variant's schema names a kernel the program may call: a portable or
-    quantized kernel, or an op of a kernel library outside torch's namespaces."""
-    return schema_name(schema) in KERNELS or (schema.name.partition("::")[0] not in TORCH_NAMESPACES
-                                              and any(a.is_out for a in schema.arguments))
+    """Whether an out variant's schema names a kernel the program may call: one ExecuTorch's
+    kernel libraries register, or an op of a kernel library the user links."""
+    name = schema_name(schema)
+    return name in REGISTERED or (not unregistered(name) and any(a.is_out for a in schema.arguments))
 
 
 def torch_op(name: str) -> OpOverload | None:

@@ -1,13 +1,19 @@
 """Damaged copies of a program for fuzz tests (a few bytes overwritten at random places, or the
-file cut short), and what the `devplan` command makes of one: shared by the fuzz test in CI
-and the long run in benchmarks/fuzz.py."""
+file cut short), changed copies of a .pt2 archive (its JSON fields and member names), and what
+the `devplan` command makes of one: shared by the fuzz tests in CI and the long run in
+benchmarks/fuzz.py."""
 from __future__ import annotations
 
+import builtins
 import contextlib
 import io
+import json
+import math
 import random
 import signal
+import zipfile
 from functools import cache
+from pathlib import Path
 
 LIMIT_S = 5  # a command taking longer on a small file is a hang
 COMMANDS = (["inspect"], ["inspect", "--json"], ["check"], ["run", "--max-memory", "256MiB", "--devices-on-host"])
@@ -26,6 +32,152 @@ def mutant(data: bytes, rng: random.Random) -> bytes:
     if rng.random() < 0.15:
         return data[: rng.randrange(len(data))]
     return flip_bytes(data, rng, most=4)
+
+
+# ------------------------------------------------------------------ .pt2 archives
+
+Members = list[tuple[str, bytes]]
+
+
+class Payload:
+    """Unpickling this writes a marker file: any code a crafted archive gets run shows as it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return builtins.exec, (f"open({self.marker!r}, 'w').write('ran')",)
+
+
+def archive_members(data: bytes) -> Members:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return [(info.filename, archive.read(info)) for info in archive.infolist()]
+
+
+def archive_bytes(members: Members) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in members:
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _texts(marker: Path) -> list[str]:
+    """Strings a hostile archive would put where torch reads text: code that writes `marker`
+    when evaluated (as an expression, a guard, a target), and odd but harmless text."""
+    code = f"__import__('builtins').open({str(marker)!r}, 'w').write('ran')"
+    return [code, f"({code}) or s0", f"Max(s0, {code})", f"s0 + {code}", f"exec({code!r})", "__import__('os')",
+            "torch.ops.aten.relu.default", "torch.ops.aten.nonexistent.default", "aten.relu", "_operator.getitem",
+            "s0", "s0 + 1", "2*s0", "s99", "u0", "Max(1, s0) // 2", "Pow(Integer(10), Integer(100000))", "%s %s %d",
+            "%(x)s", "{0}", "\x1b[31m", "ev\nil", "../../evil", "", " ", "model", "weight_0", "tensor_0", "Float",
+            "cpu", "cuda:9", "meta"]
+
+
+def _values(rng: random.Random, marker: Path):
+    """A JSON value of a random type and size."""
+    choice = rng.randrange(9)
+    if choice < 3:
+        return rng.choice(_texts(marker))
+    if choice == 3:
+        return rng.choice([0, -1, 1, 2, 7, 2**31, 2**63, -(2**63), 10**30, 2**64 + 1])
+    if choice == 4:
+        return rng.choice([0.5, -1.5, math.inf, -math.inf, math.nan, 1e308])
+    if choice == 5:
+        return rng.choice([None, True, False])
+    if choice == 6:
+        return rng.choice([[], [0], ["s0"], [None], list(range(8))])
+    if choice == 7:
+        return rng.choice([{}, {"as_int": 3}, {"as_expr": {"expr_str": rng.choice(_texts(marker)), "hint": 2}}])
+    return "x" * rng.choice([1, 100, 10_000])
+
+
+def _places(document) -> list[tuple[object, object]]:
+    """(container, key or index) of every value in a JSON document."""
+    places, stack = [], [document]
+    while stack:
+        value = stack.pop()
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            places.append((value, key))
+            stack.append(item)
+    return places
+
+
+def _change_json(document, rng: random.Random, marker: Path) -> None:
+    """One change: a value replaced, a key renamed, added or removed, a list item dropped or doubled."""
+    places = _places(document)
+    if not places:
+        return
+    container, key = rng.choice(places)
+    kind = rng.randrange(6)
+    if kind < 3:  # replace a value, keeping its type a third of the time
+        old = container[key]
+        if isinstance(old, str) and rng.random() < 0.3:
+            container[key] = rng.choice(_texts(marker))
+        elif isinstance(old, int) and not isinstance(old, bool) and rng.random() < 0.3:
+            container[key] = old + rng.choice([-1, 1, -old - 1, 2**31, 10**20])
+        else:
+            container[key] = _values(rng, marker)
+    elif kind == 3 and isinstance(container, dict):  # rename a key
+        container[rng.choice([*_texts(marker), str(key).upper(), f"{key}_"])] = container.pop(key)
+    elif kind == 4:  # remove it
+        container.pop(key)
+    elif isinstance(container, dict):  # add a key
+        container[rng.choice(["custom", "guards_code", "expr_str", "target", "extra", *_texts(marker)])] = _values(rng, marker)
+    else:  # a list item doubled
+        container.insert(key, container[key])
+
+
+def _change_name(name: str, rng: random.Random) -> str:
+    folder, _, leaf = name.rpartition("/")
+    return rng.choice([
+        name.replace("model", rng.choice(["evil", "sub/model", "model2", "Model", "ev\nil", ""])),
+        f"{folder}/{leaf}\n", f"{folder}/../{leaf}", f"{folder}/sub/{leaf}", f"{folder}/{leaf}.pt",
+        f"{folder}/{leaf.upper()}", f"/{name}", name.replace("/", "//", 1), f"{folder}/{leaf}".replace("_0", "_00"),
+        name.replace("weight_", "weight_9"), name.replace("data/", "extra/", 1), f"{folder}/ {leaf}",
+    ])
+
+
+def archive_mutant(members: Members, rng: random.Random, marker: Path) -> Members:
+    """1 to 3 changes to a .pt2 archive's members: a change to a JSON member's document (a value,
+    a key), a member renamed, dropped or doubled under another name, or one added (a pickle whose
+    loading writes `marker`, code text, an empty file)."""
+    members = list(members)
+    for _ in range(rng.randint(1, 3)):
+        kind = rng.random()
+        index = rng.randrange(len(members)) if members else 0
+        if kind < 0.55:
+            documents = [i for i, (name, _) in enumerate(members) if name.endswith(".json")]
+            if not documents:
+                continue
+            index = rng.choice(documents)
+            name, data = members[index]
+            try:
+                document = json.loads(data)
+            except ValueError:
+                continue
+            _change_json(document, rng, marker)
+            members[index] = (name, json.dumps(document).encode())
+        elif kind < 0.75 and members:
+            name, data = members[index]
+            members[index] = (_change_name(name, rng), data)
+        elif kind < 0.82 and members:
+            members.pop(index)
+        elif kind < 0.9 and members:
+            name, data = members[index]
+            members.append((_change_name(name, rng), data))
+        else:
+            prefix = members[0][0].split("/")[0] if members else "model"
+            folder = rng.choice(["", "data/", "data/weights/", "data/constants/", "data/sample_inputs/", "models/",
+                                 "extra/", ".data/"])
+            leaf = rng.choice(["model.pt", "evil.pt", "model.json", "weight_0", "tensor_0", "x", "ev\nil.pt"])
+            buffer = io.BytesIO()
+            import torch
+
+            torch.save((Payload(marker),), buffer)
+            members.append((f"{prefix}/{folder}{leaf}", rng.choice([buffer.getvalue(), b"", b"{}",
+                                                                      _texts(marker)[0].encode()])))
+    return members
 
 
 class Hang(Exception):
@@ -51,19 +203,25 @@ def outcome(path, command: list[str]) -> str:
     """'ok', 'refused', or what escaped. The command runs as `devplan.cli.main` runs it (click
     outside standalone mode, so its exit code comes back), its output thrown away: exit 0 is
     ok, exit 1 (check's failed buffer) or a DevplanError (exit 2) refused, anything else
-    escaped, a command over LIMIT_S seconds included."""
+    escaped: an exception (exit 3 from the CLI), a command over LIMIT_S seconds ("Hang"), or a
+    traceback that something printed on the way ("Traceback: ", its last line)."""
     from devplan.errors import DevplanError
 
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(LIMIT_S)
+    stderr = io.StringIO()
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
             code = _command().main([command[0], str(path), *command[1:]], prog_name="devplan", standalone_mode=False)
+        result = "ok" if not code else "refused"  # check exits 1 when a buffer fails
     except DevplanError:
-        return "refused"
+        result = "refused"
     except Exception as error:  # noqa: BLE001 - what escapes is the finding
         return f"{type(error).__name__}: {error}"
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-    return "ok" if not code else "refused"  # check exits 1 when a buffer fails
+    printed = stderr.getvalue()
+    if "Traceback" in printed or "Logging error" in printed:
+        return f"Traceback: {printed.strip().splitlines()[-1]}"
+    return result

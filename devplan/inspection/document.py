@@ -137,7 +137,7 @@ def _method(pte, view: MethodView) -> dict:
         if row.delegate is not None:
             calls.setdefault(row.delegate, []).append(row.index)
     delegates = [_delegate(pte, view, delegate, calls.get(delegate.index, [])) for delegate in view.delegates]
-    windows = _windows(view, delegates)
+    windows = _windows(pte, view, delegates)
     rows = [
         _buffer(mem_id, sizes[mem_id], view.buffer_devices.get(mem_id, CPU), tensors, view.written, view.read,
                 [w for w in windows if w["mem_id"] == mem_id])
@@ -241,24 +241,42 @@ def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written
     return row, bounds
 
 
-def _windows(view: MethodView, delegates: list[dict]) -> list[dict]:
+def _windows(pte, view: MethodView, delegates: list[dict]) -> list[dict]:
     """The delegate windows of a method, each as a pseudo-tensor of its buffer: the payload's
     buffer bytes at the window's offset, held from the delegate's first call to its last."""
     found = []
     for d in delegates:
-        window, buffers = d["window"], d["payload_buffers"] or []
+        window, buffers = d["window"], d["payload_buffers"]
         if window is None or not d["calls"]:
             continue
-        nbytes = sum(b["size"] for b in buffers)
-        sizes = view.buffer_sizes
-        if len(buffers) != 1 or not (0 < window["mem_id"] < len(sizes)
-                                     and window["offset"] + nbytes <= sizes[window["mem_id"]]):
-            raise DevplanError(f"{view.where}: delegate {d['index']}'s memory window (buffer "
-                               f"{window['mem_id']}, offset {window['offset']}, {nbytes} bytes) does not lie inside "
-                               f"one of the method's buffers; the program is damaged")
+        where = f"{view.where}: delegate {d['index']}"
+        if buffers is None:  # the payload is what is wrong, not where its window lies
+            raise DevplanError(f"{where}'s payload cannot be read: {_payload_problem(pte, view, d['index'])}")
+        if len(buffers) != 1:
+            raise DevplanError(f"{where}'s payload plans {len(buffers)} buffers, where a payload given a memory window "
+                               f"plans one; the program is damaged")
+        nbytes, sizes = buffers[0]["size"], view.buffer_sizes
+        if not (0 < window["mem_id"] < len(sizes) and window["offset"] <= sizes[window["mem_id"]]):
+            raise DevplanError(f"{where}'s memory window (buffer {window['mem_id']}, offset {window['offset']}) does "
+                               f"not lie inside one of the method's buffers; the program is damaged")
+        if window["offset"] + nbytes > sizes[window["mem_id"]]:
+            raise DevplanError(f"{where}'s payload plans {nbytes} bytes of working memory, more than the "
+                               f"{sizes[window['mem_id']] - window['offset']} its memory window (buffer "
+                               f"{window['mem_id']}, offset {window['offset']}) leaves; the program is damaged")
         found.append({"mem_id": window["mem_id"], "offset": window["offset"], "nbytes": nbytes,
                       "bound": buffers[0]["lower_bound"], "held": [min(d["calls"]), max(d["calls"])]})
     return found
+
+
+def _payload_problem(pte, view: MethodView, index: int) -> str:
+    """Why a delegate's payload is no program devplan reads."""
+    try:
+        inner = pte.delegate_program(view.plan_index, index)
+        document(inner, inner.name)
+    except DevplanError as error:
+        text = str(error)  # named after its delegate already
+        return text.partition(": ")[2] if text.startswith(f"{pte.name} delegate ") else text
+    return "it is not an ET12 program; the program is damaged"
 
 
 def _delegate(pte, view: MethodView, delegate, calls: list[int]) -> dict:

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import torch
 
 from devplan.errors import DevplanError, first_line
-from devplan.ops import BACKEND_ID, ET_VIEW, TO_DEVICE, TO_HOST
+from devplan.ops import BACKEND_ID, ET_VIEW, TO_DEVICE, TO_HOST, unregistered
 from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import Delegate, Instruction, MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
@@ -108,8 +108,9 @@ class LoadedMethod:
     def _borrow(self, mem_id: int, size: int, device: Device, window: torch.Tensor,
                 owner: Device) -> tuple[torch.Tensor, Device]:
         if owner != device or window.numel() < size:
-            raise DevplanError(f"{self.where}: buffer {mem_id} ({size} bytes on {device}) does not fit the window its "
-                               f"caller lends it ({window.numel()} bytes on {owner}); the program is damaged")
+            raise DevplanError(f"{self.where}: the payload plans buffer {mem_id} as {size} bytes on {device}, more than "
+                               f"the memory window its caller lends it ({window.numel()} bytes on {owner}); the payload "
+                               f"is damaged")
         return window[:size], device
 
     def _load(self, pte: PteFile, view: MethodView) -> None:
@@ -232,6 +233,9 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: delegate {index}'s memory window names buffer {mem_id}, which the "
                                f"method does not have; the program is damaged")
         arena, device = self.arenas[mem_id]
+        if offset > arena.numel():
+            raise DevplanError(f"{self.where}: delegate {index}'s memory window starts at offset {offset} of buffer "
+                               f"{mem_id}, which holds {arena.numel()} bytes; the program is damaged")
         # the payload's one buffer is these bytes of the caller's; its plan keeps them free during the call
         return LoadedMethod(payload, lent={1: (arena[offset:], device)}, memory=self.memory)
 
@@ -436,6 +440,10 @@ class LoadedMethod:
         if not writes_its_outs(op, name):  # ExecuTorch has only out and a few in-place kernels
             raise DevplanError(f"{self.where}: instruction {index} calls {name}, which is not an out variant "
                                f"(.out); the program is damaged or made for another runtime")
+        if unregistered(name):  # torch may have the op, but ExecuTorch's runtime refuses to load the program
+            raise DevplanError(f"{self.where}: instruction {index} calls {name}, which ExecuTorch's kernel libraries "
+                               f"(portable, quantized and LLM custom ops) do not register; the program is made for "
+                               f"another runtime or damaged")
         schema = op._schema.arguments
         if len(args) < len(schema):
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments; "

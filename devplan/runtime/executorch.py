@@ -3,6 +3,8 @@
 with ExecuTorch's backends' delegates (XNNPACK) included, which devplan's runtime cannot run."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -12,6 +14,21 @@ from devplan.extras import import_module
 from devplan.pte.reader import PteFile
 from devplan.runtime.executor import method_view
 
+# ExecuTorch's kernel libraries beside the portable one (whose prim ops, dim order ops and
+# et_copy register with it) that a devplan program may call: each registers its kernels with
+# the runtime when its Python module is imported
+KERNEL_LIBRARIES = ("executorch.kernels.quantized", "executorch.extension.llm.custom_ops.custom_ops")
+# where the core reads them (devplan/ops.py's REGISTERED): the core never imports executorch
+OPERATOR_LIST = Path(__file__).resolve().parents[1] / "executorch_ops.txt"
+
+
+def registered_operators() -> list[str]:
+    """The names of the operators ExecuTorch's runtime has a kernel for once its portable
+    library and KERNEL_LIBRARIES are loaded, sorted: what devplan/executorch_ops.txt holds."""
+    portable = import_module("executorch.extension.pybindings.portable_lib", "the operator list")
+    for library in KERNEL_LIBRARIES:
+        import_module(library, "the operator list")
+    return sorted(set(portable._get_operator_names()))
 
 
 def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1) -> list[list[Any]]:
@@ -20,7 +37,8 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
     if pte.external is not None and pte.external.path is None:
         raise DevplanError(f"{pte.external.name}: ExecuTorch's runtime loads a .ptd by its path; pass it as a file")
     runtime = import_module("executorch.runtime", "--executorch")
-    import_module("executorch.kernels.quantized", "--executorch")  # PT2E programs' kernels register on import
+    for library in KERNEL_LIBRARIES:  # the kernels devplan's runtime takes as registered (ops.REGISTERED)
+        import_module(library, "--executorch")
     try:
         # a mapped file by its path (ExecuTorch's loader maps it too), bytes as they are
         # with its .ptd by path, which ExecuTorch's loader maps
@@ -35,3 +53,10 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
         raise DevplanError(f"{pte.name}: ExecuTorch's runtime failed on method {name}: {first_line(error)}") from None
     return results
 
+
+
+if __name__ == "__main__":  # python -m devplan.runtime.executorch [PATH]: rewrite the operator list
+    from devplan.files import write_atomic
+
+    names = registered_operators()
+    write_atomic(sys.argv[1] if len(sys.argv) > 1 else OPERATOR_LIST, "".join(f"{name}\n" for name in names).encode())

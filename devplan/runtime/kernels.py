@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from devplan.ops import (NUMBER_OPS, PORTABLE, QUANTIZED, QUANTIZED_EMBEDDINGS, TORCH_NAMESPACES, out_schema, schema_name,
+from devplan.dtypes import CODE_TO_NAME
+from devplan.ops import (NUMBER_OPS, QUANTIZED, QUANTIZED_EMBEDDINGS, REGISTERED, TORCH_NAMESPACES, out_schema, schema_name,
                          torch_op)
 
 
@@ -67,7 +68,7 @@ def schema_op(name: str):
 def writes_its_outs(op, name: str) -> bool:
     """Whether a schema op's result lands in its arguments: an out variant, or one of the few
     in-place kernels ExecuTorch has. A functional op's result would be dropped."""
-    return any(a.is_out for a in op._schema.arguments) or (op._schema.is_mutable and name.partition(".")[0] in PORTABLE)
+    return any(a.is_out for a in op._schema.arguments) or (op._schema.is_mutable and name.partition(".")[0] in REGISTERED)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,9 @@ class _Functional:
     def __call__(self, *args, **kwargs):
         outs = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
         given = {a.name: value for a, value in zip(self._schema.arguments, args)}
+        for a, value in zip(self._schema.arguments, args):  # torch crashes on a dtype code it does not define
+            if str(a.real_type).startswith("ScalarType") and isinstance(value, int) and value not in CODE_TO_NAME:
+                raise ValueError(f"{a.name} is {value}, no ScalarType code")
         if given.get("quant_min", 0) > given.get("quant_max", 0):  # ExecuTorch's kernels abort on it
             raise ValueError(f"quant_min {given['quant_min']} is greater than quant_max {given['quant_max']}")
         results = self.functional(*args, **kwargs)

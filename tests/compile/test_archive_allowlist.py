@@ -167,6 +167,32 @@ def test_guards_code_never_reaches_the_retrace(tmp_path):
     assert not marker.exists()
 
 
+def _first_relu(document) -> dict:
+    return next(node for node in document["graph_module"]["graph"]["nodes"] if node["target"].endswith(".relu.default"))
+
+
+@pytest.mark.parametrize("edit, needles", [
+    (lambda node: node["inputs"][0]["arg"]["as_tensor"].update(name="nowhere"),
+     ["node relu (torch.ops.aten.relu.default) names 'nowhere', which no earlier node or input defines",
+      "the archive is damaged"]),
+    (lambda node: node.update(target="torch.ops.aten.relux.default"),
+     ["node relu calls torch.ops.aten.relux.default, and torch has no operator aten::relux",
+      "the graph names an op that does not exist"]),
+    (lambda node: node.update(target="torch.ops.aten.relu.nothing"),
+     ["node relu calls torch.ops.aten.relu.nothing, and torch has aten::relu but no overload 'nothing'"]),
+], ids=["broken_reference", "no_such_op", "no_such_overload"])
+def test_a_broken_graph_is_named_as_broken_not_as_a_missing_library(tmp_path, edit, needles):
+    """Issue 29, finding 8: torch fails on the node either way; the line says which node and
+    what is wrong with it, not that a library defining aten::relu is missing."""
+    archive = write(tmp_path / "broken.pt2", edited_model(members(MLP), lambda document: edit(_first_relu(document))))
+    with pytest.raises(DevplanError) as error:
+        devplan.compile(archive)
+    message = str(error.value)
+    assert message.startswith(str(archive)) and "\n" not in message and "library" not in message
+    for needle in needles:
+        assert needle in message, message
+
+
 # ------------------------------------------------------------------ property: random grafts
 
 MARKER_NAME = "ran"

@@ -1,5 +1,6 @@
 """`devplan compile` as a user runs it: files in, one summary or one error line out."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -238,3 +239,33 @@ def test_out_of_range_options_are_refused_before_any_work(tmp_path, args, needle
     pte = tmp_path / "mlp.pte"
     assert devplan("compile", ROOT / "samples" / "mlp.pt2", "-o", pte).returncode == 0
     assert_one_line_error(devplan(*(a.format(pte=pte) for a in args)), needle)
+
+
+_LOGGING_ERROR = """
+import datetime, io, sys, zipfile
+import torch
+import devplan.load
+from devplan.cli import main
+source, archive = sys.argv[1], sys.argv[2]
+inputs = io.BytesIO()
+torch.save((datetime.date(2020, 1, 1),), inputs)  # a harmless pickle that a weights-only load refuses
+with zipfile.ZipFile(source) as old, zipfile.ZipFile(archive, "w") as new:
+    for info in old.infolist():
+        new.writestr(info, inputs.getvalue() if info.filename.endswith("sample_inputs/model.pt") else old.read(info))
+devplan.load._check_sample_inputs = lambda *args: None  # the route devplan's archive checks close, open again
+sys.argv = ["devplan", "compile", archive, "-o", archive + ".pte"]
+main()
+"""
+
+
+def test_a_logging_call_that_fails_inside_torch_prints_no_traceback(tmp_path):
+    """Issue 29, finding 7: torch's fallback to a full unpickle of sample inputs logs a message
+    with two %s and one argument; Python's logging then printed '--- Logging error ---' and a
+    69-line traceback before devplan's own output. devplan's checks keep such archives from
+    torch (test_archive_allowlist.py), so the route is opened again here in a child process:
+    whatever makes a logging call fail, the CLI prints no traceback for it."""
+    run = subprocess.run([sys.executable, "-c", _LOGGING_ERROR, str(ROOT / "samples" / "mlp.pt2"),
+                          str(tmp_path / "inputs.pt2")], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "Logging error" not in run.stderr and "Traceback" not in run.stderr, run.stderr[:2000]
+    assert run.returncode == 0 and (tmp_path / "inputs.pt2.pte").exists(), run.stderr[-2000:]

@@ -1,12 +1,17 @@
 """Every corpus model and sample: devplan compiles it, ExecuTorch's runtime and devplan's
 reference runtime run it, and the outputs match eager PyTorch (two runs in a row for models
 that keep state)."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.utils import _pytree as pytree
 
 import devplan
 from samples.make_samples import sample_models
+from tests.compile.test_cli import ROOT
 from testbed.models import CORPUS, STATEFUL, eager_outputs, run_executorch
 
 CASES = {**CORPUS, **{f"sample_{name}": (lambda name=name: sample_models()[name]) for name in sample_models()}}
@@ -66,10 +71,12 @@ def test_only_portable_kernels_are_emitted():
         assert {k.op for k in method.kernels} <= registered
 
 
-def test_portable_op_table_matches_the_library():
-    from executorch.extension.pybindings import portable_lib
+def test_the_operator_list_is_what_executorchs_kernel_libraries_register(tmp_path):
+    """devplan/executorch_ops.txt, written again from the installed ExecuTorch in a fresh process
+    (this one may have loaded other kernels), comes out byte for byte the same."""
+    from devplan.runtime.executorch import OPERATOR_LIST
 
-    from devplan.ops import PORTABLE
-
-    # test_quantized.py may have loaded the quantized kernel library into this process
-    assert PORTABLE == {name for name in portable_lib._get_operator_names() if not name.startswith("quantized_decomposed::")}
+    written = tmp_path / "ops.txt"
+    subprocess.run([sys.executable, "-m", "devplan.runtime.executorch", str(written)], check=True, cwd=ROOT,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
+    assert written.read_text() == OPERATOR_LIST.read_text(), "rewrite it: python -m devplan.runtime.executorch"

@@ -1,6 +1,5 @@
 """A .pt2 can carry pickled objects that run code when torch.export.load unpickles them;
 devplan refuses such archives before torch reads them, and loads plain ones as before."""
-import builtins
 import io
 import json
 import subprocess
@@ -13,16 +12,7 @@ import torch
 from devplan.errors import DevplanError
 from devplan.load import load
 from tests.compile.test_cli import ROOT, assert_one_line_error, devplan
-
-
-class Payload:
-    """Unpickling this writes a marker file: stands in for any code a crafted file runs."""
-
-    def __init__(self, marker):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return builtins.exec, (f"open({self.marker!r}, 'w').write('ran')",)
+from tests.damage import Payload
 
 
 def rewrite(source, target, change):

@@ -180,3 +180,26 @@ def test_an_op_no_library_defines_is_named_in_one_line(tmp_path):
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
     assert "custom op devplan_test.twice.default has no out variant" in done.stderr, done.stderr
     assert not (tmp_path / "c.pte").exists()
+
+
+def test_a_dtype_code_torch_does_not_define_is_refused_not_a_crash():
+    """Found by issue 29's fuzz run: a changed byte made quantize_per_tensor's dtype argument a
+    number no ScalarType has, and torch's functional quantize, reading its dtype table past the
+    end, crashed the process (SIGSEGV); devplan's runtime refuses it in one line."""
+    import copy
+
+    from devplan.errors import DevplanError
+    from devplan.pte import dumps_pte, read_pte
+
+    ep, _, args = quantize("mlp", "per_tensor")
+    pte = read_pte(devplan.compile(ep).data)
+    program = copy.deepcopy(pte.program)
+    plan = program.executionPlan[0]
+    op = next(i for i, o in enumerate(plan.operators)
+              if (o.name.decode() if isinstance(o.name, bytes) else o.name) == "quantized_decomposed::quantize_per_tensor")
+    call = next(i.instrArgs for c in plan.chains for i in c.instructions
+                if hasattr(i.instrArgs, "opIndex") and i.instrArgs.opIndex == op)
+    dtype_position = [a.name for a in QUANTIZED["quantized_decomposed::quantize_per_tensor"].arguments].index("dtype")
+    plan.values[call.args[dtype_position]].val.intVal = 50  # past torch's table: it reads whatever lies there
+    with pytest.raises(DevplanError, match=r"dtype is 50, no ScalarType code"):
+        devplan.runtime.run(dumps_pte(program, pte.segments), list(args))

@@ -148,8 +148,55 @@ def test_a_window_outside_the_program_buffer_is_one_line_in_inspect_and_run():
     damaged = _rewindowed(planned, 1 << 40)
     with pytest.raises(DevplanError, match=r"delegate 0's memory window .* does not lie inside"):
         devplan.inspect(damaged)
-    with registered("cuda", HostAllocator()), pytest.raises(DevplanError, match=r"does not fit the window"):
+    with registered("cuda", HostAllocator()), pytest.raises(DevplanError, match=r"memory window starts at offset"):
         devplan.run(damaged, list(ARGS))
+
+
+def _payload_changed(data: bytes, change) -> bytes:
+    """`data` with delegate 0's payload replaced by change(payload bytes)."""
+    import copy
+
+    from devplan.pte import dumps_pte, read_pte
+
+    pte = read_pte(data)
+    program, segments = copy.deepcopy(pte.program), list(pte.segments)
+    reference = program.executionPlan[0].delegates[0].processed
+    new = change(bytes(pte.delegate_payload(0, 0)))
+    if reference.location == 0:  # inline
+        program.backendDelegateData[reference.index].data = list(new)
+    else:
+        segments[reference.index] = new
+    return dumps_pte(program, segments)
+
+
+def _payload_buffer_grown(payload: bytes) -> bytes:
+    import copy
+
+    from devplan.pte import dumps_pte, read_pte
+
+    inner = read_pte(payload)
+    program = copy.deepcopy(inner.program)
+    program.executionPlan[0].nonConstBufferSizes[1] *= 1000
+    return dumps_pte(program, inner.segments)
+
+
+def test_a_damaged_payload_is_blamed_not_its_window():
+    """Issue 29, finding 8: an unreadable payload, or one planning more than its window leaves,
+    is named as the payload at fault (which delegate, what is wrong), not as a misplaced window."""
+    from tests.runtime.test_strict_runtime import ARGS as BLOCK_ARGS, compiled
+
+    zeros = _payload_changed(compiled(delegates=["cuda:0"]), lambda payload: bytes(len(payload)))
+    with pytest.raises(DevplanError, match=r"delegate 0's payload cannot be read: not an ET12 program") as error:
+        devplan.inspect(zeros)
+    assert "window" not in str(error.value)
+    grown = _payload_changed(compiled(delegates=["cuda:0"]), _payload_buffer_grown)
+    with pytest.raises(DevplanError, match=r"delegate 0's payload plans 80000 bytes of working memory, more than the "
+                                           r"80 its memory window \(buffer 2, offset 80\) leaves"):
+        devplan.inspect(grown)
+    with registered("cuda", HostAllocator()), pytest.raises(
+            DevplanError, match=r"delegate 0: method forward: the payload plans buffer 1 as 80000 bytes on cuda:0, more "
+                                r"than the memory window its caller lends it \(80 bytes on cuda:0\); the payload is damaged"):
+        devplan.run(grown, list(BLOCK_ARGS))
 
 
 def test_a_damaged_window_spec_is_one_line():

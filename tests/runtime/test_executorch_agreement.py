@@ -127,6 +127,13 @@ def _said_on_cuda(plan):
     tensor.extraTensorInfo.deviceType, tensor.extraTensorInfo.deviceIndex = DeviceType.CUDA, 0
 
 
+def _renamed(name: str):
+    def change(plan):  # relu.out's schema is (self, *, out), as erfinv.out's and sgn.out's
+        relu = next(op for op in plan.operators if op.name in (b"aten::relu", "aten::relu"))
+        relu.name = name
+    return change
+
+
 def _unplanned_intermediate(plan):
     plan.values[4].val.allocationInfo = None  # the relu's out tensor
 
@@ -136,8 +143,10 @@ def _unplanned_intermediate(plan):
     (_unbound, ["value 2", "DYNAMIC_UNBOUND"], True),
     (_int_condition, ["instruction 4", "value 12, of type Int", "only a Bool or a bool tensor"], True),
     (_said_on_cuda, ["value 2", "cuda:0", "buffer 1", "on cpu"], False),
+    (_renamed("aten::erfinv"), ["instruction 1", "aten::erfinv.out", "do not register"], True),
+    (_renamed("aten::sgn"), ["instruction 1", "aten::sgn.out", "do not register"], True),
     (_unplanned_intermediate, ["value 4", "is a tensor with no data and no place in a buffer", "instruction 1 writes it"], False),
-], ids=["no_dim_order", "unbound", "int_condition", "said_on_cuda", "unplanned_intermediate"])
+], ids=["no_dim_order", "unbound", "int_condition", "said_on_cuda", "erfinv", "sgn", "unplanned_intermediate"])
 def test_what_executorch_refuses_or_cannot_run_is_refused(change, needles, executorch_too):
     """`executorch_too`: ExecuTorch's runtime refuses it as well (the others it runs on other
     terms than devplan's, or crashes on, so it is not asked)."""
