@@ -28,6 +28,11 @@ from devplan.runtime.kernels import DIM_ORDER, NUMBERS, et_view, schema_op, writ
 from devplan.spec import CPU, DEVICE_TYPES, Device
 
 _KIND_NAMES = {code: name for name, code in vars(KernelTypes).items() if not name.startswith("_")}
+# the value types ExecuTorch's kernels read an argument of these schema types as, asserting
+# (aborting the process) on any other: toDouble, toIntList, toInt, toBool
+_KIND_OF_TYPE = {name: kinds + extra for plain, kinds in (("float", (KernelTypes.Double,)), ("List[int]", (KernelTypes.IntList,)),
+                                                         ("int", (KernelTypes.Int,)), ("bool", (KernelTypes.Bool,)))
+                 for name, extra in ((plain, ()), (f"Optional[{plain}]", (KernelTypes.Null,)))}
 _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach (alignment, reserves)
 # Memory a method may take for its arenas and unplanned tensors unless its caller says more:
 # every size comes from the file, and a few damaged bytes can ask for terabytes.
@@ -368,7 +373,7 @@ class LoadedMethod:
         index = row.index
         args = [self._index(a, f"instruction {index}") for a in row.args]
         if row.kind == "kernel":
-            return self._kernel(index, view.operator(row.op), args)
+            return self._kernel(index, view.operator(row.op), args, view.kinds)
         if row.kind == "delegate":
             return self._delegate(index, row.delegate, args)
         if row.kind == "move":
@@ -424,7 +429,7 @@ class LoadedMethod:
         return Step("kernel", name, lambda src, dst: dst.resize_(src.shape).copy_(allocator.copy_to_host(src)),
                      (source, out))
 
-    def _kernel(self, index: int, name: str, args: list[int]) -> Step:
+    def _kernel(self, index: int, name: str, args: list[int], kinds: tuple[int, ...]) -> Step:
         if name in (TO_DEVICE, TO_HOST) and len(args) >= 2:
             return self._device_copy(name, args)
         if name == ET_VIEW and len(args) == 3:
@@ -452,6 +457,11 @@ class LoadedMethod:
         if len(args) > len(schema) + results:  # ExecuTorch's kernels refuse more
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments and results; "
                                f"its schema takes {len(schema)} and {results}; the program is damaged")
+        for a, s in zip(args, schema):
+            wanted = _KIND_OF_TYPE.get(str(s.type))
+            if wanted is not None and kinds[a] not in wanted:
+                raise DevplanError(f"{self.where}: instruction {index} gives {name}'s {s.name} ({s.type}) value {a}, "
+                                   f"a {_KIND_NAMES.get(kinds[a], kinds[a])}; the program is damaged")
         positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
         outs = [a for a, s in zip(args, schema) if s.is_out]
@@ -500,6 +510,9 @@ class LoadedMethod:
 def _check_program(pte: PteFile) -> None:
     """Refuse what ExecuTorch's runtime refuses of a whole program, whichever method is run:
     once per file (a refused file is refused again each time it is asked)."""
+    if pte.program.version:  # ExecuTorch's runtime reads schema version 0 only
+        raise DevplanError(f"{pte.name}: program schema version {pte.program.version}; ExecuTorch's runtime (and "
+                           f"devplan's) reads version 0; the program is damaged or made for a newer runtime")
     if pte.constants_unlisted:
         raise DevplanError(f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); "
                            f"the program is damaged")

@@ -502,3 +502,37 @@ def test_a_constant_segment_without_offsets_is_refused_as_executorch_refuses_it(
     with pytest.raises(DevplanError, match="the constant segment lists no offsets"):
         devplan.run(data, [torch.randn(3, 4), torch.randn(3, 4)])
     assert executorch_refuses(data, (torch.randn(3, 4), torch.randn(3, 4)))
+
+
+def test_a_newer_program_schema_version_is_refused():
+    pte = read_pte(compiled())
+    program = copy.deepcopy(pte.program)
+    program.version = 20  # as a fuzzed byte made it; ExecuTorch's runtime reads version 0 only
+    data = dumps_pte(program, pte.segments)
+    refused(data, "program schema version 20")
+    assert executorch_refuses(data)
+
+
+class Normed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(4)
+
+    def forward(self, x):
+        return self.norm(x).sum(0)
+
+
+@pytest.mark.parametrize("op,argument,kind", [("aten::sum", 1, "Bool"), ("aten::native_layer_norm", 4, "Int")],
+                         ids=["int_list_given_a_bool", "float_given_an_int"])
+def test_an_argument_of_another_type_than_its_schema_is_refused(op, argument, kind):
+    """ExecuTorch's kernels read an int[] argument with toIntList and a float with toDouble, which
+    abort the process on a value of another type (found by the fuzz run); devplan refuses it."""
+    def change(plan):
+        index = next(i for i, o in enumerate(plan.operators) if (o.name.decode() if isinstance(o.name, bytes) else o.name) == op)
+        call = next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == index)
+        other = next(i for i, v in enumerate(plan.values) if v.valType == getattr(KernelTypes, kind))
+        call.args[argument] = other
+
+    module = Normed()
+    data = damaged(devplan.compile(torch.export.export(module, ARGS)).data, change)
+    refused(data, f"a {kind}; the program is damaged")
