@@ -32,6 +32,7 @@ INSTRUCTION_KINDS = {
 }
 TENSOR_LISTS = (KernelTypes.TensorList, KernelTypes.OptionalTensorList)
 _REFERENCE_LISTS = (*TENSOR_LISTS, KernelTypes.IntList)  # lists whose items are value indices
+_LISTS = (*_REFERENCE_LISTS, KernelTypes.BoolList, KernelTypes.DoubleList)
 
 
 class Tensor(NamedTuple):
@@ -215,6 +216,8 @@ def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
         kinds.append(kind)
         if val is None and kind not in (KernelTypes.NONE, KernelTypes.Null):
             raise DevplanError(f"{where}: value {index} has a type but no content; the program is damaged")
+        if kind in _LISTS and val.items is None:  # ExecuTorch's runtime refuses to load it ("Missing list")
+            raise DevplanError(f"{where}: value {index} is a list without its items; the program is damaged")
         if kind == KernelTypes.Tensor:
             tensors[index] = _tensor(where, index, val, sizes)
         elif kind in _REFERENCE_LISTS:

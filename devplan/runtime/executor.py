@@ -454,7 +454,9 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments; "
                                f"its schema takes {len(schema)}")
         results = max(1, len(op._schema.returns))  # after the arguments, the results (a void out op's out list)
-        if len(args) > len(schema) + results:  # ExecuTorch's kernels refuse more
+        # ExecuTorch's kernels refuse more, or no result after the arguments (its results are one
+        # value, or one per returned tensor)
+        if not len(schema) < len(args) <= len(schema) + results:
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments and results; "
                                f"its schema takes {len(schema)} and {results}; the program is damaged")
         for a, s in zip(args, schema):

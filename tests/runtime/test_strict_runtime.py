@@ -536,3 +536,23 @@ def test_an_argument_of_another_type_than_its_schema_is_refused(op, argument, ki
     module = Normed()
     data = damaged(devplan.compile(torch.export.export(module, ARGS)).data, change)
     refused(data, f"a {kind}; the program is damaged")
+
+
+def test_a_list_without_its_items_is_refused():
+    def change(plan):
+        next(v for v in plan.values if v.valType == KernelTypes.IntList).val.items = None
+
+    data = damaged(compiled(), change)
+    refused(data, "is a list without its items")
+    assert executorch_refuses(data)
+
+
+def test_a_kernel_call_without_its_result_is_refused():
+    """ExecuTorch's kernels take exactly their schema's arguments and then their results."""
+    def change(plan):
+        call = _kernel_calls(plan)[-1].instrArgs
+        call.args = call.args[:-1]
+
+    data = damaged(compiled(), change)
+    refused(data, "arguments and results; its schema takes")
+    assert executorch_refuses(data)
