@@ -20,6 +20,7 @@ from devplan.archive import check_archive
 from devplan.errors import DevplanError, first_line
 from devplan.files import open_input
 from devplan.pte.header import is_program
+from devplan.spec import INT32_MAX
 
 if TYPE_CHECKING:
     import torch
@@ -45,7 +46,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     logger.handlers, logger.propagate = [catcher], False
     try:
         with _stand_ins(_unknown_tree_types(path)), _type_hints_once(), _weights_mapped(path):
-            return _without_guards(_plain_specs(torch.export.load(path)))
+            ep = _without_guards(_plain_specs(torch.export.load(path)))
     except Exception as error:  # torch raises many kinds here; all mean the archive is unusable
         logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
         reason = first_line(logged[0] if logged else error)
@@ -56,6 +57,21 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
         raise DevplanError(f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save") from None
     finally:
         logger.handlers, logger.propagate = handlers, propagate
+    _check_sizes(ep, path)
+    return ep
+
+
+def _check_sizes(ep, path: Path) -> None:
+    """Refuse a tensor with a size no .pte can hold (a damaged or crafted archive's), before
+    anything plans bytes for it."""
+    import torch
+
+    for node in ep.graph.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and any(isinstance(n, int) and n > INT32_MAX for n in val.shape):
+            raise DevplanError(f"{path}: node {node.name} is a tensor of shape {list(val.shape)}, a size over "
+                               f"{INT32_MAX:,}, more than a .pte program can hold; re-export the model with "
+                               f"torch.export.save")
 
 
 def import_kernels(modules) -> None:

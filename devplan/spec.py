@@ -10,6 +10,8 @@ from devplan.errors import DevplanError
 
 DEVICE_TYPES = ("cpu", "cuda")  # ET12 DeviceType enum order: CPU = 0, CUDA = 1
 
+INT32_MAX = 2**31 - 1  # the largest size a .pte can hold: ET12 writes every tensor size as an int32
+
 
 @dataclass(frozen=True, order=True)
 class Device:

@@ -16,7 +16,7 @@ from devplan.ops import NUMBER_OPS, SAME_BYTES, has_kernel, is_view, kernel_name
 from devplan.ir.lowered import Lowered
 from devplan.ir.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, Source,
                             TensorList, Use, Value, ViewOf)
-from devplan.spec import CPU, Device, TensorSpec
+from devplan.spec import CPU, INT32_MAX, Device, TensorSpec
 
 
 @dataclass
@@ -53,6 +53,9 @@ def spec_of(t: torch.Tensor, **facts) -> TensorSpec:
     about the tensor the runtime will hold. A dynamic size is planned at its upper bound."""
     shape = tuple(size if isinstance(size, int) else _upper_bound(size) for size in t.shape)
     dynamic = any(not isinstance(size, int) for size in t.shape)
+    if any(size > INT32_MAX for size in shape):  # ET12 writes sizes as int32
+        raise DevplanError(f"a {str(t.dtype).removeprefix('torch.')} tensor of shape {list(shape)} has a size over "
+                           f"{INT32_MAX:,}, more than a .pte program can hold; the model (or its .pt2) is damaged")
     return TensorSpec(shape, str(t.dtype).removeprefix("torch."), tuple(range(t.dim())), dynamic=dynamic, **facts)
 
 

@@ -197,6 +197,11 @@ VARIANTS = {
     "pickled_sample_inputs": lambda tmp, marker: (
         build(tmp / "crafted.pt2", replaced("sample_inputs/model.pt", payload(marker))),
         ["sample_inputs/model.pt", "not plain tensors"]),
+    # found by the .pt2 fuzz run: an input 2^31 + 8 rows long compiled to serialize, which failed (exit 3)
+    "size_over_int32": lambda tmp, marker: (
+        build(tmp / "crafted.pt2", edit_json("models/model.json", lambda doc: next(
+            meta for name, meta in doc["graph_module"]["graph"]["tensor_values"].items() if name == "x"
+        )["sizes"][0].update(as_int=2**31 + 8))), ["node x", "2,147,483,647"]),
     "second_model": lambda tmp, marker: (
         build(tmp / "crafted.pt2", extra=[(f"{prefix()}models/other.json", b"{}")]), ["2 models"]),
     "model_in_a_subfolder": lambda tmp, marker: (
