@@ -24,7 +24,7 @@ from devplan.pte.decode import Delegate, Instruction, MethodView, Tensor, method
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.allocator import allocator_for
 from devplan.runtime.interpreter import Refs, Step, interpret, value_of
-from devplan.runtime.kernels import DIM_ORDER, NUMBERS, et_view, schema_op, writes_its_outs
+from devplan.runtime.kernels import DIM_ORDER, DIM_ORDER_ARGS, NUMBERS, et_view, schema_op, writes_its_outs
 from devplan.spec import CPU, DEVICE_TYPES, Device
 
 _KIND_NAMES = {code: name for name, code in vars(KernelTypes).items() if not name.startswith("_")}
@@ -437,6 +437,7 @@ class LoadedMethod:
         if name in NUMBERS and args:
             return Step("kernel", name, NUMBERS[name], tuple(args[:-1]), result=args[-1])
         if name in DIM_ORDER:
+            self._check_kinds(index, name, [(a, n, "", k) for a, (n, k) in zip(args, DIM_ORDER_ARGS[name])], kinds)
             return Step("kernel", name, DIM_ORDER[name], tuple(args[:-1]), **self._outs(args[-2:-1]))
         op = schema_op(name)
         if op is None:
@@ -459,15 +460,20 @@ class LoadedMethod:
         if not len(schema) < len(args) <= len(schema) + results:
             raise DevplanError(f"{self.where}: instruction {index} gives {name} {len(args)} arguments and results; "
                                f"its schema takes {len(schema)} and {results}; the program is damaged")
-        for a, s in zip(args, schema):
-            wanted = _KIND_OF_TYPE.get(str(s.type))
-            if wanted is not None and kinds[a] not in wanted:
-                raise DevplanError(f"{self.where}: instruction {index} gives {name}'s {s.name} ({s.type}) value {a}, "
-                                   f"a {_KIND_NAMES.get(kinds[a], kinds[a])}; the program is damaged")
+        self._check_kinds(index, name, [(a, s.name, f" ({s.type})", _KIND_OF_TYPE.get(str(s.type)))
+                                        for a, s in zip(args, schema)], kinds)
         positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
         outs = [a for a, s in zip(args, schema) if s.is_out]
         return Step("kernel", name, op, positional, keywords, **self._outs(outs))
+
+    def _check_kinds(self, index: int, name: str, arguments: list, kinds: tuple[int, ...]) -> None:
+        """Each (value, argument name, its type's text, the value types it may be or None) of a
+        kernel call: ExecuTorch's kernels assert (abort) on a value of another type."""
+        for value, argument, typed, wanted in arguments:
+            if wanted is not None and kinds[value] not in wanted:
+                raise DevplanError(f"{self.where}: instruction {index} gives {name}'s {argument}{typed} value {value}, "
+                                   f"a {_KIND_NAMES.get(kinds[value], kinds[value])}; the program is damaged")
 
     def _outs(self, outs: list[int]) -> dict[str, Any]:
         """A kernel's out tensors (lists' items too) as a step's `emptied` (dynamic: sized by the

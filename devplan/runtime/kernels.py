@@ -14,6 +14,7 @@ import torch
 from devplan.dtypes import CODE_TO_NAME
 from devplan.ops import (NUMBER_OPS, QUANTIZED, QUANTIZED_EMBEDDINGS, REGISTERED, TORCH_NAMESPACES, out_schema, schema_name,
                          torch_op)
+from devplan.pte.fb.KernelTypes import KernelTypes
 
 
 def resize_within(out: torch.Tensor, size: list[int]) -> torch.Tensor:
@@ -38,6 +39,17 @@ DIM_ORDER = {
     "dim_order_ops::_to_dim_order_copy.out": lambda self, non_blocking, dim_order, out: resize_within(out, self.shape).copy_(self),
     "dim_order_ops::_clone_dim_order.out": lambda self, non_blocking, dim_order, out: resize_within(out, self.shape).copy_(self),
     "dim_order_ops::_empty_dim_order.out": lambda size, dim_order, out: resize_within(out, size),
+}
+# their arguments' names and the value types ExecuTorch's kernels read them as (torch has no
+# schema for them), asserting on any other
+_TENSOR, _NULL = (KernelTypes.Tensor,), (KernelTypes.Null,)
+_COPY_ARGS = (("self", _TENSOR), ("non_blocking", (KernelTypes.Bool,)),
+              ("dim_order", (KernelTypes.IntList, *_NULL)), ("out", _TENSOR))
+DIM_ORDER_ARGS = {
+    "dim_order_ops::_to_dim_order_copy.out": _COPY_ARGS,
+    "dim_order_ops::_clone_dim_order.out": _COPY_ARGS,
+    "dim_order_ops::_empty_dim_order.out": (("size", (KernelTypes.IntList,)), ("dim_order", (KernelTypes.IntList, *_NULL)),
+                                            ("out", _TENSOR)),
 }
 # Number ops (sym_size, add of ints...): a function of the arguments, its result a value.
 NUMBERS = {name: fn for fn, name in NUMBER_OPS.items()}

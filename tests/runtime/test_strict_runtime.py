@@ -556,3 +556,22 @@ def test_a_kernel_call_without_its_result_is_refused():
     data = damaged(compiled(), change)
     refused(data, "arguments and results; its schema takes")
     assert executorch_refuses(data)
+
+
+class Cast(nn.Module):
+    def forward(self, x):
+        return x.to(torch.float64) * 2
+
+
+def test_a_dim_order_kernel_given_a_value_of_another_type_is_refused():
+    """ExecuTorch's _to_dim_order_copy reads non_blocking with toBool, which aborts on an int list
+    (found by the fuzz run in ExecuTorch's own program); devplan refuses it."""
+    from testbed.models import executorch_lower
+
+    def change(plan):
+        index = next(i for i, o in enumerate(plan.operators) if "_to_dim_order_copy" in str(o.name))
+        call = next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == index)
+        call.args[1] = next(i for i, v in enumerate(plan.values) if v.valType == KernelTypes.IntList)
+
+    data = damaged(executorch_lower(torch.export.export(Cast(), ARGS)), change)
+    refused(data, "_to_dim_order_copy.out's non_blocking value", "a IntList; the program is damaged")
