@@ -163,7 +163,8 @@ def test_inspect_scale_compares_each_view_with_executorchs_deserializer(capsys: 
 @pytest.mark.sweep
 def test_fuzz_quick_counts_add_up() -> None:
     """benchmarks/fuzz.py --quick in its own process (it builds its programs in a child and
-    measures its own peak memory): every mutant's four commands counted once, none escaping."""
+    measures its own peak memory): every program mutant's four commands and every archive
+    mutant's compile counted once."""
     import subprocess
     import sys
     from pathlib import Path
@@ -172,13 +173,17 @@ def test_fuzz_quick_counts_add_up() -> None:
     run = subprocess.run([sys.executable, str(root / "benchmarks" / "fuzz.py"), "--quick", "--json"], cwd=root,
                          capture_output=True, text=True, timeout=600)
     report = json.loads(run.stdout)
-    *programs, total = report["rows"]
-    assert len(programs) == 6 and total["program"] == "all"
-    for row in programs:
-        assert row["ok"] + row["refused"] + row["escapes"] + row["hangs"] == 4 * row["mutants"]
-        assert row["unmutated"].startswith("ok ok ok")  # the programs themselves work
-    assert total["mutants"] == sum(row["mutants"] for row in programs) >= 600
-    assert total["escapes"] == total["hangs"] == 0 and 0 < total["compared"] <= 60
+    *rows, total = report["rows"]
+    archives = [row for row in rows if row["program"].endswith(".pt2")]  # compiled: one command each
+    assert len(rows) - len(archives) == 6 and len(archives) == 3 and total["program"] == "all"
+    for row in rows:
+        commands = 1 if row in archives else 4
+        outcomes = row["ok"] + row["refused"] + row["exit_3"] + row["tracebacks"] + row["hangs"]
+        assert outcomes == commands * row["mutants"], row
+        assert row["unmutated"].startswith("ok" if row in archives else "ok ok ok")  # the inputs themselves work
+    assert total["mutants"] == sum(row["mutants"] for row in rows) >= 600
+    assert total["code_runs"] == total["exit_3"] == total["tracebacks"] == total["hangs"] == 0
+    assert 0 < total["compared"] <= 60
     assert report["passed"] == (run.returncode == 0) and report["peak_mb"] < 1024
 
 
