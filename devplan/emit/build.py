@@ -60,8 +60,9 @@ def spec_of(t: torch.Tensor, **facts) -> TensorSpec:
 
 
 def _upper_bound(size: torch.SymInt) -> int:
-    bound = size.node.shape_env.bound_sympy(size.node.expr).upper
-    if not bound.is_Integer or int(bound) > 2**31:  # torch's int_oo is no sympy Integer
+    bounds = size.node.shape_env.bound_sympy(size.node.expr)
+    bound = getattr(bounds, "upper", None)  # a damaged archive's range constraints can leave none at all
+    if bound is None or not bound.is_Integer or int(bound) > 2**31:  # torch's int_oo is no sympy Integer
         raise DevplanError(f"size {size} has no upper bound to plan for; export it with a maximum, "
                            f"e.g. torch.export.Dim('batch', max=64)")
     return int(bound)

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import torch
 
+from devplan.errors import DevplanError, first_line
 from devplan.ir.lowered import Lowered
 
 _NONDETERMINISTIC = {"aten::rand", "aten::randn", "aten::native_dropout", "aten::bernoulli", "aten::randint",
@@ -52,7 +53,11 @@ def fold_constants(low: Lowered) -> Lowered:
             if _result_bytes(node) > max(leaf_bytes, SHARED_FOLD_CAP):
                 continue  # too large to compute here: left to run time
             args, kwargs = torch.fx.map_arg((node.args, node.kwargs), values.__getitem__)
-            values[node] = node.target(*args, **kwargs)
+            try:
+                values[node] = node.target(*args, **kwargs)
+            except (RuntimeError, TypeError, ValueError) as error:  # what torch raises for arguments an op cannot take
+                raise DevplanError(f"node {node.name} ({node.target}) cannot run on the arguments the graph gives it "
+                                   f"({first_line(error)}); re-export the model with torch.export") from None
             cone[node] = inside
     before = _stored_bytes(low)
     folded = shared = removed = 0

@@ -107,6 +107,7 @@ class MethodView:
     buffer_sizes: tuple[int, ...]           # by mem_id; 0 is the format's reserved entry
     buffer_devices: dict[int, Device]       # what the device table says; other buffers are the CPU's
     delegates: tuple[Delegate, ...]
+    chains: int = 1                         # how many chains the method has (ExecuTorch loads none without one)
     unlisted_chains: int = 0                # chains without a list of instructions, which damage leaves
     values_listed: bool = True              # False: the method has no values table at all (damage)
 
@@ -238,6 +239,7 @@ def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
         buffer_devices={int(e.bufferIdx): Device.from_code(e.deviceType, e.deviceIndex)
                         for e in plan.nonConstBufferDevice or ()},
         delegates=tuple(_delegate(where, index, d) for index, d in enumerate(plan.delegates or ())),
+        chains=len(chains),
         unlisted_chains=sum(chain.instructions is None for chain in chains),
         values_listed=plan.values is not None,
     )

@@ -136,6 +136,8 @@ class LoadedMethod:
                                    f"number; the program is damaged")
         self.inputs = [self._index(i, "an input") for i in view.inputs]
         self.outputs = [self._index(i, "an output") for i in view.outputs]
+        if not view.chains:  # as ExecuTorch's runtime refuses it ("No chains")
+            raise DevplanError(f"{self.where}: the method has no chain of instructions; the program is damaged")
         if view.unlisted_chains:  # as ExecuTorch's runtime refuses it
             raise DevplanError(f"{self.where}: a chain has no list of instructions; the program is damaged")
         lengths = Counter(row.chain for row in view.instructions)

@@ -295,3 +295,14 @@ def test_a_hostile_archive_is_refused_in_one_line(tmp_path, variant, request):
     assert peak is not None, "the child did not report its peak memory"
     assert peak < PEAK_RSS, f"peak RSS {peak >> 20} MiB"
     assert not marker.exists() and not (tmp_path / "out.pte").exists()
+
+
+def test_an_op_given_a_number_for_its_tensor_is_one_line(tmp_path):
+    """Found by the .pt2 fuzz run: relu given an int where its schema takes a tensor failed
+    inside the fold stage as an internal error (exit 3)."""
+    archive = build(tmp_path / "crafted.pt2", edit_json("models/model.json", lambda doc: next(
+        node for node in doc["graph_module"]["graph"]["nodes"] if "relu" in node["target"]
+    )["inputs"][0].update(arg={"as_int": 3})))
+    code, stderr, _ = compile_measured(archive, tmp_path / "out.pte")
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "node relu" in lines[0] and "cannot run on the arguments" in lines[0], stderr

@@ -575,3 +575,13 @@ def test_a_dim_order_kernel_given_a_value_of_another_type_is_refused():
 
     data = damaged(executorch_lower(torch.export.export(Cast(), ARGS)), change)
     refused(data, "_to_dim_order_copy.out's non_blocking value", "a IntList; the program is damaged")
+
+
+def test_a_method_without_chains_is_refused():
+    """ExecuTorch's runtime loads no method without a chain (found by the fuzz run)."""
+    def change(plan):
+        plan.chains = []
+
+    data = damaged(compiled(), change)
+    refused(data, "has no chain of instructions")
+    assert executorch_refuses(data)
