@@ -57,6 +57,13 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
         raise DevplanError(f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save") from None
     finally:
         logger.handlers, logger.propagate = handlers, propagate
+    try:
+        signature = ep.call_spec.in_spec
+    except AttributeError:  # a damaged module call graph gives the root no signature
+        signature = None
+    if signature is None:
+        raise DevplanError(f"{path}: the program has no call signature (its module call graph names none); "
+                           f"re-export the model with torch.export.save")
     _check_sizes(ep, path)
     return ep
 

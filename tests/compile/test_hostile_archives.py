@@ -306,3 +306,13 @@ def test_an_op_given_a_number_for_its_tensor_is_one_line(tmp_path):
     code, stderr, _ = compile_measured(archive, tmp_path / "out.pte")
     lines = stderr.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "node relu" in lines[0] and "cannot run on the arguments" in lines[0], stderr
+
+
+def test_a_program_without_a_call_signature_is_one_line(tmp_path):
+    """Found by the .pt2 fuzz run: a module call graph whose root has no signature failed in
+    the split stage as an internal error (exit 3)."""
+    archive = build(tmp_path / "crafted.pt2", edit_json("models/model.json", lambda doc: doc["graph_module"]["module_call_graph"][0]
+                                                        .update(signature=None)))
+    code, stderr, _ = compile_measured(archive, tmp_path / "out.pte")
+    lines = stderr.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "crafted.pt2" in lines[0] and "no call signature" in lines[0], stderr
