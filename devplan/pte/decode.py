@@ -109,7 +109,7 @@ class MethodView:
     delegates: tuple[Delegate, ...]
     chains: int = 1                         # how many chains the method has (ExecuTorch loads none without one)
     unlisted_chains: int = 0                # chains without a list of instructions, which damage leaves
-    values_listed: bool = True              # False: the method has no values table at all (damage)
+    unlisted: tuple[str, ...] = ()          # tables the method lacks altogether (damage): values, inputs, ...
 
     def operator(self, index: int) -> str:
         """Operator `index` as "name.overload", or "operator(N)" for one the method lacks."""
@@ -210,6 +210,8 @@ def method(pte: PteFile, plan_index: int) -> MethodView:
 def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
     name = text(plan.name)
     where = f"{pte.name}: method {name}"
+    if plan.nonConstBufferSizes is None:  # every tensor's place is read against it; ExecuTorch refuses it too
+        raise DevplanError(f"{where} has no non_const_buffer_sizes table; the program is damaged")
     sizes = tuple(ints(plan.nonConstBufferSizes))
     kinds, tensors, lists, scalars = [], {}, {}, {}
     for index, value in enumerate(plan.values or ()):
@@ -241,7 +243,8 @@ def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
         delegates=tuple(_delegate(where, index, d) for index, d in enumerate(plan.delegates or ())),
         chains=len(chains),
         unlisted_chains=sum(chain.instructions is None for chain in chains),
-        values_listed=plan.values is not None,
+        unlisted=tuple(field for field, table in (("values", plan.values), ("inputs", plan.inputs),
+                                                 ("outputs", plan.outputs)) if table is None),
     )
 
 

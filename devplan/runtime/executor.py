@@ -57,8 +57,8 @@ class LoadedMethod:
         pte.memo(("runnable",), lambda: _check_program(pte))
         view = method_view(pte, name)
         self.view, self.where, devices, sizes = view, view.where, view.buffer_devices, view.buffer_sizes
-        if not view.values_listed:  # as ExecuTorch's runtime refuses it
-            raise DevplanError(f"{self.where} has no values table; the program is damaged")
+        if view.unlisted:  # as ExecuTorch's runtime refuses it ("Missing outputs field", ...)
+            raise DevplanError(f"{self.where} has no {' or '.join(view.unlisted)} table; the program is damaged")
         # every tensor checked before anything is allocated, once per payload however many
         # windows load it; binding and sizes read these
         self.dtypes = pte.memo(("runtime checked", name), lambda: self._checked(view))

@@ -131,6 +131,20 @@ def test_a_range_constraint_that_is_no_expression_is_refused(tmp_path):
     assert_refused_without_running(tmp_path, archive, marker)
 
 
+def test_a_size_whose_range_the_archive_dropped_is_one_line(tmp_path):
+    """Found by the .pt2 fuzz run: without its range constraint a size has no range at all
+    (not an unbounded one), which reached the planner as an internal error."""
+    def edit(document):
+        ranges = document["range_constraints"]
+        alone = [key for key in ranges if key.isidentifier() and not any(key in other for other in ranges if other != key)]
+        assert alone, ranges  # y's second size, a symbol no other size is derived from
+        del ranges[alone[0]]
+    archive = write(tmp_path / "unranged.pt2", edited_model(members(saved("dynamic")), edit))
+    run = run_devplan("compile", archive, "-o", tmp_path / "out.pte")
+    assert_one_line_error(run, "has no upper bound")
+    assert not (tmp_path / "out.pte").exists()
+
+
 @pytest.mark.parametrize("model", ["evil", "sub/model"])
 def test_a_model_not_named_model_is_refused_before_its_sample_inputs_unpickle(tmp_path, model):
     marker = tmp_path / "marker"
