@@ -74,6 +74,9 @@ with open(sys.argv[2], "wb") as file:
 
 def timed(argv: list[str]) -> tuple[float, float, int]:
     """(seconds, CPU seconds, peak bytes) of a child process, which must succeed (check may exit 1)."""
+    # the previous child's written file may still be going to disk; without this the next one
+    # (devplan's compile after ExecuTorch's 2 GB write) waits for it in its own writes
+    os.sync()
     start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     done, peak = run_measured(argv, capture_output=True, text=True, check=False, env=ENV)
     seconds, spent = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
