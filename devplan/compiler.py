@@ -133,7 +133,12 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     folding: dict[str, int] = {}
     planned = []
     for name, source in sources.items():  # forward's stages keep their plain names
-        plan, folded = _plan_program(source, options, stage if name == "forward" else stage.within(name), name)
+        try:
+            plan, folded = _plan_program(source, options, stage if name == "forward" else stage.within(name), name)
+        except DevplanError as error:  # a graph stage names the node or op; the line names the file too
+            if isinstance(source, (str, os.PathLike)) and not str(error).startswith(os.fspath(source)):
+                error.args = (f"{os.fspath(source)}: {error}",)
+            raise
         planned.append(plan)
         folding = {key: folding.get(key, 0) + folded.get(key, 0) for key in {*folding, *folded}}
     planned += [stage(f"{name}.plan", plan_method, constant_method(name, value)) for name, value in constants.items()]

@@ -141,7 +141,7 @@ def test_a_size_whose_range_the_archive_dropped_is_one_line(tmp_path):
         del ranges[alone[0]]
     archive = write(tmp_path / "unranged.pt2", edited_model(members(saved("dynamic")), edit))
     run = run_devplan("compile", archive, "-o", tmp_path / "out.pte")
-    assert_one_line_error(run, "has no upper bound")
+    assert_one_line_error(run, f"{archive}: size ", "has no upper bound")
     assert not (tmp_path / "out.pte").exists()
 
 

@@ -111,7 +111,7 @@ def test_failure_keeps_an_existing_output(tmp_path):
     # is held at its peak by the value numbers `devplan inspect` shows for the program
     assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
     # sizes as every check and diff says them
-    assert ("devplan: error: memory buffer 1 (cpu) needs 16.0 KiB (16,384 bytes) but its budget is 1.0 KiB "
+    assert (f"devplan: error: {ROOT / 'samples' / 'mlp.pt2'}: memory buffer 1 (cpu) needs 16.0 KiB (16,384 bytes) but its budget is 1.0 KiB "
             "(1,024 bytes); the lower bound is 16.0 KiB (16,384 bytes) (held at its peak, instruction 0: v8 (8.0 KiB "
             "(8,192 bytes)), v9 (8.0 KiB (8,192 bytes)))") in run.stderr, run.stderr
     assert out.read_bytes() == b"previous program"
