@@ -18,8 +18,8 @@ there counts as a refusal); a mutant devplan ran but ExecuTorch refused is a mis
 Programs with devplan's own delegates (backend DevplanDelegate) cannot run in ExecuTorch's
 runtime at all and are left out of that comparison.
 
-The mutation and the outcome of a command are tests/damage.py's, as the bounded fuzz test in
-CI (tests/pte/test_fuzz.py) uses them. Run from the repository root; the programs are built
+The mutation and the outcome of a command are testbed/damage.py's, as the bounded fuzz test in
+CI (tests/pte/test_fuzz.py) uses them, and the programs and archives testbed's. Run from the repository root; the programs are built
 in a child process so that this process's peak memory is the fuzzing's own."""
 from __future__ import annotations
 
@@ -82,17 +82,14 @@ def build(folder: Path) -> None:
     import torch
 
     import devplan
-    from tests.compile.test_quantized import quantize
-    from tests.pte.conftest import executorch_made
-    from tests.runtime.test_strict_runtime import compiled
+    from testbed.quantized import quantize
+    from testbed.small_programs import MLP, compiled, executorch_made, saved
 
     made = {"devplan": compiled(), "delegated": compiled(delegates=["cuda:0"])}
     made["quantized"] = devplan.compile(quantize("mlp", "per_tensor")[0]).data
     made.update({f"executorch_{name}": data for name, data in executorch_made().items()})
     for name in PROGRAMS:
         (folder / f"{name}.pte").write_bytes(made[name])
-    from tests.compile.test_archive_allowlist import MLP, saved
-
     (folder / "mlp.pt2").write_bytes(MLP.read_bytes())
     for name in ("dynamic", "stateful"):
         (folder / f"{name}.pt2").write_bytes(saved(name))
@@ -113,7 +110,7 @@ def sample_inputs(data: bytes) -> list:
 
 
 def _kind(result: str) -> str:
-    """The column a command's outcome (tests/damage.py's) counts in."""
+    """The column a command's outcome (testbed/damage.py's) counts in."""
     if result in ("ok", "refused"):
         return result
     if result.startswith("Hang"):
@@ -126,7 +123,7 @@ def fuzz(name: str, data: bytes, count: int, seed: int, folder: Path, keep: Path
     exit 0."""
     import random
 
-    from tests.damage import COMMANDS, LIMIT_S, archive_bytes, archive_members, archive_mutant, mutant, outcome
+    from testbed.damage import COMMANDS, LIMIT_S, archive_bytes, archive_members, archive_mutant, mutant, outcome
 
     rng = random.Random(f"{seed}:{name}")
     archive = name.endswith(".pt2")
@@ -247,7 +244,7 @@ def _import_first(folder: Path) -> None:
     under its time limit: a first import cut short there would leave torch half registered."""
     import devplan
     import devplan.runtime  # noqa: F401 - imports torch
-    from tests.damage import _command
+    from testbed.damage import _command
 
     _command()
     devplan.compile(folder / "mlp.pt2")

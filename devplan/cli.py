@@ -589,7 +589,7 @@ def run_command(
     from devplan.files import refuse_overwrite, write_atomic
     from devplan.pte import read_pte
     from devplan.runtime import HostAllocator, LoadedMethod, registered
-    from devplan.runtime.executor import Memory
+    from devplan.runtime.memory import Memory
     from devplan.runtime.report import run_document
 
     # one limit for the inputs, read or made, and all the program's memory

@@ -203,7 +203,7 @@ def test_a_legal_244_character_output_name_is_written(tmp_path):
 @pytest.mark.parametrize("make", [lambda: torch.eye(3).to_sparse(), lambda: torch.empty(3, 3, device="meta")])
 def test_sparse_or_meta_inputs_are_refused_in_one_line(make, tmp_path):
     from devplan.cli import _load_inputs
-    from devplan.runtime.executor import Memory
+    from devplan.runtime.memory import Memory
 
     saved = tmp_path / "inputs.pt"
     torch.save([torch.ones(3, 3), make()], saved)

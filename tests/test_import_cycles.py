@@ -82,9 +82,6 @@ def test_the_walk_sees_late_imports_and_names_a_cycle(tmp_path):
 
 
 REPO = PACKAGE.parent
-# benchmarks/fuzz.py is being edited on another branch; its imports of tests' helpers move to
-# testbed/ when that branch is merged, and it leaves this set
-_PENDING = {"benchmarks/fuzz.py"}
 
 
 def _top_imports(path: Path) -> set[str]:
@@ -104,7 +101,7 @@ def test_tests_and_benchmarks_share_testbed_and_import_nothing_of_each_other():
         for path in sorted((REPO / folder).rglob("*.py")):
             name = path.relative_to(REPO).as_posix()
             # the benchmarks' own tests import the scripts they test
-            if name in _PENDING or name == "tests/test_benchmarks.py":
+            if name == "tests/test_benchmarks.py":
                 continue
             if other in _top_imports(path):
                 crossing.append(f"{name} imports {other}")

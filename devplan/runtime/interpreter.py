@@ -1,5 +1,5 @@
 """The interpreter loop of the reference runtime: runs a loaded method's steps (its
-instructions with their kernels looked up and their arguments checked, made by executor.py)
+instructions with their kernels looked up and their arguments checked, made by steps.py)
 over its values, refusing in one line what a damaged program would do to its memory: a static
 tensor resized, a dynamic one grown past its planned bound, a jump that loops forever or
 makes its instructions do more work than one pass by far."""

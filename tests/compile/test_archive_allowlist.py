@@ -3,7 +3,6 @@ crafted .pt2 still ran code under the old denylist, each refused by `devplan com
 fresh process with exit code 2, one line and no code run; and a property test that random
 extra members, JSON keys and expression strings grafted onto a real archive never run code and
 either compile or are refused in one line."""
-import functools
 import io
 import json
 import zipfile
@@ -13,50 +12,13 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch.export import Dim
 
 import devplan
 from devplan import expressions
 from devplan.errors import DevplanError
-from tests.compile.test_cli import ROOT, assert_one_line_error, devplan as run_devplan
-from tests.compile.test_load_safety import Payload
-
-MLP = ROOT / "samples" / "mlp.pt2"
-
-
-class Dynamic(torch.nn.Module):
-    """Sizes in expressions: a derived dim, a floor division and a modulus."""
-
-    def forward(self, x, y):
-        return x.reshape(-1, 2, x.shape[-1] // 2).sum(1), y[: x.shape[0] // 2 + 1] * 2, x.shape[0] % 3 + y.shape[1]
-
-
-class Stateful(torch.nn.Module):
-    """Writes its buffer in place, so devplan retraces it with run_decompositions."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("total", torch.zeros(4, 8))
-        self.linear = torch.nn.Linear(8, 8)
-
-    def forward(self, x):
-        self.total.add_(x)
-        return self.linear(self.total)
-
-
-@functools.cache
-def saved(name: str) -> bytes:
-    """The .pt2 bytes of one of the programs above, exported and saved once per session."""
-    if name == "dynamic":
-        half, seq = 2 * Dim("half", min=1, max=32), Dim("seq", min=2, max=64)
-        ep = torch.export.export(Dynamic(), (torch.randn(6, 8), torch.randn(7, 4)),
-                                 dynamic_shapes={"x": {0: half, 1: 2 * Dim("k", min=1, max=16)},
-                                                 "y": {0: half + 1, 1: seq}})
-    else:
-        ep = torch.export.export(Stateful(), (torch.randn(4, 8),))
-    buffer = io.BytesIO()
-    torch.export.save(ep, buffer)
-    return buffer.getvalue()
+from testbed.damage import Payload
+from testbed.small_programs import MLP, saved
+from tests.compile.test_cli import assert_one_line_error, devplan as run_devplan
 
 
 def members(source) -> list[tuple[str, bytes]]:

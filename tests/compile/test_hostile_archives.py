@@ -12,9 +12,9 @@ import zipfile
 import pytest
 import torch
 
+from testbed.damage import Payload
 from testbed.peak import run_measured
 from tests.compile.test_cli import ROOT
-from tests.compile.test_load_safety import Payload
 
 # a fresh process per archive: two minutes in all; test_load_safety keeps a few in the fast tier
 pytestmark = pytest.mark.sweep

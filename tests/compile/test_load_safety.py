@@ -12,7 +12,7 @@ import torch
 from devplan.errors import DevplanError
 from devplan.load import load
 from tests.compile.test_cli import ROOT, assert_one_line_error, devplan
-from tests.damage import Payload
+from testbed.damage import Payload
 
 
 def rewrite(source, target, change):

@@ -4,51 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-
-class Affine(torch.nn.Module):
-    """Two constants (weight, bias) in the constant segment; the output is linear in the bias."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.fc = torch.nn.Linear(4, 3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.fc(x)) * 2
-
-
-class NoConstants(torch.nn.Module):
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return x * y + x
-
-
-def lower_with_executorch(module: torch.nn.Module, args: tuple, partitioner: list | None = None) -> bytes:
-    from executorch.exir import to_edge_transform_and_lower
-
-    exported = torch.export.export(module.eval(), args)
-    return to_edge_transform_and_lower(exported, partitioner=partitioner).to_executorch().buffer
-
-
-def affine_case_made() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
-    return Affine().eval(), (torch.linspace(-1, 1, 8).reshape(2, 4),)
-
-
-def plain_program() -> bytes:
-    """No constants: ExecuTorch writes a bare FlatBuffer with no extended header."""
-    return lower_with_executorch(NoConstants(), (torch.randn(2, 3), torch.randn(2, 3)))
-
-
-def xnnpack_program() -> bytes:
-    """A delegate whose payload is a segment, plus named data segments."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-    torch.manual_seed(0)
-    return lower_with_executorch(torch.nn.Sequential(torch.nn.Linear(4, 3)), (torch.randn(2, 4),), [XnnpackPartitioner()])
-
-
-def executorch_made() -> dict[str, bytes]:
-    """ExecuTorch's programs by name, as the fixtures below hold them (benchmarks/fuzz.py too)."""
-    return {"affine": lower_with_executorch(*affine_case_made()), "plain": plain_program(), "xnnpack": xnnpack_program()}
+from testbed.small_programs import NoConstants, affine_case_made, lower_with_executorch, plain_program, xnnpack_program
 
 
 @pytest.fixture(scope="session")

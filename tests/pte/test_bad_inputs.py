@@ -11,7 +11,7 @@ import pytest
 from devplan.errors import DevplanError
 from devplan.pte import dumps_pte, read_pte
 from devplan.pte.fb.Program import Program
-from tests.damage import flip_bytes
+from testbed.damage import flip_bytes
 
 # The one timing bound the issue sets: every rejection within a second.
 LIMIT_S = 1.0
@@ -207,7 +207,7 @@ def test_byte_flips_never_crash_or_hang(executorch_programs, which):
 
 
 def _delegated() -> bytes:
-    from tests.runtime.test_strict_runtime import compiled
+    from testbed.small_programs import compiled
 
     return compiled(delegates=["cuda:0"])
 

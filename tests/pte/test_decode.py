@@ -10,7 +10,8 @@ from devplan.errors import DevplanError
 from devplan.pte import read_pte
 from devplan.pte.decode import methods
 from devplan.pte.fb.KernelTypes import KernelTypes
-from tests.runtime.test_strict_runtime import ARGS, compiled, damaged
+from testbed.small_programs import ARGS, compiled
+from tests.runtime.test_strict_runtime import damaged
 
 
 def _executorch_plans(data: bytes):

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from tests.damage import COMMANDS, archive_bytes, archive_members, archive_mutant, mutant, outcome
+from testbed.damage import COMMANDS, archive_bytes, archive_members, archive_mutant, mutant, outcome
 from tests.tiers import tiered
 
 MUTANTS = 60  # per program: 4 programs x 4 commands, well under a minute
@@ -18,7 +18,7 @@ ARCHIVE_MUTANTS = 15  # per archive: a compile each
 
 @pytest.fixture(scope="module")
 def programs(executorch_programs) -> dict[str, bytes]:
-    from tests.runtime.test_strict_runtime import compiled
+    from testbed.small_programs import compiled
 
     return {"devplan": compiled(), "delegated": compiled(delegates=["cuda:0"]),
             "executorch_affine": executorch_programs["affine"], "executorch_xnnpack": executorch_programs["xnnpack"]}
@@ -42,7 +42,7 @@ def test_mutants_work_or_are_refused(programs, which, tmp_path):
 
 @pytest.mark.parametrize("which", tiered(["mlp", "dynamic"], ["mlp"]))
 def test_archive_mutants_compile_or_are_refused_and_never_run_code(which, tmp_path):
-    from tests.compile.test_archive_allowlist import MLP, saved
+    from testbed.small_programs import MLP, saved
 
     members = archive_members(MLP.read_bytes() if which == "mlp" else saved(which))
     rng, marker = random.Random(17), tmp_path / "marker"

@@ -183,7 +183,7 @@ def _payload_buffer_grown(payload: bytes) -> bytes:
 def test_a_damaged_payload_is_blamed_not_its_window():
     """Issue 29, finding 8: an unreadable payload, or one planning more than its window leaves,
     is named as the payload at fault (which delegate, what is wrong), not as a misplaced window."""
-    from tests.runtime.test_strict_runtime import ARGS as BLOCK_ARGS, compiled
+    from testbed.small_programs import ARGS as BLOCK_ARGS, compiled
 
     zeros = _payload_changed(compiled(delegates=["cuda:0"]), lambda payload: bytes(len(payload)))
     with pytest.raises(DevplanError, match=r"delegate 0's payload cannot be read: not an ET12 program") as error:

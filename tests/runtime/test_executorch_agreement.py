@@ -25,7 +25,8 @@ from devplan.pte.fb.KernelCall import KernelCallT
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
 from testbed.models import run_executorch
-from tests.runtime.test_strict_runtime import ARGS, compiled, damaged, executorch_refuses, refused
+from testbed.small_programs import ARGS, compiled
+from tests.runtime.test_strict_runtime import damaged, executorch_refuses, refused
 
 
 def _value(plan, kind, table, field, value) -> int:

@@ -68,7 +68,7 @@ def test_a_warning_torch_prints_from_cpp_stays_off_stderr(tmp_path):
     warn from C++ (Resize.cpp, straight to stderr, where Python's warning filters cannot reach)
     before devplan refuses the program: stderr is the one error line alone."""
     from tests.runtime.test_strict_runtime import _kernel_calls, damaged
-    from tests.runtime.test_strict_runtime import compiled as block
+    from testbed.small_programs import compiled as block
 
     def change(plan):
         relu = next(i for i, op in enumerate(plan.operators) if op.name in (b"aten::relu", "aten::relu"))

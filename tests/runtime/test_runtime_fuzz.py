@@ -10,7 +10,7 @@ import devplan
 from devplan.errors import DevplanError
 from devplan.pte import read_pte
 from devplan.runtime import HostAllocator, LoadedMethod, registered
-from tests.damage import flip_bytes
+from testbed.damage import flip_bytes
 from testbed.models import CORPUS
 
 VARIANTS = 300

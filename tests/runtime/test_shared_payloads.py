@@ -13,7 +13,7 @@ from devplan.errors import DevplanError
 from devplan.pte import dumps_pte, read_pte
 from devplan.pte.window import MEMORY_WINDOW, read_window, window_spec
 from devplan.runtime import HostAllocator, LoadedMethod, registered
-from tests.runtime.test_strict_runtime import ARGS, compiled
+from testbed.small_programs import ARGS, compiled
 
 
 def _copies(data: bytes, count: int, keep_window: bool = True) -> bytes:

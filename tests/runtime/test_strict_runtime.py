@@ -25,22 +25,7 @@ from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.MoveCall import MoveCallT
 from devplan.runtime import HostAllocator, registered
 from testbed.models import run_executorch
-
-
-class Block(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.proj = nn.Linear(4, 6)
-
-    def forward(self, x):
-        return (self.proj(x).relu() * 2).sum(0)
-
-
-ARGS = (torch.randn(3, 4),)
-
-
-def compiled(**options) -> bytes:
-    return devplan.compile(torch.export.export(Block(), ARGS), **options).data
+from testbed.small_programs import ARGS, Block, compiled
 
 
 def damaged(data: bytes, change) -> bytes:
@@ -455,7 +440,7 @@ def test_a_quantize_whose_bounds_cross_is_refused():
     """Found by benchmarks/fuzz.py: torch's quantize runs with quant_min above quant_max, where
     ExecuTorch's quantized kernels abort the process (so its runtime is not asked here)."""
     pytest.importorskip("executorch.kernels.quantized")
-    from tests.compile.test_quantized import quantize
+    from testbed.quantized import quantize
 
     def change(plan):
         for value in plan.values:
@@ -500,7 +485,7 @@ def test_an_operator_name_is_looked_up_only_as_an_op(name, overload):
 def test_a_constant_segment_without_offsets_is_refused_as_executorch_refuses_it():
     """Found by the 100,000-mutant fuzz run: one changed byte empties the constant segment's
     offsets, and ExecuTorch's runtime (built without the deprecated constant_buffer) refuses it."""
-    from tests.pte.conftest import NoConstants
+    from testbed.small_programs import NoConstants
 
     pte = read_pte(devplan.compile(torch.export.export(NoConstants(), (torch.randn(3, 4), torch.randn(3, 4)))).data)
     program = copy.deepcopy(pte.program)

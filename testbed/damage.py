@@ -1,7 +1,7 @@
 """Damaged copies of a program for fuzz tests (a few bytes overwritten at random places, or the
 file cut short), changed copies of a .pt2 archive (its JSON fields and member names), and what
-the `devplan` command makes of one: shared by the fuzz tests in CI and the long run in
-benchmarks/fuzz.py."""
+the `devplan` command makes of one: shared by the fuzz tests in CI (tests/pte/test_fuzz.py)
+and the long run in benchmarks/fuzz.py."""
 from __future__ import annotations
 
 import builtins
