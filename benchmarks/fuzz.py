@@ -85,6 +85,7 @@ def build(folder: Path) -> None:
     from testbed.quantized import quantize
     from testbed.small_programs import MLP, compiled, executorch_made, saved
 
+    folder.mkdir(parents=True, exist_ok=True)
     made = {"devplan": compiled(), "delegated": compiled(delegates=["cuda:0"])}
     made["quantized"] = devplan.compile(quantize("mlp", "per_tensor")[0]).data
     made.update({f"executorch_{name}": data for name, data in executorch_made().items()})
