@@ -686,6 +686,9 @@ def main() -> None:
         # and what torch warns from C++ (TORCH_WARN, e.g. a kernel resizing an out tensor) goes to
         # stderr through its own logging, which reads this once, when torch is first imported
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        # and its Python warnings (a range it cannot bound in a damaged archive's sizes) before
+        # devplan's own line: torch sets its loggers' levels from this when first imported
+        os.environ.setdefault("TORCH_LOGS", "-all")
     try:
         # outside standalone mode click hands back a command's exit code instead of exiting
         code = app(standalone_mode=False)

@@ -42,8 +42,10 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     records: list[logging.LogRecord] = []
     catcher = logging.Handler()
     catcher.emit = records.append  # type: ignore[method-assign,assignment]
-    handlers, propagate = logger.handlers, logger.propagate
+    handlers, propagate, level = logger.handlers, logger.propagate, logger.level
+    # the CLI quiets torch's loggers (TORCH_LOGS); the reason is logged as a warning, keep those
     logger.handlers, logger.propagate = [catcher], False
+    logger.setLevel(logging.WARNING)
     try:
         with _stand_ins(_unknown_tree_types(path)), _type_hints_once(), _weights_mapped(path):
             ep = _without_guards(_plain_specs(torch.export.load(path)))
@@ -57,12 +59,14 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
         raise DevplanError(f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save") from None
     finally:
         logger.handlers, logger.propagate = handlers, propagate
+        logger.setLevel(level)
     try:
         signature = ep.call_spec.in_spec
-    except AttributeError:  # a damaged module call graph gives the root no signature
+    except (AttributeError, AssertionError):  # a damaged module call graph: no signature, or not the root's first
         signature = None
     if signature is None:
-        raise DevplanError(f"{path}: the program has no call signature (its module call graph names none); "
+        raise DevplanError(f"{path}: the program has no call signature (its module call graph names none for the "
+                           f"root module); "
                            f"re-export the model with torch.export.save")
     _check_sizes(ep, path)
     return ep

@@ -60,7 +60,10 @@ def spec_of(t: torch.Tensor, **facts) -> TensorSpec:
 
 
 def _upper_bound(size: torch.SymInt) -> int:
-    bounds = size.node.shape_env.bound_sympy(size.node.expr)
+    try:
+        bounds = size.node.shape_env.bound_sympy(size.node.expr)
+    except (AssertionError, TypeError, ValueError):  # a damaged archive's ranges: a symbol with none at all
+        bounds = None
     bound = getattr(bounds, "upper", None)  # a damaged archive's range constraints can leave none at all
     if bound is None or not bound.is_Integer or int(bound) > 2**31:  # torch's int_oo is no sympy Integer
         raise DevplanError(f"size {size} has no upper bound to plan for; export it with a maximum, "
@@ -332,6 +335,9 @@ def _arg(b: _Builder, value, kind, where: str) -> int:
         index = b.tensor(data, constant=True)
         b.constants[index] = data
         return index
+    if type(value) is int and value not in _INT64:
+        raise DevplanError(f"node {where}: argument value {value} is outside the 64 bits a program's integers hold; "
+                           f"the model (or its .pt2) is damaged")
     if isinstance(value, (bool, int, float, str)):
         return b.add(value)
     raise DevplanError(f"node {where}: argument value {value!r} of type {type(value).__name__} cannot be stored in a program")

@@ -45,7 +45,15 @@ def _dtype(where: str, index: int, t: Tensor) -> torch.dtype:
     if not isinstance(dtype, torch.dtype) or dtype.is_complex or t.dtype.startswith(("q", "bits", "float8")):
         raise DevplanError(f"{where}: value {index} has element type {t.dtype}, which the reference runtime "
                            f"cannot hold")
+    if t.dtype in _BAREBONES_UNSIGNED:
+        raise DevplanError(f"{where}: value {index} has element type {t.dtype}, which ExecuTorch's kernels do not "
+                           f"compute on (its type promotion aborts on it); use int32 or int64")
     return dtype
+
+
+# ExecuTorch's "barebones" unsigned types: its kernels' type switches leave them out and its
+# type promotion asserts, aborting the process (found by the fuzz run: a uint32 input to an add)
+_BAREBONES_UNSIGNED = ("uint16", "uint32", "uint64")
 
 
 def _check_layouts(view: MethodView) -> None:

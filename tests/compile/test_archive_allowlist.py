@@ -93,18 +93,44 @@ def test_a_range_constraint_that_is_no_expression_is_refused(tmp_path):
     assert_refused_without_running(tmp_path, archive, marker)
 
 
-def test_a_size_whose_range_the_archive_dropped_is_one_line(tmp_path):
-    """Found by the .pt2 fuzz run: without its range constraint a size has no range at all
-    (not an unbounded one), which reached the planner as an internal error."""
+@pytest.mark.parametrize("derived", [False, True], ids=["alone", "derived-from"])
+def test_a_size_whose_range_the_archive_dropped_is_one_line(tmp_path, derived):
+    """Found by the .pt2 fuzz runs: without its range constraint a size has no range at all
+    (not an unbounded one), which reached the planner as an internal error; a symbol other
+    sizes derive from (x's 2*s) made torch's own range arithmetic fail. Either way one line
+    naming the archive, and no torch warning before it."""
     def edit(document):
         ranges = document["range_constraints"]
-        alone = [key for key in ranges if key.isidentifier() and not any(key in other for other in ranges if other != key)]
-        assert alone, ranges  # y's second size, a symbol no other size is derived from
-        del ranges[alone[0]]
+        symbols = [key for key in ranges if key.isidentifier()]
+        chosen = [key for key in symbols if any(key in other for other in ranges if other != key) == derived]
+        assert chosen, ranges  # alone: y's second size; derived from: x's sizes
+        for key in chosen:
+            del ranges[key]
     archive = write(tmp_path / "unranged.pt2", edited_model(members(saved("dynamic")), edit))
     run = run_devplan("compile", archive, "-o", tmp_path / "out.pte")
-    assert_one_line_error(run, f"{archive}: size ", "has no upper bound")
+    assert_one_line_error(run, f"{archive}: ", "no upper bound")
     assert not (tmp_path / "out.pte").exists()
+
+
+def test_an_integer_argument_outside_64_bits_is_one_line(tmp_path):
+    """Found by the .pt2 fuzz run: `x.shape[0] % 3` with 3 made 10**20 + 3 failed in serialize."""
+    def edit(document):
+        for node in document["graph_module"]["graph"]["nodes"]:
+            for argument in node["inputs"]:
+                if argument["arg"].get("as_int") == 3:
+                    argument["arg"]["as_int"] = 10**20 + 3
+    archive = write(tmp_path / "huge.pt2", edited_model(members(saved("dynamic")), edit))
+    run = run_devplan("compile", archive, "-o", tmp_path / "out.pte")
+    assert_one_line_error(run, f"{archive}: node ", str(10**20 + 3), "outside the 64 bits")
+
+
+def test_a_module_call_graph_that_does_not_start_at_the_root_is_one_line(tmp_path):
+    """Found by the .pt2 fuzz run: torch asserts the first entry is the root module (fqn "")."""
+    def edit(document):
+        document["graph_module"]["module_call_graph"][0]["fqn"] = "linear"
+    archive = write(tmp_path / "rootless.pt2", edited_model(members(saved("stateful")), edit))
+    run = run_devplan("compile", archive, "-o", tmp_path / "out.pte")
+    assert_one_line_error(run, str(archive), "no call signature")
 
 
 @pytest.mark.parametrize("model", ["evil", "sub/model"])

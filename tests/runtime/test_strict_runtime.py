@@ -577,3 +577,30 @@ def test_a_method_without_chains_is_refused():
     data = damaged(compiled(), change)
     refused(data, "has no chain of instructions")
     assert executorch_refuses(data)
+
+
+class _Add(nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
+@pytest.mark.parametrize("dtype, code", [("uint16", 27), ("uint32", 28)])  # (uint64 would outgrow the buffer)
+def test_a_tensor_of_a_barebones_unsigned_type_is_refused(dtype, code, tmp_path):
+    """Found by the fuzz run: an add given a uint32 input ran in devplan's runtime, where
+    ExecuTorch's type promotion asserts and aborts the process."""
+    args = (torch.randn(2, 3), torch.randn(2, 3))
+
+    def change(plan):
+        plan.values[plan.inputs[1]].val.scalarType = code
+
+    data = damaged(devplan.compile(torch.export.export(_Add(), args)).data, change)
+    with pytest.raises(DevplanError, match=f"bad.pte: method forward: value \\d+ has element type {dtype}, which "
+                                           f"ExecuTorch's kernels do not compute on"):
+        devplan.run(read_pte(data, name="bad.pte"), [args[0], torch.zeros(2, 3, dtype=getattr(torch, dtype))])
+    if dtype == "uint32":  # ExecuTorch's runtime aborts the process on it, so it is asked in a child
+        path = tmp_path / "unsigned.pte"
+        path.write_bytes(data)
+        execute = ("import sys, torch; from executorch.runtime import Runtime; "
+                   "m = Runtime.get().load_program(sys.argv[1]).load_method('forward'); "
+                   "m.execute([torch.randn(2, 3), torch.zeros(2, 3, dtype=torch.uint32)])")
+        assert subprocess.run([sys.executable, "-c", execute, str(path)], capture_output=True).returncode != 0
