@@ -177,11 +177,25 @@ def _check_payload_config(refuse: _Refusal, archive: zipfile.ZipFile, name: str,
         data, needed = folder + meta["path_name"], _tensor_bytes(meta.get("tensor_meta"))
         if needed is None:
             raise refuse.member(name, f"gives {fqn!r} a malformed shape, stride or dtype")
+        device = _device_type(meta.get("tensor_meta"))
+        if device not in _DATA_DEVICES:  # torch makes a meta tensor, which holds no data, for the weight
+            raise refuse.member(name, f"places {fqn!r} on device {device!r}, where it holds no data")
         if data not in sizes:
             raise refuse.member(name, f"places {fqn!r} in {data}, which the archive lacks")
         if needed > sizes[data]:
             raise refuse.member(name, f"gives {fqn!r} {needed} bytes of {data}, which holds {sizes[data]}")
     return {folder + meta["path_name"] for meta in config.values()}
+
+
+# where a saved weight's bytes can be loaded to; "meta" (no data at all) is not
+_DATA_DEVICES = ("cpu", "cuda")
+
+
+def _device_type(meta) -> object:
+    try:
+        return meta["device"]["type"]
+    except (KeyError, TypeError):
+        return None
 
 
 def _tensor_bytes(meta) -> int | None:

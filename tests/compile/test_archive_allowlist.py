@@ -133,6 +133,21 @@ def test_a_module_call_graph_that_does_not_start_at_the_root_is_one_line(tmp_pat
     assert_one_line_error(run, str(archive), "no call signature")
 
 
+def test_a_weight_on_the_meta_device_is_one_line(tmp_path):
+    """Found by the .pt2 fuzz run: a weight's saved device 'meta' loaded as a tensor with no
+    data, which failed in emit."""
+    def change(name, data):
+        if not name.endswith("model_weights_config.json"):
+            return data
+        config = json.loads(data)
+        for meta in config["config"].values():
+            meta["tensor_meta"]["device"]["type"] = "meta"
+        return json.dumps(config).encode()
+    archive = write(tmp_path / "meta.pt2", [(name, change(name, data)) for name, data in members(MLP)])
+    run = run_devplan("compile", archive, "-o", tmp_path / "out.pte")
+    assert_one_line_error(run, str(archive), "on device 'meta'")
+
+
 @pytest.mark.parametrize("model", ["evil", "sub/model"])
 def test_a_model_not_named_model_is_refused_before_its_sample_inputs_unpickle(tmp_path, model):
     marker = tmp_path / "marker"
