@@ -23,9 +23,10 @@ from devplan.spec import CPU, Device
 
 _KIND_NAMES = {code: name for name, code in vars(KernelTypes).items() if not name.startswith("_")}
 # the value types ExecuTorch's kernels read an argument of these schema types as, asserting
-# (aborting the process) on any other: toDouble, toIntList, toInt, toBool
+# (aborting the process) on any other: toDouble, toIntList, toInt, toBool, toTensor
 _KIND_OF_TYPE = {name: kinds + extra for plain, kinds in (("float", (KernelTypes.Double,)), ("List[int]", (KernelTypes.IntList,)),
-                                                         ("int", (KernelTypes.Int,)), ("bool", (KernelTypes.Bool,)))
+                                                         ("int", (KernelTypes.Int,)), ("bool", (KernelTypes.Bool,)),
+                                                         ("Tensor", (KernelTypes.Tensor,)))
                  for name, extra in ((plain, ()), (f"Optional[{plain}]", (KernelTypes.Null,)))}
 
 

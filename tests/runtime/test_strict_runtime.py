@@ -514,11 +514,12 @@ class Normed(nn.Module):
         return self.norm(x).sum(0)
 
 
-@pytest.mark.parametrize("op,argument,kind", [("aten::sum", 1, "Bool"), ("aten::native_layer_norm", 4, "Int")],
-                         ids=["int_list_given_a_bool", "float_given_an_int"])
+@pytest.mark.parametrize("op,argument,kind", [("aten::sum", 1, "Bool"), ("aten::native_layer_norm", 4, "Int"),
+                                               ("aten::sum", 0, "Int")],
+                         ids=["int_list_given_a_bool", "float_given_an_int", "tensor_given_an_int"])
 def test_an_argument_of_another_type_than_its_schema_is_refused(op, argument, kind):
-    """ExecuTorch's kernels read an int[] argument with toIntList and a float with toDouble, which
-    abort the process on a value of another type (found by the fuzz run); devplan refuses it."""
+    """ExecuTorch's kernels read an int[] argument with toIntList, a float with toDouble and a
+    tensor with toTensor, which abort the process on a value of another type (found by the fuzz run); devplan refuses it."""
     def change(plan):
         index = next(i for i, o in enumerate(plan.operators) if (o.name.decode() if isinstance(o.name, bytes) else o.name) == op)
         call = next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == index)
