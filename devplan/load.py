@@ -73,16 +73,26 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
 
 
 def _check_sizes(ep, path: Path) -> None:
-    """Refuse a tensor with a size no .pte can hold (a damaged or crafted archive's), before
-    anything plans bytes for it."""
+    """Refuse a tensor with a size no .pte can hold, or a size whose symbol has no range (a
+    damaged or crafted archive's), before anything plans bytes for it."""
     import torch
 
     for node in ep.graph.nodes:
         val = node.meta.get("val")
-        if isinstance(val, torch.Tensor) and any(isinstance(n, int) and n > INT32_MAX for n in val.shape):
-            raise DevplanError(f"{path}: node {node.name} is a tensor of shape {list(val.shape)}, a size over "
+        sizes = val.shape if isinstance(val, torch.Tensor) else [val] if isinstance(val, torch.SymInt) else []
+        if any(isinstance(n, int) and n > INT32_MAX for n in sizes):
+            raise DevplanError(f"{path}: node {node.name} is a tensor of shape {list(sizes)}, a size over "
                                f"{INT32_MAX:,}, more than a .pte program can hold; re-export the model with "
                                f"torch.export.save")
+        # torch reads each symbol's range from the archive's range constraints; one left out has
+        # no range at all (not an unbounded one), and torch's range arithmetic fails on it later
+        for size in (n for n in sizes if isinstance(n, torch.SymInt)):
+            ranges = size.node.shape_env.var_to_range
+            unranged = sorted(str(s) for s in size.node.expr.free_symbols if ranges.get(s) is None)
+            if unranged:
+                raise DevplanError(f"{path}: node {node.name}: size {unranged[0]} has no range, so no upper bound "
+                                   f"to plan for (the archive's range constraints leave it out); re-export the "
+                                   f"model with torch.export.save")
 
 
 def import_kernels(modules) -> None:

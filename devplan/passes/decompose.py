@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import operator
-import re
 
 import torch
 from torch._guards import detect_fake_mode
@@ -193,11 +192,6 @@ def _trace(node: torch.fx.Node, fn, mode) -> torch.fx.GraphModule:
                 _no_pending_symbols(mode):
             sub = make_fx(call, tracing_mode="fake" if not fakes else "real")(*fakes)
     except Exception as error:
-        unranged = re.search(r"vr must not be None for symbol (\w+)", str(error))
-        if unranged:  # a damaged archive's range constraints leave out a symbol this op's sizes use
-            raise DevplanError(f"node {origin[0]}: size {unranged[1]} has no range, so no upper bound to plan for "
-                               f"(the archive's range constraints leave it out); re-export the model with "
-                               f"torch.export.save") from None
         raise DevplanError(f"node {origin[0]}: op {origin[1]}{via} has no portable kernel and torch cannot "
                            f"decompose it ({first_line(error)}); rewrite the model without it") from None
     if fn is node.target and _only_calls(sub, node.target):
