@@ -65,6 +65,8 @@ def schema_op(name: str):
 
         return _Functional(QUANTIZED[functional], torch_op(functional))
     op = torch_op(name)
+    if name in _PRECONDITIONS and op is not None:
+        return _Checked(op._schema, op, _PRECONDITIONS[name])
     if op is not None and (op.namespace not in TORCH_NAMESPACES or name in QUANTIZED_EMBEDDINGS):
         # a kernel library's out variant (ExecuTorch's llama::custom_sdpa.out): torch's wrapper
         # of it leaves a dynamic out unsized, or torch has no kernel for it at all (ExecuTorch's
@@ -75,6 +77,29 @@ def schema_op(name: str):
             if twin is not op and (found := out_schema(twin)) is not None and schema_name(found) == name:
                 return _Functional(op._schema, twin)
     return op
+
+
+def _linear_bias(input, weight, bias=None, *, out) -> None:
+    if bias is not None and (bias.dtype != out.dtype or bias.dim() != 1 or bias.shape[0] not in (weight.shape[0], 1)):
+        raise ValueError(f"bias is {bias.dtype}{list(bias.shape)}; ExecuTorch's linear kernel takes a 1-D bias of "
+                         f"{weight.shape[0]} or 1 elements of the output's dtype ({out.dtype})")
+
+
+# what ExecuTorch's kernels refuse (InvalidArgument) where torch's ops run: a linear's bias,
+# which torch broadcasts from any shape
+_PRECONDITIONS = {"aten::linear.out": _linear_bias}
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """torch's op, run once ExecuTorch's kernel would take its arguments."""
+    _schema: torch._C.FunctionSchema
+    op: Any
+    check: Any
+
+    def __call__(self, *args, **kwargs):
+        self.check(*args, **kwargs)
+        return self.op(*args, **kwargs)
 
 
 def writes_its_outs(op, name: str) -> bool:

@@ -605,3 +605,25 @@ def test_a_tensor_of_a_barebones_unsigned_type_is_refused(dtype, code, tmp_path)
                    "m = Runtime.get().load_program(sys.argv[1]).load_method('forward'); "
                    "m.execute([torch.randn(2, 3), torch.zeros(2, 3, dtype=torch.uint32)])")
         assert subprocess.run([sys.executable, "-c", execute, str(path)], capture_output=True).returncode != 0
+
+
+def test_a_linear_bias_executorchs_kernel_refuses_is_refused():
+    """Found by the final fuzz run: a quantized MLP whose linear bias was made 2-D ran in devplan
+    (torch broadcasts the bias) where ExecuTorch's linear kernel refuses it (InvalidArgument)."""
+    from testbed.quantized import quantize
+
+    ep, _, args = quantize("mlp", "per_tensor")
+    data = devplan.compile(ep).data
+    plan = read_pte(data).program.executionPlan[0]
+    linear = next(i for i, o in enumerate(plan.operators) if o.name in (b"aten::linear", "aten::linear"))
+
+    def change(plan):
+        call = next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == linear)
+        bias = plan.values[call.args[2]].val
+        bias.sizes, bias.dimOrder = [1, *bias.sizes], [0, 1]  # the same bytes as a [1, m] tensor
+
+    bad = damaged(data, change)
+    with pytest.raises(DevplanError, match=r"failed: bias is torch.float32\[1, \d+\]; ExecuTorch's linear kernel takes"):
+        devplan.run(bad, list(args))
+    assert executorch_refuses(bad, args)
+    assert devplan.run(data, list(args))  # the program as compiled runs
