@@ -156,7 +156,7 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
         told = None if on_written is None else lambda done: on_written(done, image.size)
         stage("write", write_atomic, path, image.parts, on_written=told)
     return CompileResult(image, path, planned[0], stored, time.perf_counter() - start, stage.seconds, folding,
-                         tuple(planned), data, len(external.keys) if external is not None else 0)
+                         tuple(planned), data, external.count if external is not None else 0)
 
 
 def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:

@@ -8,6 +8,7 @@ from dataclasses import astuple
 import torch
 
 from devplan.dtypes import code_of
+from devplan.errors import DevplanError
 from devplan.ir.method import BoolList, DoubleList, IntList, OptionalTensorList, Source, TensorList
 from devplan.ir.planned import PlannedMethod
 from devplan.pte.frames import FrameCache, frame_list
@@ -91,11 +92,13 @@ class ExternalWeights:
     tensor stored once (a segment each), under keys the program's tensors name: the weight's
     own name (a.weight, as ExecuTorch keys it), `_constant` for a folded result, a `#N` suffix
     when a name is taken by other bytes or another shape. A key that methods share with the
-    same bytes and layout is one key."""
+    same bytes and layout is one key. Delegates' named data (their weights, under the backend's
+    own keys) come after the tensors, a segment each."""
 
     def __init__(self) -> None:
         self.blob = _Blob()
         self.keys: dict[str, Entry] = {}
+        self.named: dict[str, bytes] = {}
 
     def add(self, tensor: torch.Tensor, spec: TensorSpec) -> str:
         entry = Entry("", self.blob.add(tensor) - 1, Layout(code_of(spec.dtype), spec.shape, spec.dim_order))
@@ -108,9 +111,20 @@ class ExternalWeights:
                 return key
         raise AssertionError("unreachable")  # itertools.count never ends
 
+    def add_named(self, key: str, data: bytes) -> None:
+        if key in self.keys:  # a backend's keys are its own (XNNPACK's: a hash of the bytes), no weight's name
+            raise DevplanError(f"a delegate's named data {key!r} has the key of a weight; the .ptd can hold only one")
+        self.named[key] = data
+
+    @property
+    def count(self) -> int:
+        return len(self.keys) + len(self.named)
+
     def image(self) -> Spread:
         """The .ptd, as the pieces to write: the tensors' own buffers among them."""
-        return ptd_image(list(self.keys.values()), self.blob.tensors)
+        tensors = len(self.blob.tensors)
+        named = [Entry(key, tensors + i, None) for i, key in enumerate(self.named)]
+        return ptd_image([*self.keys.values(), *named], [*self.blob.tensors, *self.named.values()])
 
 
 def _fingerprint(raw: torch.Tensor, samples: int = 64) -> bytes:
@@ -148,8 +162,12 @@ def to_program(*planned: PlannedMethod, source: bool = True,
         program.mutableDataSegments = [mutable]
         segments.append(state.segment())
     program.executionPlan = [_plan(p, data, init, segments, source) for p, data, init in zip(planned, data_index, initial)]
-    # what ExecuTorch's backends keep beside their payloads, once per key, a segment each
+    # what ExecuTorch's backends keep beside their payloads, once per key, a segment each; with
+    # external weights, in the .ptd beside the weights (ExecuTorch's runtime gives backends both)
     named = {key: data for p in planned for delegate in p.method.delegates for key, data, _ in delegate.named_data}
+    if external is not None:
+        for key in sorted(named):
+            external.add_named(key, named.pop(key))
     program.namedData = [] if named else None
     for key in sorted(named):
         entry = NamedDataT()

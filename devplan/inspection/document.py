@@ -15,7 +15,7 @@ from devplan.inspection.sources import argument_text, chain_origins, source_text
 from devplan.pte import PteFile
 from devplan.pte.decode import MethodView, methods
 from devplan.pte.header import is_program
-from devplan.pte.reader import external_key, ints, text
+from devplan.pte.reader import delegate_data_outside, external_key, ints, text
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.spec import CPU, Device
 
@@ -81,11 +81,12 @@ def _constant_bytes(program) -> int:
 
 
 def external_weights(pte: PteFile) -> dict | None:
-    """The weights the program keeps in a .ptd data file (its EXTERNAL tensors): how many
+    """The weights the program keeps in a .ptd data file (its EXTERNAL tensors, and named data
+    its delegates read that it does not hold): how many
     keys it names and, when the .ptd was given, its name and the bytes it stores; None for a
     program holding all its weights."""
     keys = {key for plan in pte.program.executionPlan or () for value in plan.values or ()
-            if (key := external_key(value.val)) is not None}
+            if (key := external_key(value.val)) is not None} | set(delegate_data_outside(pte))
     if not keys:
         return None
     data = pte.external

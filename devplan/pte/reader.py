@@ -16,6 +16,7 @@ from devplan.pte.fb.TensorDataLocation import TensorDataLocation
 from devplan.pte.header import HEADER_OFFSET, ExtendedHeader, check_container
 from devplan.pte.ptd import PtdFile, read_ptd
 from devplan.pte.unpack import unpack_program
+from devplan.pte import xnnpack
 from devplan.pte.verify import verify_program
 
 _DAMAGED = "the file is damaged or not a .pte"
@@ -227,7 +228,27 @@ def _with_data(pte: PteFile, ptd: PtdFile) -> PteFile:
             if len(ptd.data(key)) < needed:
                 raise DevplanError(f"{ptd.name}: key {key!r} holds {len(ptd.data(key))} bytes but {where} "
                                    f"({wanted}) needs {needed}; pass the .ptd written with this program")
+    for key, where in delegate_data_outside(pte).items():
+        if key not in ptd.entries:
+            raise DevplanError(f"{pte.name}: {where} reads named data {key!r}, which neither the program nor "
+                               f"{ptd.name} holds; pass the .ptd written with this program")
     return replace(pte, external=ptd, _memo={})
+
+
+def delegate_data_outside(pte: PteFile) -> dict[str, str]:
+    """The named data ExecuTorch's XNNPACK delegates read that the program does not hold (kept
+    in a .ptd), each key with the first delegate that reads it."""
+    def collect() -> dict[str, str]:
+        held = {text(entry.key) for entry in pte.program.namedData or ()}
+        outside: dict[str, str] = {}
+        for p, plan in enumerate(pte.program.executionPlan or ()):
+            for d, delegate in enumerate(plan.delegates or ()):
+                if text(delegate.id) == xnnpack.BACKEND_ID:
+                    for key in xnnpack.named_keys(pte.delegate_payload(p, d)):
+                        if key not in held:
+                            outside.setdefault(key, f"method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})")
+        return outside
+    return pte.memo("delegate_data_outside", collect)
 
 
 def external_key(tensor) -> str | None:

@@ -11,7 +11,7 @@ import torch
 
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
-from devplan.pte.reader import PteFile
+from devplan.pte.reader import PteFile, delegate_data_outside
 from devplan.runtime.executor import method_view
 
 # ExecuTorch's kernel libraries beside the portable one (whose prim ops, dim order ops and
@@ -36,6 +36,11 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
     method_view(pte, name)
     if pte.external is not None and pte.external.path is None:
         raise DevplanError(f"{pte.external.name}: ExecuTorch's runtime loads a .ptd by its path; pass it as a file")
+    outside = delegate_data_outside(pte)
+    if outside and pte.external is None:  # ExecuTorch's XNNPACK backend crashes without them
+        key, where = next(iter(outside.items()))
+        raise DevplanError(f"{pte.name}: {where} reads named data {key!r} kept outside the program "
+                           f"({len(outside)} keys); pass the .ptd written with it: --data FILE.ptd")
     runtime = import_module("executorch.runtime", "--executorch")
     for library in KERNEL_LIBRARIES:  # the kernels devplan's runtime takes as registered (ops.REGISTERED)
         import_module(library, "--executorch")

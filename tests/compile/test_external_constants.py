@@ -3,7 +3,8 @@ weights to ExecuTorch's FlatTensor data file, each under its name, and the progr
 name them (location EXTERNAL), as ExecuTorch's `external_constants=True` does. Both runtimes
 run the pair as the program with inline weights; inspect, check, diff and run read the .ptd
 with --data, and without it say in one line that the weights are outside; methods share one
-copy; ExecuTorch's own pair reads the same; refusals are one line."""
+copy; ExecuTorch's own pair reads the same; XNNPACK delegates' weights go there too; refusals
+are one line."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +17,9 @@ import devplan
 from devplan.errors import DevplanError
 from devplan.pte import read_pte
 from devplan.pte.ptd import Entry, Layout, ptd_image, read_ptd
+from devplan.pte.reader import text
 from devplan.runtime import run
+from tests.compile.test_cli import assert_one_line_error, devplan as run_devplan
 from tests.inspect.runner import invoke
 from testbed.lowerings import executorch_lowered_external
 
@@ -234,3 +237,53 @@ def test_the_documents_validate_against_their_schemas(tmp_path):
     validate("compile", result.summary())
     validate("inspect", devplan.inspect(tmp_path / "p.pte"))
     validate("inspect", devplan.inspect(tmp_path / "p.pte", data=tmp_path / "p.ptd"))
+
+
+@pytest.mark.parametrize("family", ["block", "llama"])
+def test_xnnpack_delegates_keep_their_weights_in_the_ptd(tmp_path, family):
+    """XNNPACK's weights (its named data, keyed by hash) go to the .ptd beside the program's
+    own, and ExecuTorch's runtime runs the pair as the program holding them."""
+    pytest.importorskip("executorch.backends.xnnpack")
+    if family == "llama":
+        from testbed.hf_models import llama
+
+        module, args, _ = llama()
+        with torch.no_grad():
+            ep, expected = torch.export.export(module, args), module(*args).logits
+    else:
+        ep, module = _block()
+        args = (torch.randn(2, 8),)
+        with torch.no_grad():
+            expected = module(*args)
+    inline = tmp_path / "inline.pte"
+    devplan.compile(ep, inline, backends=["xnnpack"])
+    pte, ptd = _pair(tmp_path, ep, backends=["xnnpack"])
+    held = {text(entry.key): bytes(segment) for entry, segment in _named(read_pte(inline))}
+    program, data = read_pte(pte), read_ptd(ptd)
+    assert held and program.program.namedData is None
+    assert all(bytes(data.data(key)) == value and data.entries[key].layout is None for key, value in held.items())
+    assert devplan.inspect(pte, data=ptd)["file"]["external"]["keys"] == len(data.entries)
+    got = _executorch(pte, ptd, list(args))[0]
+    assert torch.allclose(got, _executorch(inline, None, list(args))[0])
+    assert torch.allclose(got, expected, atol=1e-4)
+
+
+def _named(pte):
+    return [(entry, pte.segments[entry.segmentIndex]) for entry in pte.program.namedData or ()]
+
+
+def test_a_delegate_whose_named_data_is_missing_is_refused_in_one_line(tmp_path):
+    """ExecuTorch's XNNPACK backend crashes (SIGSEGV) on a key it cannot find: devplan names
+    the key first, whichever command reads the program without its .ptd or with another."""
+    pytest.importorskip("executorch.backends.xnnpack")
+    ep, _ = _block()
+    pte, ptd = _pair(tmp_path, ep, backends=["xnnpack"])
+    _, other = _pair(tmp_path, MLP, name="other")
+    keys = len(read_ptd(ptd).entries)
+    without = run_devplan("run", str(pte), "--executorch")
+    assert_one_line_error(without, f"{pte}: method forward: delegate 0 (XnnpackBackend) reads named data",
+                          f"kept outside the program ({keys} keys)", "--data FILE.ptd")
+    wrong = run_devplan("inspect", str(pte), "--data", str(other))
+    assert_one_line_error(wrong, "which neither the program nor", str(other))
+    noted = run_devplan("check", str(pte))
+    assert noted.returncode == 0 and f"weights external: {keys} keys in a .ptd data file not given" in noted.stderr

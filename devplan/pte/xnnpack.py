@@ -1,0 +1,47 @@
+"""The named data an XNNPACK payload (ExecuTorch's XnnpackBackend) reads: its weights, kept by
+key beside the payload, in the program's named data or in a .ptd. ExecuTorch's runtime crashes
+on a key it cannot find, so that readers can name what is missing first.
+
+Layout, as ExecuTorch's XNNPACK serializer writes it (integers little-endian):
+
+    bytes 4..8    b"XH00"
+    bytes 10..14  offset of the XNNGraph FlatBuffer (u32), bytes 14..18 its size (u32)
+
+XNNGraph's field 8 (constant_data) is a vector of ConstantDataOffset tables, whose field 2
+(named_key) is the key; an empty key means the bytes lie inside the payload."""
+from __future__ import annotations
+
+import struct
+
+from flatbuffers.table import Table
+
+BACKEND_ID = "XnnpackBackend"
+_HEADER = struct.Struct("<4s2xII")  # magic at byte 4, then the header length (skipped), offset, size
+_CONSTANT_DATA = 4 + 2 * 8          # vtable slot of XNNGraph's field 8
+_NAMED_KEY = 4 + 2 * 2              # vtable slot of ConstantDataOffset's field 2
+
+
+def named_keys(payload: bytes | memoryview) -> tuple[str, ...]:
+    """The keys of the named data the payload reads, in its order; () for a payload that is
+    not XNNPACK's, or too damaged to say (ExecuTorch's runtime refuses those itself)."""
+    head = bytes(payload[4:4 + _HEADER.size])
+    if len(head) < _HEADER.size:
+        return ()
+    magic, offset, size = _HEADER.unpack(head)
+    graph = bytes(payload[offset:offset + size])
+    if magic != b"XH00" or len(graph) != size or size < 4:
+        return ()
+    try:
+        root = Table(graph, struct.unpack_from("<I", graph)[0])
+        slot = root.Offset(_CONSTANT_DATA)
+        if not slot:
+            return ()
+        start, keys = root.Vector(slot), []
+        for index in range(root.VectorLen(slot)):
+            entry = Table(graph, root.Indirect(start + 4 * index))
+            key = entry.Offset(_NAMED_KEY)
+            if key and (name := entry.String(key + entry.Pos).decode()):
+                keys.append(name)
+        return tuple(keys)
+    except (IndexError, struct.error, UnicodeDecodeError):  # offsets that point outside the graph
+        return ()
