@@ -154,3 +154,20 @@ def executorch_lowered_external(ep: torch.export.ExportedProgram) -> tuple[bytes
         manager = to_edge_transform_and_lower(ep).to_executorch(ExecutorchBackendConfig(external_constants=True))
     (data,) = manager._tensor_data.values()  # one file: every weight under the default tag
     return manager.buffer, bytes(data)
+
+
+def executorch_xnnpack_external(module: torch.nn.Module, args: tuple) -> tuple[bytes, bytes]:
+    """ExecuTorch's XNNPACK lowering with the delegate's weights tagged for a .ptd (its
+    delegate_external_constants_pass_unlifted, as its LLM export does): (the .pte's bytes, the
+    .ptd's bytes)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir.passes.external_constants_pass import delegate_external_constants_pass_unlifted
+
+    with torch.no_grad():
+        tagged = torch.export.export(module, args).module()
+        delegate_external_constants_pass_unlifted(tagged, gen_tag_fn=lambda node: "model")
+        manager = to_edge_transform_and_lower(torch.export.export(tagged, args),
+                                              partitioner=[XnnpackPartitioner()]).to_executorch()
+    (data,) = manager._tensor_data.values()  # one file, the tag above
+    return manager.buffer, bytes(data)

@@ -21,7 +21,7 @@ from devplan.pte.reader import text
 from devplan.runtime import run
 from tests.compile.test_cli import assert_one_line_error, devplan as run_devplan
 from tests.inspect.runner import invoke
-from testbed.lowerings import executorch_lowered_external
+from testbed.lowerings import executorch_lowered_external, executorch_xnnpack_external
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "samples" / "mlp.pt2"
@@ -287,3 +287,23 @@ def test_a_delegate_whose_named_data_is_missing_is_refused_in_one_line(tmp_path)
     assert_one_line_error(wrong, "which neither the program nor", str(other))
     noted = run_devplan("check", str(pte))
     assert noted.returncode == 0 and f"weights external: {keys} keys in a .ptd data file not given" in noted.stderr
+
+
+def test_executorchs_xnnpack_pair_is_read_and_matches_devplans(tmp_path):
+    """ExecuTorch's own XNNPACK lowering with external weights: the same keys and bytes as
+    devplan's .ptd, counted by inspect, refused without its .ptd, run with it."""
+    pytest.importorskip("executorch.backends.xnnpack")
+    ep, module = _block()
+    x = ep.example_inputs[0][0]
+    pte_bytes, ptd_bytes = executorch_xnnpack_external(module, (x,))
+    pte, ptd = tmp_path / "et.pte", tmp_path / "et.ptd"
+    pte.write_bytes(pte_bytes)
+    ptd.write_bytes(ptd_bytes)
+    theirs = read_ptd(ptd)
+    ours = read_ptd(_pair(tmp_path, ep, backends=["xnnpack"])[1])
+    assert theirs.entries.keys() == ours.entries.keys() and len(theirs.entries) == 4
+    assert all(bytes(theirs.data(key)) == bytes(ours.data(key)) for key in ours.entries)
+    assert devplan.inspect(pte)["file"]["external"] == {"keys": 4, "data": None, "bytes": None}
+    assert_one_line_error(run_devplan("run", str(pte), "--executorch"), "reads named data", "--data FILE.ptd")
+    with torch.no_grad():
+        assert torch.allclose(_executorch(pte, ptd, [x])[0], module(x), atol=1e-5)
