@@ -146,6 +146,15 @@ FLAT_TENSOR_TABLES: dict[str, tuple[tuple, ...]] = {
     "FlatTensor": (_scalar("version", "Uint32"), _tables("segments", "DataSegment"), _tables("named_data", "NamedData")),
 }
 FLAT_TENSOR_ROOT = "FlatTensor"
+# The part of ExecuTorch's XNNPACK payload FlatBuffer (XNNGraph) that devplan reads: the keys
+# of its constant data. The vectors in the slots before it are checked as vectors of offsets.
+XNN_GRAPH_TABLES: dict[str, tuple[tuple, ...]] = {
+    "ConstantDataOffset": (_scalar("offset", "Uint64"), _scalar("size", "Uint64"), _string("named_key")),
+    "XNNGraph": (_string("version"), _scalars("xnodes", "Uint32"), _scalars("xvalues", "Uint32"),
+                 _scalar("num_externs", "Uint32"), _scalars("input_ids", "Uint32"), _scalars("output_ids", "Uint32"),
+                 _scalars("constant_buffer", "Uint32"), _scalars("mem_buffer_sizes", "Uint32"),
+                 _tables("constant_data", "ConstantDataOffset")),
+}
 
 # The schema is not recursive, so real nesting stops at depth 4; the bound guards edits to it.
 _MAX_DEPTH = 32
@@ -169,6 +178,7 @@ def _slots(fields: tuple[tuple, ...]) -> tuple[tuple, ...]:
 
 _COMPILED = {name: _slots(fields) for name, fields in TABLES.items()}
 _FLAT_TENSOR_COMPILED = {name: _slots(fields) for name, fields in FLAT_TENSOR_TABLES.items()}
+_XNN_GRAPH_COMPILED = {name: _slots(fields) for name, fields in XNN_GRAPH_TABLES.items()}
 
 
 def _where(path) -> str:
@@ -308,3 +318,10 @@ def verify_flat_tensor(data: bytes, start: int, name: str, damaged: str) -> None
     if root < start:
         walker.corrupt(None, f"root offset points to byte {root}, inside the file header")
     walker.table(root, FLAT_TENSOR_ROOT, None, 0)
+
+
+def verify_xnn_graph(data: bytes, name: str) -> None:
+    """Check the fields of an XNNPACK payload's XNNGraph FlatBuffer that devplan reads."""
+    walker = _Walker(data, len(data), name, whole_file=False, compiled=_XNN_GRAPH_COMPILED,
+                     damaged="the XNNPACK payload is damaged")
+    walker.table(walker.follow(0, None), "XNNGraph", None, 0)

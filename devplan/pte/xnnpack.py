@@ -15,6 +15,9 @@ import struct
 
 from flatbuffers.table import Table
 
+from devplan.errors import DevplanError
+from devplan.pte.verify import verify_xnn_graph
+
 BACKEND_ID = "XnnpackBackend"
 _HEADER = struct.Struct("<4s2xII")  # magic at byte 4, then the header length (skipped), offset, size
 _CONSTANT_DATA = 4 + 2 * 8          # vtable slot of XNNGraph's field 8
@@ -32,16 +35,17 @@ def named_keys(payload: bytes | memoryview) -> tuple[str, ...]:
     if magic != b"XH00" or len(graph) != size or size < 4:
         return ()
     try:
-        root = Table(graph, struct.unpack_from("<I", graph)[0])
-        slot = root.Offset(_CONSTANT_DATA)
-        if not slot:
-            return ()
-        start, keys = root.Vector(slot), []
-        for index in range(root.VectorLen(slot)):
-            entry = Table(graph, root.Indirect(start + 4 * index))
-            key = entry.Offset(_NAMED_KEY)
-            if key and (name := entry.String(key + entry.Pos).decode()):
-                keys.append(name)
-        return tuple(keys)
-    except (IndexError, struct.error, UnicodeDecodeError):  # offsets that point outside the graph
+        verify_xnn_graph(graph, BACKEND_ID)  # the flatbuffers runtime reads whatever offsets say
+    except DevplanError:
         return ()
+    root = Table(graph, struct.unpack_from("<I", graph)[0])
+    slot = root.Offset(_CONSTANT_DATA)
+    if not slot:
+        return ()
+    start, keys = root.Vector(slot), []
+    for index in range(root.VectorLen(slot)):
+        entry = Table(graph, root.Indirect(start + 4 * index))
+        key = entry.Offset(_NAMED_KEY)
+        if key and (name := entry.String(key + entry.Pos).decode(errors="replace")):
+            keys.append(name)
+    return tuple(keys)
