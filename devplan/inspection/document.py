@@ -82,9 +82,8 @@ def _constant_bytes(program) -> int:
 
 def external_weights(pte: PteFile) -> dict | None:
     """The weights the program keeps in a .ptd data file (its EXTERNAL tensors, and named data
-    its delegates read that it does not hold): how many
-    keys it names and, when the .ptd was given, its name and the bytes it stores; None for a
-    program holding all its weights."""
+    its delegates read that it does not hold): how many keys it names and, when the .ptd was
+    given, its name and the bytes it stores; None for a program holding all its weights."""
     keys = {key for plan in pte.program.executionPlan or () for value in plan.values or ()
             if (key := external_key(value.val)) is not None} | set(delegate_data_outside(pte))
     if not keys:

@@ -1,6 +1,6 @@
 """The named data an XNNPACK payload (ExecuTorch's XnnpackBackend) reads: its weights, kept by
 key beside the payload, in the program's named data or in a .ptd. ExecuTorch's runtime crashes
-on a key it cannot find, so that readers can name what is missing first.
+when one is missing; reading the keys lets devplan name the missing one first.
 
 Layout, as ExecuTorch's XNNPACK serializer writes it (integers little-endian):
 

@@ -5,6 +5,7 @@ quantized out variants run torch's functional quantized ops, so this runtime sta
 independent check of ExecuTorch's kernels."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -33,11 +34,21 @@ def et_view(source: torch.Tensor, size: list[int], out: torch.Tensor) -> None:
     out.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
 
 
+def _dim_order_copy(self, non_blocking: bool, dim_order, out, *, cast: bool = True):
+    # ExecuTorch's dim order copies refuse (InvalidArgument) a non-blocking copy, and a clone
+    # to another dtype
+    if non_blocking:
+        raise ValueError("non_blocking is true; ExecuTorch's dim order copy kernels copy blocking only")
+    if not cast and self.dtype != out.dtype:
+        raise ValueError(f"it clones {self.dtype} into {out.dtype}; ExecuTorch's clone keeps the dtype")
+    return resize_within(out, self.shape).copy_(self)
+
+
 # Operators outside torch's aten namespace that ExecuTorch programs use; each takes its out
 # tensor last.
 DIM_ORDER = {
-    "dim_order_ops::_to_dim_order_copy.out": lambda self, non_blocking, dim_order, out: resize_within(out, self.shape).copy_(self),
-    "dim_order_ops::_clone_dim_order.out": lambda self, non_blocking, dim_order, out: resize_within(out, self.shape).copy_(self),
+    "dim_order_ops::_to_dim_order_copy.out": _dim_order_copy,
+    "dim_order_ops::_clone_dim_order.out": functools.partial(_dim_order_copy, cast=False),
     "dim_order_ops::_empty_dim_order.out": lambda size, dim_order, out: resize_within(out, size),
 }
 # their arguments' names and the value types ExecuTorch's kernels read them as (torch has no

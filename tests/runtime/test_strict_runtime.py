@@ -570,6 +570,23 @@ def test_a_dim_order_kernel_given_a_value_of_another_type_is_refused():
     refused(data, "_to_dim_order_copy.out's non_blocking value", "a IntList; the program is damaged")
 
 
+def test_a_non_blocking_dim_order_copy_is_refused():
+    """Found by the final fuzz run: a _to_dim_order_copy made non-blocking (one byte of
+    ExecuTorch's own program) ran in devplan; ExecuTorch's kernel refuses it (InvalidArgument)."""
+    from testbed.models import executorch_lower
+
+    def change(plan):
+        index = next(i for i, o in enumerate(plan.operators) if "_to_dim_order_copy" in str(o.name))
+        call = next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == index)
+        plan.values[call.args[1]].val.boolVal = True
+
+    data = executorch_lower(torch.export.export(Cast(), ARGS))
+    bad = damaged(data, change)
+    refused(bad, "(dim_order_ops::_to_dim_order_copy.out) failed: non_blocking is true")
+    assert executorch_refuses(bad)
+    assert devplan.run(data, list(ARGS))  # the program as ExecuTorch wrote it runs
+
+
 def test_a_method_without_chains_is_refused():
     """ExecuTorch's runtime loads no method without a chain (found by the fuzz run)."""
     def change(plan):
