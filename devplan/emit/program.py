@@ -167,7 +167,8 @@ def to_program(*planned: PlannedMethod, source: bool = True,
     named = {key: data for p in planned for delegate in p.method.delegates for key, data, _ in delegate.named_data}
     if external is not None:
         for key in sorted(named):
-            external.add_named(key, named.pop(key))
+            external.add_named(key, named[key])
+        named = {}
     program.namedData = [] if named else None
     for key in sorted(named):
         entry = NamedDataT()

@@ -176,6 +176,11 @@ def _slots(fields: tuple[tuple, ...]) -> tuple[tuple, ...]:
     return tuple(compiled)
 
 
+def vtable_entry(fields: tuple[tuple, ...], name: str) -> int:
+    """Where in its table's vtable field `name` of `fields` (one table's schema above) is found."""
+    return next(entry for entry, _, _, field, _ in _slots(fields) if field == name)
+
+
 _COMPILED = {name: _slots(fields) for name, fields in TABLES.items()}
 _FLAT_TENSOR_COMPILED = {name: _slots(fields) for name, fields in FLAT_TENSOR_TABLES.items()}
 _XNN_GRAPH_COMPILED = {name: _slots(fields) for name, fields in XNN_GRAPH_TABLES.items()}

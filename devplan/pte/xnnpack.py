@@ -16,12 +16,12 @@ import struct
 from flatbuffers.table import Table
 
 from devplan.errors import DevplanError
-from devplan.pte.verify import verify_xnn_graph
+from devplan.pte.verify import XNN_GRAPH_TABLES, verify_xnn_graph, vtable_entry
 
 BACKEND_ID = "XnnpackBackend"
 _HEADER = struct.Struct("<4s2xII")  # magic at byte 4, then the header length (skipped), offset, size
-_CONSTANT_DATA = 4 + 2 * 8          # vtable slot of XNNGraph's field 8
-_NAMED_KEY = 4 + 2 * 2              # vtable slot of ConstantDataOffset's field 2
+_CONSTANT_DATA = vtable_entry(XNN_GRAPH_TABLES["XNNGraph"], "constant_data")
+_NAMED_KEY = vtable_entry(XNN_GRAPH_TABLES["ConstantDataOffset"], "named_key")
 
 
 def named_keys(payload: bytes | memoryview) -> tuple[str, ...]:
