@@ -207,8 +207,11 @@ def _payload(group: "Group", options: CompileOptions, stage: "Stages") -> "Paylo
     from devplan.emit.program import to_program
     from devplan.pte import dumps_pte
 
+    from devplan.passes.device_results import results_on_device
+
     try:
-        planned = lower_method(group.program, options, stage, Role.payload_on(group.device))
+        program = stage("device results", results_on_device, group.program, group.device)
+        planned = lower_method(program, options, stage, Role.payload_on(group.device))
         data = stage("serialize", dumps_pte, *stage("emit", to_program, planned, source=options.source))
     except DevplanError as error:
         raise group.refused(error) from None

@@ -9,7 +9,8 @@ import torch
 
 from devplan.errors import DevplanError
 from devplan.pte import PteFile
-from devplan.pte.decode import MethodView, Tensor
+from devplan.ops import BACKEND_ID
+from devplan.pte.decode import MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.spec import CPU
 
@@ -26,17 +27,34 @@ def check_program(pte: PteFile) -> None:
                            f"the program is damaged")
 
 
-def checked_dtypes(view: MethodView) -> dict[int, torch.dtype]:
+def checked_dtypes(view: MethodView, windows: dict[int, int] | None = None) -> dict[int, torch.dtype]:
     """The torch dtype of each tensor value, once every tensor of the method has passed the
     checks ExecuTorch's runtime makes as it parses the method (its tables, each tensor's
-    layout and memory) and a bound on the buffer sizes, before anything is allocated."""
+    layout and memory) and a bound on the buffer sizes, before anything is allocated.
+    `windows`: mem_id -> the bytes its delegates' memory windows reach (`window_reach`)."""
     if view.unlisted:  # as ExecuTorch's runtime refuses it ("Missing outputs field", ...)
         raise DevplanError(f"{view.where} has no {' or '.join(view.unlisted)} table; the program is damaged")
     dtypes = {index: _dtype(view.where, index, t) for index, t in view.tensors.items()}
     _check_layouts(view)
     _check_memory(view)
-    _check_sizes(view, dtypes)
+    _check_sizes(view, dtypes, windows or {})
     return dtypes
+
+
+def window_reach(pte: PteFile, view: MethodView) -> dict[int, int]:
+    """mem_id -> the end of the furthest memory window a delegate of devplan's has in it: the
+    window's offset plus the bytes its payload plans there (a payload's own nested windows lie
+    inside those bytes, and its own load checks them). A large device program's working memory
+    is mostly its delegates' windows, which its own tensors do not reach."""
+    reach: dict[int, int] = {}
+    for delegate in view.delegates:
+        if delegate.window is None or delegate.id != BACKEND_ID:
+            continue  # another backend's delegate is refused where it is opened
+        mem_id, offset = delegate.window
+        payload = pte.delegate_program(view.plan_index, delegate.index)
+        sizes = next((m.buffer_sizes for m in methods(payload) if m.name == "forward"), [])
+        reach[mem_id] = max(reach.get(mem_id, 0), offset + (sizes[1] if len(sizes) > 1 else 0))
+    return reach
 
 
 def _dtype(where: str, index: int, t: Tensor) -> torch.dtype:
@@ -98,11 +116,11 @@ def _check_memory(view: MethodView) -> None:
                            f"program is damaged")
 
 
-def _check_sizes(view: MethodView, dtypes: dict[int, torch.dtype]) -> None:
+def _check_sizes(view: MethodView, dtypes: dict[int, torch.dtype], windows: dict[int, int]) -> None:
     """Every planned tensor at a whole element of its buffer (decoding has put it inside),
-    and no buffer far larger than its tensors reach (a damaged size would otherwise have us
-    allocate it)."""
-    reach: dict[int, int] = {}
+    and no buffer far larger than its tensors and its delegates' windows reach (a damaged
+    size would otherwise have us allocate it)."""
+    reach = dict(windows)
     for index, t in view.tensors.items():
         if t.mem_id is not None:
             if t.offset % dtypes[index].itemsize:
@@ -112,7 +130,7 @@ def _check_sizes(view: MethodView, dtypes: dict[int, torch.dtype]) -> None:
     for mem_id in range(1, len(view.buffer_sizes)):
         if view.buffer_sizes[mem_id] > 2 * reach.get(mem_id, 0) + _SLACK:
             raise DevplanError(f"{view.where}: buffer {mem_id} claims {view.buffer_sizes[mem_id]} bytes but its "
-                               f"tensors reach only {reach.get(mem_id, 0)}; the program is damaged")
+                               f"tensors and delegate windows reach only {reach.get(mem_id, 0)}; the program is damaged")
 
 
 def value_index(view: MethodView, value: int, user: str) -> int:

@@ -23,7 +23,8 @@ from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import Delegate, MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.allocator import allocator_for
-from devplan.runtime.checks import check_chains, check_number_lists, check_program, checked_dtypes, value_index
+from devplan.runtime.checks import (check_chains, check_number_lists, check_program, checked_dtypes, value_index,
+                                    window_reach)
 from devplan.runtime.interpreter import Refs, interpret, value_of
 from devplan.runtime.memory import MAX_MEMORY, Memory, constant, from_bytes
 from devplan.runtime.steps import build_steps
@@ -52,7 +53,7 @@ class LoadedMethod:
         self.view, self.where, devices, sizes = view, view.where, view.buffer_devices, view.buffer_sizes
         # every tensor checked before anything is allocated, once per payload however many
         # windows load it; binding and sizes read these
-        self.dtypes = pte.memo(("runtime checked", name), lambda: checked_dtypes(view))
+        self.dtypes = pte.memo(("runtime checked", name), lambda: checked_dtypes(view, window_reach(pte, view)))
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
         self.lent = set(lent or ())

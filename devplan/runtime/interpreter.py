@@ -33,6 +33,8 @@ class Step:
     result: int | None = None             # a number op: the value its result goes to
     emptied: tuple[int, ...] = ()         # dynamic out tensors: emptied first, the kernel sizes them
     fixed: tuple[int, ...] = ()           # static out tensors: a kernel must not resize them
+    shaped: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (out, planned shape) whose shape the
+                                          # running device's kernel decides, within its planned bytes
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ def _run(pc: int, step: Step, values: list, bounds: dict, where: str) -> tuple[i
         for index in step.emptied:  # else torch warns of the resize, or sees an in-place input overlap it
             values[index].resize_([0] * values[index].dim())  # rank kept: kernels check it
         shapes = [values[i].shape for i in step.fixed]
+        for index, planned in step.shaped:  # emptied too: the kernel sizes it, within its planned bytes
+            values[index].resize_([0] * len(planned))
         result = step.call(*(value_of(values, a) for a in step.args),
                            **{k: value_of(values, a) for k, a in step.keywords})
         if step.result is not None:
@@ -105,6 +109,8 @@ def _run(pc: int, step: Step, values: list, bounds: dict, where: str) -> tuple[i
             _keep_shape(where, pc, step, index, shape, values[index].shape)
         for index in step.emptied:
             _within_bound(where, pc, step, index, values[index].shape, bounds[index])
+        for index, planned in step.shaped:
+            _within_bound(where, pc, step, index, values[index].shape, list(planned))
         return pc + 1, _elements(values, (*step.args, *(a for _, a in step.keywords)))
     if step.kind == "delegate":
         inputs = len(step.call.inputs)

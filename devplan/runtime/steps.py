@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import torch
 
 from devplan.errors import DevplanError
-from devplan.ops import ET_VIEW, TO_DEVICE, TO_HOST, unregistered
+from devplan.ops import DEVICE_SHAPED, ET_VIEW, TO_DEVICE, TO_HOST, unregistered
 from devplan.pte.decode import Instruction, MethodView
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.allocator import allocator_for
@@ -150,7 +150,7 @@ class _Steps:
         positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
         outs = [a for a, s in zip(args, schema) if s.is_out]
-        return Step("kernel", name, op, positional, keywords, **self._outs(outs))
+        return Step("kernel", name, op, positional, keywords, **self._outs(outs, DEVICE_SHAPED.get(name, ())))
 
     def _check_kinds(self, index: int, name: str, arguments: list, kinds: tuple[int, ...]) -> None:
         """Each (value, argument name, its type's text, the value types it may be or None) of a
@@ -160,12 +160,17 @@ class _Steps:
                 raise DevplanError(f"{self.where}: instruction {index} gives {name}'s {argument}{typed} value {value}, "
                                    f"a {_KIND_NAMES.get(kinds[value], kinds[value])}; the program is damaged")
 
-    def _outs(self, outs: list[int]) -> dict[str, Any]:
+    def _outs(self, outs: list[int], device_shaped: tuple[int, ...] = ()) -> dict[str, Any]:
         """A kernel's out tensors (lists' items too) as a step's `emptied` (dynamic: sized by the
-        kernel within their bound) and `fixed` (static: the kernel must keep their shape)."""
+        kernel within their bound), `shaped` (`device_shaped` positions: sized by the running
+        device's kernel within their planned bytes) and `fixed` (static: the kernel must keep
+        their shape)."""
+        shaped = {outs[p] for p in device_shaped if p < len(outs)}
         outs = [i for a in outs for i in (self.values[a].items if isinstance(self.values[a], Refs) else (a,))]
+        tensors = [i for i in outs if i not in self.bounds and isinstance(self.values[i], torch.Tensor)]
         return {"emptied": tuple(i for i in outs if i in self.bounds),
-                "fixed": tuple(i for i in outs if i not in self.bounds and isinstance(self.values[i], torch.Tensor))}
+                "shaped": tuple((i, tuple(self.values[i].shape)) for i in tensors if i in shaped),
+                "fixed": tuple(i for i in tensors if i not in shaped)}
 
 
 def _same_kind(a: Any, b: Any) -> bool:
