@@ -574,6 +574,10 @@ def run_command(
         typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file holding the weights the program keeps "
                      "outside it (compile --external-constants, ExecuTorch's external_constants).", show_default=False),
     ] = None,
+    cuda_graphs: Annotated[
+        bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay each delegate on a CUDA device as one CUDA "
+                           "graph from its second run on (--debug says why one cannot be).")
+    ] = True,
 ) -> None:
     """Run a .pte in devplan's reference runtime and summarize its outputs.
 
@@ -588,15 +592,18 @@ def run_command(
 
     from devplan.files import refuse_overwrite, write_atomic
     from devplan.pte import read_pte
+    from devplan.pte.decode import methods
     from devplan.runtime import HostAllocator, LoadedMethod, registered
+    from devplan.runtime.allocator import peaks, reset_peaks
     from devplan.runtime.memory import Memory
-    from devplan.runtime.report import run_document
+    from devplan.runtime.report import device_memory, run_document
 
     # one limit for the inputs, read or made, and all the program's memory
     memory = Memory(_memory_limit(max_memory))
     refuse_overwrite(save, [program, inputs], "--save")
     pte = read_pte(_program(program, data))
     given = _load_inputs(inputs, memory) if inputs is not None else None
+    held = None
     if executorch:
         from devplan.runtime.executor import method_view, sample_inputs
         from devplan.runtime.executorch import run_on_executorch
@@ -604,17 +611,20 @@ def run_command(
         results = run_on_executorch(pte, method, given if given is not None else sample_inputs(method_view(pte, method), seed, memory), runs)
     else:
         with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
-            loaded = LoadedMethod(pte, method, memory=memory)
+            devices = {d for view in methods(pte) for d in view.buffer_devices.values()}
+            reset_peaks(devices)
+            loaded = LoadedMethod(pte, method, memory=memory, cuda_graphs=cuda_graphs)
             try:
                 given = given if given is not None else loaded.sample_inputs(seed)
                 results = [loaded.execute(given) for _ in range(runs)]
+                held = device_memory(loaded, peaks(devices))
             finally:
                 loaded.release()
     if save is not None:
         buffer = io.BytesIO()
         torch.save(results[-1], buffer)
         write_atomic(save, buffer.getvalue())
-    report = run_document(program.name, method, results)
+    report = run_document(program.name, method, results, held)
     if json_output:
         _echo_json(report)
         return
@@ -674,6 +684,11 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if debug:  # a compile checks each stage's result too (devplan/wellformed.py), naming the stage that broke it
         os.environ["DEVPLAN_CHECK_STAGES"] = "1"
+        import logging
+
+        # what devplan notes on the way (a delegate that runs without a CUDA graph, and why)
+        logging.getLogger("devplan").addHandler(logging.StreamHandler())
+        logging.getLogger("devplan").setLevel(logging.DEBUG)
     else:  # torch's deprecation chatter is not the user's to act on; --debug shows it
         import logging
         import warnings

@@ -72,4 +72,9 @@ def run_lines(report: dict) -> list[str]:
             lines.append(f"{prefix}output {index}: {out['value']!r}" if "value" in out else
                          f"{prefix}output {index}: {out['dtype']} {tuple(out['shape'])}  min {out['min']:.6g}  "
                          f"max {out['max']:.6g}  mean {out['mean']:.6g}")
+    for row in report.get("memory", ()):
+        if row["peak"] is not None:  # what a device really held, beside what the plan said it would
+            lines.append(f"{row['device']}: planned {size_text(row['planned'])}, constants "
+                         f"{size_text(row['constants'])}, peak {size_text(row['peak'])} "
+                         f"({size_text(max(row['beyond_plan'], 0))} beyond them)")
     return lines

@@ -25,6 +25,13 @@ class DeviceAllocator(Protocol):
     def copy_to_host(self, src: torch.Tensor) -> torch.Tensor:
         """A host copy of `src`, a view of one of this allocator's arenas."""
 
+    def peak(self, device: Device) -> int | None:
+        """The most bytes this device held at once since `reset_peak` (arenas, constants and
+        whatever kernels allocated there), or None where the allocator cannot tell."""
+
+    def reset_peak(self, device: Device) -> None:
+        """Start counting `peak` afresh from the bytes held now."""
+
 
 class HostAllocator:
     """Arenas in host memory. Registered for the CPU; tests also register it for CUDA so that
@@ -42,6 +49,12 @@ class HostAllocator:
     def copy_to_host(self, src: torch.Tensor) -> torch.Tensor:
         return src.clone()
 
+    def peak(self, device: Device) -> int | None:
+        return None  # host memory is the process's: no count of one device's bytes
+
+    def reset_peak(self, device: Device) -> None:
+        pass
+
 
 class TorchCudaAllocator(HostAllocator):
     """Arenas in CUDA memory through torch, on the device index the program names."""
@@ -55,6 +68,15 @@ class TorchCudaAllocator(HostAllocator):
 
     def copy_to_host(self, src: torch.Tensor) -> torch.Tensor:
         return src.to("cpu", copy=True)
+
+    def peak(self, device: Device) -> int | None:
+        # torch's caching allocator counts every tensor on the device: kernels' results and the
+        # cuBLAS and cuDNN workspaces it hands out, not only the arenas
+        return torch.cuda.max_memory_allocated(device.index) if torch.cuda.is_available() else None
+
+    def reset_peak(self, device: Device) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats(device.index)
 
 
 _ALLOCATORS: dict[str, DeviceAllocator] = {"cpu": HostAllocator(), "cuda": TorchCudaAllocator()}
@@ -87,3 +109,14 @@ def registered(device_type: str, allocator: DeviceAllocator) -> Iterator[DeviceA
             _ALLOCATORS.pop(device_type, None)
         else:
             _ALLOCATORS[device_type] = previous
+
+
+def reset_peaks(devices) -> None:
+    """Start each device's `peak` count afresh (allocators registered without one are skipped)."""
+    for device in devices:
+        getattr(allocator_for(device), "reset_peak", lambda d: None)(device)
+
+
+def peaks(devices) -> dict[Device, int | None]:
+    """Each device's `peak` since `reset_peaks`, None where its allocator cannot tell."""
+    return {device: getattr(allocator_for(device), "peak", lambda d: None)(device) for device in devices}

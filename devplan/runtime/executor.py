@@ -25,6 +25,7 @@ from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.allocator import allocator_for
 from devplan.runtime.checks import (check_chains, check_number_lists, check_program, checked_dtypes, value_index,
                                     window_reach)
+from devplan.runtime.graphs import GraphSteps
 from devplan.runtime.interpreter import Refs, interpret, value_of
 from devplan.runtime.memory import MAX_MEMORY, Memory, constant, from_bytes
 from devplan.runtime.steps import build_steps
@@ -42,11 +43,12 @@ class LoadedMethod:
     times, and state kept in planned buffers carries over between runs as on a device."""
 
     def __init__(self, pte: PteFile, name: str = "forward", lent: dict[int, tuple[torch.Tensor, Device]] | None = None,
-                 *, max_memory: int = MAX_MEMORY, memory: Memory | None = None) -> None:
+                 *, max_memory: int = MAX_MEMORY, memory: Memory | None = None, cuda_graphs: bool = True) -> None:
         """`lent`: mem_id -> (bytes, device) that the caller lends for that buffer (a window of
         its own arena) instead of an arena of this method's own. `max_memory`: bytes the
         method's arenas, unplanned tensors and constants copied to a device may take in all,
-        its delegates' included (they share the caller's `memory`)."""
+        its delegates' included (they share the caller's `memory`). `cuda_graphs`: a payload
+        whose buffers are in CUDA memory replays its steps as a CUDA graph (graphs.py)."""
         # once per file (a refused file is refused again each time it is asked)
         pte.memo(("runnable",), lambda: check_program(pte))
         view = method_view(pte, name)
@@ -57,6 +59,8 @@ class LoadedMethod:
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
         self.lent = set(lent or ())
+        self.cuda_graphs = cuda_graphs
+        self.graph_steps: GraphSteps | None = None
         self.memory = memory or Memory(max_memory)
         self.delegates: list[LoadedMethod] = []
         self.work = 0  # tensor elements the last call read and wrote
@@ -120,6 +124,8 @@ class LoadedMethod:
         self.outputs = [value_index(view, i, "an output") for i in view.outputs]
         check_chains(view)
         self.steps = build_steps(view, self.values, self.dtypes, self.bounds, self.devices, self.delegates)
+        if self.cuda_graphs and self.home.type == "cuda":
+            self.graph_steps = GraphSteps(self.steps, [a for a, _ in self.arenas.values()], self.bounds, self.where)
 
     def execute(self, inputs: Sequence[Any]) -> list[Any]:
         """Run once: copy `inputs` in, run every instruction, return host copies of the outputs."""
@@ -165,7 +171,8 @@ class LoadedMethod:
                 self.values[index] = out
                 self.placeholders.discard(index)
         self._materialize(set(self.inputs) | set(self.outputs))
-        self.work = interpret(self.steps, self.values, self.bounds, self.where)  # what its caller counts
+        self.work = (self.graph_steps(self.values, self.bounds) if self.graph_steps is not None  # what its caller counts
+                     else interpret(self.steps, self.values, self.bounds, self.where))
         return [value_of(self.values, index) for index in self.outputs]
 
     def _accept(self, index: int, given: Any) -> bool:
@@ -191,6 +198,8 @@ class LoadedMethod:
     def release(self) -> None:
         for delegate in {id(d): d for d in getattr(self, "delegates", ())}.values():
             delegate.release()
+        if self.graph_steps is not None:
+            self.graph_steps.release()
         owned = [arena for mem_id, arena in self.arenas.items() if mem_id not in self.lent]
         for arena, device in (*owned, *self.uploads):
             allocator_for(device).deallocate(arena)
@@ -212,7 +221,7 @@ class LoadedMethod:
         # read and decoded once however many delegates share it
         payload = pte.delegate_program(view.plan_index, index)
         if delegate.window is None:  # the payload's buffers are its own
-            return LoadedMethod(payload, memory=self.memory)
+            return LoadedMethod(payload, memory=self.memory, cuda_graphs=self.cuda_graphs)
         mem_id, offset = delegate.window
         if mem_id not in self.arenas:
             raise DevplanError(f"{self.where}: delegate {index}'s memory window names buffer {mem_id}, which the "
@@ -222,7 +231,8 @@ class LoadedMethod:
             raise DevplanError(f"{self.where}: delegate {index}'s memory window starts at offset {offset} of buffer "
                                f"{mem_id}, which holds {arena.numel()} bytes; the program is damaged")
         # the payload's one buffer is these bytes of the caller's; its plan keeps them free during the call
-        return LoadedMethod(payload, lent={1: (arena[offset:], device)}, memory=self.memory)
+        return LoadedMethod(payload, lent={1: (arena[offset:], device)}, memory=self.memory,
+                            cuda_graphs=self.cuda_graphs)
 
     def _bind(self, pte: PteFile, view: MethodView, index: int) -> Any:
         if index in view.tensors:

@@ -4,10 +4,41 @@ from __future__ import annotations
 SCHEMA_VERSION = 1
 
 
-def run_document(name: str, method: str, results: list[list]) -> dict:
-    """name: the program's basename; results: the outputs of each run."""
-    return {"schema_version": SCHEMA_VERSION, "file": {"name": name}, "method": method,
-            "runs": [[describe(value) for value in outputs] for outputs in results]}
+def run_document(name: str, method: str, results: list[list], memory: list[dict] | None = None) -> dict:
+    """name: the program's basename; results: the outputs of each run; memory: what each device
+    held (`device_memory`), where the run was devplan's."""
+    document = {"schema_version": SCHEMA_VERSION, "file": {"name": name}, "method": method,
+                "runs": [[describe(value) for value in outputs] for outputs in results]}
+    return document if memory is None else {**document, "memory": memory}
+
+
+def device_memory(method, peaks: dict) -> list[dict]:
+    """Per device, in order: the bytes a loaded method and its delegates planned there (their own
+    arenas; a window is its caller's bytes), the constants copied there, the most its allocator
+    held at once during the load and runs (`peaks`: device -> bytes or None) and what that was
+    beyond the two: kernels' own results and library workspaces."""
+    planned: dict = {}
+    constants: dict = {}
+    seen: set[int] = set()
+    stack = [method]
+    while stack:
+        loaded = stack.pop()
+        if id(loaded) in seen:
+            continue
+        seen.add(id(loaded))
+        for mem_id, (arena, device) in loaded.arenas.items():
+            if mem_id not in loaded.lent:
+                planned[device] = planned.get(device, 0) + arena.numel()
+        for arena, device in loaded.uploads:
+            constants[device] = constants.get(device, 0) + arena.numel()
+        stack.extend(loaded.delegates)
+    rows = []
+    for device in sorted(set(planned) | set(constants), key=str):
+        peak = peaks.get(device)
+        held = planned.get(device, 0) + constants.get(device, 0)
+        rows.append({"device": str(device), "planned": planned.get(device, 0), "constants": constants.get(device, 0),
+                     "peak": peak, "beyond_plan": None if peak is None else peak - held})
+    return rows
 
 
 def describe(value) -> dict:

@@ -116,3 +116,25 @@ def test_results_on_a_cpu_delegate_are_the_traced_ones():
     before = {n.name: n.meta.get("val") for n in low.gm.graph.nodes}
     after = results_on_device(low, Device.parse("cpu"))
     assert all(n.meta.get("val") is before[n.name] for n in after.gm.graph.nodes)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU tier needs a CUDA GPU")
+@pytest.mark.parametrize("name, mode", CASES)
+def test_device_programs_run_on_a_gpu_through_torch_cuda_allocator(name, mode):
+    """The GPU tier: the first call runs step by step, the second captures a CUDA graph, the
+    third replays it; each matches the CPU program, and the device holds the plan."""
+    from devplan.runtime import LoadedMethod
+    from devplan.runtime.graphs import captured
+
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # the CPU's arithmetic
+    _, args, ep, expected = _case(name)
+    loaded = LoadedMethod(read_pte(devplan.compile(ep, **MODES[mode]).data))
+    try:
+        for _ in range(3):
+            (output,) = loaded.execute(list(args))
+            torch.testing.assert_close(output, expected, rtol=1e-4, atol=1e-4)
+        assert captured(loaded)
+        assert all(arena.is_cuda for arena, device in loaded.arenas.values() if device.type == "cuda")
+    finally:
+        loaded.release()

@@ -1,0 +1,192 @@
+"""Device programs on a real GPU (issue 40): per model of testbed/device_corpus.py, devplan's
+program compiled with every op on cuda:0 and --device-io, run by devplan's runtime through
+TorchCudaAllocator, against eager PyTorch on the same GPU, each measured in a fresh process.
+
+    python benchmarks/gpu.py prepare DIR             # here, on the CPU: programs, inputs, outputs
+    python benchmarks/gpu.py measure DIR [--json F]  # on the GPU machine, from the source tree
+
+prepare compiles each model (--delegate cuda:0 --device-io) and saves the program, its inputs,
+the CPU program's outputs and the module's weights. measure runs, per model, three children:
+devplan with CUDA graphs, devplan without them (which also attributes the bytes each kernel
+allocated beyond the plan, by operator), and eager PyTorch (the module on the GPU, under
+no_grad). It prints, per model: the device's planned bytes, the constants devplan copied
+there, the allocator's measured peak (torch.cuda.max_memory_allocated over load and runs),
+eager's steady peak above its weights, the ratios, and the median time of a run of each
+(inputs from the host, outputs back to it, as a user's call does), and whether devplan's
+outputs match the CPU program's."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+RUNS = 50
+
+
+def prepare(folder: Path) -> None:
+    import devplan
+    from testbed.device_corpus import DEVICE_CORPUS
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, build in DEVICE_CORPUS.items():
+        module, args = build()
+        ep = torch.export.export(module, args)
+        (expected,) = devplan.run(devplan.compile(ep).data, list(args))
+        devplan.compile(ep, folder / f"{name}.pte", delegates=["cuda:0"], device_io=True)
+        torch.save({"args": list(args), "expected": expected, "state": module.state_dict()}, folder / f"{name}.pt")
+        print(f"prepared {name}", flush=True)
+
+
+def _median_ms(call) -> float:
+    for _ in range(5):
+        call()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def child_devplan(folder: Path, name: str, graphs: bool) -> dict:
+    from devplan.pte import read_pte
+    from devplan.runtime import LoadedMethod
+    from devplan.runtime.graphs import captured
+    from devplan.runtime.report import device_memory
+    from devplan.spec import Device
+
+    import logging
+
+    logging.getLogger("devplan").addHandler(logging.StreamHandler())  # why a delegate runs without a graph
+    logging.getLogger("devplan").setLevel(logging.DEBUG)
+    saved = torch.load(folder / f"{name}.pt", weights_only=False)
+    cuda = Device.parse("cuda:0")
+    torch.cuda.init()
+    torch.cuda.reset_peak_memory_stats()
+    loaded = LoadedMethod(read_pte(folder / f"{name}.pte"), cuda_graphs=graphs)
+    (first,) = loaded.execute(saved["args"])
+    ms = _median_ms(lambda: loaded.execute(saved["args"]))
+    (last,) = loaded.execute(saved["args"])
+    row = device_memory(loaded, {cuda: torch.cuda.max_memory_allocated()})[0]
+    error = max(float((out - saved["expected"]).abs().max()) for out in (first, last))
+    result = {**row, "ms": ms, "max_abs_error": error, "graph": captured(loaded)}
+    if not graphs:
+        result["allocating_ops"] = _allocating_ops(loaded, saved["args"])
+    return result
+
+
+def _allocating_ops(loaded, args) -> dict:
+    """Per operator, the most bytes one call of it allocated on the device beyond what was held
+    before it (transient: its own results, workspaces), and what stayed allocated after it."""
+    from dataclasses import replace
+
+    found: dict[str, list[int]] = {}
+
+    def measured(step):
+        def call(*a, **k):
+            before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            result = step.call(*a, **k)
+            torch.cuda.synchronize()
+            seen = found.setdefault(step.name, [0, 0])
+            seen[0] = max(seen[0], torch.cuda.max_memory_allocated() - before)
+            seen[1] = max(seen[1], torch.cuda.memory_allocated() - before)
+            return result
+        return call
+
+    methods = [loaded, *loaded.delegates]
+    for method in methods:
+        method.steps[:] = [replace(s, call=measured(s)) if s.kind == "kernel" else s for s in method.steps]
+    loaded.execute(args)
+    return {op: {"transient": t, "kept": k} for op, (t, k) in sorted(found.items(), key=lambda i: -i[1][0]) if t or k}
+
+
+def child_eager(folder: Path, name: str) -> dict:
+    from testbed.device_corpus import DEVICE_CORPUS
+
+    saved = torch.load(folder / f"{name}.pt", weights_only=False)
+    module, _ = DEVICE_CORPUS[name]()
+    module.load_state_dict(saved["state"])
+    torch.cuda.init()
+    module = module.cuda()
+    weights = torch.cuda.memory_allocated()
+
+    def call():
+        with torch.no_grad():
+            return module(*(a.cuda() for a in saved["args"])).cpu()
+
+    for _ in range(3):  # the steady state: cuBLAS's workspace and cuDNN's choices made
+        out = call()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    out = call()
+    peak = torch.cuda.max_memory_allocated() - weights
+    return {"weights": weights, "peak_above_weights": peak, "ms": _median_ms(call),
+            "max_abs_error": float((out - saved["expected"]).abs().max())}
+
+
+def _child(*args: str) -> dict:
+    done = subprocess.run([sys.executable, __file__, "child", *args], capture_output=True, text=True, timeout=300)
+    if done.returncode:
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    notes = [line for line in done.stderr.splitlines() if "CUDA graph" in line]
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), **({"notes": notes[:3]} if notes else {})}
+
+
+def measure(folder: Path, json_path: Path | None) -> None:
+    rows = {}
+    for pte in sorted(folder.glob("*.pte")):
+        name = pte.stem
+        rows[name] = {"graphs": _child("devplan", str(folder), name, "1"),
+                      "steps": _child("devplan", str(folder), name, "0"), "eager": _child("eager", str(folder), name)}
+        print(json.dumps({name: rows[name]}), flush=True)
+    print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    header = ("model", "planned MiB", "constants MiB", "peak MiB", "beyond MiB", "eager peak MiB", "planned/eager",
+              "devplan ms (graph)", "devplan ms (steps)", "eager ms", "time ratio", "max err")
+    print(" | ".join(header))
+    ratios = []
+    for name, r in rows.items():
+        g, s, e = r["graphs"], r["steps"], r["eager"]
+        if "error" in g or "error" in e:
+            print(f"{name} | failed: {g.get('error') or e.get('error')}")
+            continue
+        ratio = g["planned"] / e["peak_above_weights"]
+        ratios.append(ratio)
+        mib = 1 << 20
+        print(" | ".join([name, f"{g['planned'] / mib:.1f}", f"{g['constants'] / mib:.1f}", f"{g['peak'] / mib:.1f}",
+                          f"{g['beyond_plan'] / mib:.1f}", f"{e['peak_above_weights'] / mib:.1f}", f"{ratio:.2f}",
+                          f"{g['ms']:.2f}", f"{s.get('ms', float('nan')):.2f}", f"{e['ms']:.2f}",
+                          f"{g['ms'] / e['ms']:.2f}", f"{g['max_abs_error']:.1e}"]))
+    if ratios:
+        print(f"planned / eager peak, geomean: {statistics.geometric_mean(ratios):.3f}")
+    if json_path is not None:
+        json_path.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["child"]:
+        kind, folder, name, *rest = sys.argv[2:]
+        result = child_devplan(Path(folder), name, rest == ["1"]) if kind == "devplan" else child_eager(Path(folder), name)
+        print(json.dumps(result))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("step", choices=("prepare", "measure"))
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--json", type=Path, help="also write every measurement to this file")
+    options = parser.parse_args()
+    prepare(options.folder) if options.step == "prepare" else measure(options.folder, options.json)
+
+
+if __name__ == "__main__":
+    main()
