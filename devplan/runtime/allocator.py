@@ -72,10 +72,10 @@ class TorchCudaAllocator(HostAllocator):
     def peak(self, device: Device) -> int | None:
         # torch's caching allocator counts every tensor on the device: kernels' results and the
         # cuBLAS and cuDNN workspaces it hands out, not only the arenas
-        return torch.cuda.max_memory_allocated(device.index) if torch.cuda.is_available() else None
+        return torch.cuda.max_memory_allocated(device.index) if torch.cuda.is_initialized() else None
 
     def reset_peak(self, device: Device) -> None:
-        if torch.cuda.is_available():
+        if torch.cuda.is_initialized():  # else nothing is held yet, and torch refuses the device
             torch.cuda.reset_peak_memory_stats(device.index)
 
 

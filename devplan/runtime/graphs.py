@@ -2,8 +2,8 @@
 tensors are views of them, so the kernel launches of one call, captured once, replay as one
 launch. Each step's Python dispatch is what made a device run slower than eager PyTorch.
 
-A payload is captured on its second call (the first warms up what kernels set up once: cuBLAS
-handles and workspaces, cuDNN's algorithm choice) and replayed while every tensor it is handed
+A payload is captured on its second call (the first warms up, on the capture's own stream, what
+kernels set up once: cuBLAS handles and workspaces, cuDNN's algorithm choice) and replayed while every tensor it is handed
 lies at the same address with the same shape. What a graph cannot hold runs step by step, and
 says why once on the `devplan` logger (shown with --debug): a host-backed arena, a dynamic shape,
 a jump, a copy to or from the host, a nested delegate, or a kernel that syncs with the host
@@ -33,13 +33,23 @@ class GraphSteps:
         self.key: tuple = ()
         self.work = 0  # tensor elements one call reads and writes, counted when it ran step by step
         self.calls = 0
+        # warm-up and capture on one stream of their own: cuBLAS keeps a workspace per stream,
+        # and a capture on a stream its warm-up did not use would take a second one
+        self.stream = torch.cuda.Stream() if not self.off else None
         if self.off and arenas and any(a.is_cuda for a in arenas):
             log.debug("%s: no CUDA graph (%s); it runs step by step", where, self.off)
 
     def __call__(self, values: list, bounds: dict) -> int:
         self.calls += 1
-        if self.off or self.calls == 1:
+        if self.off:
             self.work = interpret(self.steps, values, bounds, self.where)
+            return self.work
+        if self.calls == 1:
+            current = torch.cuda.current_stream()
+            self.stream.wait_stream(current)
+            with torch.cuda.stream(self.stream):
+                self.work = interpret(self.steps, values, bounds, self.where)
+            current.wait_stream(self.stream)
             return self.work
         key = _addresses(values)
         if self.graph is None or key != self.key:
@@ -55,7 +65,7 @@ class GraphSteps:
         then they have run step by step, and always will."""
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=self.stream):
                 interpret(self.steps, values, bounds, self.where)
         except Exception as error:  # noqa: BLE001 - any kernel torch cannot capture: run without a graph
             self.off = f"capture failed: {first_line(error)}"

@@ -16,6 +16,7 @@ from devplan.dtypes import CODE_TO_NAME
 from devplan.ops import (NUMBER_OPS, QUANTIZED, QUANTIZED_EMBEDDINGS, REGISTERED, TORCH_NAMESPACES, out_schema, schema_name,
                          torch_op)
 from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.runtime.device_kernels import IN_PLACE, OnDevice
 
 
 def resize_within(out: torch.Tensor, size: list[int]) -> torch.Tensor:
@@ -78,6 +79,8 @@ def schema_op(name: str):
     op = torch_op(name)
     if name in _PRECONDITIONS and op is not None:
         return _Checked(op._schema, op, _PRECONDITIONS[name])
+    if name in IN_PLACE and op is not None:  # on a GPU, torch's generated out kernel would allocate
+        return OnDevice(op._schema, op, IN_PLACE[name])
     if op is not None and (op.namespace not in TORCH_NAMESPACES or name in QUANTIZED_EMBEDDINGS):
         # a kernel library's out variant (ExecuTorch's llama::custom_sdpa.out): torch's wrapper
         # of it leaves a dynamic out unsized, or torch has no kernel for it at all (ExecuTorch's

@@ -133,7 +133,7 @@ def test_device_programs_run_on_a_gpu_through_torch_cuda_allocator(name, mode):
     try:
         for _ in range(3):
             (output,) = loaded.execute(list(args))
-            torch.testing.assert_close(output, expected, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(output, expected[0], rtol=1e-4, atol=1e-4)
         assert captured(loaded)
         assert all(arena.is_cuda for arena, device in loaded.arenas.values() if device.type == "cuda")
     finally:
