@@ -159,8 +159,8 @@ def inspect_command(
     from devplan.files import refuse_overwrite, write_atomic
     from devplan.inspection import inspect
 
-    refuse_overwrite(svg, [program], "--svg")
-    refuse_overwrite(trace, [program], "--trace")
+    refuse_overwrite(svg, [program, data], "--svg")
+    refuse_overwrite(trace, [program, data], "--trace")
     doc = inspect(_program(program, data), method=method, delegate=delegate)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
     if svg is not None:
@@ -366,8 +366,10 @@ def compile_command(
     for path in (model, *methods.values()):
         check_input(path)  # a .pte given as the model is told so, not that -o would overwrite it
     target = output if output is not None else model.with_suffix(".pte")
-    refuse_overwrite(target, [model, *methods.values()], "-o")
-    refuse_overwrite(external_constants, [model, *methods.values(), target], "--external-constants")
+    # every file the compile reads is an input no output may replace (the metadata can be rebuilt only by hand)
+    read = [model, *methods.values(), metadata]
+    refuse_overwrite(target, read, "-o")
+    refuse_overwrite(external_constants, [*read, target], "--external-constants")
     # the program on standard output leaves it no room for the summary, which goes to stderr
     to_stdout = is_stdout(target)
     echo = functools.partial(typer.echo, err=to_stdout)
@@ -465,11 +467,14 @@ def check_command(
     its lower bound; each device a --budget names, against the total of its buffers, those
     its delegates plan there included. With --golden, the program is also compared with its
     golden file (--update writes it)."""
+    from devplan.files import refuse_overwrite
     from devplan.inspection.check import check, check_document, check_golden
     from devplan.planning import parse_budget
 
     if golden is None and (update or tolerance is not None or exact):
         raise DevplanError(f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json")
+    if update:  # the .ptd holds the program's weights: only a recompile would bring them back
+        refuse_overwrite(golden, [program, data], "--golden")
     source = _read_noting_external(program, data)
     checks = check(source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
                    method=method)
@@ -594,7 +599,7 @@ def run_command(
 
     # one limit for the inputs, read or made, and all the program's memory
     memory = Memory(_memory_limit(max_memory))
-    refuse_overwrite(save, [program, inputs], "--save")
+    refuse_overwrite(save, [program, data, inputs], "--save")
     pte = read_pte(_program(program, data))
     given = _load_inputs(inputs, memory) if inputs is not None else None
     if executorch:

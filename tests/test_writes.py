@@ -156,3 +156,57 @@ def test_a_fifo_or_device_to_read_is_refused_without_hanging(tmp_path, program):
     assert_one_line_error(cli("run", program, "--inputs", "/dev/zero"),  # would read forever
                           "/dev/zero: is a character device, not a regular file")
     assert_one_line_error(cli("compile", fifo, "-o", tmp_path / "x.pte"), "is a pipe (FIFO), not a regular file")
+
+
+@pytest.fixture(scope="module")
+def external(tmp_path_factory) -> tuple[Path, Path]:
+    """samples/mlp.pt2 compiled with its weights in a .ptd beside it: the program, its data."""
+    folder = tmp_path_factory.mktemp("external")
+    devplan.compile(MLP, folder / "mlp.pte", external_constants=folder / "mlp.ptd")
+    return folder / "mlp.pte", folder / "mlp.ptd"
+
+
+def _copies(tmp_path: Path, *paths: Path) -> list[Path]:
+    """Each file copied into tmp_path, so that a write that gets through harms only the test's copy."""
+    copies = [tmp_path / path.name for path in paths]
+    for source, copy in zip(paths, copies):
+        copy.write_bytes(source.read_bytes())
+    return copies
+
+
+@pytest.mark.parametrize("args, option", [
+    (["inspect", "{program}", "--data", "{data}", "--svg", "{output}"], "--svg"),
+    (["inspect", "{program}", "--data", "{data}", "--trace", "{output}"], "--trace"),
+    (["run", "{program}", "--data", "{data}", "--save", "{output}"], "--save"),
+    (["run", "{program}", "--data", "{data}", "--save", "{output}", "--executorch"], "--save"),
+    (["check", "{program}", "--data", "{data}", "--golden", "{output}", "--update"], "--golden"),
+])
+@pytest.mark.parametrize("how", ["same path", "symbolic link", "hard link"])
+def test_an_output_that_is_the_data_file_is_refused(tmp_path, external, args, option, how):
+    """The .ptd holds the program's weights: only a recompile would bring them back."""
+    program, data = _copies(tmp_path, *external)
+    output = {"same path": data, "symbolic link": tmp_path / "link.out", "hard link": tmp_path / "hard.out"}[how]
+    if how == "symbolic link":
+        output.symlink_to(data)
+    elif how == "hard link":
+        os.link(data, output)
+    run = cli(*[arg.format(program=program, data=data, output=output) for arg in args])
+    assert_one_line_error(run, f"{option} would overwrite the input", str(output), str(data))
+    assert data.read_bytes() == external[1].read_bytes()
+
+
+@pytest.mark.parametrize("option", ["-o", "--external-constants"])
+@pytest.mark.parametrize("how", ["same path", "symbolic link", "hard link"])
+def test_a_compile_output_that_is_the_metadata_is_refused(tmp_path, option, how):
+    metadata = tmp_path / "meta.json"
+    metadata.write_text('{"get_max_seq_len": 128}')
+    output = {"same path": metadata, "symbolic link": tmp_path / "link.pte", "hard link": tmp_path / "hard.pte"}[how]
+    if how == "symbolic link":
+        output.symlink_to(metadata)
+    elif how == "hard link":
+        os.link(metadata, output)
+    others = ["-o", tmp_path / "mlp.pte"] if option == "--external-constants" else []
+    run = cli("compile", MLP, "--metadata", metadata, option, output, *others)
+    assert_one_line_error(run, f"{option} would overwrite the input", str(output), str(metadata))
+    assert metadata.read_text() == '{"get_max_seq_len": 128}'
+    assert not (tmp_path / "mlp.pte").exists()
