@@ -44,7 +44,7 @@ def test_compile_output_through_a_link_updates_its_target(tmp_path):
 
 def test_golden_update_through_a_link_updates_its_target(tmp_path, program):
     target = tmp_path / "golden.json"
-    target.write_text("{}")
+    target.write_text('{"document": "devplan-golden", "schema_version": 0}')  # an old one, which --update rewrites
     link = tmp_path / "link.json"
     link.symlink_to(target)
     run = cli("check", program, "--golden", link, "--update")
@@ -210,3 +210,24 @@ def test_a_compile_output_that_is_the_metadata_is_refused(tmp_path, option, how)
     assert_one_line_error(run, f"{option} would overwrite the input", str(output), str(metadata))
     assert metadata.read_text() == '{"get_max_seq_len": 128}'
     assert not (tmp_path / "mlp.pte").exists()
+
+
+@pytest.mark.parametrize("victim", ["a program", "a .ptd", "JSON of another kind", "text"])
+def test_golden_update_replaces_only_a_golden_file(tmp_path, program, external, victim):
+    """check --golden victim.pte --update once replaced a program with golden JSON."""
+    path = tmp_path / "victim"
+    path.write_bytes({"a program": external[0].read_bytes(), "a .ptd": external[1].read_bytes(),
+                      "JSON of another kind": b'{"format": "ET12"}', "text": b"notes\n"}[victim])
+    before = path.read_bytes()
+    run = cli("check", program, "--golden", path, "--update")
+    assert_one_line_error(run, "--golden --update would replace a file that is not a devplan golden file", str(path))
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("found", ["missing", "empty", "a golden file"])
+def test_golden_update_writes_a_new_empty_or_golden_file(tmp_path, program, found):
+    golden = tmp_path / "g.json"
+    if found != "missing":
+        golden.write_text("" if found == "empty" else '{"document": "devplan-golden", "schema_version": 0}')
+    assert devplan.check_golden(program, golden, update=True).updated
+    assert json.loads(golden.read_text())["schema_version"] == 1
