@@ -2,6 +2,7 @@
 
     write_atomic(path, data, on_written=...)  the whole new file or the old one, never half; through links
     read_input(path, limit=..., hint=...) a regular file's bytes, or standard input's for "-"
+    read_bounded(stream, limit)          a stream's bytes, read in steps up to one more than `limit`
     open_input(path, hint=...)           a regular file opened for reading, without blocking on a pipe
     map_input(path, name=..., limit=..., hint=...)  a regular file as a private copy-on-write mapping
     refuse_overwrite(output, inputs, option)  an output must not be one of the command's inputs
@@ -11,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import mmap
 import os
 import re
@@ -29,6 +31,8 @@ _NAME_KEPT = 32
 # a piece larger than this (a weight of hundreds of megabytes) is written in steps of it, so
 # that what reports the bytes written moves while it goes out
 _STEP = 64 << 20
+# what read_bounded asks a stream for at a time
+_READ_STEP = 1 << 20
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
@@ -213,17 +217,31 @@ def read_input(path: str | os.PathLike, *, limit: int, hint: str, name: str | No
     too_large = DevplanError(f"{name}: larger than the {limit} bytes devplan reads for it; {hint}")
     try:
         if os.fspath(path) == STDIO:
-            data = sys.stdin.buffer.read(limit + 1)
+            data = read_bounded(sys.stdin.buffer, limit)
         else:
             with open_input(path, hint=hint, name=name) as file:
                 if os.fstat(file.fileno()).st_size > limit:
                     raise too_large
-                data = file.read(limit + 1)  # the file may have grown since
+                data = read_bounded(file, limit)  # the file may have grown since
     except OSError as error:
         raise DevplanError(f"{name}: cannot read ({error.strerror or error}); check the path") from None
     if len(data) > limit:
         raise too_large
     return data
+
+
+def read_bounded(stream: BinaryIO, limit: int) -> bytes:
+    """What `stream` holds, or its first `limit` + 1 bytes when it holds more (for the caller to
+    refuse), read _READ_STEP bytes at a time: read(n) allocates n bytes before reading any, so
+    asking for the whole limit at once (16 GiB for a program) fails under an address-space
+    limit, however small the input."""
+    kept = io.BytesIO()  # grows with what is read; getvalue() hands over its bytes without a copy
+    while kept.tell() <= limit:
+        chunk = stream.read(min(_READ_STEP, limit + 1 - kept.tell()))
+        if not chunk:
+            break
+        kept.write(chunk)
+    return kept.getvalue()
 
 
 def refuse_overwrite(output: str | os.PathLike | None, inputs: Iterable[str | os.PathLike | None], option: str) -> None:

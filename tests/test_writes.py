@@ -1,8 +1,10 @@
 """Every file devplan writes goes through devplan/files.py: through links to their target,
 straight into pipes and devices (standard output included), never over one of the command's
 inputs, never through a link planted among its stage files; what it reads is a regular file."""
+import io
 import json
 import os
+import resource
 import shlex
 import socket
 import subprocess
@@ -15,7 +17,7 @@ import pytest
 
 import devplan
 from devplan.errors import DevplanError
-from devplan.files import write_atomic
+from devplan.files import read_input, write_atomic
 from tests.compile.test_cli import ROOT, assert_one_line_error, devplan as cli
 
 MLP = ROOT / "samples" / "mlp.pt2"
@@ -231,3 +233,58 @@ def test_golden_update_writes_a_new_empty_or_golden_file(tmp_path, program, foun
         golden.write_text("" if found == "empty" else '{"document": "devplan-golden", "schema_version": 0}')
     assert devplan.check_golden(program, golden, update=True).updated
     assert json.loads(golden.read_text())["schema_version"] == 1
+
+
+class _Stdin(io.RawIOBase):
+    """Standard input that holds `size` bytes, recording what each read asks for."""
+
+    def __init__(self, size: int) -> None:
+        self.left, self.asked = size, []
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        self.asked.append(n)
+        given = self.left if n < 0 else min(n, self.left)
+        self.left -= given
+        return bytes(given)
+
+
+@pytest.mark.parametrize("size, limit", [(4096, 2**34), (10 << 20, 3 << 20)])
+def test_standard_input_is_read_in_steps_up_to_the_limit(monkeypatch, size, limit):
+    """read(2**34 + 1) allocated 16 GiB at once, whatever standard input held."""
+    stdin = _Stdin(size)
+    monkeypatch.setattr(sys, "stdin", type("Stdin", (), {"buffer": stdin})())
+    if size <= limit:
+        assert read_input("-", limit=limit, hint="pipe in a .pte program") == bytes(size)
+    else:
+        with pytest.raises(DevplanError, match=f"-: larger than the {limit} bytes devplan reads for it; pipe in"):
+            read_input("-", limit=limit, hint="pipe in a .pte program")
+        assert size - stdin.left == limit + 1  # read no further than the byte that makes it too large
+    assert max(stdin.asked) <= 1 << 20
+
+
+def _address_space(limit: int):
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+@pytest.mark.parametrize("command", [["inspect", "-"], ["check", "-"], ["diff", "-", "{program}"]])
+def test_standard_input_is_read_under_an_address_space_limit(program, command):
+    """Under `ulimit -v` (2 GiB here; these commands need a few hundred MB) a small program piped in is read."""
+    with program.open("rb") as stdin:
+        run = subprocess.run([sys.executable, "-m", "devplan", *[arg.format(program=program) for arg in command]],
+                             stdin=stdin, capture_output=True, cwd=ROOT, timeout=120,
+                             preexec_fn=_address_space(2 << 30))
+    assert run.returncode == 0, run.stderr
+    assert b"forward" in run.stdout or b"plan the same" in run.stdout
+
+
+def test_a_file_is_read_in_steps_under_an_address_space_limit(program):
+    """read(limit + 1) on a file allocated the limit too: `run --inputs` (8 GiB) failed under `ulimit -v`."""
+    code = ("import sys; from devplan.files import read_input; "
+            "sys.stdout.write(str(len(read_input(sys.argv[1], limit=2**34, hint='pass a file'))))")
+    run = subprocess.run([sys.executable, "-c", code, str(program)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60, preexec_fn=_address_space(1 << 30))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == str(program.stat().st_size)
