@@ -156,11 +156,12 @@ def inspect_command(
     peak (tensors, sources, the model's blocks), tensors with offsets, lifetimes
     and sources, instructions with every argument, delegates, and a chart of
     each buffer's memory over time."""
-    from devplan.files import refuse_overwrite, write_atomic
+    from devplan.files import refuse_one_stream, refuse_overwrite, write_atomic
     from devplan.inspection import inspect
 
     refuse_overwrite(svg, [program, data], "--svg")
     refuse_overwrite(trace, [program, data], "--trace")
+    refuse_one_stream({"--svg": svg, "--trace": trace})
     doc = inspect(_program(program, data), method=method, delegate=delegate)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
     if svg is not None:
@@ -351,7 +352,7 @@ def compile_command(
     seconds taken."""
     from devplan.backend import Backend
     from devplan.compiler import compile
-    from devplan.files import is_stdout, refuse_overwrite
+    from devplan.files import is_stdout, refuse_one_stream, refuse_overwrite
     from devplan.load import check_input
     from devplan.passes.backends import Partitioner
     from devplan.planning import parse_budget
@@ -370,6 +371,7 @@ def compile_command(
     read = [model, *methods.values(), metadata]
     refuse_overwrite(target, read, "-o")
     refuse_overwrite(external_constants, [*read, target], "--external-constants")
+    refuse_one_stream({"-o": target, "--external-constants": external_constants})
     # the program on standard output leaves it no room for the summary, which goes to stderr
     to_stdout = is_stdout(target)
     echo = functools.partial(typer.echo, err=to_stdout)

@@ -6,6 +6,7 @@
     open_input(path, hint=...)           a regular file opened for reading, without blocking on a pipe
     map_input(path, name=..., limit=..., hint=...)  a regular file as a private copy-on-write mapping
     refuse_overwrite(output, inputs, option)  an output must not be one of the command's inputs
+    refuse_one_stream(outputs)           nor share standard output with another output
     is_stdout(path)                      "-", or a path naming what standard output is
 
 "-" is standard input or output. Refusals are DevplanErrors: one line naming the path and what to do."""
@@ -19,7 +20,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import BinaryIO
 
 from devplan.errors import DevplanError
@@ -258,6 +259,19 @@ def refuse_overwrite(output: str | os.PathLike | None, inputs: Iterable[str | os
             same = os.path.realpath(output) == os.path.realpath(source)
         if same:
             raise DevplanError(f"{output}: {option} would overwrite the input {source}; pass {option} another name")
+
+
+def refuse_one_stream(outputs: Mapping[str, str | os.PathLike | None]) -> None:
+    """Refuse two outputs (option: path) on standard output: their bytes would run together into
+    one stream no reader can split (a program followed by its .ptd)."""
+    taken: str | None = None
+    for option, path in outputs.items():
+        if path is None or not is_stdout(path):
+            continue
+        if taken is not None:
+            raise DevplanError(f"{path}: {option} would write standard output, which {taken} writes; "
+                               f"pass {option} a file")
+        taken = option
 
 
 def _kind(mode: int) -> str:

@@ -288,3 +288,15 @@ def test_a_file_is_read_in_steps_under_an_address_space_limit(program):
                          timeout=60, preexec_fn=_address_space(1 << 30))
     assert run.returncode == 0, run.stderr
     assert run.stdout == str(program.stat().st_size)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["compile", str(MLP), "-o", "-", "--external-constants", "-"], "--external-constants"),
+    (["compile", str(MLP), "-o", "/dev/stdout", "--external-constants", "-"], "--external-constants"),
+    (["inspect", "{program}", "--svg", "-", "--trace", "-"], "--trace"),
+])
+def test_two_outputs_on_standard_output_are_refused(program, args, option):
+    """A program followed by its .ptd on one stream: no reader can split them."""
+    run = cli(*[arg.format(program=program) for arg in args])
+    assert_one_line_error(run, f"{option} would write standard output", f"pass {option} a file")
+    assert run.stdout == ""
