@@ -7,6 +7,7 @@
     map_input(path, name=..., limit=..., hint=...)  a regular file as a private copy-on-write mapping
     refuse_overwrite(output, inputs, option)  an output must not be one of the command's inputs
     refuse_one_stream(outputs)           nor share standard output with another output
+    stdout_to_stderr()                   what is printed meanwhile goes to standard error
     is_stdout(path)                      "-", or a path naming what standard output is
 
 "-" is standard input or output. Refusals are DevplanErrors: one line naming the path and what to do."""
@@ -272,6 +273,43 @@ def refuse_one_stream(outputs: Mapping[str, str | os.PathLike | None]) -> None:
             raise DevplanError(f"{path}: {option} would write standard output, which {taken} writes; "
                                f"pass {option} a file")
         taken = option
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Whatever is printed meanwhile goes to standard error: standard output may carry a
+    program (-o -), whose bytes an imported module's greeting would corrupt. Python's print
+    is redirected, and a C extension's write(1, ...) too, by pointing descriptor 1 at 2."""
+    _flush(sys.stdout)  # what was printed before goes where it was meant to
+    saved = _point_stdout_at_stderr()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _flush(sys.stderr)
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush(stream) -> None:
+    if stream is not None:  # None: the interpreter runs without that stream
+        stream.flush()
+
+
+def _point_stdout_at_stderr() -> int | None:
+    """Descriptor 1 made a copy of 2; a copy of the old 1 returned to restore it, None when
+    either is closed (nothing to keep clean, or nowhere to send it)."""
+    try:
+        saved = os.dup(1)
+    except OSError:
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
 
 
 def _kind(mode: int) -> str:

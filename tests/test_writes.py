@@ -300,3 +300,16 @@ def test_two_outputs_on_standard_output_are_refused(program, args, option):
     run = cli(*[arg.format(program=program) for arg in args])
     assert_one_line_error(run, f"{option} would write standard output", f"pass {option} a file")
     assert run.stdout == ""
+
+
+def test_what_a_kernels_module_prints_goes_to_standard_error(tmp_path):
+    """compile -o - --kernels MODULE: the program's bytes began with the module's greeting."""
+    (tmp_path / "chatty_kernels.py").write_text(
+        "import ctypes, os\nprint('hello from python')\nos.write(1, b'hello from C\\n')\n"
+        "ctypes.CDLL(None).printf(b'hello from printf\\n')\n")  # C's stdio, as an extension prints
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    run = subprocess.run([sys.executable, "-m", "devplan", "compile", str(MLP), "-o", "-", "--kernels", "chatty_kernels"],
+                         capture_output=True, cwd=tmp_path, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout[4:8] == b"ET12" and b"hello" not in run.stdout
+    assert all(f"hello from {who}".encode() in run.stderr for who in ("python", "C", "printf"))
