@@ -156,11 +156,12 @@ def inspect_command(
     peak (tensors, sources, the model's blocks), tensors with offsets, lifetimes
     and sources, instructions with every argument, delegates, and a chart of
     each buffer's memory over time."""
-    from devplan.files import refuse_overwrite, write_atomic
+    from devplan.files import refuse_one_stream, refuse_overwrite, write_atomic
     from devplan.inspection import inspect
 
-    refuse_overwrite(svg, [program], "--svg")
-    refuse_overwrite(trace, [program], "--trace")
+    refuse_overwrite(svg, [program, data], "--svg")
+    refuse_overwrite(trace, [program, data], "--trace")
+    refuse_one_stream({"--svg": svg, "--trace": trace})
     doc = inspect(_program(program, data), method=method, delegate=delegate)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
     if svg is not None:
@@ -351,7 +352,7 @@ def compile_command(
     seconds taken."""
     from devplan.backend import Backend
     from devplan.compiler import compile
-    from devplan.files import is_stdout, refuse_overwrite
+    from devplan.files import is_stdout, refuse_one_stream, refuse_overwrite
     from devplan.load import check_input
     from devplan.passes.backends import Partitioner
     from devplan.planning import parse_budget
@@ -366,8 +367,11 @@ def compile_command(
     for path in (model, *methods.values()):
         check_input(path)  # a .pte given as the model is told so, not that -o would overwrite it
     target = output if output is not None else model.with_suffix(".pte")
-    refuse_overwrite(target, [model, *methods.values()], "-o")
-    refuse_overwrite(external_constants, [model, *methods.values(), target], "--external-constants")
+    # every file the compile reads is an input no output may replace (the metadata can be rebuilt only by hand)
+    read = [model, *methods.values(), metadata]
+    refuse_overwrite(target, read, "-o")
+    refuse_overwrite(external_constants, [*read, target], "--external-constants")
+    refuse_one_stream({"-o": target, "--external-constants": external_constants})
     # the program on standard output leaves it no room for the summary, which goes to stderr
     to_stdout = is_stdout(target)
     echo = functools.partial(typer.echo, err=to_stdout)
@@ -465,11 +469,14 @@ def check_command(
     its lower bound; each device a --budget names, against the total of its buffers, those
     its delegates plan there included. With --golden, the program is also compared with its
     golden file (--update writes it)."""
+    from devplan.files import refuse_overwrite
     from devplan.inspection.check import check, check_document, check_golden
     from devplan.planning import parse_budget
 
     if golden is None and (update or tolerance is not None or exact):
         raise DevplanError(f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json")
+    if update:  # the .ptd holds the program's weights: only a recompile would bring them back
+        refuse_overwrite(golden, [program, data], "--golden")
     source = _read_noting_external(program, data)
     checks = check(source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
                    method=method)
@@ -600,7 +607,7 @@ def run_command(
 
     # one limit for the inputs, read or made, and all the program's memory
     memory = Memory(_memory_limit(max_memory))
-    refuse_overwrite(save, [program, inputs], "--save")
+    refuse_overwrite(save, [program, data, inputs], "--save")
     pte = read_pte(_program(program, data))
     given = _load_inputs(inputs, memory) if inputs is not None else None
     held = None

@@ -2,22 +2,26 @@
 
     write_atomic(path, data, on_written=...)  the whole new file or the old one, never half; through links
     read_input(path, limit=..., hint=...) a regular file's bytes, or standard input's for "-"
+    read_bounded(stream, limit)          a stream's bytes, read in steps up to one more than `limit`
     open_input(path, hint=...)           a regular file opened for reading, without blocking on a pipe
     map_input(path, name=..., limit=..., hint=...)  a regular file as a private copy-on-write mapping
     refuse_overwrite(output, inputs, option)  an output must not be one of the command's inputs
+    refuse_one_stream(outputs)           nor share standard output with another output
+    stdout_to_stderr()                   what is printed meanwhile goes to standard error
     is_stdout(path)                      "-", or a path naming what standard output is
 
 "-" is standard input or output. Refusals are DevplanErrors: one line naming the path and what to do."""
 from __future__ import annotations
 
 import contextlib
+import io
 import mmap
 import os
 import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import BinaryIO
 
 from devplan.errors import DevplanError
@@ -29,6 +33,8 @@ _NAME_KEPT = 32
 # a piece larger than this (a weight of hundreds of megabytes) is written in steps of it, so
 # that what reports the bytes written moves while it goes out
 _STEP = 64 << 20
+# what read_bounded asks a stream for at a time
+_READ_STEP = 1 << 20
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
@@ -213,17 +219,31 @@ def read_input(path: str | os.PathLike, *, limit: int, hint: str, name: str | No
     too_large = DevplanError(f"{name}: larger than the {limit} bytes devplan reads for it; {hint}")
     try:
         if os.fspath(path) == STDIO:
-            data = sys.stdin.buffer.read(limit + 1)
+            data = read_bounded(sys.stdin.buffer, limit)
         else:
             with open_input(path, hint=hint, name=name) as file:
                 if os.fstat(file.fileno()).st_size > limit:
                     raise too_large
-                data = file.read(limit + 1)  # the file may have grown since
+                data = read_bounded(file, limit)  # the file may have grown since
     except OSError as error:
         raise DevplanError(f"{name}: cannot read ({error.strerror or error}); check the path") from None
     if len(data) > limit:
         raise too_large
     return data
+
+
+def read_bounded(stream: BinaryIO, limit: int) -> bytes:
+    """What `stream` holds, or its first `limit` + 1 bytes when it holds more (for the caller to
+    refuse), read _READ_STEP bytes at a time: read(n) allocates n bytes before reading any, so
+    asking for the whole limit at once (16 GiB for a program) fails under an address-space
+    limit, however small the input."""
+    kept = io.BytesIO()  # grows with what is read; getvalue() hands over its bytes without a copy
+    while kept.tell() <= limit:
+        chunk = stream.read(min(_READ_STEP, limit + 1 - kept.tell()))
+        if not chunk:
+            break
+        kept.write(chunk)
+    return kept.getvalue()
 
 
 def refuse_overwrite(output: str | os.PathLike | None, inputs: Iterable[str | os.PathLike | None], option: str) -> None:
@@ -240,6 +260,56 @@ def refuse_overwrite(output: str | os.PathLike | None, inputs: Iterable[str | os
             same = os.path.realpath(output) == os.path.realpath(source)
         if same:
             raise DevplanError(f"{output}: {option} would overwrite the input {source}; pass {option} another name")
+
+
+def refuse_one_stream(outputs: Mapping[str, str | os.PathLike | None]) -> None:
+    """Refuse two outputs (option: path) on standard output: their bytes would run together into
+    one stream no reader can split (a program followed by its .ptd)."""
+    taken: str | None = None
+    for option, path in outputs.items():
+        if path is None or not is_stdout(path):
+            continue
+        if taken is not None:
+            raise DevplanError(f"{path}: {option} would write standard output, which {taken} writes; "
+                               f"pass {option} a file")
+        taken = option
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Whatever is printed meanwhile goes to standard error: standard output may carry a
+    program (-o -), whose bytes an imported module's greeting would corrupt. Python's print
+    is redirected, and a C extension's write(1, ...) too, by pointing descriptor 1 at 2."""
+    _flush(sys.stdout)  # what was printed before goes where it was meant to
+    saved = _point_stdout_at_stderr()
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        _flush(sys.stderr)
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush(stream) -> None:
+    if stream is not None:  # None: the interpreter runs without that stream
+        stream.flush()
+
+
+def _point_stdout_at_stderr() -> int | None:
+    """Descriptor 1 made a copy of 2; a copy of the old 1 returned to restore it, None when
+    either is closed (nothing to keep clean, or nowhere to send it)."""
+    try:
+        saved = os.dup(1)
+    except OSError:
+        return None
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        os.close(saved)
+        return None
+    return saved
 
 
 def _kind(mode: int) -> str:

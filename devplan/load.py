@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from devplan.archive import check_archive
 from devplan.errors import DevplanError, first_line
-from devplan.files import open_input
+from devplan.files import open_input, stdout_to_stderr
 from devplan.pte.header import is_program
 from devplan.spec import INT32_MAX
 
@@ -105,7 +105,8 @@ def import_kernels(modules) -> None:
 
     for name in modules:
         try:
-            importlib.import_module(OP_LIBRARIES.get(name, name))
+            with stdout_to_stderr():  # standard output may carry the program (-o -): what the module prints must not
+                importlib.import_module(OP_LIBRARIES.get(name, name))
         except Exception as error:  # whatever the module raises, it is the user's module that failed
             raise DevplanError(f"--kernels {name}: cannot import it ({first_line(error)}); install the package "
                                f"that provides it, or name the module that registers the ops") from None

@@ -1,8 +1,10 @@
 """Every file devplan writes goes through devplan/files.py: through links to their target,
 straight into pipes and devices (standard output included), never over one of the command's
 inputs, never through a link planted among its stage files; what it reads is a regular file."""
+import io
 import json
 import os
+import resource
 import shlex
 import socket
 import subprocess
@@ -15,7 +17,7 @@ import pytest
 
 import devplan
 from devplan.errors import DevplanError
-from devplan.files import write_atomic
+from devplan.files import read_input, write_atomic
 from tests.compile.test_cli import ROOT, assert_one_line_error, devplan as cli
 
 MLP = ROOT / "samples" / "mlp.pt2"
@@ -44,7 +46,7 @@ def test_compile_output_through_a_link_updates_its_target(tmp_path):
 
 def test_golden_update_through_a_link_updates_its_target(tmp_path, program):
     target = tmp_path / "golden.json"
-    target.write_text("{}")
+    target.write_text('{"document": "devplan-golden", "schema_version": 0}')  # an old one, which --update rewrites
     link = tmp_path / "link.json"
     link.symlink_to(target)
     run = cli("check", program, "--golden", link, "--update")
@@ -156,3 +158,158 @@ def test_a_fifo_or_device_to_read_is_refused_without_hanging(tmp_path, program):
     assert_one_line_error(cli("run", program, "--inputs", "/dev/zero"),  # would read forever
                           "/dev/zero: is a character device, not a regular file")
     assert_one_line_error(cli("compile", fifo, "-o", tmp_path / "x.pte"), "is a pipe (FIFO), not a regular file")
+
+
+@pytest.fixture(scope="module")
+def external(tmp_path_factory) -> tuple[Path, Path]:
+    """samples/mlp.pt2 compiled with its weights in a .ptd beside it: the program, its data."""
+    folder = tmp_path_factory.mktemp("external")
+    devplan.compile(MLP, folder / "mlp.pte", external_constants=folder / "mlp.ptd")
+    return folder / "mlp.pte", folder / "mlp.ptd"
+
+
+def _copies(tmp_path: Path, *paths: Path) -> list[Path]:
+    """Each file copied into tmp_path, so that a write that gets through harms only the test's copy."""
+    copies = [tmp_path / path.name for path in paths]
+    for source, copy in zip(paths, copies):
+        copy.write_bytes(source.read_bytes())
+    return copies
+
+
+@pytest.mark.parametrize("args, option", [
+    (["inspect", "{program}", "--data", "{data}", "--svg", "{output}"], "--svg"),
+    (["inspect", "{program}", "--data", "{data}", "--trace", "{output}"], "--trace"),
+    (["run", "{program}", "--data", "{data}", "--save", "{output}"], "--save"),
+    (["run", "{program}", "--data", "{data}", "--save", "{output}", "--executorch"], "--save"),
+    (["check", "{program}", "--data", "{data}", "--golden", "{output}", "--update"], "--golden"),
+])
+@pytest.mark.parametrize("how", ["same path", "symbolic link", "hard link"])
+def test_an_output_that_is_the_data_file_is_refused(tmp_path, external, args, option, how):
+    """The .ptd holds the program's weights: only a recompile would bring them back."""
+    program, data = _copies(tmp_path, *external)
+    output = {"same path": data, "symbolic link": tmp_path / "link.out", "hard link": tmp_path / "hard.out"}[how]
+    if how == "symbolic link":
+        output.symlink_to(data)
+    elif how == "hard link":
+        os.link(data, output)
+    run = cli(*[arg.format(program=program, data=data, output=output) for arg in args])
+    assert_one_line_error(run, f"{option} would overwrite the input", str(output), str(data))
+    assert data.read_bytes() == external[1].read_bytes()
+
+
+@pytest.mark.parametrize("option", ["-o", "--external-constants"])
+@pytest.mark.parametrize("how", ["same path", "symbolic link", "hard link"])
+def test_a_compile_output_that_is_the_metadata_is_refused(tmp_path, option, how):
+    metadata = tmp_path / "meta.json"
+    metadata.write_text('{"get_max_seq_len": 128}')
+    output = {"same path": metadata, "symbolic link": tmp_path / "link.pte", "hard link": tmp_path / "hard.pte"}[how]
+    if how == "symbolic link":
+        output.symlink_to(metadata)
+    elif how == "hard link":
+        os.link(metadata, output)
+    others = ["-o", tmp_path / "mlp.pte"] if option == "--external-constants" else []
+    run = cli("compile", MLP, "--metadata", metadata, option, output, *others)
+    assert_one_line_error(run, f"{option} would overwrite the input", str(output), str(metadata))
+    assert metadata.read_text() == '{"get_max_seq_len": 128}'
+    assert not (tmp_path / "mlp.pte").exists()
+
+
+@pytest.mark.parametrize("victim", ["a program", "a .ptd", "JSON of another kind", "text"])
+def test_golden_update_replaces_only_a_golden_file(tmp_path, program, external, victim):
+    """check --golden victim.pte --update once replaced a program with golden JSON."""
+    path = tmp_path / "victim"
+    path.write_bytes({"a program": external[0].read_bytes(), "a .ptd": external[1].read_bytes(),
+                      "JSON of another kind": b'{"format": "ET12"}', "text": b"notes\n"}[victim])
+    before = path.read_bytes()
+    run = cli("check", program, "--golden", path, "--update")
+    assert_one_line_error(run, "--golden --update would replace a file that is not a devplan golden file", str(path))
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("found", ["missing", "empty", "a golden file"])
+def test_golden_update_writes_a_new_empty_or_golden_file(tmp_path, program, found):
+    golden = tmp_path / "g.json"
+    if found != "missing":
+        golden.write_text("" if found == "empty" else '{"document": "devplan-golden", "schema_version": 0}')
+    assert devplan.check_golden(program, golden, update=True).updated
+    assert json.loads(golden.read_text())["schema_version"] == 1
+
+
+class _Stdin(io.RawIOBase):
+    """Standard input that holds `size` bytes, recording what each read asks for."""
+
+    def __init__(self, size: int) -> None:
+        self.left, self.asked = size, []
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        self.asked.append(n)
+        given = self.left if n < 0 else min(n, self.left)
+        self.left -= given
+        return bytes(given)
+
+
+@pytest.mark.parametrize("size, limit", [(4096, 2**34), (10 << 20, 3 << 20)])
+def test_standard_input_is_read_in_steps_up_to_the_limit(monkeypatch, size, limit):
+    """read(2**34 + 1) allocated 16 GiB at once, whatever standard input held."""
+    stdin = _Stdin(size)
+    monkeypatch.setattr(sys, "stdin", type("Stdin", (), {"buffer": stdin})())
+    if size <= limit:
+        assert read_input("-", limit=limit, hint="pipe in a .pte program") == bytes(size)
+    else:
+        with pytest.raises(DevplanError, match=f"-: larger than the {limit} bytes devplan reads for it; pipe in"):
+            read_input("-", limit=limit, hint="pipe in a .pte program")
+        assert size - stdin.left == limit + 1  # read no further than the byte that makes it too large
+    assert max(stdin.asked) <= 1 << 20
+
+
+def _address_space(limit: int):
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+@pytest.mark.parametrize("command", [["inspect", "-"], ["check", "-"], ["diff", "-", "{program}"]])
+def test_standard_input_is_read_under_an_address_space_limit(program, command):
+    """Under `ulimit -v` (2 GiB here; these commands need a few hundred MB) a small program piped in is read."""
+    with program.open("rb") as stdin:
+        run = subprocess.run([sys.executable, "-m", "devplan", *[arg.format(program=program) for arg in command]],
+                             stdin=stdin, capture_output=True, cwd=ROOT, timeout=120,
+                             preexec_fn=_address_space(2 << 30))
+    assert run.returncode == 0, run.stderr
+    assert b"forward" in run.stdout or b"plan the same" in run.stdout
+
+
+def test_a_file_is_read_in_steps_under_an_address_space_limit(program):
+    """read(limit + 1) on a file allocated the limit too: `run --inputs` (8 GiB) failed under `ulimit -v`."""
+    code = ("import sys; from devplan.files import read_input; "
+            "sys.stdout.write(str(len(read_input(sys.argv[1], limit=2**34, hint='pass a file'))))")
+    run = subprocess.run([sys.executable, "-c", code, str(program)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60, preexec_fn=_address_space(1 << 30))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == str(program.stat().st_size)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["compile", str(MLP), "-o", "-", "--external-constants", "-"], "--external-constants"),
+    (["compile", str(MLP), "-o", "/dev/stdout", "--external-constants", "-"], "--external-constants"),
+    (["inspect", "{program}", "--svg", "-", "--trace", "-"], "--trace"),
+])
+def test_two_outputs_on_standard_output_are_refused(program, args, option):
+    """A program followed by its .ptd on one stream: no reader can split them."""
+    run = cli(*[arg.format(program=program) for arg in args])
+    assert_one_line_error(run, f"{option} would write standard output", f"pass {option} a file")
+    assert run.stdout == ""
+
+
+def test_what_a_kernels_module_prints_goes_to_standard_error(tmp_path):
+    """compile -o - --kernels MODULE: the program's bytes began with the module's greeting."""
+    (tmp_path / "chatty_kernels.py").write_text(
+        "import ctypes, os\nprint('hello from python')\nos.write(1, b'hello from C\\n')\n"
+        "ctypes.CDLL(None).printf(b'hello from printf\\n')\n")  # C's stdio, as an extension prints
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    run = subprocess.run([sys.executable, "-m", "devplan", "compile", str(MLP), "-o", "-", "--kernels", "chatty_kernels"],
+                         capture_output=True, cwd=tmp_path, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout[4:8] == b"ET12" and b"hello" not in run.stdout
+    assert all(f"hello from {who}".encode() in run.stderr for who in ("python", "C", "printf"))

@@ -12,7 +12,7 @@ from devplan.errors import DevplanError
 from devplan.files import refuse_overwrite, write_atomic
 from devplan.inspection import inspect
 from devplan.inspection.diff import Diff, Tolerance, diff
-from devplan.inspection.golden import golden_document, golden_text, peak_brief
+from devplan.inspection.golden import golden_document, golden_text, peak_brief, refuse_replacing
 from devplan.planning.budget import budget_key, checked_budgets
 from devplan.pte.reader import PteFile
 
@@ -111,6 +111,8 @@ def check_golden(source: str | os.PathLike | bytes, golden: str | os.PathLike, *
     read_from = source.path if isinstance(source, PteFile) else source
     if update and isinstance(read_from, (str, os.PathLike)):
         refuse_overwrite(golden, [read_from], "--golden")
+    if update:
+        refuse_replacing(golden)
     doc = inspect(source)
     if update:  # a new golden file may start a new folder
         write_atomic(golden, golden_text(golden_document(doc)).encode(), parents=True)

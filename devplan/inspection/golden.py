@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 
 from devplan.errors import DevplanError
-from devplan.files import read_input
+from devplan.files import is_stdout, read_input
 from devplan.inspection.units import natural_key
 
 SCHEMA_VERSION = 1
@@ -118,6 +119,35 @@ def read_golden(path: str | os.PathLike) -> dict:
     if problem is not None:
         raise DevplanError(f"{path}: not a valid golden file: {problem}; {rewrite}")
     return golden
+
+
+def refuse_replacing(path: str | os.PathLike) -> None:
+    """--update rewrites a golden file, never another file named by mistake (a program, its
+    .ptd): what is there must be missing, empty, or a devplan golden document of any schema
+    version (rewriting an old one is what --update is for). Streams (-, /dev/null, a FIFO)
+    hold nothing to lose; write_atomic judges them."""
+    name = os.fspath(path)
+    if is_stdout(name):
+        return
+    try:
+        found = os.stat(name)
+    except OSError:  # missing (a new golden file), or a path write_atomic names the problem of
+        return
+    if not stat.S_ISREG(found.st_mode) or found.st_size == 0 or _is_golden_file(name, found.st_size):
+        return
+    raise DevplanError(f"{name}: --golden --update would replace a file that is not a devplan golden file; "
+                       f"pass --golden a golden .json file or a new name")
+
+
+def _is_golden_file(path: str, size: int) -> bool:
+    if size > MAX_GOLDEN_BYTES:  # read nothing of a large program to learn it is one
+        return False
+    try:
+        document = json.loads(read_input(path, limit=MAX_GOLDEN_BYTES, hint="pass a golden .json file"),
+                              parse_constant=_no_constant)
+    except (DevplanError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, nested too deeply
+        return False
+    return isinstance(document, dict) and is_golden(document)
 
 
 def _no_constant(name: str):
