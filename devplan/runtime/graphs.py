@@ -36,7 +36,7 @@ class GraphSteps:
         # warm-up and capture on one stream of their own: cuBLAS keeps a workspace per stream,
         # and a capture on a stream its warm-up did not use would take a second one
         self.stream = torch.cuda.Stream() if not self.off else None
-        if self.off and arenas and any(a.is_cuda for a in arenas):
+        if self.off and any(a.is_cuda for a in arenas) and any(s.kind == "kernel" for s in steps):
             log.debug("%s: no CUDA graph (%s); it runs step by step", where, self.off)
 
     def __call__(self, values: list, bounds: dict) -> int:
