@@ -202,18 +202,20 @@ def _tensor(view: MethodView, index: int, tensor, inputs: set[int], outputs: set
         "lifetime": list(lifetime) if lifetime is not None else None,
         # from when the tensor's bytes must be kept; earlier than lifetime for a view
         "held": list(lifetime) if lifetime is not None else None,
-        "role": _role(index, tensor.constant or tensor.data > 0, inputs, outputs),
+        "role": _role(index, tensor.constant or tensor.data > 0, index in view.state, inputs, outputs),
         "constant": tensor.constant or tensor.data > 0,
     }
 
 
-def _role(index: int, constant: bool, inputs: set[int], outputs: set[int]) -> str:
+def _role(index: int, constant: bool, state: bool, inputs: set[int], outputs: set[int]) -> str:
     if index in inputs and index in outputs:
         return "input+output"
     if index in inputs:
         return "input"
     if index in outputs:
         return "output"
+    if state:  # before constant: a mutable buffer's initial value is data in the file too
+        return "state"
     return "constant" if constant else "activation"
 
 

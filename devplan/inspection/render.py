@@ -138,7 +138,7 @@ def _peak(method: dict, console: Console, exact_bytes: bool) -> None:
                                style="dim"))
         total = max(entry["bytes"], 1)
         shares = [f"{m['module']} {_percent(m['bytes'] / total)}" for m in entry["modules"]]
-        if any(m["module"] not in ("(no module)", "(inputs)") for m in entry["modules"]):
+        if any(m["module"] not in ("(no module)", "(inputs)", "(state)") for m in entry["modules"]):
             console.print(Text("  by block: " + ", ".join(shares[:6]) + (f", {len(shares) - 6} more" if len(shares) > 6 else "")))
         else:
             console.print(Text("  by block: unknown, the program names no modules", style="dim"))

@@ -166,7 +166,34 @@ class MethodView:
         for value in self.inputs:
             first[value] = 0
             last.setdefault(value, 0)
+        for value in self.state:  # what the run before left and the run after reads: no instruction may reuse it
+            first[value], last[value] = 0, max(len(self.instructions) - 1, 0)
         return {value: (first[value], last[value]) for value in first}
+
+    @cached_property
+    def state(self) -> frozenset[int]:
+        """Mutable buffers (a KV cache, running stats, a counter): planned tensors a run finds
+        as the run before left them. The format has no flag for them, so they are known by
+        what the program does: a planned tensor with initial data (ExecuTorch's mutable data
+        segment), or one an instruction reads no later than the first instruction writes it
+        (the program's `copy_` of its new value, an in-place update), which, not being an
+        input, holds what an earlier run wrote. Delegate calls are left out: their arguments
+        are inputs and outputs alike, so they say nothing of which came first."""
+        reads = self._first_reads
+        found = {value for value, t in self.tensors.items() if t.mem_id is not None and value not in self.inputs
+                 and (t.data > 0 or (value in reads and reads[value] <= self.first_writers.get(value, -1)))}
+        return frozenset(found)
+
+    @cached_property
+    def _first_reads(self) -> dict[int, int]:
+        """value -> the first kernel or move that reads it (a kernel's arguments before the
+        ones it writes, a move's source), list items included."""
+        found: dict[int, int] = {}
+        for row in self.instructions:
+            read = self._kernel_inputs(row.args) if row.kind == "kernel" else row.args[:1] if row.kind == "move" else ()
+            for value in self._with_items(read):
+                found.setdefault(value, row.index)
+        return found
 
     @cached_property
     def first_writers(self) -> dict[int, int]:
@@ -187,6 +214,18 @@ class MethodView:
     def read(self) -> frozenset[int]:
         """Values some instruction names, list items included."""
         return frozenset(value for row in self.instructions for value in self._with_items(row.args))
+
+    def _kernel_inputs(self, args: tuple[int, ...]) -> tuple[int, ...]:
+        """What a kernel reads: its arguments before the trailing ones it writes. Its last
+        argument is what it returns: an out= argument named again (the out= arguments
+        before it), or a tensor list of its out= arguments (a kernel of several results),
+        or the tensor it updates in place (copy_). A first argument is always read: an
+        in-place kernel names the tensor it updates there, then again as its out=."""
+        results = set(self._with_items(args[-1:]))
+        end = len(args) - 1
+        while end > 0 and args[end - 1] in results and args[end - 1] != args[0]:
+            end -= 1
+        return args[:end]
 
     def _with_items(self, args: tuple[int, ...]) -> list[int]:
         found = list(args)
