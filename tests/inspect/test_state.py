@@ -81,6 +81,19 @@ def test_check_and_golden_give_compiles_lower_bound(programs, name):
     assert golden["lower_bound"] == bound
 
 
+def test_state_a_custom_op_updates_in_place_is_state():
+    """A kernel that writes its state argument in place, as ExecuTorch's llama::update_cache
+    writes the KV cache: no instruction names the state as what it writes, and no copy_ follows."""
+    from tests.compile.test_methods import Accumulator as InPlace
+
+    result = devplan.compile(torch.export.export(InPlace(), (torch.randn(4, 8),)))
+    doc = devplan.inspect(result.data)
+    last = doc["methods"][0]["counts"]["instructions"] - 1
+    (state,) = _state_rows(doc)
+    assert state["shape"] == [4, 8] and state["lifetime"] == [0, last]
+    assert devplan.check(result.data)[0].lower_bound == result.planned.buffers[0].lower_bound
+
+
 def test_check_max_ratio_passes_devplans_plan_of_state(programs):
     run = cli("check", programs["zeros"][0], "--max-ratio", "1.05", "--json")
     assert run.returncode == 0, run.stdout + run.stderr
