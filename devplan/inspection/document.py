@@ -161,6 +161,8 @@ def _method(pte, view: MethodView) -> dict:
             "delegates": len(delegates),
         },
         "values": dict(sorted(Counter(_VALUE_KINDS.get(kind, f"kind({kind})") for kind in view.kinds).items())),
+        # only for a method that runs nothing (a constant method), so that other documents stay as they were
+        **({"returns": _returns(view)} if not view.instructions and view.outputs else {}),
         "buffers": buffers,
         "devices": device_bounds(buffers, [bounds.live for _, bounds in rows], delegates),
         "peak": peaks,
@@ -169,6 +171,14 @@ def _method(pte, view: MethodView) -> dict:
         "operators": operators,
         "delegates": delegates,
     }
+
+
+def _returns(view: MethodView) -> list:
+    """What a method of no instructions returns, one entry per output: what an LLM runner reads
+    from a constant method (get_max_seq_len, use_kv_cache, get_eos_ids; a list is one output per
+    item, as ExecuTorch writes it). A number, bool, string, or list of doubles or bools as its
+    value; anything else (a tensor, an int list of value indices) as None."""
+    return [view.scalars.get(value) for value in view.outputs]
 
 
 def _name_tensors(tensors, instructions, writers, origins, inputs, outputs) -> None:
