@@ -81,11 +81,35 @@ def test_check_and_golden_give_compiles_lower_bound(programs, name):
     assert golden["lower_bound"] == bound
 
 
-def test_state_a_custom_op_updates_in_place_is_state():
-    """A kernel that writes its state argument in place, as ExecuTorch's llama::update_cache
-    writes the KV cache: no instruction names the state as what it writes, and no copy_ follows."""
-    from tests.compile.test_methods import Accumulator as InPlace
+# A kernel of the test's own that writes its state argument in place, as ExecuTorch's
+# llama::update_cache writes the KV cache (a namespace apart from tests/compile/test_methods.py's,
+# since a namespace is defined once per process).
+_LIB = torch.library.Library("devplan_state_test", "DEF")
+_LIB.define("accumulate(Tensor x, Tensor(a!) state) -> Tensor")
+_LIB.define("accumulate.out(Tensor x, Tensor(a!) state, *, Tensor(b!) out) -> Tensor(b!)")
 
+
+def _accumulate(x, state):
+    state.add_(x)
+    return state.sum(0, keepdim=True)
+
+
+_LIB.impl("accumulate", _accumulate, "CompositeExplicitAutograd")
+_LIB.impl("accumulate.out", lambda x, state, *, out: out.copy_(_accumulate(x, state)), "CompositeExplicitAutograd")
+_LIB.impl("accumulate", lambda x, state: state.new_empty((1, *state.shape[1:])), "Meta")
+
+
+class InPlace(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("state", torch.zeros(4, 8))
+
+    def forward(self, x):
+        return torch.ops.devplan_state_test.accumulate(x * 2, self.state) + self.state.mean()
+
+
+def test_state_a_custom_op_updates_in_place_is_state():
+    """No instruction names the state as what it writes, and no copy_ follows."""
     result = devplan.compile(torch.export.export(InPlace(), (torch.randn(4, 8),)))
     doc = devplan.inspect(result.data)
     last = doc["methods"][0]["counts"]["instructions"] - 1
