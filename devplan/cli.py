@@ -22,6 +22,7 @@ except ImportError:
 from devplan.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, BudgetExceeded,
                             DevplanError, first_line)
 from devplan.inspection import sections as inspect_sections
+from devplan.metadata import runner_value
 from devplan.planning.model import DEFAULT_ALIGNMENT
 
 class _Command(TyperCommand):
@@ -422,7 +423,8 @@ def _metadata(path: Path) -> dict:
         raise DevplanError(f"--metadata {path}: not JSON ({error}); write an object of NAME: VALUE") from None
     if not isinstance(found, dict):
         raise DevplanError(f"--metadata {path}: holds a {type(found).__name__}; write an object of NAME: VALUE")
-    return found
+    # checked here too, so that a wrong type is told as the file's
+    return {name: runner_value(name, value, f"--metadata {path}:") for name, value in found.items()}
 
 
 Tolerance = Annotated[

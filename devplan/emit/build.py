@@ -12,6 +12,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
+from devplan.metadata import runner_value
 from devplan.ops import NUMBER_OPS, SAME_BYTES, has_kernel, is_view, kernel_name, out_schema, schema_name
 from devplan.ir.lowered import Lowered
 from devplan.ir.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, Source,
@@ -346,7 +347,9 @@ def constant_method(name: str, value) -> Method:
     """A method that runs nothing and returns `value`, as ExecuTorch writes the constant methods
     an LLM runner reads before anything runs (get_max_seq_len, use_kv_cache, get_eos_ids): an
     int, float, bool or string is one value; a list of ints (floats, bools) one value per item,
-    each an output, under the list's pytree spec."""
+    each an output, under the list's pytree spec. A name the runner reads is made its type
+    first (devplan/metadata.py), so that the runner never meets 'True' where it reads a bool."""
+    value = runner_value(name, value, "constant method")
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     kinds = {type(item) for item in items}
     scalar = not isinstance(value, (list, tuple)) and kinds <= {bool, int, float, str}

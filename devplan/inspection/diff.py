@@ -287,6 +287,8 @@ class _Compare:
                 self.reported(name, count, "count", a["counts"][count], b["counts"][count])
             else:
                 self.fixed(name, count, "count", a["counts"][count], b["counts"][count])
+        if "returns" in a and "returns" in b:  # a constant method's values; golden files written before lack them
+            self.fixed(name, "returns", "values", a["returns"], b["returns"])
         removed = sorted(set(a["operators"]) - set(b["operators"]))
         added = sorted(set(b["operators"]) - set(a["operators"]))
         for fact, ops in (("removed", removed), ("added", added)):

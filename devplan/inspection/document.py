@@ -161,6 +161,8 @@ def _method(pte, view: MethodView) -> dict:
             "delegates": len(delegates),
         },
         "values": dict(sorted(Counter(_VALUE_KINDS.get(kind, f"kind({kind})") for kind in view.kinds).items())),
+        # only for a method that runs nothing (a constant method), so that other documents stay as they were
+        **({"returns": _returns(view)} if not view.instructions and view.outputs else {}),
         "buffers": buffers,
         "devices": device_bounds(buffers, [bounds.live for _, bounds in rows], delegates),
         "peak": peaks,
@@ -169,6 +171,14 @@ def _method(pte, view: MethodView) -> dict:
         "operators": operators,
         "delegates": delegates,
     }
+
+
+def _returns(view: MethodView) -> list:
+    """What a method of no instructions returns, one entry per output: what an LLM runner reads
+    from a constant method (get_max_seq_len, use_kv_cache, get_eos_ids; a list is one output per
+    item, as ExecuTorch writes it). A number, bool, string, or list of doubles or bools as its
+    value; anything else (a tensor, an int list of value indices) as None."""
+    return [view.scalars.get(value) for value in view.outputs]
 
 
 def _name_tensors(tensors, instructions, writers, origins, inputs, outputs) -> None:
@@ -202,18 +212,20 @@ def _tensor(view: MethodView, index: int, tensor, inputs: set[int], outputs: set
         "lifetime": list(lifetime) if lifetime is not None else None,
         # from when the tensor's bytes must be kept; earlier than lifetime for a view
         "held": list(lifetime) if lifetime is not None else None,
-        "role": _role(index, tensor.constant or tensor.data > 0, inputs, outputs),
+        "role": _role(index, tensor.constant or tensor.data > 0, index in view.state, inputs, outputs),
         "constant": tensor.constant or tensor.data > 0,
     }
 
 
-def _role(index: int, constant: bool, inputs: set[int], outputs: set[int]) -> str:
+def _role(index: int, constant: bool, state: bool, inputs: set[int], outputs: set[int]) -> str:
     if index in inputs and index in outputs:
         return "input+output"
     if index in inputs:
         return "input"
     if index in outputs:
         return "output"
+    if state:  # before constant: a mutable buffer's initial value is data in the file too
+        return "state"
     return "constant" if constant else "activation"
 
 

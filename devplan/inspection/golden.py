@@ -58,6 +58,8 @@ def _method(method: dict) -> dict:
                              for op in method["operators"]}),
         "delegates": delegates,
         "placements": {"count": len(rows), "sha256": placement_digest(rows)},
+        # a constant method's values (what an LLM runner reads), only where there is one
+        **({"returns": method["returns"]} if "returns" in method else {}),
     }
 
 

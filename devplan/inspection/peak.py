@@ -20,7 +20,7 @@ def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: di
         covered = _merged(covered, (start, end))
         rows.append({"value": t["value"], "nbytes": t["nbytes"], "own_bytes": own, "held": t["held"],
                      "role": t["role"], "source": t["source"]})
-        block = top_module(modules.get(t["value"])) if not t["role"].startswith("input") else "(inputs)"
+        block = _block(t, modules)
         shares[block] = shares.get(block, 0) + own
     # a method of no instructions still has its inputs alive "at" instruction 0
     row = instructions[at] if at is not None and at < len(instructions) else None
@@ -35,6 +35,14 @@ def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: di
         "modules": [{"module": name, "bytes": size}
                     for name, size in sorted(shares.items(), key=lambda item: (-item[1], natural_key(item[0]))) if size],
     }
+
+
+def _block(tensor: dict, modules: dict[int, str]) -> str:
+    """The top-level module a held tensor's bytes count against; inputs and state (held for
+    every instruction, whichever module updates them) each make one block of their own."""
+    if tensor["role"].startswith("input"):
+        return "(inputs)"
+    return "(state)" if tensor["role"] == "state" else top_module(modules.get(tensor["value"]))
 
 
 def _merged(ranges: list[tuple[int, int]], new: tuple[int, int]) -> list[tuple[int, int]]:

@@ -5,6 +5,7 @@ Works from the document alone (never the program), so what the terminal shows an
 NO_COLOR and pipes lose nothing."""
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 
@@ -82,6 +83,8 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
         )
         _pair(grid, "", "values: " + ", ".join(f"{count} {kind}" for kind, count in method["values"].items()))
         _pair(grid, "", f"inputs {_value_list(method['inputs'])} -> outputs {_value_list(method['outputs'])}")
+        if "returns" in method:  # a constant method: what the runner reads, as --constant-method takes it
+            _pair(grid, "", "returns " + ", ".join(json.dumps(value) for value in method["returns"]))
     console.print(grid)
 
 
@@ -138,7 +141,7 @@ def _peak(method: dict, console: Console, exact_bytes: bool) -> None:
                                style="dim"))
         total = max(entry["bytes"], 1)
         shares = [f"{m['module']} {_percent(m['bytes'] / total)}" for m in entry["modules"]]
-        if any(m["module"] not in ("(no module)", "(inputs)") for m in entry["modules"]):
+        if any(m["module"] not in ("(no module)", "(inputs)", "(state)") for m in entry["modules"]):
             console.print(Text("  by block: " + ", ".join(shares[:6]) + (f", {len(shares) - 6} more" if len(shares) > 6 else "")))
         else:
             console.print(Text("  by block: unknown, the program names no modules", style="dim"))

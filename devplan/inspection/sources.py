@@ -51,6 +51,8 @@ def tensor_source(tensor: dict, instructions: list[dict], writer: int | None, na
     role = tensor["role"]
     if role.startswith("input"):
         return f"input {position[value]}"
+    if role == "state":  # its initial value, if any, is data in the file, but what it holds is the runs'
+        return f"state, updated by {_made_by(instructions[writer])}" if writer is not None else "state"
     if tensor["constant"]:
         first = (tensor["lifetime"] or [None])[0]
         return f"constant of {_made_by(instructions[first])}" if first is not None else "constant, unused"

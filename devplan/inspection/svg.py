@@ -19,7 +19,7 @@ LEFT, TOP, GAP = 80, 56, 140       # margins: byte labels, title, space between 
 CHAR = 5.6                         # about the width of one character at font-size 11, in px
 TICKS = 8                          # about this many ticks on each axis
 # Fill colours by role, so inputs, outputs and activations read apart at a glance.
-FILLS = {"input": "#4e79a7", "output": "#f28e2b", "input+output": "#b07aa1", "activation": "#59a14f"}
+FILLS = {"input": "#4e79a7", "output": "#f28e2b", "input+output": "#b07aa1", "state": "#76b7b2", "activation": "#59a14f"}
 OTHER_FILL = "#bab0ac"
 SECOND_SHADE = "#a6d96a"  # activations of every other block of the model, so that layers read apart
 BOUND, PEAK = "#1f77b4", "#e15759"  # the lower bound's and the peak's lines

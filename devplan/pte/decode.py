@@ -7,6 +7,7 @@ the runtime's loader read programs through these views; what each then concludes
 bound, an arena) stays its own."""
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -166,7 +167,62 @@ class MethodView:
         for value in self.inputs:
             first[value] = 0
             last.setdefault(value, 0)
+        for value in self.state:  # what the run before left and the run after reads: no instruction may reuse it
+            first[value], last[value] = 0, max(len(self.instructions) - 1, 0)
         return {value: (first[value], last[value]) for value in first}
+
+    @cached_property
+    def state(self) -> frozenset[int]:
+        """Mutable buffers (a KV cache, running stats, a counter): planned tensors a run finds
+        as the run before left them. The format has no flag for them, so they are known by
+        what the program does: a planned tensor with initial data (ExecuTorch's mutable data
+        segment), or one an instruction reads no later than the first instruction writes it
+        (the program's `copy_` of its new value, an in-place update), which, not being an
+        input, holds what an earlier run wrote; or one an instruction reads that none writes
+        and whose bytes no tensor written shares (so no view of one): a kernel updates it in
+        place through an argument it reads (ExecuTorch's llama::update_cache). Delegate calls
+        are left out: their arguments are inputs and outputs alike, so they say nothing of
+        which came first."""
+        reads, writes = self._first_reads, self.first_writers
+        found, unwritten = set(), []
+        for value, t in self.tensors.items():
+            if t.mem_id is None or value in self.inputs:
+                continue
+            if t.data > 0 or (value in reads and reads[value] <= writes.get(value, -1)):
+                found.add(value)
+            elif value in reads and value not in self.written and t.nbytes:
+                unwritten.append(value)
+        return frozenset(found | self._apart_from_writes(unwritten))
+
+    def _apart_from_writes(self, values: list[int]) -> set[int]:
+        """The planned tensors of `values` whose bytes share none with a tensor some
+        instruction writes (or an input): a view of nothing, so what it reads a run before left."""
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for value in self.written:
+            t = self.tensors.get(value)
+            if t is not None and t.mem_id is not None and t.offset is not None and t.nbytes:
+                spans.setdefault(t.mem_id, []).append((t.offset, t.offset + t.nbytes))
+        merged = {mem_id: _merged(ranges) for mem_id, ranges in spans.items()}
+        found = set()
+        for value in values:
+            t = self.tensors[value]
+            ranges = merged.get(t.mem_id, [])
+            at = bisect.bisect_right(ranges, (t.offset, math.inf)) - 1  # the last range starting at or before it
+            near = ranges[max(at, 0):at + 2]
+            if not any(start < t.offset + t.nbytes and t.offset < end for start, end in near):
+                found.add(value)
+        return found
+
+    @cached_property
+    def _first_reads(self) -> dict[int, int]:
+        """value -> the first kernel or move that reads it (a kernel's arguments before the
+        ones it writes, a move's source), list items included."""
+        found: dict[int, int] = {}
+        for row in self.instructions:
+            read = self._kernel_inputs(row.args) if row.kind == "kernel" else row.args[:1] if row.kind == "move" else ()
+            for value in self._with_items(read):
+                found.setdefault(value, row.index)
+        return found
 
     @cached_property
     def first_writers(self) -> dict[int, int]:
@@ -188,12 +244,35 @@ class MethodView:
         """Values some instruction names, list items included."""
         return frozenset(value for row in self.instructions for value in self._with_items(row.args))
 
+    def _kernel_inputs(self, args: tuple[int, ...]) -> tuple[int, ...]:
+        """What a kernel reads: its arguments before the trailing ones it writes. Its last
+        argument is what it returns: an out= argument named again (the out= arguments
+        before it), or a tensor list of its out= arguments (a kernel of several results),
+        or the tensor it updates in place (copy_). A first argument is always read: an
+        in-place kernel names the tensor it updates there, then again as its out=."""
+        results = set(self._with_items(args[-1:]))
+        end = len(args) - 1
+        while end > 0 and args[end - 1] in results and args[end - 1] != args[0]:
+            end -= 1
+        return args[:end]
+
     def _with_items(self, args: tuple[int, ...]) -> list[int]:
         found = list(args)
         for arg in args:
             if 0 <= arg < len(self.kinds) and self.kinds[arg] in TENSOR_LISTS:
                 found += self.items(arg)
         return found
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Byte ranges [start, end) as sorted, disjoint ones."""
+    found: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if found and start <= found[-1][1]:
+            found[-1] = (found[-1][0], max(found[-1][1], end))
+        else:
+            found.append((start, end))
+    return found
 
 
 def methods(pte: PteFile) -> tuple[MethodView, ...]:

@@ -123,18 +123,45 @@ def test_cli_methods_constant_methods_and_metadata(tmp_path):
     assert all(f"method {name} added" in compared.output for name in ("batch5", "get_max_seq_len", "name"))
 
 
+def test_the_runners_keys_are_stored_as_the_types_it_reads(tmp_path):
+    """ExecuTorch's TextLLMRunner aborts on a string 'True' where it reads a bool, or a double
+    where it reads an int: the names it reads are made its types; other names stay as given."""
+    torch.export.save(_export(2)[0], tmp_path / "m.pt2")
+    (tmp_path / "llm.json").write_text(json.dumps({"get_max_seq_len": "128", "use_sdpa_with_kv_cache": 0,
+                                                   "get_eos_ids": 2}))
+    result = devplan_cli("compile", "m.pt2", "-o", "m.pte", "--metadata", "llm.json", "--constant-method",
+                         "use_kv_cache=True", "--constant-method", "enable_dynamic_shape=False",
+                         "--constant-method", "note=True", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    doc = devplan.inspect(tmp_path / "m.pte")
+    found = {m["name"]: (m["returns"], m["values"]) for m in doc["methods"] if "returns" in m}
+    assert found == {"get_max_seq_len": ([128], {"int": 1}), "use_sdpa_with_kv_cache": ([False], {"bool": 1}),
+                     "get_eos_ids": ([2], {"int": 1}), "use_kv_cache": ([True], {"bool": 1}),
+                     "enable_dynamic_shape": ([False], {"bool": 1}), "note": (["True"], {"string": 1})}
+    typed = devplan.compile(_export(2)[0], constant_methods={"get_n_layers": "2", "use_kv_cache": 1})
+    assert run(typed.data, [], method="get_n_layers")[0] == [2] and run(typed.data, [], method="use_kv_cache")[0] == [True]
+    with pytest.raises(DevplanError, match=r"^constant method get_bos_id=True is not an int"):
+        devplan.compile(_export(2)[0], constant_methods={"get_bos_id": True})
+
+
 @pytest.mark.parametrize("args, message", [
     (["--constant-method", "novalue"], "--constant-method novalue: write it as NAME=VALUE"),
     (["--constant-method", "x=[[1]]"], r"constant method x: \[\[1\]\] is not an int"),
     (["--method", "m=missing.pt2"], "missing.pt2: no such file"),
     (["--metadata", "list.json"], "--metadata .*list.json: holds a list; write an object of NAME: VALUE"),
     (["--metadata", "bad.json"], "--metadata .*bad.json: not JSON"),
+    (["--constant-method", "get_max_seq_len=128.0"], "constant method get_max_seq_len=128.0 is not an int, the type "
+                                                     "ExecuTorch's LLM runner reads get_max_seq_len as"),
+    (["--constant-method", "use_kv_cache=yes"], "constant method use_kv_cache='yes' is not a bool"),
+    (["--constant-method", "get_eos_ids=[1,true]"], r"constant method get_eos_ids=\[1, True\] is not a list of ints"),
+    (["--metadata", "typed.json"], "--metadata .*typed.json: get_vocab_size='many' is not an int"),
 ])
 def test_cli_refusals_are_one_line(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
     torch.export.save(_export(2)[0], tmp_path / "m.pt2")
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "bad.json").write_text("{nope")
+    (tmp_path / "typed.json").write_text(json.dumps({"use_kv_cache": "True", "get_vocab_size": "many"}))
     result = devplan_cli("compile", "m.pt2", "-o", "m.pte", *args, cwd=tmp_path)
     assert result.returncode == 2 and not result.stdout
     assert re.search(message, result.stderr) and result.stderr.count("\n") == 1, result.stderr

@@ -1,0 +1,57 @@
+"""inspect shows what each constant method returns (the values an LLM runner reads before it
+runs anything): in the text view, in the JSON document and in the golden file, which diff and
+check --golden compare."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import devplan
+from devplan.inspection.golden import golden_document
+from tests.compile.test_cli import devplan as cli
+
+METADATA = {"get_max_seq_len": 128, "use_kv_cache": True, "get_eos_ids": [128001, 128009], "temperature": 0.5,
+            "name": "llama"}
+
+
+def _program(**changes) -> bytes:
+    ep = torch.export.export(torch.nn.Linear(4, 4), (torch.randn(1, 4),))
+    return devplan.compile(ep, constant_methods={**METADATA, **changes}).data
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    path = tmp_path_factory.mktemp("constants") / "meta.pte"
+    path.write_bytes(_program())
+    return path
+
+
+def test_the_document_and_the_golden_file_give_each_value(program):
+    doc = devplan.inspect(program)
+    returns = {m["name"]: m["returns"] for m in doc["methods"] if "returns" in m}
+    assert returns == {"get_max_seq_len": [128], "use_kv_cache": [True], "get_eos_ids": [128001, 128009],
+                       "temperature": [0.5], "name": ["llama"]}
+    assert "returns" not in doc["methods"][0]  # forward runs instructions: it returns what they compute
+    golden = {m["name"]: m.get("returns") for m in golden_document(doc)["methods"]}
+    assert golden == {"forward": None, **returns}
+
+
+def test_the_text_view_prints_each_value(program):
+    run = cli("inspect", program, "-s", "summary")
+    assert run.returncode == 0, run.stderr
+    for line in ("returns 128", "returns true", "returns 128001, 128009", "returns 0.5", 'returns "llama"'):
+        assert line in run.stdout, run.stdout
+    trimmed = json.loads(cli("inspect", program, "--json", "-s", "tensors").stdout)
+    assert [m.get("returns") for m in trimmed["methods"]][1] == [128]  # --section keeps it
+
+
+def test_a_changed_value_fails_the_golden_check(program, tmp_path):
+    golden = tmp_path / "meta.golden.json"
+    assert cli("check", program, "--golden", golden, "--update").returncode == 0
+    changed = tmp_path / "changed.pte"
+    changed.write_bytes(_program(get_max_seq_len=64))
+    run = cli("check", changed, "--golden", golden)
+    assert run.returncode == 1 and "returns values: [128] -> [64]" in run.stdout, run.stdout
+    assert not devplan.diff(program, changed).ok
