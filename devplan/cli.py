@@ -437,6 +437,37 @@ Exact = Annotated[
 ]
 
 
+class ReportFormat(str, enum.Enum):
+    """How check and diff print their report (reports.py, reports_ci.py)."""
+
+    text = "text"
+    markdown = "markdown"
+    github = "github"
+
+
+Format = Annotated[
+    ReportFormat,
+    typer.Option("--format", help="text (for people), markdown (a table for $GITHUB_STEP_SUMMARY or a pull request "
+                 "comment) or github (::error annotations naming the file and the change).", case_sensitive=False),
+]
+JUnit = Annotated[
+    Optional[Path],
+    typer.Option("--junit", metavar="FILE.xml", help="Also write a JUnit XML report: a test case per buffer check and "
+                 "per golden difference, failing where it fails.", show_default=False),
+]
+
+
+def _report_outputs(json_output: bool, report_format: ReportFormat, junit: Path | None, inputs: list) -> None:
+    """Refuse --json with another --format, and a --junit file that is an input or standard
+    output (where the report goes)."""
+    from devplan.files import refuse_one_stream, refuse_overwrite
+
+    if json_output and report_format is not ReportFormat.text:
+        raise DevplanError(f"--json and --format {report_format.value}: pick one")
+    refuse_one_stream({"the report": "-", "--junit": junit})
+    refuse_overwrite(junit, inputs, "--junit")
+
+
 @app.command("check", cls=_Command)
 def check_command(
     program: Annotated[
@@ -463,6 +494,8 @@ def check_command(
     method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Check only this method.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the checks as JSON (docs/check-json.md).")] = False,
     data: DataFile = None,
+    report_format: Format = ReportFormat.text,
+    junit: JUnit = None,
 ) -> None:
     """Check a program's planned memory in CI: exit 0 when every buffer passes and the program
     matches its --golden file, 1 when not (each line says why), 2 for bad input.
@@ -479,6 +512,7 @@ def check_command(
         raise DevplanError(f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json")
     if update:  # the .ptd holds the program's weights: only a recompile would bring them back
         refuse_overwrite(golden, [program, data], "--golden")
+    _report_outputs(json_output, report_format, junit, [program, data, golden])
     source = _read_noting_external(program, data)
     checks = check(source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
                    method=method)
@@ -488,11 +522,24 @@ def check_command(
     report = check_document(name, checks, matched)
     if json_output:
         _echo_json(report)
-    else:
+    elif report_format is ReportFormat.text:
         from devplan.reports import check_lines
 
         for line in check_lines(checks, matched, str(golden), name):
             typer.echo(line)
+    else:
+        from devplan import reports_ci
+
+        if report_format is ReportFormat.markdown:
+            typer.echo(reports_ci.check_markdown(checks, matched, str(golden), name), nl=False)
+        else:
+            typer.echo("".join(line + "\n" for line in reports_ci.check_github(checks, matched, str(golden), str(program))),
+                       nl=False)
+    if junit is not None:
+        from devplan.files import write_atomic
+        from devplan.reports_ci import check_junit
+
+        write_atomic(junit, check_junit(checks, matched, str(golden), name, str(program)))
     if not report["ok"]:
         raise typer.Exit(EXIT_FAILED)
 
@@ -511,6 +558,8 @@ def diff_command(
         typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file of A, then of B (given once: of both), "
                      "for programs that keep their weights outside them.", show_default=False),
     ] = None,
+    report_format: Format = ReportFormat.text,
+    junit: JUnit = None,
 ) -> None:
     """Compare two programs' plans, devplan's or ExecuTorch's: exit 0 when they plan the same
     (within --tolerance), 1 when they differ, 2 for bad input.
@@ -526,12 +575,26 @@ def diff_command(
         raise DevplanError(f"--data given {len(data or ())} times; give it once (both programs' .ptd) or twice (A's, "
                            f"then B's)")
     data_a, data_b = (data or [None])[0], (data or [None])[-1]
-    result = diff(_diff_side(a, data_a), _diff_side(b, data_b), tolerance=tolerance, exact=exact, method=method)
+    _report_outputs(json_output, report_format, junit, [a, b, *(data or ())])
+    side_a = _diff_side(a, data_a)
+    result = diff(side_a, _diff_side(b, data_b), tolerance=tolerance, exact=exact, method=method)
+    # an annotation belongs on the golden file when A is one (what a review changes), else on B
+    changed = str(a) if isinstance(side_a, Path) else str(b)
     # names from the files (operators, backend ids, devices) may hold terminal escapes: shown escaped
     if json_output:
         _echo_json(result.document())
-    else:
+    elif report_format is ReportFormat.text:
         typer.echo("".join(printable(line) + "\n" for line in result.text().splitlines()), nl=False)
+    else:
+        from devplan import reports_ci
+
+        typer.echo(reports_ci.diff_markdown(result) if report_format is ReportFormat.markdown else
+                   "".join(line + "\n" for line in reports_ci.diff_github(result, changed)), nl=False)
+    if junit is not None:
+        from devplan.files import write_atomic
+        from devplan.reports_ci import diff_junit
+
+        write_atomic(junit, diff_junit(result, changed))
     if not result.ok:
         raise typer.Exit(EXIT_FAILED)
 

@@ -42,17 +42,7 @@ def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: 
     one holds at its peak, then the golden file's verdict and what changed."""
     lines = []
     for c in checks:
-        facts = [exact_size_text(c.size)]
-        if c.budget is not None:
-            facts.append(f"budget {size_text(c.budget)}" + ("" if c.size <= c.budget else
-                                                             f", over by {exact_size_text(c.size - c.budget)}"))
-        facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
-                     + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
-        if c.problem is not None:
-            facts.append(c.problem)
-        what = (f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else
-                f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}")
-        lines.append(f"{'ok  ' if c.ok else 'FAIL'}  {c.method} {what}: {'; '.join(facts)}")
+        lines.append(f"{'ok  ' if c.ok else 'FAIL'}  {buffer_name(c)}: {'; '.join(buffer_facts(c))}")
         if not c.ok and c.peak is not None:  # what a reviewer needs to act on: where, and which blocks
             lines.append(f"        at its peak, {peak_text(c.peak)}")
     if matched is not None:
@@ -60,6 +50,26 @@ def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: 
         lines.append(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
         lines.extend(change_lines(matched.diff) if matched.diff is not None else ())
     return [printable(line) for line in lines]
+
+
+def buffer_name(c: BufferCheck) -> str:
+    """'forward buffer 1 (cpu)', or for a device's total 'forward cpu, all 2 buffers'."""
+    what = (f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else
+            f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}")
+    return f"{c.method} {what}"
+
+
+def buffer_facts(c: BufferCheck) -> list[str]:
+    """Its size, and against each limit asked for, by how much it passes or fails."""
+    facts = [exact_size_text(c.size)]
+    if c.budget is not None:
+        facts.append(f"budget {size_text(c.budget)}" + ("" if c.size <= c.budget else
+                                                     f", over by {exact_size_text(c.size - c.budget)}"))
+    facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
+                 + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
+    if c.problem is not None:
+        facts.append(c.problem)
+    return facts
 
 
 def run_lines(report: dict) -> list[str]:

@@ -2,7 +2,11 @@
 `<!-- generated: SETUP -->` line introduces starts with `$ devplan ARGS`, and the rest of it is
 that command's output, run in an empty folder after SETUP (`devplan ...` and `cp FILE NAME`
 steps joined by ` && `, paths from the repository root). `DEVPLAN_UPDATE_README=1 python -m
-pytest tests/test_readme.py` rewrites the blocks from the code."""
+pytest tests/test_readme.py` rewrites the blocks from the code.
+
+The steps run in the test's own folder: each repository file a step reads is copied there
+first, so a step's output never lands in the checkout (where the README's quickstart leaves
+a `mlp.pte` of the user's)."""
 from __future__ import annotations
 
 import os
@@ -18,6 +22,7 @@ from devplan.cli import app
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BLOCK = re.compile(r"<!-- generated: (?P<setup>.*?) -->\n```\n\$ devplan (?P<command>.*?)\n(?P<output>.*?)```", re.DOTALL)
+OUTPUTS = frozenset({"-o", "--output", "--svg", "--trace", "--save", "--external-constants", "--dump-dir"})
 
 
 def _devplan(args: list[str]) -> str:
@@ -26,30 +31,63 @@ def _devplan(args: list[str]) -> str:
     return result.stdout
 
 
-def _output(setup: str, command: str) -> str:
+def _staged(root: Path, words: list[str]) -> list[str]:
+    """The words as they are, each repository file an input names copied into the working
+    folder under the same relative path (an output's name is left alone: the step makes it)."""
+    for before, word in zip(["", *words], words):
+        if before not in OUTPUTS and (root / word).is_file() and not Path(word).exists():
+            Path(word).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(root / word, word)
+    return words
+
+
+def _output(root: Path, setup: str, command: str) -> str:
     for step in setup.split(" && "):
         words = shlex.split(step)
         if words[0] == "cp":
-            shutil.copy(ROOT / words[1], words[2])
+            shutil.copy(root / words[1], words[2])
         else:
             assert words[0] == "devplan", step
-            _devplan([str(ROOT / word) if (ROOT / word).is_file() else word for word in words[1:]])
+            _devplan(_staged(root, words[1:]))
     return _devplan(shlex.split(command))
+
+
+def _samples(root: Path, text: str) -> tuple[str, list[str]]:
+    """The README with each sample as devplan prints it now, and the samples that differ."""
+    blocks = list(BLOCK.finditer(text))
+    assert len(blocks) >= 2  # check --golden and diff
+    pieces, end, stale = [], 0, []
+    for block in blocks:
+        printed = _output(root, block["setup"], block["command"])
+        if printed != block["output"]:
+            stale.append(f"$ devplan {block['command']}\n{printed}")
+        pieces += [text[end:block.start("output")], printed]
+        end = block.end("output")
+    return "".join(pieces) + text[end:], stale
 
 
 def test_the_readme_samples_are_what_devplan_prints(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     text = README.read_text()
-    blocks = list(BLOCK.finditer(text))
-    assert len(blocks) >= 2  # check --golden and diff
-    pieces, end, stale = [], 0, []
-    for block in blocks:
-        printed = _output(block["setup"], block["command"])
-        if printed != block["output"]:
-            stale.append(f"$ devplan {block['command']}\n{printed}")
-        pieces += [text[end:block.start("output")], printed]
-        end = block.end("output")
+    rewritten, stale = _samples(ROOT, text)
     if os.environ.get("DEVPLAN_UPDATE_README"):
-        README.write_text("".join(pieces) + text[end:])
+        README.write_text(rewritten)
     assert not stale, "README samples differ from what devplan prints now (DEVPLAN_UPDATE_README=1 rewrites them):\n" \
         + "\n".join(stale)
+
+
+def test_the_samples_leave_the_checkout_alone(tmp_path, monkeypatch):
+    """Issue 37: after the README's quickstart, a checkout holds the user's mlp.pte; the samples
+    ran `devplan compile ... -o mlp.pte` over it and then checked another file."""
+    checkout, work = tmp_path / "checkout", tmp_path / "work"
+    for name in ("README.md", "samples/mlp.pt2", "tests/golden/mlp.golden.json"):
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, checkout / name)
+    users = {name: f"the user's {name}".encode() for name in ("mlp.pte", "yesterday.pte", "today.pte")}
+    for name, data in users.items():
+        (checkout / name).write_bytes(data)
+    work.mkdir()
+    monkeypatch.chdir(work)
+    _, stale = _samples(checkout, README.read_text())
+    assert not stale, stale
+    assert {name: (checkout / name).read_bytes() for name in users} == users

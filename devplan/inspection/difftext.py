@@ -63,13 +63,27 @@ _UNIT_SPACE = "\xa0"  # textwrap breaks only at ASCII whitespace
 
 def _lines(change) -> list[str]:
     status = "FAIL" if change.fails else "ok  "
-    fact = _FACTS.get(change.fact, change.fact)
-    label = f"{change.subject} {fact}".rstrip() if change.subject != "program" else fact
+    head = f"  {status}  {change_label(change)}: {change_values(change)}"
     if change.fact == "digest":
-        return [f"  {status}  {label}: {_placements(change)}", *_largest(change.detail)]
+        return [head, *_largest(change.detail)]
     if change.fact == "peak":
-        return [f"  {status}  {label}: {_peak_values(change)}", *_blocks(change.detail)]
-    return [f"  {status}  {label}: {_values(change)}"]
+        return [head, *_blocks(change.detail)]
+    return [head]
+
+
+def change_label(change) -> str:
+    """What changed: 'buffer 1 (cpu) size', 'operators added', 'constant bytes'."""
+    fact = _FACTS.get(change.fact, change.fact)
+    return f"{change.subject} {fact}".rstrip() if change.subject != "program" else fact
+
+
+def change_values(change) -> str:
+    """How it changed, on one line: '16.0 KiB (16,384 bytes) -> 32.3 KiB (33,088 bytes), +16.3 KiB (+102.0%)'."""
+    if change.fact == "digest":
+        return _placements(change)
+    if change.fact == "peak":
+        return _peak_values(change)
+    return _values(change)
 
 
 def _values(change) -> str:
@@ -87,7 +101,7 @@ def _values(change) -> str:
         return f"{_window(a)} -> {_window(b)}"
     if change.fact in SIZED:
         percent = f" ({_percent(a, b)})" if a else ""
-        return f"{exact_size_text(a)} -> {exact_size_text(b)}, {_signed_bytes(b - a)}{percent}"
+        return f"{exact_size_text(a)} -> {exact_size_text(b)}, {signed_size(b - a)}{percent}"
     if isinstance(a, int) and isinstance(b, int):
         return f"{a} -> {b} ({b - a:+d})"
     return f"{a} -> {b}"
@@ -98,11 +112,12 @@ def _peak_values(change) -> str:
     place when the peak stayed where it was."""
     a, b = change.a, change.b
     if not change.detail["moved"]:
-        return f"{_where_peak(b)}, {size_text(a['bytes'])} -> {size_text(b['bytes'])}"
-    return f"moved from {_where_peak(a)}, {size_text(a['bytes'])}, to {_where_peak(b)}, {size_text(b['bytes'])}"
+        return f"{where_peak(b)}, {size_text(a['bytes'])} -> {size_text(b['bytes'])}"
+    return f"moved from {where_peak(a)}, {size_text(a['bytes'])}, to {where_peak(b)}, {size_text(b['bytes'])}"
 
 
-def _where_peak(peak: dict) -> str:
+def where_peak(peak: dict) -> str:
+    """'#12 aten::addmm.out (h.0.mlp.c_fc (Conv1D) addmm)': a peak's instruction and its source."""
     where = (peak["source"] or "").strip()  # ExecuTorch's default programs keep no stacktrace
     source = f" ({where})" if where else ""
     return f"#{peak['instruction']} {peak['op']}{source}"
@@ -113,12 +128,12 @@ def peak_text(peak: dict, blocks: int = 3) -> str:
     the largest `blocks` blocks."""
     largest = sorted(peak["modules"].items(), key=lambda item: (-item[1], natural_key(item[0])))[:blocks]
     held = ", ".join(f"{module} {size_text(nbytes)}" for module, nbytes in largest)
-    return f"{_where_peak(peak)} holds {size_text(peak['bytes'])}" + (f": {held}" if held else "")
+    return f"{where_peak(peak)} holds {size_text(peak['bytes'])}" + (f": {held}" if held else "")
 
 
 def _blocks(detail: dict) -> list[str]:
     """Each block whose bytes at the peak changed, most changed first: 'h.0.mlp +18.0 KiB (18.0 KiB -> 36.0 KiB)'."""
-    lines = [f"{_INDENT}{m['module']} {_signed_bytes(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
+    lines = [f"{_INDENT}{m['module']} {signed_size(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
              for m in detail["modules"]]
     if detail["more"]:
         lines.append(f"{_INDENT}and {detail['more']} more blocks")
@@ -182,7 +197,7 @@ def _percent(a: int, b: int) -> str:
     return f"{percent:+.1f}%" if abs(percent) >= 0.1 else f"{'+' if b > a else '-'}<0.1%"
 
 
-def _signed_bytes(delta: int) -> str:
+def signed_size(delta: int) -> str:
     return ("+" if delta >= 0 else "-") + size_text(abs(delta))
 
 

@@ -1,0 +1,217 @@
+"""check's and diff's results where reviewers read them in CI: Markdown for
+$GITHUB_STEP_SUMMARY or a pull request's comment (`--format markdown`), GitHub's workflow
+commands, which it shows as annotations on the files (`--format github`), and a JUnit XML
+file for test reporters (`--junit FILE`). Each renders the same results that the text views
+(reports.py, inspection/difftext.py) print, in the same words."""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from devplan.inspection.check import BufferCheck, GoldenCheck
+from devplan.inspection.diff import Change, Diff
+from devplan.inspection.difftext import change_label, change_values, outcome, peak_text, signed_size
+from devplan.inspection.units import printable, size_text
+from devplan.reports import buffer_facts, buffer_name
+
+_MARK = {True: "✅ ok", False: "❌ FAIL"}
+_MARKDOWN_SPECIAL = "\\|<`*"  # what would end a table cell, open HTML or a code span, or start emphasis
+
+
+# Markdown
+
+
+def check_markdown(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str) -> str:
+    """A heading with the verdict, a table of the buffers, then the golden file's changes."""
+    ok = all(c.ok for c in checks) and (matched is None or matched.ok)
+    lines = [f"### devplan check {_code(name)}: {'ok' if ok else 'FAIL'}", ""]
+    if checks:
+        lines += ["| | buffer | size | limits |", "| --- | --- | ---: | --- |"]
+        lines += [f"| {_MARK[c.ok]} | {_cell(buffer_name(c))} | {_cell(buffer_facts(c)[0])} | "
+                  f"{_cell('; '.join(buffer_facts(c)[1:]))} |" for c in checks]
+        peaks = [f"**{_cell(buffer_name(c))}** at its peak: {_cell(peak_text(c.peak))}  "
+                 for c in checks if not c.ok and c.peak is not None]
+        lines += ["", *peaks] if peaks else []
+    if matched is not None:
+        verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
+        lines += ["", f"#### {_MARK[matched.ok]} golden {_code(golden)}: {_cell(verdict)}", ""]
+        lines += _changes_markdown(matched.diff) if matched.diff is not None else []
+    return _joined(lines)
+
+
+def diff_markdown(d: Diff) -> str:
+    """A heading with the outcome, what grew by module, then a table of every change."""
+    return _joined([f"### devplan diff {_code(d.a)} -> {_code(d.b)}: {_cell(outcome(d))}", "", *_changes_markdown(d)])
+
+
+def _changes_markdown(d: Diff) -> list[str]:
+    """The cause first (each grown buffer's blocks at its peak), then one row per change."""
+    lines = []
+    for peak in (c for c in d.changes if c.fact == "peak"):
+        lines += _grown_markdown(d, peak)
+    if d.changes:
+        lines += ["| | method | what | change |", "| --- | --- | --- | --- |"]
+        lines += [f"| {_MARK[not c.fails]} | {_cell(c.method or 'program')} | {_cell(change_label(c))} | "
+                  f"{_cell(change_values(c))} |" for c in d.changes]
+    return lines
+
+
+def _grown_markdown(d: Diff, peak: Change) -> list[str]:
+    """'What grew in forward buffer 1 (cpu): 10.0 KiB ... -> 18.0 KiB ..., +8.0 KiB (+80.0%)', where its peak is, and a table of
+    the blocks whose bytes there changed, most changed first."""
+    size = _size_change(d, peak)
+    grew = f": {change_values(size)}" if size else ""
+    lines = [f"**What grew in {_cell(f'{peak.method} {peak.subject}')}**{_cell(grew)}; peak: {_cell(change_values(peak))}",
+             "", "| module | before | after | change |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {_cell(m['module'])} | {size_text(m['a'])} | {size_text(m['b'])} | {signed_size(m['b'] - m['a'])} |"
+              for m in peak.detail["modules"]]
+    if peak.detail["more"]:
+        lines.append(f"| and {peak.detail['more']} more blocks | | | |")
+    return lines + [""]
+
+
+def _size_change(d: Diff, peak: Change) -> Change | None:
+    """The size change of the buffer whose peak changed, if its size changed."""
+    return next((c for c in d.changes if (c.method, c.subject, c.fact) == (peak.method, peak.subject, "size")), None)
+
+
+def _cell(text: str) -> str:
+    """Text from files as one table cell: printable, and nothing Markdown would read as syntax."""
+    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in printable(text))
+
+
+def _code(text: str) -> str:
+    return f"`{printable(text).replace('`', chr(39))}`"  # a backtick would end the code span
+
+
+def _joined(lines: list[str]) -> str:
+    return "\n".join(line.rstrip() for line in lines).rstrip("\n") + "\n"
+
+
+# GitHub's workflow commands
+
+
+def check_github(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, program: str) -> list[str]:
+    """An error on the program per failing buffer; on the golden file, an error per difference
+    and a notice per change allowed."""
+    lines = [_command("error", program, f"devplan check: {buffer_name(c)}", _buffer_message(c))
+             for c in checks if not c.ok]
+    if matched is not None and matched.diff is not None:
+        lines += diff_github(matched.diff, golden)
+    return lines
+
+
+def diff_github(d: Diff, file: str) -> list[str]:
+    """An error on `file` per difference, its cause (the blocks that grew at the buffer's peak)
+    in the message, and a notice per change allowed; a peak told in an error is not repeated."""
+    told = {(c.method, c.subject) for c in d.changes if c.fails and _peak_of(d, c) is not None}
+    lines = []
+    for change in d.changes:
+        if change.fact == "peak" and not change.fails and (change.method, change.subject) in told:
+            continue
+        title = f"devplan: {change.method + ' ' if change.method else ''}{change_label(change)}"
+        lines.append(_command("error" if change.fails else "notice", file, title, _change_message(d, change)))
+    return lines
+
+
+def _buffer_message(c: BufferCheck) -> str:
+    peak = f"\nat its peak, {peak_text(c.peak)}" if not c.ok and c.peak is not None else ""
+    return "; ".join(buffer_facts(c)) + peak
+
+
+def _change_message(d: Diff, change: Change) -> str:
+    """The change, then what its buffer's peak says of it: where, and which blocks grew."""
+    lines = [change_values(change)]
+    peak = change if change.fact == "peak" else _peak_of(d, change) if change.fails else None
+    if peak is not None:
+        if peak is not change:
+            lines.append(f"peak: {change_values(peak)}")
+        lines += [f"{m['module']} {signed_size(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
+                  for m in peak.detail["modules"]]
+    return "\n".join(lines)
+
+
+def _peak_of(d: Diff, change: Change) -> Change | None:
+    """The peak change of the buffer a size change is about."""
+    if change.fact != "size":
+        return None
+    return next((c for c in d.changes if (c.method, c.subject, c.fact) == (change.method, change.subject, "peak")), None)
+
+
+def _command(kind: str, file: str, title: str, message: str) -> str:
+    """'::error file=F,title=T::M', escaped as GitHub's toolkit escapes them (its command.ts):
+    a message's %, CR and LF; a property's also : and , (which would end it)."""
+    return f"::{kind} file={_property(file)},title={_property(title)}::{_data(message)}"
+
+
+def _data(text: str) -> str:
+    # escaped first, CR and LF cannot start a command of their own; then printable escapes
+    # the terminal controls that names from files may hold
+    return printable(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
+
+
+def _property(text: str) -> str:
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+# JUnit XML
+
+
+def check_junit(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str, program: str) -> bytes:
+    """A test suite of the buffers (one test case each), and one of the golden file's changes."""
+    root = ET.Element("testsuites", name=f"devplan check {printable(name)}")
+    suite = _suite(root, f"devplan check {name}")
+    for c in checks:
+        _case(suite, "devplan.check", buffer_name(c), program, None if c.ok else _buffer_message(c))
+    if matched is not None:
+        suite = _suite(root, f"golden {golden}")
+        if matched.diff is not None:
+            _changes_junit(suite, "devplan.golden", matched.diff, golden)
+        else:  # --update: the golden file was written, which passes
+            _case(suite, "devplan.golden", f"wrote it from {name}", golden, None)
+    return _xml(root)
+
+
+def diff_junit(d: Diff, file: str) -> bytes:
+    """One test suite, a test case per change."""
+    root = ET.Element("testsuites", name=f"devplan diff {printable(d.a)} -> {printable(d.b)}")
+    _changes_junit(_suite(root, f"devplan diff {d.a} -> {d.b}"), "devplan.diff", d, file)
+    return _xml(root)
+
+
+def _changes_junit(suite: ET.Element, classname: str, d: Diff, file: str) -> None:
+    """A test case per change, failing where it is a difference; one that passes when none."""
+    for change in d.changes:
+        name = f"{change.method + ' ' if change.method else ''}{change_label(change)}"
+        _case(suite, classname, name, file, _change_message(d, change) if change.fails else None)
+    if not d.changes:
+        _case(suite, classname, outcome(d), file, None)
+
+
+def _suite(root: ET.Element, name: str) -> ET.Element:
+    return ET.SubElement(root, "testsuite", name=printable(name))
+
+
+def _case(suite: ET.Element, classname: str, name: str, file: str, failure: str | None) -> None:
+    case = ET.SubElement(suite, "testcase", classname=classname, name=printable(name), file=printable(file))
+    if failure is not None:
+        shown = _data_text(failure)
+        ET.SubElement(case, "failure", message=shown.split("\n")[0], type="devplan").text = shown
+
+
+def _data_text(text: str) -> str:
+    # XML 1.0 holds no control characters but tab and line breaks: names from files are escaped
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def _xml(root: ET.Element) -> bytes:
+    """The document, each suite counting its tests and failures as JUnit readers expect."""
+    for suite in root:
+        cases = list(suite)
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(case.find("failure") is not None for case in cases)))
+        suite.set("errors", "0")
+        suite.set("skipped", "0")
+    root.set("tests", str(sum(int(s.get("tests", "0")) for s in root)))
+    root.set("failures", str(sum(int(s.get("failures", "0")) for s in root)))
+    ET.indent(root)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"

@@ -1,0 +1,137 @@
+"""check's and diff's reports where reviewers read them (issue 37, item 2): --format markdown
+(a step summary), --format github (workflow commands, shown as annotations) and --junit FILE,
+each rendered against a real change: one layer widened from 64 to 128 features."""
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+
+import devplan
+from devplan.errors import DevplanError
+from devplan.reports_ci import _command
+from tests.inspect.runner import invoke
+
+COMMAND = re.compile(r"::(error|notice) file=(?P<file>[^,:]+),title=(?P<title>[^:]+)::(?P<message>.+)")
+
+
+class Tower(torch.nn.Module):
+    """Widening `wide` grows the buffer at a peak that `wide.0` holds."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.narrow = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
+        self.wide = torch.nn.Sequential(torch.nn.Linear(16, width), torch.nn.ReLU(), torch.nn.Linear(width, 16))
+
+    def forward(self, x):
+        return self.wide(self.narrow(x))
+
+
+@pytest.fixture(scope="module")
+def widened(tmp_path_factory):
+    """The narrow program, the widened one, and the narrow one's golden file."""
+    folder = tmp_path_factory.mktemp("widened")
+    paths = {}
+    for width in (64, 128):
+        torch.manual_seed(0)
+        paths[width] = folder / f"w{width}.pte"
+        paths[width].write_bytes(devplan.compile(torch.export.export(Tower(width).eval(), (torch.randn(32, 16),))).data)
+    golden = folder / "tower.golden.json"
+    assert invoke("check", str(paths[64]), "--golden", str(golden), "--update").exit_code == 0
+    return paths[64], paths[128], golden
+
+
+def _check(widened, *options: str):
+    _, wide, golden = widened
+    return invoke("check", str(wide), "--golden", str(golden), *options)
+
+
+def test_markdown_names_the_module_that_grew(widened):
+    for result in (_check(widened, "--format", "markdown"), invoke("diff", *map(str, widened[:2]), "--format", "markdown")):
+        assert result.exit_code == 1, result.output
+        text = result.stdout
+        heading = text.splitlines()[0]
+        assert heading.startswith("### devplan ") and heading.endswith((": FAIL", ": 3 differences")), heading
+        assert "**What grew in forward buffer 1 (cpu)**: 10.0 KiB (10,240 bytes) -> 18.0 KiB" in text
+        assert "| wide.0 | 8.0 KiB | 16.0 KiB | +8.0 KiB |" in text
+        assert "| ❌ FAIL | forward | buffer 1 (cpu) size | 10.0 KiB (10,240 bytes) -> 18.0 KiB (18,432 bytes)" in text
+        assert not any(line != line.rstrip() for line in text.splitlines())
+
+
+def test_markdown_tables_the_buffers_checked(widened):
+    text = _check(widened, "--budget", "cpu=16KiB", "--format", "markdown").stdout
+    assert text.splitlines()[0] == f"### devplan check `{widened[1].name}`: FAIL"
+    assert "| ❌ FAIL | forward cpu, 1 buffer | 18.0 KiB (18,432 bytes) | budget 16.0 KiB, over by 2.0 KiB" in text
+    assert f"#### ❌ FAIL golden `{widened[2]}`: 3 differences" in text
+
+
+def test_github_lines_annotate_the_golden_file_with_the_change(widened):
+    _, wide, golden = widened
+    result = _check(widened, "--budget", "cpu=16KiB", "--format", "github")
+    assert result.exit_code == 1
+    commands = [COMMAND.fullmatch(line) for line in result.stdout.splitlines()]
+    assert all(commands), result.stdout
+    errors = {(m["file"], m["title"]): m["message"] for m in commands if m[1] == "error"}
+    size = errors[(str(golden), "devplan%3A forward buffer 1 (cpu) size")]
+    assert size.startswith("10.0 KiB (10%2C240 bytes) -> 18.0 KiB".replace("%2C", ","))  # a message keeps its commas
+    assert "(+80.0%25)%0Apeak: #" in size and "%0Awide.0 +8.0 KiB (8.0 KiB -> 16.0 KiB)" in size
+    assert (str(wide), "devplan check%3A forward cpu%2C 1 buffer") in errors  # the budget fails on the program
+    diffed = invoke("diff", str(golden), str(wide), "--format", "github").stdout.splitlines()
+    assert all(line.startswith(f"::error file={golden},") or line.startswith(f"::notice file={golden},")
+               for line in diffed) and diffed
+
+
+def test_github_escapes_as_its_toolkit_does():
+    line = _command("error", "a,b:c.json", "t: 1, 2", "100%\r\nnext")
+    assert line == "::error file=a%2Cb%3Ac.json,title=t%3A 1%2C 2::100%25%0D%0Anext"
+
+
+def test_junit_fails_the_grown_buffer(widened, tmp_path):
+    report = tmp_path / "reports" / "check.xml"
+    report.parent.mkdir()
+    assert _check(widened, "--junit", str(report)).exit_code == 1
+    root = ET.parse(report).getroot()
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == [f"devplan check {widened[1].name}", f"golden {widened[2]}"]
+    failed = {case.get("name"): case.find("failure") for case in root.iter("testcase") if case.find("failure") is not None}
+    assert set(failed) == {"constant bytes", "forward buffer 1 (cpu) size", "forward buffer 1 (cpu) lower bound"}
+    assert "wide.0 +8.0 KiB" in failed["forward buffer 1 (cpu) size"].text
+    assert root.get("failures") == "3" and suites[0].get("tests") == "1" and suites[0].get("failures") == "0"
+    diffed = tmp_path / "diff.xml"
+    assert invoke("diff", *map(str, widened[:2]), "--junit", str(diffed)).exit_code == 1
+    cases = ET.parse(diffed).getroot().findall("testsuite/testcase")
+    assert {c.get("classname") for c in cases} == {"devplan.diff"} and any(
+        c.get("name") == "forward buffer 1 (cpu) size" and c.find("failure") is not None for c in cases)
+
+
+def test_junit_of_a_passing_check_passes(widened, tmp_path):
+    narrow, _, golden = widened
+    report = tmp_path / "ok.xml"
+    assert invoke("check", str(narrow), "--golden", str(golden), "--junit", str(report)).exit_code == 0
+    root = ET.parse(report).getroot()
+    assert root.get("failures") == "0" and [c.get("name") for c in root.iter("testcase")][-1] == "the programs plan the same"
+
+
+def test_text_and_json_are_unchanged_by_the_new_options(widened, tmp_path):
+    """--junit adds a file; what is printed stays the text (or --json) view, byte for byte."""
+    for command in (["check", str(widened[1]), "--golden", str(widened[2])], ["diff", *map(str, widened[:2])]):
+        for view in ([], ["--json"]):
+            plain = invoke(*command, *view).stdout
+            assert invoke(*command, *view, "--format", "text", "--junit", str(tmp_path / "r.xml")).stdout == plain
+
+
+@pytest.mark.parametrize("options, error", [
+    (["--json", "--format", "markdown"], "--json and --format markdown: pick one"),
+    (["--junit", "-"], "--junit would write standard output"),
+    (["--junit", "PROGRAM"], "--junit would overwrite the input"),
+    (["--junit", "GOLDEN"], "--junit would overwrite the input"),
+])
+def test_reports_refuse_what_they_cannot_write(widened, options, error):
+    _, wide, golden = widened
+    options = [{"PROGRAM": str(wide), "GOLDEN": str(golden)}.get(option, option) for option in options]
+    before = wide.read_bytes(), golden.read_bytes()
+    result = _check(widened, *options)
+    assert isinstance(result.exception, DevplanError) and error in str(result.exception), result.output
+    assert (wide.read_bytes(), golden.read_bytes()) == before
