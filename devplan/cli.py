@@ -330,6 +330,12 @@ def compile_command(
         typer.Option("--metadata", metavar="FILE.json", help="Constant methods from a JSON object of NAME: VALUE "
                      "(--constant-method adds to them and wins).", show_default=False),
     ] = None,
+    llm: Annotated[
+        bool, typer.Option("--llm", help="Write the constant methods ExecuTorch's LLM runner reads (vocabulary, "
+                           "layers, context and token lengths, KV cache, sdpa flavour, dynamic shape) from the "
+                           "export itself; give only the tokenizer's ids (get_bos_id, get_eos_ids). A value given "
+                           "that the export contradicts is refused.")
+    ] = False,
     external_constants: Annotated[
         Optional[Path],
         typer.Option("--external-constants", metavar="FILE.ptd", help="Write the weights to FILE.ptd, ExecuTorch's "
@@ -381,7 +387,7 @@ def compile_command(
     with compile_progress(quiet or json_output) as progress:
         result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, reorder=reorder,
                          delegates=backends, device_io=device_io, source=source, dump_dir=dump_dir,
-                         methods=methods, constant_methods=constants, kernels=kernels,
+                         methods=methods, constant_methods=constants, kernels=kernels, llm=llm,
                          external_constants=external_constants, on_stage=progress.stage, on_written=progress.written)
     if quiet:
         return
@@ -391,7 +397,7 @@ def compile_command(
         return
     from devplan.reports import compile_lines
 
-    for line in compile_lines(summary, [m["name"] for m in summary["methods"] if m["name"] in constants],
+    for line in compile_lines(summary, [m["name"] for m in summary["methods"] if m["name"] not in ("forward", *methods)],
                               "standard output" if to_stdout else str(target),
                               str(external_constants) if external_constants is not None else None):
         echo(line)

@@ -125,19 +125,23 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     start = time.perf_counter()
     import_kernels(options.kernels)
     stage = Stages(options.dump_dir, on_stage, checks=options.checks)
-    sources = {"forward": model, **_named(methods, "method")}
+    files = {"forward": model, **_named(methods, "method")}  # as given: errors name the file
+    sources = dict(files)
     constants = _named(constant_methods, "constant method")
     taken = sorted(set(sources) & set(constants))
     if taken:
         raise DevplanError(f"method {taken[0]} is given both as a program and as a constant method; name them apart")
+    if options.llm:  # read once, from the loaded export, which forward then compiles
+        sources["forward"], constants = _llm(model, constants, stage)
     folding: dict[str, int] = {}
     planned = []
     for name, source in sources.items():  # forward's stages keep their plain names
         try:
             plan, folded = _plan_program(source, options, stage if name == "forward" else stage.within(name), name)
         except DevplanError as error:  # a graph stage names the node or op; the line names the file too
-            if isinstance(source, (str, os.PathLike)) and not str(error).startswith(os.fspath(source)):
-                error.args = (f"{os.fspath(source)}: {error}",)
+            given = files[name]
+            if isinstance(given, (str, os.PathLike)) and not str(error).startswith(os.fspath(given)):
+                error.args = (f"{os.fspath(given)}: {error}",)
             raise
         planned.append(plan)
         folding = {key: folding.get(key, 0) + folded.get(key, 0) for key in {*folding, *folded}}
@@ -157,6 +161,20 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
         stage("write", write_atomic, path, image.parts, on_written=told)
     return CompileResult(image, path, planned[0], stored, time.perf_counter() - start, stage.seconds, folding,
                          tuple(planned), data, external.count if external is not None else 0)
+
+
+def _llm(model, constants: dict, stage: "Stages") -> tuple[object, dict]:
+    """The loaded forward export, and the constant methods with what --llm reads from it."""
+    from devplan.llm import llm_metadata
+    from devplan.load import load
+
+    try:
+        ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
+        return ep, stage("llm", llm_metadata, ep, constants)
+    except DevplanError as error:
+        if isinstance(model, (str, os.PathLike)) and not str(error).startswith(os.fspath(model)):
+            error.args = (f"{os.fspath(model)}: {error}",)
+        raise
 
 
 def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:

@@ -32,6 +32,8 @@ class CompileOptions:
     # Python modules imported before loading, for the op libraries their import registers
     # (custom ops a graph calls exist in torch only once their library's module has run)
     kernels: tuple[str, ...] = ()
+    # the constant methods ExecuTorch's LLM runner reads, read from the export (devplan/llm.py)
+    llm: bool = False
     # each stage's result checked (devplan/wellformed.py): with --debug, and in the tests, whose
     # conftest sets DEVPLAN_CHECK_STAGES for every compile they make, in-process or not
     checks: bool = field(default_factory=lambda: os.environ.get("DEVPLAN_CHECK_STAGES") == "1")

@@ -64,20 +64,29 @@ def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4
     return LlamaExport(folder / "model.pt2", folder / "executorch.pte", dict(builder.metadata))
 
 
+# transformers families the recipe exports: (config class, model class)
+HF_DECODERS = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+               "gemma": ("GemmaConfig", "GemmaForCausalLM")}
+
+
 def export_hf_llama(folder: Path, *, dim: int = 64, layers: int = 2, max_seq: int = 64, seed: int = 0,
-                    metadata: dict | None = None, xnnpack: bool = False) -> LlamaExport:
-    """A transformers Llama (seeded random weights) through transformers' ExecuTorch recipe
-    (TorchExportableModuleForDecoderOnlyLM: a static KV cache, inputs input_ids and
-    cache_position, one position per token, the prefill length dynamic), and ExecuTorch's
-    lowering of that export with the constant methods its runner reads."""
+                    metadata: dict | None = None, xnnpack: bool = False, family: str = "llama") -> LlamaExport:
+    """A transformers decoder of `family` (HF_DECODERS; seeded random weights) through
+    transformers' ExecuTorch recipe (TorchExportableModuleForDecoderOnlyLM: a static KV cache,
+    inputs input_ids and cache_position, one position per token, the prefill length dynamic),
+    and ExecuTorch's lowering of that export with the constant methods its runner reads, as
+    optimum-executorch writes them from the model's config."""
+    import transformers
     from executorch.exir import to_edge_transform_and_lower
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import GenerationConfig
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
+    config_class, model_class = (getattr(transformers, name) for name in HF_DECODERS[family])
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=dim, intermediate_size=2 * dim, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2 * max_seq)
-    model = LlamaForCausalLM(config).eval()
+    config = config_class(vocab_size=VOCAB, hidden_size=dim, intermediate_size=2 * dim, num_hidden_layers=layers,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2 * max_seq,
+                          **({"head_dim": dim // 4} if family == "gemma" else {}))
+    model = model_class(config).eval()
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static", max_length=max_seq,
                                                cache_config={"batch_size": 1, "max_cache_len": max_seq})
     recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=max_seq)
