@@ -774,6 +774,9 @@ def main() -> None:
         # nor is a logging call failing inside torch (a message with more %s than arguments, a
         # closed stream): logging would print '--- Logging error ---' and a traceback for it
         logging.raiseExceptions = False
+        # nor what libraries log on the way (torchao's "Failed to load ..." for kernels this
+        # machine lacks, as --kernels llama imports it): devplan's own line says what matters
+        logging.disable(logging.WARNING)
 
         warnings.simplefilter("ignore")
         # and what torch warns from C++ (TORCH_WARN, e.g. a kernel resizing an out tensor) goes to

@@ -3,14 +3,18 @@
 with ExecuTorch's backends' delegates (XNNPACK) included, which devplan's runtime cannot run."""
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
+from devplan.pte.decode import methods
 from devplan.pte.reader import PteFile, delegate_data_outside
 from devplan.runtime.executor import method_view
 
@@ -36,11 +40,20 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
     method_view(pte, name)
     if pte.external is not None and pte.external.path is None:
         raise DevplanError(f"{pte.external.name}: ExecuTorch's runtime loads a .ptd by its path; pass it as a file")
+    kept = sorted({t.external for view in methods(pte) for t in view.tensors.values() if t.external is not None})
+    if kept and pte.external is None:  # ExecuTorch's runtime fails to load the method, saying only "0x:2"
+        raise DevplanError(f"{pte.name}: the program keeps {len(kept)} weights in a .ptd data file (key "
+                           f"{kept[0]!r}); pass it: devplan run PROGRAM.pte --executorch --data FILE.ptd")
     outside = delegate_data_outside(pte)
     if outside and pte.external is None:  # ExecuTorch's XNNPACK backend crashes without them
         key, where = next(iter(outside.items()))
         raise DevplanError(f"{pte.name}: {where} reads named data {key!r} kept outside the program "
                            f"({len(outside)} keys); pass the .ptd written with it: --data FILE.ptd")
+    with native_logs_quiet():
+        return _run(pte, name, inputs, runs)
+
+
+def _run(pte: PteFile, name: str, inputs: list[Any], runs: int) -> list[list[Any]]:
     runtime = import_module("executorch.runtime", "--executorch")
     for library in KERNEL_LIBRARIES:  # the kernels devplan's runtime takes as registered (ops.REGISTERED)
         import_module(library, "--executorch")
@@ -58,6 +71,28 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
         raise DevplanError(f"{pte.name}: ExecuTorch's runtime failed on method {name}: {first_line(error)}") from None
     return results
 
+
+@contextlib.contextmanager
+def native_logs_quiet() -> Iterator[None]:
+    """ExecuTorch's C++ logs (cpuinfo's probing, a method's load errors) kept off standard error:
+    devplan says in one line what went wrong. With --debug (the devplan logger at DEBUG) they
+    pass through."""
+    if logging.getLogger("devplan").isEnabledFor(logging.DEBUG):
+        yield
+        return
+    sys.stderr.flush()
+    try:
+        saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # no standard error to keep clean
+        yield
+        return
+    os.dup2(null, 2)
+    os.close(null)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 if __name__ == "__main__":  # python -m devplan.runtime.executorch [PATH]: rewrite the operator list
