@@ -178,7 +178,7 @@ def inspect_command(
         return
     # Imported only once there is something to draw, so a bad file fails fast.
     from devplan.inspection.render import render
-    from devplan.inspection.units import printable_tree
+    from devplan.units import printable_tree
 
     chosen = chosen or inspect_sections.DEFAULT_SECTIONS
     # only the lists the views draw from are made printable (a large program's instructions take seconds)
@@ -573,7 +573,7 @@ def diff_command(
     Per method: buffers added, removed or resized (per device), lower bounds, constant bytes,
     operators, counts, delegates, and the tensors whose placement changed."""
     from devplan.inspection.diff import diff
-    from devplan.inspection.units import printable
+    from devplan.units import printable
 
     if str(a) == str(b) == "-":
         raise DevplanError("-: standard input can be read once; pass one of A and B as a file")
@@ -713,7 +713,7 @@ def run_command(
 
 
 def _memory_limit(text: str) -> int:
-    from devplan.planning.budget import size_bytes
+    from devplan.units import size_bytes
 
     nbytes = size_bytes(text)
     if nbytes is None or nbytes < 1:
@@ -821,7 +821,7 @@ def _internal(error: Exception, debug: bool) -> None:
 
     from devplan import __version__
     from devplan.errors import InternalError
-    from devplan.inspection.units import printable
+    from devplan.units import printable
 
     cause = error.__cause__ if isinstance(error, InternalError) and error.__cause__ else error
     where = (f"in stage {error.stage}" + (f" at node {error.node}" if error.node else "")
@@ -841,7 +841,7 @@ def _internal(error: Exception, debug: bool) -> None:
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    from devplan.inspection.units import printable
+    from devplan.units import printable
 
     print(f"devplan: error: {printable(message)}", file=sys.stderr)
     sys.exit(code)

@@ -190,6 +190,23 @@ def torch_op(name: str) -> OpOverload | None:
     return found if isinstance(found, OpOverload) else None
 
 
+# ExecuTorch's dim order ops (no schema in torch): their out tensor last, after a dim order
+DIM_ORDER_OPS = frozenset({"dim_order_ops::_to_dim_order_copy.out", "dim_order_ops::_clone_dim_order.out",
+                           "dim_order_ops::_empty_dim_order.out"})
+NUMBER_NAMES = frozenset(NUMBER_OPS.values())
+_QUANTIZED_OUTS = {schema_name(schema): schema for schema in QUANTIZED.values()}
+
+
+def op_schema(name: str) -> torch._C.FunctionSchema | None:
+    """The schema of the kernel a program calls by `name`: an ExecuTorch quantized out
+    variant's (which torch does not define), else torch's op's; None for an op torch does not
+    know. The compiler's checks read it here; the runtime keeps its own kernel table."""
+    if name in _QUANTIZED_OUTS:
+        return _QUANTIZED_OUTS[name]
+    op = torch_op(name)
+    return op._schema if op is not None else None
+
+
 @functools.cache
 def written_inputs(name: str) -> tuple[int, ...]:
     """Positions of the arguments other than outs that kernel `name` writes in place

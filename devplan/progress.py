@@ -9,7 +9,7 @@ from types import TracebackType
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from devplan.inspection.units import size_text
+from devplan.units import size_text
 
 
 class CompileProgress:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.difftext import change_lines, outcome, peak_text
-from devplan.inspection.units import exact_size_text, printable, size_text
+from devplan.units import exact_size_text, printable, size_text
 
 
 def compile_lines(summary: dict, constant_methods: list[str], written: str, external: str | None) -> list[str]:

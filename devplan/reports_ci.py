@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.diff import Change, Diff
 from devplan.inspection.difftext import change_label, change_values, outcome, peak_text, signed_size
-from devplan.inspection.units import printable, size_text
+from devplan.units import printable, size_text
 from devplan.reports import buffer_facts, buffer_name
 
 _MARK = {True: "✅ ok", False: "❌ FAIL"}

@@ -67,7 +67,7 @@ def _shrunk(diff) -> str:
     """The sizes that are smaller now than the golden records ('' if none): a passing check
     whose golden would otherwise go stale, letting the program grow back unnoticed."""
     from devplan.inspection.difftext import SIZED
-    from devplan.inspection.units import size_text
+    from devplan.units import size_text
 
     return "; ".join(f"{c.method + ' ' if c.method else ''}{c.subject} {c.fact} {size_text(c.a)} -> {size_text(c.b)}"
                      for c in diff.changes if c.fact in SIZED and not c.fails and c.b < c.a)

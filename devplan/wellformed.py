@@ -13,10 +13,9 @@ import functools
 import torch
 
 from devplan.ir.method import IntList, Method, OptionalTensorList, TensorList, Use
-from devplan.ops import ET_VIEW, TO_DEVICE, TO_HOST
+from devplan.ops import DIM_ORDER_OPS, ET_VIEW, NUMBER_NAMES, TO_DEVICE, TO_HOST, op_schema
 from devplan.ir.lowered import Lowered
 from devplan.ir.planned import PlannedMethod
-from devplan.runtime.kernels import DIM_ORDER, NUMBERS, schema_op
 from devplan.spec import Device, TensorSpec
 
 
@@ -129,9 +128,9 @@ def _reads_writes(method: Method, op: str, args: tuple[int, ...], delegate: int 
         return args[:1], args[1:]
     if op == ET_VIEW:
         return args[:2], args[2:]
-    if op in NUMBERS:
+    if op in NUMBER_NAMES:
         return args[:-1], args[-1:]
-    if op in DIM_ORDER:
+    if op in DIM_ORDER_OPS:
         return args[:-2], args[-2:]
     arguments, results = _schema(op)
     if arguments is None:
@@ -159,7 +158,7 @@ _KINDS = {"Tensor": (TensorSpec, Use), "Tensor?": (TensorSpec, Use, type(None)),
 
 @functools.lru_cache(maxsize=None)
 def _schema(op: str) -> tuple[tuple[torch._C.Argument, ...] | None, int]:
-    found = schema_op(op)
+    found = op_schema(op)
     if found is None:
         return None, 0
-    return tuple(found._schema.arguments), max(1, len(found._schema.returns))
+    return tuple(found.arguments), max(1, len(found.returns))

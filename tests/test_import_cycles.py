@@ -106,3 +106,19 @@ def test_tests_and_benchmarks_share_testbed_and_import_nothing_of_each_other():
             if other in _top_imports(path):
                 crossing.append(f"{name} imports {other}")
     assert not crossing, "; ".join(crossing)
+
+
+def test_the_compilers_checks_and_the_runtime_name_the_same_ops_apart():
+    """wellformed.py reads op names and schemas from ops.py, the runtime from its own kernel
+    table (the independent oracle): the two agree on every name both know."""
+    from devplan.ops import DIM_ORDER_OPS, NUMBER_NAMES, REGISTERED, op_schema
+    from devplan.runtime.kernels import DIM_ORDER, NUMBERS, schema_op
+
+    assert set(DIM_ORDER) == DIM_ORDER_OPS and set(NUMBERS) == NUMBER_NAMES
+    for name in sorted(REGISTERED):
+        runtime = schema_op(name)
+        assert (op_schema(name) is None) == (runtime is None), name
+        if runtime is not None:
+            assert op_schema(name) == runtime._schema, name
+    compiler_side = imports(_modules())["devplan.wellformed"]
+    assert not [m for m in compiler_side if m.startswith("devplan.runtime")], compiler_side

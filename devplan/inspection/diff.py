@@ -23,8 +23,8 @@ from devplan.inspection import inspect
 from devplan.inspection.difftext import diff_text
 from devplan.inspection.golden import golden_document, is_golden, placements, read_golden
 from devplan.inspection.sources import source_identity
-from devplan.inspection.units import natural_key, size_text
-from devplan.planning.budget import size_bytes
+from devplan.units import natural_key, size_text
+from devplan.units import size_bytes
 
 SCHEMA_VERSION = 1
 # counts reported, never failed (but with exact): one more scalar the emitter made, or one

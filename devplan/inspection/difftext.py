@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from devplan.inspection.units import exact_size_text, natural_key, size_text
+from devplan.units import exact_size_text, natural_key, size_text
 
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from devplan.errors import DevplanError
 from devplan.files import is_stdout, read_input
-from devplan.inspection.units import natural_key
+from devplan.units import natural_key
 
 SCHEMA_VERSION = 1
 # what a golden file says it is, under "document"; `format` is the program's format in every

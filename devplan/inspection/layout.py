@@ -14,7 +14,7 @@ from rich.console import Group
 from rich.text import Text
 
 from devplan.inspection.sources import top_module
-from devplan.inspection.units import size_text
+from devplan.units import size_text
 
 GLYPHS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 EMPTY = "·"

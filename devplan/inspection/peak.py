@@ -3,7 +3,7 @@ instruction, largest first, and how much of the peak each top-level module of th
 from __future__ import annotations
 
 from devplan.inspection.sources import top_module
-from devplan.inspection.units import natural_key
+from devplan.units import natural_key
 
 
 def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: dict[int, str]) -> dict:

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from devplan.inspection.layout import layout_chart
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
-from devplan.inspection.units import exact_size_text, size_text
+from devplan.units import exact_size_text, size_text
 
 
 

@@ -12,7 +12,7 @@ from html import escape
 
 from devplan.inspection.layout import band_size
 from devplan.inspection.sources import top_module
-from devplan.inspection.units import natural_key, size_text
+from devplan.units import natural_key, size_text
 
 WIDTH, HEIGHT = 760, 320           # plot area of one chart, in px
 LEFT, TOP, GAP = 80, 56, 140       # margins: byte labels, title, space between charts (axis, blocks, legend)

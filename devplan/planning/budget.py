@@ -2,16 +2,14 @@
 from __future__ import annotations
 
 import re
-from fractions import Fraction
 from typing import Mapping, Sequence
 
 from devplan.errors import BudgetExceeded, DevplanError
-from devplan.inspection.units import exact_size_text
+from devplan.units import exact_size_text, size_bytes
 from devplan.planning.bounds import peak
 from devplan.planning.model import Interval, split_groups
 from devplan.spec import Device
 
-UNITS = {"b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30}
 SHOWN_AT_PEAK = 5
 
 
@@ -28,15 +26,6 @@ def parse_budget(text: str) -> tuple[str, int]:
     if nbytes.denominator != 1:
         raise DevplanError(f"memory budget {text!r} is not a whole number of bytes")
     return match.group(1), int(nbytes)
-
-
-def size_bytes(text: str) -> Fraction | None:
-    """'512KiB', ' 1.5 MiB ', '1048576' -> bytes (possibly fractional, for the caller to
-    refuse in its own words); None when the text is not a size."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    if not match or match.group(2).lower() not in UNITS | {"": 1}:
-        return None
-    return Fraction(match.group(1)) * UNITS.get(match.group(2).lower(), 1)
 
 
 def checked_budgets(budgets: Mapping) -> dict[str, int]:

@@ -13,7 +13,7 @@ import torch
 import devplan
 from devplan.inspection.diff import LARGEST_SHOWN
 from devplan.inspection.golden import golden_document
-from devplan.inspection.units import exact_size_text
+from devplan.units import exact_size_text
 from tests.compile.test_cli import ROOT, assert_one_line_error
 from tests.inspect.runner import REPO, invoke, run_devplan
 from testbed.lowerings import executorch_lowered

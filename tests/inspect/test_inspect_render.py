@@ -12,7 +12,7 @@ from rich.console import Console
 import devplan
 from devplan.inspection.render import render
 from devplan.inspection.sections import SECTIONS
-from devplan.inspection.units import exact_size_text
+from devplan.units import exact_size_text
 from tests.inspect.lowered import NAMES
 
 CHART_ROW = re.compile(r"^\s*(\d+(?:\.\d+)?) (B|KiB|MiB) │(.*)$")

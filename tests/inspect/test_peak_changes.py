@@ -94,7 +94,7 @@ def test_failing_budget_names_what_its_peak_holds(tmp_path, pair):
 def test_every_failing_size_says_its_exact_bytes_one_way(tmp_path, pair):
     """check's buffer lines, check --golden's and diff's size changes and the pytest failure all
     write a size whose bytes matter as '36.2 KiB (37,068 bytes)'."""
-    from devplan.inspection.units import exact_size_text
+    from devplan.units import exact_size_text
 
     (old,), (new,) = (devplan.inspect(p)["methods"][0]["buffers"] for p in pair)
     grown = f"size: {exact_size_text(old['size'])} -> {exact_size_text(new['size'])}, +"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import devplan
-from devplan.inspection.units import exact_size_text
+from devplan.units import exact_size_text
 from devplan.backend import Backend
 from devplan.errors import DevplanError
 from devplan.passes.decompose import decompose

@@ -1,9 +1,23 @@
-"""Byte counts and names from files as people read them in a terminal."""
+"""Byte counts as people write them (--budget 1=512KiB, --max-memory 4GiB, a diff's
+--tolerance) and read them in a terminal, and names from files made safe to print. Torch-free:
+the CLI and the inspection side read it without loading a compiler."""
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB")
+# what a size given on the command line may be counted in, in any case
+UNITS = {"b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30}
+
+
+def size_bytes(text: str) -> Fraction | None:
+    """'512KiB', ' 1.5 MiB ', '1048576' -> bytes (possibly fractional, for the caller to
+    refuse in its own words); None when the text is not a size."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(2).lower() not in UNITS | {"": 1}:
+        return None
+    return Fraction(match.group(1)) * UNITS.get(match.group(2).lower(), 1)
 
 
 def size_text(nbytes: int, exact: bool = False) -> str:
