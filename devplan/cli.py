@@ -753,6 +753,15 @@ def main() -> None:
     sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != "--debug"]
     import signal
 
+    import shutil
+
+    piped = not sys.stdout.isatty() and not os.environ.get("FORCE_COLOR")
+    if piped or shutil.get_terminal_size().columns < 100:
+        # rich's help panels cut option names and their help ('--partitio…') below about 100
+        # columns, as in CI logs and pipes; click's own help wraps every line and cuts nothing
+        from typer import core
+
+        core.HAS_RICH = False
     if os.environ.get("NO_COLOR"):  # typer's help, like devplan's views (_console), then has no styles at all
         from typer import rich_utils  # (an `import typer.rich_utils` here would make typer local to main)
 

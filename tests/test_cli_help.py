@@ -49,7 +49,25 @@ def test_no_color_help_has_no_styles_at_all():
     """NO_COLOR (no-color.org): no bold or dim either, in a fresh process as the command runs."""
     from tests.inspect.runner import run_devplan
 
-    env = {**os.environ, "FORCE_COLOR": "1"}
+    env = {**os.environ, "FORCE_COLOR": "1", "COLUMNS": "120"}  # narrower, help is click's plain text
     assert "\x1b[1m" in run_devplan("inspect", "--help", env=env).stdout
     plain = run_devplan("inspect", "--help", env={**env, "NO_COLOR": "1"})
     assert plain.returncode == 0 and "\x1b[" not in plain.stdout and "--json" in plain.stdout
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_help_at_80_and_60_columns_shows_every_option_name_whole(width):
+    """In a CI log or a pipe (not a terminal) or a narrow terminal, help is click's wrapped
+    text: rich's panels cut option names and help below about 100 columns ('--partitio…')."""
+    import subprocess
+    import sys
+
+    for name in ("compile", "check", "run"):
+        shown = subprocess.run([sys.executable, "-m", "devplan", name, "--help"], capture_output=True, text=True,
+                               env={**os.environ, "COLUMNS": str(width)}).stdout
+        assert "…" not in shown and max(map(len, shown.splitlines())) <= width, shown
+        words = set(shown.replace(",", " ").replace("/", " ").split())
+        for param in COMMANDS[name].params:
+            if param.param_type_name == "option":
+                for option in (*param.opts, *param.secondary_opts):
+                    assert option in words, (name, option)
