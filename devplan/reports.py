@@ -5,7 +5,7 @@ terminal escape in one is shown escaped, never obeyed."""
 from __future__ import annotations
 
 from devplan.inspection.check import BufferCheck, GoldenCheck
-from devplan.inspection.difftext import change_lines, outcome, peak_text
+from devplan.inspection.difftext import cause_lines, change_lines, outcome, peak_text
 from devplan.units import exact_size_text, printable, size_text
 
 
@@ -48,7 +48,10 @@ def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: 
     if matched is not None:
         verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
         lines.append(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
-        lines.extend(change_lines(matched.diff) if matched.diff is not None else ())
+        if matched.diff is not None:
+            lines += [*cause_lines(matched.diff), *change_lines(matched.diff)]
+        if not matched.ok:  # how to accept the change, when it is meant
+            lines.append(f"  to accept this plan: devplan check {name} --golden {golden} --update")
     return [printable(line) for line in lines]
 
 

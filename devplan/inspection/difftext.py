@@ -24,8 +24,8 @@ _FACTS = {"size": "size", "lower_bound": "lower bound", "payload_size": "payload
 
 
 def diff_text(d) -> str:
-    """The verdict line, then the changes grouped by method."""
-    return "\n".join([verdict(d), *change_lines(d)]) + "\n"
+    """The verdict line, what caused it, then the changes grouped by method."""
+    return "\n".join([verdict(d), *cause_lines(d), *change_lines(d)]) + "\n"
 
 
 def verdict(d) -> str:
@@ -33,14 +33,31 @@ def verdict(d) -> str:
 
 
 def outcome(d) -> str:
-    """'the programs plan the same', with the changes allowed, or how many differences."""
-    allowed = f" (tolerance {d.tolerance})" if d.tolerance is not None else " (exact)" if d.exact else ""
+    """'the programs plan the same'; or the changes, all within what the comparison allows;
+    or how many differences, and how many changes beside them it allows."""
+    rule = f" (tolerance {d.tolerance})" if d.tolerance is not None else " (exact)" if d.exact else ""
     failing = sum(change.fails for change in d.changes)
+    allowed = len(d.changes) - failing
     if not d.changes:
         return "the programs plan the same"
     if not failing:
-        return f"the programs plan the same; {_count(len(d.changes), 'change')} allowed{allowed}"
-    return f"{_count(failing, 'difference')}{allowed}"
+        return f"{_count(allowed, 'change')}, each within what the comparison allows{rule}"
+    return f"{_count(failing, 'difference')}" + (f", and {_count(allowed, 'change')} allowed" if allowed else "") + rule
+
+
+def cause_lines(d) -> list[str]:
+    """What a reviewer acts on, before the numbers: per buffer whose peak changed, the blocks
+    that grew most and where the peak is now ('cause: blocks.0 +32.0 KiB; peak at #1 ...')."""
+    lines = []
+    for change in d.changes:
+        if change.fact != "peak":
+            continue
+        grew = [m for m in change.detail["modules"] if m["b"] != m["a"]][:2]
+        blocks = ", ".join(f"{m['module']} {signed_size(m['b'] - m['a'])}" for m in grew)
+        where = f"{change.subject}" + (f" of method {change.method}" if change.method else "")
+        lines.append(f"  cause: {where}: {blocks + '; ' if blocks else ''}its peak at {where_peak(change.b)}, "
+                     f"{size_text(change.a['bytes'])} -> {size_text(change.b['bytes'])}")
+    return _wrapped(lines)
 
 
 def change_lines(d) -> list[str]:
@@ -50,8 +67,12 @@ def change_lines(d) -> list[str]:
             heading = change.method
             lines.append(f"method {heading}")
         lines += _lines(change)
-    # long operator lists wrap under their change rather than run past 80 columns, never
-    # between a number and its unit
+    return _wrapped(lines)
+
+
+def _wrapped(lines: list[str]) -> list[str]:
+    """Long lines (operator lists, sources) wrap under their first rather than run past 80
+    columns, never between a number and its unit."""
     return [part.replace(_UNIT_SPACE, " ") for line in lines
             for part in textwrap.wrap(_SIZE.sub(rf"\1{_UNIT_SPACE}\2", line), 80, subsequent_indent=_INDENT,
                                       break_on_hyphens=False)]

@@ -63,7 +63,7 @@ def test_a_ptd_program_runs_on_both_runtimes_as_the_inline_program(tmp_path):
     expected = _executorch(inline, None, [x])
     assert read_pte(pte).program.constantSegment.offsets.tolist() == [0]  # no weight in the program
     for got in (_executorch(pte, ptd, [x]), run(pte, [x], data=ptd)[0]):
-        assert len(got) == len(expected) and all(torch.allclose(g, e) for g, e in zip(got, expected))
+        assert len(got) == len(expected) and all(torch.allclose(g, e, atol=1e-6) for g, e in zip(got, expected))  # torch's kernels and ExecuTorch's round apart
 
 
 def test_a_transformers_model_runs_with_its_ptd(tmp_path):

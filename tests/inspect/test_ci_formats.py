@@ -53,7 +53,7 @@ def test_markdown_names_the_module_that_grew(widened):
         assert result.exit_code == 1, result.output
         text = result.stdout
         heading = text.splitlines()[0]
-        assert heading.startswith("### devplan ") and heading.endswith((": FAIL", ": 3 differences")), heading
+        assert heading.startswith("### devplan ") and (heading.endswith(": FAIL") or ": 3 differences" in heading), heading
         assert "**What grew in forward buffer 1 (cpu)**: 10.0 KiB (10,240 bytes) -> 18.0 KiB" in text
         assert "| wide.0 | 8.0 KiB | 16.0 KiB | +8.0 KiB |" in text
         assert "| ❌ FAIL | forward | buffer 1 (cpu) size | 10.0 KiB (10,240 bytes) -> 18.0 KiB (18,432 bytes)" in text

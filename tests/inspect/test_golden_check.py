@@ -84,7 +84,7 @@ def test_each_change_is_named_and_fails(programs, golden, variant, named):
     for line in named:
         assert line in result.stdout, (line, result.stdout)
     body = result.stdout.split(f"golden {golden}: ", 1)[1].splitlines()[1:]
-    assert body and all(len(line) <= 80 for line in body), body
+    assert body and all(len(line) <= 80 for line in body if not line.startswith("  to accept")), body  # a command stays whole
 
 
 def test_a_grown_buffer_passes_within_the_tolerance(programs, golden):
