@@ -60,12 +60,27 @@ class Partitioner:
     def make(self):
         module = import_module(self.module, self.label)
         factory = getattr(module, self.cls, None)
-        if not callable(factory):
+        if factory is None:
             raise DevplanError(f"{self.label}: {self.module} has no partitioner class {self.cls}")
+        _refuse_non_partitioner(factory, f"{self.label}: {self.module}.{self.cls}")
         try:
             return factory(**json.loads(self.kwargs))
-        except Exception as error:  # the user's partitioner: its failure is bad input, not devplan's bug
+        # the user's partitioner: its failure is bad input, not devplan's bug; a SystemExit from
+        # its constructor would otherwise end devplan with exit 0 and the old output in place
+        except (Exception, SystemExit) as error:
             raise DevplanError(f"{self.label}: {self.module}.{self.cls}(**{self.kwargs}) failed: {first_line(error)}") from None
+
+
+def _refuse_non_partitioner(factory, where: str) -> None:
+    """Refuse, before calling it, what is not a class whose instances partition: any other
+    callable (sys:exit, os:system) would run with the user's keyword arguments and do whatever
+    it does instead of partitioning."""
+    if not isinstance(factory, type):
+        raise DevplanError(f"{where} is not a class but a {type(factory).__name__}; name an ExecuTorch partitioner "
+                           f"class (a subclass of executorch.exir.backend.partitioner.Partitioner)")
+    if not callable(getattr(factory, "partition", None)):
+        raise DevplanError(f"{where} has no partition method, so it is not a partitioner; name an ExecuTorch "
+                           f"partitioner class (a subclass of executorch.exir.backend.partitioner.Partitioner)")
 
 
 def lower_to_backends(ep: torch.export.ExportedProgram, delegates: tuple[Backend | Partitioner, ...]
