@@ -406,8 +406,10 @@ def _name_value(text: str, option: str, parse):
 
 def _constant(text: str):
     """A constant method's value as JSON (7, 1.5, true, [1, 2], "text"), or else the text itself."""
+    from devplan.jsontext import loads
+
     try:
-        return json.loads(text)
+        return loads(text, f"--constant-method {text[:40]}")
     except ValueError:
         return text
 
@@ -415,9 +417,11 @@ def _constant(text: str):
 def _metadata(path: Path) -> dict:
     from devplan.files import read_input
 
+    from devplan.jsontext import loads
+
     text = read_input(path, limit=1 << 20, hint="pass a JSON file of constant methods")
     try:
-        found = json.loads(text)
+        found = loads(text, f"--metadata {path}")
     except ValueError as error:
         raise DevplanError(f"--metadata {path}: not JSON ({error}); write an object of NAME: VALUE") from None
     if not isinstance(found, dict):

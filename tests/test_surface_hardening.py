@@ -41,3 +41,27 @@ def test_a_partitioner_that_is_no_partitioner_class_is_refused_before_it_is_call
     out = tmp_path / "m.pte"
     _one_line(invoke("compile", str(MLP), "-o", str(out), "--partitioner", spec), spec, needle)
     assert not out.exists()
+
+
+# item 5: JSON nested deeper than devplan reads is refused in one line, not a RecursionError
+
+_DEEP = "[" * 5_000 + "]" * 5_000  # 10 KB of brackets
+
+
+@pytest.mark.parametrize("where", ["--metadata", "--constant-method", "--partitioner"])
+def test_deeply_nested_json_options_are_refused_in_one_line(where, tmp_path):
+    meta = tmp_path / "meta.json"
+    meta.write_text('{"m": ' + _DEEP + "}")
+    given = {"--metadata": [str(meta)], "--constant-method": [f"m={_DEEP}"],
+             "--partitioner": ['tests.partitioners:AddsTo:{"a": ' + _DEEP + "}"]}[where]
+    result = invoke("compile", str(MLP), "-o", str(tmp_path / "m.pte"), where, *given)
+    _one_line(result, where, "nested deeper than")
+
+
+def test_json_nesting_is_measured_outside_strings():
+    from devplan.jsontext import loads
+
+    assert loads('{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\" {"}', "x") == {
+        "a": "[" * 74 + '" {'}
+    with pytest.raises(DevplanError, match=r"^x: JSON nested deeper than \d+ levels"):
+        loads(_DEEP, "x")

@@ -16,6 +16,7 @@ from devplan.backend import Backend
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.ir.lowered import ForeignCall
+from devplan.jsontext import loads
 from devplan.pte.writer import SEGMENT_ALIGNMENT
 
 # --backend NAME: the partitioner ExecuTorch ships for it
@@ -51,7 +52,7 @@ class Partitioner:
             raise DevplanError(f"--partitioner {text!r}: write MODULE:CLASS[:JSON_KWARGS], e.g. "
                                f"{KNOWN['xnnpack']}; or --backend with one of: {', '.join(KNOWN)}")
         try:
-            if not isinstance(json.loads(kwargs or "{}"), dict):
+            if not isinstance(loads(kwargs or "{}", f"--partitioner {text[:60]!r}"), dict):
                 raise ValueError("not an object")
         except ValueError as error:
             raise DevplanError(f"--partitioner {text!r}: its keyword arguments must be a JSON object ({error})") from None
