@@ -65,3 +65,74 @@ def test_json_nesting_is_measured_outside_strings():
         "a": "[" * 74 + '" {'}
     with pytest.raises(DevplanError, match=r"^x: JSON nested deeper than \d+ levels"):
         loads(_DEEP, "x")
+
+
+# item 3d: a method of a million values is refused as ExecuTorch's runtime refuses it
+
+def _export_add():
+    import torch
+
+    class Add(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    return torch.export.export(Add(), (torch.ones(2),))
+
+
+def _wide_constant_method(outputs: int) -> bytes:
+    """A program whose constant method m returns `outputs` ints: every value one table shared
+    by offset (a FlatBuffer may point at one table many times), so it packs in a second where
+    devplan's compile of as many items takes minutes."""
+    import devplan
+    from devplan.pte import read_pte
+    from devplan.pte.fb.EValue import EValueT
+    from devplan.pte.writer import dumps_pte
+
+    pte = read_pte(devplan.compile(_export_add(), constant_methods={"m": [1, 2]}).data)
+    (plan,) = [p for p in pte.program.executionPlan if p.name == b"m"]
+
+    class Shared(EValueT):
+        def Pack(self, builder):  # once; every later element points at the same table
+            if not hasattr(self, "packed"):
+                self.packed = super().Pack(builder)
+            return self.packed
+
+    shared = Shared()
+    shared.valType, shared.val = plan.values[0].valType, plan.values[0].val
+    plan.values, plan.outputs = [shared] * outputs, list(range(outputs))
+    return dumps_pte(pte.program, [bytes(segment) for segment in pte.segments])
+
+
+def test_a_method_of_a_million_values_is_refused_at_once_as_executorch_refuses_it(tmp_path):
+    """ExecuTorch's runtime verifies a program with FlatBuffers' verifier, which refuses more
+    than 1,000,000 tables (each value is two: the EValue and its Int). devplan's inspect took a
+    minute and 700 MB on a million values; it now refuses at the vector, before walking it (from
+    500,001 values on, it refuses once its walk has counted the tables)."""
+    import time
+
+    from devplan.pte import read_pte
+    from devplan.pte.verify import MAX_TABLES
+
+    wide = tmp_path / "wide.pte"
+    wide.write_bytes(_wide_constant_method(MAX_TABLES))
+    started = time.monotonic()
+    with pytest.raises(DevplanError, match=r"more than 1000000 tables.*ExecuTorch's runtime refuses"):
+        read_pte(wide)
+    assert time.monotonic() - started < 2
+    for command in (("inspect", str(wide)), ("run", str(wide), "--method", "m")):
+        _one_line(invoke(*command), str(wide), "tables")
+    runtime = pytest.importorskip("executorch.runtime")
+    with pytest.raises(RuntimeError, match="Failed to load program"):
+        runtime.Runtime.get().load_program(str(wide))
+    fewer = _wide_constant_method(1000)  # the same shape within the bound reads and runs
+    from devplan.runtime import run
+
+    assert run(fewer, [], method="m")[0] == [1] * 1000 and len(read_pte(fewer).program.executionPlan) == 2
+
+
+def test_a_constant_method_too_long_for_executorch_is_refused_before_it_is_compiled():
+    import devplan
+    from devplan.pte.verify import MAX_TABLES
+
+    with pytest.raises(DevplanError, match=r"constant method m: 500000 items.*ExecuTorch's runtime"):
+        devplan.compile(_export_add(), constant_methods={"m": [1] * (MAX_TABLES // 2)})
