@@ -136,3 +136,30 @@ def test_a_constant_method_too_long_for_executorch_is_refused_before_it_is_compi
 
     with pytest.raises(DevplanError, match=r"constant method m: 500000 items.*ExecuTorch's runtime"):
         devplan.compile(_export_add(), constant_methods={"m": [1] * (MAX_TABLES // 2)})
+
+
+# item 3a: a .ptd key the program reads as a tensor must say it is one
+
+def _ptd_pair(tmp_path: Path) -> tuple[Path, Path]:
+    import devplan
+
+    pte, ptd = tmp_path / "p.pte", tmp_path / "p.ptd"
+    devplan.compile(MLP, pte, external_constants=ptd)
+    return pte, ptd
+
+
+def test_a_ptd_entry_without_a_tensor_layout_under_a_tensors_key_is_refused(tmp_path):
+    """ExecuTorch's runtime crashed (SIGSEGV) on such a key where devplan ran it."""
+    from devplan.pte import read_pte
+    from devplan.pte.ptd import ptd_image, read_ptd
+
+    pte, ptd = _ptd_pair(tmp_path)
+    data = read_ptd(ptd)
+    first, *rest = data.entries.values()
+    bare = tmp_path / "bare.ptd"
+    bare.write_bytes(bytes(ptd_image([first._replace(layout=None), *rest], [bytes(s) for s in data.segments])))
+    with pytest.raises(DevplanError, match=rf"^{bare}: key {first.key!r} holds bytes with no tensor layout"):
+        read_pte(pte, data=bare)
+    for command in ("run", "inspect", "check"):
+        _one_line(invoke(command, str(pte), "--data", str(bare)), str(bare), first.key, "no tensor layout")
+    assert invoke("run", str(pte), "--data", str(ptd)).exit_code == 0

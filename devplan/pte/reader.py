@@ -220,7 +220,10 @@ def _with_data(pte: PteFile, ptd: PtdFile) -> PteFile:
             t = value.val
             shape, dim_order = tuple(ints(t.sizes)), tuple(ints(t.dimOrder))
             wanted = f"{dtypes.name_of(t.scalarType)}{list(shape)}"
-            if entry.layout is not None and entry.layout != (t.scalarType, shape, dim_order):
+            if entry.layout is None:  # ExecuTorch's runtime reads the layout it lacks and crashes
+                raise DevplanError(f"{ptd.name}: key {key!r} holds bytes with no tensor layout (named data) but "
+                                   f"{where} is the tensor {wanted}; pass the .ptd written with this program")
+            if entry.layout != (t.scalarType, shape, dim_order):
                 raise DevplanError(f"{ptd.name}: key {key!r} is {entry.layout.text()} (dim order "
                                    f"{list(entry.layout.dim_order)}) but {where} is {wanted} (dim order "
                                    f"{list(dim_order)}); pass the .ptd written with this program")
