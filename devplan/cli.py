@@ -361,9 +361,10 @@ def compile_command(
              "partitioner": (Partitioner.parse_class, partitioner)}
     backends = [make(text) for name in _given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()]
     budgets = dict(parse_budget(text) for text in budget or ())
-    methods = dict(_name_value(text, "--method", Path) for text in method or ())
+    methods = _named_once([_name_value(text, "--method", Path) for text in method or ()], "--method")
     constants = {**(_metadata(metadata) if metadata is not None else {}),
-                 **dict(_name_value(text, "--constant-method", _constant) for text in constant_method or ())}
+                 **_named_once([_name_value(text, "--constant-method", _constant) for text in constant_method or ()],
+                               "--constant-method")}
     for path in (model, *methods.values()):
         check_input(path)  # a .pte given as the model is told so, not that -o would overwrite it
     target = output if output is not None else model.with_suffix(".pte")
@@ -404,6 +405,17 @@ def _name_value(text: str, option: str, parse):
     return name, parse(value)
 
 
+def _named_once(pairs: list, option: str) -> dict:
+    """NAME=VALUE pairs as a dict, refusing a NAME given twice: a dict would silently keep the
+    last, and a program of two methods alike is one ExecuTorch's runtime reads otherwise."""
+    named: dict = {}
+    for name, value in pairs:
+        if name in named:
+            raise DevplanError(f"{option} {name} given twice; give each method once, under a name of its own")
+        named[name] = value
+    return named
+
+
 def _constant(text: str):
     """A constant method's value as JSON (7, 1.5, true, [1, 2], "text"), or else the text itself."""
     from devplan.jsontext import loads
@@ -414,6 +426,16 @@ def _constant(text: str):
         return text
 
 
+def _unique_keys(path: Path, pairs: list) -> dict:
+    """A JSON object of --metadata, refusing a key given twice (json would keep the last)."""
+    seen: set = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise DevplanError(f"--metadata {path}: {key} given twice; give each constant method once")
+        seen.add(key)
+    return dict(pairs)
+
+
 def _metadata(path: Path) -> dict:
     from devplan.files import read_input
 
@@ -421,7 +443,7 @@ def _metadata(path: Path) -> dict:
 
     text = read_input(path, limit=1 << 20, hint="pass a JSON file of constant methods")
     try:
-        found = loads(text, f"--metadata {path}")
+        found = loads(text, f"--metadata {path}", object_pairs_hook=functools.partial(_unique_keys, path))
     except ValueError as error:
         raise DevplanError(f"--metadata {path}: not JSON ({error}); write an object of NAME: VALUE") from None
     if not isinstance(found, dict):

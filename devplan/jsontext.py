@@ -24,11 +24,12 @@ def depth(text: str) -> int:
     return deepest
 
 
-def loads(text: str | bytes, what: str):
-    """json.loads(text), refusing as `what` a text nested deeper than MAX_DEPTH before it is
-    parsed; what is not JSON stays json's ValueError, which each caller words for its option."""
+def loads(text: str | bytes, what: str, **options):
+    """json.loads(text, **options), refusing as `what` a text nested deeper than MAX_DEPTH
+    before it is parsed; what is not JSON stays json's ValueError, which each caller words for
+    its option."""
     decoded = text.decode("utf-8", errors="surrogateescape") if isinstance(text, bytes) else text
     if depth(decoded) > MAX_DEPTH:
         raise DevplanError(f"{what}: JSON nested deeper than {MAX_DEPTH} levels, which devplan reads; "
                            f"write flat values (a constant method is a scalar or a list of them)")
-    return json.loads(text)
+    return json.loads(text, **options)

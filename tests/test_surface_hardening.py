@@ -163,3 +163,50 @@ def test_a_ptd_entry_without_a_tensor_layout_under_a_tensors_key_is_refused(tmp_
     for command in ("run", "inspect", "check"):
         _one_line(invoke(command, str(pte), "--data", str(bare)), str(bare), first.key, "no tensor layout")
     assert invoke("run", str(pte), "--data", str(ptd)).exit_code == 0
+
+
+# item 3b: duplicate method names
+
+def _renamed(data: bytes, old: bytes, new: bytes) -> bytes:
+    """The program with method `old` renamed `new` (as long), through its object tables."""
+    from devplan.pte import read_pte
+    from devplan.pte.writer import dumps_pte
+
+    pte = read_pte(data)
+    for plan in pte.program.executionPlan:
+        if plan.name == old:
+            plan.name = new
+    return dumps_pte(pte.program, [bytes(segment) for segment in pte.segments])
+
+
+@pytest.mark.parametrize("twin", [b"get_eos_ids", b"forward"])
+def test_a_program_with_two_methods_of_one_name_is_refused_when_read(twin, tmp_path):
+    """devplan took the last of two methods named alike, ExecuTorch's runtime the first."""
+    import devplan
+    from devplan.pte import read_pte
+
+    data = devplan.compile(_export_add(), constant_methods={"get_eos_ids": [1, 2], "get_eos_idz": "hello"}).data
+    twins = tmp_path / "twins.pte"
+    twins.write_bytes(_renamed(data, b"get_eos_idz" if twin == b"get_eos_ids" else b"get_eos_ids", twin))
+    with pytest.raises(DevplanError, match=rf"^{twins}: methods \d and \d are both named {twin.decode()!r}"):
+        read_pte(twins)
+    for command in (("inspect", str(twins)), ("run", str(twins), "--method", twin.decode())):
+        _one_line(invoke(*command), str(twins), "both named")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--method", "a=X.pt2", "--method", "a=Y.pt2"], "--method a given twice"),
+    (["--method", "forward=X.pt2"], "forward"),
+    (["--method", "a=X.pt2", "--constant-method", "a=1"], "given both as a program and as a constant method"),
+    (["--constant-method", "a=1", "--constant-method", "a=2"], "--constant-method a given twice"),
+    (["--metadata", "twice.json"], "twice.json: a given twice"),
+])
+def test_compile_refuses_two_methods_of_one_name(args, needle, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    torch.export.save(_export_add(), tmp_path / "X.pt2")
+    torch.export.save(_export_add(), tmp_path / "Y.pt2")
+    (tmp_path / "twice.json").write_text('{"a": 1, "a": 2}')
+    _one_line(invoke("compile", "X.pt2", "-o", "out.pte", *args), needle)
+    assert not (tmp_path / "out.pte").exists()

@@ -308,6 +308,20 @@ def _check_references(pte: PteFile) -> None:
     for plan_index, plan in enumerate(program.executionPlan or []):
         for delegate_index in range(len(plan.delegates or [])):
             pte.delegate_payload(plan_index, delegate_index)
+    _check_method_names(program, name)
+
+
+def _check_method_names(program: ProgramT, name: str) -> None:
+    """Two methods of one name are refused: ExecuTorch's runtime loads the first, and every
+    reader here that looks a method up by name would find another. Names compare as the
+    file's bytes, so two names that decode alike stay apart."""
+    first: dict = {}
+    for index, plan in enumerate(program.executionPlan or []):
+        key = bytes(plan.name or b"") if not isinstance(plan.name, str) else plan.name.encode()
+        if key in first:
+            raise DevplanError(f"{name}: methods {first[key]} and {index} are both named {text(plan.name)!r}; "
+                               f"ExecuTorch's runtime would load only the first; {_DAMAGED}")
+        first[key] = index
 
 
 def text(value) -> str:
