@@ -210,3 +210,62 @@ def test_compile_refuses_two_methods_of_one_name(args, needle, tmp_path, monkeyp
     (tmp_path / "twice.json").write_text('{"a": 1, "a": 2}')
     _one_line(invoke("compile", "X.pt2", "-o", "out.pte", *args), needle)
     assert not (tmp_path / "out.pte").exists()
+
+
+# item 3c: keys and method names are the file's bytes, not text decoded with replacement
+
+def _external_pair_with_key_tail(tmp_path: Path, program_tail: bytes, data_tail: bytes) -> tuple[Path, Path]:
+    """The MLP's program and .ptd with the first weight's key ending in other bytes in each."""
+    from devplan.pte import read_pte
+    from devplan.pte.ptd import ptd_image, read_ptd
+    from devplan.pte.writer import dumps_pte
+
+    pte_path, ptd_path = _ptd_pair(tmp_path)
+    pte, ptd = read_pte(pte_path), read_ptd(ptd_path)
+    first, *rest = ptd.entries.values()
+    for plan in pte.program.executionPlan:
+        for value in plan.values:
+            info = getattr(value.val, "extraTensorInfo", None)
+            if info is not None and info.fullyQualifiedName == first.key.encode():
+                info.fullyQualifiedName = first.key.encode() + program_tail
+    program, data = tmp_path / "keyed.pte", tmp_path / "keyed.ptd"
+    program.write_bytes(dumps_pte(pte.program, [bytes(segment) for segment in pte.segments]))
+    renamed = first._replace(key=first.key.encode() + data_tail)
+    data.write_bytes(bytes(ptd_image([renamed, *rest], [bytes(segment) for segment in ptd.segments])))
+    return program, data
+
+
+def test_keys_of_other_invalid_utf8_bytes_do_not_match(tmp_path):
+    """'layers.0.weight\\xff' in the program and '...\\xfe' in the .ptd decoded alike (U+FFFD)
+    and devplan ran the pair; ExecuTorch's runtime compares bytes and refuses it."""
+    import torch
+
+    from devplan.pte import read_pte
+    from devplan.runtime import run
+
+    program, data = _external_pair_with_key_tail(tmp_path, b"\xff", b"\xfe")
+    with pytest.raises(DevplanError, match=r"the external weight 'layers\.0\.weight\\udcff', which .* does not hold"):
+        read_pte(program, data=data)
+    _one_line(invoke("run", str(program), "--data", str(data)), str(data), "does not hold")
+    runtime = pytest.importorskip("executorch.runtime")
+    with pytest.raises(RuntimeError, match="Failed to load method forward"):
+        runtime.Runtime.get().load_program(str(program), data_path=str(data)).load_method("forward")
+    # the same bytes on both sides are the same key, in both runtimes
+    program, data = _external_pair_with_key_tail(tmp_path, b"\xff", b"\xff")
+    (x,) = torch.export.load(MLP).example_inputs[0]
+    got = run(program, [x], data=data)[0]
+    want = runtime.Runtime.get().load_program(str(program), data_path=str(data)).load_method("forward").execute([x])
+    assert torch.allclose(got[0], want[0], atol=1e-5)
+
+
+def test_a_method_name_of_invalid_utf8_is_refused_as_executorchs_runtime_refuses_it(tmp_path):
+    """ExecuTorch's runtime (its Python API) fails to load such a program (UnicodeDecodeError)."""
+    import devplan
+
+    data = _renamed(devplan.compile(_export_add(), constant_methods={"name": "x"}).data, b"name", b"na\xffme")
+    odd = tmp_path / "odd.pte"
+    odd.write_bytes(data)
+    _one_line(invoke("inspect", str(odd)), str(odd), "method 1", "not UTF-8")
+    runtime = pytest.importorskip("executorch.runtime")
+    with pytest.raises(UnicodeDecodeError):
+        runtime.Runtime.get().load_program(str(odd))

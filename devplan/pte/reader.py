@@ -14,7 +14,7 @@ from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.fb.TensorDataLocation import TensorDataLocation
 from devplan.pte.header import HEADER_OFFSET, ExtendedHeader, check_container
-from devplan.pte.ptd import PtdFile, read_ptd
+from devplan.pte.ptd import PtdFile, key_text, read_ptd
 from devplan.pte.unpack import unpack_program
 from devplan.pte import xnnpack
 from devplan.pte.verify import verify_program
@@ -242,7 +242,7 @@ def delegate_data_outside(pte: PteFile) -> dict[str, str]:
     """The named data ExecuTorch's XNNPACK delegates read that the program does not hold (kept
     in a .ptd), each key with the first delegate that reads it."""
     def collect() -> dict[str, str]:
-        held = {text(entry.key) for entry in pte.program.namedData or ()}
+        held = {key_text(entry.key) for entry in pte.program.namedData or ()}
         outside: dict[str, str] = {}
         for p, plan in enumerate(pte.program.executionPlan or ()):
             for d, delegate in enumerate(plan.delegates or ()):
@@ -260,7 +260,7 @@ def external_key(tensor) -> str | None:
     info = getattr(tensor, "extraTensorInfo", None)
     if info is None or info.location != TensorDataLocation.EXTERNAL or tensor.allocationInfo is not None:
         return None
-    return text(info.fullyQualifiedName)
+    return key_text(info.fullyQualifiedName)
 
 
 def _segments(program: ProgramT, data: bytes | memoryview, header: ExtendedHeader | None,
@@ -313,11 +313,16 @@ def _check_references(pte: PteFile) -> None:
 
 def _check_method_names(program: ProgramT, name: str) -> None:
     """Two methods of one name are refused: ExecuTorch's runtime loads the first, and every
-    reader here that looks a method up by name would find another. Names compare as the
-    file's bytes, so two names that decode alike stay apart."""
+    reader here that looks a method up by name would find another. So is a name that is not
+    UTF-8, which would otherwise read as text with replacement characters."""
     first: dict = {}
     for index, plan in enumerate(program.executionPlan or []):
         key = bytes(plan.name or b"") if not isinstance(plan.name, str) else plan.name.encode()
+        try:  # ExecuTorch's runtime (its Python API) fails to load a program whose names are not
+            key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DevplanError(f"{name}: method {index} is named {key!r}, which is not UTF-8 (ExecuTorch's runtime "
+                               f"refuses the program); {_DAMAGED}") from None
         if key in first:
             raise DevplanError(f"{name}: methods {first[key]} and {index} are both named {text(plan.name)!r}; "
                                f"ExecuTorch's runtime would load only the first; {_DAMAGED}")

@@ -16,6 +16,7 @@ import struct
 from flatbuffers.table import Table
 
 from devplan.errors import DevplanError
+from devplan.pte.ptd import key_text
 from devplan.pte.verify import XNN_GRAPH_TABLES, verify_xnn_graph, vtable_entry
 
 BACKEND_ID = "XnnpackBackend"
@@ -46,6 +47,6 @@ def named_keys(payload: bytes | memoryview) -> tuple[str, ...]:
     for index in range(root.VectorLen(slot)):
         entry = Table(graph, root.Indirect(start + 4 * index))
         key = entry.Offset(_NAMED_KEY)
-        if key and (name := entry.String(key + entry.Pos).decode(errors="replace")):
+        if key and (name := key_text(entry.String(key + entry.Pos))):
             keys.append(name)
     return tuple(keys)
