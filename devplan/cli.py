@@ -210,10 +210,15 @@ def _program(path: Path, data: Path | None = None):
 def _read_noting_external(path: Path, data: Path | None):
     """The program read, and on stderr one line when its weights are outside it and no .ptd
     was given: check and diff never need them."""
-    from devplan.inspection.document import external_note
     from devplan.pte import read_pte
 
-    pte = read_pte(_program(path, data))
+    return _noting_external(read_pte(_program(path, data)))
+
+
+def _noting_external(pte):
+    """`pte`, once one line on stderr has said when its weights are outside it and no .ptd was given."""
+    from devplan.inspection.document import external_note
+
     note = external_note(pte)
     if note is not None:
         typer.echo(f"note: {note}", err=True)
@@ -495,7 +500,7 @@ def check_command(
     its lower bound; each device a --budget names, against the total of its buffers, those
     its delegates plan there included. With --golden, the program is also compared with its
     golden file (--update writes it)."""
-    from devplan.files import refuse_overwrite
+    from devplan.files import is_stdout, refuse_overwrite
     from devplan.inspection.check import check, check_document, check_golden
     from devplan.planning import parse_budget
 
@@ -503,6 +508,8 @@ def check_command(
         raise DevplanError(f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json")
     if update:  # the .ptd holds the program's weights: only a recompile would bring them back
         refuse_overwrite(golden, [program, data], "--golden")
+    elif str(golden) == str(program) == "-":
+        raise DevplanError("-: standard input can be read once; pass the program or the --golden file as a file")
     source = _read_noting_external(program, data)
     checks = check(source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
                    method=method)
@@ -510,13 +517,15 @@ def check_command(
                if golden is not None else None)
     name = source.name if str(program) == "-" else program.name
     report = check_document(name, checks, matched)
+    # a golden file written to standard output leaves it no room for the report, which goes to stderr
+    to_stderr = update and is_stdout(golden)
     if json_output:
-        _echo_json(report)
+        _echo_json(report, err=to_stderr)
     else:
         from devplan.reports import check_lines
 
         for line in check_lines(checks, matched, str(golden), name):
-            typer.echo(line)
+            typer.echo(line, err=to_stderr)
     if not report["ok"]:
         raise typer.Exit(EXIT_FAILED)
 
@@ -565,9 +574,25 @@ def _diff_side(path: Path, data: Path | None):
     weights are outside it and no .ptd was given)."""
     from devplan.inspection.diff import looks_like_golden
 
-    if str(path) != "-" and looks_like_golden(path):
+    if str(path) == "-":
+        return _stdin_side(data)
+    if looks_like_golden(path):
         return path
     return _read_noting_external(path, data)
+
+
+def _stdin_side(data: Path | None):
+    """- as diff reads it: a golden file's JSON (as `check --golden - --update` writes it) or a
+    program, told apart by their first byte."""
+    from devplan.files import STDIO, read_input
+    from devplan.inspection.golden import parse_golden
+    from devplan.pte import read_pte
+    from devplan.pte.reader import MAX_PROGRAM_BYTES
+
+    piped = read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program or a golden file")
+    if piped.lstrip()[:1] == b"{":
+        return parse_golden(piped, "<stdin>", "write it with `devplan check PROGRAM.pte --golden - --update`")
+    return _noting_external(read_pte(piped, name="<stdin>", data=data))
 
 
 @app.command("run", cls=_Command)

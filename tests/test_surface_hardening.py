@@ -269,3 +269,75 @@ def test_a_method_name_of_invalid_utf8_is_refused_as_executorchs_runtime_refuses
     runtime = pytest.importorskip("executorch.runtime")
     with pytest.raises(UnicodeDecodeError):
         runtime.Runtime.get().load_program(str(odd))
+
+
+# item 6: golden files are read strictly, and - is standard input for reading as for writing
+
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def _golden_edited(edit) -> str:
+    import json
+
+    doc = json.loads((GOLDEN / "two_io_cuda.golden.json").read_text())
+    edit(doc)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("case, edit, needle", [
+    ("method twice", lambda d: d["methods"].append(d["methods"][0]), "method 'forward' is listed twice"),
+    ("file.external", lambda d: d["file"].update(external={"keys": 1}), 'file has an unknown field "external"'),
+    ("method constants", lambda d: d["methods"][0].update(constants=1),
+     'methods[0] has an unknown field "constants"'),
+    ("peak field", lambda d: d["methods"][0]["buffers"][0].update(peak={"bytes": 1, "extra": 2}),
+     'methods[0].buffers[0].peak has an unknown field "extra"'),
+])
+def test_a_golden_file_with_a_method_twice_or_an_unknown_field_is_refused(case, edit, needle, tmp_path):
+    import jsonschema
+    import json
+
+    golden = tmp_path / "odd.golden.json"
+    golden.write_text(_golden_edited(edit))
+    _one_line(invoke("diff", str(golden), str(golden)), f"{golden}: not a valid golden file", needle)
+    schema = json.loads((ROOT / "docs" / "schemas" / "golden.schema.json").read_text())
+    if case != "method twice":  # the schema says which fields exist
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(json.loads(golden.read_text()), schema)
+
+
+def test_a_golden_file_with_a_key_twice_is_refused(tmp_path):
+    golden = tmp_path / "twice.golden.json"
+    text = (GOLDEN / "two_io_cuda.golden.json").read_text()
+    golden.write_text(text.replace('"schema_version": 1', '"schema_version": 1, "schema_version": 1'))
+    _one_line(invoke("diff", str(golden), str(golden)), str(golden), "schema_version", "twice")
+
+
+def test_golden_dash_reads_standard_input_as_update_dash_writes_standard_output(tmp_path):
+    import json
+
+    from tests.compile.test_cli import devplan as devplan_cli
+
+    program = tmp_path / "m.pte"
+    assert invoke("compile", str(MLP), "-o", str(program)).exit_code == 0
+    written = subprocess_check(devplan_cli, ["check", str(program), "--golden", "-", "--update"], "")
+    golden = written.stdout  # the golden file alone: the report goes to stderr
+    assert written.returncode == 0 and json.loads(golden)["document"] == "devplan-golden", written.stderr
+    assert "ok" in written.stderr
+    checked = subprocess_check(devplan_cli, ["check", str(program), "--golden", "-"], golden)
+    assert checked.returncode == 0, checked.stderr
+    drifted = json.loads(golden)
+    drifted["methods"][0]["buffers"][0]["size"] -= 16
+    failed = subprocess_check(devplan_cli, ["check", str(program), "--golden", "-"], json.dumps(drifted))
+    assert failed.returncode == 1 and "size" in failed.stdout
+    both = subprocess_check(devplan_cli, ["check", "-", "--golden", "-"], golden)
+    assert both.returncode == 2 and "standard input can be read once" in both.stderr
+    from_stdin = subprocess_check(devplan_cli, ["diff", "-", str(program)], golden)
+    assert from_stdin.returncode == 0, from_stdin.stderr
+
+
+def subprocess_check(cli, args: list[str], stdin: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "devplan", *args], input=stdin, capture_output=True, text=True,
+                          timeout=120)
