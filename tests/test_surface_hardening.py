@@ -341,3 +341,51 @@ def subprocess_check(cli, args: list[str], stdin: str):
 
     return subprocess.run([sys.executable, "-m", "devplan", *args], input=stdin, capture_output=True, text=True,
                           timeout=120)
+
+
+# item 3e: an XNNPACK weight in the .ptd holds at least the bytes its payload's graph reads
+
+@pytest.mark.parametrize("cut", ["short", "empty"])
+def test_an_xnnpack_weight_cut_short_in_the_ptd_is_refused(cut, tmp_path):
+    """ExecuTorch's XNNPACK backend read past such a weight (all NaN or zeros under --executorch)."""
+    pytest.importorskip("executorch.backends.xnnpack")
+    import devplan
+    from devplan.pte import read_pte
+    from devplan.pte.ptd import ptd_image, read_ptd
+    from tests.compile.test_external_constants import _block
+
+    ep, _ = _block()
+    pte, ptd = tmp_path / "x.pte", tmp_path / "x.ptd"
+    devplan.compile(ep, pte, backends=["xnnpack"], external_constants=ptd)
+    data = read_ptd(ptd)
+    entries = list(data.entries.values())
+    victim = max(entries, key=lambda entry: len(data.segments[entry.segment]))  # the 8x8 weight: 256 bytes
+    segments = [bytes(segment) for segment in data.segments]
+    segments[victim.segment] = segments[victim.segment][:-4] if cut == "short" else b""
+    damaged = tmp_path / "cut.ptd"
+    damaged.write_bytes(bytes(ptd_image(entries, segments)))
+    held = len(segments[victim.segment])
+    with pytest.raises(DevplanError, match=rf"^{damaged}: key {victim.key!r} holds {held} bytes but method forward: "
+                                           rf"delegate 0 \(XnnpackBackend\) reads 256"):
+        read_pte(pte, data=damaged)
+    for command in ("check", "run"):
+        _one_line(invoke(command, str(pte), "--data", str(damaged), *(["--executorch"] if command == "run" else [])),
+                  str(damaged), victim.key, "reads 256")
+    read_pte(pte, data=ptd)  # the whole .ptd still reads
+
+
+def test_an_xnnpack_weight_cut_short_in_the_program_is_refused(tmp_path):
+    pytest.importorskip("executorch.backends.xnnpack")
+    import devplan
+    from devplan.pte import read_pte
+    from devplan.pte.writer import dumps_pte
+    from tests.compile.test_external_constants import _block
+
+    pte = read_pte(devplan.compile(_block()[0], backends=["xnnpack"]).data)
+    named = max(pte.program.namedData, key=lambda entry: len(pte.segments[entry.segmentIndex]))
+    segments = [bytes(segment) for segment in pte.segments]
+    segments[named.segmentIndex] = segments[named.segmentIndex][:-8]
+    cut = tmp_path / "cut.pte"
+    cut.write_bytes(dumps_pte(pte.program, segments))
+    _one_line(invoke("inspect", str(cut)), str(cut), f"named data {named.key.decode()!r} holds 248 bytes",
+              "reads 256")

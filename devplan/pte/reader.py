@@ -235,7 +235,17 @@ def _with_data(pte: PteFile, ptd: PtdFile) -> PteFile:
         if key not in ptd.entries:
             raise DevplanError(f"{pte.name}: {where} reads named data {key!r}, which neither the program nor "
                                f"{ptd.name} holds; pass the .ptd written with this program")
+        _check_named_size(pte, ptd, key)
     return replace(pte, external=ptd, _memo={})
+
+
+def _check_named_size(pte: PteFile, ptd: PtdFile, key: str) -> None:
+    """A delegate's named datum in the .ptd holds at least the bytes its graph reads there:
+    ExecuTorch's XNNPACK backend reads past a shorter one (NaN or zeros, or a crash)."""
+    wanted, where = delegate_data_sizes(pte)[key]
+    if len(ptd.data(key)) < wanted:
+        raise DevplanError(f"{ptd.name}: key {key!r} holds {len(ptd.data(key))} bytes but {where} reads {wanted} "
+                           f"there; pass the .ptd written with this program")
 
 
 def delegate_data_outside(pte: PteFile) -> dict[str, str]:
@@ -252,6 +262,21 @@ def delegate_data_outside(pte: PteFile) -> dict[str, str]:
                             outside.setdefault(key, f"method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})")
         return outside
     return pte.memo("delegate_data_outside", collect)
+
+
+def delegate_data_sizes(pte: PteFile) -> dict[str, tuple[int, str]]:
+    """Each key of named data ExecuTorch's XNNPACK delegates read, with the most bytes one reads
+    there (its graph's ConstantDataOffset.size) and which delegate that is."""
+    def collect() -> dict[str, tuple[int, str]]:
+        sizes: dict[str, tuple[int, str]] = {}
+        for p, plan in enumerate(pte.program.executionPlan or ()):
+            for d, delegate in enumerate(plan.delegates or ()):
+                if text(delegate.id) == xnnpack.BACKEND_ID:
+                    for key, size in xnnpack.named_data(pte.delegate_payload(p, d)):
+                        if size > sizes.get(key, (-1, ""))[0]:
+                            sizes[key] = (size, f"method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})")
+        return sizes
+    return pte.memo("delegate_data_sizes", collect)
 
 
 def external_key(tensor) -> str | None:
@@ -309,6 +334,19 @@ def _check_references(pte: PteFile) -> None:
         for delegate_index in range(len(plan.delegates or [])):
             pte.delegate_payload(plan_index, delegate_index)
     _check_method_names(program, name)
+    _check_named_data(pte)
+
+
+def _check_named_data(pte: PteFile) -> None:
+    """The named data the program holds for its XNNPACK delegates hold at least the bytes their
+    graphs read there, as a .ptd's must (_check_named_size)."""
+    sizes = delegate_data_sizes(pte) if pte.program.namedData else {}
+    for entry in pte.program.namedData or ():
+        key = key_text(entry.key)
+        wanted, where = sizes.get(key, (0, ""))
+        if len(pte.segments[entry.segmentIndex]) < wanted:
+            raise DevplanError(f"{pte.name}: named data {key!r} holds {len(pte.segments[entry.segmentIndex])} bytes "
+                               f"but {where} reads {wanted} there; {_DAMAGED}")
 
 
 def _check_method_names(program: ProgramT, name: str) -> None:
