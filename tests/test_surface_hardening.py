@@ -61,8 +61,8 @@ def test_deeply_nested_json_options_are_refused_in_one_line(where, tmp_path):
 def test_json_nesting_is_measured_outside_strings():
     from devplan.jsontext import loads
 
-    assert loads('{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\" {"}', "x") == {
-        "a": "[" * 74 + '" {'}
+    inside = "[" * 100 + '\\" {'  # brackets, an escaped quote and a brace, all inside one string
+    assert loads('{"a": "' + inside + '"}', "x") == {"a": "[" * 100 + '" {'}
     with pytest.raises(DevplanError, match=r"^x: JSON nested deeper than \d+ levels"):
         loads(_DEEP, "x")
 
