@@ -389,3 +389,41 @@ def test_an_xnnpack_weight_cut_short_in_the_program_is_refused(tmp_path):
     cut.write_bytes(dumps_pte(pte.program, segments))
     _one_line(invoke("inspect", str(cut)), str(cut), f"named data {named.key.decode()!r} holds 248 bytes",
               "reads 256")
+
+
+# item 4: an archive costs what it holds, not what its directory claims
+
+def _archive_refusal(path: Path) -> str:
+    from devplan.archive import check_archive
+
+    with pytest.raises(DevplanError) as refused:
+        check_archive(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message
+    return message
+
+
+def test_archive_members_sharing_their_bytes_are_refused(tmp_path):
+    """Forty members pointing at one stored 24 MB entry compiled to a 1.23 GB peak."""
+    import zipfile
+
+    from tests.compile.test_hostile_archives import build, member, patch_member
+
+    path = build(tmp_path / "shared.pt2")
+    first, second = member("weights/weight_0"), member("weights/weight_1")
+    with zipfile.ZipFile(path) as archive:
+        target = archive.getinfo(first)
+    sizes = target.compress_size.to_bytes(4, "little")
+    patch_member(path, second, {}, {42: target.header_offset.to_bytes(4, "little"), 20: sizes, 24: sizes})
+    assert "weight_1" in (message := _archive_refusal(path)) and "overlaps" in message and "weight_0" in message
+
+
+def test_an_archive_member_claiming_more_than_the_archive_holds_is_refused(tmp_path):
+    """A sample-inputs member declaring 3 GiB (stored) while holding 2 KB ended in exit 3 (EOFError)."""
+    from tests.compile.test_hostile_archives import build, member, patch_member
+
+    path = build(tmp_path / "claims.pt2")
+    claim = (3 << 30).to_bytes(4, "little")
+    patch_member(path, member("sample_inputs/model.pt"), {18: claim, 22: claim}, {20: claim, 24: claim})
+    message = _archive_refusal(path)
+    assert "sample_inputs/model.pt" in message and "3221225472" in message
