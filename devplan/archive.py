@@ -174,11 +174,42 @@ def _check_known(refuse: _Refusal, root: str, names: list[str], named: set[str])
 def _check_document(refuse: _Refusal, name: str, archive: zipfile.ZipFile, schema: str):
     """The JSON member `name` as torch's schema class `schema` has it; its document."""
     document = _json(refuse, archive, name)
+    _check_ranks(refuse, name, document)
     try:
         allowlist.check_document(schema, document)
     except allowlist.Unexpected as unexpected:
         raise refuse.member(name, f"field {unexpected.where} {unexpected.what}") from None
     return document
+
+
+# ExecuTorch's runtime holds tensors of up to this many dimensions (kTensorDimensionLimit in
+# runtime/core/exec_aten/util/tensor_dimension_limit.h); torch builds a symbol per size first,
+# so 2 million sizes took 151 s and 2.1 GB before anything else could refuse them
+MAX_RANK = 16
+
+
+def _check_ranks(refuse: _Refusal, name: str, document) -> None:
+    """Every tensor meta in `document` (an object with sizes, strides and a dtype, wherever the
+    schema nests it) of at most MAX_RANK dimensions; walked with a stack, never recursion."""
+    stack: list = [(document, None)]  # (value, its path as nested (parent, key) pairs, rendered only to refuse)
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, list):
+            stack += [(item, where) for item in value]
+        elif isinstance(value, dict):
+            sizes = value.get("sizes")
+            if isinstance(sizes, list) and "dtype" in value and len(sizes) > MAX_RANK:
+                raise refuse.member(name, f"field {_path(where)} gives a tensor {len(sizes)} dimensions, more than "
+                                    f"the {MAX_RANK} ExecuTorch's runtime holds")
+            stack += [(item, (where, key)) for key, item in value.items() if key != "sizes"]
+
+
+def _path(where) -> str:
+    keys = []
+    while where is not None:
+        where, key = where
+        keys.append(str(key))
+    return ".".join(reversed(keys)) or "the top level"
 
 
 def _json(refuse: _Refusal, archive: zipfile.ZipFile, name: str):

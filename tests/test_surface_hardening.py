@@ -427,3 +427,19 @@ def test_an_archive_member_claiming_more_than_the_archive_holds_is_refused(tmp_p
     patch_member(path, member("sample_inputs/model.pt"), {18: claim, 22: claim}, {20: claim, 24: claim})
     message = _archive_refusal(path)
     assert "sample_inputs/model.pt" in message and "3221225472" in message
+
+
+def test_a_tensor_of_more_dimensions_than_executorch_holds_is_refused_before_loading(tmp_path):
+    """ExecuTorch's runtime holds tensors of up to 16 dimensions (kTensorDimensionLimit); one
+    of 2 million sizes took 151 s and 2.1 GB before anything said so."""
+    import time
+
+    from tests.compile.test_hostile_archives import build, edit_json, set_sizes, weight_meta
+
+    wide = build(tmp_path / "wide.pt2", weight_meta(set_sizes([1] * 200_000)))
+    started = time.monotonic()
+    assert "layers.0.weight" in (message := _archive_refusal(wide)) and "200000 dimensions" in message
+    assert time.monotonic() - started < 10
+    seventeen = build(tmp_path / "seventeen.pt2", edit_json("models/model.json", lambda doc: doc["graph_module"][
+        "graph"]["tensor_values"]["x"].update(sizes=[{"as_int": 1}] * 17, strides=[{"as_int": 1}] * 17)))
+    assert "17 dimensions" in _archive_refusal(seventeen)
