@@ -61,6 +61,7 @@ def check_archive(path: Path) -> None:
                 raise refuse("an old-format .pt2 archive, which torch loads by unpickling")
             root = names[0].split("/")[0] + "/" if names and "/" in names[0] else ""
             _check_members(refuse, infos, root)
+            _check_spans(refuse, infos, getattr(archive, "start_dir", path.stat().st_size))
             _check_layout(refuse, root, names)
             sizes = {info.filename: info.file_size for info in infos}
             named = set()
@@ -93,6 +94,29 @@ def _check_members(refuse: _Refusal, infos: list[zipfile.ZipInfo], root: str) ->
         if info.flag_bits & 1:
             raise refuse.member(name, "is encrypted")
         _check_size(refuse, info, name)
+
+
+_LOCAL_HEADER = 30  # a member's local header before its name and extra field
+
+
+def _check_spans(refuse: _Refusal, infos: list[zipfile.ZipInfo], directory: int) -> None:
+    """Each member's bytes lie apart from every other's and before the central directory (at
+    byte `directory`): members pointing at one stored entry cost its size once each when torch
+    reads them (forty at one 24 MB entry: a 1.23 GB peak), and a member claiming more than the
+    archive holds is read to its end (EOFError). Each span is counted from its local header
+    through its stored bytes, without the local extra field, so it is never longer than it is."""
+    previous: zipfile.ZipInfo | None = None
+    end = 0
+    for info in sorted(infos, key=lambda i: i.header_offset):
+        if previous is not None and info.header_offset < end:
+            raise refuse.member(info.filename, f"overlaps member {allowlist.shown(previous.filename)} (its bytes start "
+                                f"at byte {info.header_offset}, inside that member's)")
+        name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")  # as stored
+        end = info.header_offset + _LOCAL_HEADER + len(name) + info.compress_size
+        if end > directory:
+            raise refuse.member(info.filename, f"claims {info.compress_size} stored bytes from byte {info.header_offset}, "
+                                f"past the archive's end of data at byte {directory}")
+        previous = info
 
 
 def _check_size(refuse: _Refusal, info: zipfile.ZipInfo, name: str) -> None:
@@ -150,11 +174,42 @@ def _check_known(refuse: _Refusal, root: str, names: list[str], named: set[str])
 def _check_document(refuse: _Refusal, name: str, archive: zipfile.ZipFile, schema: str):
     """The JSON member `name` as torch's schema class `schema` has it; its document."""
     document = _json(refuse, archive, name)
+    _check_ranks(refuse, name, document)
     try:
         allowlist.check_document(schema, document)
     except allowlist.Unexpected as unexpected:
         raise refuse.member(name, f"field {unexpected.where} {unexpected.what}") from None
     return document
+
+
+# ExecuTorch's runtime holds tensors of up to this many dimensions (kTensorDimensionLimit in
+# runtime/core/exec_aten/util/tensor_dimension_limit.h); torch builds a symbol per size first,
+# so 2 million sizes took 151 s and 2.1 GB before anything else could refuse them
+MAX_RANK = 16
+
+
+def _check_ranks(refuse: _Refusal, name: str, document) -> None:
+    """Every tensor meta in `document` (an object with sizes, strides and a dtype, wherever the
+    schema nests it) of at most MAX_RANK dimensions; walked with a stack, never recursion."""
+    stack: list = [(document, None)]  # (value, its path as nested (parent, key) pairs, rendered only to refuse)
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, list):
+            stack += [(item, where) for item in value]
+        elif isinstance(value, dict):
+            sizes = value.get("sizes")
+            if isinstance(sizes, list) and "dtype" in value and len(sizes) > MAX_RANK:
+                raise refuse.member(name, f"field {_path(where)} gives a tensor {len(sizes)} dimensions, more than "
+                                    f"the {MAX_RANK} ExecuTorch's runtime holds")
+            stack += [(item, (where, key)) for key, item in value.items() if key != "sizes"]
+
+
+def _path(where) -> str:
+    keys = []
+    while where is not None:
+        where, key = where
+        keys.append(str(key))
+    return ".".join(reversed(keys)) or "the top level"
 
 
 def _json(refuse: _Refusal, archive: zipfile.ZipFile, name: str):

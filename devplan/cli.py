@@ -211,10 +211,15 @@ def _program(path: Path, data: Path | None = None):
 def _read_noting_external(path: Path, data: Path | None):
     """The program read, and on stderr one line when its weights are outside it and no .ptd
     was given: check and diff never need them."""
-    from devplan.inspection.document import external_note
     from devplan.pte import read_pte
 
-    pte = read_pte(_program(path, data))
+    return _noting_external(read_pte(_program(path, data)))
+
+
+def _noting_external(pte):
+    """`pte`, once one line on stderr has said when its weights are outside it and no .ptd was given."""
+    from devplan.inspection.document import external_note
+
     note = external_note(pte)
     if note is not None:
         typer.echo(f"note: {note}", err=True)
@@ -368,9 +373,10 @@ def compile_command(
              "partitioner": (Partitioner.parse_class, partitioner)}
     backends = [make(text) for name in _given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()]
     budgets = dict(parse_budget(text) for text in budget or ())
-    methods = dict(_name_value(text, "--method", Path) for text in method or ())
+    methods = _named_once([_name_value(text, "--method", Path) for text in method or ()], "--method")
     constants = {**(_metadata(metadata) if metadata is not None else {}),
-                 **dict(_name_value(text, "--constant-method", _constant) for text in constant_method or ())}
+                 **_named_once([_name_value(text, "--constant-method", _constant) for text in constant_method or ()],
+                               "--constant-method")}
     for path in (model, *methods.values()):
         check_input(path)  # a .pte given as the model is told so, not that -o would overwrite it
     target = output if output is not None else model.with_suffix(".pte")
@@ -411,20 +417,45 @@ def _name_value(text: str, option: str, parse):
     return name, parse(value)
 
 
+def _named_once(pairs: list, option: str) -> dict:
+    """NAME=VALUE pairs as a dict, refusing a NAME given twice: a dict would silently keep the
+    last, and a program of two methods alike is one ExecuTorch's runtime reads otherwise."""
+    named: dict = {}
+    for name, value in pairs:
+        if name in named:
+            raise DevplanError(f"{option} {name} given twice; give each method once, under a name of its own")
+        named[name] = value
+    return named
+
+
 def _constant(text: str):
     """A constant method's value as JSON (7, 1.5, true, [1, 2], "text"), or else the text itself."""
+    from devplan.jsontext import loads
+
     try:
-        return json.loads(text)
+        return loads(text, f"--constant-method {text[:40]}")
     except ValueError:
         return text
+
+
+def _unique_keys(path: Path, pairs: list) -> dict:
+    """A JSON object of --metadata, refusing a key given twice (json would keep the last)."""
+    seen: set = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise DevplanError(f"--metadata {path}: {key} given twice; give each constant method once")
+        seen.add(key)
+    return dict(pairs)
 
 
 def _metadata(path: Path) -> dict:
     from devplan.files import read_input
 
+    from devplan.jsontext import loads
+
     text = read_input(path, limit=1 << 20, hint="pass a JSON file of constant methods")
     try:
-        found = json.loads(text)
+        found = loads(text, f"--metadata {path}", object_pairs_hook=functools.partial(_unique_keys, path))
     except ValueError as error:
         raise DevplanError(f"--metadata {path}: not JSON ({error}); write an object of NAME: VALUE") from None
     if not isinstance(found, dict):
@@ -510,7 +541,7 @@ def check_command(
     its lower bound; each device a --budget names, against the total of its buffers, those
     its delegates plan there included. With --golden, the program is also compared with its
     golden file (--update writes it)."""
-    from devplan.files import refuse_overwrite
+    from devplan.files import is_stdout, refuse_overwrite
     from devplan.inspection.check import check, check_document, check_golden
     from devplan.planning import parse_budget
 
@@ -518,6 +549,8 @@ def check_command(
         raise DevplanError(f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json")
     if update:  # the .ptd holds the program's weights: only a recompile would bring them back
         refuse_overwrite(golden, [program, data], "--golden")
+    elif str(golden) == str(program) == "-":
+        raise DevplanError("-: standard input can be read once; pass the program or the --golden file as a file")
     _report_outputs(json_output, report_format, junit, [program, data, golden])
     source = _read_noting_external(program, data)
     checks = check(source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
@@ -526,21 +559,23 @@ def check_command(
                if golden is not None else None)
     name = source.name if str(program) == "-" else program.name
     report = check_document(name, checks, matched)
+    # a golden file written to standard output leaves it no room for the report, which goes to stderr
+    to_stderr = update and is_stdout(golden)
     if json_output:
-        _echo_json(report)
+        _echo_json(report, err=to_stderr)
     elif report_format is ReportFormat.text:
         from devplan.reports import check_lines
 
         for line in check_lines(checks, matched, str(golden), name):
-            typer.echo(line)
+            typer.echo(line, err=to_stderr)
     else:
         from devplan import reports_ci
 
         if report_format is ReportFormat.markdown:
-            typer.echo(reports_ci.check_markdown(checks, matched, str(golden), name), nl=False)
+            typer.echo(reports_ci.check_markdown(checks, matched, str(golden), name), nl=False, err=to_stderr)
         else:
             typer.echo("".join(line + "\n" for line in reports_ci.check_github(checks, matched, str(golden), str(program))),
-                       nl=False)
+                       nl=False, err=to_stderr)
     if junit is not None:
         from devplan.files import write_atomic
         from devplan.reports_ci import check_junit
@@ -610,9 +645,25 @@ def _diff_side(path: Path, data: Path | None):
     weights are outside it and no .ptd was given)."""
     from devplan.inspection.diff import looks_like_golden
 
-    if str(path) != "-" and looks_like_golden(path):
+    if str(path) == "-":
+        return _stdin_side(data)
+    if looks_like_golden(path):
         return path
     return _read_noting_external(path, data)
+
+
+def _stdin_side(data: Path | None):
+    """- as diff reads it: a golden file's JSON (as `check --golden - --update` writes it) or a
+    program, told apart by their first byte."""
+    from devplan.files import STDIO, read_input
+    from devplan.inspection.golden import parse_golden
+    from devplan.pte import read_pte
+    from devplan.pte.reader import MAX_PROGRAM_BYTES
+
+    piped = read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program or a golden file")
+    if piped.lstrip()[:1] == b"{":
+        return parse_golden(piped, "<stdin>", "write it with `devplan check PROGRAM.pte --golden - --update`")
+    return _noting_external(read_pte(piped, name="<stdin>", data=data))
 
 
 @app.command("run", cls=_Command)

@@ -17,6 +17,7 @@ from devplan.ops import NUMBER_OPS, SAME_BYTES, has_kernel, is_view, kernel_name
 from devplan.ir.lowered import Lowered
 from devplan.ir.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, Source,
                             TensorList, Use, Value, ViewOf)
+from devplan.pte.verify import MAX_TABLES
 from devplan.spec import CPU, INT32_MAX, Device, TensorSpec
 
 
@@ -357,5 +358,8 @@ def constant_method(name: str, value) -> Method:
     if not (scalar or listed) or any(type(item) is int and item not in _INT64 for item in items):
         raise DevplanError(f"constant method {name}: {value!r} is not an int, float, bool, string or a list of ints, "
                            f"floats or bools (ints within 64 bits)")
+    if len(items) >= MAX_TABLES // 2:  # each item is two tables (a value and its scalar)
+        raise DevplanError(f"constant method {name}: {len(items)} items, more than ExecuTorch's runtime loads (it "
+                           f"refuses a program of over {MAX_TABLES} tables, two per item); return fewer")
     spec = pytree.treespec_dumps(pytree.tree_structure(items if listed else value))
     return Method(name, tuple(items), (), (), tuple(range(len(items))), {}, {}, "", spec)

@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from devplan.errors import DevplanError
-from devplan.files import refuse_overwrite, write_atomic
+from devplan.files import STDIO, refuse_overwrite, write_atomic
 from devplan.inspection import inspect
 from devplan.inspection.diff import Diff, Tolerance, diff
-from devplan.inspection.golden import golden_document, golden_text, peak_brief, refuse_replacing
+from devplan.inspection.golden import golden_document, golden_text, peak_brief, read_golden, refuse_replacing
 from devplan.planning.budget import budget_key, checked_budgets
 from devplan.pte.reader import PteFile
 
@@ -117,7 +117,9 @@ def check_golden(source: str | os.PathLike | bytes, golden: str | os.PathLike, *
     if update:  # a new golden file may start a new folder
         write_atomic(golden, golden_text(golden_document(doc)).encode(), parents=True)
         return GoldenCheck(os.fspath(golden), True, None)
-    return GoldenCheck(os.fspath(golden), False, diff(golden, doc, tolerance=tolerance, exact=exact, method=method))
+    # "-" is standard input, as --update's "-" is standard output
+    compared = read_golden(golden) if os.fspath(golden) == STDIO else golden
+    return GoldenCheck(os.fspath(golden), False, diff(compared, doc, tolerance=tolerance, exact=exact, method=method))
 
 
 def check_document(name: str, checks: list[BufferCheck], golden: GoldenCheck | None = None) -> dict:

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 from devplan.errors import DevplanError
-from devplan.files import is_stdout, read_input
+from devplan.files import STDIO, is_stdout, read_input
 from devplan.units import natural_key
 
 SCHEMA_VERSION = 1
@@ -99,28 +99,55 @@ def is_golden(document: dict) -> bool:
 
 
 def read_golden(path: str | os.PathLike) -> dict:
-    """A golden file's document; a missing, damaged or foreign file is a DevplanError saying how to write one."""
+    """A golden file's document, from standard input for "-" (as --update writes standard output
+    for it); a missing, damaged or foreign file is a DevplanError saying how to write one."""
+    stdin = os.fspath(path) == STDIO
     path = Path(path)
     rewrite = f"write it with `devplan check PROGRAM.pte --golden {path} --update`"
-    if not path.exists() and not path.is_symlink():
+    if not stdin and not path.exists() and not path.is_symlink():
         raise DevplanError(f"{path}: no such golden file; {rewrite}")
-    text = read_input(path, limit=MAX_GOLDEN_BYTES, hint=rewrite)
+    name = "<stdin>" if stdin else os.fspath(path)
+    return parse_golden(read_input(path, limit=MAX_GOLDEN_BYTES, hint=rewrite, name=name), name, rewrite)
+
+
+def parse_golden(text: bytes, name: str, rewrite: str) -> dict:
+    """The golden document in `text`, checked as read_golden checks a file's (`name` names it)."""
     try:
-        golden = json.loads(text.decode(), parse_constant=_no_constant)
+        golden = json.loads(text.decode(), parse_constant=_no_constant, object_pairs_hook=_once)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as error:
         why = ("nested too deeply" if isinstance(error, RecursionError) else
                str(error) if type(error) is ValueError else type(error).__name__)
-        raise DevplanError(f"{path}: not a golden file ({why}); {rewrite}") from None
+        raise DevplanError(f"{name}: not a golden file ({why}); {rewrite}") from None
     if not isinstance(golden, dict) or not is_golden(golden):
-        raise DevplanError(f"{path}: not a devplan golden file (no \"document\": \"{DOCUMENT}\"); {rewrite}")
+        raise DevplanError(f"{name}: not a devplan golden file (no \"document\": \"{DOCUMENT}\"); {rewrite}")
     version = golden.get("schema_version")
     if type(version) is not int or version != SCHEMA_VERSION:
-        raise DevplanError(f"{path}: golden schema_version {version!r}, this devplan reads "
+        raise DevplanError(f"{name}: golden schema_version {version!r}, this devplan reads "
                            f"{SCHEMA_VERSION}; rewrite it with --update after checking the program")
-    problem = _mismatch(golden, _GOLDEN, "")
+    problem = _mismatch(golden, _GOLDEN, "") or _method_twice(golden["methods"])
     if problem is not None:
-        raise DevplanError(f"{path}: not a valid golden file: {problem}; {rewrite}")
+        raise DevplanError(f"{name}: not a valid golden file: {problem}; {rewrite}")
     return golden
+
+
+def _once(pairs: list) -> dict:
+    """A JSON object whose keys are each given once: json keeps the last of two, unsaid."""
+    seen: set = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"the key {key!r} is given twice in one object")
+        seen.add(key)
+    return dict(pairs)
+
+
+def _method_twice(methods: list) -> str | None:
+    """A method listed twice, which a comparison would see once (the last): None when none is."""
+    first: dict[str, int] = {}
+    for index, method in enumerate(methods):
+        if method["name"] in first:
+            return f"method {method['name']!r} is listed twice (methods[{first[method['name']]}] and methods[{index}])"
+        first[method["name"]] = index
+    return None
 
 
 def refuse_replacing(path: str | os.PathLike) -> None:
@@ -157,16 +184,19 @@ def _no_constant(name: str):
 
 
 # The golden file's shape, as docs/schemas/golden.schema.json gives it (tests/test_gate_hardening.py
-# holds the two together): a dict is an object with these keys (more are ignored; "*": any key),
-# [x] an array of x, (None, x) x or null; BYTES a count or size, up to what an int64 holds.
+# holds the two together): a dict is an object with these keys and no others ("?key": one it may
+# leave out; "*": any key), [x] an array of x, (None, x) x or null; BYTES a count or size, up to
+# what an int64 holds. An unknown key is refused: a field devplan never compares (a per-method
+# "constants") would look checked in review.
 BYTES, ID, NAME, SHA256 = "bytes", "id", "name", "sha256"
 _BUFFER = {"mem_id": ID, "device": NAME, "size": BYTES, "lower_bound": BYTES}
+_PEAK = {"instruction": BYTES, "op": NAME, "source": (None, NAME), "bytes": BYTES, "modules": {"*": BYTES}}
 _GOLDEN = {
-    "schema_version": BYTES, "file": {"name": NAME, "constant_bytes": BYTES},
+    "schema_version": BYTES, "?document": NAME, "?format": NAME, "file": {"name": NAME, "constant_bytes": BYTES},
     "methods": [{
         "name": NAME,
         "counts": {"instructions": BYTES, "values": BYTES, "tensors": BYTES, "delegates": BYTES},
-        "buffers": [_BUFFER | {"tensors": BYTES}],
+        "buffers": [_BUFFER | {"tensors": BYTES, "?peak": {"?" + key: shape for key, shape in _PEAK.items()}}],
         "devices": {"*": {"buffers": BYTES, "size": BYTES, "lower_bound": BYTES}},
         "operators": [NAME],
         "delegates": [{"index": BYTES, "id": NAME, "target_device": (None, NAME), "payload_size": BYTES,
@@ -190,8 +220,15 @@ def _mismatch(value, shape, where: str) -> str | None:
         if "*" in shape:
             return next((problem for key, item in value.items()
                          if (problem := _mismatch(item, shape["*"], f"{where}.{key}")) is not None), None)
+        fields = {key.removeprefix("?"): key.startswith("?") for key in shape}
+        unknown = next((key for key in value if key not in fields), None)
+        if unknown is not None:
+            return f"{here} has an unknown field \"{unknown}\" (docs/schemas/golden.schema.json lists those there)"
         for key, inner in shape.items():
+            key = key.removeprefix("?")
             if key not in value:
+                if fields[key]:
+                    continue
                 return f"{here} has no \"{key}\""
             problem = _mismatch(value[key], inner, f"{where}.{key}" if where else key)
             if problem is not None:

@@ -16,6 +16,7 @@ from devplan.backend import Backend
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.ir.lowered import ForeignCall
+from devplan.jsontext import loads
 from devplan.pte.writer import SEGMENT_ALIGNMENT
 
 # --backend NAME: the partitioner ExecuTorch ships for it
@@ -51,7 +52,7 @@ class Partitioner:
             raise DevplanError(f"--partitioner {text!r}: write MODULE:CLASS[:JSON_KWARGS], e.g. "
                                f"{KNOWN['xnnpack']}; or --backend with one of: {', '.join(KNOWN)}")
         try:
-            if not isinstance(json.loads(kwargs or "{}"), dict):
+            if not isinstance(loads(kwargs or "{}", f"--partitioner {text[:60]!r}"), dict):
                 raise ValueError("not an object")
         except ValueError as error:
             raise DevplanError(f"--partitioner {text!r}: its keyword arguments must be a JSON object ({error})") from None
@@ -60,12 +61,27 @@ class Partitioner:
     def make(self):
         module = import_module(self.module, self.label)
         factory = getattr(module, self.cls, None)
-        if not callable(factory):
+        if factory is None:
             raise DevplanError(f"{self.label}: {self.module} has no partitioner class {self.cls}")
+        _refuse_non_partitioner(factory, f"{self.label}: {self.module}.{self.cls}")
         try:
             return factory(**json.loads(self.kwargs))
-        except Exception as error:  # the user's partitioner: its failure is bad input, not devplan's bug
+        # the user's partitioner: its failure is bad input, not devplan's bug; a SystemExit from
+        # its constructor would otherwise end devplan with exit 0 and the old output in place
+        except (Exception, SystemExit) as error:
             raise DevplanError(f"{self.label}: {self.module}.{self.cls}(**{self.kwargs}) failed: {first_line(error)}") from None
+
+
+def _refuse_non_partitioner(factory, where: str) -> None:
+    """Refuse, before calling it, what is not a class whose instances partition: any other
+    callable (sys:exit, os:system) would run with the user's keyword arguments and do whatever
+    it does instead of partitioning."""
+    if not isinstance(factory, type):
+        raise DevplanError(f"{where} is not a class but a {type(factory).__name__}; name an ExecuTorch partitioner "
+                           f"class (a subclass of executorch.exir.backend.partitioner.Partitioner)")
+    if not callable(getattr(factory, "partition", None)):
+        raise DevplanError(f"{where} has no partition method, so it is not a partitioner; name an ExecuTorch "
+                           f"partitioner class (a subclass of executorch.exir.backend.partitioner.Partitioner)")
 
 
 def lower_to_backends(ep: torch.export.ExportedProgram, delegates: tuple[Backend | Partitioner, ...]

@@ -58,6 +58,16 @@ class Entry(NamedTuple):
     layout: Layout | None    # None: bytes that are no tensor (ExecuTorch's backends' named data)
 
 
+def key_text(raw: bytes | str | None) -> str:
+    """A key as the file holds it, one str per byte string: invalid UTF-8 is kept as surrogate
+    escapes, never replaced, so two keys are equal exactly when their bytes are, as ExecuTorch's
+    runtime compares them (decoding with replacement made b'w\\xff' match b'w\\xfe'). Messages
+    show keys with repr, which prints the escapes."""
+    if raw is None:
+        return ""
+    return raw if isinstance(raw, str) else bytes(raw).decode("utf-8", errors="surrogateescape")
+
+
 def ptd_image(entries: list[Entry], tensors: list) -> Spread:
     """A .ptd holding `tensors` (bytes-like: numpy views of the weights, never copied), one
     segment each, and `entries` naming them, as the pieces to write one after another."""
@@ -179,7 +189,7 @@ def _header(data: bytes | memoryview, name: str) -> tuple[int, int, int]:
 def _entries(table, name: str, segments: int) -> dict[str, Entry]:
     entries: dict[str, Entry] = {}
     for named in table.namedData or ():
-        key = named.key.decode("utf-8", errors="replace") if named.key is not None else ""
+        key = key_text(named.key)
         if named.segmentIndex >= segments:
             raise DevplanError(f"{name}: corrupt: key {key!r} names segment {named.segmentIndex} of {segments}; "
                                f"{_DAMAGED}")

@@ -14,7 +14,7 @@ from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.fb.TensorDataLocation import TensorDataLocation
 from devplan.pte.header import HEADER_OFFSET, ExtendedHeader, check_container
-from devplan.pte.ptd import PtdFile, read_ptd
+from devplan.pte.ptd import PtdFile, key_text, read_ptd
 from devplan.pte.unpack import unpack_program
 from devplan.pte import xnnpack
 from devplan.pte.verify import verify_program
@@ -220,7 +220,10 @@ def _with_data(pte: PteFile, ptd: PtdFile) -> PteFile:
             t = value.val
             shape, dim_order = tuple(ints(t.sizes)), tuple(ints(t.dimOrder))
             wanted = f"{dtypes.name_of(t.scalarType)}{list(shape)}"
-            if entry.layout is not None and entry.layout != (t.scalarType, shape, dim_order):
+            if entry.layout is None:  # ExecuTorch's runtime reads the layout it lacks and crashes
+                raise DevplanError(f"{ptd.name}: key {key!r} holds bytes with no tensor layout (named data) but "
+                                   f"{where} is the tensor {wanted}; pass the .ptd written with this program")
+            if entry.layout != (t.scalarType, shape, dim_order):
                 raise DevplanError(f"{ptd.name}: key {key!r} is {entry.layout.text()} (dim order "
                                    f"{list(entry.layout.dim_order)}) but {where} is {wanted} (dim order "
                                    f"{list(dim_order)}); pass the .ptd written with this program")
@@ -232,14 +235,24 @@ def _with_data(pte: PteFile, ptd: PtdFile) -> PteFile:
         if key not in ptd.entries:
             raise DevplanError(f"{pte.name}: {where} reads named data {key!r}, which neither the program nor "
                                f"{ptd.name} holds; pass the .ptd written with this program")
+        _check_named_size(pte, ptd, key)
     return replace(pte, external=ptd, _memo={})
+
+
+def _check_named_size(pte: PteFile, ptd: PtdFile, key: str) -> None:
+    """A delegate's named datum in the .ptd holds at least the bytes its graph reads there:
+    ExecuTorch's XNNPACK backend reads past a shorter one (NaN or zeros, or a crash)."""
+    wanted, where = delegate_data_sizes(pte)[key]
+    if len(ptd.data(key)) < wanted:
+        raise DevplanError(f"{ptd.name}: key {key!r} holds {len(ptd.data(key))} bytes but {where} reads {wanted} "
+                           f"there; pass the .ptd written with this program")
 
 
 def delegate_data_outside(pte: PteFile) -> dict[str, str]:
     """The named data ExecuTorch's XNNPACK delegates read that the program does not hold (kept
     in a .ptd), each key with the first delegate that reads it."""
     def collect() -> dict[str, str]:
-        held = {text(entry.key) for entry in pte.program.namedData or ()}
+        held = {key_text(entry.key) for entry in pte.program.namedData or ()}
         outside: dict[str, str] = {}
         for p, plan in enumerate(pte.program.executionPlan or ()):
             for d, delegate in enumerate(plan.delegates or ()):
@@ -251,13 +264,28 @@ def delegate_data_outside(pte: PteFile) -> dict[str, str]:
     return pte.memo("delegate_data_outside", collect)
 
 
+def delegate_data_sizes(pte: PteFile) -> dict[str, tuple[int, str]]:
+    """Each key of named data ExecuTorch's XNNPACK delegates read, with the most bytes one reads
+    there (its graph's ConstantDataOffset.size) and which delegate that is."""
+    def collect() -> dict[str, tuple[int, str]]:
+        sizes: dict[str, tuple[int, str]] = {}
+        for p, plan in enumerate(pte.program.executionPlan or ()):
+            for d, delegate in enumerate(plan.delegates or ()):
+                if text(delegate.id) == xnnpack.BACKEND_ID:
+                    for key, size in xnnpack.named_data(pte.delegate_payload(p, d)):
+                        if size > sizes.get(key, (-1, ""))[0]:
+                            sizes[key] = (size, f"method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})")
+        return sizes
+    return pte.memo("delegate_data_sizes", collect)
+
+
 def external_key(tensor) -> str | None:
     """The key of a constant the program keeps in a .ptd (a tensor value whose data is
     EXTERNAL and which is not planned), else None."""
     info = getattr(tensor, "extraTensorInfo", None)
     if info is None or info.location != TensorDataLocation.EXTERNAL or tensor.allocationInfo is not None:
         return None
-    return text(info.fullyQualifiedName)
+    return key_text(info.fullyQualifiedName)
 
 
 def _segments(program: ProgramT, data: bytes | memoryview, header: ExtendedHeader | None,
@@ -305,6 +333,38 @@ def _check_references(pte: PteFile) -> None:
     for plan_index, plan in enumerate(program.executionPlan or []):
         for delegate_index in range(len(plan.delegates or [])):
             pte.delegate_payload(plan_index, delegate_index)
+    _check_method_names(program, name)
+    _check_named_data(pte)
+
+
+def _check_named_data(pte: PteFile) -> None:
+    """The named data the program holds for its XNNPACK delegates hold at least the bytes their
+    graphs read there, as a .ptd's must (_check_named_size)."""
+    sizes = delegate_data_sizes(pte) if pte.program.namedData else {}
+    for entry in pte.program.namedData or ():
+        key = key_text(entry.key)
+        wanted, where = sizes.get(key, (0, ""))
+        if len(pte.segments[entry.segmentIndex]) < wanted:
+            raise DevplanError(f"{pte.name}: named data {key!r} holds {len(pte.segments[entry.segmentIndex])} bytes "
+                               f"but {where} reads {wanted} there; {_DAMAGED}")
+
+
+def _check_method_names(program: ProgramT, name: str) -> None:
+    """Two methods of one name are refused: ExecuTorch's runtime loads the first, and every
+    reader here that looks a method up by name would find another. So is a name that is not
+    UTF-8, which would otherwise read as text with replacement characters."""
+    first: dict = {}
+    for index, plan in enumerate(program.executionPlan or []):
+        key = bytes(plan.name or b"") if not isinstance(plan.name, str) else plan.name.encode()
+        try:  # ExecuTorch's runtime (its Python API) fails to load a program whose names are not
+            key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise DevplanError(f"{name}: method {index} is named {key!r}, which is not UTF-8 (ExecuTorch's runtime "
+                               f"refuses the program); {_DAMAGED}") from None
+        if key in first:
+            raise DevplanError(f"{name}: methods {first[key]} and {index} are both named {text(plan.name)!r}; "
+                               f"ExecuTorch's runtime would load only the first; {_DAMAGED}")
+        first[key] = index
 
 
 def text(value) -> str:

@@ -158,6 +158,11 @@ XNN_GRAPH_TABLES: dict[str, tuple[tuple, ...]] = {
 
 # The schema is not recursive, so real nesting stops at depth 4; the bound guards edits to it.
 _MAX_DEPTH = 32
+# ExecuTorch's runtime verifies a program with FlatBuffers' C++ Verifier at its default
+# options (runtime/executor/program.cpp), which refuse a buffer of more tables than this
+# (flatbuffers::Verifier::Options::max_tables), each element of a vector of tables counted,
+# even when elements share one: a method of a million values (two tables each) does not load
+MAX_TABLES = 1_000_000
 _DAMAGED = "the file is damaged or not a .pte"
 
 _u16 = struct.Struct("<H").unpack_from
@@ -206,6 +211,7 @@ class _Walker:
         # Every object a well-formed file holds owns at least 4 bytes (its length or its
         # vtable offset), so more visits than that means offsets shared or crossed on purpose.
         self.budget = end // 4
+        self.tables = 0  # tables verified so far, as FlatBuffers' verifier counts them
 
     def corrupt(self, path, what: str):
         raise DevplanError(f"{self.name}: corrupt: {_where(path)}: {what}; {self.damaged}")
@@ -246,6 +252,7 @@ class _Walker:
         data, end = self.data, self.end
         if depth > _MAX_DEPTH:
             self.corrupt(path, f"tables nest deeper than {_MAX_DEPTH}")
+        self.count_tables(1, path)
         vtable = pos - _i32(data, pos)[0]
         if vtable < 0 or vtable % 2:
             self.corrupt(path, f"{table} table at byte {pos} has its vtable at byte {vtable}")
@@ -277,9 +284,20 @@ class _Walker:
             elif kind == _SCALARS:
                 self.vector(target, WIDTHS[detail], field_path)
             else:
-                for index in range(self.vector(target, 4, field_path)):
+                count = self.vector(target, 4, field_path)
+                self.count_tables(count, field_path)  # before walking them: a million takes a minute
+                self.tables -= count  # each is counted again as it is walked
+                for index in range(count):
                     element = (field_path, index)
                     self.table(self.follow(target + 4 + 4 * index, element), detail, element, depth + 1)
+
+    def count_tables(self, count: int, path) -> None:
+        """Count `count` more tables, refusing more than ExecuTorch's runtime verifies."""
+        self.tables += count
+        if self.tables > MAX_TABLES:
+            raise DevplanError(f"{self.name}: {_where(path)}: more than {MAX_TABLES} tables, which ExecuTorch's "
+                               f"runtime refuses to load (its FlatBuffers verifier's limit); a method holds too "
+                               f"many values, outputs or instructions, or {self.damaged}")
 
     def field(self, pos: int, vtable: int, vtable_size: int, table_size: int, entry: int, inline: int, path) -> int | None:
         """Byte where the field in vtable entry `entry` starts, or None when it is absent."""

@@ -8,25 +8,35 @@ Layout, as ExecuTorch's XNNPACK serializer writes it (integers little-endian):
     bytes 10..14  offset of the XNNGraph FlatBuffer (u32), bytes 14..18 its size (u32)
 
 XNNGraph's field 8 (constant_data) is a vector of ConstantDataOffset tables, whose field 2
-(named_key) is the key; an empty key means the bytes lie inside the payload."""
+(named_key) is the key and field 1 (size) the bytes the graph reads there; an empty key means
+the bytes lie inside the payload."""
 from __future__ import annotations
 
 import struct
 
+from flatbuffers.number_types import Uint64Flags
 from flatbuffers.table import Table
 
 from devplan.errors import DevplanError
+from devplan.pte.ptd import key_text
 from devplan.pte.verify import XNN_GRAPH_TABLES, verify_xnn_graph, vtable_entry
 
 BACKEND_ID = "XnnpackBackend"
 _HEADER = struct.Struct("<4s2xII")  # magic at byte 4, then the header length (skipped), offset, size
 _CONSTANT_DATA = vtable_entry(XNN_GRAPH_TABLES["XNNGraph"], "constant_data")
 _NAMED_KEY = vtable_entry(XNN_GRAPH_TABLES["ConstantDataOffset"], "named_key")
+_SIZE = vtable_entry(XNN_GRAPH_TABLES["ConstantDataOffset"], "size")
 
 
 def named_keys(payload: bytes | memoryview) -> tuple[str, ...]:
     """The keys of the named data the payload reads, in its order; () for a payload that is
     not XNNPACK's, or too damaged to say (ExecuTorch's runtime refuses those itself)."""
+    return tuple(key for key, _ in named_data(payload))
+
+
+def named_data(payload: bytes | memoryview) -> tuple[tuple[str, int], ...]:
+    """(key, the bytes the graph reads under it) for each named datum the payload reads, in its
+    order: ExecuTorch's XNNPACK backend takes a shorter entry at its word and reads past it."""
     head = bytes(payload[4:4 + _HEADER.size])
     if len(head) < _HEADER.size:
         return ()
@@ -45,7 +55,7 @@ def named_keys(payload: bytes | memoryview) -> tuple[str, ...]:
     start, keys = root.Vector(slot), []
     for index in range(root.VectorLen(slot)):
         entry = Table(graph, root.Indirect(start + 4 * index))
-        key = entry.Offset(_NAMED_KEY)
-        if key and (name := entry.String(key + entry.Pos).decode(errors="replace")):
-            keys.append(name)
+        key, size = entry.Offset(_NAMED_KEY), entry.Offset(_SIZE)
+        if key and (name := key_text(entry.String(key + entry.Pos))):
+            keys.append((name, entry.Get(Uint64Flags, size + entry.Pos) if size else 0))
     return tuple(keys)
