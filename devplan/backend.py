@@ -1,13 +1,17 @@
-"""Backend: a target that runs a group of ops on a device, as --delegate names it. A module of
-its own, below the passes that read it (graph, partition, backends) and the options holding it."""
+"""Backend: a target that runs a group of ops on a device, as --delegate names it; Partitioner:
+an ExecuTorch partitioner, as --backend and --partitioner name it. A module of its own, below
+the passes that read them (graph, partition, backends) and the options holding them."""
 from __future__ import annotations
 
+import json
 import operator
 from dataclasses import dataclass
 
 import torch
 
-from devplan.errors import DevplanError
+from devplan.errors import DevplanError, first_line
+from devplan.extras import import_module
+from devplan.jsontext import loads
 from devplan.ops import BACKEND_ID, NUMBER_OPS
 from devplan.spec import Device
 
@@ -58,3 +62,68 @@ def _op_name(name: str) -> str:
     if not hasattr(torch.ops.aten, short):
         raise DevplanError(f"unknown op {name.strip()!r}; name aten ops as aten::linear")
     return f"aten::{short}"
+
+
+# --backend NAME: the partitioner ExecuTorch ships for it
+KNOWN = {"xnnpack": "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner"}
+
+
+@dataclass(frozen=True)
+class Partitioner:
+    """An ExecuTorch partitioner, named as MODULE:CLASS with keyword arguments as JSON."""
+
+    module: str
+    cls: str
+    kwargs: str = "{}"   # JSON, kept as text so that the options stay hashable and printable
+    label: str = ""      # what the user wrote, for messages
+
+    @classmethod
+    def parse(cls, text: str) -> "Partitioner":
+        """A backend's name ('xnnpack'), or a partitioner as parse_class reads it."""
+        if text.strip().lower() in KNOWN:
+            module, _, name = KNOWN[text.strip().lower()].partition(":")
+            return cls(module, name, "{}", text.strip().lower())
+        if ":" not in text:
+            raise DevplanError(f"--backend {text!r}: unknown backend; use one of: {', '.join(KNOWN)}, "
+                               f"or --partitioner MODULE:CLASS for another")
+        return cls.parse_class(text)
+
+    @classmethod
+    def parse_class(cls, text: str) -> "Partitioner":
+        """'MODULE:CLASS' or 'MODULE:CLASS:{"json": "kwargs"}'."""
+        module, _, rest = text.partition(":")
+        name, _, kwargs = rest.partition(":")
+        if not module or not name.isidentifier():
+            raise DevplanError(f"--partitioner {text!r}: write MODULE:CLASS[:JSON_KWARGS], e.g. "
+                               f"{KNOWN['xnnpack']}; or --backend with one of: {', '.join(KNOWN)}")
+        try:
+            if not isinstance(loads(kwargs or "{}", f"--partitioner {text[:60]!r}"), dict):
+                raise ValueError("not an object")
+        except ValueError as error:
+            raise DevplanError(f"--partitioner {text!r}: its keyword arguments must be a JSON object ({error})") from None
+        return cls(module, name, kwargs or "{}", text)
+
+    def make(self):
+        module = import_module(self.module, self.label)
+        factory = getattr(module, self.cls, None)
+        if factory is None:
+            raise DevplanError(f"{self.label}: {self.module} has no partitioner class {self.cls}")
+        _refuse_non_partitioner(factory, f"{self.label}: {self.module}.{self.cls}")
+        try:
+            return factory(**json.loads(self.kwargs))
+        # the user's partitioner: its failure is bad input, not devplan's bug; a SystemExit from
+        # its constructor would otherwise end devplan with exit 0 and the old output in place
+        except (Exception, SystemExit) as error:
+            raise DevplanError(f"{self.label}: {self.module}.{self.cls}(**{self.kwargs}) failed: {first_line(error)}") from None
+
+
+def _refuse_non_partitioner(factory, where: str) -> None:
+    """Refuse, before calling it, what is not a class whose instances partition: any other
+    callable (sys:exit, os:system) would run with the user's keyword arguments and do whatever
+    it does instead of partitioning."""
+    if not isinstance(factory, type):
+        raise DevplanError(f"{where} is not a class but a {type(factory).__name__}; name an ExecuTorch partitioner "
+                           f"class (a subclass of executorch.exir.backend.partitioner.Partitioner)")
+    if not callable(getattr(factory, "partition", None)):
+        raise DevplanError(f"{where} has no partition method, so it is not a partitioner; name an ExecuTorch "
+                           f"partitioner class (a subclass of executorch.exir.backend.partitioner.Partitioner)")

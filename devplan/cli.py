@@ -366,7 +366,7 @@ def compile_command(
     from devplan.compiler import compile
     from devplan.files import is_stdout, refuse_one_stream, refuse_overwrite
     from devplan.load import check_input
-    from devplan.passes.backends import Partitioner
+    from devplan.backend import Partitioner
     from devplan.planning import parse_budget
 
     parse = {"delegate": (Backend.parse, delegate), "backend": (Partitioner.parse, backend),

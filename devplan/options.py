@@ -8,7 +8,7 @@ from pathlib import Path
 
 from devplan.backend import Backend
 from devplan.errors import DevplanError
-from devplan.passes.backends import Partitioner
+from devplan.backend import Partitioner
 from devplan.planning.budget import checked_budgets
 from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT
 from devplan.planning.planner import ALGORITHMS

@@ -20,10 +20,11 @@ def _modules() -> dict[str, Path]:
     return modules
 
 
-def imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+def imports(modules: dict[str, Path], parents: bool = False) -> dict[str, set[str]]:
     """Each module's devplan imports, wherever in the file they stand. `from a import b` is an
-    import of module a.b when there is one, of a otherwise (a parent package's __init__ is not
-    counted for its submodules: Python runs it first, but it is not the submodule's dependency)."""
+    import of module a.b when there is one, of a otherwise. With `parents`, an import of a.b.c
+    imports the packages a.b and a too, whose __init__s Python runs first: a loop through a
+    package's __init__ (options -> passes/__init__ -> options) is a cycle then too."""
     graph = {}
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -41,6 +42,9 @@ def imports(modules: dict[str, Path]) -> dict[str, set[str]]:
                         found.add(f"{base}.{alias.name}")
                     elif base in modules:
                         found.add(base)
+        if parents:  # the packages above what it imports, but its own (already running when it runs)
+            own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+            found |= {".".join(m.split(".")[:i]) for m in found for i in range(2, m.count(".") + 1)} & set(modules) - own
         graph[name] = found - {name}
     return graph
 
@@ -71,6 +75,11 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_import_cycle_among_devplan_modules():
     found = cycle(imports(_modules()))
     assert found is None, "import cycle: " + " -> ".join(found)
+
+
+def test_no_import_cycle_through_a_packages_init():
+    found = cycle(imports(_modules(), parents=True))
+    assert found is None, "import cycle through a package's __init__: " + " -> ".join(found)
 
 
 def test_the_walk_sees_late_imports_and_names_a_cycle(tmp_path):

@@ -31,7 +31,7 @@ def _one_line(result, *needles: str) -> str:
     ("builtins:dict", "builtins.dict has no partition method"),
 ])
 def test_a_partitioner_that_is_no_partitioner_class_is_refused_before_it_is_called(spec, needle, tmp_path, capsys):
-    from devplan.passes.backends import Partitioner
+    from devplan.backend import Partitioner
 
     with pytest.raises(DevplanError, match=needle):
         Partitioner.parse_class(spec).make()

@@ -5,84 +5,16 @@ call as a `call_module` of a `ForeignCall` and lowers everything around it with 
 pipeline. Only this stage imports ExecuTorch (the `devplan[executorch]` extra)."""
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import create_op_support
 
-from devplan.backend import Backend
+from devplan.backend import Backend, Partitioner
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.ir.lowered import ForeignCall
-from devplan.jsontext import loads
 from devplan.pte.writer import SEGMENT_ALIGNMENT
-
-# --backend NAME: the partitioner ExecuTorch ships for it
-KNOWN = {"xnnpack": "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner"}
-
-
-@dataclass(frozen=True)
-class Partitioner:
-    """An ExecuTorch partitioner, named as MODULE:CLASS with keyword arguments as JSON."""
-
-    module: str
-    cls: str
-    kwargs: str = "{}"   # JSON, kept as text so that the options stay hashable and printable
-    label: str = ""      # what the user wrote, for messages
-
-    @classmethod
-    def parse(cls, text: str) -> "Partitioner":
-        """A backend's name ('xnnpack'), or a partitioner as parse_class reads it."""
-        if text.strip().lower() in KNOWN:
-            module, _, name = KNOWN[text.strip().lower()].partition(":")
-            return cls(module, name, "{}", text.strip().lower())
-        if ":" not in text:
-            raise DevplanError(f"--backend {text!r}: unknown backend; use one of: {', '.join(KNOWN)}, "
-                               f"or --partitioner MODULE:CLASS for another")
-        return cls.parse_class(text)
-
-    @classmethod
-    def parse_class(cls, text: str) -> "Partitioner":
-        """'MODULE:CLASS' or 'MODULE:CLASS:{"json": "kwargs"}'."""
-        module, _, rest = text.partition(":")
-        name, _, kwargs = rest.partition(":")
-        if not module or not name.isidentifier():
-            raise DevplanError(f"--partitioner {text!r}: write MODULE:CLASS[:JSON_KWARGS], e.g. "
-                               f"{KNOWN['xnnpack']}; or --backend with one of: {', '.join(KNOWN)}")
-        try:
-            if not isinstance(loads(kwargs or "{}", f"--partitioner {text[:60]!r}"), dict):
-                raise ValueError("not an object")
-        except ValueError as error:
-            raise DevplanError(f"--partitioner {text!r}: its keyword arguments must be a JSON object ({error})") from None
-        return cls(module, name, kwargs or "{}", text)
-
-    def make(self):
-        module = import_module(self.module, self.label)
-        factory = getattr(module, self.cls, None)
-        if factory is None:
-            raise DevplanError(f"{self.label}: {self.module} has no partitioner class {self.cls}")
-        _refuse_non_partitioner(factory, f"{self.label}: {self.module}.{self.cls}")
-        try:
-            return factory(**json.loads(self.kwargs))
-        # the user's partitioner: its failure is bad input, not devplan's bug; a SystemExit from
-        # its constructor would otherwise end devplan with exit 0 and the old output in place
-        except (Exception, SystemExit) as error:
-            raise DevplanError(f"{self.label}: {self.module}.{self.cls}(**{self.kwargs}) failed: {first_line(error)}") from None
-
-
-def _refuse_non_partitioner(factory, where: str) -> None:
-    """Refuse, before calling it, what is not a class whose instances partition: any other
-    callable (sys:exit, os:system) would run with the user's keyword arguments and do whatever
-    it does instead of partitioning."""
-    if not isinstance(factory, type):
-        raise DevplanError(f"{where} is not a class but a {type(factory).__name__}; name an ExecuTorch partitioner "
-                           f"class (a subclass of executorch.exir.backend.partitioner.Partitioner)")
-    if not callable(getattr(factory, "partition", None)):
-        raise DevplanError(f"{where} has no partition method, so it is not a partitioner; name an ExecuTorch "
-                           f"partitioner class (a subclass of executorch.exir.backend.partitioner.Partitioner)")
-
 
 def lower_to_backends(ep: torch.export.ExportedProgram, delegates: tuple[Backend | Partitioner, ...]
                       ) -> torch.export.ExportedProgram:

@@ -15,7 +15,7 @@ import torch
 
 import devplan
 from devplan.errors import DevplanError
-from devplan.passes.backends import Partitioner
+from devplan.backend import Partitioner
 from devplan.pte import read_pte
 from testbed.hf_models import FAMILIES
 from testbed.models import CORPUS, STATEFUL, eager_outputs, eager_runs, export, pt2e_quantize, run_executorch
