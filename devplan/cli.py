@@ -6,6 +6,7 @@ import enum
 import functools
 import json
 import os
+import shutil
 import sys
 from inspect import cleandoc
 from pathlib import Path
@@ -37,12 +38,29 @@ class _Command(TyperCommand):
     def get_params(self, ctx):
         return _bare_flags(super().get_params(ctx))
 
+    def format_help(self, ctx, formatter) -> None:
+        if _narrow():
+            return super(TyperCommand, self).format_help(ctx, formatter)  # click's, past typer's rich one
+        return super().format_help(ctx, formatter)
+
 
 class _Group(TyperGroup):
     """devplan's own options (--version, --debug), with flags as _Command shows them."""
 
     def get_params(self, ctx):
         return _bare_flags(super().get_params(ctx))
+
+    def format_help(self, ctx, formatter) -> None:
+        if _narrow():
+            return super(TyperGroup, self).format_help(ctx, formatter)
+        return super().format_help(ctx, formatter)
+
+
+def _narrow() -> bool:
+    """Whether help goes to fewer than 100 columns (a CI log or a pipe, whose width is the
+    80-column fallback, or a narrow terminal): rich's panels cut option names and their help
+    there ('--partitio…'); click's own help wraps every line and cuts nothing."""
+    return shutil.get_terminal_size().columns < 100
 
 
 def _bare_flags(params: list) -> list:
@@ -804,15 +822,6 @@ def main() -> None:
     sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != "--debug"]
     import signal
 
-    import shutil
-
-    piped = not sys.stdout.isatty() and not os.environ.get("FORCE_COLOR")
-    if piped or shutil.get_terminal_size().columns < 100:
-        # rich's help panels cut option names and their help ('--partitio…') below about 100
-        # columns, as in CI logs and pipes; click's own help wraps every line and cuts nothing
-        from typer import core
-
-        core.HAS_RICH = False
     if os.environ.get("NO_COLOR"):  # typer's help, like devplan's views (_console), then has no styles at all
         from typer import rich_utils  # (an `import typer.rich_utils` here would make typer local to main)
 
@@ -834,9 +843,11 @@ def main() -> None:
         # nor is a logging call failing inside torch (a message with more %s than arguments, a
         # closed stream): logging would print '--- Logging error ---' and a traceback for it
         logging.raiseExceptions = False
-        # nor what libraries log on the way (torchao's "Failed to load ..." for kernels this
-        # machine lacks, as --kernels llama imports it): devplan's own line says what matters
-        logging.disable(logging.WARNING)
+        # nor what libraries log on the way with no handler of their own (torchao's "Failed to
+        # load ..." for kernels this machine lacks, as --kernels llama imports it), which Python
+        # prints through its last-resort handler; handlers devplan adds (load reads torch's
+        # warnings for their reasons) still get every record
+        logging.lastResort = None
 
         warnings.simplefilter("ignore")
         # and what torch warns from C++ (TORCH_WARN, e.g. a kernel resizing an out tensor) goes to

@@ -188,13 +188,14 @@ def _no_constant(name: str):
 # leave out; "*": any key), [x] an array of x, (None, x) x or null; BYTES a count or size, up to
 # what an int64 holds. An unknown key is refused: a field devplan never compares (a per-method
 # "constants") would look checked in review.
-BYTES, ID, NAME, SHA256 = "bytes", "id", "name", "sha256"
+BYTES, ID, NAME, SHA256, VALUE = "bytes", "id", "name", "sha256", "value"  # VALUE: any JSON a method returns
 _BUFFER = {"mem_id": ID, "device": NAME, "size": BYTES, "lower_bound": BYTES}
 _PEAK = {"instruction": BYTES, "op": NAME, "source": (None, NAME), "bytes": BYTES, "modules": {"*": BYTES}}
 _GOLDEN = {
     "schema_version": BYTES, "?document": NAME, "?format": NAME, "file": {"name": NAME, "constant_bytes": BYTES},
     "methods": [{
         "name": NAME,
+        "?returns": [VALUE],
         "counts": {"instructions": BYTES, "values": BYTES, "tensors": BYTES, "delegates": BYTES},
         "buffers": [_BUFFER | {"tensors": BYTES, "?peak": {"?" + key: shape for key, shape in _PEAK.items()}}],
         "devices": {"*": {"buffers": BYTES, "size": BYTES, "lower_bound": BYTES}},
@@ -239,6 +240,8 @@ def _mismatch(value, shape, where: str) -> str | None:
             return f"{here} should be an array"
         return next((problem for index, item in enumerate(value)
                      if (problem := _mismatch(item, shape[0], f"{where}[{index}]")) is not None), None)
+    if shape == VALUE:  # what a constant method returns, compared as it is
+        return None
     if shape in (BYTES, ID):
         least = 1 if shape == ID else 0
         if type(value) is not int or not least <= value <= _INT64:  # not a bool, a float, NaN or a 400-digit number
