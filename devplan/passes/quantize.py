@@ -1,0 +1,277 @@
+"""--quantize: a float export quantized by ExecuTorch's XNNPACK quantizer through torch's PT2E
+flow (prepare_pt2e on `ep.module()`, calibrate, convert_pt2e, torch.export.export again), so
+that ExecuTorch's XNNPACK backend, implied, takes the quantized ops. What it cost is measured
+on the way: the quantized module's outputs against the float model's on the calibration
+inputs (or seeded samples), and the ops the quantizer left in float. Only this stage imports
+the quantizer (the `devplan[executorch]` extra)."""
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.utils._pytree as pytree
+
+from devplan.errors import DevplanError, first_line
+from devplan.extras import import_module
+
+# --quantize MODE: the keywords of the XNNPACK quantizer's get_symmetric_quantization_config
+MODES = {
+    "dynamic-int8": {"is_per_channel": True, "is_dynamic": True},
+    "int8": {"is_per_channel": True, "is_dynamic": False},
+}
+NEEDS_DATA = {"int8"}   # activations' ranges are observed, so they must come from real inputs
+SAMPLES = 4             # seeded samples when no --calibration is given
+SEED = 0
+CALIBRATION_LIMIT = 1 << 30  # bytes of a --calibration file devplan reads
+QUANTIZER = "executorch.backends.xnnpack.quantizer.xnnpack_quantizer"  # the devplan[executorch] extra's
+PT2E = "torchao.quantization.pt2e.quantize_pt2e"
+
+
+@dataclass(frozen=True)
+class QuantizeReport:
+    """What quantizing cost, measured on `samples` inputs (from --calibration or seeded):
+    the quantized module's outputs against the float model's (every float output, all
+    samples together), and the ops the quantizer took no pattern for, by op."""
+
+    mode: str
+    samples: int
+    calibrated: bool               # the samples were --calibration's, not seeded
+    sqnr_db: float | None          # None when the outputs are equal, or the float ones all zeros
+    max_abs_diff: float
+    argmax_agreement: float | None  # of a 2-D first output (a classifier's logits), else None
+    float_ops: tuple[tuple[str, int], ...]  # (op, how many), most first
+    float_weight_bytes: int
+    quantized_weight_bytes: int
+
+    def summary(self) -> dict:
+        """compile --json's `quantization` (docs/compile-json.md)."""
+        return {"mode": self.mode, "samples": self.samples, "calibration": "file" if self.calibrated else "seeded",
+                "error": {"sqnr_db": self.sqnr_db, "max_abs_diff": self.max_abs_diff,
+                          "argmax_agreement": self.argmax_agreement},
+                "float_ops": dict(self.float_ops),
+                "weights": {"float_bytes": self.float_weight_bytes, "quantized_bytes": self.quantized_weight_bytes}}
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """The quantize stage's result: the quantized program and what quantizing cost."""
+
+    program: torch.export.ExportedProgram
+    report: QuantizeReport
+
+
+def quantized_delegates(mode: str | None, calibration: "Path | tuple | None", delegates: tuple) -> tuple:
+    """The backends a compile with --quantize uses: XNNPACK's, implied when none is given; any
+    other is refused, since only XNNPACK's backend runs the quantized ops these modes make."""
+    from devplan.passes.backends import KNOWN, Partitioner
+
+    if mode is None:
+        raise DevplanError("--calibration: only with --quantize (the inputs quantizing calibrates on)")
+    if mode not in MODES:
+        raise DevplanError(f"--quantize {mode}: unknown mode; use one of: {', '.join(MODES)}")
+    if mode in NEEDS_DATA and calibration is None:
+        raise DevplanError(f"--quantize {mode}: needs --calibration FILE.pt, a list of input tuples saved with "
+                           f"torch.save (static int8 observes its activations' ranges on them)")
+    xnnpack = Partitioner.parse("xnnpack")
+    for delegate in delegates:
+        if not isinstance(delegate, Partitioner) or (delegate.module, delegate.cls) != (xnnpack.module, xnnpack.cls):
+            name = delegate.label if isinstance(delegate, Partitioner) else f"--delegate {delegate.device}"
+            raise DevplanError(f"--quantize {mode}: {name} cannot run the quantized ops XNNPACK's quantizer makes; "
+                               f"leave it out (--backend {next(iter(KNOWN))} is implied)")
+    return delegates or (xnnpack,)
+
+
+def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | tuple | None") -> Quantized:
+    """`ep` quantized as `mode` says, calibrated on `calibration` (a file of input tuples or
+    the tuples themselves) or, for a dynamic mode without it, on seeded samples."""
+    _refuse_quantized(ep)
+    names, specs = _user_inputs(ep)
+    if any(isinstance(s, torch.Tensor) and any(not isinstance(d, int) for d in s.shape) for s in specs):
+        raise DevplanError("--quantize: the export has dynamic shapes; export it with static shapes to quantize it")
+    samples = (_checked_samples(_calibration_samples(calibration), names, specs) if calibration is not None
+               else _seeded_samples(specs))
+    pt2e = import_module(PT2E, "--quantize")
+    quantizer = xnnpack_quantizer(mode)
+    float_module = ep.module()
+    with torch.no_grad():
+        prepared = pt2e.prepare_pt2e(ep.module(), quantizer)
+        float_ops = _unannotated(prepared)
+        if not any(_annotated(node) for node in prepared.graph.nodes):
+            raise DevplanError(f"--quantize {mode}: the XNNPACK quantizer takes none of this program's ops (it "
+                               f"quantizes linear and convolution layers{'' if mode != 'int8' else ', add, mul, cat, pooling'})")
+        for sample in samples:
+            args, kwargs = _call(ep, sample)
+            prepared(*args, **kwargs)
+        converted = pt2e.convert_pt2e(prepared)
+        args, kwargs = _call(ep, samples[0])
+        try:
+            program = torch.export.export(converted, args, kwargs, strict=False)
+        except Exception as error:  # torch's export of the quantized module: the user's model, not devplan
+            raise DevplanError(f"--quantize {mode}: exporting the quantized module failed: {first_line(error)}") from None
+        error = _error(ep, float_module, converted, samples)  # (SQNR, max abs difference, argmax agreement)
+    sqnr, largest, agreement = error
+    report = QuantizeReport(mode, len(samples), calibration is not None, sqnr, largest, agreement, float_ops,
+                            _weight_bytes(ep), _weight_bytes(program))
+    return Quantized(program, report)
+
+
+def xnnpack_quantizer(mode: str):
+    """ExecuTorch's XNNPACKQuantizer for `mode`, except that the scalars of integer add and
+    mul stay numbers: ExecuTorch 1.5.1 makes every such scalar a float tensor before it
+    annotates, and integer arithmetic on one (BERT's position ids) then indexes with floats."""
+    xnnpack = import_module(QUANTIZER, "--quantize")
+
+    class Quantizer(xnnpack.XNNPACKQuantizer):  # type: ignore[name-defined]  # imported at run time
+        def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            integer = [node for node in model.graph.nodes if node.target in _SCALAR_OPS and not _is_float(node.meta.get("val"))]
+            for node in integer:  # hidden from the conversion under another overload, then restored
+                node.target = _SCALAR_OPS[node.target]
+            model = super().transform_for_annotation(model)
+            for node in integer:
+                node.target = _SCALAR_OPS[node.target]
+            return model
+
+    return Quantizer().set_global(xnnpack.get_symmetric_quantization_config(**MODES[mode]))
+
+
+# add.Tensor <-> add.Scalar, mul.Tensor <-> mul.Scalar: the overloads xnnpack_quantizer swaps
+_SCALAR_OPS = {torch.ops.aten.add.Tensor: torch.ops.aten.add.Scalar, torch.ops.aten.mul.Tensor: torch.ops.aten.mul.Scalar}
+_SCALAR_OPS.update({scalar: tensor for tensor, scalar in _SCALAR_OPS.items()})
+
+
+def _refuse_quantized(ep: torch.export.ExportedProgram) -> None:
+    """An export that already holds quantize/dequantize ops was quantized once: doing it again
+    would quantize the dequantized weights a second time."""
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and getattr(node.target, "namespace", "") == "quantized_decomposed":
+            raise DevplanError(f"--quantize: the export is already quantized (node {node.name} calls "
+                               f"{node.target.name()}); compile it without --quantize")
+
+
+def _user_inputs(ep: torch.export.ExportedProgram) -> tuple[list[str], list]:
+    """The names of the program's inputs, in the order it takes them, and each one's example
+    value (a fake tensor, or a number)."""
+    names = list(ep.graph_signature.user_inputs)
+    placeholders = {node.name: node for node in ep.graph.find_nodes(op="placeholder")}
+    return names, [placeholders[name].meta.get("val") for name in names]
+
+
+def _call(ep: torch.export.ExportedProgram, sample: tuple) -> tuple[tuple, dict]:
+    """A flat sample as the (args, kwargs) the module takes: keyword inputs (BERT's
+    attention_mask) come after the positional ones, as the program orders them."""
+    return pytree.tree_unflatten(list(sample), ep.call_spec.in_spec)
+
+
+def _calibration_samples(calibration: "Path | tuple") -> list[tuple]:
+    """The calibration inputs: the tuples given, or those a file saved with torch.save holds."""
+    if not isinstance(calibration, (str, os.PathLike)):
+        return [tuple(s) if isinstance(s, (list, tuple)) else (s,) for s in calibration]
+    from devplan.files import read_input
+
+    hint = "save a list of input tuples with torch.save"
+    data = read_input(calibration, limit=CALIBRATION_LIMIT, hint=hint, name=f"--calibration {os.fspath(calibration)}")
+    try:
+        loaded = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as error:  # torch.load raises pickle, zip and OS errors alike for a bad file
+        raise DevplanError(f"--calibration {os.fspath(calibration)}: not a file saved with torch.save "
+                           f"({type(error).__name__}); {hint}") from None
+    if not isinstance(loaded, (list, tuple)):
+        raise DevplanError(f"--calibration {os.fspath(calibration)}: holds a {type(loaded).__name__}; {hint}")
+    return _calibration_samples(tuple(loaded))
+
+
+def _checked_samples(samples: list[tuple], names: list[str], specs: list) -> list[tuple]:
+    """Each sample with as many inputs as the program takes, each of its shape and dtype."""
+    if not samples:
+        raise DevplanError("--calibration: holds no inputs; save a list of at least one input tuple")
+    for index, sample in enumerate(samples):
+        if len(sample) != len(names):
+            raise DevplanError(f"--calibration: sample {index} has {len(sample)} inputs, the program takes "
+                               f"{len(names)} ({', '.join(names)})")
+        for name, value, spec in zip(names, sample, specs):
+            if not isinstance(spec, torch.Tensor):
+                continue  # a number the program was specialized to: export checks it
+            if not isinstance(value, torch.Tensor) or value.shape != spec.shape or value.dtype != spec.dtype:
+                got = (f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
+                       if isinstance(value, torch.Tensor) else type(value).__name__)
+                raise DevplanError(f"--calibration: sample {index}, input {name} is {got}; the program takes "
+                                   f"{str(spec.dtype).removeprefix('torch.')} {list(spec.shape)}")
+    return samples
+
+
+def _seeded_samples(specs: list) -> list[tuple]:
+    """SAMPLES inputs of the program's shapes and dtypes, the same on every run: normal floats,
+    and integers 0 and 1, which any index input (token ids, masks) may hold."""
+    generator = torch.Generator().manual_seed(SEED)
+
+    def value(spec):
+        if not isinstance(spec, torch.Tensor):
+            return spec
+        if spec.dtype.is_floating_point:
+            return torch.randn(spec.shape, generator=generator).to(spec.dtype)
+        if spec.dtype == torch.bool:
+            return torch.randint(0, 2, spec.shape, generator=generator).bool()
+        return torch.randint(0, 2, spec.shape, generator=generator, dtype=spec.dtype)
+
+    return [tuple(value(spec) for spec in specs) for _ in range(SAMPLES)]
+
+
+def _annotated(node) -> bool:
+    annotation = node.meta.get("quantization_annotation")
+    return annotation is not None and getattr(annotation, "_annotated", False)
+
+
+def _unannotated(prepared: torch.fx.GraphModule) -> tuple[tuple[str, int], ...]:
+    """The ops that compute float tensors and that the quantizer left alone, by op: views and
+    shape arithmetic are left out, since they compute nothing to quantize."""
+    ops: Counter[str] = Counter()
+    for node in prepared.graph.nodes:
+        value = node.meta.get("val")
+        if (node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or node.target.is_view
+                or not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point or _annotated(node)):
+            continue
+        ops[node.target.name()] += 1
+    return tuple(sorted(ops.items(), key=lambda item: (-item[1], item[0])))
+
+
+def _error(ep: torch.export.ExportedProgram, float_module: torch.nn.Module, quantized: torch.nn.Module,
+           samples: Sequence[tuple]) -> tuple[float | None, float, float | None]:
+    """(SQNR in dB, max abs difference, argmax agreement) of the quantized module's float
+    outputs against the float model's, over every sample; the quantized module computes what
+    XNNPACK's quantized kernels compute, to float rounding."""
+    signal = noise = 0.0
+    largest = 0.0
+    agree = rows = 0
+    for sample in samples:
+        args, kwargs = _call(ep, sample)
+        want = [t for t in pytree.tree_leaves(float_module(*args, **kwargs)) if _is_float(t)]
+        got = [t for t in pytree.tree_leaves(quantized(*args, **kwargs)) if _is_float(t)]
+        for w, g in zip(want, got):
+            w, g = w.double(), g.double()
+            signal += float(w.square().sum())
+            noise += float((w - g).square().sum())
+            largest = max(largest, float((w - g).abs().max())) if w.numel() else largest
+        if want and want[0].dim() == 2:  # a classifier's logits: does the top class stay?
+            agree += int((want[0].argmax(-1) == got[0].argmax(-1)).sum())
+            rows += want[0].shape[0]
+    sqnr = round(10 * math.log10(signal / noise), 2) if noise and signal else None  # JSON has no infinities
+    return sqnr, largest, (agree / rows if rows else None)
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
+
+
+def _weight_bytes(ep: torch.export.ExportedProgram) -> int:
+    """Bytes of the weights and constants the graph reads: the re-exported module still holds
+    the float originals of the weights it quantized, which nothing reads and no program stores."""
+    read = {node.name for node in ep.graph.find_nodes(op="placeholder") if node.users}
+    held = {**ep.state_dict, **ep.constants}
+    return sum(held[spec.target].nbytes for spec in ep.graph_signature.input_specs
+               if spec.arg.name in read and spec.target in held and isinstance(held[spec.target], torch.Tensor))
