@@ -24,6 +24,8 @@ from devplan.extras import import_module
 MODES = {
     "dynamic-int8": {"is_per_channel": True, "is_dynamic": True},
     "int8": {"is_per_channel": True, "is_dynamic": False},
+    # weights in [-8, 7]: XNNPACK's partitioner takes them as 4-bit per channel (qc4w) and packs them
+    "dynamic-int4": {"is_per_channel": True, "is_dynamic": True, "weight_qmin": -8, "weight_qmax": 7},
 }
 NEEDS_DATA = {"int8"}   # activations' ranges are observed, so they must come from real inputs
 SAMPLES = 4             # seeded samples when no --calibration is given
@@ -200,7 +202,7 @@ def _checked_samples(samples: list[tuple], names: list[str], specs: list) -> lis
             if not isinstance(value, torch.Tensor) or value.shape != spec.shape or value.dtype != spec.dtype:
                 got = (f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
                        if isinstance(value, torch.Tensor) else type(value).__name__)
-                raise DevplanError(f"--calibration: sample {index}, input {name} is {got}; the program takes "
+                raise DevplanError(f"--calibration: sample {index}, input {name!r} is {got}; the program takes "
                                    f"{str(spec.dtype).removeprefix('torch.')} {list(spec.shape)}")
     return samples
 
