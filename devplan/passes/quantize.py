@@ -6,6 +6,7 @@ inputs (or seeded samples), and the ops the quantizer left in float. Only this s
 the quantizer (the `devplan[executorch]` extra)."""
 from __future__ import annotations
 
+import inspect
 import io
 import math
 import os
@@ -94,10 +95,9 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
     the tuples themselves) or, for a dynamic mode without it, on seeded samples."""
     _refuse_quantized(ep)
     names, specs = _user_inputs(ep)
-    if any(isinstance(s, torch.Tensor) and any(not isinstance(d, int) for d in s.shape) for s in specs):
-        raise DevplanError("--quantize: the export has dynamic shapes; export it with static shapes to quantize it")
-    samples = (_checked_samples(_calibration_samples(calibration), names, specs) if calibration is not None
-               else _seeded_samples(specs))
+    sizes = [_sizes(ep, name, spec) for name, spec in zip(names, specs)]
+    samples = (_checked_samples(_calibration_samples(calibration), names, specs, sizes) if calibration is not None
+               else _seeded_samples(specs, sizes))
     pt2e = import_module(PT2E, "--quantize")
     quantizer = xnnpack_quantizer(mode)
     float_module = ep.module()
@@ -111,9 +111,11 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
             args, kwargs = _call(ep, sample)
             prepared(*args, **kwargs)
         converted = pt2e.convert_pt2e(prepared)
-        args, kwargs = _call(ep, samples[0])
+        # the largest sample as the example: export takes a size of 1 as fixed, not dynamic
+        args, kwargs = _call(ep, max(samples, key=lambda sample: sum(t.numel() for t in sample if isinstance(t, torch.Tensor))))
         try:
-            program = torch.export.export(converted, args, kwargs, strict=False)
+            program = torch.export.export(converted, args, kwargs, dynamic_shapes=_dynamic_shapes(ep, converted, specs),
+                                          strict=False)
         except Exception as error:  # torch's export of the quantized module: the user's model, not devplan
             raise DevplanError(f"--quantize {mode}: exporting the quantized module failed: {first_line(error)}") from None
         error = _error(ep, float_module, converted, samples)  # (SQNR, max abs difference, argmax agreement)
@@ -188,40 +190,94 @@ def _calibration_samples(calibration: "Path | tuple") -> list[tuple]:
     return _calibration_samples(tuple(loaded))
 
 
-def _checked_samples(samples: list[tuple], names: list[str], specs: list) -> list[tuple]:
-    """Each sample with as many inputs as the program takes, each of its shape and dtype."""
+Sizes = list[tuple[int, int | None]]  # per dimension of an input, the least and the most (None: unbounded)
+
+
+def _sizes(ep: torch.export.ExportedProgram, name: str, spec) -> Sizes:
+    """The sizes each dimension of an input may take: its size, or the range the export gave a
+    dynamic one."""
+    if not isinstance(spec, torch.Tensor):
+        return []
+    sizes: Sizes = []
+    for size in spec.shape:
+        if isinstance(size, int):
+            sizes.append((size, size))
+            continue
+        if not size.node.expr.is_Symbol:  # a size computed from another: the re-export cannot say it
+            raise DevplanError(f"--quantize: input {name!r} has a dimension of size {size.node.expr}; export it with "
+                               f"a dimension of its own (a Dim) there, or static shapes")
+        bounds = ep.range_constraints[size.node.expr]
+        sizes.append((int(bounds.lower), int(bounds.upper) if bounds.upper.is_finite else None))
+    return sizes
+
+
+def _sizes_text(sizes: Sizes) -> str:
+    return "[" + ", ".join(str(low) if low == high else f"{low}..{high if high is not None else ''}"
+                           for low, high in sizes) + "]"
+
+
+def _dynamic_shapes(ep: torch.export.ExportedProgram, module: torch.nn.Module, specs: list) -> dict | None:
+    """The export's dynamic dimensions as the re-export takes them, by the module's argument
+    names: one Dim per symbol of the export, within its range; None for a static export."""
+    dims: dict = {}
+    flat = []
+    for spec in specs:
+        shapes = {}
+        for index, size in enumerate(spec.shape if isinstance(spec, torch.Tensor) else ()):
+            if not isinstance(size, int):
+                bounds = ep.range_constraints[size.node.expr]
+                dims.setdefault(size.node.expr, torch.export.Dim(
+                    str(size.node.expr), min=int(bounds.lower), max=int(bounds.upper) if bounds.upper.is_finite else None))
+                shapes[index] = dims[size.node.expr]
+        flat.append(shapes or None)
+    if not dims:
+        return None
+    args, kwargs = pytree.tree_unflatten(flat, ep.call_spec.in_spec)
+    return {**dict(zip(inspect.signature(module.forward).parameters, args)), **kwargs}
+
+
+def _checked_samples(samples: list[tuple], names: list[str], specs: list, sizes: list[Sizes]) -> list[tuple]:
+    """Each sample with as many inputs as the program takes, each of its dtype and of sizes
+    its dimensions may take."""
     if not samples:
         raise DevplanError("--calibration: holds no inputs; save a list of at least one input tuple")
     for index, sample in enumerate(samples):
         if len(sample) != len(names):
             raise DevplanError(f"--calibration: sample {index} has {len(sample)} inputs, the program takes "
                                f"{len(names)} ({', '.join(names)})")
-        for name, value, spec in zip(names, sample, specs):
+        for name, value, spec, allowed in zip(names, sample, specs, sizes):
             if not isinstance(spec, torch.Tensor):
                 continue  # a number the program was specialized to: export checks it
-            if not isinstance(value, torch.Tensor) or value.shape != spec.shape or value.dtype != spec.dtype:
+            if not isinstance(value, torch.Tensor) or value.dtype != spec.dtype or not _fits(value.shape, allowed):
                 got = (f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
                        if isinstance(value, torch.Tensor) else type(value).__name__)
                 raise DevplanError(f"--calibration: sample {index}, input {name!r} is {got}; the program takes "
-                                   f"{str(spec.dtype).removeprefix('torch.')} {list(spec.shape)}")
+                                   f"{str(spec.dtype).removeprefix('torch.')} {_sizes_text(allowed)}")
     return samples
 
 
-def _seeded_samples(specs: list) -> list[tuple]:
-    """SAMPLES inputs of the program's shapes and dtypes, the same on every run: normal floats,
-    and integers 0 and 1, which any index input (token ids, masks) may hold."""
+def _fits(shape: torch.Size, allowed: Sizes) -> bool:
+    return len(shape) == len(allowed) and all(low <= size and (high is None or size <= high)
+                                              for size, (low, high) in zip(shape, allowed))
+
+
+def _seeded_samples(specs: list, sizes: list[Sizes]) -> list[tuple]:
+    """SAMPLES inputs of the program's dtypes and example sizes (a dynamic dimension's at its
+    example's, else its least), the same on every run: normal floats, and integers 0 and 1,
+    which any index input (token ids, masks) may hold."""
     generator = torch.Generator().manual_seed(SEED)
 
-    def value(spec):
+    def value(spec, allowed: Sizes):
         if not isinstance(spec, torch.Tensor):
             return spec
+        shape = [size if isinstance(size, int) else size.node.hint or low for size, (low, _) in zip(spec.shape, allowed)]
         if spec.dtype.is_floating_point:
-            return torch.randn(spec.shape, generator=generator).to(spec.dtype)
+            return torch.randn(shape, generator=generator).to(spec.dtype)
         if spec.dtype == torch.bool:
-            return torch.randint(0, 2, spec.shape, generator=generator).bool()
-        return torch.randint(0, 2, spec.shape, generator=generator, dtype=spec.dtype)
+            return torch.randint(0, 2, shape, generator=generator).bool()
+        return torch.randint(0, 2, shape, generator=generator, dtype=spec.dtype)
 
-    return [tuple(value(spec) for spec in specs) for _ in range(SAMPLES)]
+    return [tuple(value(spec, allowed) for spec, allowed in zip(specs, sizes)) for _ in range(SAMPLES)]
 
 
 def _annotated(node) -> bool:
