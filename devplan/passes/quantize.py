@@ -20,6 +20,8 @@ import torch.utils._pytree as pytree
 
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
+from devplan.files import read_input
+from devplan.passes.backends import KNOWN, Partitioner
 
 # --quantize MODE: the keywords of the XNNPACK quantizer's get_symmetric_quantization_config
 MODES = {
@@ -72,8 +74,6 @@ class Quantized:
 def quantized_delegates(mode: str | None, calibration: "Path | tuple | None", delegates: tuple) -> tuple:
     """The backends a compile with --quantize uses: XNNPACK's, implied when none is given; any
     other is refused, since only XNNPACK's backend runs the quantized ops these modes make."""
-    from devplan.passes.backends import KNOWN, Partitioner
-
     if mode is None:
         raise DevplanError("--calibration: only with --quantize (the inputs quantizing calibrates on)")
     if mode not in MODES:
@@ -176,8 +176,6 @@ def _calibration_samples(calibration: "Path | tuple") -> list[tuple]:
     """The calibration inputs: the tuples given, or those a file saved with torch.save holds."""
     if not isinstance(calibration, (str, os.PathLike)):
         return [tuple(s) if isinstance(s, (list, tuple)) else (s,) for s in calibration]
-    from devplan.files import read_input
-
     hint = "save a list of input tuples with torch.save"
     data = read_input(calibration, limit=CALIBRATION_LIMIT, hint=hint, name=f"--calibration {os.fspath(calibration)}")
     try:
