@@ -112,15 +112,17 @@ def test_quantized_program_is_a_fraction_of_the_float_ones_size(mode, ratio):
     assert report["float_ops"] == ({} if mode == "int8" else {"aten::relu": 1})  # int8 takes linear-relu whole
 
 
-def test_the_text_summary_and_the_json_say_what_quantizing_cost():
+def test_the_text_summary_the_json_and_the_dump_say_what_quantizing_cost(tmp_path):
     import json
 
     from devplan.reports import compile_lines
     from tests.test_schemas import validate
 
     ep, _ = _wide_mlp()
-    summary = compiled(ep, quantize="dynamic-int8").summary()
+    summary = compiled(ep, quantize="dynamic-int8", dump_dir=tmp_path).summary()
     validate("compile", json.loads(json.dumps(summary)))
+    (dumped,) = tmp_path.glob("*-quantize.txt")
+    assert '"sqnr_db"' in dumped.read_text() and "quantized_decomposed" in dumped.read_text()
     lines = compile_lines(summary, [], "p.pte", None)
     cost = next(line for line in lines if line.startswith("quantized dynamic-int8 (XNNPACK): on 4 seeded samples"))
     assert "SQNR" in cost and "argmax agreement" in cost
