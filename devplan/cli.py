@@ -349,7 +349,7 @@ def compile_command(
         typer.Option("--quantize", metavar="MODE", help="Quantize the export first with ExecuTorch's XNNPACK quantizer "
                      "(torch's PT2E flow) and let XNNPACK's backend run it (--backend xnnpack is implied): "
                      "dynamic-int8 (int8 weights per channel, activations quantized at run time; needs no data), "
-                     "dynamic-int4 (the same with 4-bit weights) or int8 (static: needs --calibration). The summary says what it cost: the error against the float "
+                     "dynamic-int4 (the same with 4-bit weights, linear layers only) or int8 (static: needs --calibration). The summary says what it cost: the error against the float "
                      "model and the ops left in float.", show_default=False),
     ] = None,
     calibration: Annotated[

@@ -30,6 +30,10 @@ MODES = {
     # weights in [-8, 7]: XNNPACK's partitioner takes them as 4-bit per channel (qc4w) and packs them
     "dynamic-int4": {"is_per_channel": True, "is_dynamic": True, "weight_qmin": -8, "weight_qmax": 7},
 }
+# what each mode's quantizer takes; dynamic-int4 linear layers alone, since XNNPACK packs only
+# 2-D weights as 4-bit (ExecuTorch's convert_to_qc4w refuses a convolution's)
+TAKES = {"dynamic-int8": "linear and convolution layers", "int8": "linear and convolution layers, add, mul, cat, pooling",
+         "dynamic-int4": "linear layers"}
 NEEDS_DATA = {"int8"}   # activations' ranges are observed, so they must come from real inputs
 SAMPLES = 4             # seeded samples when no --calibration is given
 SEED = 0
@@ -105,8 +109,8 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
         prepared = pt2e.prepare_pt2e(ep.module(), quantizer)
         float_ops = _unannotated(prepared)
         if not any(_annotated(node) for node in prepared.graph.nodes):
-            raise DevplanError(f"--quantize {mode}: the XNNPACK quantizer takes none of this program's ops (it "
-                               f"quantizes linear and convolution layers{'' if mode != 'int8' else ', add, mul, cat, pooling'})")
+            raise DevplanError(f"--quantize {mode}: the XNNPACK quantizer takes none of this program's ops "
+                               f"(in {mode} it quantizes {TAKES[mode]})")
         for sample in samples:
             args, kwargs = _call(ep, sample)
             prepared(*args, **kwargs)
@@ -141,7 +145,10 @@ def xnnpack_quantizer(mode: str):
                 node.target = _SCALAR_OPS[node.target]
             return model
 
-    return Quantizer().set_global(xnnpack.get_symmetric_quantization_config(**MODES[mode]))
+    config = xnnpack.get_symmetric_quantization_config(**MODES[mode])
+    if mode == "dynamic-int4":
+        return Quantizer().set_operator_type(torch.ops.aten.linear.default, config)
+    return Quantizer().set_global(config)
 
 
 # add.Tensor <-> add.Scalar, mul.Tensor <-> mul.Scalar: the overloads xnnpack_quantizer swaps

@@ -75,12 +75,13 @@ def assert_as_executorchs(result, theirs: bytes, inputs) -> None:
 
 @pytest.mark.sweep  # a transformers model through two quantized lowerings: tens of seconds each
 @pytest.mark.parametrize("model", ["resnet", "mobilenet_v2", "bert", "llama"])
-def test_dynamic_int8_computes_what_executorchs_program_computes(model):
+@pytest.mark.parametrize("mode", ["dynamic-int8", "dynamic-int4"])
+def test_dynamic_modes_compute_what_executorchs_program_computes(model, mode):
     ep, inputs = _hf(model)
-    result = compiled(ep, quantize="dynamic-int8")
-    assert_as_executorchs(result, executorchs_program(ep, "dynamic-int8", [inputs]), inputs)
+    result = compiled(ep, quantize=mode)
+    assert_as_executorchs(result, executorchs_program(ep, mode, [inputs]), inputs)
     report = result.summary()["quantization"]
-    assert report["mode"] == "dynamic-int8" and report["calibration"] == "seeded" and report["samples"] == 4
+    assert report["mode"] == mode and report["calibration"] == "seeded" and report["samples"] == 4
     assert report["error"]["sqnr_db"] > 20
     assert report["weights"]["quantized_bytes"] < report["weights"]["float_bytes"]
 
@@ -169,6 +170,8 @@ def _refused(ep, match: str, **choices) -> str:
 def test_a_model_with_no_op_the_quantizer_takes_is_refused():
     ep = torch.export.export(nn.Sequential(nn.ReLU(), nn.Tanh()), (torch.randn(2, 8),))
     _refused(ep, "the XNNPACK quantizer takes none of this program's ops", quantize="dynamic-int8")
+    conv = torch.export.export(nn.Conv2d(3, 4, 3).eval(), (torch.randn(1, 3, 8, 8),))
+    _refused(conv, r"takes none .* \(in dynamic-int4 it quantizes linear layers\)", quantize="dynamic-int4")
 
 
 def test_an_export_already_quantized_is_refused():
