@@ -373,6 +373,20 @@ def compile_command(
                      "An op namespace devplan knows stands for its library's module (transformers: its MoE "
                      "grouped_mm_fallback). Repeatable.", show_default=False),
     ] = None,
+    quantize: Annotated[
+        Optional[str],
+        typer.Option("--quantize", metavar="MODE", help="Quantize the export first with ExecuTorch's XNNPACK quantizer "
+                     "(torch's PT2E flow) and let XNNPACK's backend run it (--backend xnnpack is implied): "
+                     "dynamic-int8 (int8 weights per channel, activations quantized at run time; needs no data), "
+                     "dynamic-int4 (the same with 4-bit weights, linear layers only) or int8 (static: needs --calibration). The summary says what it cost: the error against the float "
+                     "model and the ops left in float.", show_default=False),
+    ] = None,
+    calibration: Annotated[
+        Optional[Path],
+        typer.Option("--calibration", metavar="FILE.pt", help="With --quantize: the inputs to calibrate on and to "
+                     "measure the error on, a list of input tuples saved with torch.save (without it, dynamic modes "
+                     "use seeded samples).", show_default=False),
+    ] = None,
 ) -> None:
     """Compile a torch.export program (.pt2) to an ExecuTorch program (.pte).
 
@@ -399,7 +413,7 @@ def compile_command(
         check_input(path)  # a .pte given as the model is told so, not that -o would overwrite it
     target = output if output is not None else model.with_suffix(".pte")
     # every file the compile reads is an input no output may replace (the metadata can be rebuilt only by hand)
-    read = [model, *methods.values(), metadata]
+    read = [model, *methods.values(), metadata, calibration]
     refuse_overwrite(target, read, "-o")
     refuse_overwrite(external_constants, [*read, target], "--external-constants")
     refuse_one_stream({"-o": target, "--external-constants": external_constants})
@@ -412,7 +426,8 @@ def compile_command(
         result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, reorder=reorder,
                          delegates=backends, device_io=device_io, source=source, dump_dir=dump_dir,
                          methods=methods, constant_methods=constants, kernels=kernels, llm=llm,
-                         external_constants=external_constants, on_stage=progress.stage, on_written=progress.written)
+                         external_constants=external_constants, quantize=quantize, calibration=calibration,
+                         on_stage=progress.stage, on_written=progress.written)
     if quiet:
         return
     summary = result.summary()

@@ -1,7 +1,7 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
     per method (forward, then --method's):
-    load -> from_exported -> GRAPH_PASSES (decompose, fold, views, sizes), each Lowered -> Lowered
+    load [-> quantize -> backends] -> from_exported -> GRAPH_PASSES (decompose, fold, views, sizes), each Lowered -> Lowered
          [-> partition -> each delegate_group: lower_method (as a payload), to_program, dumps_pte]
          -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
                           inplace), each Method -> Method -> plan_method
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from devplan.emit.delegates import Group
     from devplan.ir.lowered import Lowered, Payload
     from devplan.ir.planned import PlannedMethod
+    from devplan.passes.quantize import QuantizeReport
     from devplan.pte.writer import Spread
 
 
@@ -45,6 +46,7 @@ class CompileResult:
     # with external_constants: the .ptd as the pieces written, and how many keys it holds
     external: "Spread | None" = None
     external_keys: int = 0
+    quantization: "QuantizeReport | None" = None  # with --quantize: what quantizing cost
 
     @cached_property
     def data(self) -> bytes:
@@ -65,6 +67,7 @@ class CompileResult:
                                                                        "keys": self.external_keys}})},
             "methods": [_method_summary(planned) for planned in self.methods or (self.planned,)],
             "folding": {key: int(self.folding.get(key, 0)) for key in _FOLDING},
+            **({} if self.quantization is None else {"quantization": self.quantization.summary()}),
             "timings": {"seconds": round(self.seconds, 3),
                         "stages": {name: round(seconds, 4) for name, seconds in self.stage_seconds.items()}},
         }
@@ -128,6 +131,9 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     files = {"forward": model, **_named(methods, "method")}  # as given: errors name the file
     sources = dict(files)
     constants = _named(constant_methods, "constant method")
+    if options.quantize is not None and methods:
+        raise DevplanError("--quantize with --method: quantizing is done for forward alone so far; quantize each "
+                           "export with ExecuTorch's quantizer and compile them without --quantize")
     taken = sorted(set(sources) & set(constants))
     if taken:
         raise DevplanError(f"method {taken[0]} is given both as a program and as a constant method; name them apart")
@@ -135,9 +141,10 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
         sources["forward"], constants = _llm(model, constants, stage)
     folding: dict[str, int] = {}
     planned = []
+    quantization = None
     for name, source in sources.items():  # forward's stages keep their plain names
         try:
-            plan, folded = _plan_program(source, options, stage if name == "forward" else stage.within(name), name)
+            plan, folded, quantization = _plan_program(source, options, stage if name == "forward" else stage.within(name), name)
         except DevplanError as error:  # a graph stage names the node or op; the line names the file too
             given = files[name]
             if isinstance(given, (str, os.PathLike)) and not str(error).startswith(os.fspath(given)):
@@ -160,7 +167,7 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
         told = None if on_written is None else lambda done: on_written(done, image.size)
         stage("write", write_atomic, path, image.parts, on_written=told)
     return CompileResult(image, path, planned[0], stored, time.perf_counter() - start, stage.seconds, folding,
-                         tuple(planned), data, external.count if external is not None else 0)
+                         tuple(planned), data, external.count if external is not None else 0, quantization)
 
 
 def _llm(model, constants: dict, stage: "Stages") -> tuple[object, dict]:
@@ -188,9 +195,11 @@ def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
     return named
 
 
-def _plan_program(model, options: CompileOptions, stage: "Stages", name: str) -> tuple["PlannedMethod", dict]:
+def _plan_program(model, options: CompileOptions, stage: "Stages", name: str
+                  ) -> tuple["PlannedMethod", dict, "QuantizeReport | None"]:
     """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
-    payloads compiled on the way, to its plan; with what folding chose."""
+    payloads compiled on the way, to its plan; with what folding chose and, with --quantize,
+    what quantizing cost."""
     from devplan.emit.delegates import delegate_groups
     from devplan.load import load
     from devplan.passes import GRAPH_PASSES
@@ -200,6 +209,12 @@ def _plan_program(model, options: CompileOptions, stage: "Stages", name: str) ->
     from devplan.passes.partition import partition
 
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
+    report = None
+    if options.quantize is not None:  # before the backends: XNNPACK's takes the quantized ops
+        from devplan.passes.quantize import quantize
+
+        quantized = stage("quantize", quantize, ep, options.quantize, options.calibration)
+        ep, report = quantized.program, quantized.report
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
         from devplan.passes.backends import lower_to_backends
@@ -216,7 +231,7 @@ def _plan_program(model, options: CompileOptions, stage: "Stages", name: str) ->
         # the recursion: each delegate's group is lowered by the program's own stages, as a payload
         payloads = {group.call: _payload(group, options, stage.within(group.call)) for group in delegate_groups(low)}
         low = replace(low, payloads={**low.payloads, **payloads})
-    return lower_method(low, options, stage, name=name), folding
+    return lower_method(low, options, stage, name=name), folding, report
 
 
 def _payload(group: "Group", options: CompileOptions, stage: "Stages") -> "Payload":

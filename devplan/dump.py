@@ -4,6 +4,7 @@ on the hash seed."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from devplan.ir.method import BoolList, DoubleList, IntList, OptionalTensorList, TensorList, Use
@@ -17,12 +18,15 @@ def stage_text(result, stage: str = "") -> str:
     from devplan.ir.method import Method
     from devplan.ir.lowered import Lowered
     from devplan.ir.planned import PlannedMethod
+    from devplan.passes.quantize import Quantized
     from devplan.pte.writer import Spread
 
     if isinstance(result, Lowered):
         if stage.rsplit(".", 1)[-1] == "fold" and result.folding:  # what folding chose, and what it cost
             return _folding_text(result.folding) + str(result.gm.graph)
         return str(result.gm.graph)
+    if isinstance(result, Quantized):  # what quantizing cost, then the quantized graph
+        return json.dumps(result.report.summary(), indent=1) + "\n" + stage_text(result.program, stage)
     if hasattr(result, "graph_module"):  # ExportedProgram
         return str(result.graph_module.graph)
     if hasattr(result, "graph"):  # GraphModule

@@ -9,6 +9,7 @@ from pathlib import Path
 from devplan.backend import Backend
 from devplan.errors import DevplanError
 from devplan.backend import Partitioner
+from devplan.quantization import quantized_delegates
 from devplan.planning.budget import checked_budgets
 from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT
 from devplan.planning.planner import ALGORITHMS
@@ -34,6 +35,11 @@ class CompileOptions:
     kernels: tuple[str, ...] = ()
     # the constant methods ExecuTorch's LLM runner reads, read from the export (devplan/llm.py)
     llm: bool = False
+    # --quantize MODE (quantization.py MODES): the export quantized by ExecuTorch's XNNPACK
+    # quantizer first, XNNPACK's backend implied; `calibration`, a file of input tuples or the
+    # tuples, gives the inputs it calibrates on and measures the error on
+    quantize: str | None = None
+    calibration: Path | tuple | None = None
     # each stage's result checked (devplan/wellformed.py): with --debug, and in the tests, whose
     # conftest sets DEVPLAN_CHECK_STAGES for every compile they make, in-process or not
     checks: bool = field(default_factory=lambda: os.environ.get("DEVPLAN_CHECK_STAGES") == "1")
@@ -50,13 +56,17 @@ class CompileOptions:
             if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
                 raise DevplanError(f"--kernels {name}: not a Python module name; name a module as import does, "
                                    f"e.g. transformers")
+        if self.quantize is not None or self.calibration is not None:
+            # frozen: the backend --quantize implies is set once, here, so every way of making
+            # the options (flags, keywords, replace) gets it
+            object.__setattr__(self, "delegates", quantized_delegates(self.quantize, self.calibration, self.delegates))
 
     @classmethod
     def of(cls, base: CompileOptions | None = None, **choices) -> CompileOptions:
         """`base` (or the defaults) with `choices` as devplan.compile takes them: budgets as a
         mapping, delegates as 'cuda:0=aten::linear' texts, Backends or Partitioners,
         `backends` as ExecuTorch backend names ('xnnpack') or 'MODULE:CLASS[:JSON]' partitioners
-        that choose before the delegates, dump_dir and external_constants as any path, kernels as
+        that choose before the delegates, dump_dir, external_constants and a calibration file as any path, kernels as
         module names."""
         if "backends" in choices:
             foreign = tuple(Partitioner.parse(b) if isinstance(b, str) else b for b in choices.pop("backends") or ())
@@ -71,6 +81,10 @@ class CompileOptions:
         if "kernels" in choices:
             kernels = choices["kernels"] or ()
             choices["kernels"] = (kernels,) if isinstance(kernels, str) else tuple(kernels)
+        if isinstance(choices.get("calibration"), (str, os.PathLike)):
+            choices["calibration"] = Path(choices["calibration"])
+        elif choices.get("calibration") is not None:
+            choices["calibration"] = tuple(choices["calibration"])
         for name in ("dump_dir", "external_constants"):
             if choices.get(name) is not None:
                 choices[name] = Path(choices[name])

@@ -28,12 +28,32 @@ def compile_lines(summary: dict, constant_methods: list[str], written: str, exte
                       f"{size_text(max(w['size'] for w in windows))})" if windows else "")
             lines.append(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
                          f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
+    if "quantization" in summary:
+        lines.extend(quantization_lines(summary["quantization"]))
     file = summary["file"]
     lines.append(f"constants: {exact_size_text(file['constant_bytes'])}")
     if file.get("external") is not None:
         lines.append(f"wrote {external} ({exact_size_text(file['external']['size'])}, "
                      f"{file['external']['keys']} keys): the weights")
     lines.append(f"wrote {written} ({exact_size_text(file['size'])}) in {summary['timings']['seconds']:.2f} s")
+    return lines
+
+
+def quantization_lines(report: dict) -> list[str]:
+    """--quantize's cost: the error against the float model on the samples, the weights' bytes
+    before and after, and the ops left in float (the quantizer had no pattern for them)."""
+    error = report["error"]
+    facts = [f"SQNR {error['sqnr_db']:.1f} dB" if error["sqnr_db"] is not None else "outputs equal",
+             f"max abs difference {error['max_abs_diff']:.3g}"]
+    if error["argmax_agreement"] is not None:
+        facts.append(f"argmax agreement {error['argmax_agreement']:.1%}")
+    inputs = f"{report['samples']} {'calibration inputs' if report['calibration'] == 'file' else 'seeded samples'}"
+    weights = report["weights"]
+    lines = [f"quantized {report['mode']} (XNNPACK): on {inputs} against the float model, {', '.join(facts)}",
+             f"  weights {exact_size_text(weights['quantized_bytes'])}, float {exact_size_text(weights['float_bytes'])}"]
+    if report["float_ops"]:
+        ops = ", ".join(f"{op} x{count}" for op, count in report["float_ops"].items())
+        lines.append(f"  stayed float (no quantizer pattern for them in {report['mode']}): {printable(ops)}")
     return lines
 
 

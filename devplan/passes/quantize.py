@@ -1,0 +1,309 @@
+"""--quantize: a float export quantized by ExecuTorch's XNNPACK quantizer through torch's PT2E
+flow (prepare_pt2e on `ep.module()`, calibrate, convert_pt2e, torch.export.export again), so
+that ExecuTorch's XNNPACK backend, implied, takes the quantized ops. What it cost is measured
+on the way: the quantized module's outputs against the float model's on the calibration
+inputs (or seeded samples), and the ops the quantizer left in float. Only this stage imports
+the quantizer (the `devplan[executorch]` extra)."""
+from __future__ import annotations
+
+import inspect
+import io
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.utils._pytree as pytree
+
+from devplan.errors import DevplanError, first_line
+from devplan.extras import import_module
+from devplan.files import read_input
+from devplan.quantization import MODES, TAKES
+
+SAMPLES = 4             # seeded samples when no --calibration is given
+SEED = 0
+CALIBRATION_LIMIT = 1 << 30  # bytes of a --calibration file devplan reads
+QUANTIZER = "executorch.backends.xnnpack.quantizer.xnnpack_quantizer"  # the devplan[executorch] extra's
+PT2E = "torchao.quantization.pt2e.quantize_pt2e"
+
+
+@dataclass(frozen=True)
+class QuantizeReport:
+    """What quantizing cost, measured on `samples` inputs (from --calibration or seeded):
+    the quantized module's outputs against the float model's (every float output, all
+    samples together), and the ops the quantizer took no pattern for, by op."""
+
+    mode: str
+    samples: int
+    calibrated: bool               # the samples were --calibration's, not seeded
+    sqnr_db: float | None          # None when the outputs are equal, or the float ones all zeros
+    max_abs_diff: float
+    argmax_agreement: float | None  # of a 2-D first output (a classifier's logits), else None
+    float_ops: tuple[tuple[str, int], ...]  # (op, how many), most first
+    float_weight_bytes: int
+    quantized_weight_bytes: int
+
+    def summary(self) -> dict:
+        """compile --json's `quantization` (docs/compile-json.md)."""
+        return {"mode": self.mode, "samples": self.samples, "calibration": "file" if self.calibrated else "seeded",
+                "error": {"sqnr_db": self.sqnr_db, "max_abs_diff": self.max_abs_diff,
+                          "argmax_agreement": self.argmax_agreement},
+                "float_ops": dict(self.float_ops),
+                "weights": {"float_bytes": self.float_weight_bytes, "quantized_bytes": self.quantized_weight_bytes}}
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """The quantize stage's result: the quantized program and what quantizing cost."""
+
+    program: torch.export.ExportedProgram
+    report: QuantizeReport
+
+
+def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | tuple | None") -> Quantized:
+    """`ep` quantized as `mode` says, calibrated on `calibration` (a file of input tuples or
+    the tuples themselves) or, for a dynamic mode without it, on seeded samples."""
+    _refuse_quantized(ep)
+    names, specs = _user_inputs(ep)
+    sizes = [_sizes(ep, name, spec) for name, spec in zip(names, specs)]
+    samples = (_checked_samples(_calibration_samples(calibration), names, specs, sizes) if calibration is not None
+               else _seeded_samples(specs, sizes))
+    pt2e = import_module(PT2E, "--quantize")
+    quantizer = xnnpack_quantizer(mode)
+    float_module = ep.module()
+    with torch.no_grad():
+        prepared = pt2e.prepare_pt2e(ep.module(), quantizer)
+        float_ops = _unannotated(prepared)
+        if not any(_annotated(node) for node in prepared.graph.nodes):
+            raise DevplanError(f"--quantize {mode}: the XNNPACK quantizer takes none of this program's ops "
+                               f"(in {mode} it quantizes {TAKES[mode]})")
+        for sample in samples:
+            args, kwargs = _call(ep, sample)
+            prepared(*args, **kwargs)
+        converted = pt2e.convert_pt2e(prepared)
+        # the largest sample as the example: export takes a size of 1 as fixed, not dynamic
+        args, kwargs = _call(ep, max(samples, key=lambda sample: sum(t.numel() for t in sample if isinstance(t, torch.Tensor))))
+        try:
+            program = torch.export.export(converted, args, kwargs, dynamic_shapes=_dynamic_shapes(ep, converted, specs),
+                                          strict=False)
+        except Exception as error:  # torch's export of the quantized module: the user's model, not devplan
+            raise DevplanError(f"--quantize {mode}: exporting the quantized module failed: {first_line(error)}") from None
+        error = _error(ep, float_module, converted, samples)  # (SQNR, max abs difference, argmax agreement)
+    sqnr, largest, agreement = error
+    report = QuantizeReport(mode, len(samples), calibration is not None, sqnr, largest, agreement, float_ops,
+                            _weight_bytes(ep), _weight_bytes(program))
+    return Quantized(program, report)
+
+
+def xnnpack_quantizer(mode: str):
+    """ExecuTorch's XNNPACKQuantizer for `mode`, except that the scalars of integer add and
+    mul stay numbers: ExecuTorch 1.5.1 makes every such scalar a float tensor before it
+    annotates, and integer arithmetic on one (BERT's position ids) then indexes with floats."""
+    xnnpack = import_module(QUANTIZER, "--quantize")
+
+    class Quantizer(xnnpack.XNNPACKQuantizer):  # type: ignore[name-defined]  # imported at run time
+        def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            integer = [node for node in model.graph.nodes if node.target in _SCALAR_OPS and not _is_float(node.meta.get("val"))]
+            for node in integer:  # hidden from the conversion under another overload, then restored
+                node.target = _SCALAR_OPS[node.target]
+            model = super().transform_for_annotation(model)
+            for node in integer:
+                node.target = _SCALAR_OPS[node.target]
+            return model
+
+    config = xnnpack.get_symmetric_quantization_config(**MODES[mode])
+    if mode == "dynamic-int4":
+        return Quantizer().set_operator_type(torch.ops.aten.linear.default, config)
+    return Quantizer().set_global(config)
+
+
+# add.Tensor <-> add.Scalar, mul.Tensor <-> mul.Scalar: the overloads xnnpack_quantizer swaps
+_SCALAR_OPS = {torch.ops.aten.add.Tensor: torch.ops.aten.add.Scalar, torch.ops.aten.mul.Tensor: torch.ops.aten.mul.Scalar}
+_SCALAR_OPS.update({scalar: tensor for tensor, scalar in _SCALAR_OPS.items()})
+
+
+def _refuse_quantized(ep: torch.export.ExportedProgram) -> None:
+    """An export that already holds quantize/dequantize ops was quantized once: doing it again
+    would quantize the dequantized weights a second time."""
+    for node in ep.graph.nodes:
+        if node.op == "call_function" and getattr(node.target, "namespace", "") == "quantized_decomposed":
+            raise DevplanError(f"--quantize: the export is already quantized (node {node.name} calls "
+                               f"{node.target.name()}); compile it without --quantize")
+
+
+def _user_inputs(ep: torch.export.ExportedProgram) -> tuple[list[str], list]:
+    """The names of the program's inputs, in the order it takes them, and each one's example
+    value (a fake tensor, or a number)."""
+    names = list(ep.graph_signature.user_inputs)
+    placeholders = {node.name: node for node in ep.graph.find_nodes(op="placeholder")}
+    return names, [placeholders[name].meta.get("val") for name in names]
+
+
+def _call(ep: torch.export.ExportedProgram, sample: tuple) -> tuple[tuple, dict]:
+    """A flat sample as the (args, kwargs) the module takes: keyword inputs (BERT's
+    attention_mask) come after the positional ones, as the program orders them."""
+    return pytree.tree_unflatten(list(sample), ep.call_spec.in_spec)
+
+
+def _calibration_samples(calibration: "Path | tuple") -> list[tuple]:
+    """The calibration inputs: the tuples given, or those a file saved with torch.save holds."""
+    if not isinstance(calibration, (str, os.PathLike)):
+        return [tuple(s) if isinstance(s, (list, tuple)) else (s,) for s in calibration]
+    hint = "save a list of input tuples with torch.save"
+    data = read_input(calibration, limit=CALIBRATION_LIMIT, hint=hint, name=f"--calibration {os.fspath(calibration)}")
+    try:
+        loaded = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as error:  # torch.load raises pickle, zip and OS errors alike for a bad file
+        raise DevplanError(f"--calibration {os.fspath(calibration)}: not a file saved with torch.save "
+                           f"({type(error).__name__}); {hint}") from None
+    if not isinstance(loaded, (list, tuple)):
+        raise DevplanError(f"--calibration {os.fspath(calibration)}: holds a {type(loaded).__name__}; {hint}")
+    return _calibration_samples(tuple(loaded))
+
+
+Sizes = list[tuple[int, int | None]]  # per dimension of an input, the least and the most (None: unbounded)
+
+
+def _sizes(ep: torch.export.ExportedProgram, name: str, spec) -> Sizes:
+    """The sizes each dimension of an input may take: its size, or the range the export gave a
+    dynamic one."""
+    if not isinstance(spec, torch.Tensor):
+        return []
+    sizes: Sizes = []
+    for size in spec.shape:
+        if isinstance(size, int):
+            sizes.append((size, size))
+            continue
+        if not size.node.expr.is_Symbol:  # a size computed from another: the re-export cannot say it
+            raise DevplanError(f"--quantize: input {name!r} has a dimension of size {size.node.expr}; export it with "
+                               f"a dimension of its own (a Dim) there, or static shapes")
+        bounds = ep.range_constraints[size.node.expr]
+        sizes.append((int(bounds.lower), int(bounds.upper) if bounds.upper.is_finite else None))
+    return sizes
+
+
+def _sizes_text(sizes: Sizes) -> str:
+    return "[" + ", ".join(str(low) if low == high else f"{low}..{high if high is not None else ''}"
+                           for low, high in sizes) + "]"
+
+
+def _dynamic_shapes(ep: torch.export.ExportedProgram, module: torch.nn.Module, specs: list) -> dict | None:
+    """The export's dynamic dimensions as the re-export takes them, by the module's argument
+    names: one Dim per symbol of the export, within its range; None for a static export."""
+    dims: dict = {}
+    flat = []
+    for spec in specs:
+        shapes = {}
+        for index, size in enumerate(spec.shape if isinstance(spec, torch.Tensor) else ()):
+            if not isinstance(size, int):
+                bounds = ep.range_constraints[size.node.expr]
+                dims.setdefault(size.node.expr, torch.export.Dim(
+                    str(size.node.expr), min=int(bounds.lower), max=int(bounds.upper) if bounds.upper.is_finite else None))
+                shapes[index] = dims[size.node.expr]
+        flat.append(shapes or None)
+    if not dims:
+        return None
+    args, kwargs = pytree.tree_unflatten(flat, ep.call_spec.in_spec)
+    return {**dict(zip(inspect.signature(module.forward).parameters, args)), **kwargs}
+
+
+def _checked_samples(samples: list[tuple], names: list[str], specs: list, sizes: list[Sizes]) -> list[tuple]:
+    """Each sample with as many inputs as the program takes, each of its dtype and of sizes
+    its dimensions may take."""
+    if not samples:
+        raise DevplanError("--calibration: holds no inputs; save a list of at least one input tuple")
+    for index, sample in enumerate(samples):
+        if len(sample) != len(names):
+            raise DevplanError(f"--calibration: sample {index} has {len(sample)} inputs, the program takes "
+                               f"{len(names)} ({', '.join(names)})")
+        for name, value, spec, allowed in zip(names, sample, specs, sizes):
+            if not isinstance(spec, torch.Tensor):
+                continue  # a number the program was specialized to: export checks it
+            if not isinstance(value, torch.Tensor) or value.dtype != spec.dtype or not _fits(value.shape, allowed):
+                got = (f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
+                       if isinstance(value, torch.Tensor) else type(value).__name__)
+                raise DevplanError(f"--calibration: sample {index}, input {name!r} is {got}; the program takes "
+                                   f"{str(spec.dtype).removeprefix('torch.')} {_sizes_text(allowed)}")
+    return samples
+
+
+def _fits(shape: torch.Size, allowed: Sizes) -> bool:
+    return len(shape) == len(allowed) and all(low <= size and (high is None or size <= high)
+                                              for size, (low, high) in zip(shape, allowed))
+
+
+def _seeded_samples(specs: list, sizes: list[Sizes]) -> list[tuple]:
+    """SAMPLES inputs of the program's dtypes and example sizes (a dynamic dimension's at its
+    example's, else its least), the same on every run: normal floats, and integers 0 and 1,
+    which any index input (token ids, masks) may hold."""
+    generator = torch.Generator().manual_seed(SEED)
+
+    def value(spec, allowed: Sizes):
+        if not isinstance(spec, torch.Tensor):
+            return spec
+        shape = [size if isinstance(size, int) else size.node.hint or low for size, (low, _) in zip(spec.shape, allowed)]
+        if spec.dtype.is_floating_point:
+            return torch.randn(shape, generator=generator).to(spec.dtype)
+        if spec.dtype == torch.bool:
+            return torch.randint(0, 2, shape, generator=generator).bool()
+        return torch.randint(0, 2, shape, generator=generator, dtype=spec.dtype)
+
+    return [tuple(value(spec, allowed) for spec, allowed in zip(specs, sizes)) for _ in range(SAMPLES)]
+
+
+def _annotated(node) -> bool:
+    annotation = node.meta.get("quantization_annotation")
+    return annotation is not None and getattr(annotation, "_annotated", False)
+
+
+def _unannotated(prepared: torch.fx.GraphModule) -> tuple[tuple[str, int], ...]:
+    """The ops that compute float tensors and that the quantizer left alone, by op: views and
+    shape arithmetic are left out, since they compute nothing to quantize."""
+    ops: Counter[str] = Counter()
+    for node in prepared.graph.nodes:
+        value = node.meta.get("val")
+        if (node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or node.target.is_view
+                or not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point or _annotated(node)):
+            continue
+        ops[node.target.name()] += 1
+    return tuple(sorted(ops.items(), key=lambda item: (-item[1], item[0])))
+
+
+def _error(ep: torch.export.ExportedProgram, float_module: torch.nn.Module, quantized: torch.nn.Module,
+           samples: Sequence[tuple]) -> tuple[float | None, float, float | None]:
+    """(SQNR in dB, max abs difference, argmax agreement) of the quantized module's float
+    outputs against the float model's, over every sample; the quantized module computes what
+    XNNPACK's quantized kernels compute, to float rounding."""
+    signal = noise = 0.0
+    largest = 0.0
+    agree = rows = 0
+    for sample in samples:
+        args, kwargs = _call(ep, sample)
+        want = [t for t in pytree.tree_leaves(float_module(*args, **kwargs)) if _is_float(t)]
+        got = [t for t in pytree.tree_leaves(quantized(*args, **kwargs)) if _is_float(t)]
+        for w, g in zip(want, got):
+            w, g = w.double(), g.double()
+            signal += float(w.square().sum())
+            noise += float((w - g).square().sum())
+            largest = max(largest, float((w - g).abs().max())) if w.numel() else largest
+        if want and want[0].dim() == 2:  # a classifier's logits: does the top class stay?
+            agree += int((want[0].argmax(-1) == got[0].argmax(-1)).sum())
+            rows += want[0].shape[0]
+    sqnr = round(10 * math.log10(signal / noise), 2) if noise and signal else None  # JSON has no infinities
+    return sqnr, largest, (agree / rows if rows else None)
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
+
+
+def _weight_bytes(ep: torch.export.ExportedProgram) -> int:
+    """Bytes of the weights and constants the graph reads: the re-exported module still holds
+    the float originals of the weights it quantized, which nothing reads and no program stores."""
+    read = {node.name for node in ep.graph.find_nodes(op="placeholder") if node.users}
+    held = {**ep.state_dict, **ep.constants}
+    return sum(held[spec.target].nbytes for spec in ep.graph_signature.input_specs
+               if spec.arg.name in read and spec.target in held and isinstance(held[spec.target], torch.Tensor))

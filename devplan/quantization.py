@@ -1,0 +1,41 @@
+"""--quantize's modes, as options and the CLI read them (the quantize stage itself is
+passes/quantize.py, which imports ExecuTorch's quantizer): what each mode asks of XNNPACK's
+quantizer, what it takes, and the backend it implies."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from devplan.backend import KNOWN, Partitioner
+from devplan.errors import DevplanError
+
+# --quantize MODE: the keywords of the XNNPACK quantizer's get_symmetric_quantization_config
+MODES = {
+    "dynamic-int8": {"is_per_channel": True, "is_dynamic": True},
+    "int8": {"is_per_channel": True, "is_dynamic": False},
+    # weights in [-8, 7]: XNNPACK's partitioner takes them as 4-bit per channel (qc4w) and packs them
+    "dynamic-int4": {"is_per_channel": True, "is_dynamic": True, "weight_qmin": -8, "weight_qmax": 7},
+}
+# what each mode's quantizer takes; dynamic-int4 linear layers alone, since XNNPACK packs only
+# 2-D weights as 4-bit (ExecuTorch's convert_to_qc4w refuses a convolution's)
+TAKES = {"dynamic-int8": "linear and convolution layers", "int8": "linear and convolution layers, add, mul, cat, pooling",
+         "dynamic-int4": "linear layers"}
+NEEDS_DATA = {"int8"}   # activations' ranges are observed, so they must come from real inputs
+
+
+def quantized_delegates(mode: str | None, calibration: "Path | tuple | None", delegates: tuple) -> tuple:
+    """The backends a compile with --quantize uses: XNNPACK's, implied when none is given; any
+    other is refused, since only XNNPACK's backend runs the quantized ops these modes make."""
+    if mode is None:
+        raise DevplanError("--calibration: only with --quantize (the inputs quantizing calibrates on)")
+    if mode not in MODES:
+        raise DevplanError(f"--quantize {mode}: unknown mode; use one of: {', '.join(MODES)}")
+    if mode in NEEDS_DATA and calibration is None:
+        raise DevplanError(f"--quantize {mode}: needs --calibration FILE.pt, a list of input tuples saved with "
+                           f"torch.save (static int8 observes its activations' ranges on them)")
+    xnnpack = Partitioner.parse("xnnpack")
+    for delegate in delegates:
+        if not isinstance(delegate, Partitioner) or (delegate.module, delegate.cls) != (xnnpack.module, xnnpack.cls):
+            name = delegate.label if isinstance(delegate, Partitioner) else f"--delegate {delegate.device}"
+            raise DevplanError(f"--quantize {mode}: {name} cannot run the quantized ops XNNPACK's quantizer makes; "
+                               f"leave it out (--backend {next(iter(KNOWN))} is implied)")
+    return delegates or (xnnpack,)

@@ -1,0 +1,248 @@
+"""compile --quantize (issue 39): a float export quantized by ExecuTorch's XNNPACK quantizer
+(PT2E) and lowered with XNNPACK's backend. Its program computes what ExecuTorch's own program
+of the same quantizer configuration computes (to_edge_transform_and_lower with the
+XnnpackPartitioner, run on ExecuTorch's runtime), plans no more bytes, and the report says
+what quantizing cost; each refusal is one line."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import devplan
+from devplan.errors import DevplanError
+from testbed.executorch import planned_bytes
+from testbed.lowerings import patterns_exported_once
+from testbed.models import run_executorch
+from tests.tiers import tiered
+
+pytest.importorskip("executorch.backends.xnnpack.quantizer.xnnpack_quantizer")
+
+
+def _hf(name: str):
+    """A tiny transformers model's export and its flat inputs (keyword inputs after the positional)."""
+    from testbed.hf_models import FAMILIES
+
+    module, args, kwargs = FAMILIES[name]()
+    with torch.no_grad():
+        ep = torch.export.export(module, args, kwargs, strict=False)
+    return ep, (*args, *kwargs.values())
+
+
+def _wide_mlp():
+    """Weights large enough that the program's size is the weights', not the file's framing."""
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)).eval()
+    inputs = (torch.randn(4, 64),)
+    return torch.export.export(module, inputs), inputs
+
+
+def executorchs_program(ep, mode: str, samples) -> bytes:
+    """ExecuTorch's own flow for `mode`: the same quantizer configuration, PT2E calibrated on
+    `samples`, lowered by to_edge_transform_and_lower with XNNPACK's partitioner."""
+    import torch.utils._pytree as pytree
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from devplan.passes.quantize import xnnpack_quantizer
+
+    def call(sample):
+        return pytree.tree_unflatten(list(sample), ep.call_spec.in_spec)
+
+    with torch.no_grad(), patterns_exported_once():
+        prepared = prepare_pt2e(ep.module(), xnnpack_quantizer(mode))
+        for sample in samples:
+            args, kwargs = call(sample)
+            prepared(*args, **kwargs)
+        args, kwargs = call(samples[0])
+        quantized = torch.export.export(convert_pt2e(prepared), args, kwargs, strict=False)
+        return to_edge_transform_and_lower(quantized, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
+
+
+def compiled(ep, **choices):
+    with patterns_exported_once():  # the quantizer's pattern graphs, exported once per session
+        return devplan.compile(ep, **choices)
+
+
+def assert_as_executorchs(result, theirs: bytes, inputs) -> None:
+    ours = run_executorch(result.data, inputs)[0]
+    for got, want in zip(ours, run_executorch(theirs, inputs)[0]):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    assert planned_bytes(result.data) <= planned_bytes(theirs)
+    assert result.summary()["methods"][0]["counts"]["delegates"] >= 1
+
+
+@pytest.mark.sweep  # a transformers model through two quantized lowerings: tens of seconds each
+@pytest.mark.parametrize("model,mode", [(model, mode) for model in ("resnet", "mobilenet_v2", "bert", "llama")
+                                        for mode in ("dynamic-int8", "dynamic-int4")
+                                        if (model, mode) != ("mobilenet_v2", "dynamic-int8")])  # below
+def test_dynamic_modes_compute_what_executorchs_program_computes(model, mode):
+    ep, inputs = _hf(model)
+    result = compiled(ep, quantize=mode)
+    assert_as_executorchs(result, executorchs_program(ep, mode, [inputs]), inputs)
+    report = result.summary()["quantization"]
+    assert report["mode"] == mode and report["calibration"] == "seeded" and report["samples"] == 4
+    assert report["error"]["sqnr_db"] > (30 if mode == "dynamic-int8" else 10)  # measured: 39.7-69.9, 4-bit 15.8-47.0
+    assert report["weights"]["quantized_bytes"] < report["weights"]["float_bytes"]
+
+
+@pytest.mark.sweep
+def test_dynamic_int8_mobilenet_fails_in_xnnpack_as_executorchs_own_program_does():
+    """XNNPACK's runtime refuses the dynamically quantized MobileNetV2 that ExecuTorch 1.5.1
+    lowers ("Propagating input shapes failed with code: xnn_status_invalid_parameter"): devplan's
+    program, the same delegates, fails alike; a known limit, not devplan's to fix."""
+    ep, inputs = _hf("mobilenet_v2")
+    for program in (compiled(ep, quantize="dynamic-int8").data, executorchs_program(ep, "dynamic-int8", [inputs])):
+        with pytest.raises(RuntimeError, match="execute"):
+            run_executorch(program, inputs)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("model", ["resnet", "mobilenet_v2"])
+def test_static_int8_with_calibration_computes_what_executorchs_static_flow_computes(model, tmp_path):
+    ep, inputs = _hf(model)
+    generator = torch.Generator().manual_seed(1)
+    samples = [tuple(torch.randn(x.shape, generator=generator) for x in inputs) for _ in range(8)]
+    torch.save(samples, tmp_path / "calibration.pt")
+    result = compiled(ep, quantize="int8", calibration=tmp_path / "calibration.pt")
+    assert_as_executorchs(result, executorchs_program(ep, "int8", samples), samples[0])
+    report = result.summary()["quantization"]
+    assert report["calibration"] == "file" and report["samples"] == 8
+    assert report["error"]["argmax_agreement"] is not None and report["float_ops"] == {}
+
+
+@pytest.mark.parametrize("mode,ratio", tiered([("dynamic-int8", 0.35), ("int8", 0.35), ("dynamic-int4", 0.2)],
+                                              [("dynamic-int8", 0.35)]))
+def test_quantized_program_is_a_fraction_of_the_float_ones_size(mode, ratio):
+    ep, inputs = _wide_mlp()
+    result = compiled(ep, quantize=mode, calibration=[inputs] if mode == "int8" else None)
+    float_size = len(devplan.compile(ep, backends=["xnnpack"]).data)
+    assert len(result.data) <= ratio * float_size, (len(result.data), float_size)
+    assert_as_executorchs(result, executorchs_program(ep, mode, [inputs]), inputs)
+    report = result.summary()["quantization"]
+    assert report["error"]["argmax_agreement"] is not None
+    assert report["float_ops"] == ({} if mode == "int8" else {"aten::relu": 1})  # int8 takes linear-relu whole
+
+
+def test_the_text_summary_the_json_and_the_dump_say_what_quantizing_cost(tmp_path):
+    import json
+
+    from devplan.reports import compile_lines
+    from tests.test_schemas import validate
+
+    ep, _ = _wide_mlp()
+    summary = compiled(ep, quantize="dynamic-int8", dump_dir=tmp_path).summary()
+    validate("compile", json.loads(json.dumps(summary)))
+    (dumped,) = tmp_path.glob("*-quantize.txt")
+    assert '"sqnr_db"' in dumped.read_text() and "quantized_decomposed" in dumped.read_text()
+    lines = compile_lines(summary, [], "p.pte", None)
+    cost = next(line for line in lines if line.startswith("quantized dynamic-int8 (XNNPACK): on 4 seeded samples"))
+    assert "SQNR" in cost and "argmax agreement" in cost
+    assert any(line.strip().startswith("stayed float") and "aten::relu x1" in line for line in lines)
+
+
+class Masked(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, mask):
+        return self.fc(x) * mask
+
+
+def _dynamic():
+    torch.manual_seed(0)
+    batch = torch.export.Dim("batch", min=1, max=16)
+    return torch.export.export(Masked().eval(), (torch.randn(4, 8),), {"mask": torch.ones(4, 8)},
+                               dynamic_shapes={"x": {0: batch}, "mask": {0: batch}})
+
+
+def test_a_dynamic_export_stays_dynamic_and_calibrates_within_its_range():
+    ep = _dynamic()
+    samples = [(torch.randn(n, 8), torch.ones(n, 8)) for n in (1, 5, 16)]
+    result = compiled(ep, quantize="dynamic-int8", calibration=samples)
+    for inputs in samples:
+        ours = run_executorch(result.data, inputs)[0][0]
+        assert ours.shape == (len(inputs[0]), 8)
+        torch.testing.assert_close(ours, ep.module()(inputs[0], mask=inputs[1]), rtol=0, atol=0.05)
+    assert result.summary()["quantization"]["float_ops"] == {"aten::mul.Tensor": 1}
+    _refused(ep, r"sample 0, input 'x' is float32 \[17, 8\]; the program takes float32 \[1..16, 8\]",
+             quantize="int8", calibration=[(torch.randn(17, 8), torch.ones(17, 8))])
+
+
+def _refused(ep, match: str, **choices) -> str:
+    with pytest.raises(DevplanError, match=match) as caught:
+        compiled(ep, **choices)
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 300
+    return message
+
+
+def test_a_model_with_no_op_the_quantizer_takes_is_refused():
+    ep = torch.export.export(nn.Sequential(nn.ReLU(), nn.Tanh()), (torch.randn(2, 8),))
+    _refused(ep, "the XNNPACK quantizer takes none of this program's ops", quantize="dynamic-int8")
+    conv = torch.export.export(nn.Conv2d(3, 4, 3).eval(), (torch.randn(1, 3, 8, 8),))
+    _refused(conv, r"takes none .* \(in dynamic-int4 it quantizes linear layers\)", quantize="dynamic-int4")
+
+
+def test_an_export_already_quantized_is_refused():
+    from testbed.quantized import quantize
+
+    ep, _, _ = quantize("mlp", "per_tensor")
+    _refused(ep, "already quantized .*quantized_decomposed::", quantize="dynamic-int8")
+
+
+@pytest.mark.parametrize("samples,match", [
+    ([], "holds no inputs"),
+    ([(torch.randn(4, 64), torch.randn(4, 64))], r"sample 0 has 2 inputs, the program takes 1 \(input\)"),
+    ([(torch.randn(4, 64),), (torch.randn(3, 64),)], r"sample 1, input 'input' is float32 \[3, 64\]; the program takes float32 \[4, 64\]"),
+    ([(torch.randn(4, 64, dtype=torch.float64),)], r"input 'input' is float64 \[4, 64\]"),
+])
+def test_calibration_inputs_of_the_wrong_count_shape_or_dtype_are_refused(samples, match):
+    ep, _ = _wide_mlp()
+    _refused(ep, match, quantize="int8", calibration=samples)
+
+
+def test_a_calibration_file_that_is_not_a_list_of_inputs_is_refused(tmp_path):
+    ep, _ = _wide_mlp()
+    torch.save({"x": torch.randn(4, 64)}, tmp_path / "c.pt")
+    _refused(ep, "holds a dict; save a list of input tuples", quantize="int8", calibration=tmp_path / "c.pt")
+    (tmp_path / "junk.pt").write_bytes(b"junk")
+    _refused(ep, "not a file saved with torch.save", quantize="int8", calibration=tmp_path / "junk.pt")
+
+
+@pytest.mark.parametrize("choices,match", [
+    ({"quantize": "int8"}, "needs --calibration FILE.pt"),
+    ({"quantize": "int3"}, "unknown mode; use one of: dynamic-int8, int8, dynamic-int4"),
+    ({"calibration": [(torch.randn(4, 64),)]}, "--calibration: only with --quantize"),
+    ({"quantize": "dynamic-int8", "delegates": ["cuda:0"]}, "--delegate cuda:0 cannot run the quantized ops"),
+    ({"quantize": "dynamic-int8", "backends": ["tests.partitioners:AddsTo"]}, "cannot run the quantized ops"),
+])
+def test_options_quantizing_cannot_use_are_refused_before_anything_is_loaded(choices, match):
+    with pytest.raises(DevplanError, match=match):
+        devplan.compile("no-such.pt2", **choices)
+
+
+def test_xnnpack_is_implied_and_may_be_given():
+    from devplan.options import CompileOptions
+
+    implied = CompileOptions.of(quantize="dynamic-int8").delegates
+    assert [d.label for d in implied] == ["xnnpack"]
+    assert CompileOptions.of(quantize="dynamic-int8", backends=["xnnpack"]).delegates == implied
+
+
+@pytest.mark.sweep  # end to end through a fresh process
+def test_the_command_line_refuses_in_one_line_and_reports_the_cost(tmp_path):
+    from tests.compile.test_cli import assert_one_line_error, devplan as devplan_cli
+
+    ep, inputs = _wide_mlp()
+    torch.export.save(ep, tmp_path / "m.pt2")
+    assert_one_line_error(devplan_cli("compile", tmp_path / "m.pt2", "--quantize", "int8"), "needs --calibration")
+    torch.save([(torch.randn(4, 32),)], tmp_path / "bad.pt")
+    assert_one_line_error(devplan_cli("compile", tmp_path / "m.pt2", "--quantize", "int8", "--calibration",
+                                      tmp_path / "bad.pt"), "input 'input' is float32 [4, 32]")
+    torch.save([inputs] * 8, tmp_path / "good.pt")
+    done = devplan_cli("compile", tmp_path / "m.pt2", "--quantize", "int8", "--calibration", tmp_path / "good.pt")
+    assert done.returncode == 0, done.stderr
+    assert "quantized int8 (XNNPACK): on 8 calibration inputs against the float model, SQNR" in done.stdout
