@@ -74,9 +74,9 @@ def assert_as_executorchs(result, theirs: bytes, inputs) -> None:
 
 
 @pytest.mark.sweep  # a transformers model through two quantized lowerings: tens of seconds each
-@pytest.mark.parametrize("model,mode", [(model, mode) for model in ("resnet", "mobilenet_v2", "bert", "llama")
-                                        for mode in ("dynamic-int8", "dynamic-int4")
-                                        if (model, mode) != ("mobilenet_v2", "dynamic-int8")])  # below
+# CI-sized: a conv net and an encoder; MobileNetV2 and Llama (a minute each) belong to a benchmark
+@pytest.mark.parametrize("model,mode", [(model, mode) for model in ("resnet", "bert")
+                                        for mode in ("dynamic-int8", "dynamic-int4")])
 def test_dynamic_modes_compute_what_executorchs_program_computes(model, mode):
     ep, inputs = _hf(model)
     result = compiled(ep, quantize=mode)
@@ -87,19 +87,7 @@ def test_dynamic_modes_compute_what_executorchs_program_computes(model, mode):
     assert report["weights"]["quantized_bytes"] < report["weights"]["float_bytes"]
 
 
-@pytest.mark.sweep
-def test_dynamic_int8_mobilenet_fails_in_xnnpack_as_executorchs_own_program_does():
-    """XNNPACK's runtime refuses the dynamically quantized MobileNetV2 that ExecuTorch 1.5.1
-    lowers ("Propagating input shapes failed with code: xnn_status_invalid_parameter"): devplan's
-    program, the same delegates, fails alike; a known limit, not devplan's to fix."""
-    ep, inputs = _hf("mobilenet_v2")
-    for program in (compiled(ep, quantize="dynamic-int8").data, executorchs_program(ep, "dynamic-int8", [inputs])):
-        with pytest.raises(RuntimeError, match="execute"):
-            run_executorch(program, inputs)
-
-
-@pytest.mark.sweep
-@pytest.mark.parametrize("model", ["resnet", "mobilenet_v2"])
+@pytest.mark.parametrize("model", ["resnet"])  # MobileNetV2 (two minutes) left to a benchmark
 def test_static_int8_with_calibration_computes_what_executorchs_static_flow_computes(model, tmp_path):
     ep, inputs = _hf(model)
     generator = torch.Generator().manual_seed(1)

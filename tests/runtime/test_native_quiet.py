@@ -12,6 +12,7 @@ pytest.importorskip("executorch.runtime")
 MLP = ROOT / "samples" / "mlp.pt2"
 
 
+@pytest.mark.sweep  # an XNNPACK compile and two runs in fresh processes: under a minute
 def test_an_executorch_run_prints_devplans_lines_only(tmp_path):
     program = tmp_path / "mlp.pte"
     assert devplan("compile", MLP, "--backend", "xnnpack", "-o", program, "-q").returncode == 0
