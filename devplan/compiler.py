@@ -1,8 +1,8 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
     per method (forward, then --method's):
-    load [-> quantize -> backends] -> from_exported -> GRAPH_PASSES (decompose, fold, views, sizes), each Lowered -> Lowered
-         [-> partition -> each delegate_group: lower_method (as a payload), to_program, dumps_pte]
+    load [-> llm] [-> quantize -> backends] -> from_exported -> GRAPH_PASSES (decompose, fold, views, sizes), each Lowered -> Lowered
+         [-> partition -> each delegate_group: results_on_device, lower_method (as a payload), to_program, dumps_pte]
          -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
                           inplace), each Method -> Method -> plan_method
     then every planned method, constant methods too -> to_program -> pte_image (the pieces of the
