@@ -23,6 +23,7 @@ except ImportError:
 from devplan.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, BudgetExceeded,
                             DevplanError, first_line)
 from devplan.inspection import sections as inspect_sections
+from devplan.jsontext import repeated
 from devplan.metadata import runner_value
 from devplan.planning.model import DEFAULT_ALIGNMENT
 
@@ -453,12 +454,9 @@ def _name_value(text: str, option: str, parse):
 def _named_once(pairs: list, option: str) -> dict:
     """NAME=VALUE pairs as a dict, refusing a NAME given twice: a dict would silently keep the
     last, and a program of two methods alike is one ExecuTorch's runtime reads otherwise."""
-    named: dict = {}
-    for name, value in pairs:
-        if name in named:
-            raise DevplanError(f"{option} {name} given twice; give each method once, under a name of its own")
-        named[name] = value
-    return named
+    if (name := repeated(pairs)) is not None:
+        raise DevplanError(f"{option} {name} given twice; give each method once, under a name of its own")
+    return dict(pairs)
 
 
 def _constant(text: str):
@@ -473,11 +471,8 @@ def _constant(text: str):
 
 def _unique_keys(path: Path, pairs: list) -> dict:
     """A JSON object of --metadata, refusing a key given twice (json would keep the last)."""
-    seen: set = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise DevplanError(f"--metadata {path}: {key} given twice; give each constant method once")
-        seen.add(key)
+    if (key := repeated(pairs)) is not None:
+        raise DevplanError(f"--metadata {path}: {key} given twice; give each constant method once")
     return dict(pairs)
 
 

@@ -33,3 +33,14 @@ def loads(text: str | bytes, what: str, **options):
         raise DevplanError(f"{what}: JSON nested deeper than {MAX_DEPTH} levels, which devplan reads; "
                            f"write flat values (a constant method is a scalar or a list of them)")
     return json.loads(text, **options)
+
+
+def repeated(pairs: list) -> object | None:
+    """The first key of (key, value) pairs given a second time, or None: a dict, json's objects
+    among them, would keep the last of two without a word."""
+    seen: set = set()
+    for key, _ in pairs:
+        if key in seen:
+            return key
+        seen.add(key)
+    return None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from devplan.errors import DevplanError
 from devplan.files import STDIO, is_stdout, read_input
+from devplan.jsontext import repeated
 from devplan.units import natural_key
 
 SCHEMA_VERSION = 1
@@ -132,11 +133,8 @@ def parse_golden(text: bytes, name: str, rewrite: str) -> dict:
 
 def _once(pairs: list) -> dict:
     """A JSON object whose keys are each given once: json keeps the last of two, unsaid."""
-    seen: set = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise ValueError(f"the key {key!r} is given twice in one object")
-        seen.add(key)
+    if (key := repeated(pairs)) is not None:
+        raise ValueError(f"the key {key!r} is given twice in one object")
     return dict(pairs)
 
 
