@@ -91,15 +91,16 @@ TO_DEVICE, TO_HOST = "et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"
 RANKS = {"aten::convolution.out": ((3, 4), "ExecuTorch's portable convolution runs 1-D and 2-D convolutions only"),
          "aten::linear.out": (tuple(range(2, 17)), "ExecuTorch's portable linear takes inputs of 2 or more dims")}
 
-# Ops whose results' shapes depend on the device whose kernel runs them (name -> those results,
-# by position among the op's outs): CUDA's batch norms return the saved mean and inverse std
-# with one element per channel, the CPU's with none. A delegate plans what its device's kernel
+# Ops whose results' shapes or dtypes depend on the device whose kernel runs them (name -> those
+# results, by position among the op's outs): CUDA's batch norms return the saved mean and inverse
+# std with one element per channel, the CPU's with none; CUDA's layer norm keeps a bfloat16
+# input's mean and inverse std in float, the CPU's in bfloat16. A delegate plans what its device's kernel
 # writes (passes/device_results.py, from torch's meta functions); a runtime that runs such a
 # program on another device's kernels lets these results take that kernel's shape within their
-# planned bytes. Test-checked against the meta functions over the device corpus.
+# planned bytes (runtime/steps.py). Test-checked against the meta functions over the device corpus.
 DEVICE_SHAPED = {f"aten::{op}": (1, 2) for op in (
     "_native_batch_norm_legit_no_training.out", "_native_batch_norm_legit.out",
-    "_native_batch_norm_legit.no_stats_out", "native_batch_norm.out")}
+    "_native_batch_norm_legit.no_stats_out", "native_batch_norm.out", "native_layer_norm.out")}
 
 # Ops whose portable out kernel checks its results' sizes instead of setting them: a dynamic
 # input goes through torch's decomposition instead (split -> split_with_sizes, unbind -> select,

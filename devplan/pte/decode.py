@@ -248,13 +248,19 @@ class MethodView:
         """What a kernel reads: its arguments before the trailing ones it writes. Its last
         argument is what it returns: an out= argument named again (the out= arguments
         before it), or a tensor list of its out= arguments (a kernel of several results),
-        or the tensor it updates in place (copy_). A first argument is always read: an
-        in-place kernel names the tensor it updates there, then again as its out=."""
+        or the tensor it updates in place (copy_); an out= tensor list is another list value
+        of the same tensors. A first argument is always read: an in-place kernel names the
+        tensor it updates there, then again as its out=."""
         results = set(self._with_items(args[-1:]))
         end = len(args) - 1
-        while end > 0 and args[end - 1] in results and args[end - 1] != args[0]:
+        while end > 0 and args[end - 1] != args[0] and self._tensors_of(args[end - 1]) <= results:
             end -= 1
         return args[:end]
+
+    def _tensors_of(self, arg: int) -> set[int]:
+        """The tensors a tensor list value holds, or the value itself."""
+        is_list = 0 <= arg < len(self.kinds) and self.kinds[arg] in TENSOR_LISTS
+        return set(self.items(arg)) if is_list else {arg}
 
     def _with_items(self, args: tuple[int, ...]) -> list[int]:
         found = list(args)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
+from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
 from devplan.ops import DEVICE_SHAPED, ET_VIEW, TO_DEVICE, TO_HOST, unregistered
@@ -17,7 +18,7 @@ from devplan.pte.decode import Instruction, MethodView
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.allocator import allocator_for
 from devplan.runtime.checks import value_index
-from devplan.runtime.interpreter import Refs, Step
+from devplan.runtime.interpreter import Refs, Step, value_of
 from devplan.runtime.kernels import DIM_ORDER, DIM_ORDER_ARGS, NUMBERS, et_view, schema_op, writes_its_outs
 from devplan.spec import CPU, Device
 
@@ -150,7 +151,36 @@ class _Steps:
         positional = tuple(a for a, s in zip(args, schema) if not s.kwarg_only)
         keywords = tuple((s.name, a) for a, s in zip(args, schema) if s.kwarg_only)
         outs = [a for a, s in zip(args, schema) if s.is_out]
+        if name in DEVICE_SHAPED:
+            self._retype_for_running_kernel(index, op, [a for a, s in zip(args, schema) if not s.is_out], outs)
         return Step("kernel", name, op, positional, keywords, **self._outs(outs, DEVICE_SHAPED.get(name, ())))
+
+    def _retype_for_running_kernel(self, index: int, op: torch._ops.OpOverload, inputs: list[int],
+                                   outs: list[int]) -> None:
+        """A device-shaped op's results given the dtype that the kernel of the device they lie on
+        writes (CUDA's layer norm keeps a bfloat16 input's statistics in float, the CPU's in
+        bfloat16), over the same planned bytes; found by running the op's functional form on fake
+        tensors of that device."""
+        functional = getattr(op.overloadpacket, op._overloadname.removesuffix("out").removesuffix("_") or "default", None)
+        mode = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=False)
+        fakes = [pytree.tree_map(lambda v: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v,
+                                 value_of(self.values, a)) for a in inputs]
+        try:
+            with mode:
+                made = pytree.tree_leaves(functional(*fakes))
+        except Exception:  # noqa: BLE001 - an op with no meta function here keeps its planned dtypes
+            return
+        for out, result in zip(outs, made):
+            planned = self.values[out]
+            if not isinstance(planned, torch.Tensor) or not isinstance(result, torch.Tensor) or result.dtype == planned.dtype:
+                continue
+            offset, rest = divmod(int(planned.storage_offset()) * planned.element_size(), result.element_size())
+            if rest or result.element_size() > planned.element_size():
+                raise DevplanError(f"{self.where}: instruction {index} ({op.name()}) writes value {out} as "
+                                   f"{result.dtype} on {planned.device}, which its planned {planned.dtype} bytes "
+                                   f"cannot hold")
+            self.values[out] = torch.empty(0, dtype=result.dtype, device=planned.device).set_(
+                planned.untyped_storage(), offset, planned.shape, planned.stride())
 
     def _check_kinds(self, index: int, name: str, arguments: list, kinds: tuple[int, ...]) -> None:
         """Each (value, argument name, its type's text, the value types it may be or None) of a

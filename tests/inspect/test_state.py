@@ -151,3 +151,20 @@ def test_check_max_ratio_passes_a_transformers_kv_cache_llama(tmp_path):
     theirs = tmp_path / "executorch.pte"
     theirs.write_bytes(executorch_lowered(ep))
     assert len(_state_rows(devplan.inspect(theirs))) == len(caches)
+
+
+class Split(torch.nn.Module):
+    def forward(self, x):
+        a, b, c = torch.split(x * 2, [4, 4, 8], dim=1)
+        return a + b, c.relu()
+
+
+def test_the_out_list_of_a_split_is_written_not_read_so_not_state():
+    """split_with_sizes_copy names its results twice, as its out= list and as the list it
+    returns (two list values of the same tensors): neither is a read, so nothing is state (a
+    GRU's ExecuTorch program once checked with a lower bound above its buffer's size)."""
+    data = executorch_lowered(torch.export.export(Split(), (torch.randn(2, 16),)))
+    doc = devplan.inspect(data)
+    assert not _state_rows(doc)
+    (buffer,) = devplan.check(data)
+    assert buffer.lower_bound <= buffer.size

@@ -110,6 +110,19 @@ def test_device_shaped_table_is_what_the_cuda_meta_functions_say_over_the_corpus
     assert found and found <= set(DEVICE_SHAPED)
 
 
+def test_a_bfloat16_layer_norm_on_cuda_runs_on_the_hosts_kernels_within_its_plan():
+    """CUDA's layer norm keeps a bfloat16 input's statistics in float, the CPU's in bfloat16:
+    the payload plans float, and the host's kernel writes bfloat16 within those bytes."""
+    module, x = torch.nn.LayerNorm(64).bfloat16().eval(), torch.randn(8, 64).bfloat16()
+    ep = torch.export.export(module, (x,))
+    assert _device_shaped_nodes(ep) == {"aten::native_layer_norm.out"} <= set(DEVICE_SHAPED)
+    for device_io in (False, True):
+        data = devplan.compile(ep, delegates=["cuda:0"], device_io=device_io).data
+        with registered("cuda", HostAllocator()):
+            (outputs,) = devplan.run(data, [x])
+            torch.testing.assert_close(outputs[0], module(x))
+
+
 def test_results_on_a_cpu_delegate_are_the_traced_ones():
     _, _, ep, _ = _case("batchnorm")
     low = from_exported(ep)
