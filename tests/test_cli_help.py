@@ -71,3 +71,10 @@ def test_help_at_80_and_60_columns_shows_every_option_name_whole(width):
             if param.param_type_name == "option":
                 for option in (*param.opts, *param.secondary_opts):
                     assert option in words, (name, option)
+
+
+def test_devplan_help_lists_the_commands_in_the_order_a_user_meets_them():
+    """compile makes the program the others read: it comes first, then inspect, the gates, run."""
+    shown = _help(width=80)
+    listed = [line.split()[0] for line in shown[shown.index("Commands:"):].splitlines()[1:] if line.strip()]
+    assert listed == ["compile", "inspect", "check", "diff", "run"]

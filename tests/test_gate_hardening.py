@@ -176,7 +176,7 @@ def test_escape_sequences_from_files_reach_check_and_diff_output_escaped(tmp_pat
 
 
 def test_ctrl_c_exits_130_with_one_line(monkeypatch, capsys):
-    from devplan import cli
+    from devplan.cli import exits as cli
 
     def interrupted(**_):
         raise KeyboardInterrupt
@@ -202,7 +202,7 @@ def test_a_legal_244_character_output_name_is_written(tmp_path):
 
 @pytest.mark.parametrize("make", [lambda: torch.eye(3).to_sparse(), lambda: torch.empty(3, 3, device="meta")])
 def test_sparse_or_meta_inputs_are_refused_in_one_line(make, tmp_path):
-    from devplan.cli import _load_inputs
+    from devplan.cli.run import _load_inputs
     from devplan.runtime.memory import Memory
 
     saved = tmp_path / "inputs.pt"

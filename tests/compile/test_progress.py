@@ -14,7 +14,7 @@ from rich.console import Console
 
 import devplan
 from devplan.files import write_atomic
-from devplan.progress import compile_progress
+from devplan.cli.progress import compile_progress
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "samples" / "mlp.pt2"

@@ -116,7 +116,7 @@ def test_quantized_program_is_a_fraction_of_the_float_ones_size(mode, ratio):
 def test_the_text_summary_the_json_and_the_dump_say_what_quantizing_cost(tmp_path):
     import json
 
-    from devplan.reports import compile_lines
+    from devplan.cli.reports import compile_lines
     from tests.test_schemas import validate
 
     ep, _ = _wide_mlp()

@@ -11,7 +11,7 @@ import torch
 
 import devplan
 from devplan.errors import DevplanError
-from devplan.reports_ci import _command
+from devplan.cli.reports_ci import _command
 from tests.inspect.runner import invoke
 
 COMMAND = re.compile(r"::(error|notice) file=(?P<file>[^,:]+),title=(?P<title>[^:]+)::(?P<message>.+)")

@@ -11,7 +11,7 @@ from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.diff import Change, Diff
 from devplan.inspection.difftext import change_label, change_values, outcome, peak_text, signed_size
 from devplan.units import printable, size_text
-from devplan.reports import buffer_facts, buffer_name
+from devplan.cli.reports import buffer_facts, buffer_name
 
 _MARK = {True: "✅ ok", False: "❌ FAIL"}
 _MARKDOWN_SPECIAL = "\\|<`*"  # what would end a table cell, open HTML or a code span, or start emphasis

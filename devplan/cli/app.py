@@ -1,0 +1,159 @@
+"""The `devplan` app: its commands' help as it should read, devplan's own options (--version,
+--debug), and what several commands share: option types, reading a program argument, the
+JSON writer and the console. Each command imports what it runs inside itself, so that
+`devplan inspect` never imports torch."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from inspect import cleandoc
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+from devplan.errors import EXIT_OK
+
+class Command(TyperCommand):
+    """A command's help as rich should wrap it: each paragraph of the docstring one line (typer
+    keeps a docstring's line breaks, which a narrow terminal then breaks again), and flags
+    without typer's <bool> placeholder."""
+
+    def __init__(self, *args, help: str | None = None, **kwargs) -> None:
+        paragraphs = cleandoc(help or "").split("\n\n")
+        super().__init__(*args, help="\n\n".join(" ".join(p.split()) for p in paragraphs), **kwargs)
+
+    def get_params(self, ctx):
+        return _bare_flags(super().get_params(ctx))
+
+    def format_help(self, ctx, formatter) -> None:
+        if _narrow():
+            return super(TyperCommand, self).format_help(ctx, formatter)  # click's, past typer's rich one
+        return super().format_help(ctx, formatter)
+
+
+class Group(TyperGroup):
+    """devplan's own options (--version, --debug), with flags as Command shows them."""
+
+    def get_params(self, ctx):
+        return _bare_flags(super().get_params(ctx))
+
+    def format_help(self, ctx, formatter) -> None:
+        if _narrow():
+            return super(TyperGroup, self).format_help(ctx, formatter)
+        return super().format_help(ctx, formatter)
+
+
+def _narrow() -> bool:
+    """Whether help goes to fewer than 100 columns (a CI log or a pipe, whose width is the
+    80-column fallback, or a narrow terminal): rich's panels cut option names and their help
+    there ('--partitio…'); click's own help wraps every line and cuts nothing."""
+    return shutil.get_terminal_size().columns < 100
+
+
+def _bare_flags(params: list) -> list:
+    """Flags take no value, so they show none (an empty metavar instead of typer's <bool>)."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+app = typer.Typer(
+    cls=Group,
+    help="Compile, plan and inspect ExecuTorch .pte programs across devices.",
+    no_args_is_help=True,
+    add_completion=True,  # --install-completion and --show-completion for bash, zsh, fish and PowerShell
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from devplan import __version__
+
+        typer.echo(f"devplan {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print devplan's version and exit.")
+    ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="On an internal error, print the full traceback (any command takes it); "
+                           "compile also checks each stage's result.")
+    ] = False,
+) -> None:
+    """Compile, plan and inspect ExecuTorch .pte programs across devices."""
+
+DataFile = Annotated[
+    Optional[Path],
+    typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file holding the weights the program keeps outside "
+                 "it (compile --external-constants, ExecuTorch's external_constants), checked against the program.",
+                 show_default=False),
+]
+
+
+def console(stderr: bool = False):
+    """A rich Console for devplan's views. Under NO_COLOR (no-color.org) it writes no styles at
+    all: rich itself drops only colours there, keeping bold and dim."""
+    from rich.console import Console
+
+    return Console(highlight=False, stderr=stderr, color_system=None if os.environ.get("NO_COLOR") else "auto")
+
+
+def program_source(path: Path, data: Path | None = None):
+    """A program argument: its path, or for - or with a .ptd `data` file, the program read
+    (standard input once: check reads its program twice, and standard input can be read only once)."""
+    from devplan.files import STDIO, read_input
+    from devplan.pte import read_pte
+    from devplan.pte.reader import MAX_PROGRAM_BYTES
+
+    if str(path) != STDIO:
+        return path if data is None else read_pte(path, data=data)
+    return read_pte(read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program"),
+                    name="<stdin>", data=data)
+
+
+def read_noting_external(path: Path, data: Path | None):
+    """The program read, and on stderr one line when its weights are outside it and no .ptd
+    was given: check and diff never need them."""
+    from devplan.pte import read_pte
+
+    return noting_external(read_pte(program_source(path, data)))
+
+
+def noting_external(pte):
+    """`pte`, once one line on stderr has said when its weights are outside it and no .ptd was given."""
+    from devplan.inspection.document import external_note
+
+    note = external_note(pte)
+    if note is not None:
+        typer.echo(f"note: {note}", err=True)
+    return pte
+
+
+def echo_json(document: dict, err: bool = False) -> None:
+    """Every command's JSON: `document` as json.dumps(document, sort_keys=True, indent=2) prints
+    it (on stderr with `err`), written a batch of pieces at a time: json.dumps holds every piece
+    in a list before joining them (for a million instructions, 44 million strings and 2.5 GB)."""
+    pieces: list[str] = []
+    for piece in json.JSONEncoder(sort_keys=True, indent=2).iterencode(document):
+        pieces.append(piece)
+        if len(pieces) == 1 << 16:
+            typer.echo("".join(pieces), nl=False, err=err)
+            pieces.clear()
+    typer.echo("".join(pieces), err=err)
+
+
+Budgets = Annotated[
+    Optional[list[str]],
+    typer.Option("--budget", metavar="BUFFER=SIZE", help="Fail unless a buffer fits, e.g. 1=512KiB or cuda:0=2MiB; "
+                 "BUFFER is a mem_id (that buffer) or a device (all of its buffers together, those its "
+                 "delegates plan there included). Repeatable.", show_default=False),
+]

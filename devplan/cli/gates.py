@@ -1,0 +1,214 @@
+"""The gates CI runs: `devplan check` (a program's planned memory against budgets, its lower
+bound and its golden file) and `devplan diff` (two programs' plans), each exiting 1 when it fails."""
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from devplan.cli.app import Budgets, Command, DataFile, app, echo_json, noting_external, read_noting_external
+from devplan.errors import EXIT_FAILED, DevplanError
+from devplan.files import STDIO
+
+Tolerance = Annotated[
+    Optional[str],
+    typer.Option("--tolerance", metavar="T", help="Let sizes grow by up to T and still match: a percentage (2%) or "
+                 "bytes (4KiB). Shrinking always matches, unless --exact.", show_default=False),
+]
+Exact = Annotated[
+    bool, typer.Option("--exact", help="Every change is a difference: sizes that shrank, tensors that moved.")
+]
+
+
+class ReportFormat(str, enum.Enum):
+    """How check and diff print their report (reports.py, reports_ci.py)."""
+
+    text = "text"
+    markdown = "markdown"
+    github = "github"
+
+
+Format = Annotated[
+    ReportFormat,
+    typer.Option("--format", help="text (for people), markdown (a table for $GITHUB_STEP_SUMMARY or a pull request "
+                 "comment) or github (::error annotations naming the file and the change).", case_sensitive=False),
+]
+JUnit = Annotated[
+    Optional[Path],
+    typer.Option("--junit", metavar="FILE.xml", help="Also write a JUnit XML report: a test case per buffer check and "
+                 "per golden difference, failing where it fails.", show_default=False),
+]
+
+
+def _report_outputs(json_output: bool, report_format: ReportFormat, junit: Path | None, inputs: list) -> None:
+    """Refuse --json with another --format, and a --junit file that is an input or standard
+    output (where the report goes)."""
+    from devplan.files import refuse_one_stream, refuse_overwrite
+
+    if json_output and report_format is not ReportFormat.text:
+        raise DevplanError(f"--json and --format {report_format.value}: pick one")
+    refuse_one_stream({"the report": STDIO, "--junit": junit})
+    refuse_overwrite(junit, inputs, "--junit")
+
+
+@app.command("check", cls=Command)
+def check_command(
+    program: Annotated[
+        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to check, devplan's or ExecuTorch's "
+                             "(- reads standard input).", show_default=False)
+    ],
+    budget: Budgets = None,
+    max_ratio: Annotated[
+        Optional[float],
+        typer.Option("--max-ratio", metavar="R", help="Fail when a buffer is more than R times its lower bound, e.g. 1.05.",
+                     show_default=False),
+    ] = None,
+    golden: Annotated[
+        Optional[Path],
+        typer.Option("--golden", metavar="GOLDEN.json", help="Fail when the program no longer plans as this golden file "
+                     "records (buffers, bounds, operators, counts, delegates, placements); the diff says what changed.",
+                     show_default=False),
+    ] = None,
+    update: Annotated[
+        bool, typer.Option("--update", help="Write (or rewrite) the --golden file from this program instead of comparing.")
+    ] = False,
+    tolerance: Tolerance = None,
+    exact: Exact = False,
+    method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Check only this method.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the checks as JSON (docs/check-json.md).")] = False,
+    data: DataFile = None,
+    report_format: Format = ReportFormat.text,
+    junit: JUnit = None,
+) -> None:
+    """Check a program's planned memory in CI: exit 0 when every buffer passes and the program
+    matches its --golden file, 1 when not (each line says why), 2 for bad input.
+
+    Each buffer is checked against a --budget naming its mem_id and, with --max-ratio, against
+    its lower bound; each device a --budget names, against the total of its buffers, those
+    its delegates plan there included. With --golden, the program is also compared with its
+    golden file (--update writes it)."""
+    from devplan.files import is_stdout, refuse_overwrite
+    from devplan.inspection.check import check, check_document, check_golden
+    from devplan.planning import parse_budget
+
+    if golden is None and (update or tolerance is not None or exact):
+        raise DevplanError(f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json")
+    if update:  # the .ptd holds the program's weights: only a recompile would bring them back
+        refuse_overwrite(golden, [program, data], "--golden")
+    elif str(golden) == str(program) == STDIO:
+        raise DevplanError("-: standard input can be read once; pass the program or the --golden file as a file")
+    _report_outputs(json_output, report_format, junit, [program, data, golden])
+    source = read_noting_external(program, data)
+    checks = check(source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
+                   method=method)
+    matched = (check_golden(source, golden, update=update, tolerance=tolerance, exact=exact, method=method)
+               if golden is not None else None)
+    name = source.name if str(program) == STDIO else program.name
+    report = check_document(name, checks, matched)
+    # a golden file written to standard output leaves it no room for the report, which goes to stderr
+    to_stderr = update and is_stdout(golden)
+    if json_output:
+        echo_json(report, err=to_stderr)
+    elif report_format is ReportFormat.text:
+        from devplan.cli.reports import check_lines
+
+        for line in check_lines(checks, matched, str(golden), name):
+            typer.echo(line, err=to_stderr)
+    else:
+        from devplan.cli import reports_ci
+
+        if report_format is ReportFormat.markdown:
+            typer.echo(reports_ci.check_markdown(checks, matched, str(golden), name), nl=False, err=to_stderr)
+        else:
+            typer.echo("".join(line + "\n" for line in reports_ci.check_github(checks, matched, str(golden), str(program))),
+                       nl=False, err=to_stderr)
+    if junit is not None:
+        from devplan.files import write_atomic
+        from devplan.cli.reports_ci import check_junit
+
+        write_atomic(junit, check_junit(checks, matched, str(golden), name, str(program)))
+    if not report["ok"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command("diff", cls=Command)
+def diff_command(
+    a: Annotated[Path, typer.Argument(metavar="A.pte", help="The old program (or a golden file); - reads standard "
+                                      "input.", show_default=False)],
+    b: Annotated[Path, typer.Argument(metavar="B.pte", help="The new program (or a golden file).", show_default=False)],
+    tolerance: Tolerance = None,
+    exact: Exact = False,
+    method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Compare only this method.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the differences as JSON (docs/diff-json.md).")] = False,
+    data: Annotated[
+        Optional[list[Path]],
+        typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file of A, then of B (given once: of both), "
+                     "for programs that keep their weights outside them.", show_default=False),
+    ] = None,
+    report_format: Format = ReportFormat.text,
+    junit: JUnit = None,
+) -> None:
+    """Compare two programs' plans, devplan's or ExecuTorch's: exit 0 when they plan the same
+    (within --tolerance), 1 when they differ, 2 for bad input.
+
+    Per method: buffers added, removed or resized (per device), lower bounds, constant bytes,
+    operators, counts, delegates, and the tensors whose placement changed."""
+    from devplan.inspection.diff import diff
+    from devplan.units import printable
+
+    if str(a) == str(b) == STDIO:
+        raise DevplanError("-: standard input can be read once; pass one of A and B as a file")
+    if len(data or ()) > 2:
+        raise DevplanError(f"--data given {len(data or ())} times; give it once (both programs' .ptd) or twice (A's, "
+                           f"then B's)")
+    data_a, data_b = (data or [None])[0], (data or [None])[-1]
+    _report_outputs(json_output, report_format, junit, [a, b, *(data or ())])
+    side_a = _diff_side(a, data_a)
+    result = diff(side_a, _diff_side(b, data_b), tolerance=tolerance, exact=exact, method=method)
+    # an annotation belongs on the golden file when A is one (what a review changes), else on B
+    changed = str(a) if isinstance(side_a, Path) else str(b)
+    # names from the files (operators, backend ids, devices) may hold terminal escapes: shown escaped
+    if json_output:
+        echo_json(result.document())
+    elif report_format is ReportFormat.text:
+        typer.echo("".join(printable(line) + "\n" for line in result.text().splitlines()), nl=False)
+    else:
+        from devplan.cli import reports_ci
+
+        typer.echo(reports_ci.diff_markdown(result) if report_format is ReportFormat.markdown else
+                   "".join(line + "\n" for line in reports_ci.diff_github(result, changed)), nl=False)
+    if junit is not None:
+        from devplan.files import write_atomic
+        from devplan.cli.reports_ci import diff_junit
+
+        write_atomic(junit, diff_junit(result, changed))
+    if not result.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _diff_side(path: Path, data: Path | None):
+    """A or B as diff reads it: a golden file by its path, a program read (saying when its
+    weights are outside it and no .ptd was given)."""
+    from devplan.inspection.diff import looks_like_golden
+
+    if str(path) == STDIO:
+        return _stdin_side(data)
+    if looks_like_golden(path):
+        return path
+    return read_noting_external(path, data)
+
+
+def _stdin_side(data: Path | None):
+    """- as diff reads it: a golden file's JSON (as `check --golden - --update` writes it) or a
+    program, told apart by their first byte."""
+    from devplan.files import read_input
+    from devplan.inspection.golden import parse_golden
+    from devplan.pte import read_pte
+    from devplan.pte.reader import MAX_PROGRAM_BYTES
+
+    piped = read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program or a golden file")
+    if piped.lstrip()[:1] == b"{":
+        return parse_golden(piped, "<stdin>", "write it with `devplan check PROGRAM.pte --golden - --update`")
+    return noting_external(read_pte(piped, name="<stdin>", data=data))

@@ -1,0 +1,107 @@
+"""`devplan inspect`: what a .pte program holds, as tables or the inspection document."""
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from devplan.cli.app import DataFile, Command, app, console, echo_json, program_source
+from devplan.inspection import sections as inspect_sections
+
+InspectSection = enum.Enum(  # type: ignore[misc]  # members from the sections table
+    "InspectSection", {name: name for name in (*inspect_sections.SECTIONS, inspect_sections.ALL)}, type=str
+)
+
+
+@app.command("inspect", cls=Command)
+def inspect_command(
+    program: Annotated[
+        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to inspect (- reads standard input).",
+                             show_default=False)
+    ],
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print the inspection document as JSON (keys described in docs/inspect-json.md) "
+            "instead of tables. The whole document unless --section is given.",
+        ),
+    ] = False,
+    method: Annotated[
+        Optional[str],
+        typer.Option("--method", "-m", metavar="NAME", help="Show only the method NAME (default: every method)."),
+    ] = None,
+    section: Annotated[
+        Optional[list[InspectSection]],
+        typer.Option(
+            "--section",
+            "-s",
+            case_sensitive=False,
+            help="Show this section; repeat for several, 'all' for every one. "
+            f"Default: {', '.join(inspect_sections.DEFAULT_SECTIONS)}. "
+            "With --json, keeps only the lists of each method that these sections need.",
+            show_default=False,
+        ),
+    ] = None,
+    exact_bytes: Annotated[
+        bool, typer.Option("--bytes", help="Show every size as an exact byte count instead of KiB/MiB.")
+    ] = False,
+    shapes: Annotated[
+        bool, typer.Option("--shapes", help="In instructions, show each tensor argument with its dtype and shape "
+                           "(v12:float32[1×8×32]).")
+    ] = False,
+    delegate: Annotated[
+        Optional[int],
+        typer.Option("--delegate", "-d", metavar="N", min=0, help="Show the program inside delegate N's payload "
+                     "(of the first method, or of --method) instead: devplan's delegates hold ET12 programs.",
+                     show_default=False),
+    ] = None,
+    svg: Annotated[
+        Optional[Path],
+        typer.Option("--svg", metavar="FILE.svg", help="Also draw each buffer's layout over time as an SVG picture "
+                     "(each block of the model named under its instructions; hover a rectangle to name its tensor).", show_default=False),
+    ] = None,
+    trace: Annotated[
+        Optional[Path],
+        typer.Option("--trace", metavar="FILE.json", help="Also write the plan as a Chrome trace for ui.perfetto.dev or "
+                     "chrome://tracing: instructions, bytes in use per buffer, one slice per tensor (1 ms per instruction).",
+                     show_default=False),
+    ] = None,
+    data: DataFile = None,
+) -> None:
+    """Show what a .pte program holds, devplan's or ExecuTorch's.
+
+    Methods, planned buffers and their devices, what holds each buffer at its
+    peak (tensors, sources, the model's blocks), tensors with offsets, lifetimes
+    and sources, instructions with every argument, delegates, and a chart of
+    each buffer's memory over time."""
+    from devplan.files import refuse_one_stream, refuse_overwrite, write_atomic
+    from devplan.inspection import inspect
+
+    refuse_overwrite(svg, [program, data], "--svg")
+    refuse_overwrite(trace, [program, data], "--trace")
+    refuse_one_stream({"--svg": svg, "--trace": trace})
+    doc = inspect(program_source(program, data), method=method, delegate=delegate)
+    chosen = inspect_sections.resolve([choice.value for choice in section or ()])
+    if svg is not None:
+        from devplan.inspection.svg import layout_svg
+
+        write_atomic(svg, layout_svg(doc).encode())
+    if trace is not None:
+        from devplan.inspection.trace import trace_json
+
+        write_atomic(trace, trace_json(doc).encode())
+    if json_output:
+        echo_json(inspect_sections.only(doc, chosen) if section else doc)
+        return
+    # Imported only once there is something to draw, so a bad file fails fast.
+    from devplan.inspection.render import render
+    from devplan.units import printable_tree
+
+    chosen = chosen or inspect_sections.DEFAULT_SECTIONS
+    # only the lists the views draw from are made printable (a large program's instructions take seconds)
+    kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
+    render(printable_tree(kept), console(), chosen,
+           exact_bytes=exact_bytes, shapes=shapes)
