@@ -1,7 +1,9 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
     per method (forward, then --method's):
-    load [-> llm] [-> quantize -> backends] -> from_exported -> GRAPH_PASSES (decompose, fold, views, sizes), each Lowered -> Lowered
+    load [-> llm] [-> quantize] [-> backends: ExecuTorch's partitioners and preprocess] -> split (from_exported)
+         [-> adopt: the backends' delegates as foreign calls]
+         -> GRAPH_PASSES (decompose, permutes, fold, views, sizes), each Lowered -> Lowered
          [-> partition -> each delegate_group: results_on_device, lower_method (as a payload), to_program, dumps_pte]
          -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
                           inplace), each Method -> Method -> plan_method
@@ -17,36 +19,49 @@ import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping
 
+from devplan.backend import Backend
+from devplan.dump import stage_text
+from devplan.emit.build import build_method, constant_method
+from devplan.emit.delegates import Group, delegate_groups
+from devplan.emit.program import ExternalWeights, to_program
 from devplan.errors import DevplanError, InternalError
+from devplan.files import write_atomic
+from devplan.ir.lowered import Lowered, Payload
+from devplan.ir.planned import PlannedMethod
 from devplan.ir.role import PROGRAM, Role
+from devplan.llm import llm_metadata
+from devplan.load import import_kernels, load
 from devplan.options import CompileOptions
+from devplan.passes import GRAPH_PASSES, method_passes
+from devplan.passes.adopt import adopt_delegates
+from devplan.passes.backends import lower_to_backends
+from devplan.passes.device_results import results_on_device
+from devplan.passes.partition import partition
+from devplan.passes.quantize import QuantizeReport, quantize
+from devplan.passes.split import from_exported
+from devplan.planning.plan_method import plan_method
 from devplan.planning.verify import PlanError
+from devplan.pte import dumps_pte
+from devplan.pte.writer import Spread, pte_image
 from devplan.wellformed import Malformed, check_stage
-
-if TYPE_CHECKING:
-    from devplan.emit.delegates import Group
-    from devplan.ir.lowered import Lowered, Payload
-    from devplan.ir.planned import PlannedMethod
-    from devplan.passes.quantize import QuantizeReport
-    from devplan.pte.writer import Spread
 
 
 @dataclass(frozen=True)
 class CompileResult:
-    image: "Spread"                  # the .pte as the pieces written, the weights' own tensors among them
+    image: Spread                  # the .pte as the pieces written, the weights' own tensors among them
     path: Path | None                # where they were written, if anywhere
-    planned: "PlannedMethod"         # forward's plan
+    planned: PlannedMethod         # forward's plan
     constant_bytes: int
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
     folding: dict[str, int] = field(default_factory=dict)  # fold_constants' choice (passes/fold.py), all methods'
-    methods: tuple["PlannedMethod", ...] = ()  # every method's plan, in the program's order (forward first)
+    methods: tuple[PlannedMethod, ...] = ()  # every method's plan, in the program's order (forward first)
     # with external_constants: the .ptd as the pieces written, and how many keys it holds
-    external: "Spread | None" = None
+    external: Spread | None = None
     external_keys: int = 0
-    quantization: "QuantizeReport | None" = None  # with --quantize: what quantizing cost
+    quantization: QuantizeReport | None = None  # with --quantize: what quantizing cost
 
     @cached_property
     def data(self) -> bytes:
@@ -73,7 +88,7 @@ class CompileResult:
         }
 
 
-def _method_summary(planned: "PlannedMethod") -> dict:
+def _method_summary(planned: PlannedMethod) -> dict:
     method = planned.method
     return {
         "name": method.name,
@@ -117,13 +132,6 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     are written instead, as ExecuTorch's .ptd data file, which the program's tensors name by key
     (one copy for every method; the runtime loads the program with it); `alignment`, `planner`,
     `dump_dir`."""
-    from devplan.emit.build import constant_method
-    from devplan.emit.program import ExternalWeights, to_program
-    from devplan.files import write_atomic
-    from devplan.load import import_kernels
-    from devplan.planning.plan_method import plan_method
-    from devplan.pte.writer import pte_image
-
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
     import_kernels(options.kernels)
@@ -172,9 +180,6 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
 
 def _llm(model, constants: dict, stage: "Stages") -> tuple[object, dict]:
     """The loaded forward export, and the constant methods with what --llm reads from it."""
-    from devplan.llm import llm_metadata
-    from devplan.load import load
-
     try:
         ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
         return ep, stage("llm", llm_metadata, ep, constants)
@@ -196,29 +201,17 @@ def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
 
 
 def _plan_program(model, options: CompileOptions, stage: "Stages", name: str
-                  ) -> tuple["PlannedMethod", dict, "QuantizeReport | None"]:
+                  ) -> tuple[PlannedMethod, dict, QuantizeReport | None]:
     """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
     payloads compiled on the way, to its plan; with what folding chose and, with --quantize,
     what quantizing cost."""
-    from devplan.emit.delegates import delegate_groups
-    from devplan.load import load
-    from devplan.passes import GRAPH_PASSES
-    from devplan.passes.adopt import adopt_delegates
-    from devplan.passes.split import from_exported
-    from devplan.backend import Backend
-    from devplan.passes.partition import partition
-
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     report = None
     if options.quantize is not None:  # before the backends: XNNPACK's takes the quantized ops
-        from devplan.passes.quantize import quantize
-
         quantized = stage("quantize", quantize, ep, options.quantize, options.calibration)
         ep, report = quantized.program, quantized.report
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
-        from devplan.passes.backends import lower_to_backends
-
         ep = stage("backends", lower_to_backends, ep, options.delegates)
     low = stage("split", from_exported, ep)
     if len(own) < len(options.delegates):
@@ -234,14 +227,9 @@ def _plan_program(model, options: CompileOptions, stage: "Stages", name: str
     return lower_method(low, options, stage, name=name), folding, report
 
 
-def _payload(group: "Group", options: CompileOptions, stage: "Stages") -> "Payload":
+def _payload(group: Group, options: CompileOptions, stage: "Stages") -> Payload:
     """A delegate's group through lower_method on its backend's device, then emitted and
     serialized as a program of its own; its stages named after its call (delegate_0.build)."""
-    from devplan.emit.program import to_program
-    from devplan.pte import dumps_pte
-
-    from devplan.passes.device_results import results_on_device
-
     try:
         program = stage("device results", results_on_device, group.program, group.device)
         planned = lower_method(program, options, stage, Role.payload_on(group.device))
@@ -251,14 +239,10 @@ def _payload(group: "Group", options: CompileOptions, stage: "Stages") -> "Paylo
     return group.payload(planned, data)
 
 
-def lower_method(low: "Lowered", options: CompileOptions, stage: "Stages", role: Role = PROGRAM,
-                 name: str = "forward") -> "PlannedMethod":
+def lower_method(low: Lowered, options: CompileOptions, stage: "Stages", role: Role = PROGRAM,
+                 name: str = "forward") -> PlannedMethod:
     """A Lowered graph to its planned method, for the program and, by `role`, for a delegate's
     payload: every tensor it computes on its backend's device, its inputs and outputs its caller's."""
-    from devplan.emit.build import build_method
-    from devplan.passes import method_passes
-    from devplan.planning.plan_method import plan_method
-
     method = stage("build", build_method, low, name, device_io=options.device_io and not role.payload)
     for pass_name, method_pass in method_passes(options, role):
         method = stage(pass_name, method_pass, method)
@@ -271,7 +255,6 @@ class Stages:
     """Runs a compile's stages: each timed, reported to `on_stage`, dumped to `dump_dir`, and
     a failure that is not a DevplanError, or the plan verifier refusing devplan's own plan,
     named as devplan's own bug in that stage (EXIT_INTERNAL)."""
-
     dump_dir: Path | None = None
     on_stage: Callable[[str], None] | None = None
     seconds: dict[str, float] = field(default_factory=dict)
@@ -308,8 +291,6 @@ class Stages:
 
 def _dump(folder: Path, step: int, name: str, result) -> None:
     """One readable file per stage (devplan/dump.py), so that a regression shows as a file diff."""
-    from devplan.dump import stage_text
-    from devplan.files import write_atomic
 
     # devplan names these files: a link planted as one of them is replaced, never written through
     write_atomic(folder / f"{step:02d}-{name}.txt", stage_text(result, name).encode(), follow_links=False, parents=True)

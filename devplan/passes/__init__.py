@@ -31,6 +31,13 @@ GRAPH_PASSES: tuple[tuple[str, Callable[[Lowered], Lowered]], ...] = (
     ("decompose", decompose), ("permutes", merge_permutes), ("fold", fold_constants), ("views", view_dynamic_copies), ("sizes", hoist_sizes))
 
 
+# What a method pass takes as done when it runs (the passes that must come before it, where both
+# run), held by a test over every choice of options: compact drops the values copies and alias
+# leave unreferenced; inplace decides on the final instruction order (schedule) and must know
+# which cat pieces sit inside their result (concat).
+RUNS_AFTER = {"compact": ("copies", "alias"), "inplace": ("schedule", "concat")}
+
+
 def method_passes(options: "CompileOptions", role: Role = PROGRAM) -> list[tuple[str, Callable[[Method], Method]]]:
     """(stage name, pass) in the order they run, for the program's methods and, by `role`,
     every delegate payload (on its backend's device; its inputs and outputs the caller's)."""
