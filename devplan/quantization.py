@@ -9,7 +9,7 @@ from devplan.backend import KNOWN, Partitioner
 from devplan.errors import DevplanError
 
 # --quantize MODE: the keywords of the XNNPACK quantizer's get_symmetric_quantization_config
-MODES = {
+MODES: dict[str, dict[str, object]] = {
     "dynamic-int8": {"is_per_channel": True, "is_dynamic": True},
     "int8": {"is_per_channel": True, "is_dynamic": False},
     # weights in [-8, 7]: XNNPACK's partitioner takes them as 4-bit per channel (qc4w) and packs them

@@ -152,7 +152,7 @@ def _reads_writes(method: Method, op: str, args: tuple[int, ...], delegate: int 
 
 
 # a schema argument's type -> the values that may stand for it
-_KINDS = {"Tensor": (TensorSpec, Use), "Tensor?": (TensorSpec, Use, type(None)), "Tensor[]": TensorList,
+_KINDS: dict[str, type | tuple[type, ...]] = {"Tensor": (TensorSpec, Use), "Tensor?": (TensorSpec, Use, type(None)), "Tensor[]": TensorList,
           "Tensor?[]": OptionalTensorList}
 
 

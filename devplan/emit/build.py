@@ -162,7 +162,7 @@ def portable_path(file: str) -> str:
 
 def _only_device(node: torch.fx.Node, low: Lowered) -> Device:
     """The device of the delegates that are `node`'s only readers, else the host."""
-    devices = {low.backends[user.target].device if user.op == "call_module" else CPU for user in node.users}
+    devices = {low.backends[str(user.target)].device if user.op == "call_module" else CPU for user in node.users}
     return devices.pop() if len(devices) == 1 else CPU
 
 
@@ -213,7 +213,7 @@ def _view_of(node: torch.fx.Node, kernel: str) -> ViewOf | None:
     """For a view op (or one whose result holds exactly its input's bytes), where each result
     starts in its input's bytes when each is one contiguous run of them; None for other ops."""
     same_bytes = kernel in SAME_BYTES
-    if not (same_bytes or is_view(node.target)):
+    if not (same_bytes or is_view(node.target)):  # type: ignore[arg-type]  # a call_function's op
         return None
     val = node.meta.get("val")
     source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
@@ -249,7 +249,8 @@ def _slot(value):
 def _emit_delegate(b: _Builder, node: torch.fx.Node, low: Lowered) -> None:
     """A call of a group partition() gave a backend: its inputs read on the backend's device,
     its results left there until something reads them elsewhere."""
-    backend, payload = low.backends[node.target], low.payloads[node.target]
+    name = str(node.target)  # a call_module's target: the group's name
+    backend, payload = low.backends[name], low.payloads[name]
     device = backend.device
     args = node.args if payload.inputs is None else payload.inputs
     inputs = tuple(b.use(b.of_node[arg], device) for arg in args)
@@ -257,7 +258,7 @@ def _emit_delegate(b: _Builder, node: torch.fx.Node, low: Lowered) -> None:
     outs = tuple(b.tensor(result, device=device) for result in (val if isinstance(val, (list, tuple)) else (val,)))
     b.delegates.append(Delegate(backend.backend_id, payload.data, backend.compile_specs, device, payload.arena,
                                 payload.arena_bound, named_data=payload.named_data))
-    b.kernels.append(Kernel(backend.backend_id, inputs + outs, node.target, delegate=len(b.delegates) - 1))
+    b.kernels.append(Kernel(backend.backend_id, inputs + outs, name, delegate=len(b.delegates) - 1))
     _bind(b, node, outs)
 
 
@@ -279,7 +280,7 @@ def _runs(node: torch.fx.Node) -> list[int] | None:
     rest = (*node.args[1:], *node.kwargs.values())
     if not isinstance(source, torch.Tensor) or any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(rest)):
         return None
-    result = node.target(torch.empty(source.shape, dtype=source.dtype, device="meta"), *node.args[1:], **node.kwargs)
+    result = node.target(torch.empty(source.shape, dtype=source.dtype, device="meta"), *node.args[1:], **node.kwargs)  # type: ignore[operator]
     pieces = result if isinstance(result, (list, tuple)) else (result,)
     if not all(isinstance(p, torch.Tensor) and p.dtype == source.dtype and p.is_contiguous()
                and p.storage_offset() + p.numel() <= source.numel() for p in pieces):

@@ -52,15 +52,17 @@ def _group(low: Lowered, node: torch.fx.Node) -> tuple[Lowered, tuple[torch.fx.N
     """The group a delegate call runs, as a program: its weights are its constants, the
     tensors computed at run time its inputs (the argument nodes, in order), its results a
     flat tuple."""
-    sub = copy.deepcopy(low.gm.get_submodule(node.target))
+    sub = copy.deepcopy(low.gm.get_submodule(str(node.target)))  # a call_module's target: its name
+    assert isinstance(sub, torch.fx.GraphModule)  # partition() fused each group into one
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     constants, inputs, runtime_args, names = {}, [], [], {}
     for placeholder, arg in zip(placeholders, node.args):
+        assert isinstance(arg, torch.fx.Node)  # a fused group's arguments are the nodes it reads
         placeholder.meta.setdefault("val", arg.meta.get("val"))
         if arg.name in low.names:  # a weight that moves into the payload keeps the user's name
             names[placeholder.name] = low.names[arg.name]
         data = (low.constants.get(arg.name) if arg.op == "placeholder"
-                else getattr(low.gm, arg.target) if arg.op == "get_attr" else None)
+                else getattr(low.gm, str(arg.target)) if arg.op == "get_attr" else None)
         if data is not None:
             constants[placeholder.name] = data
         else:

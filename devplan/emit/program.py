@@ -3,6 +3,7 @@ calls, per-buffer sizes and devices; the constant data of all laid out as one se
 from __future__ import annotations
 
 import itertools
+from typing import Any, Callable
 from dataclasses import astuple
 
 import torch
@@ -184,6 +185,7 @@ def _plan(planned: PlannedMethod, data_index: dict, initial: dict, segments: lis
     operators: dict[str, int] = {}
     instructions = []
     for kernel in method.kernels:
+        call: KernelCallT | DelegateCallT
         if kernel.delegate is None:
             call = KernelCallT()
             call.opIndex = operators.setdefault(kernel.op, len(operators))
@@ -293,7 +295,7 @@ _KINDS = KernelTypes.KernelTypes
 # since a bool is an int to isinstance
 _SCALARS = ((bool, _KINDS.Bool, BoolT, "boolVal"), (int, _KINDS.Int, IntT, "intVal"),
             (float, _KINDS.Double, DoubleT, "doubleVal"), (str, _KINDS.String, StringT, "stringVal"))
-_LISTS = {IntList: (_KINDS.IntList, IntListT), DoubleList: (_KINDS.DoubleList, DoubleListT),
+_LISTS: dict[type, tuple[int, Callable[[], Any]]] = {IntList: (_KINDS.IntList, IntListT), DoubleList: (_KINDS.DoubleList, DoubleListT),
           BoolList: (_KINDS.BoolList, BoolListT), TensorList: (_KINDS.TensorList, TensorListT),
           OptionalTensorList: (_KINDS.OptionalTensorList, OptionalTensorListT)}
 
@@ -310,6 +312,7 @@ def _evalue(index: int, value, data_index: dict, initial: dict) -> EValueT:
         e.val.items = list(value.items)
     else:
         kind, table, field = next(entry[1:] for entry in _SCALARS if isinstance(value, entry[0]))
-        e.valType, e.val = kind, table()
-        setattr(e.val, field, value)
+        scalar = table()
+        setattr(scalar, field, value)
+        e.valType, e.val = kind, scalar
     return e

@@ -61,6 +61,6 @@ class Lowered:
         """(placeholder name of state or a mutated input -> its value after a run, user
         outputs). The output node holds them all, state first, then mutated inputs, so that
         passes see every value the program must produce."""
-        values = list(self.gm.graph.output_node().args[0])
+        values = list(self.gm.graph.output_node().args[0])  # type: ignore[arg-type]  # an output node holds a tuple
         updated = (*self.state, *self.mutated)
         return dict(zip(updated, values)), values[len(updated):]

@@ -12,7 +12,7 @@ from devplan.spec import TensorSpec
 
 
 def alias_views(method: Method) -> Method:
-    values = list(method.values)
+    values: list = list(method.values)  # TensorSpecs where a view's storage is found (_storage)
     # state and mutated inputs are overwritten at the end of the run, while a view of the old value may still be read
     overwritten = set(method.state) | set(method.mutated)
     kernels = []
@@ -24,8 +24,8 @@ def alias_views(method: Method) -> Method:
             # et_view takes (self, size, out): the copy's trailing returned value goes
             kernels.append(replace(kernel, op=ET_VIEW, args=kernel.args[:-1], view=None))
         elif storage is not None and not values[storage[0]].dynamic and kernel.view.starts is not None:
-            out = values[kernel.args[-1]]
-            pieces = out.items if isinstance(out, TensorList) else (kernel.args[-1],)
+            result = values[kernel.args[-1]]
+            pieces = result.items if isinstance(result, TensorList) else (kernel.args[-1],)
             for piece, at in zip(pieces, kernel.view.starts):
                 values[piece] = replace(values[piece], alias_of=storage[0], alias_offset=storage[1] + at)
         else:

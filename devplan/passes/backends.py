@@ -6,6 +6,8 @@ pipeline. Only this stage imports ExecuTorch (the `devplan[executorch]` extra)."
 from __future__ import annotations
 
 
+import functools
+
 import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import create_op_support
@@ -142,7 +144,7 @@ def _give_back(result, earlier: tuple[Backend, ...]) -> None:
     specs = dict(result.partition_tags)
     result.partition_tags.clear()
     for tag in dict.fromkeys(kept.values()):
-        support = create_op_support(lambda _, node, tag=tag: kept.get(node) == tag)
+        support = create_op_support(functools.partial(_tagged, kept, tag))
         for number, part in enumerate(CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
                                       .propose_partitions()):
             for node in part.nodes:
@@ -219,3 +221,8 @@ def _view_of_copy(op):
         return op
     view = getattr(getattr(torch.ops.aten, name.removesuffix("_copy"), None), op._overloadname, None)
     return view if isinstance(view, torch._ops.OpOverload) and view.is_view else op
+
+
+def _tagged(kept: dict, tag: str, submodules, node: torch.fx.Node) -> bool:
+    """Whether ExecuTorch's partitioner tagged `node` with `tag` (an op support's question)."""
+    return kept.get(node) == tag

@@ -15,7 +15,7 @@ from devplan.planning.lifetimes import lifetimes, storages
 
 
 def write_cats_in_place(method: Method) -> Method:
-    values = list(method.values)
+    values: list = list(method.values)  # the cat's pieces and result among them are TensorSpecs
     root, _ = storages(method, lifetimes(method))
     fixed = {*method.state, *method.constants, *method.mutated}  # their bytes are their own to the end
     kernels = []

@@ -59,6 +59,7 @@ def _placed(method: Method, renumbered: tuple[Kernel, ...], making: dict[int, li
 def _read(method: Method, kernel: Kernel) -> set[int]:
     found = set(kernel.args)
     for index in kernel.args:
-        if isinstance(method.values[index], (TensorList, OptionalTensorList)):
-            found.update(method.values[index].items)
+        value = method.values[index]
+        if isinstance(value, (TensorList, OptionalTensorList)):
+            found.update(value.items)
     return found

@@ -83,6 +83,7 @@ def _prefer_scalar(node: torch.fx.Node) -> bool:
     """`x * 2` exports as mul.Tensor with a number; switch to the .Scalar overload when it has
     a kernel. Returns True when the node still needs decomposing."""
     op = node.target
+    assert isinstance(op, torch._ops.OpOverload)  # the graph's ops, as the caller matched them
     if op._overloadname != "Tensor" or not any(isinstance(_number(a), (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
                                                for a in node.args[1:2]):
         return False
@@ -213,7 +214,7 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
     has its own), so that later rounds can trace ops that read values of different traces together."""
     origin = _origin(node)
     # the pieces came from the user's node: they keep its module and line, for the program's stacktrace
-    where = {key: node.meta[key] for key in ("nn_module_stack", "stack_trace") if key in node.meta}
+    where: dict[str, object] = {key: node.meta[key] for key in ("nn_module_stack", "stack_trace") if key in node.meta}
     env, added = {}, []
     inputs = iter(tensors)
     with gm.graph.inserting_before(node):
@@ -310,7 +311,7 @@ def _replace(node: torch.fx.Node, result) -> None:
         return
     for user in list(node.users):
         if user.target is operator.getitem:
-            user.replace_all_uses_with(result[user.args[1]])
+            user.replace_all_uses_with(result[user.args[1]])  # type: ignore[index]  # getitem's index is an int
             user.graph.erase_node(user)
         else:
             raise DevplanError(f"node {user.name}: uses all outputs of {node.name} at once; this form is not supported")

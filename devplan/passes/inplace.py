@@ -30,7 +30,7 @@ def reuse_dead_inputs(method: Method, *, borrowed_io: bool = False) -> Method:
     pinned = {root[i] for i in (*method.outputs, *method.state) if i in root}
     if borrowed_io:
         pinned |= {root[i] for i in method.inputs if i in root}
-    values = list(method.values)
+    values: list = list(method.values)  # the donors and results among them are TensorSpecs
     for step, kernel in enumerate(method.kernels):
         out, donors = overwritable(values, kernel, root)
         if borrowed_io and out in method.outputs:

@@ -3,6 +3,7 @@
 from the graph. build turns each call into a delegate that runs on the backend's device."""
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from typing import Sequence
 
@@ -21,7 +22,7 @@ def partition(low: Lowered, backends: Sequence[Backend]) -> Lowered:
     backends compiled)."""
     gm, taken = low.gm, dict(low.backends)
     for round, backend in enumerate(backends):
-        support = create_op_support(lambda submodules, node, backend=backend: backend.takes(node))
+        support = create_op_support(functools.partial(_takes, backend))
         partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
         gm = partitioner.fuse_partitions(partitioner.propose_partitions())
         fresh = [node for node in gm.graph.nodes if node.op == "call_module" and node.target not in taken]
@@ -35,11 +36,16 @@ def partition(low: Lowered, backends: Sequence[Backend]) -> Lowered:
                    payloads={new: low.payloads[old] for old, new in zip(was, named) if old in low.payloads})
 
 
+def _takes(backend: Backend, submodules, node: torch.fx.Node) -> bool:
+    return backend.takes(node)
+
+
 def _rename(gm: torch.fx.GraphModule, calls: list[torch.fx.Node], prefix: str) -> list[str]:
-    modules = {node: gm.get_submodule(node.target) for node in calls}
+    modules = {node: gm.get_submodule(str(node.target)) for node in calls}  # a call_module's target: its name
     for node in calls:
-        delattr(gm, node.target)
-    for number, node in enumerate(calls):
-        node.target = f"{prefix}_{number}"
-        gm.add_submodule(node.target, modules[node])
-    return [node.target for node in calls]
+        delattr(gm, str(node.target))
+    names = [f"{prefix}_{number}" for number in range(len(calls))]
+    for node, name in zip(calls, names):
+        node.target = name
+        gm.add_submodule(name, modules[node])
+    return names

@@ -91,8 +91,8 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
                                           strict=False)
         except Exception as error:  # torch's export of the quantized module: the user's model, not devplan
             raise DevplanError(f"--quantize {mode}: exporting the quantized module failed: {first_line(error)}") from None
-        error = _error(ep, float_module, converted, samples)  # (SQNR, max abs difference, argmax agreement)
-    sqnr, largest, agreement = error
+        measured = _error(ep, float_module, converted, samples)  # (SQNR, max abs difference, argmax agreement)
+    sqnr, largest, agreement = measured
     report = QuantizeReport(mode, len(samples), calibration is not None, sqnr, largest, agreement, float_ops,
                             _weight_bytes(ep), _weight_bytes(program))
     return Quantized(program, report)

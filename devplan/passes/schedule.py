@@ -132,8 +132,9 @@ class _Problem:
 def _items(method: Method, kernel: Kernel) -> list[int]:
     """Every value a kernel reads, list items included (a size list names Int values that
     number kernels write while the program runs)."""
-    return [i for index in kernel.args if isinstance(method.values[index], (IntList, TensorList, OptionalTensorList))
-            for i in method.values[index].items if i >= 0]
+    lists = [value for value in map(method.values.__getitem__, kernel.args)
+             if isinstance(value, (IntList, TensorList, OptionalTensorList))]
+    return [i for value in lists for i in value.items if i >= 0]
 
 
 def _writes(method: Method, kernel: Kernel) -> list[int]:

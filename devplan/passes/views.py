@@ -37,11 +37,12 @@ def view_dynamic_copies(low: Lowered) -> Lowered:
         if dims is None:
             continue
         with gm.graph.inserting_before(node):
-            sizes = []
+            sizes: list[int | torch.fx.Node] = []
             for size, dim in zip(val.shape, dims):
                 if dim is None:
                     sizes.append(int(size))
                     continue
+                assert isinstance(size, torch.SymInt)  # a dim of the source that varies: a symbol
                 if size.node.expr not in known:
                     known[size.node.expr] = gm.graph.call_function(torch.ops.aten.sym_size.int, (source, dim))
                     known[size.node.expr].meta["val"] = size
