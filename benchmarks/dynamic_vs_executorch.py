@@ -10,7 +10,7 @@ dynamic batch (up to 4) and sequence (up to 64), width 64 and 4 heads: EncoderBl
 causal scaled_dot_product_attention.
 
 Each tool gets its own fresh export, made outside the clock (ExecuTorch's lowering can rewrite
-a dynamic export's shapes); devplan.compile(ep) and testbed.models.executorch_lower(ep) (default
+a dynamic export's shapes); devplan.compile(ep) and testbed.executorch.executorch_pte(ep) (default
 config, serialized to bytes) are each timed `--repeat` times and the fastest run counts; both
 first lower a tiny model untimed so one-off imports land on neither side. Planned bytes are the
 sums of the sizes of the method's planned buffers (devplan.inspect). ExecuTorch's program is
@@ -34,10 +34,10 @@ from torch.export import Dim  # noqa: E402
 
 import devplan  # noqa: E402
 from benchmarks.harness import best_time, choose, geometric_mean, number, table  # noqa: E402 - also quiets ExecuTorch's warnings
-from testbed.executorch import planned_bytes  # noqa: E402
 from samples.make_samples import EncoderBlock  # noqa: E402
 from testbed.dynamic_corpus import BOUND, batched, exported  # noqa: E402
-from testbed.models import CORPUS, executorch_lower, run_executorch  # noqa: E402
+from testbed.models import CORPUS, run_executorch  # noqa: E402
+from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 
 HEADERS = ("model", "devplan bytes", "executorch bytes", "bytes ratio", "devplan s", "executorch s",
            "speedup", "et at bound", "")
@@ -124,7 +124,7 @@ def measure(name: str, model: Case, repeat: int) -> dict:
     except Exception as error:  # noqa: BLE001 - the benchmark reports every failure and goes on
         row["devplan_error"] = _message(error)
     try:
-        row["executorch_seconds"], theirs = best_time(executorch_lower, model.export, repeat)
+        row["executorch_seconds"], theirs = best_time(executorch_pte, model.export, repeat)
         row["executorch_bytes"] = planned_bytes(theirs)
     except Exception as error:  # noqa: BLE001
         row["executorch_error"] = _message(error)
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
     warm_up = case(WARM_UP_MODEL)
     best_time(devplan.compile, warm_up.export, 1)
-    best_time(executorch_lower, warm_up.export, 1)
+    best_time(executorch_pte, warm_up.export, 1)
 
     rows, skipped = [], {}
     for name in names:

@@ -7,7 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from devplan.ir.method import BoolList, DoubleList, IntList, OptionalTensorList, TensorList, Use
+from devplan.ir.method import BoolList, DoubleList, IntList, Method, OptionalTensorList, TensorList, Use
 from devplan.spec import TensorSpec
 
 
@@ -15,7 +15,6 @@ def stage_text(result, stage: str = "") -> str:
     """A stage's result as text: a graph stage's FX graph; a method stage's tables (values,
     instructions, and after planning each buffer's layout); emit's program objects by their
     facts; serialize's bytes by digest; the written file by name."""
-    from devplan.ir.method import Method
     from devplan.ir.lowered import Lowered
     from devplan.ir.planned import PlannedMethod
     from devplan.passes.quantize import Quantized

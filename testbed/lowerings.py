@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 import torch
 
+from testbed.executorch import executorch_pte
+
 CACHE_BYTES = 256 << 20  # a bound on the .pte bytes kept: the suite runs in one process
 
 
@@ -87,11 +89,9 @@ def by_program(limit: int = CACHE_BYTES, size: Callable[[Any], int] = len):
 
 @by_program()
 def executorch_lowered(ep: torch.export.ExportedProgram) -> bytes:
-    """testbed.models.executorch_lower(ep), lowered once per distinct program in the session (the
-    benchmarks time executorch_lower itself, so it stays uncached)."""
-    from testbed.models import executorch_lower
-
-    return executorch_lower(ep)
+    """testbed.executorch.executorch_pte(ep), lowered once per distinct program in the session (the
+    benchmarks time executorch_pte itself, so it stays uncached)."""
+    return executorch_pte(ep)
 
 
 _PATTERNS: dict = {}  # pattern key -> its exported graph, for patterns_exported_once

@@ -1,9 +1,10 @@
 """Corpus of tiny models for compile tests and benchmarks, plus ExecuTorch oracle helpers.
 
 Every CORPUS entry returns a fresh eval-mode module with deterministic weights and
-its example args. `export`, `executorch_lower` and `run_executorch` take a model
-through torch.export and ExecuTorch 1.5.1 (the reference implementation); this
-module lives under tests/ because devplan itself must never import executorch.
+its example args. `export`, `pt2e_quantize` and `run_executorch` take a model
+through torch.export and ExecuTorch 1.5.1 (the reference implementation; its default
+lowering is testbed.executorch.executorch_pte); this module lives in testbed/ because
+devplan itself must never import executorch.
 
 Import it from the repository root as `testbed.models` (it reuses the encoder block
 from samples/make_samples.py).
@@ -332,26 +333,6 @@ def export(name: str) -> tuple[torch.export.ExportedProgram, nn.Module, tuple[Te
     """Export corpus model `name`; the returned module still holds its initial buffer values."""
     module, args = CORPUS[name]()
     return torch.export.export(module, args, strict=False), module, args
-
-
-def executorch_lower(ep: torch.export.ExportedProgram) -> bytes:
-    """Lower with ExecuTorch's default (portable-kernel) pipeline and return the .pte bytes.
-
-    Mutated buffers keep their initial values in the program (ExecuTorch would
-    otherwise leave them uninitialized), so stateful models start where eager does.
-    """
-    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
-    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
-
-    # Without no_grad, ExecuTorch's buffer write-back runs copy_ into a buffer from
-    # a value computed from grad-requiring parameters, which autograd rejects.
-    with torch.no_grad():
-        edge = to_edge_transform_and_lower(ep)
-        signature = edge.exported_program().graph_signature
-        mutated = set(signature.buffers_to_mutate.values())
-        placeholders = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]
-        config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(placeholders)])
-        return edge.to_executorch(config).buffer
 
 
 def pt2e_quantize(module: nn.Module, args: tuple, dynamic_shapes=None, **config) -> tuple[torch.export.ExportedProgram, nn.Module]:

@@ -9,7 +9,7 @@ from typing import AbstractSet
 
 from devplan.inspection.overlap import LatestWrites, busiest, storages
 from devplan.planning.bounds import lower_bound
-from devplan.planning.model import Interval, align_up
+from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT, Interval, align_up
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,6 @@ def buffer_bounds(timed: list[dict], size: int, windows: list[dict], written: Ab
     return BufferBounds(peak, peak_instruction, bound, exact, live)
 
 
-_MIN_ALIGNMENT, _MAX_ALIGNMENT = 16, 4096
-
-
 def _lower_bound(timed: list[dict], sharing: list[int], size: int, windows: list[dict]
                  ) -> tuple[int, tuple[Interval, ...], int]:
     """The planner's lower bound (aligned bytes alive at the busiest instruction) for the
@@ -60,8 +57,8 @@ def _lower_bound(timed: list[dict], sharing: list[int], size: int, windows: list
         pool[:] = [min(pool[0], start), max(pool[1], end), min(pool[2], first), max(pool[3], last)]
     spans = [(start, end - start, first, last) for start, end, first, last in pools.values()]
     spans += [(w["offset"], w["bound"], *w["held"]) for w in windows]
-    alignment = _MAX_ALIGNMENT
-    while alignment > _MIN_ALIGNMENT and any(start % alignment for start, *_ in spans):
+    alignment = MAX_ALIGNMENT
+    while alignment > DEFAULT_ALIGNMENT and any(start % alignment for start, *_ in spans):
         alignment //= 2
 
     def at(alignment: int) -> list[Interval]:
@@ -69,7 +66,7 @@ def _lower_bound(timed: list[dict], sharing: list[int], size: int, windows: list
                 for key, (_, nbytes, first, last) in enumerate(spans)]
 
     bound = lower_bound(at(alignment), alignment=1).get(1, 0)
-    while alignment > _MIN_ALIGNMENT and bound > size:
+    while alignment > DEFAULT_ALIGNMENT and bound > size:
         alignment //= 2
         bound = lower_bound(at(alignment), alignment=1).get(1, 0)
     # unaligned, the bound is bytes that must be apart at some instruction: a peak below it

@@ -12,7 +12,7 @@ import devplan
 from devplan.errors import DevplanError
 from devplan.pte import read_pte
 from devplan.runtime import HostAllocator, LoadedMethod, registered
-from testbed.models import executorch_lower
+from testbed.executorch import executorch_pte
 
 BOUND = 16
 
@@ -40,7 +40,7 @@ def test_a_dynamic_program_is_planned_at_its_upper_bound():
     # cat pieces of a dynamic tensor start where their run-time sizes say, not at fixed offsets, so the
     # plan holds more than the static one, but never more than its bound or ExecuTorch's plan
     assert fixed.size <= planned.size == planned.lower_bound
-    executorch = devplan.inspect(executorch_lower(exported()))["methods"][0]["buffers"]
+    executorch = devplan.inspect(executorch_pte(exported()))["methods"][0]["buffers"]
     assert planned.size <= sum(b["size"] for b in executorch)
     tensors = devplan.inspect(dynamic.data)["methods"][0]["tensors"]
     (x,) = [t for t in tensors if t["role"] == "input"]
@@ -132,7 +132,7 @@ def test_sizes_computed_at_run_time_become_number_kernels():
     assert ops.index("aten::sym_numel") < ops.index("aten::convolution.out")
     # reshapes of dynamic tensors share their bytes through et_view, as ExecuTorch's own do
     assert ops.count("executorch_prim::et_view.default") == 2 and "aten::view_copy.out" not in ops
-    executorch = devplan.inspect(executorch_lower(sizes_exported()))["methods"][0]["buffers"]
+    executorch = devplan.inspect(executorch_pte(sizes_exported()))["methods"][0]["buffers"]
     assert result.planned.buffers[0].size <= sum(b["size"] for b in executorch)
     operators = devplan.inspect(result.data)["methods"][0]["operators"]
     assert {"aten::sym_size.int", "executorch_prim::floordiv.Scalar"} <= {f"{o['name']}.{o['overload']}" for o in operators}
@@ -171,7 +171,7 @@ def assert_matches_eager(module: torch.nn.Module, execute) -> None:
 def test_devplan_runtime_runs_executorchs_own_dynamic_program():
     """ExecuTorch's lowering of the same model: its et_view, sym_size and executorch_prim
     kernels run on devplan's runtime too."""
-    data = executorch_lower(sizes_exported())
+    data = executorch_pte(sizes_exported())
     ops = {f"{o['name']}.{o['overload']}" for o in devplan.inspect(data)["methods"][0]["operators"]}
     assert {"executorch_prim::et_view.default", "aten::sym_size.int"} <= ops
     loaded = LoadedMethod(read_pte(data))
@@ -211,7 +211,7 @@ def test_a_dynamic_sequence_runs_in_both_runtimes_within_executorchs_plan(make):
     dims = {"x": {0: Dim("batch", min=1, max=4), 1: Dim("seq", min=2, max=BOUND)}}
     ep = torch.export.export(module, (torch.randn(2, 6, 32),), dynamic_shapes=dims)
     result = devplan.compile(ep)
-    executorch = devplan.inspect(executorch_lower(ep))["methods"][0]["buffers"]
+    executorch = devplan.inspect(executorch_pte(ep))["methods"][0]["buffers"]
     assert result.planned.buffers[0].size <= sum(b["size"] for b in executorch)
     method = Runtime.get().load_program(result.data).load_method("forward")
     loaded = LoadedMethod(read_pte(result.data))
@@ -271,8 +271,8 @@ def test_a_decomposed_op_on_a_run_time_size_keeps_it_dynamic_and_the_export_unch
     ep = export()
     result = devplan.compile(ep)
     # compiling added no guard to the caller's export: ExecuTorch still plans it for any length
-    assert devplan.inspect(executorch_lower(ep))["methods"][0]["buffers"] == \
-        devplan.inspect(executorch_lower(export()))["methods"][0]["buffers"]
+    assert devplan.inspect(executorch_pte(ep))["methods"][0]["buffers"] == \
+        devplan.inspect(executorch_pte(export()))["methods"][0]["buffers"]
     method = Runtime.get().load_program(result.data).load_method("forward")
     loaded = LoadedMethod(read_pte(result.data))
     try:

@@ -18,7 +18,8 @@ import devplan
 from devplan.pte import read_pte
 from devplan.runtime import LoadedMethod
 from testbed.dynamic_corpus import BATCHES, BOUND, Batch, batched, exported
-from testbed.models import CORPUS, executorch_lower, run_executorch
+from testbed.models import CORPUS, run_executorch
+from testbed.executorch import executorch_pte
 from tests.tiers import tiered
 
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
@@ -67,7 +68,7 @@ def test_both_runtimes_match_eager_at_any_batch(name):
 @pytest.mark.parametrize("name", tiered(sorted(CORPUS), FAST))
 def test_plans_no_more_than_executorch(name):
     data, module, args = compiled(name)
-    theirs = executorch_lower(exported(name)[0])
+    theirs = executorch_pte(exported(name)[0])
     try:
         run_executorch(theirs, batched(name, args, BOUND))
     except Exception:  # e.g. a derived dim (2 * half) that ExecuTorch plans at the example's size

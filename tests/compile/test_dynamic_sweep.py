@@ -26,7 +26,8 @@ import devplan
 from devplan.pte import read_pte
 from devplan.runtime import LoadedMethod
 from tests.compile.test_module_sweep import CASES, XFAIL as STATIC_XFAIL, _close
-from testbed.models import eager_outputs, executorch_lower, run_executorch
+from testbed.models import eager_outputs, run_executorch
+from testbed.executorch import executorch_pte
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 
@@ -190,7 +191,7 @@ def test_plans_no_more_than_executorch(name):
         pytest.skip(f"{name}: ExecuTorch's own program refuses the bound's batch {BOUND}; no like-for-like plan")
     how, (_, args) = _dynamic(name), _built(name)
     try:
-        theirs = executorch_lower(_EXPORTS.pop(name))
+        theirs = executorch_pte(_EXPORTS.pop(name))
     except Exception as error:
         pytest.skip(f"{name}: ExecuTorch's lowering fails: {_reason(error)}")
     try:

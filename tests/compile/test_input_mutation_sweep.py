@@ -28,7 +28,8 @@ import devplan.runtime
 from devplan.pte import read_pte
 from devplan.runtime.allocator import HostAllocator, registered
 from testbed.lowerings import released_after_module
-from testbed.models import eager_runs, executorch_lower, mismatch
+from testbed.models import eager_runs, mismatch
+from testbed.executorch import executorch_pte
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 
@@ -570,7 +571,7 @@ def prepared(name: str) -> Prepared:
     except Exception as error:  # noqa: BLE001 - torch.export's refusal, not devplan's
         return Prepared(None, f"torch.export refuses it: {type(error).__name__}: {str(error).strip().splitlines()[0]}")
     try:
-        lowered = executorch_lower(copy.deepcopy(ep))
+        lowered = executorch_pte(copy.deepcopy(ep))
     except Exception as error:  # noqa: BLE001 - ExecuTorch's refusal, not devplan's
         return Prepared(None, f"ExecuTorch's lowering refuses it: {type(error).__name__}: "
                               f"{str(error).strip().splitlines()[0]}")

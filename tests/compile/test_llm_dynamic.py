@@ -30,7 +30,8 @@ from tests.compile.test_llm_sweep import (
     KVCacheIndexCopy, KVCacheIndexPut, KVCacheSlice, LlamaMLP, LearnedPositions, RMSNorm, RotaryHalf,
     RotaryPairs, Sampling, SdpaAttention, TiedEmbedding, TinyDecoder,
 )
-from testbed.models import eager_outputs, executorch_lower
+from testbed.models import eager_outputs
+from testbed.executorch import executorch_pte
 from tests.tiers import tiered
 
 BOUND, LEAST, EXAMPLE = 16, 2, 8
@@ -138,7 +139,7 @@ def test_dynamic_sequence_runs_in_both_runtimes_within_executorchs_plan(name):
     torch.manual_seed(0)
     module = make_module().eval().requires_grad_(False)
     ep = _export(module, _inputs(make_inputs, EXAMPLE), seq_dims)
-    theirs = sum(b["size"] for b in devplan.inspect(executorch_lower(ep))["methods"][0]["buffers"])
+    theirs = sum(b["size"] for b in devplan.inspect(executorch_pte(ep))["methods"][0]["buffers"])
     try:
         result = devplan.compile(ep)
     except DevplanError as error:

@@ -21,7 +21,8 @@ from torch.utils import _pytree as pytree
 import devplan
 import devplan.runtime
 from tests.compile.test_quantized import QUANTIZED_KERNELS, assert_calls_quantized_kernels, assert_weights_stay_int8
-from testbed.models import executorch_lower, pt2e_quantize, run_executorch
+from testbed.models import pt2e_quantize, run_executorch
+from testbed.executorch import executorch_pte
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 
@@ -464,7 +465,7 @@ def assert_plans_no_more_than_executorch(ep, data: bytes) -> None:
     from testbed.executorch import planned_bytes
 
     try:
-        theirs = executorch_lower(ep)
+        theirs = executorch_pte(ep)
     except Exception as error:
         pytest.skip(f"ExecuTorch's own lowering fails: {_line(error)}")
     assert planned_bytes(data) <= planned_bytes(theirs)

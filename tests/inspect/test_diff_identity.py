@@ -54,12 +54,12 @@ def test_one_added_op_is_one_added_tensor_named_by_its_source(nets):
 
 def test_devplan_and_executorch_programs_pair_tensors_of_one_shape_and_dtype(tmp_path):
     from testbed.hf_models import gpt2
-    from testbed.models import executorch_lower
+    from testbed.executorch import executorch_pte
 
     module, args, kwargs = gpt2()
     ep = torch.export.export(module, args, kwargs, strict=False)
     theirs, mine = tmp_path / "executorch.pte", tmp_path / "devplan.pte"
-    theirs.write_bytes(executorch_lower(ep))
+    theirs.write_bytes(executorch_pte(ep))
     mine.write_bytes(devplan.compile(ep).data)
     a, b = side(theirs).placements["forward"], side(mine).placements["forward"]
     pairs, removed, added = pair_tensors(a, b)

@@ -1,7 +1,7 @@
 """devplan's reference runtime runs the programs ExecuTorch itself writes as ExecuTorch's runtime does.
 
 Each model is exported (non-strict), lowered by ExecuTorch 1.5.1's own pipeline
-(testbed.models.executorch_lower, once per program in a session: no devplan compile step at all), then
+(testbed.executorch.executorch_pte, once per program in a session: no devplan compile step at all), then
 
   (a) run twice on one loaded method by ExecuTorch's runtime and twice by devplan's runtime, so
       buffer updates of the first run show in the second; devplan's outputs must equal

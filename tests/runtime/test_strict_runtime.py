@@ -559,28 +559,28 @@ class Cast(nn.Module):
 def test_a_dim_order_kernel_given_a_value_of_another_type_is_refused():
     """ExecuTorch's _to_dim_order_copy reads non_blocking with toBool, which aborts on an int list
     (found by the fuzz run in ExecuTorch's own program); devplan refuses it."""
-    from testbed.models import executorch_lower
+    from testbed.executorch import executorch_pte
 
     def change(plan):
         index = next(i for i, o in enumerate(plan.operators) if "_to_dim_order_copy" in str(o.name))
         call = next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == index)
         call.args[1] = next(i for i, v in enumerate(plan.values) if v.valType == KernelTypes.IntList)
 
-    data = damaged(executorch_lower(torch.export.export(Cast(), ARGS)), change)
+    data = damaged(executorch_pte(torch.export.export(Cast(), ARGS)), change)
     refused(data, "_to_dim_order_copy.out's non_blocking value", "a IntList; the program is damaged")
 
 
 def test_a_non_blocking_dim_order_copy_is_refused():
     """Found by the final fuzz run: a _to_dim_order_copy made non-blocking (one byte of
     ExecuTorch's own program) ran in devplan; ExecuTorch's kernel refuses it (InvalidArgument)."""
-    from testbed.models import executorch_lower
+    from testbed.executorch import executorch_pte
 
     def change(plan):
         index = next(i for i, o in enumerate(plan.operators) if "_to_dim_order_copy" in str(o.name))
         call = next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == index)
         plan.values[call.args[1]].val.boolVal = True
 
-    data = executorch_lower(torch.export.export(Cast(), ARGS))
+    data = executorch_pte(torch.export.export(Cast(), ARGS))
     bad = damaged(data, change)
     refused(bad, "(dim_order_ops::_to_dim_order_copy.out) failed: non_blocking is true")
     assert executorch_refuses(bad)
