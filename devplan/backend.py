@@ -1,11 +1,13 @@
-"""Backend: a target that runs a group of ops on a device, as --delegate names it; Partitioner:
-an ExecuTorch partitioner, as --backend and --partitioner name it. A module of its own, below
+"""Backend: a target that runs a group of ops on a device, as --delegate names it; Adopted: a
+delegate one of ExecuTorch's backends compiled, taken in whole; Partitioner: an ExecuTorch
+partitioner, as --backend and --partitioner name it. A module of its own, below
 the passes that read them (graph, partition, backends) and the options holding them."""
 from __future__ import annotations
 
 import json
 import operator
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -21,13 +23,11 @@ TARGET_DEVICE = "target_device"  # the compile spec key ExecuTorch reads a deleg
 @dataclass(frozen=True)
 class Backend:
     """A target that runs a group of ops on `device`: those named in `ops` ("aten::linear"),
-    or every op when `ops` is None. devplan's own backend compiles its groups; one of
-    ExecuTorch's (passes/backends.py) comes with its groups compiled, its id and specs."""
+    or every op when `ops` is None; devplan's own backend compiles its groups."""
 
     device: Device
     ops: frozenset[str] | None = None
-    backend_id: str = BACKEND_ID
-    specs: tuple[tuple[str, bytes], ...] | None = None  # an ExecuTorch backend's compile specs, as it wrote them
+    backend_id: ClassVar[str] = BACKEND_ID
 
     @classmethod
     def parse(cls, text: str) -> "Backend":
@@ -54,7 +54,18 @@ class Backend:
 
     @property
     def compile_specs(self) -> tuple[tuple[str, bytes], ...]:
-        return self.specs if self.specs is not None else ((TARGET_DEVICE, str(self.device).encode()),)
+        return ((TARGET_DEVICE, str(self.device).encode()),)
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """A delegate one of ExecuTorch's backends compiled (passes/backends.py, passes/adopt.py),
+    taken in whole: its backend's id, the compile specs it wrote, and the device its
+    target_device spec names (else the host), where the program plans its inputs and outputs."""
+
+    device: Device
+    backend_id: str
+    compile_specs: tuple[tuple[str, bytes], ...]
 
 
 def _op_name(name: str) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Mapping
 import torch
 
 if TYPE_CHECKING:
-    from devplan.backend import Backend
+    from devplan.backend import Adopted, Backend
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Lowered:
     names: dict[str, tuple[str, str]] = field(default_factory=dict)
     # delegate calls (call_module nodes) by target: the backend partition() gave each group,
     # and the payload the compile made of it (compiler.py; an ExecuTorch backend's: passes/adopt.py)
-    backends: Mapping[str, "Backend"] = field(default_factory=dict)
+    backends: Mapping[str, "Backend | Adopted"] = field(default_factory=dict)  # a delegate call -> what runs it
     payloads: Mapping[str, "Payload"] = field(default_factory=dict)
     # what fold_constants stored (passes/fold.py): subgraphs, shared_inputs, constant_bytes_added, run_bytes_removed
     folding: Mapping[str, int] = field(default_factory=dict)

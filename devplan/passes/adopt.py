@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from devplan.backend import TARGET_DEVICE, Backend
+from devplan.backend import TARGET_DEVICE, Adopted
 from devplan.errors import DevplanError
 from devplan.ir.lowered import ForeignCall, Lowered, Payload
 from devplan.spec import CPU, Device
@@ -25,7 +25,7 @@ def adopt_delegates(low: Lowered) -> Lowered:
         except (DevplanError, UnicodeDecodeError):
             raise DevplanError(f"{call.backend_id}: compile spec target_device {specs[TARGET_DEVICE]!r} names no "
                                f"device devplan plans for; use cpu or cuda:N") from None
-        backends[node.target] = Backend(device, frozenset(), call.backend_id, call.compile_specs)
+        backends[node.target] = Adopted(device, call.backend_id, call.compile_specs)
         payloads[node.target] = Payload(call.processed, None, 0, 0, call.named_data)
     return replace(low, backends=backends, payloads=payloads)
 
