@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 from devplan.backend import Backend
 from devplan.dump import stage_text
 from devplan.emit.build import build_method, constant_method
-from devplan.emit.delegates import Group, delegate_groups
+from devplan.passes.delegates import Group, delegate_groups
 from devplan.emit.program import ExternalWeights, to_program
 from devplan.errors import DevplanError, InternalError
 from devplan.files import write_atomic
