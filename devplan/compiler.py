@@ -19,9 +19,10 @@ import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, cast
 
 from devplan.backend import Backend
+from devplan.documents import CompiledFile, CompiledMethod, CompileSummary, Folding
 from devplan.dump import stage_text
 from devplan.emit.build import build_method, constant_method
 from devplan.passes.delegates import Group, delegate_groups
@@ -70,25 +71,28 @@ class CompileResult:
         then; the initial state is what it was at compile time."""
         return bytes(self.image)
 
-    def summary(self) -> dict:
+    def summary(self) -> CompileSummary:
         """`devplan compile --json` (docs/compile-json.md): the facts it prints, under the keys
         the inspection document gives the same facts; timings apart under `timings`, the one
         key that differs between two runs."""
-        return {
+        file: CompiledFile = {"name": self.path.name if self.path else "<bytes>", "size": len(self.image),
+                              "constant_bytes": self.constant_bytes}
+        if self.external is not None:
+            file["external"] = {"size": len(self.external), "keys": self.external_keys}
+        summary: CompileSummary = {
             "schema_version": 1,
-            "file": {"name": self.path.name if self.path else "<bytes>", "size": len(self.image),
-                     "constant_bytes": self.constant_bytes,
-                     **({} if self.external is None else {"external": {"size": len(self.external),
-                                                                       "keys": self.external_keys}})},
+            "file": file,
             "methods": [_method_summary(planned) for planned in self.methods or (self.planned,)],
-            "folding": {key: int(self.folding.get(key, 0)) for key in _FOLDING},
-            **({} if self.quantization is None else {"quantization": self.quantization.summary()}),
+            "folding": cast(Folding, {key: int(self.folding.get(key, 0)) for key in _FOLDING}),
             "timings": {"seconds": round(self.seconds, 3),
                         "stages": {name: round(seconds, 4) for name, seconds in self.stage_seconds.items()}},
         }
+        if self.quantization is not None:
+            summary["quantization"] = self.quantization.summary()
+        return summary
 
 
-def _method_summary(planned: PlannedMethod) -> dict:
+def _method_summary(planned: PlannedMethod) -> CompiledMethod:
     method = planned.method
     return {
         "name": method.name,

@@ -95,7 +95,7 @@ def test_a_golden_round_trip_in_a_throwaway_project(tmp_path):
     checked = _devplan(project, "check", "build/model.pte", "--golden", "golden.json")
     compared = _devplan(project, "diff", "base.pte", "build/model.pte")
     failed = pytest_in(project)
-    assert (checked.returncode, compared.returncode, failed.returncode) == (1, 1, 1)
+    assert (checked.returncode, compared.returncode, failed.returncode) == (1, 1, 1), checked.stderr + compared.stderr
     for shown in (checked.stdout, compared.stdout, failed.stdout.replace("\nE       ", "\n")):
         lines = _joined(shown).splitlines()
         assert any("buffer 1 (cpu) size: " in line and " bytes) -> " in line for line in lines), shown

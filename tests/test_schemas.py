@@ -3,10 +3,12 @@ built from real outputs: devplan's programs (one with a delegate) and ExecuTorch
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 
 import jsonschema
 import pytest
+import typing_extensions
 
 import devplan
 from devplan.inspection.check import check_document
@@ -70,3 +72,72 @@ def test_diff_check_and_run_documents_validate(programs, tmp_path):
     validate("check", check_document("x.pte", devplan.check(programs["executorch"], max_ratio=1.0)))
     validate("run", json.loads(invoke("run", str(programs["two_io_cuda"]), "--devices-on-host", "--json").stdout))
     validate("run", run_document("x.pte", "forward", [[3, None]]))
+
+
+_SCALARS = {int: "integer", float: "number", str: "string", bool: "boolean"}
+
+
+def _resolve(schema: dict, root: dict) -> dict:
+    while "$ref" in schema:
+        schema = root["$defs"][schema["$ref"].rsplit("/", 1)[-1]]
+    return schema
+
+
+def _types(schema: dict) -> set[str]:
+    kinds = schema.get("type", ())
+    return {kinds} if isinstance(kinds, str) else set(kinds)
+
+
+def _mirrors(hint, schema: dict, root: dict, where: str) -> list[str]:
+    """What differs between a type hint of devplan.documents and the schema of the same place."""
+    schema = _resolve(schema, root)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union:
+        present = [a for a in args if a is not type(None)]
+        nullable = len(present) < len(args)
+        if nullable and "null" not in _types(schema) and schema.get("type") is not None:
+            return [f"{where}: Optional, but the schema allows no null"]
+        if len(present) > 1:  # the schema's alternatives, in order
+            alternatives = schema.get("oneOf", [])
+            if len(alternatives) != len(present):
+                return [f"{where}: {len(present)} alternatives, the schema {len(alternatives)}"]
+            return [p for a, s in zip(present, alternatives) for p in _mirrors(a, s, root, where)]
+        hint = present[0]
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    elif "null" in _types(schema):
+        return [f"{where}: the schema allows null, the type is not Optional"]
+    if typing_extensions.is_typeddict(hint):
+        if "object" not in _types(schema) and "properties" not in schema:
+            return [f"{where}: an object in the type, not in the schema"]
+        hints = typing.get_type_hints(hint)
+        properties = {key: {} for key in schema.get("required", ())} | schema.get("properties", {})
+        problems = [f"{where}.{key}: in the type only" for key in hints.keys() - properties.keys()]
+        problems += [f"{where}.{key}: in the schema only" for key in properties.keys() - hints.keys()]
+        if set(hint.__required_keys__) != set(schema.get("required", ())):
+            problems.append(f"{where}: required {sorted(hint.__required_keys__)}, schema {sorted(schema.get('required', ()))}")
+        return problems + [p for key in hints.keys() & properties.keys()
+                           for p in _mirrors(hints[key], properties[key], root, f"{where}.{key}")]
+    if origin is list:
+        if "array" not in _types(schema):
+            return [f"{where}: a list in the type, not in the schema"]
+        return _mirrors(args[0], schema.get("items", {}), root, f"{where}[]") if args else []
+    if origin is dict:
+        extra = schema.get("additionalProperties")
+        return _mirrors(args[1], extra, root, f"{where}.*") if isinstance(extra, dict) else []
+    if hint in _SCALARS and schema.get("type") is not None and _SCALARS[hint] not in _types(schema) - {"null"}:
+        return [f"{where}: {hint.__name__}, the schema {schema.get('type')}"]
+    if origin is typing.Literal:
+        allowed = schema.get("enum", [schema["const"]] if "const" in schema else None)
+        if allowed is not None and sorted(args) != sorted(allowed):
+            return [f"{where}: {args}, the schema {allowed}"]
+    return []
+
+
+@pytest.mark.parametrize("name", DOCUMENTS)
+def test_the_document_types_mirror_their_schemas(name):
+    """devplan.documents' TypedDicts have every key of the schema at every depth, each as
+    required as the schema says, each of its type; a key renamed on one side fails here."""
+    from devplan.documents import SCHEMAS as TYPES
+
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    assert _mirrors(TYPES[name], schema, schema, name) == []

@@ -9,7 +9,7 @@ import os
 import shutil
 from inspect import cleandoc
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Mapping, Optional
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -138,7 +138,7 @@ def noting_external(pte):
     return pte
 
 
-def echo_json(document: dict, err: bool = False) -> None:
+def echo_json(document: Mapping[str, Any], err: bool = False) -> None:
     """Every command's JSON: `document` as json.dumps(document, sort_keys=True, indent=2) prints
     it (on stderr with `err`), written a batch of pieces at a time: json.dumps holds every piece
     in a list before joining them (for a million instructions, 44 million strings and 2.5 GB)."""

@@ -4,12 +4,13 @@ is its result's own). Names that come from files are shown through units.printab
 terminal escape in one is shown escaped, never obeyed."""
 from __future__ import annotations
 
+from devplan.documents import CompileSummary, Quantization, RunDocument
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.difftext import cause_lines, change_lines, outcome, peak_text
 from devplan.units import exact_size_text, printable, size_text
 
 
-def compile_lines(summary: dict, constant_methods: list[str], written: str, external: str | None) -> list[str]:
+def compile_lines(summary: CompileSummary, constant_methods: list[str], written: str, external: str | None) -> list[str]:
     """compile's summary: each method's buffers against their lower bounds, its delegates, the
     constants, and the files written (`written`: the program's name, `external`: the .ptd's)."""
     lines = [f"constant methods: {', '.join(constant_methods)}"] if constant_methods else []
@@ -39,7 +40,7 @@ def compile_lines(summary: dict, constant_methods: list[str], written: str, exte
     return lines
 
 
-def quantization_lines(report: dict) -> list[str]:
+def quantization_lines(report: Quantization) -> list[str]:
     """--quantize's cost: the error against the float model on the samples, the weights' bytes
     before and after, and the ops left in float (the quantizer had no pattern for them)."""
     error = report["error"]
@@ -95,7 +96,7 @@ def buffer_facts(c: BufferCheck) -> list[str]:
     return facts
 
 
-def run_lines(report: dict) -> list[str]:
+def run_lines(report: RunDocument) -> list[str]:
     """run's outputs, each a value or a tensor's dtype, shape and range (per run when several)."""
     lines = []
     several = len(report["runs"]) > 1

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass
-from typing import Mapping
+from typing import Final, Mapping, cast
 
+from devplan.documents import CheckDocument, CheckedBuffer, CheckedGolden
 from devplan.errors import DevplanError
 from devplan.files import STDIO, refuse_overwrite, write_atomic
 from devplan.inspection import inspect
@@ -16,7 +17,7 @@ from devplan.inspection.golden import golden_document, golden_text, peak_brief, 
 from devplan.planning.budget import budget_key, checked_budgets
 from devplan.pte.reader import PteFile
 
-SCHEMA_VERSION = 1  # of check_document; docs/check-json.md
+SCHEMA_VERSION: Final = 1  # of check_document; docs/check-json.md
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class GoldenCheck:
     def ok(self) -> bool:
         return self.updated or self.diff.ok
 
-    def document(self) -> dict:
+    def document(self) -> CheckedGolden:
         return {"file": {"name": os.path.basename(self.path)}, "updated": self.updated, "ok": self.ok,
                 "diff": self.diff.document() if self.diff is not None else None}
 
@@ -122,9 +123,9 @@ def check_golden(source: str | os.PathLike | bytes, golden: str | os.PathLike, *
     return GoldenCheck(os.fspath(golden), False, diff(compared, doc, tolerance=tolerance, exact=exact, method=method))
 
 
-def check_document(name: str, checks: list[BufferCheck], golden: GoldenCheck | None = None) -> dict:
+def check_document(name: str, checks: list[BufferCheck], golden: GoldenCheck | None = None) -> CheckDocument:
     """`devplan check --json` (docs/check-json.md): the budget checks, and the golden's verdict."""
-    rows = [asdict(c) | {"ratio": round(c.ratio, 6), "ok": c.ok} for c in checks]
+    rows = [cast(CheckedBuffer, asdict(c) | {"ratio": round(c.ratio, 6), "ok": c.ok}) for c in checks]
     return {"schema_version": SCHEMA_VERSION, "file": {"name": name},
             "ok": all(c.ok for c in checks) and (golden is None or golden.ok), "buffers": rows,
             "golden": golden.document() if golden is not None else None}

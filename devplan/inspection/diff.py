@@ -10,6 +10,8 @@ or removed, is always a difference. docs/diff-json.md
 describes the document."""
 from __future__ import annotations
 
+from typing import Final
+
 import os
 import re
 from collections import defaultdict
@@ -26,7 +28,7 @@ from devplan.inspection.sources import source_identity
 from devplan.units import natural_key, size_text
 from devplan.units import size_bytes
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 # counts reported, never failed (but with exact): one more scalar the emitter made, or one
 # more instruction, is no memory; the tensors, operators and buffers that come with it are named
 REPORTED = frozenset({"instructions", "values"})

@@ -13,11 +13,12 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, cast
 
 import torch
 import torch.utils._pytree as pytree
 
+from devplan.documents import Quantization, QuantizeMode
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.files import read_input
@@ -46,9 +47,9 @@ class QuantizeReport:
     float_weight_bytes: int
     quantized_weight_bytes: int
 
-    def summary(self) -> dict:
+    def summary(self) -> Quantization:
         """compile --json's `quantization` (docs/compile-json.md)."""
-        return {"mode": self.mode, "samples": self.samples, "calibration": "file" if self.calibrated else "seeded",
+        return {"mode": cast(QuantizeMode, self.mode), "samples": self.samples, "calibration": "file" if self.calibrated else "seeded",
                 "error": {"sqnr_db": self.sqnr_db, "max_abs_diff": self.max_abs_diff,
                           "argmax_agreement": self.argmax_agreement},
                 "float_ops": dict(self.float_ops),

@@ -1,18 +1,24 @@
 """`devplan run --json` (docs/run-json.md): what each run returned, summarized."""
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+from typing import Final
+
+from devplan.documents import DeviceMemory, RunDocument, TensorSummary, ValueSummary
+
+SCHEMA_VERSION: Final = 1
 
 
-def run_document(name: str, method: str, results: list[list], memory: list[dict] | None = None) -> dict:
+def run_document(name: str, method: str, results: list[list], memory: list[DeviceMemory] | None = None) -> RunDocument:
     """name: the program's basename; results: the outputs of each run; memory: what each device
     held (`device_memory`), where the run was devplan's."""
-    document = {"schema_version": SCHEMA_VERSION, "file": {"name": name}, "method": method,
-                "runs": [[describe(value) for value in outputs] for outputs in results]}
-    return document if memory is None else {**document, "memory": memory}
+    document: RunDocument = {"schema_version": SCHEMA_VERSION, "file": {"name": name}, "method": method,
+                             "runs": [[describe(value) for value in outputs] for outputs in results]}
+    if memory is not None:
+        document["memory"] = memory
+    return document
 
 
-def device_memory(method, peaks: dict) -> list[dict]:
+def device_memory(method, peaks: dict) -> list[DeviceMemory]:
     """Per device, in order: the bytes a loaded method and its delegates planned there (their own
     arenas; a window is its caller's bytes), the constants copied there, the most its allocator
     held at once during the load and runs (`peaks`: device -> bytes or None) and what that was
@@ -32,7 +38,7 @@ def device_memory(method, peaks: dict) -> list[dict]:
         for arena, device in loaded.uploads:
             constants[device] = constants.get(device, 0) + arena.numel()
         stack.extend(loaded.delegates)
-    rows = []
+    rows: list[DeviceMemory] = []
     for device in sorted(set(planned) | set(constants), key=str):
         peak = peaks.get(device)
         held = planned.get(device, 0) + constants.get(device, 0)
@@ -41,7 +47,7 @@ def device_memory(method, peaks: dict) -> list[dict]:
     return rows
 
 
-def describe(value) -> dict:
+def describe(value) -> TensorSummary | ValueSummary:
     """A tensor as dtype, shape and value range; anything else as itself."""
     import torch
 
