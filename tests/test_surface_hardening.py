@@ -509,3 +509,27 @@ def test_an_archive_member_claiming_3_gib_in_its_zip64_fields_is_refused(tmp_pat
     path.write_bytes(bytes(data))
     message = _archive_refusal(path)
     assert "sample_inputs/model.pt" in message and "claims 3221225472" in message
+
+
+def test_a_negative_buffer_size_in_another_method_is_refused_as_executorch_refuses_the_program(tmp_path):
+    """Found by the fuzz run's multi-method mode: one byte made forward's buffer sizes longer,
+    reading a negative one; `run --method batch5` ran in devplan while ExecuTorch's runtime
+    refused to load the program ("Failed to get size of planned buffer"), as it reads every
+    method's planned buffers at load."""
+    import copy
+
+    from devplan.pte import dumps_pte, read_pte
+    from devplan.pte.reader import text
+    from testbed.small_programs import multi_method
+
+    pte = read_pte(multi_method())
+    program = copy.deepcopy(pte.program)
+    forward = next(plan for plan in program.executionPlan if text(plan.name) == "forward")
+    forward.nonConstBufferSizes = [*forward.nonConstBufferSizes, -8]
+    damaged = tmp_path / "damaged.pte"
+    damaged.write_bytes(dumps_pte(program, pte.segments))
+    runtime = pytest.importorskip("executorch.runtime")
+    with pytest.raises(RuntimeError, match="planned buffer"):
+        runtime.Runtime.get().load_program(damaged.read_bytes()).load_method("batch5")
+    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: buffer 2",
+              "negative size (-8)")
