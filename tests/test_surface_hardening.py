@@ -511,11 +511,9 @@ def test_an_archive_member_claiming_3_gib_in_its_zip64_fields_is_refused(tmp_pat
     assert "sample_inputs/model.pt" in message and "claims 3221225472" in message
 
 
-def test_a_negative_buffer_size_in_another_method_is_refused_as_executorch_refuses_the_program(tmp_path):
-    """Found by the fuzz run's multi-method mode: one byte made forward's buffer sizes longer,
-    reading a negative one; `run --method batch5` ran in devplan while ExecuTorch's runtime
-    refused to load the program ("Failed to get size of planned buffer"), as it reads every
-    method's planned buffers at load."""
+def _forward_damaged(tmp_path: Path, change) -> Path:
+    """testbed's multi-method program with change(forward) applied to its forward method,
+    written; ExecuTorch's runtime refuses to load it, even to run batch5 (asserted here)."""
     import copy
 
     from devplan.pte import dumps_pte, read_pte
@@ -524,12 +522,64 @@ def test_a_negative_buffer_size_in_another_method_is_refused_as_executorch_refus
 
     pte = read_pte(multi_method())
     program = copy.deepcopy(pte.program)
-    forward = next(plan for plan in program.executionPlan if text(plan.name) == "forward")
-    forward.nonConstBufferSizes = [*forward.nonConstBufferSizes, -8]
+    change(next(plan for plan in program.executionPlan if text(plan.name) == "forward"))
     damaged = tmp_path / "damaged.pte"
     damaged.write_bytes(dumps_pte(program, pte.segments))
     runtime = pytest.importorskip("executorch.runtime")
-    with pytest.raises(RuntimeError, match="planned buffer"):
+    with pytest.raises(RuntimeError, match="Failed to (load program|get size of planned buffer)"):
         runtime.Runtime.get().load_program(damaged.read_bytes()).load_method("batch5")
+    return damaged
+
+
+def test_a_negative_buffer_size_in_another_method_is_refused_as_executorch_refuses_the_program(tmp_path):
+    """Found by the fuzz run's multi-method mode: one byte made forward's buffer sizes longer,
+    reading a negative one; `run --method batch5` ran in devplan while ExecuTorch's runtime
+    refused to load the program ("Failed to get size of planned buffer"), as it reads every
+    method's planned buffers at load."""
+    damaged = _forward_damaged(tmp_path, lambda forward: setattr(
+        forward, "nonConstBufferSizes", [*forward.nonConstBufferSizes, -8]))
     _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: buffer 2",
               "negative size (-8)")
+
+
+def test_an_xnnpack_graph_devplan_finds_damaged_is_refused_before_executorch_aborts_on_it(tmp_path):
+    """Found by the fuzz run's XNNPACK mode: the graph's root table claiming 24 KB of an 888-byte
+    graph and a key with a byte that is not UTF-8 passed `check`, and `run --executorch` died
+    (SIGABRT, exit 134, no message): ExecuTorch's XNNPACK compiler logs the bytes it reads, and
+    its Python binding aborts on a log line that is not UTF-8."""
+    import struct
+
+    from devplan.pte import read_pte
+    from devplan.pte.xnnpack import named_keys
+    from tests.compile.test_cli import assert_one_line_error, devplan
+    from testbed.small_programs import with_data_file
+
+    pytest.importorskip("executorch.backends.xnnpack")
+    program, data = with_data_file(backends=["xnnpack"])
+    payload = bytes(read_pte(program).delegate_payload(0, 0))
+    graph = program.index(payload) + struct.unpack_from("<I", payload, 10)[0]
+    damaged = bytearray(program)
+    root = graph + struct.unpack_from("<I", damaged, graph)[0]
+    vtable = root - struct.unpack_from("<i", damaged, root)[0]
+    struct.pack_into("<H", damaged, vtable + 2, 0x5F00)  # the root table's size: 24 KB
+    damaged[damaged.index(named_keys(payload)[0].encode(), graph) + 9] = 0x86
+    pte, ptd = tmp_path / "damaged.pte", tmp_path / "damaged.ptd"
+    pte.write_bytes(bytes(damaged))
+    ptd.write_bytes(data)
+    _one_line(invoke("check", str(pte), "--data", str(ptd)), str(pte), "delegate 0 (XnnpackBackend)",
+              "the XNNPACK payload is damaged")
+    assert_one_line_error(devplan("run", pte, "--data", ptd, "--executorch"), "delegate 0 (XnnpackBackend)")
+
+
+def test_a_tensor_executorch_refuses_in_another_method_is_refused_whichever_method_runs(tmp_path):
+    """Found by the fuzz run's multi-method mode: forward's input given scalar type 115 (one
+    byte); `run --method batch5` ran in devplan, while ExecuTorch's runtime validates every
+    method's tensors as it loads the program (program_validation.cpp) and refused it. (Sizes
+    that are negative or overflow are refused for every method as the program is read.)"""
+    from devplan.pte.fb.KernelTypes import KernelTypes
+
+    def change(forward):
+        next(value.val for value in forward.values if value.valType == KernelTypes.Tensor).scalarType = 115
+    damaged = _forward_damaged(tmp_path, change)
+    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: value ",
+              "tensor of scalar type 115")

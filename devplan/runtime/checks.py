@@ -12,7 +12,7 @@ from devplan.pte import PteFile
 from devplan.ops import BACKEND_ID
 from devplan.pte.decode import MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
-from devplan.pte.reader import ints, text
+from devplan.runtime.program_validation import check_every_method
 from devplan.spec import CPU
 
 _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach (alignment, reserves)
@@ -26,15 +26,7 @@ def check_program(pte: PteFile) -> None:
     if pte.constants_unlisted:
         raise DevplanError(f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); "
                            f"the program is damaged")
-    for plan in pte.program.executionPlan or ():
-        # its Python runtime reads every method's planned buffers as it loads the program, so a
-        # damaged size in one method refuses the others too ("Failed to get size of planned
-        # buffer"): found by the fuzz run's multi-method mode, `run --method` of another one
-        for mem_id, size in enumerate(ints(plan.nonConstBufferSizes)[1:], start=1):  # 0: reserved, unread
-            if size < 0:
-                raise DevplanError(f"{pte.name}: method {text(plan.name)}: buffer {mem_id} has a negative size "
-                                   f"({size}), so ExecuTorch's runtime refuses the whole program, whichever method "
-                                   f"is run; the program is damaged")
+    check_every_method(pte)
 
 
 def checked_dtypes(view: MethodView, windows: dict[int, int] | None = None) -> dict[int, torch.dtype]:
