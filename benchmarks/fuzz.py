@@ -2,10 +2,16 @@
 devplan and ExecuTorch wrote, each through `devplan inspect`, `inspect --json`, `check` and
 `run --max-memory 256MiB --devices-on-host` in this one process, as the CLI runs them; and
 mutants of .pt2 archives (their JSON fields and member names changed, members added, some of
-them code that writes a marker file when run) through `devplan compile`.
+them code that writes a marker file when run) through `devplan compile`. Three modes reach the
+newer surfaces: a program with its weights in a .ptd (`ptd`: the .ptd damaged two times in
+three, the commands given it with --data), a program of several methods and constant methods
+(`multi_method`: `run --method` on each kind), and an XNNPACK payload whose weights are in a
+.ptd (`xnnpack_ptd`: the damage in the payload or the .ptd; devplan's runtime leaves XNNPACK to
+ExecuTorch's, so a mutant `check` passed is the one compared).
 
     python benchmarks/fuzz.py [--mutants 100000] [--archives 2000] [--seed 17] [--compare 1000]
-                              [--quick] [--keep DIR] [--json] [--build DIR | --programs DIR]
+                              [--only NAME,...] [--quick] [--keep DIR] [--json]
+                              [--build DIR | --programs DIR]
 
 Per program and overall: mutants, command runs that worked (exit 0) or were refused (exit 1 or
 a one-line DevplanError, exit 2), code runs (an archive mutant after which the marker file
@@ -35,6 +41,7 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -44,12 +51,46 @@ if str(ROOT) not in sys.path:
 
 # name -> can ExecuTorch's runtime run it (devplan's delegates cannot)
 PROGRAMS = {"devplan": True, "delegated": False, "quantized": True, "executorch_affine": True,
-            "executorch_plain": True, "executorch_xnnpack": True}
+            "executorch_plain": True, "executorch_xnnpack": True, "ptd": True, "multi_method": True,
+            "xnnpack_ptd": True}
+WITH_DATA = ("ptd", "xnnpack_ptd")  # each written as NAME.pte and its NAME.ptd
+
+
+@dataclass(frozen=True)
+class Case:
+    """How one program is fuzzed: its commands, the one whose exit 0 counts as devplan taking
+    the mutant (`run ok`, those compared with ExecuTorch's runtime), and the method compared."""
+
+    name: str
+    program: bytes
+    data: bytes | None = None  # its .ptd, damaged with it (damage.pair_mutant)
+    commands: tuple = ()
+    taken_by: int = -1
+    method: str = "forward"
+    start: int = 0  # where the program's damage starts (inside an XNNPACK payload)
+
+
+def cases(folder: Path, names: Sequence[str]) -> list[Case]:
+    """The programs --build wrote to `folder`, as fuzzed."""
+    from testbed.damage import COMMANDS, MULTI_METHOD_COMMANDS, payload_start
+
+    made = []
+    for name in names:
+        program = (folder / f"{name}.pte").read_bytes()
+        if name in WITH_DATA:
+            xnnpack = name.startswith("xnnpack")  # check's exit 0 is what devplan can say of it
+            made.append(Case(name, program, (folder / f"{name}.ptd").read_bytes(), COMMANDS, 2 if xnnpack else -1,
+                             start=payload_start(program) if xnnpack else 0))
+        elif name == "multi_method":
+            made.append(Case(name, program, commands=MULTI_METHOD_COMMANDS, method="batch5"))
+        else:
+            made.append(Case(name, program, commands=COMMANDS))
+    return made
 # .pt2 archives: the sample MLP, one with symbolic sizes in expressions, one writing state in place
 ARCHIVES = ("mlp", "dynamic", "stateful")
 ARCHIVE_COMMANDS = (["compile", "-o", "{out}"],)
 HEADERS = ("program", "bytes", "mutants", "ok", "refused", "code runs", "exit 3", "tracebacks", "hangs", "slowest s",
-           "run ok", "compared", "ET refused")
+           "run ok", "compared", "ET refused", "ET crashed")
 COUNTS = ("mutants", "ok", "refused", "code_runs", "exit_3", "tracebacks", "hangs", "run_ok")
 WORKER_TIMEOUT_S = 60  # for one mutant in ExecuTorch's runtime
 IMPORT_TIMEOUT_S = 600  # for a worker's imports, before its first mutant: minutes on a busy machine
@@ -67,9 +108,10 @@ for i in range(start, stop):
     print(f"start {i}", flush=True)
     try:
         data = open(f"{folder}/{i}.pte", "rb").read()
+        method_name, ptd = open(f"{folder}/{i}.txt").read().split("\n")[:2]
         inputs = torch.load(f"{folder}/{i}.pt", weights_only=True)
-        program = runtime.load_program(data)
-        method = program.load_method("forward")
+        program = runtime.load_program(data, data_path=ptd or None)
+        method = program.load_method(method_name)
         method.execute(inputs)
         print(f"ok {i}", flush=True)
     except Exception as error:
@@ -83,12 +125,16 @@ def build(folder: Path) -> None:
 
     import devplan
     from testbed.quantized import quantize
-    from testbed.small_programs import MLP, compiled, executorch_made, saved
+    from testbed.small_programs import MLP, compiled, executorch_made, multi_method, saved, with_data_file
 
     folder.mkdir(parents=True, exist_ok=True)
     made = {"devplan": compiled(), "delegated": compiled(delegates=["cuda:0"])}
     made["quantized"] = devplan.compile(quantize("mlp", "per_tensor")[0]).data
     made.update({f"executorch_{name}": data for name, data in executorch_made().items()})
+    made["multi_method"] = multi_method()
+    for name, options in zip(WITH_DATA, ({}, {"backends": ["xnnpack"]})):
+        made[name], data = with_data_file(**options)
+        (folder / f"{name}.ptd").write_bytes(data)
     for name in PROGRAMS:
         (folder / f"{name}.pte").write_bytes(made[name])
     (folder / "mlp.pt2").write_bytes(MLP.read_bytes())
@@ -97,17 +143,13 @@ def build(folder: Path) -> None:
     del torch
 
 
-def sample_inputs(data: bytes) -> list:
-    """The inputs `devplan run` gives this program (seed 0)."""
+def sample_inputs(data: bytes, method: str = "forward") -> list:
+    """The inputs `devplan run` gives this program's `method` (seed 0): of its shapes, read
+    without loading it (an XNNPACK payload's program is not devplan's runtime's to load)."""
     from devplan.pte import read_pte
-    from devplan.runtime import HostAllocator, LoadedMethod, registered
+    from devplan.runtime.executor import method_view, sample_inputs as made
 
-    with registered("cuda", HostAllocator()):
-        loaded = LoadedMethod(read_pte(data), "forward", max_memory=256 << 20)
-        try:
-            return loaded.sample_inputs(0)
-        finally:
-            loaded.release()
+    return made(method_view(read_pte(data), method), 0)
 
 
 def _kind(result: str) -> str:
@@ -119,31 +161,42 @@ def _kind(result: str) -> str:
     return "tracebacks" if result.startswith("Traceback: ") else "exit_3"
 
 
-def fuzz(name: str, data: bytes, count: int, seed: int, folder: Path, keep: Path | None) -> tuple[dict, list[bytes]]:
-    """One program's (or .pt2 archive's) row, and the distinct mutants devplan's `run` took with
-    exit 0."""
+def fuzz(case: Case, count: int, seed: int, folder: Path, keep: Path | None) -> tuple[dict, list]:
+    """One program's (or .pt2 archive's) row, and the distinct mutants that devplan took (the
+    case's taken_by command exited 0), each as (program, its .ptd or None)."""
     import random
 
-    from testbed.damage import COMMANDS, LIMIT_S, archive_bytes, archive_members, archive_mutant, mutant, outcome
+    from testbed.damage import (LIMIT_S, archive_bytes, archive_members, archive_mutant, mutant, outcome,
+                                pair_mutant, with_data)
 
+    name, data = case.name, case.program
     rng = random.Random(f"{seed}:{name}")
     archive = name.endswith(".pt2")
     marker = folder / "marker"  # what code from an archive mutant writes
     path = folder / f"mutant-{name}{'' if archive else '.pte'}"
+    ptd = folder / f"mutant-{name}.ptd"
     if archive:
         members = archive_members(data)
         commands = [[word.format(out=folder / "out.pte") for word in c] for c in ARCHIVE_COMMANDS]
-        change = lambda _, rng: archive_bytes(archive_mutant(members, rng, marker))  # noqa: E731
+        change = lambda rng: (archive_bytes(archive_mutant(members, rng, marker)), None)  # noqa: E731
+    elif case.data is not None:
+        commands = with_data(case.commands, ptd)
+        change = lambda rng: pair_mutant(data, case.data, rng, case.start)  # noqa: E731
     else:
-        commands, change = list(COMMANDS), mutant
-    row = {"program": name, "bytes": len(data), "mutants": count, "ok": 0, "refused": 0, "code_runs": 0, "exit_3": 0,
-           "tracebacks": 0, "hangs": 0, "slowest_seconds": 0.0, "slowest_mutant": None, "run_ok": 0, "found": []}
+        commands, change = list(case.commands), lambda rng: (mutant(data, rng, case.start), None)
+    row = {"program": name, "bytes": len(data) + len(case.data or b""), "mutants": count, "ok": 0, "refused": 0,
+           "code_runs": 0, "exit_3": 0, "tracebacks": 0, "hangs": 0, "slowest_seconds": 0.0, "slowest_mutant": None,
+           "run_ok": 0, "found": [], "taken_by": (case.commands or ARCHIVE_COMMANDS)[case.taken_by][0]}
     path.write_bytes(data)
+    if case.data is not None:
+        ptd.write_bytes(case.data)
     row["unmutated"] = " ".join(outcome(path, command) for command in commands)
     ran, seen = [], set()
     for number in range(count):
-        variant = change(data, rng)
+        variant, variant_data = change(rng)
         path.write_bytes(variant)
+        if variant_data is not None:
+            ptd.write_bytes(variant_data)
         began = time.perf_counter()
         results = []
         for command in commands:
@@ -155,37 +208,58 @@ def fuzz(name: str, data: bytes, count: int, seed: int, folder: Path, keep: Path
             row[_kind(result)] += 1
             if _kind(result) not in ("ok", "refused") and len(row["found"]) < 20:
                 row["found"].append({"mutant": number, "command": " ".join(command), "result": result[:300]})
-                if keep is not None:
-                    keep.mkdir(parents=True, exist_ok=True)
-                    (keep / path.name.replace("mutant", str(number))).write_bytes(variant)
+                _keep(keep, path, variant, variant_data, str(number))
         if marker.exists():
             marker.unlink()
             row["code_runs"] += 1
             if len(row["found"]) < 20:
                 row["found"].append({"mutant": number, "command": "any", "result": "code from the archive ran"})
-            if keep is not None:
-                keep.mkdir(parents=True, exist_ok=True)
-                (keep / path.name.replace("mutant", f"{number}-ran")).write_bytes(variant)
+            _keep(keep, path, variant, variant_data, f"{number}-ran")
         took = time.perf_counter() - began
         if took > row["slowest_seconds"]:
             row["slowest_seconds"], row["slowest_mutant"] = took, number
-        if not archive and results[-1] == "ok":
+        if not archive and results[case.taken_by] == "ok":
             row["run_ok"] += 1
-            digest = hashlib.sha256(variant).digest()
+            digest = hashlib.sha256(variant + (variant_data or b"")).digest()
             if digest not in seen:
                 seen.add(digest)
-                ran.append(variant)
+                ran.append((variant, variant_data))
     return row, ran
 
 
-def executorch_verdicts(samples: list[bytes], folder: Path) -> list[str]:
-    """'ok', or why ExecuTorch's runtime refused (an exception, a crash, a hang), per sample:
-    run in worker processes, a new one after a crash."""
+def _keep(keep: Path | None, path: Path, variant: bytes, data: bytes | None, label: str) -> None:
+    """A mutant that escaped, written to `keep` (with its .ptd beside it)."""
+    if keep is None:
+        return
+    keep.mkdir(parents=True, exist_ok=True)
+    kept = keep / path.name.replace("mutant", label)
+    kept.write_bytes(variant)
+    if data is not None:
+        kept.with_suffix(".ptd").write_bytes(data)
+
+
+def _mismatch(verdict: str) -> bool:
+    return verdict != "ok"
+
+
+def _crash(verdict: str) -> bool:
+    """A verdict of executorch_verdicts where ExecuTorch's runtime did not answer: it crashed,
+    hung, or its worker never started."""
+    return verdict != "ok" and not verdict.startswith("refused")
+
+
+def executorch_verdicts(samples: list[tuple[bytes, bytes | None, str]], folder: Path) -> list[str]:
+    """'ok', or why ExecuTorch's runtime refused (an exception, a crash, a hang), per sample
+    (program, its .ptd or None, the method to run): run in worker processes, a new one after
+    a crash."""
     import torch
 
-    for i, data in enumerate(samples):
+    for i, (data, ptd, method) in enumerate(samples):
         (folder / f"{i}.pte").write_bytes(data)
-        torch.save(sample_inputs(data), folder / f"{i}.pt")
+        if ptd is not None:
+            (folder / f"{i}.ptd").write_bytes(ptd)
+        (folder / f"{i}.txt").write_text(f"{method}\n{folder / f'{i}.ptd' if ptd is not None else ''}\n")
+        torch.save(sample_inputs(data, method), folder / f"{i}.pt")
     verdicts: dict[int, str] = {}
     start = 0
     while start < len(samples):
@@ -219,7 +293,7 @@ def table(rows: Sequence[dict]) -> str:
     cells = [[r["program"], f"{r['bytes']:,}", f"{r['mutants']:,}", f"{r['ok']:,}", f"{r['refused']:,}",
               str(r["code_runs"]), str(r["exit_3"]), str(r["tracebacks"]), str(r["hangs"]),
               f"{r['slowest_seconds']:.2f}", f"{r['run_ok']:,}", str(r.get("compared", "-")),
-              str(r.get("executorch_refused", "-"))] for r in rows]
+              str(r.get("executorch_refused", "-")), str(r.get("executorch_crashed", "-"))] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(HEADERS)]
     align = lambda text, width, i: text.ljust(width) if i == 0 else text.rjust(width)  # noqa: E731
     lines = ["  ".join(align(h, w, i) for i, (h, w) in enumerate(zip(HEADERS, widths))),
@@ -259,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--compare", type=int, default=1000,
                         help="mutants that devplan ran to run in ExecuTorch's runtime too (0: none)")
     parser.add_argument("--quick", action="store_true", help="600 mutants, 60 compared: under a minute")
+    parser.add_argument("--only", type=lambda text: text.split(","), metavar="NAME,...",
+                        help=f"fuzz these programs and archives only (of {', '.join([*PROGRAMS, *ARCHIVES])})")
     parser.add_argument("--keep", type=Path, help="write every mutant that escaped, hung or mismatched here")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--build", type=Path, metavar="DIR", help="only write the programs and archives to DIR")
@@ -277,23 +353,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)
         if args.programs:
-            for built in [*(f"{name}.pte" for name in PROGRAMS), *(f"{name}.pt2" for name in ARCHIVES)]:
+            for built in [*(f"{name}.pte" for name in PROGRAMS), *(f"{name}.ptd" for name in WITH_DATA),
+                          *(f"{name}.pt2" for name in ARCHIVES)]:
                 shutil.copyfile(args.programs / built, folder / built)
         else:
             subprocess.run([sys.executable, __file__, "--build", str(folder)], check=True, stderr=subprocess.DEVNULL,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
         _import_first(folder)
         rows, runnable = [], {}
-        per_program = -(-args.mutants // len(PROGRAMS))
-        for name in PROGRAMS:
-            row, ran = fuzz(name, (folder / f"{name}.pte").read_bytes(), per_program, args.seed, folder, args.keep)
+        programs = [name for name in PROGRAMS if args.only is None or name in args.only]
+        archives = [name for name in ARCHIVES if args.only is None or name in args.only]
+        per_program = -(-args.mutants // len(programs)) if programs else 0
+        for case in cases(folder, programs):
+            row, ran = fuzz(case, per_program, args.seed, folder, args.keep)
             rows.append(row)
-            if PROGRAMS[name]:
-                runnable[name] = ran
-            print(f"{name}: {per_program:,} mutants in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
-        per_archive = -(-args.archives // len(ARCHIVES)) if args.archives else 0
-        for name in ARCHIVES if per_archive else ():
-            row, _ = fuzz(f"{name}.pt2", (folder / f"{name}.pt2").read_bytes(), per_archive, args.seed, folder, args.keep)
+            if PROGRAMS[case.name]:
+                runnable[case.name] = [(data, ptd, case.method) for data, ptd in ran]
+            print(f"{case.name}: {per_program:,} mutants in {time.perf_counter() - began:.0f} s", file=sys.stderr,
+                  flush=True)
+        per_archive = -(-args.archives // len(archives)) if args.archives and archives else 0
+        for name in archives if per_archive else ():
+            archive = Case(f"{name}.pt2", (folder / f"{name}.pt2").read_bytes())
+            row, _ = fuzz(archive, per_archive, args.seed, folder, args.keep)
             rows.append(row)
             print(f"{name}.pt2: {per_archive:,} mutants in {time.perf_counter() - began:.0f} s", file=sys.stderr,
                   flush=True)
@@ -311,20 +392,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                     wanted -= len(taken)
             compare_dir = folder / "compare"
             compare_dir.mkdir()
-            order = [(name, data) for name, ran in picked.items() for data in ran]
-            verdicts = executorch_verdicts([data for _, data in order], compare_dir)
+            order = [(name, sample) for name, ran in picked.items() for sample in ran]
+            verdicts = executorch_verdicts([sample for _, sample in order], compare_dir)
             for row in rows:
                 mine = [(data, v) for (name, data), v in zip(order, verdicts) if name == row["program"]]
+                # where devplan ran the mutant, any refusal there is a mismatch; where only its
+                # check passed it (XNNPACK, which `run --executorch` hands to ExecuTorch's runtime,
+                # whose refusal it reports in one line), a crash or a hang is: it takes devplan down
+                wrong = _mismatch if row["taken_by"] == "run" else _crash
                 if PROGRAMS.get(row["program"]):
                     row["compared"] = len(mine)
-                    row["executorch_refused"] = sum(1 for _, v in mine if v != "ok")
-                for data, verdict in mine:
-                    if verdict != "ok":
+                    row["executorch_refused"] = sum(1 for _, v in mine if wrong(v))
+                    row["executorch_crashed"] = sum(1 for _, v in mine if _crash(v))
+                for (data, ptd, _), verdict in mine:
+                    if wrong(verdict):
                         mismatches.append({"program": row["program"], "executorch": verdict[:300]})
-                        if args.keep is not None:
-                            args.keep.mkdir(parents=True, exist_ok=True)
-                            digest = hashlib.sha256(data).hexdigest()[:12]
-                            (args.keep / f"mismatch-{row['program']}-{digest}.pte").write_bytes(data)
+                        digest = hashlib.sha256(data + (ptd or b"")).hexdigest()[:12]
+                        _keep(args.keep, Path(f"mutant-{row['program']}.pte"), data, ptd, f"mismatch-{digest}")
     total = {"program": "all", "bytes": sum(r["bytes"] for r in rows)}
     for key in COUNTS:
         total[key] = sum(r[key] for r in rows)
@@ -332,6 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.compare:
         total["compared"] = sum(r.get("compared", 0) for r in rows)
         total["executorch_refused"] = sum(r.get("executorch_refused", 0) for r in rows)
+        total["executorch_crashed"] = sum(r.get("executorch_crashed", 0) for r in rows)
     seconds = time.perf_counter() - began
     passed = (total["code_runs"] == total["exit_3"] == total["tracebacks"] == total["hangs"] == 0 and peak_mb < 1024
               and total.get("executorch_refused", 0) == 0)
@@ -340,12 +425,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "mismatches": mismatches, "passed": passed}, indent=2))
         return 0 if passed else 1
     print(table(rows + [total]))
-    print("\nok / refused: command runs (4 a program mutant, 1 an archive's) that exited 0 / were refused in one "
+    print("\nok / refused: command runs (4 a program mutant, 5 a multi_method one, 1 an archive's) that exited 0 / were refused in one "
           "line (exit 1 or 2); code runs: archive mutants after which their marker file existed; exit 3: "
           "exceptions the CLI reports as internal errors; tracebacks: printed on the way (a logging error); "
-          "slowest: one mutant's commands; run ok: mutants `devplan run` took; compared / ET refused: "
-          "distinct ones of those run by ExecuTorch's runtime / refused there (- : its runtime cannot run "
-          "devplan's delegates)")
+          "slowest: one mutant's commands; run ok: mutants `devplan run` took (xnnpack_ptd: `check`, as devplan's "
+          "runtime leaves XNNPACK to ExecuTorch's); compared / ET refused: "
+          "distinct ones of those run by ExecuTorch's runtime / refused there (xnnpack_ptd: crashed or hung, "
+          "what `run --executorch` cannot report; - : its runtime cannot run devplan's delegates); ET crashed: "
+          "of those compared, crashes and hangs")
     for row in rows:
         for found in row["found"][:5]:
             print(f"  {row['program']} mutant {found['mutant']} ({found['command']}): {found['result']}")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import zipfile
 from collections import Counter
 from pathlib import Path
+from typing import BinaryIO
 
 from devplan import allowlist
 from devplan.errors import DevplanError, first_line
@@ -61,7 +63,8 @@ def check_archive(path: Path) -> None:
                 raise refuse("an old-format .pt2 archive, which torch loads by unpickling")
             root = names[0].split("/")[0] + "/" if names and "/" in names[0] else ""
             _check_members(refuse, infos, root)
-            _check_spans(refuse, infos, getattr(archive, "start_dir", path.stat().st_size))
+            with path.open("rb") as stream:
+                _check_spans(refuse, infos, getattr(archive, "start_dir", path.stat().st_size), stream)
             _check_layout(refuse, root, names)
             sizes = {info.filename: info.file_size for info in infos}
             named = set()
@@ -72,7 +75,7 @@ def check_archive(path: Path) -> None:
             inputs = f"{root}data/sample_inputs/{allowlist.MODEL}.pt"
             _check_sample_inputs(refuse, inputs, archive.read(inputs))
     except (zipfile.BadZipFile, ValueError, AttributeError, TypeError, OSError, RecursionError,
-            NotImplementedError) as error:
+            NotImplementedError, EOFError) as error:  # EOFError: a deflated stream cut short
         raise refuse(f"cannot load the .pt2 archive ({first_line(error)})") from None
 
 
@@ -96,25 +99,37 @@ def _check_members(refuse: _Refusal, infos: list[zipfile.ZipInfo], root: str) ->
         _check_size(refuse, info, name)
 
 
-_LOCAL_HEADER = 30  # a member's local header before its name and extra field
+_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, then the lengths of the member's name and extra field
 
 
-def _check_spans(refuse: _Refusal, infos: list[zipfile.ZipInfo], directory: int) -> None:
+def _check_spans(refuse: _Refusal, infos: list[zipfile.ZipInfo], directory: int, stream: BinaryIO,
+                 within: str = "") -> None:
     """Each member's bytes lie apart from every other's and before the central directory (at
-    byte `directory`): members pointing at one stored entry cost its size once each when torch
-    reads them (forty at one 24 MB entry: a 1.23 GB peak), and a member claiming more than the
-    archive holds is read to its end (EOFError). Each span is counted from its local header
-    through its stored bytes, without the local extra field, so it is never longer than it is."""
+    byte `directory` of `stream`): members pointing at one stored entry cost its size once each
+    when torch reads them (forty at one 24 MB entry: a 1.23 GB peak), and a member claiming more
+    than the archive holds is read to its end (EOFError). A span runs from its local header
+    through its stored bytes, which start where the local header's own name and extra lengths
+    say: both zipfile and torch's reader skip those, so a local extra field of 64 KB moves the
+    bytes they read past the end (EOFError) although the directory's sizes fit. Members of a
+    zip inside the archive are named after `within`, the member holding it."""
     previous: zipfile.ZipInfo | None = None
     end = 0
     for info in sorted(infos, key=lambda i: i.header_offset):
+        name = within + info.filename
         if previous is not None and info.header_offset < end:
-            raise refuse.member(info.filename, f"overlaps member {allowlist.shown(previous.filename)} (its bytes start "
-                                f"at byte {info.header_offset}, inside that member's)")
-        name = info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace")  # as stored
-        end = info.header_offset + _LOCAL_HEADER + len(name) + info.compress_size
+            raise refuse.member(name, f"overlaps member {allowlist.shown(within + previous.filename)} (its bytes "
+                                f"start at byte {info.header_offset}, inside that member's)")
+        stream.seek(info.header_offset)
+        header = stream.read(_LOCAL_HEADER.size)
+        if len(header) < _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
+            raise refuse.member(name, f"has no local header at byte {info.header_offset}, where the directory puts it")
+        _, name_length, extra_length = _LOCAL_HEADER.unpack(header)
+        start = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+        end = start + info.compress_size
         if end > directory:
-            raise refuse.member(info.filename, f"claims {info.compress_size} stored bytes from byte {info.header_offset}, "
+            after = f" (after its local header's {name_length + extra_length}-byte name and extra field)" \
+                if extra_length > 0xFF else ""  # the usual extra fields are a few dozen bytes
+            raise refuse.member(name, f"claims {info.compress_size} stored bytes from byte {start}{after}, "
                                 f"past the archive's end of data at byte {directory}")
         previous = info
 
@@ -278,9 +293,12 @@ def _check_sample_inputs(refuse: _Refusal, name: str, data: bytes) -> None:
 
     import torch
 
-    with zipfile.ZipFile(io.BytesIO(data)) as inner:
+    stream = io.BytesIO(data)
+    with zipfile.ZipFile(stream) as inner:
         for info in inner.infolist():
             _check_size(refuse, info, f"{name}/{info.filename}")
+        # torch.load reads each record by the sizes its directory declares
+        _check_spans(refuse, inner.infolist(), inner.start_dir, stream, f"{name}/")
     try:
         torch.load(io.BytesIO(data), weights_only=True)
     except Exception:  # anything a weights-only load rejects would be unpickled in full

@@ -17,21 +17,50 @@ from pathlib import Path
 
 LIMIT_S = 5  # a command taking longer on a small file is a hang
 COMMANDS = (["inspect"], ["inspect", "--json"], ["check"], ["run", "--max-memory", "256MiB", "--devices-on-host"])
+# small_programs.multi_method's: a constant method run, and batch5 last (its exit 0: devplan ran the mutant)
+MULTI_METHOD_COMMANDS = (*COMMANDS[:3], ["run", "--method", "name"], [*COMMANDS[3], "--method", "batch5"])
 
 
-def flip_bytes(data: bytes, rng: random.Random, most: int) -> bytes:
-    """`data` with 1 to `most` bytes set to random values."""
+def flip_bytes(data: bytes, rng: random.Random, most: int, start: int = 0) -> bytes:
+    """`data` with 1 to `most` bytes from byte `start` on set to random values."""
     variant = bytearray(data)
     for _ in range(rng.randint(1, most)):
-        variant[rng.randrange(len(variant))] = rng.randrange(256)
+        variant[rng.randrange(start, len(variant))] = rng.randrange(256)
     return bytes(variant)
 
 
-def mutant(data: bytes, rng: random.Random) -> bytes:
-    """A few random bytes changed, or the file cut short."""
+def mutant(data: bytes, rng: random.Random, start: int = 0) -> bytes:
+    """A few random bytes (from byte `start` on) changed, or the file cut short."""
     if rng.random() < 0.15:
         return data[: rng.randrange(len(data))]
-    return flip_bytes(data, rng, most=4)
+    return flip_bytes(data, rng, most=4, start=start)
+
+
+# ------------------------------------------------------------------ a program with its .ptd
+
+
+def with_data(commands, data: Path) -> list[list[str]]:
+    """`commands` given the .ptd `data` (--data), as a program keeping its weights there runs."""
+    return [[*command, "--data", str(data)] for command in commands]
+
+
+def payload_start(program: bytes) -> int:
+    """Where an XNNPACK payload starts in `program` (its header's magic, XH00, 4 bytes in), or 0
+    when none is there: damage aimed past it lands in the payload or the data after it."""
+    at = program.find(b"XH00")
+    return max(at - 4, 0)
+
+
+def pair_mutant(program: bytes, data: bytes, rng: random.Random, start: int = 0) -> tuple[bytes, bytes]:
+    """A program and its .ptd with one or both damaged (mutant): the .ptd two times in three,
+    read against an intact program, as a stale or corrupted weights file meets its program;
+    the program's damage from byte `start` on (payload_start: inside its XNNPACK payload)."""
+    roll = rng.random()
+    if roll < 0.67:
+        return program, mutant(data, rng)
+    if roll < 0.9:
+        return mutant(program, rng, start), data
+    return mutant(program, rng, start), mutant(data, rng)
 
 
 # ------------------------------------------------------------------ .pt2 archives

@@ -1,12 +1,14 @@
 """Small programs and archives as their real writers make them (programs.py builds its own
 by hand): devplan's compile of a linear block (`compiled`, run on `ARGS`), ExecuTorch's
-lowerings of three small modules (`executorch_made`), and .pt2 archives as
+lowerings of three small modules (`executorch_made`), the block with its weights in a .ptd
+(`with_data_file`, XNNPACK's payload too) and with more methods (`multi_method`), and .pt2 archives as
 torch.export.save writes them (`MLP`, `saved`). Tests read, run and damage them;
 benchmarks/fuzz.py mutates them."""
 from __future__ import annotations
 
 import functools
 import io
+import tempfile
 from pathlib import Path
 
 import torch
@@ -33,6 +35,26 @@ ARGS = (torch.randn(3, 4),)
 
 def compiled(**options) -> bytes:
     return devplan.compile(torch.export.export(Block(), ARGS), **options).data
+
+
+def with_data_file(**options) -> tuple[bytes, bytes]:
+    """devplan's compile of the block with its weights in a .ptd (`external_constants`), with
+    `options` (backends=["xnnpack"]: an XNNPACK payload whose weights the .ptd holds):
+    (program, data file)."""
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as folder:
+        ptd = Path(folder) / "weights.ptd"
+        program = devplan.compile(torch.export.export(Block().eval(), ARGS), external_constants=ptd, **options).data
+        return program, ptd.read_bytes()
+
+
+def multi_method() -> bytes:
+    """forward and batch5 (the block at another batch size, its weights stored once) and two
+    constant methods, get_n and name."""
+    torch.manual_seed(0)
+    block = Block().eval()
+    return devplan.compile(torch.export.export(block, ARGS), methods={"batch5": torch.export.export(block, (
+        torch.randn(5, 4),))}, constant_methods={"get_n": 3, "name": "hello"}).data
 
 
 # ------------------------------------------------------------------ ExecuTorch's programs

@@ -443,3 +443,143 @@ def test_a_tensor_of_more_dimensions_than_executorch_holds_is_refused_before_loa
     seventeen = build(tmp_path / "seventeen.pt2", edit_json("models/model.json", lambda doc: doc["graph_module"][
         "graph"]["tensor_values"]["x"].update(sizes=[{"as_int": 1}] * 17, strides=[{"as_int": 1}] * 17)))
     assert "17 dimensions" in _archive_refusal(seventeen)
+
+
+def test_a_member_whose_local_extra_field_moves_its_bytes_past_the_end_is_refused(tmp_path):
+    """The central directory's sizes fit, but the local header's extra length (64 KB) moves
+    where zipfile and torch's reader find the member's bytes: EOFError, exit 3, before."""
+    from tests.compile.test_hostile_archives import build, member, patch_member
+
+    path = build(tmp_path / "extra.pt2")
+    patch_member(path, member("sample_inputs/model.pt"), {28: (0xFFFF).to_bytes(2, "little")}, {})
+    message = _archive_refusal(path)
+    assert "sample_inputs/model.pt" in message and "extra field" in message and "past the archive's end" in message
+
+
+def _sample_inputs_declaring(data: bytes, size: int) -> bytes:
+    """The torch.save zip `data` with its largest record declaring `size` bytes (stored) in
+    its local header and directory entry, holding what it held."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(data)) as inner:
+        infos = inner.infolist()
+        entry, target = inner.start_dir, max(infos, key=lambda info: info.file_size)
+    for info in infos[: infos.index(target)]:
+        entry += 46 + len(info.orig_filename.encode()) + len(info.extra) + len(info.comment)
+    patched, claim = bytearray(data), size.to_bytes(4, "little")
+    for at in (target.header_offset + 18, target.header_offset + 22, entry + 20, entry + 24):
+        patched[at : at + 4] = claim
+    return bytes(patched)
+
+
+def test_a_record_inside_the_sample_inputs_claiming_3_gib_is_refused_by_name(tmp_path):
+    """The sample inputs are a zip of their own: a record declaring 3 GiB while holding 8 KB was
+    refused as 'not plain tensors, which loading would unpickle', which it is not."""
+    from tests.compile.test_hostile_archives import build, replaced, sample_members
+
+    inputs = next(data for info, data in sample_members() if info.filename.endswith("sample_inputs/model.pt"))
+    path = build(tmp_path / "inner.pt2", replaced("sample_inputs/model.pt", _sample_inputs_declaring(inputs, 3 << 30)))
+    message = _archive_refusal(path)
+    assert "sample_inputs/model.pt/archive/data/0" in message and "claims 3221225472" in message
+
+
+def test_an_archive_member_claiming_3_gib_in_its_zip64_fields_is_refused(tmp_path):
+    """The same claim made where a zip of more than 4 GiB makes it, in zip64 extra fields of
+    the local header and the directory entry (which zipfile reads over the 32-bit ones)."""
+    import struct
+    import zipfile
+
+    from tests.compile.test_hostile_archives import member, sample_members
+
+    path, limit = tmp_path / "zip64.pt2", zipfile.ZIP64_LIMIT
+    zipfile.ZIP64_LIMIT = 0  # every entry written with zip64 extra fields
+    try:
+        with zipfile.ZipFile(path, "w") as new:
+            for info, data in sample_members():
+                new.writestr(info.filename, data)
+    finally:
+        zipfile.ZIP64_LIMIT = limit
+    with zipfile.ZipFile(path) as archive:
+        size = archive.getinfo(member("sample_inputs/model.pt")).file_size
+    data = bytearray(path.read_bytes())
+    for length in (16, 24):  # the local header's zip64 field holds both sizes, the directory's the offset too
+        at = data.find(struct.pack("<HHQQ", 1, length, size, size))
+        data[at + 4 : at + 20] = struct.pack("<QQ", 3 << 30, 3 << 30)
+    path.write_bytes(bytes(data))
+    message = _archive_refusal(path)
+    assert "sample_inputs/model.pt" in message and "claims 3221225472" in message
+
+
+def _forward_damaged(tmp_path: Path, change) -> Path:
+    """testbed's multi-method program with change(forward) applied to its forward method,
+    written; ExecuTorch's runtime refuses to load it, even to run batch5 (asserted here)."""
+    import copy
+
+    from devplan.pte import dumps_pte, read_pte
+    from devplan.pte.reader import text
+    from testbed.small_programs import multi_method
+
+    pte = read_pte(multi_method())
+    program = copy.deepcopy(pte.program)
+    change(next(plan for plan in program.executionPlan if text(plan.name) == "forward"))
+    damaged = tmp_path / "damaged.pte"
+    damaged.write_bytes(dumps_pte(program, pte.segments))
+    runtime = pytest.importorskip("executorch.runtime")
+    with pytest.raises(RuntimeError, match="Failed to (load program|get size of planned buffer)"):
+        runtime.Runtime.get().load_program(damaged.read_bytes()).load_method("batch5")
+    return damaged
+
+
+def test_a_negative_buffer_size_in_another_method_is_refused_as_executorch_refuses_the_program(tmp_path):
+    """Found by the fuzz run's multi-method mode: one byte made forward's buffer sizes longer,
+    reading a negative one; `run --method batch5` ran in devplan while ExecuTorch's runtime
+    refused to load the program ("Failed to get size of planned buffer"), as it reads every
+    method's planned buffers at load."""
+    damaged = _forward_damaged(tmp_path, lambda forward: setattr(
+        forward, "nonConstBufferSizes", [*forward.nonConstBufferSizes, -8]))
+    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: buffer 2",
+              "negative size (-8)")
+
+
+def test_an_xnnpack_graph_devplan_finds_damaged_is_refused_before_executorch_aborts_on_it(tmp_path):
+    """Found by the fuzz run's XNNPACK mode: the graph's root table claiming 24 KB of an 888-byte
+    graph and a key with a byte that is not UTF-8 passed `check`, and `run --executorch` died
+    (SIGABRT, exit 134, no message): ExecuTorch's XNNPACK compiler logs the bytes it reads, and
+    its Python binding aborts on a log line that is not UTF-8."""
+    import struct
+
+    from devplan.pte import read_pte
+    from devplan.pte.xnnpack import named_keys
+    from tests.compile.test_cli import assert_one_line_error, devplan
+    from testbed.small_programs import with_data_file
+
+    pytest.importorskip("executorch.backends.xnnpack")
+    program, data = with_data_file(backends=["xnnpack"])
+    payload = bytes(read_pte(program).delegate_payload(0, 0))
+    graph = program.index(payload) + struct.unpack_from("<I", payload, 10)[0]
+    damaged = bytearray(program)
+    root = graph + struct.unpack_from("<I", damaged, graph)[0]
+    vtable = root - struct.unpack_from("<i", damaged, root)[0]
+    struct.pack_into("<H", damaged, vtable + 2, 0x5F00)  # the root table's size: 24 KB
+    damaged[damaged.index(named_keys(payload)[0].encode(), graph) + 9] = 0x86
+    pte, ptd = tmp_path / "damaged.pte", tmp_path / "damaged.ptd"
+    pte.write_bytes(bytes(damaged))
+    ptd.write_bytes(data)
+    _one_line(invoke("check", str(pte), "--data", str(ptd)), str(pte), "delegate 0 (XnnpackBackend)",
+              "the XNNPACK payload is damaged")
+    assert_one_line_error(devplan("run", pte, "--data", ptd, "--executorch"), "delegate 0 (XnnpackBackend)")
+
+
+def test_a_tensor_executorch_refuses_in_another_method_is_refused_whichever_method_runs(tmp_path):
+    """Found by the fuzz run's multi-method mode: forward's input given scalar type 115 (one
+    byte); `run --method batch5` ran in devplan, while ExecuTorch's runtime validates every
+    method's tensors as it loads the program (program_validation.cpp) and refused it. (Sizes
+    that are negative or overflow are refused for every method as the program is read.)"""
+    from devplan.pte.fb.KernelTypes import KernelTypes
+
+    def change(forward):
+        next(value.val for value in forward.values if value.valType == KernelTypes.Tensor).scalarType = 115
+    damaged = _forward_damaged(tmp_path, change)
+    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: value ",
+              "tensor of scalar type 115")

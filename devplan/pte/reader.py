@@ -334,7 +334,18 @@ def _check_references(pte: PteFile) -> None:
         for delegate_index in range(len(plan.delegates or [])):
             pte.delegate_payload(plan_index, delegate_index)
     _check_method_names(program, name)
+    _check_delegate_graphs(pte)
     _check_named_data(pte)
+
+
+def _check_delegate_graphs(pte: PteFile) -> None:
+    """Each XNNPACK payload's graph whole and well-formed (xnnpack.check_graph): ExecuTorch's
+    runtime aborts on some damaged ones rather than refusing them."""
+    for p, plan in enumerate(pte.program.executionPlan or ()):
+        for d, delegate in enumerate(plan.delegates or ()):
+            if text(delegate.id) == xnnpack.BACKEND_ID:
+                xnnpack.check_graph(pte.delegate_payload(p, d),
+                                    f"{pte.name}: method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})")
 
 
 def _check_named_data(pte: PteFile) -> None:

@@ -30,19 +30,40 @@ _SIZE = vtable_entry(XNN_GRAPH_TABLES["ConstantDataOffset"], "size")
 
 def named_keys(payload: bytes | memoryview) -> tuple[str, ...]:
     """The keys of the named data the payload reads, in its order; () for a payload that is
-    not XNNPACK's, or too damaged to say (ExecuTorch's runtime refuses those itself)."""
+    not XNNPACK's, or too damaged to say (reading the program refuses those: check_graph)."""
     return tuple(key for key, _ in named_data(payload))
+
+
+def _graph(payload: bytes | memoryview) -> bytes | None:
+    """The payload's XNNGraph FlatBuffer, or None when the payload has no XNNPACK header."""
+    head = bytes(payload[4:4 + _HEADER.size])
+    if len(head) < _HEADER.size:
+        return None
+    magic, offset, size = _HEADER.unpack(head)
+    return bytes(payload[offset:offset + size]) if magic == b"XH00" else None
+
+
+def check_graph(payload: bytes | memoryview, where: str) -> None:
+    """Refuse an XNNPACK payload whose graph lies outside it or fails the checks devplan reads it
+    by: ExecuTorch's XNNPACK compiler logs what it reads there, and its Python binding aborts
+    the process (SIGABRT, no message) on a log line that is not UTF-8 (found by the fuzz run's
+    XNNPACK mode: `run --executorch` died on mutants `check` had passed)."""
+    graph = _graph(payload)
+    if graph is None:
+        return
+    _, offset, size = _HEADER.unpack(bytes(payload[4:4 + _HEADER.size]))
+    if len(graph) != size or size < 4:
+        raise DevplanError(f"{where}: the XNNPACK graph claims bytes {offset} to {offset + size} of a "
+                           f"{len(payload)}-byte payload; the XNNPACK payload is damaged")
+    verify_xnn_graph(graph, where)
 
 
 def named_data(payload: bytes | memoryview) -> tuple[tuple[str, int], ...]:
     """(key, the bytes the graph reads under it) for each named datum the payload reads, in its
-    order: ExecuTorch's XNNPACK backend takes a shorter entry at its word and reads past it."""
-    head = bytes(payload[4:4 + _HEADER.size])
-    if len(head) < _HEADER.size:
-        return ()
-    magic, offset, size = _HEADER.unpack(head)
-    graph = bytes(payload[offset:offset + size])
-    if magic != b"XH00" or len(graph) != size or size < 4:
+    order: ExecuTorch's XNNPACK backend takes a shorter entry at its word and reads past it.
+    () when the graph is damaged (check_graph names what)."""
+    graph = _graph(payload)
+    if graph is None or len(graph) < 4:
         return ()
     try:
         verify_xnn_graph(graph, BACKEND_ID)  # the flatbuffers runtime reads whatever offsets say

@@ -12,6 +12,7 @@ from devplan.pte import PteFile
 from devplan.ops import BACKEND_ID
 from devplan.pte.decode import MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.runtime.program_validation import check_every_method
 from devplan.spec import CPU
 
 _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach (alignment, reserves)
@@ -25,6 +26,7 @@ def check_program(pte: PteFile) -> None:
     if pte.constants_unlisted:
         raise DevplanError(f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); "
                            f"the program is damaged")
+    check_every_method(pte)
 
 
 def checked_dtypes(view: MethodView, windows: dict[int, int] | None = None) -> dict[int, torch.dtype]:

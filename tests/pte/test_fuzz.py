@@ -31,13 +31,19 @@ def test_mutants_work_or_are_refused(programs, which, tmp_path):
     path = tmp_path / "fuzz.pte"
     for number in range(MUTANTS):
         path.write_bytes(mutant(programs[which], rng))
-        for command in COMMANDS:
-            result = outcome(path, command)
-            seen.add(result if result in ("ok", "refused") else "escaped")
-            if result not in ("ok", "refused"):
-                escaped.append((number, command, result))
+        run_commands(path, COMMANDS, number, escaped, seen)
     assert not escaped, escaped[:5]
     assert seen >= {"ok", "refused"}
+
+
+def run_commands(path, commands, number: int, escaped: list, seen: set) -> None:
+    """Each command on mutant `number` at `path`: what it made of it noted in `seen` (ok,
+    refused or escaped), what escaped in `escaped`."""
+    for command in commands:
+        result = outcome(path, command)
+        seen.add(result if result in ("ok", "refused") else "escaped")
+        if result not in ("ok", "refused"):
+            escaped.append((number, command, result))
 
 
 @pytest.mark.parametrize("which", tiered(["mlp", "dynamic"], ["mlp"]))
@@ -58,3 +64,42 @@ def test_archive_mutants_compile_or_are_refused_and_never_run_code(which, tmp_pa
             marker.unlink()
     assert not escaped, escaped[:5]
     assert not ran, f"code from archive mutants {ran} ran"
+
+
+# issue 36's modes: the .ptd beside its program, several methods, an XNNPACK payload with its
+# weights in a .ptd (a few dozen mutants each, seconds)
+NEW_MODE_MUTANTS = 30
+
+
+def new_mode(which: str) -> tuple[bytes, bytes | None]:
+    """The program (and its .ptd) that mode `which` damages."""
+    from testbed.small_programs import multi_method, with_data_file
+
+    if which == "multi_method":
+        return multi_method(), None
+    if which == "xnnpack_ptd":
+        pytest.importorskip("executorch.backends.xnnpack")
+        return with_data_file(backends=["xnnpack"])
+    return with_data_file()
+
+
+@pytest.mark.parametrize("which", ["ptd", "multi_method", "xnnpack_ptd"])
+def test_mutants_of_the_new_surfaces_work_or_are_refused(which, tmp_path):
+    """A damaged .ptd with its program, a damaged program of several methods (`run --method`
+    on a constant method and on another method), a damaged XNNPACK payload or its .ptd."""
+    from testbed.damage import MULTI_METHOD_COMMANDS, pair_mutant, payload_start, with_data
+
+    program, data = new_mode(which)
+    rng, path, ptd = random.Random(17), tmp_path / "fuzz.pte", tmp_path / "fuzz.ptd"
+    commands = MULTI_METHOD_COMMANDS if data is None else with_data(COMMANDS, ptd)
+    escaped, seen = [], set()
+    for number in range(NEW_MODE_MUTANTS):
+        if data is None:
+            path.write_bytes(mutant(program, rng))
+        else:
+            damaged, damaged_data = pair_mutant(program, data, rng, payload_start(program) if "xnnpack" in which else 0)
+            path.write_bytes(damaged)
+            ptd.write_bytes(damaged_data)
+        run_commands(path, commands, number, escaped, seen)
+    assert not escaped, escaped[:5]
+    assert seen >= {"ok", "refused"}

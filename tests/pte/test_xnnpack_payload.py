@@ -1,7 +1,7 @@
 """The named data keys devplan reads from an XNNPACK payload (devplan/pte/xnnpack.py): the keys
 ExecuTorch's runtime hands XnnpackBackend, read from the payload's XNNGraph FlatBuffer, which is
-checked first, so that a damaged payload reads as no keys (ExecuTorch's runtime refuses it
-itself) and never as an internal error."""
+checked first, so that a damaged payload reads as no keys and never as an internal error
+(reading the program refuses it in one line: ExecuTorch's runtime aborts on some)."""
 from __future__ import annotations
 
 import struct

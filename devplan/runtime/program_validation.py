@@ -1,0 +1,47 @@
+"""What ExecuTorch's runtime checks of every method as it loads a program, whichever method is
+then run: its Python API loads with InternalConsistency verification, whose program validation
+(runtime/executor/program_validation.cpp) walks every execution plan's values, and it reads
+every method's planned buffer sizes. devplan's runtime decodes only the method it runs, so a
+damaged value in another one ran in devplan while ExecuTorch refused the program (found by the
+fuzz run's multi-method mode: `run --method batch5` of a program whose forward had a tensor of
+scalar type 115, or a negative buffer size)."""
+from __future__ import annotations
+
+from devplan.errors import DevplanError
+from devplan.pte import PteFile
+from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.reader import ints, text
+
+# ExecuTorch's ScalarType codes, Byte (0) to UInt64 (29); its validation refuses any other
+_SCALAR_TYPES = range(30)
+_STATIC = 0  # TensorShapeDynamism.STATIC: validation failures of other (dynamic) inputs are skipped
+
+
+def check_every_method(pte: PteFile) -> None:
+    """Refuse, in one line naming the method and value, what ExecuTorch's runtime refuses of
+    any method as it loads the program."""
+    for plan in pte.program.executionPlan or ():
+        where = f"{pte.name}: method {text(plan.name)}"
+        for mem_id, size in enumerate(ints(plan.nonConstBufferSizes)[1:], start=1):  # 0: reserved, unread
+            if size < 0:
+                raise DevplanError(f"{where}: buffer {mem_id} has a negative size ({size}), so ExecuTorch's runtime "
+                                   f"refuses the whole program, whichever method is run; the program is damaged")
+        values, inputs = plan.values or (), set(ints(plan.inputs))
+        for index, value in enumerate(values):
+            if value.valType == KernelTypes.Tensor and value.val is not None:
+                if index in inputs and value.val.shapeDynamism != _STATIC:
+                    continue
+                what = _tensor_fault(value.val)
+            else:
+                continue
+            if what:
+                raise DevplanError(f"{where}: value {index} {what}, so ExecuTorch's runtime refuses the whole "
+                                   f"program, whichever method is run; the program is damaged")
+
+
+def _tensor_fault(tensor) -> str:
+    """Of program_validation.cpp's checks, the one reading leaves to the method run: sizes,
+    their product and tensor lists are checked for every method as the program is read."""
+    if tensor.scalarType not in _SCALAR_TYPES:
+        return f"is a tensor of scalar type {tensor.scalarType}, which ExecuTorch does not know"
+    return ""
