@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from devplan.errors import DevplanError, InternalError
 from devplan.ir.role import PROGRAM, Role
 from devplan.options import CompileOptions
+from devplan.planning.budget import BACKENDS, budget_key
 from devplan.planning.verify import PlanError
 from devplan.wellformed import Malformed, check_stage
 
@@ -74,6 +75,8 @@ class CompileResult:
 
 
 def _method_summary(planned: "PlannedMethod") -> dict:
+    from devplan.inspection.own_memory import working_memory
+
     method = planned.method
     return {
         "name": method.name,
@@ -84,7 +87,7 @@ def _method_summary(planned: "PlannedMethod") -> dict:
         "buffers": [{"mem_id": b.mem_id, "device": str(b.device), "size": b.size,
                      "lower_bound": b.lower_bound, "tensors": b.tensors} for b in planned.buffers],
         "delegates": [{"index": i, "id": d.backend, "target_device": str(d.device),
-                       "payload_size": len(d.payload),
+                       "payload_size": len(d.payload), "working_memory": working_memory(d.backend, d.payload),
                        "window": {"mem_id": d.window[0], "offset": d.window[1], "size": d.arena} if d.window else None}
                       for i, d in enumerate(method.delegates)],
     }
@@ -156,6 +159,10 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     external = ExternalWeights() if options.external_constants is not None else None
     program, segments = stage("emit", to_program, *planned, source=options.source, external=external)
     image = stage("serialize", pte_image, program, segments)
+    if any(budget_key(target).endswith(BACKENDS) for target, _ in options.budgets):
+        from devplan.inspection.check import check_backend_budgets
+
+        stage("budget", check_backend_budgets, bytes(image), dict(options.budgets))
     data = stage("serialize_ptd", external.image) if external is not None else None
     # what the program stores: equal tensors once, each aligned, and the named data that
     # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)
