@@ -1,21 +1,24 @@
-"""ExecuTorch's LLM runner on devplan's programs against ExecuTorch's own, per export path:
+"""ExecuTorch's LLM runner on devplan's programs against ExecuTorch's own, per example:
 
     python benchmarks/llm_runner.py [--dim 256] [--layers 4] [--tokens 64] [--repeats 5] [--json]
 
-Two exports of a Llama with seeded random weights (testbed/llama_export.py): ExecuTorch's
-export_llama pipeline (KV cache, llama::custom_sdpa and llama::update_cache) and transformers'
-ExecuTorch recipe (static cache, input_ids and cache_position). Per export, four programs:
-devplan.compile of the export (portable kernels, and with backends=["xnnpack"]) with the same
-constant methods, and ExecuTorch's own lowering of it (portable, and with XNNPACK as its LLM
-recipe lowers it). Each is loaded by ExecuTorch's TextLLMRunner, which greedily generates
---tokens tokens after one prompt, --repeats times; reported per program: the planned
-(non-constant) bytes of forward, the median decode tokens per second from the runner's own
-stats, and whether the tokens equal those of ExecuTorch's portable program. Ratios are
-devplan's planned bytes / ExecuTorch's and devplan's tokens/s / ExecuTorch's, portable to
-portable and XNNPACK to XNNPACK, taken in this one run."""
+Three examples of a Llama with seeded random weights (testbed/llama_export.py): ExecuTorch's
+export_llama pipeline (KV cache, llama::custom_sdpa and llama::update_cache) in fp32 and with
+its LLM quantization (8da4w: torchao's 8-bit dynamic activations and 4-bit weights in groups of
+32 in the linears, 8-bit embeddings; export_llama -X -qmode 8da4w -G 32 -E 8,0), and
+transformers' ExecuTorch recipe (static cache, input_ids and cache_position) in fp32. Per fp32
+example, four programs: devplan.compile of the export (portable kernels, and with
+backends=["xnnpack"]) with the same constant methods, and ExecuTorch's own lowering of it
+(portable, and with XNNPACK as its LLM recipe lowers it); the 8da4w example, the two XNNPACK
+programs. Each is loaded by ExecuTorch's TextLLMRunner, which greedily generates --tokens
+tokens after one prompt, --repeats times; reported per program: the planned (non-constant)
+bytes of forward, the file's bytes, the median decode tokens per second from the runner's own
+stats, and whether the tokens equal those of ExecuTorch's first program of the example. Ratios
+are devplan's / ExecuTorch's, portable to portable and XNNPACK to XNNPACK, taken in this one run."""
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import statistics
@@ -31,11 +34,18 @@ from testbed.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, gene
 
 # an end-of-sequence id past the vocabulary: every program generates all --tokens tokens
 SPECIAL = {"get_bos_id": 1, "get_eos_ids": [1 << 20]}
-EXPORTS = {"export_llama": export_llama, "transformers_recipe": export_hf_llama}
+QUANTIZED = functools.partial(export_llama, qmode="8da4w", embedding_quantize="8,0")
+# (export path, precision) -> (how to export it, whether a portable pair runs too)
+EXAMPLES = {("export_llama", "fp32"): (export_llama, True), ("export_llama", "8da4w"): (QUANTIZED, False),
+            ("transformers_recipe", "fp32"): (export_hf_llama, True)}
 
 
-def planned_bytes(path: Path) -> int:
-    return sum(b["size"] for b in inspect(path.read_bytes())["methods"][0]["buffers"])
+def planned_bytes(path: Path) -> tuple[int, int]:
+    """forward's planned bytes, and the working memory its XNNPACK delegates allocate beside
+    them (their intermediates summed, an upper bound), which no plan holds."""
+    forward = inspect(path.read_bytes())["methods"][0]
+    own = sum((d["working_memory"] or {}).get("bytes") or 0 for d in forward["delegates"])
+    return sum(b["size"] for b in forward["buffers"]), own
 
 
 def main() -> None:
@@ -50,17 +60,22 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         tokenizer = word_tokenizer(Path(scratch))
-        for name, export in EXPORTS.items():
-            folder = Path(scratch) / name
+        for (name, precision), (export, portable_too) in EXAMPLES.items():
+            folder = Path(scratch) / f"{name}-{precision}"
             folder.mkdir()
             size = dict(dim=args.dim, layers=args.layers, max_seq=2 * args.tokens, metadata=SPECIAL)
-            portable = export(folder, **size)
+            programs = {}
+            if portable_too:
+                portable = export(folder, **size)
+                programs["ET"] = portable.pte
             (folder / "xnnpack").mkdir()
             xnnpack = export(folder / "xnnpack", **size, xnnpack=True)
-            programs = {"ET": portable.pte, "ET+xnnpack": xnnpack.pte}
+            programs["ET+xnnpack"] = xnnpack.pte
             for label, backends in (("devplan", []), ("devplan+xnnpack", ["xnnpack"])):
-                programs[label] = folder / f"{label}.pte"
-                devplan.compile(portable.pt2, programs[label], constant_methods=portable.metadata, backends=backends)
+                if backends or portable_too:  # the same export as ExecuTorch's program it is compared with
+                    source = xnnpack if backends else portable
+                    programs[label] = folder / f"{label}.pte"
+                    devplan.compile(source.pt2, programs[label], constant_methods=source.metadata, backends=backends)
             reference = None
             for label, path in programs.items():
                 speeds, pieces = [], None
@@ -68,23 +83,29 @@ def main() -> None:
                     pieces, stats = generate(path, tokenizer, "the quick brown fox", args.tokens)
                     speeds.append(stats["generated_tokens"] * 1000 / max(1, stats["inference_end_ms"] - stats["prompt_eval_end_ms"]))
                 reference = reference or pieces
-                rows.append({"export": name, "program": label, "planned_bytes": planned_bytes(path),
+                planned, own = planned_bytes(path)
+                rows.append({"export": name, "precision": precision, "program": label, "planned_bytes": planned,
+                             "backend_bytes": own, "file_bytes": path.stat().st_size,
                              "decode_tokens_per_s": round(statistics.median(speeds), 1), "tokens": len(pieces),
                              "same_tokens": pieces == reference})
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'export':22} {'program':16} {'planned B':>10} {'tok/s':>9} tokens same")
+    print(f"{'export':20} {'precision':9} {'program':16} {'planned B':>10} {'backend B':>10} {'file B':>10} "
+          f"{'tok/s':>9} tokens same")
     for row in rows:
-        print(f"{row['export']:22} {row['program']:16} {row['planned_bytes']:>10} {row['decode_tokens_per_s']:>9} "
-              f"{row['tokens']:>6} {row['same_tokens']}")
-    for name in EXPORTS:
-        mine = {r["program"]: r for r in rows if r["export"] == name}
+        print(f"{row['export']:20} {row['precision']:9} {row['program']:16} {row['planned_bytes']:>10} "
+              f"{row['backend_bytes']:>10} {row['file_bytes']:>10} {row['decode_tokens_per_s']:>9} {row['tokens']:>6} "
+              f"{row['same_tokens']}")
+    print("backend B: XNNPACK's own working memory beside the plan (its intermediates summed, an upper bound)")
+    for name, precision in EXAMPLES:
+        mine = {r["program"]: r for r in rows if (r["export"], r["precision"]) == (name, precision)}
         for ours, theirs in (("devplan", "ET"), ("devplan+xnnpack", "ET+xnnpack")):
-            a, b = mine[ours], mine[theirs]
-            print(f"{name}: {ours}/{theirs} planned bytes {a['planned_bytes'] / b['planned_bytes']:.3f}, "
-                  f"tokens/s {a['decode_tokens_per_s'] / b['decode_tokens_per_s']:.2f}")
-
+            if ours in mine:
+                a, b = mine[ours], mine[theirs]
+                print(f"{name} {precision}: {ours}/{theirs} planned bytes {a['planned_bytes'] / b['planned_bytes']:.3f}, "
+                      f"file bytes {a['file_bytes'] / b['file_bytes']:.3f}, "
+                      f"tokens/s {a['decode_tokens_per_s'] / b['decode_tokens_per_s']:.2f}")
 
 if __name__ == "__main__":
     main()

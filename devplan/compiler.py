@@ -29,6 +29,7 @@ from devplan.passes.delegates import Group, delegate_groups
 from devplan.emit.program import ExternalWeights, to_program
 from devplan.errors import DevplanError, InternalError
 from devplan.files import write_atomic
+from devplan.inspection.own_memory import working_memory
 from devplan.ir.lowered import Lowered, Payload
 from devplan.ir.planned import PlannedMethod
 from devplan.ir.role import PROGRAM, Role
@@ -42,6 +43,7 @@ from devplan.passes.device_results import results_on_device
 from devplan.passes.partition import partition
 from devplan.passes.quantize import QuantizeReport, quantize
 from devplan.passes.split import from_exported
+from devplan.planning.budget import BACKENDS, budget_key
 from devplan.planning.plan_method import plan_method
 from devplan.planning.verify import PlanError
 from devplan.pte import dumps_pte
@@ -103,7 +105,7 @@ def _method_summary(planned: PlannedMethod) -> CompiledMethod:
         "buffers": [{"mem_id": b.mem_id, "device": str(b.device), "size": b.size,
                      "lower_bound": b.lower_bound, "tensors": b.tensors} for b in planned.buffers],
         "delegates": [{"index": i, "id": d.backend, "target_device": str(d.device),
-                       "payload_size": len(d.payload),
+                       "payload_size": len(d.payload), "working_memory": working_memory(d.backend, d.payload),
                        "window": {"mem_id": d.window[0], "offset": d.window[1], "size": d.arena} if d.window else None}
                       for i, d in enumerate(method.delegates)],
     }
@@ -168,6 +170,10 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     external = ExternalWeights() if options.external_constants is not None else None
     program, segments = stage("emit", to_program, *planned, source=options.source, external=external)
     image = stage("serialize", pte_image, program, segments)
+    if any(budget_key(target).endswith(BACKENDS) for target, _ in options.budgets):
+        from devplan.inspection.check import check_backend_budgets
+
+        stage("budget", check_backend_budgets, bytes(image), dict(options.budgets))
     data = stage("serialize_ptd", external.image) if external is not None else None
     # what the program stores: equal tensors once, each aligned, and the named data that
     # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)

@@ -12,6 +12,13 @@ class FileName(TypedDict):
     name: str
 
 
+class WorkingMemory(TypedDict):
+    """What a backend allocates itself at run time, where its payload says (XNNPACK's graph)."""
+    bytes: Optional[int]
+    values: Optional[int]
+    bound: Literal["upper", None]
+
+
 # --- devplan check --json (check.schema.json) -------------------------------------------
 
 class CheckedBuffer(TypedDict):
@@ -25,6 +32,8 @@ class CheckedBuffer(TypedDict):
     buffers: int
     ratio: float
     problem: Optional[str]
+    backends: NotRequired[int]
+    working_memory: NotRequired[Optional[WorkingMemory]]
     peak: NotRequired[Optional[dict]]
     ok: bool
 
@@ -116,6 +125,7 @@ class CompiledDelegate(TypedDict):
     id: str
     target_device: str
     payload_size: int
+    working_memory: NotRequired[Optional[WorkingMemory]]
     window: Optional[CompiledWindow]
 
 
@@ -451,6 +461,7 @@ class InspectedDelegate(TypedDict):
     payload_size: int
     location: Literal["inline", "segment"]
     payload_index: int
+    working_memory: NotRequired[Optional[WorkingMemory]]
     window: Optional[GoldenWindow]
     calls: list[int]
     payload_buffers: Optional[list[PayloadBuffer]]

@@ -29,11 +29,14 @@ class LlamaExport:
 
 def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
                  max_seq: int = 64, seed: int = 0, metadata: dict | None = None, xnnpack: bool = False,
-                 embedding_quantize: str | None = None) -> LlamaExport:
+                 embedding_quantize: str | None = None, qmode: str | None = None, group_size: int = 32) -> LlamaExport:
     """The model through ExecuTorch's export_llama pipeline (use_kv_cache, use_sdpa_with_kv_cache,
     dynamic prefill length); its weights drawn from `seed` and loaded from a checkpoint file.
     `xnnpack`: ExecuTorch's program sends the linears to XNNPACK, as its LLM recipe does;
-    `embedding_quantize` ("8,0": 8 bits, per row) quantizes the embedding as export_llama -E does."""
+    `embedding_quantize` ("8,0": 8 bits, per row) quantizes the embedding as export_llama -E does;
+    `qmode` ("8da4w": 8-bit dynamic activations, 4-bit weights in groups of `group_size`, through
+    torchao) quantizes the linears as export_llama -qmode does, before the export that the .pt2
+    holds (so devplan compiles the quantized model ExecuTorch lowers)."""
     import importlib
 
     from executorch.examples.models.llama import export_llama_lib
@@ -56,6 +59,7 @@ def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4
     config.export.max_seq_length = config.export.max_context_length = max_seq
     config.backend.xnnpack.enabled = xnnpack
     config.quantization.embedding_quantize = embedding_quantize
+    config.quantization.qmode, config.quantization.group_size = qmode, group_size
     config.export.output_dir, config.export.output_name = str(folder), str(folder / "executorch.pte")
     builder = export_llama_lib._prepare_for_llama_export(config)
     ep = builder._export()

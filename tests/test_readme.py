@@ -80,7 +80,7 @@ def test_the_samples_leave_the_checkout_alone(tmp_path, monkeypatch):
     """Issue 37: after the README's quickstart, a checkout holds the user's mlp.pte; the samples
     ran `devplan compile ... -o mlp.pte` over it and then checked another file."""
     checkout, work = tmp_path / "checkout", tmp_path / "work"
-    for name in ("README.md", "samples/mlp.pt2", "tests/golden/mlp.golden.json"):
+    for name in ("README.md", "samples/mlp.pt2", "samples/cnn.pt2", "tests/golden/mlp.golden.json"):
         (checkout / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, checkout / name)
     users = {name: f"the user's {name}".encode() for name in ("mlp.pte", "yesterday.pte", "today.pte")}

@@ -128,7 +128,7 @@ def _mirrors(hint, schema: dict, root: dict, where: str) -> list[str]:
         return [f"{where}: {hint.__name__}, the schema {schema.get('type')}"]
     if origin is typing.Literal:
         allowed = schema.get("enum", [schema["const"]] if "const" in schema else None)
-        if allowed is not None and sorted(args) != sorted(allowed):
+        if allowed is not None and sorted(map(str, args)) != sorted(map(str, allowed)):
             return [f"{where}: {args}, the schema {allowed}"]
     return []
 

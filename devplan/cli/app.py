@@ -155,5 +155,6 @@ Budgets = Annotated[
     Optional[list[str]],
     typer.Option("--budget", metavar="BUFFER=SIZE", help="Fail unless a buffer fits, e.g. 1=512KiB or cuda:0=2MiB; "
                  "BUFFER is a mem_id (that buffer) or a device (all of its buffers together, those its "
-                 "delegates plan there included). Repeatable.", show_default=False),
+                 "delegates plan there included); cpu+backends=SIZE adds the working memory ExecuTorch's "
+                 "backends allocate themselves (XNNPACK's intermediates, an upper bound). Repeatable.", show_default=False),
 ]

@@ -4,7 +4,7 @@ is its result's own). Names that come from files are shown through units.printab
 terminal escape in one is shown escaped, never obeyed."""
 from __future__ import annotations
 
-from devplan.documents import CompileSummary, Quantization, RunDocument
+from devplan.documents import CompiledDelegate, CompileSummary, Quantization, RunDocument
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.difftext import cause_lines, change_lines, outcome, peak_text
 from devplan.units import exact_size_text, printable, size_text
@@ -28,7 +28,7 @@ def compile_lines(summary: CompileSummary, constant_methods: list[str], written:
                       f"{'window' if len(windows) == 1 else 'windows'}, largest "
                       f"{size_text(max(w['size'] for w in windows))})" if windows else "")
             lines.append(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
-                         f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}")
+                         f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}{_own_memory(mine)}")
     if "quantization" in summary:
         lines.extend(quantization_lines(summary["quantization"]))
     file = summary["file"]
@@ -38,6 +38,19 @@ def compile_lines(summary: CompileSummary, constant_methods: list[str], written:
                      f"{file['external']['keys']} keys): the weights")
     lines.append(f"wrote {written} ({exact_size_text(file['size'])}) in {summary['timings']['seconds']:.2f} s")
     return lines
+
+
+def _own_memory(delegates: list[CompiledDelegate]) -> str:
+    """What the planned buffers leave out: the working memory these delegates' backend
+    allocates itself at run time (XNNPACK's intermediates), summed where the payloads say."""
+    own = [d["working_memory"] for d in delegates if d.get("working_memory") is not None]
+    if not own:
+        return ""
+    told = "" if all(m["bytes"] is not None for m in own) else "; not every payload says how much"
+    known = [m for m in own if m["bytes"] is not None]
+    amount = (f": up to {exact_size_text(sum(m['bytes'] for m in known))}, {sum(m['values'] for m in known)} "
+              f"intermediates from {'its graph' if len(own) == 1 else 'their graphs'} summed" if known else "")
+    return f"; working memory outside the plan, allocated by the backend{amount}{told}"
 
 
 def quantization_lines(report: Quantization) -> list[str]:
@@ -63,7 +76,8 @@ def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: 
     one holds at its peak, then the golden file's verdict and what changed."""
     lines = []
     for c in checks:
-        lines.append(f"{'ok  ' if c.ok else 'FAIL'}  {buffer_name(c)}: {'; '.join(buffer_facts(c))}")
+        mark = "note" if c.working_memory is not None else "ok  " if c.ok else "FAIL"
+        lines.append(f"{mark}  {buffer_name(c)}: {'; '.join(buffer_facts(c))}")
         if not c.ok and c.peak is not None:  # what a reviewer needs to act on: where, and which blocks
             lines.append(f"        at its peak, {peak_text(c.peak)}")
     if matched is not None:
@@ -77,15 +91,27 @@ def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: 
 
 
 def buffer_name(c: BufferCheck) -> str:
-    """'forward buffer 1 (cpu)', or for a device's total 'forward cpu, all 2 buffers'."""
+    """'forward buffer 1 (cpu)', or for a device's total 'forward cpu, all 2 buffers' (with
+    'and backends' own memory' for a DEVICE+backends budget), or for a delegate's own memory
+    'forward delegate 0 (XnnpackBackend) working memory (cpu)'."""
+    if c.working_memory is not None:
+        return f"{c.method} working memory ({c.device})"
     what = (f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else
             f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}")
-    return f"{c.method} {what}"
+    return f"{c.method} {what}" + (" and backends' own memory" if c.backends else "")
 
 
 def buffer_facts(c: BufferCheck) -> list[str]:
     """Its size, and against each limit asked for, by how much it passes or fails."""
+    if c.working_memory is not None:  # told, not checked: no plan holds it
+        if c.working_memory["bytes"] is None:
+            return ["not known (its payload does not say)", "outside the plan, allocated by its backend"]
+        return [f"up to {exact_size_text(c.size)}", f"outside the plan, allocated by its backend: "
+                f"{c.working_memory['values']} intermediates from its graph summed; "
+                f"--budget {c.device}+backends=SIZE counts it"]
     facts = [exact_size_text(c.size)]
+    if c.backends:
+        facts.append(f"of which backends' own memory up to {exact_size_text(c.backends)}")
     if c.budget is not None:
         facts.append(f"budget {size_text(c.budget)}" + ("" if c.size <= c.budget else
                                                      f", over by {exact_size_text(c.size - c.budget)}"))

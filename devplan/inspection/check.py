@@ -9,13 +9,15 @@ from dataclasses import asdict, dataclass
 from typing import Final, Mapping, cast
 
 from devplan.documents import CheckDocument, CheckedBuffer, CheckedGolden
-from devplan.errors import DevplanError
+from devplan.errors import BudgetExceeded, DevplanError
 from devplan.files import STDIO, refuse_overwrite, write_atomic
 from devplan.inspection import inspect
 from devplan.inspection.diff import Diff, Tolerance, diff
+from devplan.inspection.own_memory import BACKENDS, backend_bytes, device_of, outside
 from devplan.inspection.golden import golden_document, golden_text, peak_brief, read_golden, refuse_replacing
 from devplan.planning.budget import budget_key, checked_budgets
 from devplan.pte.reader import PteFile
+from devplan.units import exact_size_text
 
 SCHEMA_VERSION: Final = 1  # of check_document; docs/check-json.md
 
@@ -34,6 +36,10 @@ class BufferCheck:
     buffers: int = 1
     problem: str | None = None  # the inspection document's: a plan no runtime can trust
     peak: dict | None = None    # a buffer's busiest instruction and the blocks holding it there (golden.py's)
+    backends: int = 0           # a DEVICE+backends row: the bytes of its delegates' own memory in `size`
+    # a delegate's row, told and never failed: the memory its backend allocates outside the
+    # plan (the inspection document's working_memory; size is its bytes, 0 when not known)
+    working_memory: dict | None = None
 
     @property
     def ratio(self) -> float:
@@ -53,7 +59,10 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
     method, its delegates' own included (they are all allocated at once; a delegate planned as
     a window of the method's buffer adds nothing), against the device's bound. A budget names a
     buffer by mem_id ("1", the method's own buffers) or a device ("cpu", "cuda:0"); one that
-    names neither is an error."""
+    names neither is an error. A delegate whose backend allocates its working memory itself
+    (XNNPACK's) gets a row of its own, told and never failed, and a budget on "cpu+backends"
+    totals the device's buffers with that memory (a delegate whose payload does not say how
+    much is refused)."""
     if max_ratio is not None and not 1 <= max_ratio < math.inf:  # nan fails this too
         raise DevplanError(f"--max-ratio {max_ratio}: use a finite ratio of 1 or more (no plan is below its "
                            f"lower bound), e.g. 1.05")
@@ -69,18 +78,39 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
                              None, max_ratio, problem=b.get("problem"))
                  for d in m["delegates"] for b in d["payload_buffers"] or ()]
         named |= {str(b["mem_id"]) for b in m["buffers"]} | {row.device for row in rows}
+        named |= {device["device"] + BACKENDS for device in m["devices"]}
+        rows += [BufferCheck(f"{m['name']} delegate {d['index']} ({d['id']})", None, device_of(d),
+                             d["working_memory"]["bytes"] or 0, 0, None, None, 0, working_memory=d["working_memory"])
+                 for d in outside(m)]
         # a device's total is checked when a budget names it, or against the device's bound
         # when it holds several buffers that could have shared bytes
         for device in m["devices"]:
             if device["device"] in budgets or device["buffers"] > 1:
                 rows.append(BufferCheck(m["name"], None, device["device"], device["size"], device["lower_bound"],
                                         budgets.get(device["device"]), max_ratio, device["buffers"]))
+            if (key := device["device"] + BACKENDS) in budgets:  # its delegates' own memory on top
+                own = backend_bytes(m, device["device"], key)
+                rows.append(BufferCheck(m["name"], None, device["device"], device["size"] + own,
+                                        device["lower_bound"] + own, budgets[key], max_ratio, device["buffers"],
+                                        backends=own))
         checks += rows
     unknown = sorted(set(budgets) - named)
     if unknown:
         raise DevplanError(f"--budget {unknown[0]}: {doc['file']['name']} has no such buffer; "
                            f"budget one of: {', '.join(sorted(named)) or 'none (it plans no memory)'}")
     return checks
+
+
+def check_backend_budgets(program: bytes, budgets: Mapping[str, int]) -> None:
+    """compile's --budget DEVICE+backends, checked on the program it built: raise
+    BudgetExceeded, as a plan over its budget does, when a device's buffers and its delegates'
+    own memory are more than the budget; the other budgets were checked as it planned."""
+    own = {target: nbytes for target, nbytes in budgets.items() if budget_key(target).endswith(BACKENDS)}
+    for row in check(program, budgets=own):
+        if row.budget is not None and row.size > row.budget:
+            raise BudgetExceeded(f"memory {row.device}{BACKENDS} needs {exact_size_text(row.size)} but its budget is "
+                                 f"{exact_size_text(row.budget)}; of it, {exact_size_text(row.backends)} is its "
+                                 f"delegates' own working memory (an upper bound, read from their payloads)")
 
 
 @dataclass(frozen=True)

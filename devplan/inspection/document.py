@@ -10,6 +10,7 @@ from typing import AbstractSet
 
 from devplan.errors import DevplanError
 from devplan.inspection.bounds import BufferBounds, buffer_bounds, device_bounds
+from devplan.inspection.own_memory import working_memory
 from devplan.inspection.peak import peak
 from devplan.inspection.sources import argument_text, chain_origins, source_text, tensor_source
 from devplan.pte import PteFile
@@ -304,6 +305,7 @@ def _delegate(pte, view: MethodView, delegate, calls: list[int]) -> dict:
         "location": delegate.location,
         "payload_index": delegate.payload_index,
         "payload_buffers": _payload_buffers(pte, view.plan_index, delegate.index, payload),
+        "working_memory": working_memory(delegate.id, payload),
         "window": {"mem_id": window[0], "offset": window[1]} if window else None,
         "calls": calls,
     }

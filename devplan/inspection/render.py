@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from devplan.inspection.layout import layout_chart
+from devplan.inspection.own_memory import outside, outside_text
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
 from devplan.units import exact_size_text, size_text
 
@@ -111,6 +112,8 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
         if "problem" in buffer:
             console.print(Text(f"buffer {buffer['mem_id']} ({buffer['device']}): {buffer['problem']}", style="bold red"),
                           soft_wrap=True)
+    for delegate in outside(method):  # what these buffers leave out: the backend's own memory
+        console.print(Text(outside_text(method["name"], delegate, lambda n: size_text(n, exact_bytes))))
     for device in method.get("devices") or ():
         if device["buffers"] > 1:  # buffers that could have shared bytes: the device's own bound says how well
             ratio = f"{device['size'] / device['lower_bound']:.3f}" if device["lower_bound"] else "-"

@@ -13,7 +13,7 @@ ALL = "all"
 # Per-method lists of the document that each section is drawn from; every other key stays.
 _METHOD_LISTS = {
     "summary": (),
-    "buffers": ("buffers",),
+    "buffers": ("buffers", "delegates"),  # what the buffers leave out: backends' own memory
     "peak": ("peak", "buffers"),
     "tensors": ("tensors",),
     "instructions": ("instructions", "operators", "delegates"),  # a delegate call is shown by its backend

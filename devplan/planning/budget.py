@@ -43,8 +43,18 @@ def checked_budgets(budgets: Mapping) -> dict[str, int]:
     return checked
 
 
+BACKENDS = "+backends"  # DEVICE+backends: the device's buffers and its delegates' own working memory
+
+
 def budget_key(target: str) -> str:
-    """The buffer a budget's TARGET names, spelled as mem_id ("1") or canonical device ("cuda:0")."""
+    """The buffer a budget's TARGET names, spelled as mem_id ("1") or canonical device
+    ("cuda:0"), or a device's buffers with its backends' own memory ("cpu+backends")."""
+    device, plus, rest = target.partition("+")
+    if plus and (f"+{rest}" != BACKENDS or device.isdigit()):
+        raise DevplanError(f"--budget {target}: write DEVICE{BACKENDS} (e.g. cpu{BACKENDS}=2MiB) to count the "
+                           f"device's buffers and its delegates' own working memory together")
+    if plus:
+        return str(Device.parse(device)) + BACKENDS
     return target if target.isdigit() else str(Device.parse(target))
 
 

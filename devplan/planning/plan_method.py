@@ -9,7 +9,7 @@ from devplan.errors import DevplanError
 from devplan.ir.method import Method
 from devplan.ir.planned import BufferPlan, PlannedMethod
 from devplan.planning.bounds import lower_bound
-from devplan.planning.budget import budget_key, check_budget
+from devplan.planning.budget import BACKENDS, budget_key, check_budget
 from devplan.planning.lifetimes import lifetimes, storages
 from devplan.planning.model import DEFAULT_ALIGNMENT, Interval
 from devplan.planning.planner import plan
@@ -74,6 +74,8 @@ def _check_budgets(budgets: Sequence[tuple[str, int]], ids: Mapping[Device, int]
     by_id = {}
     for target, nbytes in budgets:
         key = budget_key(target)
+        if key.endswith(BACKENDS) and key[:-len(BACKENDS)] in named:
+            continue  # the backends' own memory is read from the program built (check_backend_budgets)
         if key not in named:
             raise DevplanError(f"--budget {target}: no such buffer in this program; "
                                f"budget one of: {', '.join(sorted(named))}")

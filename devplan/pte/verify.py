@@ -147,14 +147,21 @@ FLAT_TENSOR_TABLES: dict[str, tuple[tuple, ...]] = {
 }
 FLAT_TENSOR_ROOT = "FlatTensor"
 # The part of ExecuTorch's XNNPACK payload FlatBuffer (XNNGraph) that devplan reads: the keys
-# of its constant data. The vectors in the slots before it are checked as vectors of offsets.
+# of its constant data and its values' shapes (xnnpack.py); a quantized value's parameters,
+# and the nodes, are not read, so their vectors are checked as vectors of offsets.
 XNN_GRAPH_TABLES: dict[str, tuple[tuple, ...]] = {
     "ConstantDataOffset": (_scalar("offset", "Uint64"), _scalar("size", "Uint64"), _string("named_key")),
-    "XNNGraph": (_string("version"), _scalars("xnodes", "Uint32"), _scalars("xvalues", "Uint32"),
+    "XNNTensorValue": (_scalar("datatype", "Int16"), _scalar("num_dims", "Uint32"), _scalars("dims", "Uint32"),
+                       _scalar("constant_buffer_idx", "Uint32"), _scalar("external_id", "Uint32"),
+                       _scalar("flags", "Uint32"), _scalar("id_out", "Uint32")),
+    "XNNQuantizedTensorValue": (_table("tensor_value", "XNNTensorValue"),),
+    "XValue": (_union("xvalue_union", "XValueUnion"),),
+    "XNNGraph": (_string("version"), _scalars("xnodes", "Uint32"), _tables("xvalues", "XValue"),
                  _scalar("num_externs", "Uint32"), _scalars("input_ids", "Uint32"), _scalars("output_ids", "Uint32"),
                  _scalars("constant_buffer", "Uint32"), _scalars("mem_buffer_sizes", "Uint32"),
                  _tables("constant_data", "ConstantDataOffset")),
 }
+XNN_GRAPH_UNIONS: dict[str, tuple[str, ...]] = {"XValueUnion": ("XNNTensorValue", "XNNQuantizedTensorValue")}
 
 # The schema is not recursive, so real nesting stops at depth 4; the bound guards edits to it.
 _MAX_DEPTH = 32
@@ -202,9 +209,9 @@ def _where(path) -> str:
 
 class _Walker:
     def __init__(self, data: bytes, end: int, name: str, whole_file: bool, compiled: dict = _COMPILED,
-                 damaged: str = _DAMAGED) -> None:
+                 damaged: str = _DAMAGED, unions: dict = UNIONS) -> None:
         self.data = data
-        self.compiled, self.damaged = compiled, damaged
+        self.compiled, self.damaged, self.unions = compiled, damaged, unions
         self.end = end
         self.name = name
         self.limit = "the file ends" if whole_file else "the program data (per the extended header) ends"
@@ -313,7 +320,7 @@ class _Walker:
         return pos + offset
 
     def union(self, tag: int, union: str, value: int | None, path, name: str, depth: int) -> None:
-        members = UNIONS[union]
+        members = self.unions[union]
         if tag > len(members):
             self.corrupt((path, name), f"{union} tag {tag} is not one of 0..{len(members)}")
         if tag == 0 or value is None:
@@ -346,5 +353,5 @@ def verify_flat_tensor(data: bytes, start: int, name: str, damaged: str) -> None
 def verify_xnn_graph(data: bytes, name: str) -> None:
     """Check the fields of an XNNPACK payload's XNNGraph FlatBuffer that devplan reads."""
     walker = _Walker(data, len(data), name, whole_file=False, compiled=_XNN_GRAPH_COMPILED,
-                     damaged="the XNNPACK payload is damaged")
+                     damaged="the XNNPACK payload is damaged", unions=XNN_GRAPH_UNIONS)
     walker.table(walker.follow(0, None), "XNNGraph", None, 0)

@@ -9,12 +9,16 @@ Layout, as ExecuTorch's XNNPACK serializer writes it (integers little-endian):
 
 XNNGraph's field 8 (constant_data) is a vector of ConstantDataOffset tables, whose field 2
 (named_key) is the key and field 1 (size) the bytes the graph reads there; an empty key means
-the bytes lie inside the payload."""
+the bytes lie inside the payload. Field 2 (xvalues) holds every value the graph defines, with
+its datatype, shape, constant index and flags: working_memory reads what XNNPACK allocates at
+run time from them."""
 from __future__ import annotations
 
+import math
 import struct
+from dataclasses import dataclass
 
-from flatbuffers.number_types import Uint64Flags
+from flatbuffers.number_types import Int16Flags, Uint8Flags, Uint32Flags, Uint64Flags
 from flatbuffers.table import Table
 
 from devplan.errors import DevplanError
@@ -26,6 +30,63 @@ _HEADER = struct.Struct("<4s2xII")  # magic at byte 4, then the header length (s
 _CONSTANT_DATA = vtable_entry(XNN_GRAPH_TABLES["XNNGraph"], "constant_data")
 _NAMED_KEY = vtable_entry(XNN_GRAPH_TABLES["ConstantDataOffset"], "named_key")
 _SIZE = vtable_entry(XNN_GRAPH_TABLES["ConstantDataOffset"], "size")
+_XVALUES = vtable_entry(XNN_GRAPH_TABLES["XNNGraph"], "xvalues")
+_UNION_TAG = vtable_entry(XNN_GRAPH_TABLES["XValue"], "xvalue_union")
+_TENSOR = {name: vtable_entry(XNN_GRAPH_TABLES["XNNTensorValue"], name)
+           for name in ("datatype", "dims", "constant_buffer_idx", "flags")}
+_QUANTIZED_BASE = vtable_entry(XNN_GRAPH_TABLES["XNNQuantizedTensorValue"], "tensor_value")
+_QUANTIZED = 2  # XValueUnion's tag of XNNQuantizedTensorValue, whose tensor_value is the value
+# XNNPACK's XNN_VALUE_FLAG_EXTERNAL_INPUT | _OUTPUT: the delegate's arguments, ExecuTorch's tensors
+_EXTERNAL = 0x1 | 0x2
+# Bits per element of each XNNDatatype (executorch/backends/xnnpack/serialization/schema.fbs),
+# by its number: fp32 fp16 qint8 quint8 qint32 qcint8 qcint32 qcint4 qdint8 qbint4 qpint8 int32 pfp32 bf16
+_BITS = dict(enumerate((32, 16, 8, 8, 32, 8, 32, 4, 8, 4, 8, 32, 32, 16), start=1))
+
+
+@dataclass(frozen=True)
+class WorkingMemory:
+    """The intermediates of an XNNPACK delegate's graph: its values that are neither its
+    arguments (tensors ExecuTorch's plan holds) nor constants (its weights). XNNPACK's runtime
+    allocates them itself, outside ExecuTorch's planned buffers. `nbytes` sums their bytes at
+    the shapes the graph gives (a dynamic shape's at its upper bound): an upper bound on them,
+    since XNNPACK's own planner lets values not alive together share bytes. Operators' scratch
+    and XNNPACK's packed copy of the weights are further memory the graph does not tell."""
+
+    nbytes: int
+    values: int
+
+
+def working_memory(payload: bytes | memoryview) -> WorkingMemory | None:
+    """What XNNPACK allocates for the payload's intermediates; None for a payload that is not
+    XNNPACK's, names a datatype devplan does not know, or is too damaged to say."""
+    root = _graph_root(payload)
+    slot = root.Offset(_XVALUES) if root is not None else 0
+    if root is None or not slot:
+        return None if root is None else WorkingMemory(0, 0)
+    start, total, count = root.Vector(slot), 0, 0
+    for index in range(root.VectorLen(slot)):
+        value = Table(root.Bytes, root.Indirect(start + 4 * index))
+        tag = value.Offset(_UNION_TAG)
+        if not tag or not (at := value.Offset(_UNION_TAG + 2)):
+            continue  # a value of no kind: nothing to allocate
+        tensor = Table(value.Bytes, value.Indirect(at + value.Pos))
+        if value.Get(Uint8Flags, tag + value.Pos) == _QUANTIZED:
+            base = tensor.Offset(_QUANTIZED_BASE)
+            if not base:
+                continue
+            tensor = Table(tensor.Bytes, tensor.Indirect(base + tensor.Pos))
+        field = {name: tensor.Offset(entry) for name, entry in _TENSOR.items()}
+        if (field["constant_buffer_idx"] and tensor.Get(Uint32Flags, field["constant_buffer_idx"] + tensor.Pos)) or (
+                field["flags"] and tensor.Get(Uint32Flags, field["flags"] + tensor.Pos) & _EXTERNAL):
+            continue
+        bits = _BITS.get(tensor.Get(Int16Flags, field["datatype"] + tensor.Pos) if field["datatype"] else 0)
+        if bits is None:
+            return None
+        dims = field["dims"]
+        elements = math.prod(tensor.Get(Uint32Flags, tensor.Vector(dims) + 4 * i)
+                             for i in range(tensor.VectorLen(dims))) if dims else 1
+        total, count = total + (elements * bits + 7) // 8, count + 1
+    return WorkingMemory(total, count)
 
 
 def named_keys(payload: bytes | memoryview) -> tuple[str, ...]:
@@ -62,21 +123,27 @@ def named_data(payload: bytes | memoryview) -> tuple[tuple[str, int], ...]:
     """(key, the bytes the graph reads under it) for each named datum the payload reads, in its
     order: ExecuTorch's XNNPACK backend takes a shorter entry at its word and reads past it.
     () when the graph is damaged (check_graph names what)."""
-    graph = _graph(payload)
-    if graph is None or len(graph) < 4:
-        return ()
-    try:
-        verify_xnn_graph(graph, BACKEND_ID)  # the flatbuffers runtime reads whatever offsets say
-    except DevplanError:
-        return ()
-    root = Table(graph, struct.unpack_from("<I", graph)[0])
-    slot = root.Offset(_CONSTANT_DATA)
-    if not slot:
+    root = _graph_root(payload)
+    slot = root.Offset(_CONSTANT_DATA) if root is not None else 0
+    if root is None or not slot:
         return ()
     start, keys = root.Vector(slot), []
     for index in range(root.VectorLen(slot)):
-        entry = Table(graph, root.Indirect(start + 4 * index))
+        entry = Table(root.Bytes, root.Indirect(start + 4 * index))
         key, size = entry.Offset(_NAMED_KEY), entry.Offset(_SIZE)
         if key and (name := key_text(entry.String(key + entry.Pos))):
             keys.append((name, entry.Get(Uint64Flags, size + entry.Pos) if size else 0))
     return tuple(keys)
+
+
+def _graph_root(payload: bytes | memoryview) -> Table | None:
+    """The payload's XNNGraph root table, checked first; None when it is not XNNPACK's or is
+    damaged (the flatbuffers runtime reads whatever offsets say)."""
+    graph = _graph(payload)
+    if graph is None or len(graph) < 4:
+        return None
+    try:
+        verify_xnn_graph(graph, BACKEND_ID)
+    except DevplanError:
+        return None
+    return Table(graph, struct.unpack_from("<I", graph)[0])

@@ -2,9 +2,10 @@
 Llama-3-style model of ExecuTorch's examples, exported by ExecuTorch's export_llama pipeline
 with a KV cache and its sdpa and update_cache custom ops; and a transformers Llama through
 transformers' ExecuTorch recipe (a static cache, input_ids and cache_position). devplan compiles
-each export with the same constant methods as ExecuTorch's own program of it. `TextLLMRunner`
-loads both programs and must generate the same 32 tokens greedily; devplan's program must plan
-no more bytes, the KV cache included."""
+each export with the same constant methods as ExecuTorch's own program of it (an 8da4w-quantized
+export with XNNPACK, as ExecuTorch's LLM recipe lowers it). `TextLLMRunner` loads both programs
+and must generate the same 32 tokens greedily; devplan's program must plan no more bytes, the
+KV cache included, and pass `check --max-ratio 1.05`."""
 from __future__ import annotations
 
 import functools
@@ -24,7 +25,11 @@ PROMPT = "the quick brown fox"
 SPECIAL = {"get_bos_id": 1, "get_eos_ids": [511]}
 EXPORTS = {"executorch_export_llama": export_llama, "transformers_recipe": export_hf_llama,
            # ExecuTorch's quantized embedding (quantized_decomposed::embedding_byte), as export_llama -E 8,0 makes it
-           "executorch_quantized_embedding": functools.partial(export_llama, embedding_quantize="8,0")}
+           "executorch_quantized_embedding": functools.partial(export_llama, embedding_quantize="8,0"),
+           # ExecuTorch's LLM quantization recipe (export_llama -X -qmode 8da4w -G 32 -E 8,0): torchao's 8-bit
+           # dynamic activations and 4-bit weights in the linears, which XNNPACK's quantized kernels run
+           "executorch_8da4w": functools.partial(export_llama, xnnpack=True, qmode="8da4w", embedding_quantize="8,0")}
+BACKENDS = {"executorch_8da4w": ["xnnpack"]}  # compiled as ExecuTorch lowers it; the others on portable kernels
 
 
 @pytest.fixture(scope="module", params=list(EXPORTS))
@@ -33,13 +38,14 @@ def llama(request, tmp_path_factory):
     exported = EXPORTS[request.param](folder, metadata=SPECIAL)
     importlib.import_module(CUSTOM_OPS)
     importlib.import_module("executorch.exir.passes._quant_patterns_and_replacements")  # quantized embeddings
-    result = devplan.compile(exported.pt2, folder / "devplan.pte", constant_methods=exported.metadata)
-    return exported, result, word_tokenizer(folder)
+    result = devplan.compile(exported.pt2, folder / "devplan.pte", constant_methods=exported.metadata,
+                             backends=BACKENDS.get(request.param, []))
+    return exported, result, word_tokenizer(folder), request.param
 
 
 @pytest.mark.sweep
 def test_runner_generates_executorchs_tokens(llama):
-    exported, result, tokenizer = llama
+    exported, result, tokenizer, _ = llama
     want, _ = generate(exported.pte, tokenizer, PROMPT)
     got, _ = generate(result.path, tokenizer, PROMPT)
     assert len(want) == 32
@@ -48,7 +54,7 @@ def test_runner_generates_executorchs_tokens(llama):
 
 @pytest.mark.sweep
 def test_plans_no_more_than_executorch_with_every_constant_method(llama):
-    exported, result, _ = llama
+    exported, result, _, _ = llama
     theirs, ours = inspect(exported.pte.read_bytes()), inspect(result.data)
     assert [m["name"] for m in ours["methods"]] == [m["name"] for m in theirs["methods"]]
     size = lambda doc: sum(b["size"] for b in doc["methods"][0]["buffers"])  # noqa: E731
@@ -66,11 +72,21 @@ def test_cli_compiles_the_same_program(llama, tmp_path):
     import subprocess
     import sys
 
-    exported, result, _ = llama
+    exported, result, _, name = llama
     (tmp_path / "llm.json").write_text(json.dumps(exported.metadata))
     out = tmp_path / "cli.pte"
     done = subprocess.run([sys.executable, "-m", "devplan", "compile", str(exported.pt2), "-o", str(out), "--kernels", "llama",
-                           "--kernels", "quantized_decomposed", "--metadata", str(tmp_path / "llm.json")],
+                           "--kernels", "quantized_decomposed", "--metadata", str(tmp_path / "llm.json"),
+                           *(f"--backend={backend}" for backend in BACKENDS.get(name, []))],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert out.read_bytes() == result.data
+
+
+@pytest.mark.sweep
+def test_check_max_ratio_passes(llama):
+    """The README's CI gate on each program: its KV caches are state, alive for the whole
+    method in check's bound as in compile's plan, so devplan's optimal plan passes."""
+    _, result, _, _ = llama
+    checks = devplan.check(result.data, max_ratio=1.05)
+    assert checks and all(c.ok for c in checks), [c for c in checks if not c.ok]

@@ -137,6 +137,7 @@ def test_delegates_and_compile_specs(hand_built):
             "location": "inline",
             "payload_index": 0,
             "payload_buffers": None,  # the payload is not an ET12 program
+            "working_memory": {"bytes": None, "values": None, "bound": None},  # its backend's own, size untold
             "window": None,
             "calls": [2],
         }

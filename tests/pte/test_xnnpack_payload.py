@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 
 from devplan.pte import read_pte
-from devplan.pte.xnnpack import named_keys
+from devplan.pte.xnnpack import WorkingMemory, named_keys, working_memory
 from tests.compile.test_cli import devplan as run_devplan
 
 
@@ -33,6 +33,7 @@ def test_every_damaged_byte_of_the_graph_reads_as_keys_or_none(xnnpack_pte):
             damaged[position] = value
             keys = named_keys(bytes(damaged))
             assert isinstance(keys, tuple) and all(isinstance(key, str) for key in keys)
+            assert working_memory(bytes(damaged)) is None or isinstance(working_memory(bytes(damaged)), WorkingMemory)
 
 
 def test_a_program_with_a_damaged_graph_is_inspected_or_refused_in_one_line(xnnpack_pte, tmp_path):

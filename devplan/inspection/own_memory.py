@@ -1,0 +1,65 @@
+"""Delegates whose working memory is their backend's own: ExecuTorch's backends (XNNPACK's
+among them) allocate their intermediates at run time, outside every buffer the program plans.
+A convnet that goes whole into one XNNPACK delegate plans only its input and output, so its
+planned bytes alone read as a saving that is not one. The document says so per delegate, with
+the bytes where the payload tells them (XNNPACK's graph does), and a budget on
+`DEVICE+backends` counts them on top of the device's planned buffers."""
+from __future__ import annotations
+
+from typing import Callable
+
+from devplan.documents import WorkingMemory
+from devplan.errors import DevplanError
+from devplan.planning.budget import BACKENDS
+from devplan.pte import xnnpack
+from devplan.pte.header import is_program
+from devplan.units import exact_size_text, printable
+
+
+
+def working_memory(backend: str, payload: bytes) -> WorkingMemory | None:
+    """A delegate's document entry `working_memory`: None when its payload is an ET12 program
+    (devplan plans its buffers: payload_buffers or a window), else the memory its backend
+    allocates itself: `bytes` (an upper bound, `bound` "upper") and `values` counted from its
+    payload, both None when the payload does not say."""
+    if is_program(payload):
+        return None
+    found = xnnpack.working_memory(payload) if backend == xnnpack.BACKEND_ID else None
+    if found is None:
+        return {"bytes": None, "values": None, "bound": None}
+    return {"bytes": found.nbytes, "values": found.values, "bound": "upper"}
+
+
+def device_of(delegate: dict) -> str:
+    """Where a delegate runs: its target device, else the host (ExecuTorch's backends' default)."""
+    return delegate["target_device"] or "cpu"
+
+
+def outside(method: dict) -> list[dict]:
+    """The method's delegates whose working memory is outside its plan, in index order."""
+    return [d for d in method["delegates"] if d.get("working_memory") is not None]
+
+
+def backend_bytes(method: dict, device: str, budget: str) -> int:
+    """The working memory of the method's delegates on `device` whose backends allocate it
+    themselves; a delegate whose payload does not say is refused, since `budget` cannot count it."""
+    total = 0
+    for d in outside(method):
+        if device_of(d) != device:
+            continue
+        if d["working_memory"]["bytes"] is None:
+            raise DevplanError(f"--budget {budget}: {method['name']} delegate {d['index']} ({d['id']}) allocates its "
+                               f"working memory itself, and its payload does not say how much; budget {device} alone")
+        total += d["working_memory"]["bytes"]
+    return total
+
+
+def outside_text(method_name: str, delegate: dict, sized: Callable[[int], str] = exact_size_text) -> str:
+    """One line: which delegate, that its memory is outside the plan, and how much where known."""
+    memory, device = delegate["working_memory"], device_of(delegate)
+    head = (f"{method_name} delegate {delegate['index']} ({delegate['id']}, {device}): working memory outside the "
+            f"plan, allocated by the backend")
+    if memory["bytes"] is None:
+        return printable(f"{head}; its payload does not say how much")
+    return printable(f"{head}: up to {sized(memory['bytes'])}, {memory['values']} intermediates from its graph "
+                     f"summed; --budget {device}{BACKENDS}=SIZE counts it")
