@@ -34,7 +34,7 @@ from devplan.ir.lowered import Lowered, Payload
 from devplan.ir.planned import PlannedMethod
 from devplan.ir.role import PROGRAM, Role
 from devplan.llm import llm_metadata
-from devplan.load import import_kernels, load
+from devplan.gate.load import import_kernels, load
 from devplan.options import CompileOptions
 from devplan.passes import GRAPH_PASSES, method_passes
 from devplan.passes.adopt import adopt_delegates

@@ -394,7 +394,7 @@ def test_an_xnnpack_weight_cut_short_in_the_program_is_refused(tmp_path):
 # item 4: an archive costs what it holds, not what its directory claims
 
 def _archive_refusal(path: Path) -> str:
-    from devplan.archive import check_archive
+    from devplan.gate.archive import check_archive
 
     with pytest.raises(DevplanError) as refused:
         check_archive(path)

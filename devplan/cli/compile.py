@@ -145,7 +145,7 @@ def compile_command(
     from devplan.backend import Backend
     from devplan.compiler import compile
     from devplan.files import is_stdout, refuse_one_stream, refuse_overwrite
-    from devplan.load import check_input
+    from devplan.gate.load import check_input
     from devplan.backend import Partitioner
     from devplan.planning import parse_budget
 

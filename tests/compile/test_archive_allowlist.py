@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import devplan
-from devplan import expressions
+from devplan.gate import expressions
 from devplan.errors import DevplanError
 from testbed.damage import Payload
 from testbed.small_programs import MLP, saved

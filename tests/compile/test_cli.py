@@ -244,7 +244,7 @@ def test_out_of_range_options_are_refused_before_any_work(tmp_path, args, needle
 _LOGGING_ERROR = """
 import datetime, io, sys, zipfile
 import torch
-import devplan.archive
+import devplan.gate.archive
 from devplan.cli import main
 source, archive = sys.argv[1], sys.argv[2]
 inputs = io.BytesIO()
@@ -252,7 +252,7 @@ torch.save((datetime.date(2020, 1, 1),), inputs)  # a harmless pickle that a wei
 with zipfile.ZipFile(source) as old, zipfile.ZipFile(archive, "w") as new:
     for info in old.infolist():
         new.writestr(info, inputs.getvalue() if info.filename.endswith("sample_inputs/model.pt") else old.read(info))
-devplan.archive._check_sample_inputs = lambda *args: None  # the route devplan's archive checks close, open again
+devplan.gate.archive._check_sample_inputs = lambda *args: None  # the route devplan's archive checks close, open again
 sys.argv = ["devplan", "compile", archive, "-o", archive + ".pte"]
 main()
 """

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from devplan.errors import DevplanError
-from devplan.load import load
+from devplan.gate.load import load
 from tests.compile.test_cli import ROOT, assert_one_line_error, devplan
 from testbed.damage import Payload
 

@@ -3,8 +3,8 @@
 torch.export.load trusts its archive (it unpickles members, evaluates expression strings with
 sympy, and unlifting a loaded program execs source built from its guards), so devplan checks
 the archive first, as an allowlist of what torch.export.save writes for one plain program
-(devplan.allowlist): every member by name, the model's JSON and payload configs field by field,
-and every string torch would evaluate in a small grammar (devplan.expressions). Whatever is not
+(devplan.gate.allowlist): every member by name, the model's JSON and payload configs field by field,
+and every string torch would evaluate in a small grammar (devplan.gate.expressions). Whatever is not
 on the list is refused in one line naming the archive and the member or field. The zip itself
 is held to bounds (member count, sizes, expansion)."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import BinaryIO
 
-from devplan import allowlist
+from devplan.gate import allowlist
 from devplan.errors import DevplanError, first_line
 
 

@@ -1,6 +1,6 @@
 """Stage 1: a .pt2 archive on disk to a torch.export ExportedProgram.
 
-torch.export.load trusts its archive, so the archive is checked first (devplan/archive.py)
+torch.export.load trusts its archive, so the archive is checked first (devplan/gate/archive.py)
 and torch reads only what passed. The loaded program loses its guards code and sample
 inputs, which only ever feed the source torch execs when it unlifts; while torch reads, the
 weights it stores uncompressed become views of a private mapping of the archive, and pytree
@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from devplan.archive import check_archive
+from devplan.gate.archive import check_archive
 from devplan.errors import DevplanError, first_line
 from devplan.files import open_input, stdout_to_stderr
 from devplan.pte.header import is_program

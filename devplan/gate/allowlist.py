@@ -12,10 +12,10 @@ rather than refusing what is known to be dangerous, devplan accepts only what to
   (torch._export.serde.schema, read at run time so that devplan follows torch's own format),
   each of its type (`check_document`);
 - the strings torch evaluates or looks up: every symbolic expression (`expr_str`) and range
-  constraint in the small grammar of devplan.expressions, node targets as operator names, node
+  constraint in the small grammar of devplan.gate.expressions, node targets as operator names, node
   metadata by known keys, namedtuple fields as identifiers.
 
-Everything here raises `Unexpected`, which devplan.archive turns into its one-line refusal.
+Everything here raises `Unexpected`, which devplan.gate.archive turns into its one-line refusal.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import re
 import types
 import typing
 
-from devplan import expressions
+from devplan.gate import expressions
 
 MODEL = "model"  # torch.export.save names its one program so
 FIXED = {  # member (under the archive's folder) -> whether torch.export.load needs it
