@@ -14,6 +14,9 @@ from __future__ import annotations
 import importlib
 
 __version__ = "0.1.0"  # the package's one version: pyproject.toml reads it from here
+# the JSON documents' descriptions, which --help links: a pip install has no docs/ folder
+# (pyproject.toml's Documentation URL; tests/test_review_details.py holds the two together)
+DOCS = "https://github.com/devplan/devplan/blob/main/docs/"
 
 _HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspection", "read_pte": "devplan.pte", "write_pte": "devplan.pte",
           "run": "devplan.runtime", "check": "devplan.inspection.check", "check_golden": "devplan.inspection.check",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from devplan.errors import DevplanError, first_line
-from devplan.extras import import_module
+from devplan.extras import BACKENDS, import_module
 from devplan.jsontext import loads
 from devplan.ops import BACKEND_ID, NUMBER_OPS
 from devplan.spec import Device
@@ -64,8 +64,7 @@ def _op_name(name: str) -> str:
     return f"aten::{short}"
 
 
-# --backend NAME: the partitioner ExecuTorch ships for it
-KNOWN = {"xnnpack": "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner"}
+KNOWN = BACKENDS  # --backend NAME: the partitioner ExecuTorch ships for it
 
 
 @dataclass(frozen=True)

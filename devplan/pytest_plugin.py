@@ -6,6 +6,7 @@ the goldens written and of those whose program now plans smaller.
         devplan_golden("build/model.pte", "golden/model.json")   # both relative to this test file"""
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -42,8 +43,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     terminalreporter.section("devplan goldens")
     here = config.invocation_params.dir
 
-    def shown(path: str) -> str:  # relative to where pytest ran, as pytest names test files
-        return os.path.relpath(path, here) if Path(path).resolve().is_relative_to(here.resolve()) else path
+    shown = functools.partial(_shown, here=here)
 
     if found.written:
         terminalreporter.write_line(f"wrote {len(found.written)} golden file(s):")
@@ -56,20 +56,34 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             terminalreporter.write_line(f"  {shown(path)}: {what}")
 
 
+def _shown(path: str | os.PathLike, here: Path) -> str:
+    """`path` relative to where pytest ran, as pytest names test files (else as it is)."""
+    return os.path.relpath(path, here) if Path(path).resolve().is_relative_to(here.resolve()) else os.fspath(path)
+
+
 @pytest.fixture
 def devplan_golden(request):
     """A callable (pte, golden, tolerance=None, exact=False) that asserts the program plans as
     the golden file records, or writes the file under --devplan-update-golden. Relative paths,
     the program's and the golden's, are read from the requesting test file's folder, so they
     move with the test whatever folder pytest runs from."""
+    from devplan.errors import DevplanError
     from devplan.testing import assert_matches_golden
 
     base = request.path.parent
+    here = request.config.invocation_params.dir
 
     def check(pte, golden, *, tolerance=None, exact: bool = False) -> None:
         __tracebackhide__ = True
         if isinstance(pte, (str, os.PathLike)):  # bytes and CompileResults have no path to resolve
-            pte = base / Path(pte)
-        assert_matches_golden(pte, base / Path(golden), tolerance=tolerance, exact=exact)
+            pte = Path(_shown(os.path.normpath(base / pte), here))  # build/model.pte, not tests/../build/model.pte
+            if not pte.exists():  # the test's own setup, not devplan, is what to fix: no traceback into devplan
+                pytest.fail(f"{pte}: no such program; build it before this test runs "
+                            f"(devplan compile MODEL.pt2 -o {pte})", pytrace=False)
+        try:
+            assert_matches_golden(pte, Path(_shown(os.path.normpath(base / golden), here)), tolerance=tolerance,
+                                  exact=exact)
+        except DevplanError as error:  # a damaged program or golden file: devplan's one line says what to do
+            pytest.fail(str(error), pytrace=False)
 
     return check

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from devplan.cli.app import Budgets, Command, DataFile, app, echo_json, noting_external, read_noting_external
+from devplan import DOCS
+from devplan.cli.app import Budgets, Command, DataFile, app, console, echo_json, noting_external, read_noting_external
 from devplan.errors import EXIT_FAILED, DevplanError
 from devplan.files import STDIO
 
@@ -77,7 +78,7 @@ def check_command(
     tolerance: Tolerance = None,
     exact: Exact = False,
     method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Check only this method.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the checks as JSON (docs/check-json.md).")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help=f"Print the checks as JSON ({DOCS}check-json.md).")] = False,
     data: DataFile = None,
     report_format: Format = ReportFormat.text,
     junit: JUnit = None,
@@ -112,10 +113,9 @@ def check_command(
     if json_output:
         echo_json(report, err=to_stderr)
     elif report_format is ReportFormat.text:
-        from devplan.cli.reports import check_lines
+        from devplan.cli.reports import check_lines, print_verdicts
 
-        for line in check_lines(checks, matched, str(golden), name):
-            typer.echo(line, err=to_stderr)
+        print_verdicts(check_lines(checks, matched, str(golden), name), console(stderr=to_stderr))
     else:
         from devplan.cli import reports_ci
 
@@ -141,7 +141,7 @@ def diff_command(
     tolerance: Tolerance = None,
     exact: Exact = False,
     method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Compare only this method.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the differences as JSON (docs/diff-json.md).")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help=f"Print the differences as JSON ({DOCS}diff-json.md).")] = False,
     data: Annotated[
         Optional[list[Path]],
         typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file of A, then of B (given once: of both), "

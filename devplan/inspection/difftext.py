@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from devplan.units import exact_size_text, natural_key, size_text
+from devplan.units import counted, exact_size_text, natural_key, size_text
 
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 
@@ -41,8 +41,8 @@ def outcome(d) -> str:
     if not d.changes:
         return "the programs plan the same"
     if not failing:
-        return f"{_count(allowed, 'change')}, each within what the comparison allows{rule}"
-    return f"{_count(failing, 'difference')}" + (f", and {_count(allowed, 'change')} allowed" if allowed else "") + rule
+        return f"{counted(allowed, 'change')}, each within what the comparison allows{rule}"
+    return f"{counted(failing, 'difference')}" + (f", and {counted(allowed, 'change')} allowed" if allowed else "") + rule
 
 
 def cause_lines(d) -> list[str]:
@@ -220,7 +220,3 @@ def _percent(a: int, b: int) -> str:
 
 def signed_size(delta: int) -> str:
     return ("+" if delta >= 0 else "-") + size_text(abs(delta))
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"

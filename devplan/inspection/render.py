@@ -16,7 +16,7 @@ from rich.text import Text
 
 from devplan.inspection.layout import layout_chart
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
-from devplan.units import exact_size_text, size_text
+from devplan.units import counted, exact_size_text, size_text
 
 
 
@@ -78,8 +78,7 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
         _pair(
             grid,
             method["name"],
-            f"{counts['values']} values, {counts['instructions']} instructions, "
-            f"{counts['operators']} operators, {counts['delegates']} delegates",
+            ", ".join(counted(counts[noun + "s"], noun) for noun in ("value", "instruction", "operator", "delegate")),
         )
         _pair(grid, "", "values: " + ", ".join(f"{count} {kind}" for kind, count in method["values"].items()))
         _pair(grid, "", f"inputs {_value_list(method['inputs'])} -> outputs {_value_list(method['outputs'])}")
