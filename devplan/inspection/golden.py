@@ -96,8 +96,8 @@ def golden_text(golden: dict) -> str:
 
 
 def _readable(value, key: str | None = None):
-    if key in _VERBATIM:
-        return value
+    if key in _VERBATIM:  # the model's names: only sorted
+        return {name: value[name] for name in sorted(value, key=natural_key)} if isinstance(value, dict) else value
     if isinstance(value, dict):
         shown = {name: _readable(item, name) for name, item in value.items()}
         shown |= {name + TEXT: size_text(item) for name, item in value.items() if name in SIZES and type(item) is int}
