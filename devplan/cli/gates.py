@@ -115,7 +115,8 @@ def check_command(
     elif report_format is ReportFormat.text:
         from devplan.cli.reports import check_lines, print_verdicts
 
-        print_verdicts(check_lines(checks, matched, str(golden), name), console(stderr=to_stderr))
+        shown = console(stderr=to_stderr)
+        print_verdicts(check_lines(checks, matched, str(golden), name, shown.width), shown)
     else:
         from devplan.cli import reports_ci
 
@@ -154,7 +155,9 @@ def diff_command(
     (within --tolerance), 1 when they differ, 2 for bad input.
 
     Per method: buffers added, removed or resized (per device), lower bounds, constant bytes,
-    operators, counts, delegates, and the tensors whose placement changed."""
+    operators, counts, delegates, and the tensors whose placement changed. With --tolerance or
+    --exact, each change is labelled FAIL or ok by that gate; without, the changes are listed as
+    they are (growth still exits 1)."""
     from devplan.inspection.diff import diff
     from devplan.units import printable
 
@@ -173,7 +176,10 @@ def diff_command(
     if json_output:
         echo_json(result.document())
     elif report_format is ReportFormat.text:
-        typer.echo("".join(printable(line) + "\n" for line in result.text().splitlines()), nl=False)
+        # FAIL and ok are a gate's words: without --tolerance or --exact the changes are listed as they are
+        gated = tolerance is not None or exact
+        text = result.text(labels=gated, width=console().width)  # wrapped as rich would, at the console's width
+        typer.echo("".join(printable(line) + "\n" for line in text.splitlines()), nl=False)
     else:
         from devplan.cli import reports_ci
 

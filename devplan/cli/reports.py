@@ -9,7 +9,7 @@ import re
 from rich.text import Text
 
 from devplan.inspection.check import BufferCheck, GoldenCheck
-from devplan.inspection.difftext import cause_lines, change_lines, outcome, peak_text
+from devplan.inspection.difftext import WIDTH, cause_lines, change_lines, outcome, peak_text, wrapped
 from devplan.units import counted, exact_size_text, printable, size_text
 
 
@@ -63,9 +63,11 @@ def quantization_lines(report: dict) -> list[str]:
     return lines
 
 
-def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str) -> list[str]:
+def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str,
+                width: int = WIDTH) -> list[str]:
     """check's verdicts: one line per buffer (and per device a budget names), what a failing
-    one holds at its peak, then the golden file's verdict and what changed."""
+    one holds at its peak, then the golden file's verdict and what changed, each within
+    `width` columns (the console's)."""
     lines = []
     for c in checks:
         lines.append(f"{'ok  ' if c.ok else 'FAIL'}  {buffer_name(c)}: {'; '.join(buffer_facts(c))}")
@@ -75,10 +77,10 @@ def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: 
         verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
         lines.append(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
         if matched.diff is not None:
-            lines += [*cause_lines(matched.diff), *change_lines(matched.diff)]
+            lines += [*cause_lines(matched.diff, width), *change_lines(matched.diff, width=width)]
         if not matched.ok:  # how to accept the change, when it is meant
             lines.append(f"  to accept this plan: devplan check {name} --golden {golden} --update")
-    return [printable(line) for line in lines]
+    return [printable(line) for line in wrapped(lines, width)]
 
 
 _VERDICT = re.compile(r"^\s*(FAIL)\b")
