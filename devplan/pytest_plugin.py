@@ -96,6 +96,7 @@ def pytest_sessionfinish(session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist, never called (and not an unknown hook)
 def pytest_testnodedown(node, error) -> None:
     """xdist's controller: what a worker saw, merged into this session's."""
     from devplan import testing

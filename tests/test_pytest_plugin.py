@@ -138,6 +138,9 @@ def test_the_fixture_names_each_golden_from_the_test_and_reports_those_no_test_r
     assert "1 golden file(s) no test read" in listed.stdout and "\n  golden/test_plan/test_model.golden.json" in listed.stdout
     strict = pytest_in(project, "--devplan-strict-goldens")
     assert strict.returncode == 1 and "1 passed" in strict.stdout and "test_model.golden.json" in strict.stdout
+    # without xdist the plugin loads all the same (its xdist hook is optional)
+    alone = pytest_in(project, "-p", "no:xdist")
+    assert alone.returncode == 0 and "test_model.golden.json" in alone.stdout, alone.stdout + alone.stderr
     # under xdist, as the workers saw it (each sends what it read to the controller)
     spread = pytest_in(project, "--devplan-strict-goldens", "-n", "2")
     assert spread.returncode == 1 and "\n  golden/test_plan/test_model.golden.json" in spread.stdout, spread.stdout
