@@ -78,9 +78,10 @@ def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: 
         lines.append(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
         if matched.diff is not None:
             lines += [*cause_lines(matched.diff, width), *change_lines(matched.diff, width=width)]
-        if not matched.ok:  # how to accept the change, when it is meant
-            lines.append(f"  to accept this plan: devplan check {name} --golden {golden} --update")
-    return [printable(line) for line in wrapped(lines, width)]
+    lines = wrapped(lines, width)
+    if matched is not None and not matched.ok:  # how to accept the change: a command, whole to copy
+        lines.append(f"  to accept this plan: devplan check {name} --golden {golden} --update")
+    return [printable(line) for line in lines]
 
 
 _VERDICT = re.compile(r"^\s*(FAIL)\b")

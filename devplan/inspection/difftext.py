@@ -79,10 +79,11 @@ def change_lines(d, labels: bool = True, width: int = WIDTH) -> list[str]:
 
 def wrapped(lines: list[str], width: int = WIDTH) -> list[str]:
     """Long lines (operator lists, sources) wrap under their first rather than run past `width`
-    columns, never between a number and its unit."""
+    columns, never between a number and its unit nor inside a word (a path stays whole, for
+    grep and for the terminal to wrap)."""
     return [part.replace(_UNIT_SPACE, " ") for line in lines
             for part in textwrap.wrap(_SIZE.sub(rf"\1{_UNIT_SPACE}\2", line), max(width, 40), subsequent_indent=_INDENT,
-                                      break_on_hyphens=False)]
+                                      break_on_hyphens=False, break_long_words=False)]
 
 
 _SIZE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|bytes)\b")

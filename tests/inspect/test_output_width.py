@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -63,15 +64,24 @@ def test_the_summary_folds_many_segments_into_a_count(program):
 
 
 def _widths(args: list[str], columns: int) -> list[int]:
+    """The lines' widths, but the command that accepts a golden's change: it stays whole to copy."""
     shown = CliRunner().invoke(app, args, env={"COLUMNS": str(columns), "NO_COLOR": "1"})
     assert shown.exit_code == 1, shown.output
-    return [len(line) for line in shown.stdout.splitlines()]
+    return [len(line) for line in shown.stdout.splitlines() if not line.startswith("  to accept this plan: ")]
 
 
-def test_check_and_diff_lines_wrap_at_the_consoles_width(programs, tmp_path):
-    golden = tmp_path / "plain.golden.json"
-    devplan.check_golden(programs["plain"], golden, update=True)
-    for args in (["check", str(programs["delegated"]), "--budget", "1=1B", "--golden", str(golden)],
-                 ["diff", str(programs["plain"]), str(programs["delegated"])]):
+def test_check_and_diff_lines_wrap_at_the_consoles_width(programs, tmp_path, monkeypatch):
+    monkeypatch.chdir(programs["plain"].parent)  # short names: a word (a path) is never cut, however long
+    devplan.check_golden("plain.pte", tmp_path / "plain.golden.json", update=True)
+    shutil.copy(tmp_path / "plain.golden.json", "plain.golden.json")
+    for args in (["check", "two_io.pte", "--budget", "1=1B", "--golden", "plain.golden.json"],
+                 ["diff", "plain.pte", "two_io.pte"]):
         assert max(_widths(args, 60)) <= 60, args
         assert max(_widths(args, 200)) > 80, args  # not wrapped at 80 whatever the console
+
+
+def test_a_long_path_is_never_cut(programs, tmp_path):
+    golden = tmp_path / ("a" * 90 + ".golden.json")
+    shown = CliRunner().invoke(app, ["check", str(programs["plain"]), "--golden", str(golden), "--update"],
+                               env={"COLUMNS": "60", "NO_COLOR": "1"})
+    assert shown.exit_code == 0 and f"\n        {golden}:\n" in shown.stdout, shown.stdout  # on a line of its own
