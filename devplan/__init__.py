@@ -14,6 +14,10 @@ from __future__ import annotations
 import importlib
 
 __version__ = "0.1.0"  # the package's one version: pyproject.toml reads it from here
+# the JSON documents' descriptions, which --help links: a pip install has no docs/ folder
+# (pyproject.toml's Documentation URL; tests/test_review_details.py holds the two together)
+# where each JSON document's keys are stated, installed with the package (docs/ holds the prose)
+SCHEMAS = "devplan/schemas/"
 
 _HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspection", "read_pte": "devplan.pte", "write_pte": "devplan.pte",
           "run": "devplan.runtime", "check": "devplan.inspection.check", "check_golden": "devplan.inspection.check",

@@ -12,7 +12,7 @@ from typing import ClassVar
 import torch
 
 from devplan.errors import DevplanError, first_line
-from devplan.extras import import_module
+from devplan.extras import BACKENDS, import_module
 from devplan.jsontext import loads
 from devplan.ops import BACKEND_ID, NUMBER_OPS
 from devplan.spec import Device
@@ -75,8 +75,7 @@ def _op_name(name: str) -> str:
     return f"aten::{short}"
 
 
-# --backend NAME: the partitioner ExecuTorch ships for it
-KNOWN = {"xnnpack": "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner"}
+KNOWN = BACKENDS  # --backend NAME: the partitioner ExecuTorch ships for it
 
 
 @dataclass(frozen=True)

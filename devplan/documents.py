@@ -252,9 +252,13 @@ class DiffDocument(TypedDict):
 
 # --- golden files (golden.schema.json) --------------------------------------------------
 
+# a golden file gives each size in bytes with its human form beside it (`size_text`), for a
+# pull request's diff; readers compare the bytes
+
 class GoldenFile(TypedDict):
     name: str
     constant_bytes: int
+    constant_bytes_text: NotRequired[str]
 
 
 class GoldenCounts(TypedDict):
@@ -269,6 +273,7 @@ class GoldenPeak(TypedDict, total=False):
     op: str
     source: Optional[str]
     bytes: int
+    bytes_text: str
     modules: dict[str, int]
 
 
@@ -276,7 +281,9 @@ class GoldenBuffer(TypedDict):
     mem_id: int
     device: str
     size: int
+    size_text: NotRequired[str]
     lower_bound: int
+    lower_bound_text: NotRequired[str]
     tensors: int
     peak: NotRequired[GoldenPeak]
 
@@ -284,7 +291,9 @@ class GoldenBuffer(TypedDict):
 class GoldenDevice(TypedDict):
     buffers: int
     size: int
+    size_text: NotRequired[str]
     lower_bound: int
+    lower_bound_text: NotRequired[str]
 
 
 class GoldenWindow(TypedDict):
@@ -300,13 +309,19 @@ class PayloadBuffer(TypedDict):
     lower_bound: int
 
 
+class GoldenPayloadBuffer(PayloadBuffer):
+    size_text: NotRequired[str]
+    lower_bound_text: NotRequired[str]
+
+
 class GoldenDelegate(TypedDict):
     index: int
     id: str
     target_device: Optional[str]
     payload_size: int
+    payload_size_text: NotRequired[str]
     window: Optional[GoldenWindow]
-    payload_buffers: Optional[list[PayloadBuffer]]
+    payload_buffers: Optional[list[GoldenPayloadBuffer]]
 
 
 class GoldenPlacements(TypedDict):

@@ -10,6 +10,9 @@ from types import ModuleType
 from devplan.errors import DevplanError, first_line
 
 INSTALL = 'pip install "devplan[executorch]"'
+# --backend NAME: the partitioner ExecuTorch ships for it (here, not in backend.py, so that shell
+# completion lists the names without importing torch)
+BACKENDS = {"xnnpack": "executorch.backends.xnnpack.partition.xnnpack_partitioner:XnnpackPartitioner"}
 # loggers that ExecuTorch's imports fill with notes about optional libraries and deprecations
 _NOISY = ("torchao", "torch.utils._pytree")
 

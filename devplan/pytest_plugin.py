@@ -1,30 +1,52 @@
-"""devplan's pytest plugin, registered through the `pytest11` entry point: the
-`--devplan-update-golden` option, the `devplan_golden` fixture, and a terminal summary of
-the goldens written and of those whose program now plans smaller.
+"""devplan's pytest plugin, registered through the `pytest11` entry point, with the snapshot
+tools' conventions (syrupy, pytest-regressions): the `devplan_golden` fixture names each golden
+file from the test's id, `--devplan-update-golden` rewrites goldens and passes,
+`--devplan-force-regen` rewrites those that differ and fails (so CI never accepts a change
+silently), and the terminal summary lists the goldens written, those whose program now plans
+smaller, and those no test read (`--devplan-strict-goldens` fails the run for them).
 
     def test_model_plan(devplan_golden):
-        devplan_golden("build/model.pte", "golden/model.json")   # both relative to this test file"""
+        devplan_golden("build/model.pte")   # golden/test_plan/test_model_plan.golden.json, beside this file"""
 from __future__ import annotations
 
+import functools
 import os
+import re
 from pathlib import Path
 
 import pytest
 
+from devplan.testing import Seen
+
+GOLDEN_FOLDER = "golden"   # beside the test file: golden/<its module>/<its test>.golden.json
+SUFFIX = ".golden.json"
+_KEY = pytest.StashKey[Seen]()
+
 
 def pytest_addoption(parser) -> None:
-    parser.getgroup("devplan").addoption(
-        "--devplan-update-golden", action="store_true",
+    group = parser.getgroup("devplan")
+    group.addoption(
+        "--devplan-update-golden", action="store_true", dest="devplan_update_golden",
         help="write the golden files that devplan_golden and assert_matches_golden compare programs with, "
              "instead of comparing (DEVPLAN_UPDATE_GOLDEN=1 does the same)")
+    group.addoption(
+        "--devplan-force-regen", action="store_true", dest="devplan_force_regen",
+        help="compare, and rewrite each golden file that differs or is missing, failing its test: the files "
+             "to review and commit, with no run that passes having accepted them")
+    group.addoption(
+        "--devplan-strict-goldens", action="store_true", dest="devplan_strict_goldens",
+        help="fail the run when a golden file of the devplan_golden fixture is read by no test that ran "
+             "(a test renamed or removed); without it they are listed")
 
 
 def pytest_configure(config) -> None:
     # the session is module state so that assert_matches_golden, which has no pytest request,
-    # sees the flag and reports what it wrote
+    # sees the flags and reports what it wrote and read
     from devplan import testing
 
-    testing.session = testing.GoldenSession(update=config.getoption("--devplan-update-golden"))
+    testing.session = testing.GoldenSession(update=config.getoption("devplan_update_golden"),
+                                            force_regen=config.getoption("devplan_force_regen"))
+    config.stash[_KEY] = Seen(partial=_named_alone(config))
 
 
 def pytest_unconfigure(config) -> None:
@@ -33,18 +55,66 @@ def pytest_unconfigure(config) -> None:
     testing.session = None
 
 
+def _named_alone(config) -> set[str]:
+    """Test files whose tests were picked one by one (path::test): their other tests did not run,
+    so their goldens are not unused."""
+    return {os.path.abspath(arg.split("::")[0]) for arg in config.args if "::" in arg}
+
+
+def pytest_deselected(items) -> None:
+    for item in items:  # -k, -m: the file's other tests did not run
+        item.config.stash[_KEY].partial.add(os.fspath(item.path))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session) -> None:
+    seen = session.config.stash[_KEY]
+    for item in session.items:
+        seen.collected.setdefault(os.fspath(item.path), []).append(_golden_name(item.name))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call" and report.passed:  # a test that passed read every golden it calls for
+        item.config.stash[_KEY].passed.add((os.fspath(item.path), _golden_name(item.name)))
+    return report
+
+
+def pytest_sessionfinish(session) -> None:
+    from devplan import testing
+
+    seen = session.config.stash[_KEY]
+    if testing.session is not None:
+        seen.used |= testing.session.used
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: the controller merges and reports
+        workeroutput["devplan"] = seen.to_json(testing.session)
+        return
+    seen.unused = seen.unused_goldens(GOLDEN_FOLDER, SUFFIX)
+    if seen.unused and session.config.getoption("devplan_strict_goldens") and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist, never called (and not an unknown hook)
+def pytest_testnodedown(node, error) -> None:
+    """xdist's controller: what a worker saw, merged into this session's."""
+    from devplan import testing
+
+    found = getattr(node, "workeroutput", {}).get("devplan")
+    if found is not None:
+        node.config.stash[_KEY].merge(found, testing.session)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     from devplan import testing
 
-    found = testing.session
-    if found is None or not (found.written or found.smaller):
+    found, seen = testing.session, config.stash.get(_KEY, None)
+    unused = seen.unused if seen is not None else []
+    if found is None or not (found.written or found.smaller or unused):
         return
     terminalreporter.section("devplan goldens")
-    here = config.invocation_params.dir
-
-    def shown(path: str) -> str:  # relative to where pytest ran, as pytest names test files
-        return os.path.relpath(path, here) if Path(path).resolve().is_relative_to(here.resolve()) else path
-
+    shown = functools.partial(_shown, here=config.invocation_params.dir)
     if found.written:
         terminalreporter.write_line(f"wrote {len(found.written)} golden file(s):")
         for path in found.written:
@@ -54,22 +124,54 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
                                     f"with --devplan-update-golden to record it, so growth back is caught:")
         for path, what in found.smaller:
             terminalreporter.write_line(f"  {shown(path)}: {what}")
+    if unused:
+        strict = config.getoption("devplan_strict_goldens")
+        terminalreporter.write_line(f"{len(unused)} golden file(s) no test read (a test renamed or removed); "
+                                    f"delete them{'' if strict else ', or run with --devplan-strict-goldens to fail'}:",
+                                    red=strict)
+        for path in unused:
+            terminalreporter.write_line(f"  {shown(path)}")
+
+
+def _shown(path: str | os.PathLike, here: Path) -> str:
+    """`path` relative to where pytest ran, as pytest names test files (else as it is)."""
+    return os.path.relpath(path, here) if Path(path).resolve().is_relative_to(here.resolve()) else os.fspath(path)
+
+
+def _golden_name(test: str) -> str:
+    """A test's name as a file name: its parameters' ids kept, what a file name cannot hold
+    (a slash, a space) as _."""
+    return re.sub(r"[^\w.,=+\[\]-]+", "_", test)
 
 
 @pytest.fixture
 def devplan_golden(request):
-    """A callable (pte, golden, tolerance=None, exact=False) that asserts the program plans as
-    the golden file records, or writes the file under --devplan-update-golden. Relative paths,
-    the program's and the golden's, are read from the requesting test file's folder, so they
-    move with the test whatever folder pytest runs from."""
-    from devplan.testing import assert_matches_golden
+    """A callable (pte, golden=None, tolerance=None, exact=False) that asserts the program plans
+    as the golden file records, or writes the file under --devplan-update-golden. The golden
+    file is golden/<test file>/<test>.golden.json beside the test file (a second call in one test:
+    <test>.2.golden.json); a path given instead is read, like the program's, from the test
+    file's folder, so both move with the test whatever folder pytest runs from."""
+    from devplan.testing import Unreadable, assert_matches_golden
 
     base = request.path.parent
+    here = request.config.invocation_params.dir
+    calls = [0]
 
-    def check(pte, golden, *, tolerance=None, exact: bool = False) -> None:
+    def check(pte, golden=None, *, tolerance=None, exact: bool = False) -> None:
         __tracebackhide__ = True
+        calls[0] += 1
+        if golden is None:
+            number = f".{calls[0]}" if calls[0] > 1 else ""
+            golden = Path(GOLDEN_FOLDER) / request.path.stem / f"{_golden_name(request.node.name)}{number}{SUFFIX}"
         if isinstance(pte, (str, os.PathLike)):  # bytes and CompileResults have no path to resolve
-            pte = base / Path(pte)
-        assert_matches_golden(pte, base / Path(golden), tolerance=tolerance, exact=exact)
+            pte = Path(_shown(os.path.normpath(base / pte), here))  # build/model.pte, not tests/../build/model.pte
+            if not pte.exists():  # the test's own setup, not devplan, is what to fix: no traceback into devplan
+                pytest.fail(f"{pte}: no such program; build it before this test runs "
+                            f"(devplan compile MODEL.pt2 -o {pte})", pytrace=False)
+        try:
+            assert_matches_golden(pte, Path(_shown(os.path.normpath(base / golden), here)), tolerance=tolerance,
+                                  exact=exact)
+        except Unreadable as error:  # a damaged program or golden file: devplan's one line says what to do
+            pytest.fail(str(error), pytrace=False)
 
     return check

@@ -12,6 +12,7 @@ the plugin lists the goldens written, and those whose program now plans smaller,
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,11 +25,62 @@ class GoldenSession:
     installs one as `session` while pytest runs; outside pytest there is none."""
 
     update: bool = False                                          # --devplan-update-golden was given
+    force_regen: bool = False                                     # --devplan-force-regen was given
     written: list[str] = field(default_factory=list)              # goldens rewritten
     smaller: list[tuple[str, str]] = field(default_factory=list)  # (golden, what shrank) of passing checks
+    used: set[str] = field(default_factory=set)                   # goldens read or written, resolved
+
+
+@dataclass
+class Seen:
+    """What the plugin learns of a run to find the goldens no test reads: the tests collected
+    (test file -> its tests' names as golden file names), the test files not run whole (-k,
+    path::test), the tests that passed, and the goldens read. Under xdist each worker sends its
+    own (to_json) and the controller merges them."""
+
+    partial: set[str] = field(default_factory=set)
+    collected: dict[str, list[str]] = field(default_factory=dict)
+    passed: set[tuple[str, str]] = field(default_factory=set)
+    used: set[str] = field(default_factory=set)
+    unused: list[str] = field(default_factory=list)
+
+    def to_json(self, golden: GoldenSession | None) -> dict:
+        return {"partial": sorted(self.partial), "collected": self.collected, "passed": sorted(self.passed),
+                "used": sorted(self.used), "written": golden.written if golden else [],
+                "smaller": golden.smaller if golden else []}
+
+    def merge(self, found: dict, golden: GoldenSession | None) -> None:
+        self.partial.update(found["partial"])
+        for path, names in found["collected"].items():
+            self.collected.setdefault(path, []).extend(names)
+        self.passed.update(tuple(pair) for pair in found["passed"])
+        self.used.update(found["used"])
+        if golden is not None:
+            golden.written += found["written"]
+            golden.smaller += [tuple(pair) for pair in found["smaller"]]
+
+    def unused_goldens(self, folder: str, suffix: str) -> list[str]:
+        """The golden files of the fixture's naming (FOLDER/<test file>/<test>[.N]SUFFIX beside a
+        test file that ran) that no test read: a passing test's golden it no longer asks for, or
+        one named after no test of its file where the whole file ran."""
+        found = []
+        for module, names in sorted(self.collected.items()):
+            kept = Path(module).parent / folder / Path(module).stem
+            for golden in sorted(kept.glob(f"*{suffix}")) if kept.is_dir() else ():
+                if str(golden.resolve()) in self.used:
+                    continue
+                owner = next((name for name in names if golden.name == name + suffix
+                              or re.fullmatch(re.escape(name) + r"\.\d+" + re.escape(suffix), golden.name)), None)
+                if (module, owner) in self.passed if owner is not None else module not in self.partial:
+                    found.append(str(golden))
+        return found
 
 
 session: GoldenSession | None = None
+
+
+class Unreadable(AssertionError):
+    """A program or golden file devplan cannot read: its one line, which the fixture shows alone."""
 
 
 def update_requested() -> bool:
@@ -43,15 +95,29 @@ def assert_matches_golden(pte, golden: str | os.PathLike, update: bool | None = 
     or a CompileResult) plans as the golden file records; with update, write the golden file
     (and its folders) instead. update None follows --devplan-update-golden and
     DEVPLAN_UPDATE_GOLDEN. tolerance ('2%', '4KiB') and exact are those of `devplan check --golden`."""
+    from devplan.errors import DevplanError
     from devplan.inspection.check import check_golden
 
     __tracebackhide__ = True  # pytest shows the caller's line, not this helper's
     if update is None:
         update = update_requested()
-    if not update and not Path(golden).exists():
+    regen = not update and session is not None and session.force_regen
+    if session is not None:
+        session.used.add(str(Path(golden).resolve()))
+    if not update and not regen and not Path(golden).exists():
         raise AssertionError(f"{golden}: no golden file yet; rerun with pytest --devplan-update-golden "
                              f"(or {UPDATE_VARIABLE}=1) to write it")
-    result = check_golden(getattr(pte, "data", pte), golden, update=update, tolerance=tolerance, exact=exact)
+    program = getattr(pte, "data", pte)
+    try:
+        if update:
+            result = check_golden(program, golden, update=True, tolerance=tolerance, exact=exact)
+        elif regen:
+            _force_regen(program, golden, tolerance, exact)
+            return
+        else:
+            result = check_golden(program, golden, tolerance=tolerance, exact=exact)
+    except DevplanError as error:  # a damaged file: devplan's one line, no traceback into devplan
+        raise Unreadable(str(error)) from None
     if not result.ok:
         raise AssertionError(f"{golden}: the program no longer plans as recorded; if that is intended, "
                              f"rerun with pytest --devplan-update-golden (or {UPDATE_VARIABLE}=1)\n"
@@ -61,6 +127,22 @@ def assert_matches_golden(pte, golden: str | os.PathLike, update: bool | None = 
             session.written.append(os.fspath(golden))
         elif shrunk := _shrunk(result.diff):
             session.smaller.append((os.fspath(golden), shrunk))
+
+
+def _force_regen(program, golden: str | os.PathLike, tolerance, exact: bool) -> None:
+    """--devplan-force-regen: a golden that differs, or is missing, is written as the program
+    plans now and its test fails, so that no run accepts a change without a commit saying so."""
+    from devplan.inspection.check import check_golden
+
+    __tracebackhide__ = True
+    result = check_golden(program, golden, tolerance=tolerance, exact=exact) if Path(golden).exists() else None
+    if result is not None and result.ok:
+        return
+    check_golden(program, golden, update=True)
+    session.written.append(os.fspath(golden))
+    raise AssertionError(f"{golden}: {'written' if result is None else 'rewritten'} by --devplan-force-regen, "
+                         f"as the program plans now; review the change and commit it"
+                         + (f"\n{result.diff.text()}" if result is not None else ""))
 
 
 def _shrunk(diff) -> str:

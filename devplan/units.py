@@ -36,6 +36,11 @@ def exact_size_text(nbytes: int) -> str:
     return size_text(nbytes) if abs(nbytes) < 1024 else f"{size_text(nbytes)} ({nbytes:,} bytes)"
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 instruction', '8 instructions': a count with its noun, singular for one."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def natural_key(name: str) -> tuple:
     """Sorts names as people count: 'h.2' before 'h.10' (each run of digits compares as its number)."""
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part)

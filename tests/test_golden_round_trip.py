@@ -56,8 +56,10 @@ def _export(path: Path, width: int, double: bool = False) -> Path:
 
 
 def _devplan(project: Path, *args) -> subprocess.CompletedProcess:
+    # this checkout's devplan, from the project's folder (where -m would find the installed one)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     return subprocess.run([sys.executable, "-m", "devplan", *map(str, args)], cwd=project, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=env)
 
 
 def _joined(text: str) -> str:
@@ -106,7 +108,7 @@ def test_a_golden_round_trip_in_a_throwaway_project(tmp_path):
     # one more op: one added tensor, nothing resized, moved or relived
     assert _devplan(project, "compile", doubled, "-o", "doubled.pte").returncode == 0
     one_op = _devplan(project, "diff", "base.pte", "doubled.pte").stdout
-    assert re.search(r"\n  ok    placements: (\d+) -> \d+ tensors: 1 added\n", one_op), one_op
+    assert re.search(r"\n  placements: (\d+) -> \d+ tensors: 1 added\n", one_op), one_op  # no gate: no labels
     assert "operators added: aten::mul.Scalar_out" in one_op and "resized" not in one_op, one_op
     added = [line for line in one_op.splitlines() if " added: buffer " in line]
     assert len(added) == 1 and "mul" in added[0], one_op

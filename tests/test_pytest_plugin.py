@@ -32,9 +32,10 @@ def test_model_plan_with_the_helper():
 
 
 def pytest_in(project: Path, *args: str, cwd: Path | None = None, **variables: str) -> subprocess.CompletedProcess:
-    # PYTHONPATH and the rest pass on, so the subprocess imports this checkout's devplan
     env = {key: value for key, value in os.environ.items()
            if key not in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "DEVPLAN_UPDATE_GOLDEN")} | variables
+    # this checkout's devplan (and plugin, which the installed devplan's entry point names), wherever it runs
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
                           cwd=cwd or project, capture_output=True, text=True, timeout=300, env=env)
 
@@ -80,8 +81,109 @@ def test_the_variable_updates_and_a_smaller_plan_is_noted(tmp_path):
     assert recorded.returncode == 0 and "wrote 2 golden file(s):" in recorded.stdout, recorded.stdout + recorded.stderr
 
     golden = project / "golden" / "model.json"  # as if the program planned more when it was recorded
-    golden.write_text(golden.read_text().replace('"size": 768', '"size": 1024'))
+    golden.write_text(golden.read_text().replace('"size": 768', '"size": 1024').replace('"size_text": "768 B"', '"size_text": "1.0 KiB"'))
     smaller = pytest_in(project)
     assert smaller.returncode == 0 and "2 passed" in smaller.stdout, smaller.stdout
     assert "1 program(s) now plan smaller than their golden" in smaller.stdout, smaller.stdout
     assert "\n  golden/model.json: forward buffer 1 (cpu) size 1.0 KiB -> 768 B" in smaller.stdout, smaller.stdout
+
+
+NAMED_TESTS = '''
+import pytest
+
+
+def test_model(devplan_golden):
+    devplan_golden("build/model.pte")
+
+
+@pytest.mark.parametrize("size", ["small"])
+def test_twice(devplan_golden, size):
+    devplan_golden("build/model.pte")
+    devplan_golden("build/model.pte", tolerance="1%")
+'''
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> dict[str, bytes]:
+    """two_io's program as compiled, and with one delegate (a plan that differs)."""
+    folder = tmp_path_factory.mktemp("models")
+    devplan.compile(ROOT / "samples" / "two_io.pt2", folder / "plain.pte")
+    devplan.compile(ROOT / "samples" / "two_io.pt2", folder / "delegated.pte", delegates=["cuda:0=aten::linear"])
+    return {name: (folder / f"{name}.pte").read_bytes() for name in ("plain", "delegated")}
+
+
+def _named_project(tmp_path: Path, program: bytes) -> Path:
+    project = tmp_path / "project"
+    (project / "build").mkdir(parents=True)
+    (project / "test_plan.py").write_text(NAMED_TESTS)
+    (project / "build" / "model.pte").write_bytes(program)
+    return project
+
+
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
+def test_the_fixture_names_each_golden_from_the_test_and_reports_those_no_test_reads(tmp_path, model):
+    project = _named_project(tmp_path, model["plain"])
+    recorded = pytest_in(project, "--devplan-update-golden")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    kept = project / "golden" / "test_plan"
+    assert sorted(p.name for p in kept.iterdir()) == ["test_model.golden.json", "test_twice[small].2.golden.json",
+                                                      "test_twice[small].golden.json"]
+    again = pytest_in(project)
+    assert again.returncode == 0 and "2 passed" in again.stdout and "devplan goldens" not in again.stdout, again.stdout
+
+    # a test removed leaves its golden behind: listed, and a failure under --devplan-strict-goldens
+    (project / "test_plan.py").write_text(NAMED_TESTS.replace("def test_model(", "def _not_a_test("))
+    listed = pytest_in(project)
+    assert listed.returncode == 0, listed.stdout
+    assert "1 golden file(s) no test read" in listed.stdout and "\n  golden/test_plan/test_model.golden.json" in listed.stdout
+    strict = pytest_in(project, "--devplan-strict-goldens")
+    assert strict.returncode == 1 and "1 passed" in strict.stdout and "test_model.golden.json" in strict.stdout
+    # without xdist the plugin loads all the same (its xdist hook is optional)
+    alone = pytest_in(project, "-p", "no:xdist")
+    assert alone.returncode == 0 and "test_model.golden.json" in alone.stdout, alone.stdout + alone.stderr
+    # under xdist, as the workers saw it (each sends what it read to the controller)
+    spread = pytest_in(project, "--devplan-strict-goldens", "-n", "2")
+    assert spread.returncode == 1 and "\n  golden/test_plan/test_model.golden.json" in spread.stdout, spread.stdout
+    # a test that reads one golden fewer leaves that one unread
+    (project / "test_plan.py").write_text(NAMED_TESTS.replace('    devplan_golden("build/model.pte", tolerance="1%")\n', ""))
+    fewer = pytest_in(project, "--devplan-strict-goldens")
+    assert fewer.returncode == 1 and "test_twice[small].2.golden.json" in fewer.stdout, fewer.stdout
+    # but where only some of the file's tests ran, the others' goldens are not anyone's to judge
+    picked = pytest_in(project, "--devplan-strict-goldens", "-k", "model")
+    assert picked.returncode == 0 and "no test read" not in picked.stdout, picked.stdout
+
+
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
+def test_force_regen_rewrites_what_differs_and_fails(tmp_path, model):
+    project = _named_project(tmp_path, model["plain"])
+    assert pytest_in(project, "--devplan-update-golden").returncode == 0
+    golden = project / "golden" / "test_plan" / "test_model.golden.json"
+    before = golden.read_text()
+    same = pytest_in(project, "--devplan-force-regen")
+    assert same.returncode == 0 and "2 passed" in same.stdout and "devplan goldens" not in same.stdout, same.stdout
+
+    (project / "build" / "model.pte").write_bytes(model["delegated"])
+    regen = pytest_in(project, "--devplan-force-regen")
+    assert regen.returncode == 1 and "2 failed" in regen.stdout, regen.stdout
+    assert "rewritten by --devplan-force-regen, as the program plans now; review the change and commit it" in regen.stdout
+    assert "wrote 2 golden file(s):" in regen.stdout and golden.read_text() != before
+    # a test stops at its first failure: the next run rewrites its second golden
+    second = pytest_in(project, "--devplan-force-regen")
+    assert second.returncode == 1 and "1 failed, 1 passed" in second.stdout, second.stdout
+    assert "\n  golden/test_plan/test_twice[small].2.golden.json" in second.stdout, second.stdout
+    after = pytest_in(project)
+    assert after.returncode == 0 and "2 passed" in after.stdout, after.stdout
+
+
+def test_one_update_flag_name_everywhere():
+    """Users and devplan's own suite rewrite goldens with --devplan-update-golden; the suite's
+    old --update-golden is a hidden alias of it, named in no instructions."""
+    import re
+
+    for path in (ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "tests").rglob("*.py"))):
+        if path.name in ("conftest.py", "test_pytest_plugin.py"):
+            continue
+        assert not re.search(r"(?<!devplan)-update-golden", path.read_text()), path
+    shown = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--help"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120).stdout
+    assert "--devplan-update-golden" in shown and "--update-golden" not in shown.replace("--devplan-update-golden", "")

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from inspect import cleandoc
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Optional
+from typing import IO, Annotated, Any, Mapping, Optional, cast
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -101,10 +102,39 @@ DataFile = Annotated[
 
 def console(stderr: bool = False):
     """A rich Console for devplan's views. Under NO_COLOR (no-color.org) it writes no styles at
-    all: rich itself drops only colours there, keeping bold and dim."""
+    all: rich itself drops only colours there, keeping bold and dim. Rich pads a table's cells
+    to the console's width; those spaces go before they reach a CI log or a diff of output."""
+    import sys
+
     from rich.console import Console
 
-    return Console(highlight=False, stderr=stderr, color_system=None if os.environ.get("NO_COLOR") else "auto")
+    return Console(highlight=False, file=cast("IO[str]", _Trimmed(sys.stderr if stderr else sys.stdout)),
+                   color_system=None if os.environ.get("NO_COLOR") else "auto")
+
+
+class _Trimmed:
+    """A text stream that writes each line without its trailing spaces (kept before a style's
+    closing escape sequence, they are dropped from there too)."""
+
+    _TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")
+
+    def __init__(self, stream) -> None:
+        self._stream, self._pending = stream, ""
+
+    def write(self, text: str) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self._stream.write(self._TRAILING.sub(r"\1", line) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._stream.write(self._pending)
+            self._pending = ""
+        self._stream.flush()
+
+    def __getattr__(self, name: str):  # isatty, fileno, encoding: the stream's, as rich asks them
+        return getattr(self._stream, name)
 
 
 def program_source(path: Path, data: Path | None = None):

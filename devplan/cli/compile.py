@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,6 +26,20 @@ def _given_order(ctx: typer.Context, names) -> list[str]:
     return [name for name in ctx.meta.get("devplan_order", []) if name in names]
 
 
+def _planners(incomplete: str) -> list[str]:
+    """Shell completion's values for --planner."""
+    from devplan.planning.planner import ALGORITHMS
+
+    return [name for name in ALGORITHMS if name.startswith(incomplete)]
+
+
+def _backends(incomplete: str) -> list[str]:
+    """Shell completion's values for --backend (devplan.backend imports torch: too slow for a Tab)."""
+    from devplan.extras import BACKENDS
+
+    return [name for name in BACKENDS if name.startswith(incomplete)]
+
+
 @app.command("compile", cls=Command)
 def compile_command(
     ctx: typer.Context,
@@ -40,7 +55,7 @@ def compile_command(
     alignment: Annotated[int, typer.Option("--alignment", metavar="BYTES", help="Alignment of every planned tensor's offset (a power of two).")] = DEFAULT_ALIGNMENT,
     planner: Annotated[
         str,
-        typer.Option("--planner", metavar="NAME", help="Placement algorithm: best (runs the others but naive and keeps the smallest "
+        typer.Option("--planner", metavar="NAME", autocompletion=_planners, help="Placement algorithm: best (runs the others but naive and keeps the smallest "
                      "plan per buffer), greedy-size, greedy-breadth, greedy-order, hill-climb, or naive (no reuse)."),
     ] = "best",
     budget: Budgets = None,
@@ -60,7 +75,7 @@ def compile_command(
     ] = None,
     backend: Annotated[
         Optional[list[str]],
-        typer.Option("--backend", metavar="NAME", callback=_in_order, help="Let ExecuTorch's backend NAME (xnnpack) take "
+        typer.Option("--backend", metavar="NAME", callback=_in_order, autocompletion=_backends, help="Let ExecuTorch's backend NAME (xnnpack) take "
                      "the ops it supports, compiled by its own partitioner and preprocess into its delegates; devplan "
                      "plans everything around them. Needs pip install \"devplan\\[executorch]\". Combines with --delegate "
                      "and --partitioner in the order given.", show_default=False),
@@ -157,6 +172,10 @@ def compile_command(
     constants = {**(_metadata(metadata) if metadata is not None else {}),
                  **_named_once([_name_value(text, "--constant-method", _constant) for text in constant_method or ()],
                                "--constant-method")}
+    if output is not None and is_stdout(output) and sys.stdout.isatty():
+        # as gzip refuses: a program's bytes are noise on a terminal, and some of them its commands
+        raise DevplanError(f"-o {output}: standard output is a terminal, and a program is binary; redirect it "
+                           f"(-o {output} > PROGRAM.pte) or pipe it to the command that reads it")
     for path in (model, *methods.values()):
         check_input(path)  # a .pte given as the model is told so, not that -o would overwrite it
     target = output if output is not None else model.with_suffix(".pte")
@@ -228,7 +247,12 @@ def _metadata(path: Path) -> dict:
 
     from devplan.jsontext import loads
 
-    text = read_input(path, limit=1 << 20, hint="pass a JSON file of constant methods")
+    raw = read_input(path, limit=1 << 20, hint="pass a JSON file of constant methods")
+    try:  # JSON text is UTF-8 (RFC 8259); json would guess UTF-16 or 32 from a binary's zeros, and say that
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise DevplanError(f"--metadata {path}: not JSON text (not UTF-8: a binary file?); pass a JSON file "
+                           f"of constant methods, an object of NAME: VALUE") from None
     try:
         found = loads(text, f"--metadata {path}", object_pairs_hook=functools.partial(_unique_keys, path))
     except ValueError as error:

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from devplan.cli.app import Budgets, Command, DataFile, app, echo_json, noting_external, read_noting_external
+from devplan import SCHEMAS
+from devplan.cli.app import Budgets, Command, DataFile, app, console, echo_json, noting_external, read_noting_external
 from devplan.errors import EXIT_FAILED, DevplanError
 from devplan.files import STDIO
 
@@ -77,7 +78,7 @@ def check_command(
     tolerance: Tolerance = None,
     exact: Exact = False,
     method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Check only this method.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the checks as JSON (docs/check-json.md).")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help=f"Print the checks as JSON (keys: {SCHEMAS}check.schema.json in the installed package).")] = False,
     data: DataFile = None,
     report_format: Format = ReportFormat.text,
     junit: JUnit = None,
@@ -112,10 +113,10 @@ def check_command(
     if json_output:
         echo_json(report, err=to_stderr)
     elif report_format is ReportFormat.text:
-        from devplan.cli.reports import check_lines
+        from devplan.cli.reports import check_lines, print_verdicts
 
-        for line in check_lines(checks, matched, str(golden), name):
-            typer.echo(line, err=to_stderr)
+        shown = console(stderr=to_stderr)
+        print_verdicts(check_lines(checks, matched, str(golden), name, shown.width), shown)
     else:
         from devplan.cli import reports_ci
 
@@ -141,7 +142,7 @@ def diff_command(
     tolerance: Tolerance = None,
     exact: Exact = False,
     method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Compare only this method.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the differences as JSON (docs/diff-json.md).")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help=f"Print the differences as JSON (keys: {SCHEMAS}diff.schema.json in the installed package).")] = False,
     data: Annotated[
         Optional[list[Path]],
         typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file of A, then of B (given once: of both), "
@@ -154,7 +155,9 @@ def diff_command(
     (within --tolerance), 1 when they differ, 2 for bad input.
 
     Per method: buffers added, removed or resized (per device), lower bounds, constant bytes,
-    operators, counts, delegates, and the tensors whose placement changed."""
+    operators, counts, delegates, and the tensors whose placement changed. With --tolerance or
+    --exact, each change is labelled FAIL or ok by that gate; without, the changes are listed as
+    they are (growth still exits 1)."""
     from devplan.inspection.diff import diff
     from devplan.units import printable
 
@@ -173,7 +176,10 @@ def diff_command(
     if json_output:
         echo_json(result.document())
     elif report_format is ReportFormat.text:
-        typer.echo("".join(printable(line) + "\n" for line in result.text().splitlines()), nl=False)
+        # FAIL and ok are a gate's words: without --tolerance or --exact the changes are listed as they are
+        gated = tolerance is not None or exact
+        text = result.text(labels=gated, width=console().width)  # wrapped as rich would, at the console's width
+        typer.echo("".join(printable(line) + "\n" for line in text.splitlines()), nl=False)
     else:
         from devplan.cli import reports_ci
 

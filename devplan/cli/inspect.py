@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from devplan.cli.app import DataFile, Command, app, console, echo_json, program_source
+from devplan import SCHEMAS
+from devplan.cli.app import DataFile, Command, app, console, echo_json, noting_external, program_source
 from devplan.inspection import sections as inspect_sections
 
 InspectSection = enum.Enum(  # type: ignore[misc]  # members from the sections table
@@ -25,7 +26,7 @@ def inspect_command(
         bool,
         typer.Option(
             "--json",
-            help="Print the inspection document as JSON (keys described in docs/inspect-json.md) "
+            help=f"Print the inspection document as JSON (keys: {SCHEMAS}inspect.schema.json in the installed package) "
             "instead of tables. The whole document unless --section is given.",
         ),
     ] = False,
@@ -83,7 +84,8 @@ def inspect_command(
     refuse_overwrite(svg, [program, data], "--svg")
     refuse_overwrite(trace, [program, data], "--trace")
     refuse_one_stream({"--svg": svg, "--trace": trace})
-    doc = inspect(program_source(program, data), method=method, delegate=delegate)
+    source = program_source(program, data)
+    doc = inspect(noting_external(source) if data is not None else source, method=method, delegate=delegate)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
     if svg is not None:
         from devplan.inspection.svg import layout_svg

@@ -4,10 +4,14 @@ is its result's own). Names that come from files are shown through units.printab
 terminal escape in one is shown escaped, never obeyed."""
 from __future__ import annotations
 
+import re
+
+from rich.text import Text
+
 from devplan.documents import CompiledDelegate, CompileSummary, Quantization, RunDocument
 from devplan.inspection.check import BufferCheck, GoldenCheck
-from devplan.inspection.difftext import cause_lines, change_lines, outcome, peak_text
-from devplan.units import exact_size_text, printable, size_text
+from devplan.inspection.difftext import WIDTH, cause_lines, change_lines, outcome, peak_text, wrapped
+from devplan.units import counted, exact_size_text, printable, size_text
 
 
 def compile_lines(summary: CompileSummary, constant_methods: list[str], written: str, external: str | None) -> list[str]:
@@ -15,12 +19,12 @@ def compile_lines(summary: CompileSummary, constant_methods: list[str], written:
     constants, and the files written (`written`: the program's name, `external`: the .ptd's)."""
     lines = [f"constant methods: {', '.join(constant_methods)}"] if constant_methods else []
     for shown in (m for m in summary["methods"] if m["name"] not in constant_methods):
-        lines.append(f"method {shown['name']}: {shown['counts']['instructions']} instructions, "
-                     f"{shown['counts']['operators']} operators, planner {shown['planner']}")
+        lines.append(f"method {shown['name']}: {counted(shown['counts']['instructions'], 'instruction')}, "
+                     f"{counted(shown['counts']['operators'], 'operator')}, planner {shown['planner']}")
         for b in shown["buffers"]:
             ratio = b["size"] / b["lower_bound"] if b["lower_bound"] else 1.0
             lines.append(f"  buffer {b['mem_id']} ({b['device']}): {exact_size_text(b['size'])} planned, "
-                         f"lower bound {exact_size_text(b['lower_bound'])}, ratio {ratio:.3f}, {b['tensors']} tensors")
+                         f"lower bound {exact_size_text(b['lower_bound'])}, ratio {ratio:.3f}, {counted(b['tensors'], 'tensor')}")
         for device, backend in sorted({(d["target_device"], d["id"]) for d in shown["delegates"]}):
             mine = [d for d in shown["delegates"] if (d["target_device"], d["id"]) == (device, backend)]
             windows = [d["window"] for d in mine if d["window"]]
@@ -36,7 +40,9 @@ def compile_lines(summary: CompileSummary, constant_methods: list[str], written:
     if file.get("external") is not None:
         lines.append(f"wrote {external} ({exact_size_text(file['external']['size'])}, "
                      f"{file['external']['keys']} keys): the weights")
-    lines.append(f"wrote {written} ({exact_size_text(file['size'])}) in {summary['timings']['seconds']:.2f} s")
+    # the time from loading the model to the program written: not Python's start-up nor torch's import
+    lines.append(f"wrote {written} ({exact_size_text(file['size'])}); compiling took "
+                 f"{summary['timings']['seconds']:.2f} s (loading the model to writing the program)")
     return lines
 
 
@@ -71,9 +77,11 @@ def quantization_lines(report: Quantization) -> list[str]:
     return lines
 
 
-def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str) -> list[str]:
+def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str,
+                width: int = WIDTH) -> list[str]:
     """check's verdicts: one line per buffer (and per device a budget names), what a failing
-    one holds at its peak, then the golden file's verdict and what changed."""
+    one holds at its peak, then the golden file's verdict and what changed, each within
+    `width` columns (the console's)."""
     lines = []
     for c in checks:
         mark = "note" if c.working_memory is not None else "ok  " if c.ok else "FAIL"
@@ -84,10 +92,24 @@ def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: 
         verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
         lines.append(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
         if matched.diff is not None:
-            lines += [*cause_lines(matched.diff), *change_lines(matched.diff)]
-        if not matched.ok:  # how to accept the change, when it is meant
-            lines.append(f"  to accept this plan: devplan check {name} --golden {golden} --update")
+            lines += [*cause_lines(matched.diff, width), *change_lines(matched.diff, width=width)]
+    lines = wrapped(lines, width)
+    if matched is not None and not matched.ok:  # how to accept the change: a command, whole to copy
+        lines.append(f"  to accept this plan: devplan check {name} --golden {golden} --update")
     return [printable(line) for line in lines]
+
+
+_VERDICT = re.compile(r"^\s*(FAIL)\b")
+
+
+def print_verdicts(lines: list[str], console) -> None:
+    """check's lines on `console`, each FAIL in bold red where the console shows colour (a
+    terminal, without NO_COLOR: see app.console); the text itself is the same everywhere."""
+    for line in lines:
+        shown = Text(line)
+        if found := _VERDICT.match(line):
+            shown.stylize("bold red", *found.span(1))
+        console.print(shown, soft_wrap=True)
 
 
 def buffer_name(c: BufferCheck) -> str:

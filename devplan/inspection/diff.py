@@ -22,7 +22,7 @@ from pathlib import Path
 from devplan.errors import DevplanError
 from devplan.files import open_input
 from devplan.inspection import inspect
-from devplan.inspection.difftext import diff_text
+from devplan.inspection.difftext import WIDTH, diff_text
 from devplan.inspection.golden import golden_document, is_golden, placements, read_golden
 from devplan.inspection.sources import source_identity
 from devplan.units import natural_key, size_text
@@ -111,8 +111,9 @@ class Diff:
             "changes": [change.document() for change in self.changes],
         }
 
-    def text(self) -> str:
-        return diff_text(self)
+    def text(self, labels: bool = True, width: int = WIDTH) -> str:
+        """As a person reads it, in `width` columns; labels=False: without a gate's FAIL and ok."""
+        return diff_text(self, labels, width)
 
 
 @dataclass(frozen=True)

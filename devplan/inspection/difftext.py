@@ -1,20 +1,24 @@
-"""A Diff as a person reads it: one line per change, under its method, within 80 columns.
+"""A Diff as a person reads it: one line per change, under its method, within the console's
+width (80 columns unless told: a pipe's, and a CI log's).
 
     FAIL  buffer 1 (cpu) size: 1.5 KiB (1,536 bytes) -> 2.0 KiB (2,048 bytes), +512 B (+33.3%)
     ok    constant bytes: 781.3 KiB (800,000 bytes) -> 780.3 KiB (798,976 bytes), -1.0 KiB (-0.1%)
 
 "FAIL" marks a difference; "ok" a change the comparison allows (a size that shrank or grew
-within the tolerance, placements that moved without --exact)."""
+within the tolerance, placements that moved without --exact). Those labels are a gate's: where
+none is applied (`devplan diff` without --tolerance or --exact, comparing two toolchains' or
+two versions' programs), the changes are listed without them (labels=False)."""
 from __future__ import annotations
 
 import re
 import textwrap
 
-from devplan.units import exact_size_text, natural_key, size_text
+from devplan.units import counted, exact_size_text, natural_key, size_text
 
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 
 _INDENT = " " * 8
+WIDTH = 80  # without a console to ask: a pipe's width, as rich gives it
 _PLACEMENT_KINDS = {"added": "added", "removed": "removed", "moved": "moved", "resized": "resized",
                     "lifetime": "lifetimes"}  # detail key: how the summary line says it
 
@@ -23,12 +27,15 @@ _FACTS = {"size": "size", "lower_bound": "lower bound", "payload_size": "payload
           "added": "added", "removed": "removed", "digest": "", "window": "window", "peak": "peak"}
 
 
-def diff_text(d) -> str:
-    """The verdict line, what caused it, then the changes grouped by method."""
-    return "\n".join([verdict(d), *cause_lines(d), *change_lines(d)]) + "\n"
+def diff_text(d, labels: bool = True, width: int = WIDTH) -> str:
+    """The verdict line, what caused it, then the changes grouped by method, wrapped within
+    `width` columns; without `labels`, the changes alone, neither passing nor failing."""
+    return "\n".join([verdict(d, labels), *cause_lines(d, width), *change_lines(d, labels, width)]) + "\n"
 
 
-def verdict(d) -> str:
+def verdict(d, labels: bool = True) -> str:
+    if not labels:
+        return f"{d.a} -> {d.b}: {counted(len(d.changes), 'change') if d.changes else 'the programs plan the same'}"
     return f"{d.a} -> {d.b}: {outcome(d)}"
 
 
@@ -41,11 +48,11 @@ def outcome(d) -> str:
     if not d.changes:
         return "the programs plan the same"
     if not failing:
-        return f"{_count(allowed, 'change')}, each within what the comparison allows{rule}"
-    return f"{_count(failing, 'difference')}" + (f", and {_count(allowed, 'change')} allowed" if allowed else "") + rule
+        return f"{counted(allowed, 'change')}, each within what the comparison allows{rule}"
+    return f"{counted(failing, 'difference')}" + (f", and {counted(allowed, 'change')} allowed" if allowed else "") + rule
 
 
-def cause_lines(d) -> list[str]:
+def cause_lines(d, width: int = WIDTH) -> list[str]:
     """What a reviewer acts on, before the numbers: per buffer whose peak changed, the blocks
     that grew most and where the peak is now ('cause: blocks.0 +32.0 KiB; peak at #1 ...')."""
     lines = []
@@ -57,34 +64,35 @@ def cause_lines(d) -> list[str]:
         where = f"{change.subject}" + (f" of method {change.method}" if change.method else "")
         lines.append(f"  cause: {where}: {blocks + '; ' if blocks else ''}its peak at {where_peak(change.b)}, "
                      f"{size_text(change.a['bytes'])} -> {size_text(change.b['bytes'])}")
-    return _wrapped(lines)
+    return wrapped(lines, width)
 
 
-def change_lines(d) -> list[str]:
+def change_lines(d, labels: bool = True, width: int = WIDTH) -> list[str]:
     lines, heading = [], None
     for change in d.changes:
         if change.method != heading and change.method is not None:
             heading = change.method
             lines.append(f"method {heading}")
-        lines += _lines(change)
-    return _wrapped(lines)
+        lines += _lines(change, labels)
+    return wrapped(lines, width)
 
 
-def _wrapped(lines: list[str]) -> list[str]:
-    """Long lines (operator lists, sources) wrap under their first rather than run past 80
-    columns, never between a number and its unit."""
+def wrapped(lines: list[str], width: int = WIDTH) -> list[str]:
+    """Long lines (operator lists, sources) wrap under their first rather than run past `width`
+    columns, never between a number and its unit nor inside a word (a path stays whole, for
+    grep and for the terminal to wrap)."""
     return [part.replace(_UNIT_SPACE, " ") for line in lines
-            for part in textwrap.wrap(_SIZE.sub(rf"\1{_UNIT_SPACE}\2", line), 80, subsequent_indent=_INDENT,
-                                      break_on_hyphens=False)]
+            for part in textwrap.wrap(_SIZE.sub(rf"\1{_UNIT_SPACE}\2", line), max(width, 40), subsequent_indent=_INDENT,
+                                      break_on_hyphens=False, break_long_words=False)]
 
 
 _SIZE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|bytes)\b")
 _UNIT_SPACE = "\xa0"  # textwrap breaks only at ASCII whitespace
 
 
-def _lines(change) -> list[str]:
-    status = "FAIL" if change.fails else "ok  "
-    head = f"  {status}  {change_label(change)}: {change_values(change)}"
+def _lines(change, labels: bool = True) -> list[str]:
+    status = ("FAIL  " if change.fails else "ok    ") if labels else ""
+    head = f"  {status}{change_label(change)}: {change_values(change)}"
     if change.fact == "digest":
         return [head, *_largest(change.detail)]
     if change.fact == "peak":
@@ -220,7 +228,3 @@ def _percent(a: int, b: int) -> str:
 
 def signed_size(delta: int) -> str:
     return ("+" if delta >= 0 else "-") + size_text(abs(delta))
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -96,8 +96,11 @@ def external_weights(pte: PteFile) -> dict | None:
 
 def external_note(pte: PteFile) -> str | None:
     """One line saying that the program's weights are outside it, when they are and no .ptd
-    was given: what inspect, check and diff say instead of needing them."""
+    was given: what inspect, check and diff say instead of needing them; or that a .ptd was
+    given to a program that keeps every weight inside it."""
     external = external_weights(pte)
+    if external is None and pte.external is not None:  # a .ptd given for the wrong program, most likely
+        return f"{pte.name} names no external weights; --data {pte.external.name} is not read"
     if external is None or external["data"] is not None:
         return None
     return (f"{pte.name}: weights external: {external['keys']} {'key' if external['keys'] == 1 else 'keys'} in a .ptd "

@@ -1,5 +1,6 @@
 """The golden document: the small, stable summary of a program's plan that a project keeps
-beside it and reviews in pull requests (`devplan check --golden`, docs/golden-json.md).
+beside it and reviews in pull requests (`devplan check --golden`, docs/golden-json.md), read
+against the JSON Schema devplan ships (devplan/schemas/golden.schema.json).
 
 Built from the inspection document alone, so it says the same of devplan's programs and
 ExecuTorch's. Only facts of the plan go in: no paths, no timings, no file size; each method's
@@ -16,7 +17,8 @@ from pathlib import Path
 from devplan.errors import DevplanError
 from devplan.files import STDIO, is_stdout, read_input
 from devplan.jsontext import repeated
-from devplan.units import natural_key
+from devplan import schemacheck
+from devplan.units import natural_key, size_text
 
 SCHEMA_VERSION = 1
 # what a golden file says it is, under "document"; `format` is the program's format in every
@@ -25,6 +27,10 @@ DOCUMENT = "devplan-golden"
 # a golden file is a few dozen lines; anything near this is not one
 MAX_GOLDEN_BYTES = 16 << 20
 _PLACEMENT_KEYS = ("value", "mem_id", "offset", "nbytes", "lifetime", "device")
+# the sizes in bytes that a golden file also gives in a human form, under the key and TEXT
+SIZES = frozenset({"size", "lower_bound", "constant_bytes", "payload_size", "bytes"})
+TEXT = "_text"
+_VERBATIM = frozenset({"modules", "returns"})  # keys are the model's block names; values a method's own
 
 
 def golden_document(doc: dict) -> dict:
@@ -82,17 +88,57 @@ def placement_digest(rows: list[dict]) -> str:
 
 
 def golden_text(golden: dict) -> str:
-    """The file's text: keys sorted naturally (a peak's blocks h.2 before h.10) and a final newline,
-    so a rewrite of the same plan is byte-identical."""
-    return json.dumps(_naturally_sorted(golden), indent=2) + "\n"
+    """The file's text as a pull request's diff shows it: each size in bytes with its human form
+    beside it ("size": 1536, "size_text": "1.5 KiB"), sources as written (no \\u00b7 escapes),
+    keys sorted naturally (a peak's blocks h.2 before h.10) and a final newline, so a rewrite of
+    the same plan is byte-identical."""
+    return json.dumps(_readable(golden), indent=2, ensure_ascii=False) + "\n"
 
 
-def _naturally_sorted(value):
+def _readable(value, key: str | None = None):
+    if key in _VERBATIM:  # the model's names: only sorted
+        return {name: value[name] for name in sorted(value, key=natural_key)} if isinstance(value, dict) else value
     if isinstance(value, dict):
-        return {key: _naturally_sorted(value[key]) for key in sorted(value, key=natural_key)}
+        shown = {name: _readable(item, name) for name, item in value.items()}
+        shown |= {name + TEXT: size_text(item) for name, item in value.items() if name in SIZES and type(item) is int}
+        return {name: shown[name] for name in sorted(shown, key=natural_key)}
     if isinstance(value, list):
-        return [_naturally_sorted(item) for item in value]
+        return [_readable(item) for item in value]
     return value
+
+
+def _walk_sizes(value, key: str | None = None):
+    """Every object of a golden document that may hold sizes (not a peak's blocks, whose keys
+    are the model's names, nor what a constant method returns)."""
+    if key in _VERBATIM:
+        return
+    if isinstance(value, dict):
+        yield value
+        for name, item in value.items():
+            yield from _walk_sizes(item, name)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _walk_sizes(item)
+
+
+def _text_disagrees(golden: dict) -> str | None:
+    """A human form that says other than its bytes (a hand edit of one of the two): None when
+    each agrees. Only the bytes are compared, so a review must not read a stale text."""
+    for found in _walk_sizes(golden):
+        for name, text in found.items():
+            base = name.removesuffix(TEXT)
+            if name.endswith(TEXT) and base in SIZES and text != size_text(found.get(base, -1)):
+                return (f"\"{name}\": \"{text}\" says other than \"{base}\": {found.get(base)} "
+                        f"({size_text(found[base]) if base in found else 'missing'}); the bytes are what is compared")
+    return None
+
+
+def _without_text(golden: dict) -> dict:
+    """The document without its human forms, as golden_document makes it: what is compared."""
+    for found in _walk_sizes(golden):
+        for name in [name for name in found if name.endswith(TEXT) and name.removesuffix(TEXT) in SIZES]:
+            del found[name]
+    return golden
 
 
 def is_golden(document: dict) -> bool:
@@ -125,10 +171,11 @@ def parse_golden(text: bytes, name: str, rewrite: str) -> dict:
     if type(version) is not int or version != SCHEMA_VERSION:
         raise DevplanError(f"{name}: golden schema_version {version!r}, this devplan reads "
                            f"{SCHEMA_VERSION}; rewrite it with --update after checking the program")
-    problem = _mismatch(golden, _GOLDEN, "") or _method_twice(golden["methods"])
-    if problem is not None:
-        raise DevplanError(f"{name}: not a valid golden file: {problem}; {rewrite}")
-    return golden
+    found = schemacheck.problem(golden, schemacheck.schema("golden"), schemacheck.schema("golden"))
+    found = found or _method_twice(golden["methods"]) or _text_disagrees(golden)
+    if found is not None:
+        raise DevplanError(f"{name}: not a valid golden file: {found}; {rewrite}")
+    return _without_text(golden)
 
 
 def _once(pairs: list) -> dict:
@@ -179,74 +226,3 @@ def _is_golden_file(path: str, size: int) -> bool:
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON")
-
-
-# The golden file's shape, as docs/schemas/golden.schema.json gives it (tests/test_gate_hardening.py
-# holds the two together): a dict is an object with these keys and no others ("?key": one it may
-# leave out; "*": any key), [x] an array of x, (None, x) x or null; BYTES a count or size, up to
-# what an int64 holds. An unknown key is refused: a field devplan never compares (a per-method
-# "constants") would look checked in review.
-BYTES, ID, NAME, SHA256, VALUE = "bytes", "id", "name", "sha256", "value"  # VALUE: any JSON a method returns
-_BUFFER = {"mem_id": ID, "device": NAME, "size": BYTES, "lower_bound": BYTES}
-_PEAK = {"instruction": BYTES, "op": NAME, "source": (None, NAME), "bytes": BYTES, "modules": {"*": BYTES}}
-_GOLDEN = {
-    "schema_version": BYTES, "?document": NAME, "?format": NAME, "file": {"name": NAME, "constant_bytes": BYTES},
-    "methods": [{
-        "name": NAME,
-        "?returns": [VALUE],
-        "counts": {"instructions": BYTES, "values": BYTES, "tensors": BYTES, "delegates": BYTES},
-        "buffers": [_BUFFER | {"tensors": BYTES, "?peak": {"?" + key: shape for key, shape in _PEAK.items()}}],
-        "devices": {"*": {"buffers": BYTES, "size": BYTES, "lower_bound": BYTES}},
-        "operators": [NAME],
-        "delegates": [{"index": BYTES, "id": NAME, "target_device": (None, NAME), "payload_size": BYTES,
-                       "payload_buffers": (None, [_BUFFER | {"method": NAME}]),
-                       "window": (None, {"mem_id": ID, "offset": BYTES})}],
-        "placements": {"count": BYTES, "sha256": SHA256},
-    }],
-}
-_INT64 = (1 << 63) - 1
-
-
-def _mismatch(value, shape, where: str) -> str | None:
-    """The first place (a field path, e.g. methods[0].buffers[1].size) where `value` is not of
-    `shape`, and what it should be there; None when it fits."""
-    here = where or "the top level"
-    if isinstance(shape, tuple):
-        return None if value is None else _mismatch(value, shape[1], where)
-    if isinstance(shape, dict):
-        if not isinstance(value, dict):
-            return f"{here} should be an object"
-        if "*" in shape:
-            return next((problem for key, item in value.items()
-                         if (problem := _mismatch(item, shape["*"], f"{where}.{key}")) is not None), None)
-        fields = {key.removeprefix("?"): key.startswith("?") for key in shape}
-        unknown = next((key for key in value if key not in fields), None)
-        if unknown is not None:
-            return f"{here} has an unknown field \"{unknown}\" (docs/schemas/golden.schema.json lists those there)"
-        for key, inner in shape.items():
-            key = key.removeprefix("?")
-            if key not in value:
-                if fields[key]:
-                    continue
-                return f"{here} has no \"{key}\""
-            problem = _mismatch(value[key], inner, f"{where}.{key}" if where else key)
-            if problem is not None:
-                return problem
-        return None
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return f"{here} should be an array"
-        return next((problem for index, item in enumerate(value)
-                     if (problem := _mismatch(item, shape[0], f"{where}[{index}]")) is not None), None)
-    if shape == VALUE:  # what a constant method returns, compared as it is
-        return None
-    if shape in (BYTES, ID):
-        least = 1 if shape == ID else 0
-        if type(value) is not int or not least <= value <= _INT64:  # not a bool, a float, NaN or a 400-digit number
-            return f"{here} should be a whole number from {least} to {_INT64}"
-        return None
-    if not isinstance(value, str):
-        return f"{here} should be a string"
-    if shape == SHA256 and (len(value) != 64 or value.strip("0123456789abcdef")):
-        return f"{here} should be 64 lowercase hex digits"
-    return None

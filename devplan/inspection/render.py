@@ -17,7 +17,7 @@ from rich.text import Text
 from devplan.inspection.layout import layout_chart
 from devplan.inspection.own_memory import outside, outside_text
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
-from devplan.units import exact_size_text, size_text
+from devplan.units import counted, exact_size_text, size_text
 
 
 
@@ -30,8 +30,10 @@ def render(doc: dict, console: Console, sections: Sequence[str] = DEFAULT_SECTIO
         doc = {**doc, "methods": [_with_shapes(method) for method in doc["methods"]]}
     if "summary" in chosen:
         _summary(doc, console, exact_bytes)
+    if "segments" in chosen:
+        _segments(doc["file"]["segments"], console, exact_bytes)
     for method in doc["methods"]:
-        per_method = [section for section in chosen if section != "summary"]
+        per_method = [section for section in chosen if section not in ("summary", "segments")]
         if not per_method:
             continue
         console.print(Rule(Text(f"method {method['name']}", style="bold"), align="left"))
@@ -50,6 +52,19 @@ def _with_shapes(method: dict) -> dict:
     return {**method, "instructions": rows}
 
 
+SEGMENTS_INLINE = 4  # segments the summary lists on its line; more are a count, and -s segments lists them
+
+
+def _segments(segments: list[dict], console: Console, exact_bytes: bool) -> None:
+    if not segments:
+        console.print(Text("segments: none", style="dim"))
+        return
+    table = _Table("segments", ("#", "right"), ("size", "right"), ("at byte", "right"))
+    for segment in segments:
+        table.add_row(str(segment["index"]), size_text(segment["size"], exact_bytes), str(segment["offset"]))
+    table.print(console)
+
+
 def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
     file = doc["file"]
     console.print(Rule(Text(file["name"], style="bold"), align="left"))
@@ -60,6 +75,9 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
         f"#{segment['index']} {size_text(segment['size'], exact_bytes)} at byte {segment['offset']}"
         for segment in file["segments"]
     )
+    if len(file["segments"]) > SEGMENTS_INLINE:  # a program of many segments (an LLM's) would take a screen
+        segments = (f"{counted(len(file['segments']), 'segment')}, "
+                    f"{size_text(sum(s['size'] for s in file['segments']), exact_bytes)} (-s segments lists them)")
     _pair(grid, "file", size_text(file["size"], exact=True) if exact_bytes else exact_size_text(file["size"]))
     _pair(grid, "format", f"{doc['format']}, program version {file['program_version']}")
     _pair(grid, "document", f"schema version {doc['schema_version']}")
@@ -79,8 +97,7 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
         _pair(
             grid,
             method["name"],
-            f"{counts['values']} values, {counts['instructions']} instructions, "
-            f"{counts['operators']} operators, {counts['delegates']} delegates",
+            ", ".join(counted(counts[noun + "s"], noun) for noun in ("value", "instruction", "operator", "delegate")),
         )
         _pair(grid, "", "values: " + ", ".join(f"{count} {kind}" for kind, count in method["values"].items()))
         _pair(grid, "", f"inputs {_value_list(method['inputs'])} -> outputs {_value_list(method['outputs'])}")

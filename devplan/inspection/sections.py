@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-SECTIONS = ("summary", "buffers", "peak", "tensors", "instructions", "delegates", "layout")
+SECTIONS = ("summary", "segments", "buffers", "peak", "tensors", "instructions", "delegates", "layout")
 # The overview: what a program holds and where its memory goes. Per-value and
 # per-instruction listings grow with the model, so they are asked for by name.
 DEFAULT_SECTIONS = ("summary", "buffers", "peak", "delegates", "layout")
@@ -13,6 +13,7 @@ ALL = "all"
 # Per-method lists of the document that each section is drawn from; every other key stays.
 _METHOD_LISTS = {
     "summary": (),
+    "segments": (),  # the file's, which every document keeps
     "buffers": ("buffers", "delegates"),  # what the buffers leave out: backends' own memory
     "peak": ("peak", "buffers"),
     "tensors": ("tensors",),

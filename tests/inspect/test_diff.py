@@ -3,6 +3,7 @@ and every machine-readable document byte-identical across runs and hash seeds.""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -38,7 +39,7 @@ def test_executorch_against_devplan_names_the_size_differences_per_device(pair):
     theirs, mine = (devplan.inspect(pair[name])["methods"][0]["buffers"] for name in ("executorch", "devplan"))
     assert [b["device"] for b in theirs] == [b["device"] for b in mine] == ["cpu"]
     lines = result.stdout.replace("\n        ", " ").splitlines()  # a change wrapped past 80 columns, joined
-    assert lines[0].startswith("executorch.pte -> devplan.pte: ") and "difference" in lines[0]
+    assert lines[0].startswith("executorch.pte -> devplan.pte: ") and " changes" in lines[0]  # no gate: no verdict
     size = next(line for line in lines if "buffer 1 (cpu) size: " in line)
     for side in (theirs, mine):
         assert exact_size_text(side[0]["size"]) in size
@@ -64,8 +65,8 @@ def test_a_program_against_itself_or_its_golden_is_the_same(pair, tmp_path):
 def test_a_changed_device_is_named(pair):
     result = invoke("diff", str(pair["two_io"]), str(pair["two_io_cuda"]))
     assert result.exit_code == 1
-    for line in ("FAIL  buffer 2 (cuda:0) added: 512 B", "FAIL  delegate 0 added: DevplanDelegate on cuda:0",
-                 "FAIL  operators removed: aten::linear.out"):
+    for line in ("\n  buffer 2 (cuda:0) added: 512 B", "\n  delegate 0 added: DevplanDelegate on cuda:0",
+                 "\n  operators removed: aten::linear.out"):
         assert line in result.stdout, result.stdout
     # the tensors made on cuda:0 are new ones (paired by identity, not value index), named by their source
     assert "added: buffer 2 (cuda:0) @" in result.stdout and "proj (Linear)" in result.stdout
@@ -121,3 +122,17 @@ def test_documents_are_byte_identical_across_runs_and_hash_seeds(pair, tmp_path)
         assert all(run.returncode in (0, 1) for run in runs), [run.stderr for run in runs]
         outputs.append((json.dumps(summary), golden.read_bytes(), [run.stdout for run in runs[1:]]))
     assert outputs[0] == outputs[1] == outputs[2]
+
+
+def test_diff_without_a_gate_lists_the_changes_without_pass_or_fail(pair):
+    """FAIL and ok are a gate's words (issue 37, item 4): two toolchains' programs compared as
+    they are read as changes, neither passing nor failing; --tolerance or --exact apply a gate."""
+    plain = invoke("diff", str(pair["executorch"]), str(pair["devplan"])).stdout
+    lines = plain.splitlines()
+    assert re.fullmatch(r"executorch\.pte -> devplan\.pte: \d+ changes", lines[0]), lines[0]
+    assert not [line for line in lines if line.split()[:1] in (["FAIL"], ["ok"])], plain
+    assert "difference" not in plain and "allowed" not in plain
+    for gate in (["--exact"], ["--tolerance", "1%"]):
+        gated = invoke("diff", str(pair["executorch"]), str(pair["devplan"]), *gate).stdout
+        assert "difference" in gated.splitlines()[0] and "\n  FAIL  " in gated, gated
+    assert devplan.diff(pair["executorch"], pair["devplan"]).text().count("\n  FAIL  ") > 0  # the API's, a gate's

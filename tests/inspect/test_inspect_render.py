@@ -32,7 +32,7 @@ def test_every_section_appears(hand_built):
     # summary
     assert "cuda.pte" in text
     assert f"file           {exact_size_text(hand_built['cuda'].stat().st_size)}" in text
-    assert "4 values, 3 instructions, 1 operators, 1 delegates" in text
+    assert "4 values, 3 instructions, 1 operator, 1 delegate" in text
 
 
 def test_only_the_chosen_sections_appear(hand_built):

@@ -105,7 +105,7 @@ def test_every_failing_size_says_its_exact_bytes_one_way(tmp_path, pair):
     shown = devplan_cli("check", path, "--golden", golden, "--budget", "1=64B")
     assert grown in shown.stdout.replace("\n        ", " "), shown.stdout
     over = new["size"] - 64
-    assert f"1 (cpu): {exact_size_text(new['size'])}; budget 64 B, over by {exact_size_text(over)}" in shown.stdout
+    assert f"1 (cpu): {exact_size_text(new['size'])}; budget 64 B, over by {exact_size_text(over)}" in shown.stdout.replace("\n        ", " ")
     with pytest.raises(AssertionError) as failure:
         assert_matches_golden(pair[1], golden, update=False)
     assert grown in str(failure.value).replace("\n        ", " ")
