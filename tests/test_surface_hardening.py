@@ -526,7 +526,7 @@ def _forward_damaged(tmp_path: Path, change) -> Path:
     damaged = tmp_path / "damaged.pte"
     damaged.write_bytes(dumps_pte(program, pte.segments))
     runtime = pytest.importorskip("executorch.runtime")
-    with pytest.raises(RuntimeError, match="Failed to (load program|get size of planned buffer)"):
+    with pytest.raises((RuntimeError, MemoryError), match="Failed to (load program|get size of planned buffer)|alloc"):
         runtime.Runtime.get().load_program(damaged.read_bytes()).load_method("batch5")
     return damaged
 
@@ -607,3 +607,12 @@ def test_a_tensor_executorch_refuses_in_another_method_is_refused_whichever_meth
     damaged = _forward_damaged(tmp_path, change)
     _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: value ",
               "tensor of scalar type 115")
+
+
+def test_a_huge_buffer_in_another_method_counts_against_max_memory(tmp_path):
+    """Found by the second fuzz run: one byte made forward's buffer 1 claim 266 TB; `run --method
+    batch5` ran in devplan, while ExecuTorch's runtime allocates every method's planned buffers
+    as it loads the program and failed (std::bad_alloc)."""
+    damaged = _forward_damaged(tmp_path, lambda forward: setattr(forward, "nonConstBufferSizes", [0, 1 << 48]))
+    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: 281,474,976,710,656",
+              "--max-memory")
