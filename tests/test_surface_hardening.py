@@ -586,13 +586,15 @@ def test_an_xnnpack_graph_devplan_finds_damaged_is_refused_before_executorch_abo
     _refused_before_executorch_aborts(*_xnnpack_damaged(tmp_path, damage), "the XNNPACK payload is damaged")
 
 
-def test_an_xnnpack_header_whose_magic_is_not_utf8_is_refused_before_executorch_aborts_on_it(tmp_path):
-    """Found by the second fuzz run: one byte of the payload's XH00 magic made 0xBB passed
-    `check` (a payload without the header was left to ExecuTorch), whose XNNPACK backend then
-    logs bytes 4..8 as the graph's identifier and aborts the process on them."""
+@pytest.mark.parametrize("at, needle", [(4, "b'\\xbbH00'"), (32 + 4, "identifier is b'\\xbbN01'")])
+def test_an_xnnpack_magic_that_is_not_utf8_is_refused_before_executorch_aborts_on_it(at, needle, tmp_path):
+    """Found by the second and third fuzz runs: one byte of the payload's XH00 magic, or of its
+    graph's XN01 identifier (the graph starts at byte 32), made 0xBB passed `check`, and
+    ExecuTorch's XNNPACK backend logs those bytes as the graph's identifier and aborts the
+    process on them."""
     def damage(program: bytearray, payload: int) -> None:
-        program[payload + 4] = 0xBB
-    _refused_before_executorch_aborts(*_xnnpack_damaged(tmp_path, damage), "b'\\xbbH00'")
+        program[payload + at] = 0xBB
+    _refused_before_executorch_aborts(*_xnnpack_damaged(tmp_path, damage), needle)
 
 
 def test_a_tensor_executorch_refuses_in_another_method_is_refused_whichever_method_runs(tmp_path):

@@ -63,6 +63,9 @@ def check_graph(payload: bytes | memoryview, where: str) -> None:
     if len(graph) != size or size < 4:
         raise DevplanError(f"{where}: the XNNPACK graph claims bytes {offset} to {offset + size} of a "
                            f"{len(payload)}-byte payload; the XNNPACK payload is damaged")
+    if graph[4:8] not in _GRAPH_IDENTIFIERS:  # logged as the payload's magic, as above
+        raise DevplanError(f"{where}: the XNNPACK graph's identifier is {graph[4:8]!r}, not XN01; the XNNPACK "
+                           f"payload is damaged")
     verify_xnn_graph(graph, where)
 
 
