@@ -597,18 +597,21 @@ def test_an_xnnpack_magic_that_is_not_utf8_is_refused_before_executorch_aborts_o
     _refused_before_executorch_aborts(*_xnnpack_damaged(tmp_path, damage), needle)
 
 
-def test_a_tensor_executorch_refuses_in_another_method_is_refused_whichever_method_runs(tmp_path):
-    """Found by the fuzz run's multi-method mode: forward's input given scalar type 115 (one
-    byte); `run --method batch5` ran in devplan, while ExecuTorch's runtime validates every
-    method's tensors as it loads the program (program_validation.cpp) and refused it. (Sizes
-    that are negative or overflow are refused for every method as the program is read.)"""
+@pytest.mark.parametrize("field, value, needle", [("scalarType", 115, "tensor of scalar type 115"),
+                                                   ("sizes", None, "tensor without its sizes table")])
+def test_a_tensor_executorch_refuses_in_another_method_is_refused_whichever_method_runs(field, value, needle,
+                                                                                       tmp_path):
+    """Found by the fuzz runs' multi-method mode: forward's input given scalar type 115 (one
+    byte), or no sizes table; `run --method batch5` ran in devplan, while ExecuTorch's runtime
+    validates every method's tensors as it loads the program (program_validation.cpp) and
+    refused it. (Sizes that are negative or overflow are refused for every method as the
+    program is read.)"""
     from devplan.pte.fb.KernelTypes import KernelTypes
 
     def change(forward):
-        next(value.val for value in forward.values if value.valType == KernelTypes.Tensor).scalarType = 115
+        setattr(next(value.val for value in forward.values if value.valType == KernelTypes.Tensor), field, value)
     damaged = _forward_damaged(tmp_path, change)
-    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: value ",
-              "tensor of scalar type 115")
+    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: value ", needle)
 
 
 def test_a_huge_buffer_in_another_method_counts_against_max_memory(tmp_path):

@@ -40,10 +40,12 @@ def check_every_method(pte: PteFile) -> None:
 
 
 def _tensor_fault(tensor) -> str:
-    """Of program_validation.cpp's checks, the one reading leaves to the method run: sizes,
-    their product and tensor lists are checked for every method as the program is read."""
+    """Of program_validation.cpp's checks, those reading leaves to the method run: the sizes'
+    values, their product and tensor lists are checked for every method as the program is read."""
     if tensor.scalarType not in _SCALAR_TYPES:
         return f"is a tensor of scalar type {tensor.scalarType}, which ExecuTorch does not know"
+    if tensor.sizes is None:  # read elsewhere as no sizes, a scalar's
+        return "is a tensor without its sizes table"
     return ""
 
 
