@@ -526,7 +526,7 @@ def _forward_damaged(tmp_path: Path, change) -> Path:
     damaged = tmp_path / "damaged.pte"
     damaged.write_bytes(dumps_pte(program, pte.segments))
     runtime = pytest.importorskip("executorch.runtime")
-    with pytest.raises(RuntimeError, match="Failed to (load program|get size of planned buffer)"):
+    with pytest.raises((RuntimeError, MemoryError), match="Failed to (load program|get size of planned buffer)|alloc"):
         runtime.Runtime.get().load_program(damaged.read_bytes()).load_method("batch5")
     return damaged
 
@@ -542,6 +542,31 @@ def test_a_negative_buffer_size_in_another_method_is_refused_as_executorch_refus
               "negative size (-8)")
 
 
+def _xnnpack_damaged(tmp_path: Path, damage) -> tuple[Path, Path]:
+    """testbed's XNNPACK program and its .ptd, written after damage(program, payload's start)
+    changes the program's bytes."""
+    from devplan.pte import read_pte
+    from testbed.small_programs import with_data_file
+
+    pytest.importorskip("executorch.backends.xnnpack")
+    program, data = with_data_file(backends=["xnnpack"])
+    damaged = bytearray(program)
+    damage(damaged, program.index(bytes(read_pte(program).delegate_payload(0, 0))))
+    pte, ptd = tmp_path / "damaged.pte", tmp_path / "damaged.ptd"
+    pte.write_bytes(bytes(damaged))
+    ptd.write_bytes(data)
+    return pte, ptd
+
+
+def _refused_before_executorch_aborts(pte: Path, ptd: Path, needle: str) -> None:
+    """`check` and `run --executorch` (a process of its own: ExecuTorch aborted it) refuse in one
+    line naming the delegate."""
+    from tests.compile.test_cli import assert_one_line_error, devplan
+
+    _one_line(invoke("check", str(pte), "--data", str(ptd)), str(pte), "delegate 0 (XnnpackBackend)", needle)
+    assert_one_line_error(devplan("run", pte, "--data", ptd, "--executorch"), "delegate 0 (XnnpackBackend)", needle)
+
+
 def test_an_xnnpack_graph_devplan_finds_damaged_is_refused_before_executorch_aborts_on_it(tmp_path):
     """Found by the fuzz run's XNNPACK mode: the graph's root table claiming 24 KB of an 888-byte
     graph and a key with a byte that is not UTF-8 passed `check`, and `run --executorch` died
@@ -549,37 +574,50 @@ def test_an_xnnpack_graph_devplan_finds_damaged_is_refused_before_executorch_abo
     its Python binding aborts on a log line that is not UTF-8."""
     import struct
 
-    from devplan.pte import read_pte
     from devplan.pte.xnnpack import named_keys
-    from tests.compile.test_cli import assert_one_line_error, devplan
-    from testbed.small_programs import with_data_file
 
-    pytest.importorskip("executorch.backends.xnnpack")
-    program, data = with_data_file(backends=["xnnpack"])
-    payload = bytes(read_pte(program).delegate_payload(0, 0))
-    graph = program.index(payload) + struct.unpack_from("<I", payload, 10)[0]
-    damaged = bytearray(program)
-    root = graph + struct.unpack_from("<I", damaged, graph)[0]
-    vtable = root - struct.unpack_from("<i", damaged, root)[0]
-    struct.pack_into("<H", damaged, vtable + 2, 0x5F00)  # the root table's size: 24 KB
-    damaged[damaged.index(named_keys(payload)[0].encode(), graph) + 9] = 0x86
-    pte, ptd = tmp_path / "damaged.pte", tmp_path / "damaged.ptd"
-    pte.write_bytes(bytes(damaged))
-    ptd.write_bytes(data)
-    _one_line(invoke("check", str(pte), "--data", str(ptd)), str(pte), "delegate 0 (XnnpackBackend)",
-              "the XNNPACK payload is damaged")
-    assert_one_line_error(devplan("run", pte, "--data", ptd, "--executorch"), "delegate 0 (XnnpackBackend)")
+    def damage(program: bytearray, payload: int) -> None:
+        graph = payload + struct.unpack_from("<I", program, payload + 10)[0]
+        key = named_keys(bytes(program[payload:]))[0].encode()
+        root = graph + struct.unpack_from("<I", program, graph)[0]
+        vtable = root - struct.unpack_from("<i", program, root)[0]
+        struct.pack_into("<H", program, vtable + 2, 0x5F00)  # the root table's size: 24 KB
+        program[program.index(key, graph) + 9] = 0x86
+    _refused_before_executorch_aborts(*_xnnpack_damaged(tmp_path, damage), "the XNNPACK payload is damaged")
 
 
-def test_a_tensor_executorch_refuses_in_another_method_is_refused_whichever_method_runs(tmp_path):
-    """Found by the fuzz run's multi-method mode: forward's input given scalar type 115 (one
-    byte); `run --method batch5` ran in devplan, while ExecuTorch's runtime validates every
-    method's tensors as it loads the program (program_validation.cpp) and refused it. (Sizes
-    that are negative or overflow are refused for every method as the program is read.)"""
+@pytest.mark.parametrize("at, needle", [(4, "b'\\xbbH00'"), (32 + 4, "identifier is b'\\xbbN01'")])
+def test_an_xnnpack_magic_that_is_not_utf8_is_refused_before_executorch_aborts_on_it(at, needle, tmp_path):
+    """Found by the second and third fuzz runs: one byte of the payload's XH00 magic, or of its
+    graph's XN01 identifier (the graph starts at byte 32), made 0xBB passed `check`, and
+    ExecuTorch's XNNPACK backend logs those bytes as the graph's identifier and aborts the
+    process on them."""
+    def damage(program: bytearray, payload: int) -> None:
+        program[payload + at] = 0xBB
+    _refused_before_executorch_aborts(*_xnnpack_damaged(tmp_path, damage), needle)
+
+
+@pytest.mark.parametrize("field, value, needle", [("scalarType", 115, "tensor of scalar type 115"),
+                                                   ("sizes", None, "tensor without its sizes table")])
+def test_a_tensor_executorch_refuses_in_another_method_is_refused_whichever_method_runs(field, value, needle,
+                                                                                       tmp_path):
+    """Found by the fuzz runs' multi-method mode: forward's input given scalar type 115 (one
+    byte), or no sizes table; `run --method batch5` ran in devplan, while ExecuTorch's runtime
+    validates every method's tensors as it loads the program (program_validation.cpp) and
+    refused it. (Sizes that are negative or overflow are refused for every method as the
+    program is read.)"""
     from devplan.pte.fb.KernelTypes import KernelTypes
 
     def change(forward):
-        next(value.val for value in forward.values if value.valType == KernelTypes.Tensor).scalarType = 115
+        setattr(next(value.val for value in forward.values if value.valType == KernelTypes.Tensor), field, value)
     damaged = _forward_damaged(tmp_path, change)
-    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: value ",
-              "tensor of scalar type 115")
+    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: value ", needle)
+
+
+def test_a_huge_buffer_in_another_method_counts_against_max_memory(tmp_path):
+    """Found by the second fuzz run: one byte made forward's buffer 1 claim 266 TB; `run --method
+    batch5` ran in devplan, while ExecuTorch's runtime allocates every method's planned buffers
+    as it loads the program and failed (std::bad_alloc)."""
+    damaged = _forward_damaged(tmp_path, lambda forward: setattr(forward, "nonConstBufferSizes", [0, 1 << 48]))
+    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: 281,474,976,710,656",
+              "--max-memory")

@@ -26,6 +26,9 @@ from devplan.pte.ptd import key_text
 from devplan.pte.verify import XNN_GRAPH_TABLES, verify_xnn_graph, vtable_entry
 
 BACKEND_ID = "XnnpackBackend"
+# what ExecuTorch's XNNPACK backend reads at bytes 4..8 of a payload without the XH00 header: the
+# XNNGraph FlatBuffer's file identifier, of either version it reads
+_GRAPH_IDENTIFIERS = (b"XN00", b"XN01")
 _HEADER = struct.Struct("<4s2xII")  # magic at byte 4, then the header length (skipped), offset, size
 _CONSTANT_DATA = vtable_entry(XNN_GRAPH_TABLES["XNNGraph"], "constant_data")
 _NAMED_KEY = vtable_entry(XNN_GRAPH_TABLES["ConstantDataOffset"], "named_key")
@@ -108,14 +111,22 @@ def check_graph(payload: bytes | memoryview, where: str) -> None:
     """Refuse an XNNPACK payload whose graph lies outside it or fails the checks devplan reads it
     by: ExecuTorch's XNNPACK compiler logs what it reads there, and its Python binding aborts
     the process (SIGABRT, no message) on a log line that is not UTF-8 (found by the fuzz run's
-    XNNPACK mode: `run --executorch` died on mutants `check` had passed)."""
+    XNNPACK mode: `run --executorch` died on mutants `check` had passed, a damaged graph's or
+    header's magic among them, which it logs as the graph's identifier)."""
     graph = _graph(payload)
     if graph is None:
-        return
+        magic = bytes(payload[4:8])
+        if magic not in _GRAPH_IDENTIFIERS:  # ExecuTorch logs these bytes as the graph's identifier
+            raise DevplanError(f"{where}: the payload starts with neither XNNPACK's header (XH00) nor its graph's "
+                               f"identifier (XN01) but {magic!r}; the XNNPACK payload is damaged")
+        return  # a graph without the header, as older serializers wrote it
     _, offset, size = _HEADER.unpack(bytes(payload[4:4 + _HEADER.size]))
     if len(graph) != size or size < 4:
         raise DevplanError(f"{where}: the XNNPACK graph claims bytes {offset} to {offset + size} of a "
                            f"{len(payload)}-byte payload; the XNNPACK payload is damaged")
+    if graph[4:8] not in _GRAPH_IDENTIFIERS:  # logged as the payload's magic, as above
+        raise DevplanError(f"{where}: the XNNPACK graph's identifier is {graph[4:8]!r}, not XN01; the XNNPACK "
+                           f"payload is damaged")
     verify_xnn_graph(graph, where)
 
 

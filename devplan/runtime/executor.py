@@ -25,6 +25,7 @@ from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.allocator import allocator_for
 from devplan.runtime.checks import (check_chains, check_number_lists, check_program, checked_dtypes, value_index,
                                     window_reach)
+from devplan.runtime.program_validation import check_planned_total
 from devplan.runtime.graphs import GraphSteps
 from devplan.runtime.interpreter import Refs, interpret, value_of
 from devplan.runtime.memory import MAX_MEMORY, Memory, constant, from_bytes
@@ -328,6 +329,7 @@ def run(source: str | os.PathLike | bytes | PteFile, inputs: Sequence[Any], *, m
     """Run `method` of a .pte `runs` times on the same loaded method; the outputs of each run.
     `data`: the .ptd holding the weights the program keeps outside it."""
     pte = read_pte(source, data=data)
+    check_planned_total(pte, MAX_MEMORY)
     loaded = LoadedMethod(pte, method)
     try:
         return [loaded.execute(inputs) for _ in range(runs)]

@@ -40,8 +40,27 @@ def check_every_method(pte: PteFile) -> None:
 
 
 def _tensor_fault(tensor) -> str:
-    """Of program_validation.cpp's checks, the one reading leaves to the method run: sizes,
-    their product and tensor lists are checked for every method as the program is read."""
+    """Of program_validation.cpp's checks, those reading leaves to the method run: the sizes'
+    values, their product and tensor lists are checked for every method as the program is read."""
     if tensor.scalarType not in _SCALAR_TYPES:
         return f"is a tensor of scalar type {tensor.scalarType}, which ExecuTorch does not know"
+    if tensor.sizes is None:  # read elsewhere as no sizes, a scalar's
+        return "is a tensor without its sizes table"
     return ""
+
+
+def check_planned_total(pte: PteFile, limit: int) -> None:
+    """ExecuTorch's Python runtime allocates every method's planned buffers as it loads the
+    program, so a damaged size in a method not run fails there (std::bad_alloc) while devplan's
+    runtime allocates only the method it runs (found by the second fuzz run: `run --method
+    batch5` of a program whose forward claimed 266 TB): all of them count against `limit`, the
+    run's --max-memory."""
+    sizes = {text(plan.name): sum(max(size, 0) for size in ints(plan.nonConstBufferSizes)[1:])
+             for plan in pte.program.executionPlan or ()}
+    if len(sizes) < 2:
+        return  # the method run: its arenas are counted as they are allocated, each named
+    if sum(sizes.values()) > limit:
+        name, largest = max(sizes.items(), key=lambda item: item[1])
+        raise DevplanError(f"{pte.name}: its methods plan {sum(sizes.values()):,} bytes of buffers in all (method "
+                           f"{name}: {largest:,}), more than the {limit:,} bytes allowed (--max-memory); ExecuTorch's "
+                           f"runtime allocates every method's as it loads the program")
