@@ -5,6 +5,7 @@ terminal escape in one is shown escaped, never obeyed."""
 from __future__ import annotations
 
 from devplan.inspection.check import BufferCheck, GoldenCheck
+from devplan.inspection.own_memory import intermediates
 from devplan.inspection.difftext import cause_lines, change_lines, outcome, peak_text
 from devplan.units import exact_size_text, printable, size_text
 
@@ -47,8 +48,8 @@ def _own_memory(delegates: list[dict]) -> str:
         return ""
     told = "" if all(m["bytes"] is not None for m in own) else "; not every payload says how much"
     known = [m for m in own if m["bytes"] is not None]
-    amount = (f": up to {exact_size_text(sum(m['bytes'] for m in known))}, {sum(m['values'] for m in known)} "
-              f"intermediates from {'its graph' if len(own) == 1 else 'their graphs'} summed" if known else "")
+    amount = (f": up to {exact_size_text(sum(m['bytes'] for m in known))}, {intermediates(sum(m['values'] for m in known))} "
+              f"from {'its graph' if len(own) == 1 else 'their graphs'} summed" if known else "")
     return f"; working memory outside the plan, allocated by the backend{amount}{told}"
 
 
@@ -106,7 +107,7 @@ def buffer_facts(c: BufferCheck) -> list[str]:
         if c.working_memory["bytes"] is None:
             return ["not known (its payload does not say)", "outside the plan, allocated by its backend"]
         return [f"up to {exact_size_text(c.size)}", f"outside the plan, allocated by its backend: "
-                f"{c.working_memory['values']} intermediates from its graph summed; "
+                f"{intermediates(c.working_memory['values'])} from its graph summed; "
                 f"--budget {c.device}+backends=SIZE counts it"]
     facts = [exact_size_text(c.size)]
     if c.backends:

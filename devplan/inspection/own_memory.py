@@ -60,5 +60,9 @@ def outside_text(method_name: str, delegate: dict, sized: Callable[[int], str] =
             f"plan, allocated by the backend")
     if memory["bytes"] is None:
         return printable(f"{head}; its payload does not say how much")
-    return printable(f"{head}: up to {sized(memory['bytes'])}, {memory['values']} intermediates from its graph "
+    return printable(f"{head}: up to {sized(memory['bytes'])}, {intermediates(memory['values'])} from its graph "
                      f"summed; --budget {device}{BACKENDS}=SIZE counts it")
+
+
+def intermediates(count: int) -> str:
+    return f"{count} intermediate{'' if count == 1 else 's'}"
