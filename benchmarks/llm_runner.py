@@ -1,15 +1,17 @@
 """ExecuTorch's LLM runner on devplan's programs against ExecuTorch's own, per example:
 
     python benchmarks/llm_runner.py [--dim 256] [--layers 4] [--tokens 64] [--repeats 5] [--json]
+                                    [--examples EXPORT:PRECISION ...]
 
-Three examples of a Llama with seeded random weights (testbed/llama_export.py): ExecuTorch's
+Four examples of a Llama with seeded random weights (testbed/llama_export.py): ExecuTorch's
 export_llama pipeline (KV cache, llama::custom_sdpa and llama::update_cache) in fp32 and with
 its LLM quantization (8da4w: torchao's 8-bit dynamic activations and 4-bit weights in groups of
 32 in the linears, 8-bit embeddings; export_llama -X -qmode 8da4w -G 32 -E 8,0), and
-transformers' ExecuTorch recipe (static cache, input_ids and cache_position) in fp32. Per fp32
+transformers' ExecuTorch recipe (static cache, input_ids and cache_position) in fp32 and 8da4w
+(the linears, as optimum-executorch quantizes them). --examples picks some. Per fp32
 example, four programs: devplan.compile of the export (portable kernels, and with
 backends=["xnnpack"]) with the same constant methods, and ExecuTorch's own lowering of it
-(portable, and with XNNPACK as its LLM recipe lowers it); the 8da4w example, the two XNNPACK
+(portable, and with XNNPACK as its LLM recipe lowers it); per 8da4w example, the two XNNPACK
 programs. Each is loaded by ExecuTorch's TextLLMRunner, which greedily generates --tokens
 tokens after one prompt, --repeats times; reported per program: the planned (non-constant)
 bytes of forward, the file's bytes, the median decode tokens per second from the runner's own
@@ -37,7 +39,8 @@ SPECIAL = {"get_bos_id": 1, "get_eos_ids": [1 << 20]}
 QUANTIZED = functools.partial(export_llama, qmode="8da4w", embedding_quantize="8,0")
 # (export path, precision) -> (how to export it, whether a portable pair runs too)
 EXAMPLES = {("export_llama", "fp32"): (export_llama, True), ("export_llama", "8da4w"): (QUANTIZED, False),
-            ("transformers_recipe", "fp32"): (export_hf_llama, True)}
+            ("transformers_recipe", "fp32"): (export_hf_llama, True),
+            ("transformers_recipe", "8da4w"): (functools.partial(export_hf_llama, qmode="8da4w"), False)}
 
 
 def planned_bytes(path: Path) -> tuple[int, int]:
@@ -55,12 +58,19 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--examples", nargs="+", metavar="EXPORT:PRECISION", default=[f"{e}:{p}" for e, p in EXAMPLES],
+                        help="the examples to run (default: all), e.g. export_llama:8da4w")
     args = parser.parse_args()
+    chosen = {tuple(text.split(":", 1)) for text in args.examples}
+    if chosen - set(EXAMPLES):
+        parser.error(f"--examples: choose among {', '.join(f'{e}:{p}' for e, p in EXAMPLES)}")
     importlib.import_module(CUSTOM_OPS)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         tokenizer = word_tokenizer(Path(scratch))
         for (name, precision), (export, portable_too) in EXAMPLES.items():
+            if (name, precision) not in chosen:
+                continue
             folder = Path(scratch) / f"{name}-{precision}"
             folder.mkdir()
             size = dict(dim=args.dim, layers=args.layers, max_seq=2 * args.tokens, metadata=SPECIAL)
@@ -98,7 +108,7 @@ def main() -> None:
               f"{row['backend_bytes']:>10} {row['file_bytes']:>10} {row['decode_tokens_per_s']:>9} {row['tokens']:>6} "
               f"{row['same_tokens']}")
     print("backend B: XNNPACK's own working memory beside the plan (its intermediates summed, an upper bound)")
-    for name, precision in EXAMPLES:
+    for name, precision in sorted(chosen):
         mine = {r["program"]: r for r in rows if (r["export"], r["precision"]) == (name, precision)}
         for ours, theirs in (("devplan", "ET"), ("devplan+xnnpack", "ET+xnnpack")):
             if ours in mine:

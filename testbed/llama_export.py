@@ -74,12 +74,15 @@ HF_DECODERS = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Con
 
 
 def export_hf_llama(folder: Path, *, dim: int = 64, layers: int = 2, max_seq: int = 64, seed: int = 0,
-                    metadata: dict | None = None, xnnpack: bool = False, family: str = "llama") -> LlamaExport:
+                    metadata: dict | None = None, xnnpack: bool = False, family: str = "llama",
+                    qmode: str | None = None) -> LlamaExport:
     """A transformers decoder of `family` (HF_DECODERS; seeded random weights) through
     transformers' ExecuTorch recipe (TorchExportableModuleForDecoderOnlyLM: a static KV cache,
     inputs input_ids and cache_position, one position per token, the prefill length dynamic),
     and ExecuTorch's lowering of that export with the constant methods its runner reads, as
-    optimum-executorch writes them from the model's config."""
+    optimum-executorch writes them from the model's config. `qmode` "8da4w" quantizes the linears
+    before the export as optimum-executorch's recipe does (torchao's 8-bit dynamic activations,
+    4-bit weights in groups of 32)."""
     import transformers
     from executorch.exir import to_edge_transform_and_lower
     from transformers import GenerationConfig
@@ -91,6 +94,8 @@ def export_hf_llama(folder: Path, *, dim: int = 64, layers: int = 2, max_seq: in
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2 * max_seq,
                           **({"head_dim": dim // 4} if family == "gemma" else {}))
     model = model_class(config).eval()
+    if qmode is not None:
+        _quantize_8da4w(model, qmode)
     model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static", max_length=max_seq,
                                                cache_config={"batch_size": 1, "max_cache_len": max_seq})
     recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=max_seq)
@@ -106,6 +111,20 @@ def export_hf_llama(folder: Path, *, dim: int = 64, layers: int = 2, max_seq: in
     program = to_edge_transform_and_lower(ep, partitioner=partitioners, constant_methods=metadata).to_executorch()
     (folder / "executorch.pte").write_bytes(program.buffer)
     return LlamaExport(folder / "model.pt2", folder / "executorch.pte", metadata)
+
+
+def _quantize_8da4w(model: torch.nn.Module, qmode: str, group_size: int = 32) -> None:
+    """torchao's 8da4w on the linears whose rows split into groups, as ExecuTorch's and
+    optimum-executorch's recipes quantize them."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerGroup
+    from torchao.utils import unwrap_tensor_subclass
+
+    if qmode != "8da4w":
+        raise ValueError(f"qmode {qmode!r}: only 8da4w")
+    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size)),
+              filter_fn=lambda m, _: isinstance(m, torch.nn.Linear) and m.weight.shape[1] % group_size == 0)
+    unwrap_tensor_subclass(model)  # plain tensors and torchao's ops in the export, as the recipes save it
 
 
 def _xnnpack():

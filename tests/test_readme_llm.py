@@ -20,24 +20,34 @@ from testbed.llama_export import generate, word_tokenizer  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def example() -> str:
+def example(marker: str = "llm-example") -> str:
     text = (ROOT / "README.md").read_text()
-    found = re.search(r"<!-- llm-example -->\n```python\n(.*?)```", text, re.DOTALL)
-    assert found, "README.md lost its LLM example"
+    found = re.search(rf"<!-- {marker} -->\n```python\n(.*?)```", text, re.DOTALL)
+    assert found, f"README.md lost its LLM example ({marker})"
     return found.group(1)
+
+
+def run_example(folder: Path, marker: str) -> subprocess.CompletedProcess:
+    """The README's block, as printed, in a fresh process in `folder` (beside a tokenizer.json)."""
+    word_tokenizer(folder)
+    (folder / "example.py").write_text(example(marker))
+    done = subprocess.run([sys.executable, "example.py"], cwd=folder, capture_output=True, text=True, timeout=900,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(folder)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
+def constant_returns(path: Path) -> dict:
+    import devplan
+
+    return {m["name"]: m["returns"] for m in devplan.inspect(path.read_bytes())["methods"] if "returns" in m}
 
 
 @pytest.mark.sweep  # a fresh process that exports, compiles and generates: about a minute
 def test_the_readmes_llm_example_runs_as_printed(tmp_path):
-    import devplan
 
-    word_tokenizer(tmp_path)
-    (tmp_path / "example.py").write_text(example())
-    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
-    assert done.returncode == 0, done.stderr[-2000:]
-    returns = {m["name"]: m["returns"] for m in devplan.inspect((tmp_path / "llama.pte").read_bytes())["methods"]
-               if "returns" in m}
+    done = run_example(tmp_path, "llm-example")
+    returns = constant_returns(tmp_path / "llama.pte")
     # ExecuTorch's own lowering of the same export, with the same constant methods
     from executorch.exir import to_edge_transform_and_lower
 
@@ -50,3 +60,25 @@ def test_the_readmes_llm_example_runs_as_printed(tmp_path):
     assert done.stdout.strip().splitlines()[-1].endswith("".join(got).strip())  # the example echoes the prompt
     assert returns["get_vocab_size"] == [512] and returns["get_n_layers"] == [2] and returns["use_kv_cache"] == [True]
     assert returns["get_max_seq_len"] == [64] and returns["get_eos_ids"] == [2]
+
+
+@pytest.mark.sweep  # export_llama twice (the example's export, and ExecuTorch's program) and XNNPACK: minutes
+def test_the_readmes_export_llama_example_runs_as_printed(tmp_path):
+    """The export_llama block (8da4w with XNNPACK): its program generates the tokens of
+    export_llama's own program of the same checkpoint and flags, --llm wrote the metadata that
+    export_llama writes, and the program passes the README's CI gate."""
+    import devplan
+
+    done = run_example(tmp_path, "llm-example-export-llama")
+    command = re.search(r"subprocess\.run\((\[.*?\])", example("llm-example-export-llama"), re.DOTALL).group(1)
+    flags = [flag for flag in eval(command, {"sys": sys}) if flag != "--export_only"]  # the example's own export
+    subprocess.run([*flags, "--metadata", '{"get_bos_id": 1, "get_eos_ids": [2]}', "--output_name", "executorch.pte"],
+                   cwd=tmp_path, check=True, capture_output=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+                                                                      "HOME": str(tmp_path)})
+    assert constant_returns(tmp_path / "llama.pte") == constant_returns(tmp_path / "executorch.pte")
+    want, _ = generate(tmp_path / "executorch.pte", tmp_path / "tokenizer.json", "the quick brown fox", new_tokens=16)
+    got, _ = generate(tmp_path / "llama.pte", tmp_path / "tokenizer.json", "the quick brown fox", new_tokens=16)
+    assert got == want and len(got) == 16
+    assert done.stdout.strip().splitlines()[-1].endswith("".join(got).strip())
+    checks = devplan.check(tmp_path / "llama.pte", max_ratio=1.05)
+    assert all(c.ok for c in checks), [c for c in checks if not c.ok]

@@ -54,8 +54,8 @@ def _own_memory(delegates: list[CompiledDelegate]) -> str:
         return ""
     told = "" if all(m["bytes"] is not None for m in own) else "; not every payload says how much"
     known = [m for m in own if m["bytes"] is not None]
-    amount = (f": up to {exact_size_text(sum(m['bytes'] for m in known))}, {sum(m['values'] for m in known)} "
-              f"intermediates from {'its graph' if len(own) == 1 else 'their graphs'} summed" if known else "")
+    amount = (f": up to {exact_size_text(sum(m['bytes'] for m in known))}, {counted(sum(m['values'] for m in known), 'intermediate')} "
+              f"from {'its graph' if len(own) == 1 else 'their graphs'} summed" if known else "")
     return f"; working memory outside the plan, allocated by the backend{amount}{told}"
 
 
@@ -129,7 +129,7 @@ def buffer_facts(c: BufferCheck) -> list[str]:
         if c.working_memory["bytes"] is None:
             return ["not known (its payload does not say)", "outside the plan, allocated by its backend"]
         return [f"up to {exact_size_text(c.size)}", f"outside the plan, allocated by its backend: "
-                f"{c.working_memory['values']} intermediates from its graph summed; "
+                f"{counted(c.working_memory['values'], 'intermediate')} from its graph summed; "
                 f"--budget {c.device}+backends=SIZE counts it"]
     facts = [exact_size_text(c.size)]
     if c.backends:

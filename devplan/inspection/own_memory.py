@@ -13,7 +13,7 @@ from devplan.errors import DevplanError
 from devplan.planning.budget import BACKENDS
 from devplan.pte import xnnpack
 from devplan.pte.header import is_program
-from devplan.units import exact_size_text, printable
+from devplan.units import counted, exact_size_text, printable
 
 
 
@@ -61,5 +61,7 @@ def outside_text(method_name: str, delegate: dict, sized: Callable[[int], str] =
             f"plan, allocated by the backend")
     if memory["bytes"] is None:
         return printable(f"{head}; its payload does not say how much")
-    return printable(f"{head}: up to {sized(memory['bytes'])}, {memory['values']} intermediates from its graph "
+    return printable(f"{head}: up to {sized(memory['bytes'])}, {counted(memory['values'], 'intermediate')} from its graph "
                      f"summed; --budget {device}{BACKENDS}=SIZE counts it")
+
+

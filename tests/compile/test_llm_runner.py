@@ -28,8 +28,11 @@ EXPORTS = {"executorch_export_llama": export_llama, "transformers_recipe": expor
            "executorch_quantized_embedding": functools.partial(export_llama, embedding_quantize="8,0"),
            # ExecuTorch's LLM quantization recipe (export_llama -X -qmode 8da4w -G 32 -E 8,0): torchao's 8-bit
            # dynamic activations and 4-bit weights in the linears, which XNNPACK's quantized kernels run
-           "executorch_8da4w": functools.partial(export_llama, xnnpack=True, qmode="8da4w", embedding_quantize="8,0")}
-BACKENDS = {"executorch_8da4w": ["xnnpack"]}  # compiled as ExecuTorch lowers it; the others on portable kernels
+           "executorch_8da4w": functools.partial(export_llama, xnnpack=True, qmode="8da4w", embedding_quantize="8,0"),
+           # the same quantization of a transformers Llama before the recipe's export, as optimum-executorch does it
+           "transformers_8da4w": functools.partial(export_hf_llama, xnnpack=True, qmode="8da4w")}
+# compiled as ExecuTorch lowers them; the others on portable kernels
+BACKENDS = {"executorch_8da4w": ["xnnpack"], "transformers_8da4w": ["xnnpack"]}
 
 
 @pytest.fixture(scope="module", params=list(EXPORTS))
