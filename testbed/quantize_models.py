@@ -69,8 +69,8 @@ MODELS: dict[str, dict[str, Callable[[], HFCase]]] = {
 
 def exported(name: str, size: str) -> tuple[torch.export.ExportedProgram, tuple]:
     """The model's export (under no_grad, non-strict, as the corpus's) and its flat inputs,
-    keyword inputs after the positional ones."""
-    module, args, kwargs = MODELS[name][size]()
+    keyword inputs after the positional ones; any family of hf_models at its tiny size too."""
+    module, args, kwargs = MODELS[name][size]() if name in MODELS else hf_models.FAMILIES[name]()
     with torch.no_grad():
         ep = torch.export.export(module, args, kwargs, strict=False)
     return ep, (*args, *kwargs.values())

@@ -260,16 +260,26 @@ def _annotated(node) -> bool:
 
 
 def _unannotated(prepared: torch.fx.GraphModule) -> tuple[tuple[str, int], ...]:
-    """The ops that compute float tensors and that the quantizer left alone, by op: views and
-    shape arithmetic are left out, since they compute nothing to quantize."""
+    """The ops that compute float tensors and that the quantizer left alone, by op: views,
+    shape arithmetic and dropout outside training are left out, since they compute nothing to
+    quantize (the lowering drops an eval-mode dropout; ViT and BERT have one per block)."""
     ops: Counter[str] = Counter()
     for node in prepared.graph.nodes:
         value = node.meta.get("val")
         if (node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or node.target.is_view
-                or not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point or _annotated(node)):
+                or not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point or _annotated(node)
+                or _identity(node)):
             continue
         ops[node.target.name()] += 1
     return tuple(sorted(ops.items(), key=lambda item: (-item[1], item[0])))
+
+
+def _identity(node: torch.fx.Node) -> bool:
+    """A dropout that is not training: its input, unchanged."""
+    if node.target is not torch.ops.aten.dropout.default:
+        return False
+    train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
+    return train is False
 
 
 def _error(ep: torch.export.ExportedProgram, float_module: torch.nn.Module, quantized: torch.nn.Module,
