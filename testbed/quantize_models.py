@@ -121,9 +121,9 @@ def executorch_quantized_edge(ep: torch.export.ExportedProgram, mode: str, sampl
 
 def float_computed(edge, op: str) -> int:
     """How many `op` nodes (an edge op's name, `aten.constant_pad_nd.default`) ExecuTorch's
-    program computes in float, inside its delegates or outside: those with a tensor input no
-    dequantize makes or a result no quantize takes (XNNPACK runs an op quantized only when
-    dequantize feeds it and quantize takes its result)."""
+    program computes in float, inside its delegates or outside: those whose input, or weight,
+    no dequantize makes (XNNPACK runs an op quantized when dequantize feeds it: a static
+    quantize-dequantize pair, or a dynamic one of choose_qparams' scale, and a weight's)."""
     program = edge.exported_program()
     graphs = [program.graph] + [module.original_module.graph for _, module in program.graph_module.named_children()
                                 if hasattr(module, "original_module")]
@@ -132,11 +132,8 @@ def float_computed(edge, op: str) -> int:
         for node in graph.nodes:
             if node.op != "call_function" or _name(node) != op:
                 continue
-            inputs = [arg for arg in node.args if isinstance(arg, torch.fx.Node)]
-            quantized_in = all(_name(arg).startswith("quantized_decomposed.dequantize") for arg in inputs)
-            quantized_out = bool(node.users) and all(_name(user).startswith("quantized_decomposed.quantize")
-                                                     for user in node.users)
-            count += not (quantized_in and quantized_out)
+            read = [arg for arg in node.args[:2] if isinstance(arg, torch.fx.Node)]  # input, and weight if any
+            count += not all(_name(arg).startswith("quantized_decomposed.dequantize") for arg in read)
     return count
 
 
