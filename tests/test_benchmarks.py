@@ -217,3 +217,23 @@ def test_moe_table_sets_devplan_against_the_form_executorch_lowers(capsys: pytes
     ours, theirs, ratio, batched = int(row[2]), int(row[3]), float(row[4]), int(row[5])
     assert ours > 0 and theirs > 0 and batched > 0 and ratio == pytest.approx(ours / theirs, rel=2e-3)
     assert "qwen3_moe: executorch on grouped_mm experts: " in out and "histc" in out
+
+
+def test_quantize_quick_reports_error_bytes_and_times_against_float_and_executorch(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import quantize
+
+    assert quantize.main(["--quick", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (row,) = report["rows"]
+    assert (report["size"], report["runs"], row["model"], row["mode"]) == ("tiny", 5, "mobilenet_v3", "dynamic-int8")
+    assert row["sqnr_db"] > 20 and row["argmax_agreement"] == 1.0 and "aten::hardswish" in row["float_ops"]
+    assert row["file_bytes"] < row["float_file_bytes"]
+    assert row["file_ratio"] == pytest.approx(row["file_bytes"] / row["float_file_bytes"])
+    assert 0 < row["planned_bytes"] <= row["executorch_planned_bytes"]
+    assert min(row["float_ms"], row["ms"], row["executorch_ms"]) > 0
+    assert row["speedup_ratio"] == pytest.approx(row["ms"] / row["float_ms"])
+    assert row["executorch_ratio"] == pytest.approx(row["ms"] / row["executorch_ms"])
+    assert row["max_diff"] <= 1e-4  # the same computation as ExecuTorch's program
+    with pytest.raises(SystemExit, match="unknown model"):
+        quantize.main(["--models", "alexnet"])

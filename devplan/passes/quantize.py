@@ -13,7 +13,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, cast
+from typing import Any, Sequence, cast
 
 import torch
 import torch.utils._pytree as pytree
@@ -77,7 +77,7 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
     float_module = ep.module()
     with torch.no_grad():
         prepared = pt2e.prepare_pt2e(ep.module(), quantizer)
-        float_ops = _unannotated(prepared)
+        float_ops = _unannotated(prepared, static=not MODES[mode]["is_dynamic"])
         if not any(_annotated(node) for node in prepared.graph.nodes):
             raise DevplanError(f"--quantize {mode}: the XNNPACK quantizer takes none of this program's ops "
                                f"(in {mode} it quantizes {TAKES[mode]})")
@@ -102,10 +102,20 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
 def xnnpack_quantizer(mode: str):
     """ExecuTorch's XNNPACKQuantizer for `mode`, except that the scalars of integer add and
     mul stay numbers: ExecuTorch 1.5.1 makes every such scalar a float tensor before it
-    annotates, and integer arithmetic on one (BERT's position ids) then indexes with floats."""
+    annotates, and integer arithmetic on one (BERT's position ids) then indexes with floats;
+    and that dynamic-int8 takes a convolution a ReLU follows: ExecuTorch's conv pattern leaves
+    it to conv_relu, a static-only pattern, so in its dynamic modes it stayed float (half of
+    ResNet-18's weights, every first convolution of a block)."""
     xnnpack = import_module(QUANTIZER, "--quantize")
+    config = xnnpack.get_symmetric_quantization_config(**MODES[mode])
 
     class Quantizer(xnnpack.XNNPACKQuantizer):  # type: ignore[name-defined]  # imported at run time
+        def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            model = super().annotate(model)
+            if mode == "dynamic-int8":
+                _annotate_convs_before_relu(model, config)
+            return model
+
         def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
             integer = [node for node in model.graph.nodes if node.target in _SCALAR_OPS and not _is_float(node.meta.get("val"))]
             for node in integer:  # hidden from the conversion under another overload, then restored
@@ -115,10 +125,22 @@ def xnnpack_quantizer(mode: str):
                 node.target = _SCALAR_OPS[node.target]
             return model
 
-    config = xnnpack.get_symmetric_quantization_config(**MODES[mode])
     if mode == "dynamic-int4":
         return Quantizer().set_operator_type(torch.ops.aten.linear.default, config)
     return Quantizer().set_global(config)
+
+
+def _annotate_convs_before_relu(model: torch.fx.GraphModule, config) -> None:
+    """ExecuTorch's own conv annotator run again with no node taken for a ReLU, so that it
+    annotates the convolutions it skipped for one, under its own conditions (2-D, not
+    depthwise: XNNPACK has no dynamically quantized depthwise kernel); the ReLU stays float."""
+    utils: Any = import_module(f"{QUANTIZER}_utils", "--quantize")  # ExecuTorch ships no stubs
+    is_relu = utils.is_relu_node
+    utils.is_relu_node = lambda node: False  # read by _do_annotate_conv at call time
+    try:
+        utils._do_annotate_conv(model, config)
+    finally:
+        utils.is_relu_node = is_relu
 
 
 # add.Tensor <-> add.Scalar, mul.Tensor <-> mul.Scalar: the overloads xnnpack_quantizer swaps
@@ -260,17 +282,47 @@ def _annotated(node) -> bool:
     return annotation is not None and getattr(annotation, "_annotated", False)
 
 
-def _unannotated(prepared: torch.fx.GraphModule) -> tuple[tuple[str, int], ...]:
-    """The ops that compute float tensors and that the quantizer left alone, by op: views and
-    shape arithmetic are left out, since they compute nothing to quantize."""
+def _unannotated(prepared: torch.fx.GraphModule, static: bool) -> tuple[tuple[str, int], ...]:
+    """The ops that compute float tensors and that the quantizer left alone, by op: views,
+    shape arithmetic and dropout outside training are left out, since they compute nothing to
+    quantize (the lowering drops an eval-mode dropout; ViT and BERT have one per block); so is
+    a static program's zero pad of a quantized tensor, which XNNPACK's lowering pads quantized."""
     ops: Counter[str] = Counter()
     for node in prepared.graph.nodes:
         value = node.meta.get("val")
         if (node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or node.target.is_view
-                or not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point or _annotated(node)):
+                or not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point or _annotated(node)
+                or _identity(node) or (static and _quantized_pad(node))):
             continue
         ops[node.target.name()] += 1
     return tuple(sorted(ops.items(), key=lambda item: (-item[1], item[0])))
+
+
+def _quantized_pad(node: torch.fx.Node) -> bool:
+    """A zero pad, by no negative amount, of a tensor the prepared module observes (which
+    convert_pt2e quantizes and dequantizes): ExecuTorch's XNNPACK lowering (InsertPadQDQPass)
+    quantizes its result with its input's parameters and runs it as a quantized pad.
+    MobileNetV2 (transformers pads as TensorFlow does) has one before each strided or depthwise
+    convolution: all but the image's own stay int8."""
+    if node.target not in (torch.ops.aten.pad.default, torch.ops.aten.constant_pad_nd.default):
+        return False
+    source, amounts, args = node.args[0], node.args[1], node.args
+    if node.target is torch.ops.aten.pad.default:  # pad(input, pad, mode="constant", value=None)
+        mode = args[2] if len(args) > 2 else node.kwargs.get("mode", "constant")
+        fill = args[3] if len(args) > 3 else node.kwargs.get("value")
+    else:                                          # constant_pad_nd(input, pad, value=0)
+        mode, fill = "constant", args[2] if len(args) > 2 else node.kwargs.get("value", 0)
+    observed = isinstance(source, torch.fx.Node) and source.op == "call_module" and "activation_post_process" in str(source.target)
+    return (observed and mode == "constant" and not fill and isinstance(amounts, (list, tuple))
+            and all(isinstance(amount, int) and amount >= 0 for amount in amounts))
+
+
+def _identity(node: torch.fx.Node) -> bool:
+    """A dropout that is not training: its input, unchanged."""
+    if node.target is not torch.ops.aten.dropout.default:
+        return False
+    train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
+    return train is False
 
 
 def _error(ep: torch.export.ExportedProgram, float_module: torch.nn.Module, quantized: torch.nn.Module,
