@@ -19,6 +19,7 @@ eager (the largest difference, and whether it agrees, go to stderr).
 
 Run from the repository root; each model takes minutes on 2 cores and needs about 3x its
 weights in free memory (ExecuTorch's lowering does)."""
+
 from __future__ import annotations
 
 import argparse
@@ -46,7 +47,9 @@ ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTW
 # largest difference from eager and whether the program agrees: in fp32, allclose to eager; in
 # bf16, where eager and the kernels round at different places and 22 layers move logits by
 # units in their last place, no further from the model run in fp32 than eager in bf16 is
-_AGREE = BUILD + """
+_AGREE = (
+    BUILD
+    + """
 from executorch.runtime import Runtime
 with torch.no_grad():
     eager = model(ids).logits.float()
@@ -58,6 +61,7 @@ with torch.no_grad():
         agrees = (got - exact).abs().max() <= 2 * (eager - exact).abs().max()
 print((got - eager).abs().max().item(), bool(agrees))
 """
+)
 
 # the child that lowers with ExecuTorch's defaults, from the same .pt2 to a file
 _EXECUTORCH = """
@@ -93,23 +97,43 @@ def measure(name: str, folder: Path) -> list[dict]:
 
     def row(step: str, argv: list[str], versus: tuple[float, float, int] | None = None) -> tuple[float, float, int]:
         seconds, cpu, peak = timed(argv)
-        rows.append({"model": name, "step": step, "seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2),
-                     "peak_bytes": peak, "peak_over_weights": round(peak / weights, 2), "weights": weights,
-                     "versus": None if versus is None else
-                     {"seconds": round(seconds / versus[0], 3), "cpu_seconds": round(cpu / versus[1], 3),
-                      "peak": round(peak / versus[2], 3)}})
+        rows.append(
+            {
+                "model": name,
+                "step": step,
+                "seconds": round(seconds, 2),
+                "cpu_seconds": round(cpu, 2),
+                "peak_bytes": peak,
+                "peak_over_weights": round(peak / weights, 2),
+                "weights": weights,
+                "versus": None
+                if versus is None
+                else {
+                    "seconds": round(seconds / versus[0], 3),
+                    "cpu_seconds": round(cpu / versus[1], 3),
+                    "peak": round(peak / versus[2], 3),
+                },
+            }
+        )
         return seconds, cpu, peak
 
     lowering = row("executorch lowering", ["-c", _EXECUTORCH, str(model), str(theirs)])
     row("devplan compile", ["-m", "devplan", "compile", str(model), "-o", str(ours)], lowering)
     family, dtype, config = MODELS[name]
-    agree, _ = run_measured(["-c", _AGREE, family, dtype, json.dumps(config), str(ours), str(TOKENS)],
-                            capture_output=True, text=True, check=False)
+    agree, _ = run_measured(
+        ["-c", _AGREE, family, dtype, json.dumps(config), str(ours), str(TOKENS)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if agree.returncode:
         raise SystemExit(f"running devplan's {name} on ExecuTorch's runtime failed:\n{agree.stderr[-3000:]}")
     difference, close = agree.stdout.split()[-2:]
-    print(f"{name}: devplan's program on ExecuTorch's runtime, largest difference from eager {difference}, "
-          f"agrees {close}", file=sys.stderr)
+    print(
+        f"{name}: devplan's program on ExecuTorch's runtime, largest difference from eager {difference}, "
+        f"agrees {close}",
+        file=sys.stderr,
+    )
     for label, program in (("devplan's", ours), ("executorch's", theirs)):
         row(f"inspect {label}", ["-m", "devplan", "inspect", str(program)])
         row(f"inspect --json {label}", ["-m", "devplan", "inspect", "--json", str(program)])
@@ -120,8 +144,9 @@ def measure(name: str, folder: Path) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="qwen2_0_5b,tinyllama_1_1b",
-                        help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument(
+        "--models", default="qwen2_0_5b,tinyllama_1_1b", help=f"comma-separated, of {', '.join(MODELS)}"
+    )
     parser.add_argument("--keep", type=Path, help="keep the .pt2 and programs in this folder")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
@@ -144,12 +169,26 @@ def main() -> None:
         return
     from benchmarks.harness import table
 
-    print(table(HEADERS, [(r["model"], r["step"], f"{r['seconds']:.2f}", f"{r['cpu_seconds']:.2f}",
-                           f"{r['peak_bytes'] / 2**20:.0f}",
-                           f"{r['peak_over_weights']:.2f}x",
-                           "" if r["versus"] is None else
-                           f"{r['versus']['seconds']:.3f}x time, {r['versus']['cpu_seconds']:.3f}x CPU, "
-                           f"{r['versus']['peak']:.2f}x memory") for r in rows]))
+    print(
+        table(
+            HEADERS,
+            [
+                (
+                    r["model"],
+                    r["step"],
+                    f"{r['seconds']:.2f}",
+                    f"{r['cpu_seconds']:.2f}",
+                    f"{r['peak_bytes'] / 2**20:.0f}",
+                    f"{r['peak_over_weights']:.2f}x",
+                    ""
+                    if r["versus"] is None
+                    else f"{r['versus']['seconds']:.3f}x time, {r['versus']['cpu_seconds']:.3f}x CPU, "
+                    f"{r['versus']['peak']:.2f}x memory",
+                )
+                for r in rows
+            ],
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Both tools first lower a tiny model untimed, so one-off imports land on neither 
 process (interpreter start, imports and torch.export.load included), against which
 `process speedup` sets ExecuTorch's in-process lowering. Planned bytes are the sums of the
 programs' non-constant buffers."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,17 @@ import devplan  # noqa: E402
 from benchmarks.harness import SAMPLES, TRANSFORMERS, best_time, choose, export, table  # noqa: E402
 from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 
-HEADERS = ("model", "devplan s", "devplan process s", "executorch s", "speedup", "process speedup", "devplan bytes",
-           "executorch bytes", "bytes ratio")
+HEADERS = (
+    "model",
+    "devplan s",
+    "devplan process s",
+    "executorch s",
+    "speedup",
+    "process speedup",
+    "devplan bytes",
+    "executorch bytes",
+    "bytes ratio",
+)
 WARM_UP_MODEL = "linear"
 
 
@@ -63,8 +73,11 @@ def process_time(ep, repeat: int) -> float:
         best = math.inf
         for _ in range(repeat):
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "devplan", "compile", model, "-o", Path(folder) / "model.pte"],
-                           check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "devplan", "compile", model, "-o", Path(folder) / "model.pte"],
+                check=True,
+                capture_output=True,
+            )
             best = min(best, time.perf_counter() - start)
     return best
 
@@ -85,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"repeat": args.repeat, "rows": rows}, indent=2))
         return 0
-    print(f"best of {args.repeat} run(s) per tool; speedup = executorch s / devplan s; "
-          "bytes ratio = devplan bytes / executorch bytes")
+    print(
+        f"best of {args.repeat} run(s) per tool; speedup = executorch s / devplan s; "
+        "bytes ratio = devplan bytes / executorch bytes"
+    )
     print(table(HEADERS, [list(row.values()) for row in rows]))
     return 0
 

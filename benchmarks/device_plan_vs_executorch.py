@@ -15,6 +15,7 @@ device (the method's buffers; a devplan delegate's working memory is a window of
 buffer, so it is counted; an ExecuTorch demo delegate's is its backend's, and is not), the
 ratios devplan / ExecuTorch, and devplan's cuda bytes against the device's lower bound (the
 most bytes alive there at once, a running delegate's included)."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,29 +31,64 @@ import torch  # noqa: E402
 import devplan  # noqa: E402
 from benchmarks.harness import catalogue, choose, export, geometric_mean, table  # noqa: E402
 
-HEADERS = ("model", "dp delegates", "et delegates", "dp cpu", "et cpu", "dp cuda", "et cuda",
-           "cpu ratio", "cuda ratio", "total ratio", "dp cuda bound", "cuda/bound")
-PEERS = ("h2d_d2h_inserted", "redundant_same_device_copies_elided", "cross_device_copies_kept",
-         "output_feeding_same_device_delegates", "output_feeding_gpu_and_cpu", "output_feeding_same_and_cross_device",
-         "skip_h2d_and_d2h", "skip_h2d_partial_with_intermediate_input")
+HEADERS = (
+    "model",
+    "dp delegates",
+    "et delegates",
+    "dp cpu",
+    "et cpu",
+    "dp cuda",
+    "et cuda",
+    "cpu ratio",
+    "cuda ratio",
+    "total ratio",
+    "dp cuda bound",
+    "cuda/bound",
+)
+PEERS = (
+    "h2d_d2h_inserted",
+    "redundant_same_device_copies_elided",
+    "cross_device_copies_kept",
+    "output_feeding_same_device_delegates",
+    "output_feeding_gpu_and_cpu",
+    "output_feeding_same_and_cross_device",
+    "skip_h2d_and_d2h",
+    "skip_h2d_partial_with_intermediate_input",
+)
 FAMILIES = ("gpt2", "llama", "qwen3", "bert", "t5_encoder", "vit", "whisper_encoder")
-DEFAULT = ("two_io", "transformer", "residual_cnn", "transformer_encoder", "multi_input_nested", "scalar_arithmetic",
-           "transformer_2", "transformer_8", *(f"peer:{name}" for name in PEERS), *(f"hf:{name}" for name in FAMILIES))
+DEFAULT = (
+    "two_io",
+    "transformer",
+    "residual_cnn",
+    "transformer_encoder",
+    "multi_input_nested",
+    "scalar_arithmetic",
+    "transformer_2",
+    "transformer_8",
+    *(f"peer:{name}" for name in PEERS),
+    *(f"hf:{name}" for name in FAMILIES),
+)
 
 
 def by_device(data: bytes) -> tuple[int, dict[str, int], dict[str, int]]:
     """(delegates, device -> planned bytes, device -> its lower bound) of a program's first method."""
     method = devplan.inspect(data)["methods"][0]
-    return (len(method["delegates"]), {d["device"]: d["size"] for d in method["devices"]},
-            {d["device"]: d["lower_bound"] for d in method["devices"]})
+    return (
+        len(method["delegates"]),
+        {d["device"]: d["size"] for d in method["devices"]},
+        {d["device"]: d["lower_bound"] for d in method["devices"]},
+    )
 
 
 def executorch_device_pte(ep) -> bytes:
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.backend.test.device_util import DeviceAwarePartitioner
 
-    return to_edge_transform_and_lower(ep, partitioner=[DeviceAwarePartitioner("cuda:0")]).to_executorch(
-        ExecutorchBackendConfig(enable_non_cpu_memory_planning=True)).buffer
+    return (
+        to_edge_transform_and_lower(ep, partitioner=[DeviceAwarePartitioner("cuda:0")])
+        .to_executorch(ExecutorchBackendConfig(enable_non_cpu_memory_planning=True))
+        .buffer
+    )
 
 
 def linears_on_device(device: str = "cuda:0"):
@@ -73,7 +109,9 @@ def linears_on_device(device: str = "cuda:0"):
     class LinearsOnDevice(Partitioner):
         def __init__(self) -> None:
             super().__init__()
-            self.delegation = DelegationSpec(BackendWithCompilerDemo.__name__, [CompileSpec("target_device", device.encode())])
+            self.delegation = DelegationSpec(
+                BackendWithCompilerDemo.__name__, [CompileSpec("target_device", device.encode())]
+            )
 
         def ops_to_not_decompose(self, ep):
             return [torch.ops.aten.linear.default], None
@@ -98,20 +136,30 @@ def _lowerings(name: str):
         model, count, partitioner, skips, backends, device_io, _ = peer_scenarios()[name.removeprefix("peer:")]
         torch.manual_seed(0)
         inputs = tuple(torch.randn(2, 2) for _ in range(count))
-        return (lambda: devplan.compile(torch.export.export(model, inputs), delegates=backends, device_io=device_io).data,
-                lambda: peer_pte(model, inputs, partitioner, skips))
+        return (
+            lambda: devplan.compile(torch.export.export(model, inputs), delegates=backends, device_io=device_io).data,
+            lambda: peer_pte(model, inputs, partitioner, skips),
+        )
     if name.startswith("hf:"):
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+
         from testbed.hf_models import FAMILIES as BUILDERS
 
         module, args, kwargs = BUILDERS[name.removeprefix("hf:")]()
         ep = torch.export.export(module, args, kwargs, strict=False)
-        return (lambda: devplan.compile(copy.deepcopy(ep), delegates=["cuda:0=aten::linear"]).data,
-                lambda: to_edge_transform_and_lower(copy.deepcopy(ep), partitioner=[linears_on_device()]).to_executorch(
-                    ExecutorchBackendConfig(enable_non_cpu_memory_planning=True)).buffer)
+        return (
+            lambda: devplan.compile(copy.deepcopy(ep), delegates=["cuda:0=aten::linear"]).data,
+            lambda: (
+                to_edge_transform_and_lower(copy.deepcopy(ep), partitioner=[linears_on_device()])
+                .to_executorch(ExecutorchBackendConfig(enable_non_cpu_memory_planning=True))
+                .buffer
+            ),
+        )
     ep = export(name)
-    return (lambda: devplan.compile(copy.deepcopy(ep), delegates=["cuda:0=aten::add"]).data,
-            lambda: executorch_device_pte(copy.deepcopy(ep)))
+    return (
+        lambda: devplan.compile(copy.deepcopy(ep), delegates=["cuda:0=aten::add"]).data,
+        lambda: executorch_device_pte(copy.deepcopy(ep)),
+    )
 
 
 def measure(name: str) -> dict:
@@ -149,8 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     known = [*catalogue(), *(f"peer:{name}" for name in SCENARIOS), *(f"hf:{name}" for name in BUILDERS)]
     rows = [measure(name) for name in choose(args.models, DEFAULT, known)]
     compared = [row for row in rows if row.get("total_ratio") is not None]
-    summary = {key: geometric_mean([row[key] for row in compared if row[key] is not None])
-               for key in ("cpu_ratio", "cuda_ratio", "total_ratio")}
+    summary = {
+        key: geometric_mean([row[key] for row in compared if row[key] is not None])
+        for key in ("cpu_ratio", "cuda_ratio", "total_ratio")
+    }
     summary["not_larger_on_cuda"] = sum(row["cuda_ratio"] is None or row["cuda_ratio"] <= 1 for row in compared)
     summary["compared"] = len(compared)
     bounded = [row["cuda_to_bound"] for row in rows if row.get("cuda_to_bound") is not None]
@@ -160,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(table(HEADERS, [_table_row(row) for row in rows]))
     print()
-    print(f"devplan's cuda buffers no larger than ExecuTorch's: {summary['not_larger_on_cuda']} of {summary['compared']} models")
+    print(
+        f"devplan's cuda buffers no larger than ExecuTorch's: {summary['not_larger_on_cuda']} of {summary['compared']} models"
+    )
     if summary["cuda_to_bound_max"] is not None:
         print(f"devplan's cuda:0 bytes against the device's lower bound, at most: {summary['cuda_to_bound_max']:.4f}")
     for key in ("cpu_ratio", "cuda_ratio", "total_ratio"):
@@ -174,9 +226,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def _table_row(row: dict) -> list:
     dp, et = row.get("devplan", {}), row.get("executorch", {})
-    return [row["model"], row.get("devplan_delegates"), row.get("executorch_delegates"), dp.get("cpu"), et.get("cpu"),
-            _cuda(dp) if dp else None, _cuda(et) if et else None, row.get("cpu_ratio"), row.get("cuda_ratio"),
-            row.get("total_ratio"), row.get("devplan_cuda_bound"), row.get("cuda_to_bound")]
+    return [
+        row["model"],
+        row.get("devplan_delegates"),
+        row.get("executorch_delegates"),
+        dp.get("cpu"),
+        et.get("cpu"),
+        _cuda(dp) if dp else None,
+        _cuda(et) if et else None,
+        row.get("cpu_ratio"),
+        row.get("cuda_ratio"),
+        row.get("total_ratio"),
+        row.get("devplan_cuda_bound"),
+        row.get("cuda_to_bound"),
+    ]
 
 
 def _ratio(numerator: int, denominator: int) -> float | None:

@@ -17,6 +17,7 @@ sums of the sizes of the method's planned buffers (devplan.inspect). ExecuTorch'
 then run by its runtime with inputs at the bound: where it refuses, it planned for smaller
 shapes than the bound, so its bytes are not like-for-like; such rows are marked EXCLUDED and
 left out of the summary. Nothing here asserts timings or sizes."""
+
 from __future__ import annotations
 
 import argparse
@@ -36,13 +37,22 @@ import devplan  # noqa: E402
 from benchmarks.harness import best_time, choose, geometric_mean, number, table  # noqa: E402 - also quiets ExecuTorch's warnings
 from samples.make_samples import EncoderBlock  # noqa: E402
 from testbed.dynamic_corpus import BOUND, batched, exported  # noqa: E402
-from testbed.models import CORPUS, run_executorch  # noqa: E402
 from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
+from testbed.models import CORPUS, run_executorch  # noqa: E402
 
-HEADERS = ("model", "devplan bytes", "executorch bytes", "bytes ratio", "devplan s", "executorch s",
-           "speedup", "et at bound", "")
-LARGER = "LARGER"       # devplan plans more than ExecuTorch (like-for-like rows only)
-EXCLUDED = "EXCLUDED"   # ExecuTorch's own program refuses the bound: its plan is not like-for-like
+HEADERS = (
+    "model",
+    "devplan bytes",
+    "executorch bytes",
+    "bytes ratio",
+    "devplan s",
+    "executorch s",
+    "speedup",
+    "et at bound",
+    "",
+)
+LARGER = "LARGER"  # devplan plans more than ExecuTorch (like-for-like rows only)
+EXCLUDED = "EXCLUDED"  # ExecuTorch's own program refuses the bound: its plan is not like-for-like
 WARM_UP_MODEL = "linear"
 
 MAX_BATCH, MAX_SEQ = 4, 64
@@ -103,11 +113,13 @@ class Case:
 def case(name: str) -> Case:
     """Raises Skipped (from the corpus' exported) where torch keeps no dynamic batch."""
     if name in ATTENTION:
+
         def export() -> torch.export.ExportedProgram:
             torch.manual_seed(0)
             dims = ({0: Dim("batch", min=1, max=MAX_BATCH), 1: Dim("seq", min=2, max=MAX_SEQ)},)
-            return torch.export.export(ATTENTION[name]().eval(), (torch.randn(*EXAMPLE_SHAPE),),
-                                       dynamic_shapes=dims, strict=False)
+            return torch.export.export(
+                ATTENTION[name]().eval(), (torch.randn(*EXAMPLE_SHAPE),), dynamic_shapes=dims, strict=False
+            )
 
         export()  # fail here, not in the timed runs
         return Case(export, (torch.randn(MAX_BATCH, MAX_SEQ, WIDTH),))
@@ -151,10 +163,12 @@ def summarize(rows: list[dict], skipped: dict[str, str]) -> dict:
         "devplan_not_larger": sum(not row["larger_than_et"] for row in compared),
         "geomean_bytes_ratio": geometric_mean([row["bytes_ratio"] for row in compared]) if compared else None,
         "geomean_speedup": geometric_mean([row["speedup"] for row in compared]) if compared else None,
-        "larger_than_et": {row["model"]: [row["devplan_bytes"], row["executorch_bytes"]]
-                           for row in compared if row["larger_than_et"]},
-        "excluded": {row["model"]: row["executorch_bound_error"] for row in rows
-                     if row.get("executorch_runs_at_bound") is False},
+        "larger_than_et": {
+            row["model"]: [row["devplan_bytes"], row["executorch_bytes"]] for row in compared if row["larger_than_et"]
+        },
+        "excluded": {
+            row["model"]: row["executorch_bound_error"] for row in rows if row.get("executorch_runs_at_bound") is False
+        },
         "skipped": skipped,
         "devplan_errors": {row["model"]: row["devplan_error"] for row in rows if "devplan_error" in row},
         "executorch_errors": {row["model"]: row["executorch_error"] for row in rows if "executorch_error" in row},
@@ -162,17 +176,24 @@ def summarize(rows: list[dict], skipped: dict[str, str]) -> dict:
 
 
 def report(rows: list[dict], summary: dict, repeat: int) -> str:
-    lines = [f"best of {repeat} run(s) per tool; bytes ratio = devplan bytes / executorch bytes; "
-             "speedup = executorch s / devplan s; et at bound: ExecuTorch's own program runs with inputs at the bound",
-             table(HEADERS, [_table_row(row) for row in rows]), ""]
-    lines.append(f"devplan <= ExecuTorch: {summary['devplan_not_larger']} of {summary['compared']} models "
-                 f"(like-for-like: ExecuTorch runs at the bound; {len(summary['excluded'])} excluded)")
+    lines = [
+        f"best of {repeat} run(s) per tool; bytes ratio = devplan bytes / executorch bytes; "
+        "speedup = executorch s / devplan s; et at bound: ExecuTorch's own program runs with inputs at the bound",
+        table(HEADERS, [_table_row(row) for row in rows]),
+        "",
+    ]
+    lines.append(
+        f"devplan <= ExecuTorch: {summary['devplan_not_larger']} of {summary['compared']} models "
+        f"(like-for-like: ExecuTorch runs at the bound; {len(summary['excluded'])} excluded)"
+    )
     lines.append(f"geometric mean devplan / ExecuTorch bytes: {number(summary['geomean_bytes_ratio'])}")
     lines.append(f"geometric mean speedup (ExecuTorch s / devplan s): {number(summary['geomean_speedup'])}")
     larger = [f"{model} ({ours} > {theirs})" for model, (ours, theirs) in summary["larger_than_et"].items()]
     lines.append(f"devplan larger than ExecuTorch: {', '.join(larger) or 'none'}")
-    lines += [f"excluded {model}: ExecuTorch's program refuses the bound: {message}"
-              for model, message in summary["excluded"].items()]
+    lines += [
+        f"excluded {model}: ExecuTorch's program refuses the bound: {message}"
+        for model, message in summary["excluded"].items()
+    ]
     lines += [f"skipped {model}: {reason}" for model, reason in summary["skipped"].items()]
     lines += [f"devplan failed on {model}: {message}" for model, message in summary["devplan_errors"].items()]
     lines += [f"ExecuTorch failed on {model}: {message}" for model, message in summary["executorch_errors"].items()]
@@ -214,10 +235,17 @@ def main(argv: list[str] | None = None) -> int:
 def _table_row(row: dict) -> list:
     runs = row.get("executorch_runs_at_bound")
     mark = EXCLUDED if runs is False else LARGER if row.get("larger_than_et") else ""
-    return [row["model"], row.get("devplan_bytes", "error" if "devplan_error" in row else None),
-            row.get("executorch_bytes", "error" if "executorch_error" in row else None), row.get("bytes_ratio"),
-            row.get("devplan_seconds"), row.get("executorch_seconds"), row.get("speedup"),
-            None if runs is None else "yes" if runs else "no", mark]
+    return [
+        row["model"],
+        row.get("devplan_bytes", "error" if "devplan_error" in row else None),
+        row.get("executorch_bytes", "error" if "executorch_error" in row else None),
+        row.get("bytes_ratio"),
+        row.get("devplan_seconds"),
+        row.get("executorch_seconds"),
+        row.get("speedup"),
+        None if runs is None else "yes" if runs else "no",
+        mark,
+    ]
 
 
 def _message(error: BaseException) -> str:

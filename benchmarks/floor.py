@@ -10,6 +10,7 @@ Three facts hold in every order:
 - at the first kernel, every method input and state storage is alive as well (set_input has
   filled them all, and nothing is freed before its last read);
 - at the last kernel, every output and state storage is alive as well."""
+
 from __future__ import annotations
 
 from devplan.ir.method import Method
@@ -37,6 +38,8 @@ def order_free_floor(method: Method, alignment: int = 16) -> int:
     if not kernels:
         return total(inputs | outputs)
     # Which kernel runs first or last depends on the order, so take the cheapest of each.
-    return max(max(map(total, kernels)),
-               min(total(inputs | held) for held in kernels),
-               min(total(outputs | held) for held in kernels))
+    return max(
+        max(map(total, kernels)),
+        min(total(inputs | held) for held in kernels),
+        min(total(outputs | held) for held in kernels),
+    )

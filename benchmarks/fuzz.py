@@ -27,6 +27,7 @@ runtime at all and are left out of that comparison.
 The mutation and the outcome of a command are testbed/damage.py's, as the bounded fuzz test in
 CI (tests/pte/test_fuzz.py) uses them, and the programs and archives testbed's. Run from the repository root; the programs are built
 in a child process so that this process's peak memory is the fuzzing's own."""
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,17 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # name -> can ExecuTorch's runtime run it (devplan's delegates cannot)
-PROGRAMS = {"devplan": True, "delegated": False, "quantized": True, "executorch_affine": True,
-            "executorch_plain": True, "executorch_xnnpack": True, "ptd": True, "multi_method": True,
-            "xnnpack_ptd": True}
+PROGRAMS = {
+    "devplan": True,
+    "delegated": False,
+    "quantized": True,
+    "executorch_affine": True,
+    "executorch_plain": True,
+    "executorch_xnnpack": True,
+    "ptd": True,
+    "multi_method": True,
+    "xnnpack_ptd": True,
+}
 WITH_DATA = ("ptd", "xnnpack_ptd")  # each written as NAME.pte and its NAME.ptd
 
 
@@ -79,18 +88,42 @@ def cases(folder: Path, names: Sequence[str]) -> list[Case]:
         program = (folder / f"{name}.pte").read_bytes()
         if name in WITH_DATA:
             xnnpack = name.startswith("xnnpack")  # check's exit 0 is what devplan can say of it
-            made.append(Case(name, program, (folder / f"{name}.ptd").read_bytes(), COMMANDS, 2 if xnnpack else -1,
-                             start=payload_start(program) if xnnpack else 0))
+            made.append(
+                Case(
+                    name,
+                    program,
+                    (folder / f"{name}.ptd").read_bytes(),
+                    COMMANDS,
+                    2 if xnnpack else -1,
+                    start=payload_start(program) if xnnpack else 0,
+                )
+            )
         elif name == "multi_method":
             made.append(Case(name, program, commands=MULTI_METHOD_COMMANDS, method="batch5"))
         else:
             made.append(Case(name, program, commands=COMMANDS))
     return made
+
+
 # .pt2 archives: the sample MLP, one with symbolic sizes in expressions, one writing state in place
 ARCHIVES = ("mlp", "dynamic", "stateful")
 ARCHIVE_COMMANDS = (["compile", "-o", "{out}"],)
-HEADERS = ("program", "bytes", "mutants", "ok", "refused", "code runs", "exit 3", "tracebacks", "hangs", "slowest s",
-           "run ok", "compared", "ET refused", "ET crashed")
+HEADERS = (
+    "program",
+    "bytes",
+    "mutants",
+    "ok",
+    "refused",
+    "code runs",
+    "exit 3",
+    "tracebacks",
+    "hangs",
+    "slowest s",
+    "run ok",
+    "compared",
+    "ET refused",
+    "ET crashed",
+)
 COUNTS = ("mutants", "ok", "refused", "code_runs", "exit_3", "tracebacks", "hangs", "run_ok")
 WORKER_TIMEOUT_S = 60  # for one mutant in ExecuTorch's runtime
 IMPORT_TIMEOUT_S = 600  # for a worker's imports, before its first mutant: minutes on a busy machine
@@ -166,8 +199,16 @@ def fuzz(case: Case, count: int, seed: int, folder: Path, keep: Path | None) -> 
     case's taken_by command exited 0), each as (program, its .ptd or None)."""
     import random
 
-    from testbed.damage import (LIMIT_S, archive_bytes, archive_members, archive_mutant, mutant, outcome,
-                                pair_mutant, with_data)
+    from testbed.damage import (
+        LIMIT_S,
+        archive_bytes,
+        archive_members,
+        archive_mutant,
+        mutant,
+        outcome,
+        pair_mutant,
+        with_data,
+    )
 
     name, data = case.name, case.program
     rng = random.Random(f"{seed}:{name}")
@@ -184,9 +225,22 @@ def fuzz(case: Case, count: int, seed: int, folder: Path, keep: Path | None) -> 
         change = lambda rng: pair_mutant(data, case.data, rng, case.start)  # noqa: E731
     else:
         commands, change = list(case.commands), lambda rng: (mutant(data, rng, case.start), None)
-    row = {"program": name, "bytes": len(data) + len(case.data or b""), "mutants": count, "ok": 0, "refused": 0,
-           "code_runs": 0, "exit_3": 0, "tracebacks": 0, "hangs": 0, "slowest_seconds": 0.0, "slowest_mutant": None,
-           "run_ok": 0, "found": [], "taken_by": (case.commands or ARCHIVE_COMMANDS)[case.taken_by][0]}
+    row = {
+        "program": name,
+        "bytes": len(data) + len(case.data or b""),
+        "mutants": count,
+        "ok": 0,
+        "refused": 0,
+        "code_runs": 0,
+        "exit_3": 0,
+        "tracebacks": 0,
+        "hangs": 0,
+        "slowest_seconds": 0.0,
+        "slowest_mutant": None,
+        "run_ok": 0,
+        "found": [],
+        "taken_by": (case.commands or ARCHIVE_COMMANDS)[case.taken_by][0],
+    }
     path.write_bytes(data)
     if case.data is not None:
         ptd.write_bytes(case.data)
@@ -263,9 +317,13 @@ def executorch_verdicts(samples: list[tuple[bytes, bytes | None, str]], folder: 
     verdicts: dict[int, str] = {}
     start = 0
     while start < len(samples):
-        worker = subprocess.Popen([sys.executable, "-c", _WORKER, str(folder), str(start), str(len(samples))],
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+        worker = subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(folder), str(start), str(len(samples))],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         current, before = None, len(verdicts)
         while True:
             waited = WORKER_TIMEOUT_S if current is not None or len(verdicts) > before else IMPORT_TIMEOUT_S
@@ -290,14 +348,31 @@ def executorch_verdicts(samples: list[tuple[bytes, bytes | None, str]], folder: 
 
 
 def table(rows: Sequence[dict]) -> str:
-    cells = [[r["program"], f"{r['bytes']:,}", f"{r['mutants']:,}", f"{r['ok']:,}", f"{r['refused']:,}",
-              str(r["code_runs"]), str(r["exit_3"]), str(r["tracebacks"]), str(r["hangs"]),
-              f"{r['slowest_seconds']:.2f}", f"{r['run_ok']:,}", str(r.get("compared", "-")),
-              str(r.get("executorch_refused", "-")), str(r.get("executorch_crashed", "-"))] for r in rows]
+    cells = [
+        [
+            r["program"],
+            f"{r['bytes']:,}",
+            f"{r['mutants']:,}",
+            f"{r['ok']:,}",
+            f"{r['refused']:,}",
+            str(r["code_runs"]),
+            str(r["exit_3"]),
+            str(r["tracebacks"]),
+            str(r["hangs"]),
+            f"{r['slowest_seconds']:.2f}",
+            f"{r['run_ok']:,}",
+            str(r.get("compared", "-")),
+            str(r.get("executorch_refused", "-")),
+            str(r.get("executorch_crashed", "-")),
+        ]
+        for r in rows
+    ]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(HEADERS)]
     align = lambda text, width, i: text.ljust(width) if i == 0 else text.rjust(width)  # noqa: E731
-    lines = ["  ".join(align(h, w, i) for i, (h, w) in enumerate(zip(HEADERS, widths))),
-             "  ".join("-" * w for w in widths)]
+    lines = [
+        "  ".join(align(h, w, i) for i, (h, w) in enumerate(zip(HEADERS, widths))),
+        "  ".join("-" * w for w in widths),
+    ]
     lines += ["  ".join(align(c, w, i) for i, (c, w) in enumerate(zip(row, widths))) for row in cells]
     lines.insert(len(lines) - 1, lines[1])  # a rule above the total
     return "\n".join(lines)
@@ -330,17 +405,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mutants", type=int, default=100_000, help="mutants in all, shared evenly by the programs")
     parser.add_argument("--archives", type=int, default=2000, help=".pt2 mutants in all, shared evenly by the archives")
     parser.add_argument("--seed", type=int, default=17)
-    parser.add_argument("--compare", type=int, default=1000,
-                        help="mutants that devplan ran to run in ExecuTorch's runtime too (0: none)")
+    parser.add_argument(
+        "--compare",
+        type=int,
+        default=1000,
+        help="mutants that devplan ran to run in ExecuTorch's runtime too (0: none)",
+    )
     parser.add_argument("--quick", action="store_true", help="600 mutants, 60 compared: under a minute")
-    parser.add_argument("--only", type=lambda text: text.split(","), metavar="NAME,...",
-                        help=f"fuzz these programs and archives only (of {', '.join([*PROGRAMS, *ARCHIVES])})")
+    parser.add_argument(
+        "--only",
+        type=lambda text: text.split(","),
+        metavar="NAME,...",
+        help=f"fuzz these programs and archives only (of {', '.join([*PROGRAMS, *ARCHIVES])})",
+    )
     parser.add_argument("--keep", type=Path, help="write every mutant that escaped, hung or mismatched here")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--build", type=Path, metavar="DIR", help="only write the programs and archives to DIR")
-    parser.add_argument("--programs", type=Path, metavar="DIR",
-                        help="fuzz the programs and archives that --build wrote to DIR (building takes minutes on a "
-                             "busy machine; runs in several chunks, one seed each, share them)")
+    parser.add_argument(
+        "--programs",
+        type=Path,
+        metavar="DIR",
+        help="fuzz the programs and archives that --build wrote to DIR (building takes minutes on a "
+        "busy machine; runs in several chunks, one seed each, share them)",
+    )
     args = parser.parse_args(argv)
     if args.build:
         build(args.build)
@@ -353,12 +440,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)
         if args.programs:
-            for built in [*(f"{name}.pte" for name in PROGRAMS), *(f"{name}.ptd" for name in WITH_DATA),
-                          *(f"{name}.pt2" for name in ARCHIVES)]:
+            for built in [
+                *(f"{name}.pte" for name in PROGRAMS),
+                *(f"{name}.ptd" for name in WITH_DATA),
+                *(f"{name}.pt2" for name in ARCHIVES),
+            ]:
                 shutil.copyfile(args.programs / built, folder / built)
         else:
-            subprocess.run([sys.executable, __file__, "--build", str(folder)], check=True, stderr=subprocess.DEVNULL,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+            subprocess.run(
+                [sys.executable, __file__, "--build", str(folder)],
+                check=True,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
         _import_first(folder)
         rows, runnable = [], {}
         programs = [name for name in PROGRAMS if args.only is None or name in args.only]
@@ -369,15 +463,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(row)
             if PROGRAMS[case.name]:
                 runnable[case.name] = [(data, ptd, case.method) for data, ptd in ran]
-            print(f"{case.name}: {per_program:,} mutants in {time.perf_counter() - began:.0f} s", file=sys.stderr,
-                  flush=True)
+            print(
+                f"{case.name}: {per_program:,} mutants in {time.perf_counter() - began:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         per_archive = -(-args.archives // len(archives)) if args.archives and archives else 0
         for name in archives if per_archive else ():
             archive = Case(f"{name}.pt2", (folder / f"{name}.pt2").read_bytes())
             row, _ = fuzz(archive, per_archive, args.seed, folder, args.keep)
             rows.append(row)
-            print(f"{name}.pt2: {per_archive:,} mutants in {time.perf_counter() - began:.0f} s", file=sys.stderr,
-                  flush=True)
+            print(
+                f"{name}.pt2: {per_archive:,} mutants in {time.perf_counter() - began:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         peak_mb = _peak_mb()
         mismatches = []
         if args.compare:
@@ -387,7 +487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             while wanted and any(runnable.values()):
                 share = max(1, wanted // sum(1 for ran in runnable.values() if ran))
                 for name, ran in runnable.items():
-                    taken, runnable[name] = ran[:min(share, wanted)], ran[min(share, wanted):]
+                    taken, runnable[name] = ran[: min(share, wanted)], ran[min(share, wanted) :]
                     picked[name] += taken
                     wanted -= len(taken)
             compare_dir = folder / "compare"
@@ -418,32 +518,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         total["executorch_refused"] = sum(r.get("executorch_refused", 0) for r in rows)
         total["executorch_crashed"] = sum(r.get("executorch_crashed", 0) for r in rows)
     seconds = time.perf_counter() - began
-    passed = (total["code_runs"] == total["exit_3"] == total["tracebacks"] == total["hangs"] == 0 and peak_mb < 1024
-              and total.get("executorch_refused", 0) == 0)
+    passed = (
+        total["code_runs"] == total["exit_3"] == total["tracebacks"] == total["hangs"] == 0
+        and peak_mb < 1024
+        and total.get("executorch_refused", 0) == 0
+    )
     if args.json:
-        print(json.dumps({"rows": rows + [total], "peak_mb": peak_mb, "seconds": seconds, "seed": args.seed,
-                          "mismatches": mismatches, "passed": passed}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "rows": rows + [total],
+                    "peak_mb": peak_mb,
+                    "seconds": seconds,
+                    "seed": args.seed,
+                    "mismatches": mismatches,
+                    "passed": passed,
+                },
+                indent=2,
+            )
+        )
         return 0 if passed else 1
     print(table(rows + [total]))
-    print("\nok / refused: command runs (4 a program mutant, 5 a multi_method one, 1 an archive's) that exited 0 / were refused in one "
-          "line (exit 1 or 2); code runs: archive mutants after which their marker file existed; exit 3: "
-          "exceptions the CLI reports as internal errors; tracebacks: printed on the way (a logging error); "
-          "slowest: one mutant's commands; run ok: mutants `devplan run` took (xnnpack_ptd: `check`, as devplan's "
-          "runtime leaves XNNPACK to ExecuTorch's); compared / ET refused: "
-          "distinct ones of those run by ExecuTorch's runtime / refused there (xnnpack_ptd: crashed or hung, "
-          "what `run --executorch` cannot report; - : its runtime cannot run devplan's delegates); ET crashed: "
-          "of those compared, crashes and hangs")
+    print(
+        "\nok / refused: command runs (4 a program mutant, 5 a multi_method one, 1 an archive's) that exited 0 / were refused in one "
+        "line (exit 1 or 2); code runs: archive mutants after which their marker file existed; exit 3: "
+        "exceptions the CLI reports as internal errors; tracebacks: printed on the way (a logging error); "
+        "slowest: one mutant's commands; run ok: mutants `devplan run` took (xnnpack_ptd: `check`, as devplan's "
+        "runtime leaves XNNPACK to ExecuTorch's); compared / ET refused: "
+        "distinct ones of those run by ExecuTorch's runtime / refused there (xnnpack_ptd: crashed or hung, "
+        "what `run --executorch` cannot report; - : its runtime cannot run devplan's delegates); ET crashed: "
+        "of those compared, crashes and hangs"
+    )
     for row in rows:
         for found in row["found"][:5]:
             print(f"  {row['program']} mutant {found['mutant']} ({found['command']}): {found['result']}")
     for found in mismatches[:10]:
         print(f"  devplan ran a {found['program']} mutant that ExecuTorch refused: {found['executorch']}")
     print(f"\npeak memory {peak_mb:.0f} MB; {seconds:.0f} s; seed {args.seed}")
-    print(f"{'PASS' if passed else 'FAIL'}: {total['mutants']:,} mutants of {len(rows)} programs and archives, "
-          f"{total['code_runs']} code runs, {total['exit_3']} exit 3s, {total['tracebacks']} tracebacks, "
-          f"{total['hangs']} hangs over 5 s, slowest mutant {total['slowest_seconds']:.2f} s, "
-          f"peak {peak_mb:.0f} MB, {total.get('executorch_refused', 0)} of {total.get('compared', 0)} "
-          f"mutants devplan ran refused by ExecuTorch's runtime")
+    print(
+        f"{'PASS' if passed else 'FAIL'}: {total['mutants']:,} mutants of {len(rows)} programs and archives, "
+        f"{total['code_runs']} code runs, {total['exit_3']} exit 3s, {total['tracebacks']} tracebacks, "
+        f"{total['hangs']} hangs over 5 s, slowest mutant {total['slowest_seconds']:.2f} s, "
+        f"peak {peak_mb:.0f} MB, {total.get('executorch_refused', 0)} of {total.get('compared', 0)} "
+        f"mutants devplan ran refused by ExecuTorch's runtime"
+    )
     return 0 if passed else 1
 
 

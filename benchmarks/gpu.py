@@ -14,6 +14,7 @@ there, the allocator's measured peak (torch.cuda.max_memory_allocated over load 
 eager's steady peak above its weights, the ratios, and the median time of a run of each
 (inputs from the host, outputs back to it, as a user's call does), and whether devplan's
 outputs match the CPU program's."""
+
 from __future__ import annotations
 
 import argparse
@@ -60,13 +61,13 @@ def _median_ms(call) -> float:
 
 
 def child_devplan(folder: Path, name: str, graphs: bool) -> dict:
+    import logging
+
     from devplan.pte import read_pte
     from devplan.runtime import LoadedMethod
     from devplan.runtime.graphs import captured
     from devplan.runtime.report import device_memory
     from devplan.spec import Device
-
-    import logging
 
     logging.getLogger("devplan").addHandler(logging.StreamHandler())  # why a delegate runs without a graph
     logging.getLogger("devplan").setLevel(logging.DEBUG)
@@ -103,6 +104,7 @@ def _allocating_ops(loaded, args) -> dict:
             seen[0] = max(seen[0], torch.cuda.max_memory_allocated() - before)
             seen[1] = max(seen[1], torch.cuda.memory_allocated() - before)
             return result
+
         return call
 
     methods = [loaded, *loaded.delegates]
@@ -132,8 +134,12 @@ def child_eager(folder: Path, name: str) -> dict:
     torch.cuda.reset_peak_memory_stats()
     out = call()
     peak = torch.cuda.max_memory_allocated() - weights
-    return {"weights": weights, "peak_above_weights": peak, "ms": _median_ms(call),
-            "max_abs_error": float((out - saved["expected"]).abs().max())}
+    return {
+        "weights": weights,
+        "peak_above_weights": peak,
+        "ms": _median_ms(call),
+        "max_abs_error": float((out - saved["expected"]).abs().max()),
+    }
 
 
 def _child(*args: str) -> dict:
@@ -148,12 +154,27 @@ def measure(folder: Path, json_path: Path | None) -> None:
     rows = {}
     for pte in sorted(folder.glob("*.pte")):
         name = pte.stem
-        rows[name] = {"graphs": _child("devplan", str(folder), name, "1"),
-                      "steps": _child("devplan", str(folder), name, "0"), "eager": _child("eager", str(folder), name)}
+        rows[name] = {
+            "graphs": _child("devplan", str(folder), name, "1"),
+            "steps": _child("devplan", str(folder), name, "0"),
+            "eager": _child("eager", str(folder), name),
+        }
         print(json.dumps({name: rows[name]}), flush=True)
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
-    header = ("model", "planned MiB", "constants MiB", "peak MiB", "beyond MiB", "eager peak MiB", "planned/eager",
-              "devplan ms (graph)", "devplan ms (steps)", "eager ms", "time ratio", "max err")
+    header = (
+        "model",
+        "planned MiB",
+        "constants MiB",
+        "peak MiB",
+        "beyond MiB",
+        "eager peak MiB",
+        "planned/eager",
+        "devplan ms (graph)",
+        "devplan ms (steps)",
+        "eager ms",
+        "time ratio",
+        "max err",
+    )
     print(" | ".join(header))
     ratios = []
     for name, r in rows.items():
@@ -164,10 +185,24 @@ def measure(folder: Path, json_path: Path | None) -> None:
         ratio = g["planned"] / e["peak_above_weights"]
         ratios.append(ratio)
         mib = 1 << 20
-        print(" | ".join([name, f"{g['planned'] / mib:.1f}", f"{g['constants'] / mib:.1f}", f"{g['peak'] / mib:.1f}",
-                          f"{g['beyond_plan'] / mib:.1f}", f"{e['peak_above_weights'] / mib:.1f}", f"{ratio:.2f}",
-                          f"{g['ms']:.2f}", f"{s.get('ms', float('nan')):.2f}", f"{e['ms']:.2f}",
-                          f"{g['ms'] / e['ms']:.2f}", f"{g['max_abs_error']:.1e}"]))
+        print(
+            " | ".join(
+                [
+                    name,
+                    f"{g['planned'] / mib:.1f}",
+                    f"{g['constants'] / mib:.1f}",
+                    f"{g['peak'] / mib:.1f}",
+                    f"{g['beyond_plan'] / mib:.1f}",
+                    f"{e['peak_above_weights'] / mib:.1f}",
+                    f"{ratio:.2f}",
+                    f"{g['ms']:.2f}",
+                    f"{s.get('ms', float('nan')):.2f}",
+                    f"{e['ms']:.2f}",
+                    f"{g['ms'] / e['ms']:.2f}",
+                    f"{g['max_abs_error']:.1e}",
+                ]
+            )
+        )
     if ratios:
         print(f"planned / eager peak, geomean: {statistics.geometric_mean(ratios):.3f}")
     if json_path is not None:
@@ -177,7 +212,9 @@ def measure(folder: Path, json_path: Path | None) -> None:
 def main() -> None:
     if sys.argv[1:2] == ["child"]:
         kind, folder, name, *rest = sys.argv[2:]
-        result = child_devplan(Path(folder), name, rest == ["1"]) if kind == "devplan" else child_eager(Path(folder), name)
+        result = (
+            child_devplan(Path(folder), name, rest == ["1"]) if kind == "devplan" else child_eager(Path(folder), name)
+        )
         print(json.dumps(result))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

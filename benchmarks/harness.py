@@ -3,6 +3,7 @@ plain-text tables. ExecuTorch's lowering, the baseline, is testbed/executorch.py
 tests use too.
 
 Import as `benchmarks.harness` with the repository root on sys.path."""
+
 from __future__ import annotations
 
 import gc
@@ -34,7 +35,9 @@ def catalogue() -> dict[str, Build]:
     Builders are lazy so that naming a model never builds the 32-layer stack."""
     models: dict[str, Build] = {name: (lambda name=name: sample_models()[name]) for name in SAMPLES}
     models.update(CORPUS)
-    models.update({f"transformer_{layers}": (lambda layers=layers: transformer(layers)) for layers in TRANSFORMER_LAYERS})
+    models.update(
+        {f"transformer_{layers}": (lambda layers=layers: transformer(layers)) for layers in TRANSFORMER_LAYERS}
+    )
     return models
 
 
@@ -56,8 +59,11 @@ def export(name: str) -> torch.export.ExportedProgram:
     return torch.export.export(module, args, strict=False)
 
 
-def best_time(run: Callable[[torch.export.ExportedProgram], object], fresh: Callable[[], torch.export.ExportedProgram],
-              repeat: int) -> tuple[float, object]:
+def best_time(
+    run: Callable[[torch.export.ExportedProgram], object],
+    fresh: Callable[[], torch.export.ExportedProgram],
+    repeat: int,
+) -> tuple[float, object]:
     """Fastest of `repeat` runs of `run` and the last result; each run gets its own program from
     `fresh` (made and garbage-collected outside the clock) so no run sees another's mutations."""
     best, result = math.inf, None

@@ -30,6 +30,7 @@ first compiles devplan's bytecode, as installing it does, and reads the file's p
     python benchmarks/inspect_scale.py --big 24
 
 Run from the repository root."""
+
 from __future__ import annotations
 
 import argparse
@@ -80,8 +81,15 @@ def synthetic(tensors: int) -> bytes:
             values.append(spec)
             out = len(values) - 1
             last = step == BLOCK - 1
-            source = Source(f"model.layers.{block}.{'residual' if last else f'op{step}'}", "Block", "aten.add.Tensor",
-                            "/src/model.py", 40 + step, "forward", "x = x + y")
+            source = Source(
+                f"model.layers.{block}.{'residual' if last else f'op{step}'}",
+                "Block",
+                "aten.add.Tensor",
+                "/src/model.py",
+                40 + step,
+                "forward",
+                "x = x + y",
+            )
             args = (previous, block_input, 1, out, out) if last else (previous, previous, 1, out, out)
             kernels.append(Kernel("aten::add.out", args, f"add_{len(kernels)}", source=source))
             previous = out
@@ -114,27 +122,47 @@ def measure(tensors: int) -> list[dict]:
         path = Path(folder) / f"scale_{tensors}.pte"
         # written by a child: a child forked from a parent that imported torch starts with its
         # resident pages, and each measured process would report them as its own peak
-        subprocess.run([sys.executable, __file__, "--write", str(tensors), str(path)], check=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        subprocess.run(
+            [sys.executable, __file__, "--write", str(tensors), str(path)],
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         _, executorch_mb, out, _ = _measure(["-c", _EXECUTORCH, str(path)])
         executorch_s = float(out.strip().splitlines()[-1])
         rows = []
         for view, options in VIEWS.items():
             seconds, mb, _, _ = _measure(["-m", "devplan", "inspect", str(path), *options])
-            rows.append({"tensors": tensors, "view": view, "devplan_seconds": seconds, "devplan_mb": mb,
-                         "executorch_seconds": executorch_s, "executorch_mb": executorch_mb,
-                         "time_ratio": seconds / executorch_s, "memory_ratio": mb / executorch_mb})
+            rows.append(
+                {
+                    "tensors": tensors,
+                    "view": view,
+                    "devplan_seconds": seconds,
+                    "devplan_mb": mb,
+                    "executorch_seconds": executorch_s,
+                    "executorch_mb": executorch_mb,
+                    "time_ratio": seconds / executorch_s,
+                    "memory_ratio": mb / executorch_mb,
+                }
+            )
         return rows
 
 
 CASES = {  # the devplan command line of each measured command, per case
-    "overlap": {"inspect": ["inspect", "{program}"], "json": ["inspect", "{program}", "--json"],
-                "check": ["check", "{program}"], "svg": ["inspect", "{program}", "--svg", "{out}.svg"],
-                "trace": ["inspect", "{program}", "--trace", "{out}.json"]},
+    "overlap": {
+        "inspect": ["inspect", "{program}"],
+        "json": ["inspect", "{program}", "--json"],
+        "check": ["check", "{program}"],
+        "svg": ["inspect", "{program}", "--svg", "{out}.svg"],
+        "trace": ["inspect", "{program}", "--trace", "{out}.json"],
+    },
     "wide": {"trace": ["inspect", "{program}", "--trace", "{out}.json"]},
     "long": {"json": ["inspect", "{program}", "--json"]},
-    "big": {"inspect": ["inspect", "{program}"], "json": ["inspect", "{program}", "--json"],
-            "check": ["check", "{program}"], "diff": ["diff", "{program}", "{program}"]},
+    "big": {
+        "inspect": ["inspect", "{program}"],
+        "json": ["inspect", "{program}", "--json"],
+        "check": ["check", "{program}"],
+        "diff": ["diff", "{program}", "{program}"],
+    },
 }
 BIG_SEGMENT = 2 << 30
 
@@ -150,8 +178,15 @@ def big_program(layers: int, path: Path) -> None:
     from devplan.pte.writer import Spread, pte_image
 
     torch.manual_seed(0)
-    config = transformers.Qwen2Config(use_cache=False, hidden_size=64, num_hidden_layers=layers, num_attention_heads=4,
-                                      num_key_value_heads=2, intermediate_size=128, vocab_size=1000)
+    config = transformers.Qwen2Config(
+        use_cache=False,
+        hidden_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=1000,
+    )
     model = transformers.Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa").eval()
     with torch.no_grad():
         exported = torch.export.export(model, (torch.randint(3, 1000, (1, 64)),))
@@ -178,30 +213,54 @@ def measure_case(case: str, size: str, checkout: Path) -> list[dict]:
     """Each command of CASES[case] on the program hostile(case, size), by checkout's devplan."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"{case}.pte"
-        subprocess.run([sys.executable, __file__, "--write-case", case, size, str(path)], check=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+        subprocess.run(
+            [sys.executable, __file__, "--write-case", case, size, str(path)],
+            check=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         rows = []
         for name, template in CASES[case].items():
             command = [part.format(program=path, out=Path(folder) / name) for part in template]
             if case == "big":  # untimed: compiles the bytecode (kept, as an installed devplan's is) and reads the pages
                 _measure(["-m", "devplan", *command], root=checkout, bytecode=True)
             seconds, mb, _, cpu = _measure(["-m", "devplan", *command], root=checkout, bytecode=case == "big")
-            rows.append({"case": case, "size": size, "seconds": seconds, "cpu_seconds": cpu, "mb": mb,
-                         "command": " ".join(template).replace("{program}", "PROGRAM").replace("{out}", "OUT")})
+            rows.append(
+                {
+                    "case": case,
+                    "size": size,
+                    "seconds": seconds,
+                    "cpu_seconds": cpu,
+                    "mb": mb,
+                    "command": " ".join(template).replace("{program}", "PROGRAM").replace("{out}", "OUT"),
+                }
+            )
         return rows
 
 
 def case_table(rows: Sequence[dict]) -> str:
     lines = [f"{'case':<8} {'size':>12}  {'command':<34} {'seconds':>8} {'CPU s':>6} {'MB':>6}"]
-    lines += [f"{r['case']:<8} {r['size']:>12}  {r['command']:<34} {r['seconds']:>8.2f} {r['cpu_seconds']:>6.2f} "
-              f"{r['mb']:>6.0f}" for r in rows]
+    lines += [
+        f"{r['case']:<8} {r['size']:>12}  {r['command']:<34} {r['seconds']:>8.2f} {r['cpu_seconds']:>6.2f} "
+        f"{r['mb']:>6.0f}"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 
 def table(rows: Sequence[dict]) -> str:
-    cells = [[str(r["tensors"]), r["view"], f"{r['devplan_seconds']:.2f}", f"{r['devplan_mb']:.0f}",
-              f"{r['executorch_seconds']:.2f}", f"{r['executorch_mb']:.0f}", f"{r['time_ratio']:.2f}",
-              f"{r['memory_ratio']:.2f}"] for r in rows]
+    cells = [
+        [
+            str(r["tensors"]),
+            r["view"],
+            f"{r['devplan_seconds']:.2f}",
+            f"{r['devplan_mb']:.0f}",
+            f"{r['executorch_seconds']:.2f}",
+            f"{r['executorch_mb']:.0f}",
+            f"{r['time_ratio']:.2f}",
+            f"{r['memory_ratio']:.2f}",
+        ]
+        for r in rows
+    ]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(HEADERS)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(HEADERS, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
@@ -215,8 +274,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--overlap", metavar="TENSORS", help="time every command on TENSORS tensors at one offset")
     parser.add_argument("--wide", metavar="TENSORSxINSTRUCTIONS", help="time --trace on tensors held throughout")
     parser.add_argument("--long", metavar="INSTRUCTIONS", help="time --json on this many instructions")
-    parser.add_argument("--big", metavar="LAYERS", help="time inspect, --json, check, diff of a 2 GB Qwen2-shaped program")
-    parser.add_argument("--checkout", type=Path, default=ROOT, help="time the devplan of this checkout (default: this one)")
+    parser.add_argument(
+        "--big", metavar="LAYERS", help="time inspect, --json, check, diff of a 2 GB Qwen2-shaped program"
+    )
+    parser.add_argument(
+        "--checkout", type=Path, default=ROOT, help="time the devplan of this checkout (default: this one)"
+    )
     parser.add_argument("--write", nargs=2, metavar=("TENSORS", "PATH"), help=argparse.SUPPRESS)
     parser.add_argument("--write-case", nargs=3, metavar=("CASE", "SIZE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -26,6 +26,7 @@ devplan's two programs and of ET+xnnpack, and `ok`: all four programs were made,
 matched eager. Below the table: the geometric mean and the maximum of the ratio, and how
 many models devplan+xnnpack plans more bytes for than ET+xnnpack; then, one line per model,
 what failed (a program that could not be made or run shows n/a) or did not match."""
+
 from __future__ import annotations
 
 import argparse
@@ -46,30 +47,70 @@ from torch.utils import _pytree as pytree  # noqa: E402
 
 import devplan  # noqa: E402
 from benchmarks.harness import catalogue, choose, geometric_mean, number, table  # noqa: E402
-from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 from devplan.errors import first_line  # noqa: E402
+from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 from testbed.hf_models import FAMILIES  # noqa: E402
 from testbed.models import eager_runs, pt2e_quantize  # noqa: E402
 
-BENCHMARK = ("mlp", "cnn", "transformer", "transformer_2", "transformer_8", "residual_cnn", "transformer_encoder",
-             "gated_mlp", "conv_bn_relu")
-CONFIGS = {"static_pt": {}, "static_pc": {"is_per_channel": True},
-           "dynamic_pc": {"is_per_channel": True, "is_dynamic": True}}
+BENCHMARK = (
+    "mlp",
+    "cnn",
+    "transformer",
+    "transformer_2",
+    "transformer_8",
+    "residual_cnn",
+    "transformer_encoder",
+    "gated_mlp",
+    "conv_bn_relu",
+)
+CONFIGS = {
+    "static_pt": {},
+    "static_pc": {"is_per_channel": True},
+    "dynamic_pc": {"is_per_channel": True, "is_dynamic": True},
+}
 # name -> (small model, quantization config); dynamic quantization for the MLP only
-QUANTIZED = {f"q_{model}_{config}": (model, config) for model in ("mlp", "conv") for config in CONFIGS
-             if not (model == "conv" and config.startswith("dynamic"))}
+QUANTIZED = {
+    f"q_{model}_{config}": (model, config)
+    for model in ("mlp", "conv")
+    for config in CONFIGS
+    if not (model == "conv" and config.startswith("dynamic"))
+}
 MODELS = (*BENCHMARK, *FAMILIES, *QUANTIZED)
 QUICK = ("mlp", "cnn", "q_mlp_static_pt")
 PROGRAMS = ("devplan", "devplan+xnnpack", "ET", "ET+xnnpack")
 WARMUP = 3
 FLOAT_TOLERANCE, QUANTIZED_TOLERANCE = 1e-3, 0.1
-HEADERS = ("model", "devplan ms", "devplan+xnnpack ms", "ET ms", "ET+xnnpack ms", "ratio", "devplan bytes",
-           "devplan+xnnpack bytes", "ET+xnnpack bytes", "ok")
-KEYS = ("model", "devplan_ms", "devplan_xnnpack_ms", "executorch_ms", "executorch_xnnpack_ms", "ratio",
-        "devplan_bytes", "devplan_xnnpack_bytes", "executorch_xnnpack_bytes", "ok")
+HEADERS = (
+    "model",
+    "devplan ms",
+    "devplan+xnnpack ms",
+    "ET ms",
+    "ET+xnnpack ms",
+    "ratio",
+    "devplan bytes",
+    "devplan+xnnpack bytes",
+    "ET+xnnpack bytes",
+    "ok",
+)
+KEYS = (
+    "model",
+    "devplan_ms",
+    "devplan_xnnpack_ms",
+    "executorch_ms",
+    "executorch_xnnpack_ms",
+    "ratio",
+    "devplan_bytes",
+    "devplan_xnnpack_bytes",
+    "executorch_xnnpack_bytes",
+    "ok",
+)
 MS_KEYS = dict(zip(PROGRAMS, KEYS[1:5]))
-BYTES_KEYS = {"devplan": "devplan_bytes", "devplan+xnnpack": "devplan_xnnpack_bytes", "ET": "executorch_bytes",
-              "ET+xnnpack": "executorch_xnnpack_bytes"}
+BYTES_KEYS = {
+    "devplan": "devplan_bytes",
+    "devplan+xnnpack": "devplan_xnnpack_bytes",
+    "ET": "executorch_bytes",
+    "ET+xnnpack": "executorch_xnnpack_bytes",
+}
 
 
 class SmallMLP(nn.Module):
@@ -146,8 +187,11 @@ def mismatch(got, want: list, tolerance: float) -> str | None:
         if not isinstance(g, torch.Tensor) or (g.dtype, g.shape) != (w.dtype, w.shape):
             shape = f"{g.dtype}{tuple(g.shape)}" if isinstance(g, torch.Tensor) else type(g).__name__
             return f"output {i}: {shape} instead of {w.dtype}{tuple(w.shape)}"
-        close = (torch.allclose(g, w, rtol=tolerance, atol=tolerance, equal_nan=True) if w.dtype.is_floating_point
-                 else torch.equal(g, w))
+        close = (
+            torch.allclose(g, w, rtol=tolerance, atol=tolerance, equal_nan=True)
+            if w.dtype.is_floating_point
+            else torch.equal(g, w)
+        )
         if not close:
             error = (g.double() - w.double()).abs().max().item() if g.numel() else 0.0
             return f"output {i}: max abs error {error:.3g}"
@@ -212,21 +256,33 @@ def measure(name: str, runs: int) -> dict:
 
 def summary(rows: list[dict]) -> dict:
     ratios = [row["ratio"] for row in rows if row["ratio"] is not None]
-    sized = [row for row in rows if row["devplan_xnnpack_bytes"] is not None and row["executorch_xnnpack_bytes"] is not None]
-    return {"models": len(rows), "compared": len(ratios), "geomean_ratio": geometric_mean(ratios) if ratios else None,
-            "max_ratio": max(ratios) if ratios else None,
-            "max_ratio_model": max((row for row in rows if row["ratio"] is not None), key=lambda row: row["ratio"])["model"]
-            if ratios else None,
-            "bytes_compared": len(sized),
-            "devplan_xnnpack_larger": sum(row["devplan_xnnpack_bytes"] > row["executorch_xnnpack_bytes"] for row in sized),
-            "all_ok": all(row["ok"] for row in rows)}
+    sized = [
+        row for row in rows if row["devplan_xnnpack_bytes"] is not None and row["executorch_xnnpack_bytes"] is not None
+    ]
+    return {
+        "models": len(rows),
+        "compared": len(ratios),
+        "geomean_ratio": geometric_mean(ratios) if ratios else None,
+        "max_ratio": max(ratios) if ratios else None,
+        "max_ratio_model": max((row for row in rows if row["ratio"] is not None), key=lambda row: row["ratio"])["model"]
+        if ratios
+        else None,
+        "bytes_compared": len(sized),
+        "devplan_xnnpack_larger": sum(row["devplan_xnnpack_bytes"] > row["executorch_xnnpack_bytes"] for row in sized),
+        "all_ok": all(row["ok"] for row in rows),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", help=f"comma-separated model names, any of benchmarks/harness.py's catalogue too "
-                                         f"(default: all of {', '.join(MODELS)})")
-    parser.add_argument("--runs", type=int, help="timed rounds, each running every program once (default 20; --quick: 5)")
+    parser.add_argument(
+        "--models",
+        help=f"comma-separated model names, any of benchmarks/harness.py's catalogue too "
+        f"(default: all of {', '.join(MODELS)})",
+    )
+    parser.add_argument(
+        "--runs", type=int, help="timed rounds, each running every program once (default 20; --quick: 5)"
+    )
     parser.add_argument("--quick", action="store_true", help=f"{', '.join(QUICK)} with --runs 5 unless given")
     parser.add_argument("--json", action="store_true", help="print the rows and the summary as one JSON document")
     args = parser.parse_args(argv)
@@ -253,13 +309,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"runs": runs, "warmup": WARMUP, "threads": 1, "rows": rows, "summary": result}, indent=2))
         return 0
-    print(f"median ms of {runs} interleaved run(s) per program after {WARMUP} warm-up runs, one thread, on "
-          "ExecuTorch's runtime; ratio = devplan+xnnpack ms / ET+xnnpack ms; bytes: planned (non-constant)")
-    print(table(HEADERS, [[("yes" if row["ok"] else "no") if key == "ok" else row[key] for key in KEYS] for row in rows]))
-    print(f"\nratio over {result['compared']} model(s): geometric mean {number(result['geomean_ratio'])}, max "
-          f"{number(result['max_ratio'])}" + (f" ({result['max_ratio_model']})" if result["max_ratio_model"] else "")
-          + f"; devplan+xnnpack plans more bytes than ET+xnnpack on {result['devplan_xnnpack_larger']} of "
-          f"{result['bytes_compared']}")
+    print(
+        f"median ms of {runs} interleaved run(s) per program after {WARMUP} warm-up runs, one thread, on "
+        "ExecuTorch's runtime; ratio = devplan+xnnpack ms / ET+xnnpack ms; bytes: planned (non-constant)"
+    )
+    print(
+        table(HEADERS, [[("yes" if row["ok"] else "no") if key == "ok" else row[key] for key in KEYS] for row in rows])
+    )
+    print(
+        f"\nratio over {result['compared']} model(s): geometric mean {number(result['geomean_ratio'])}, max "
+        f"{number(result['max_ratio'])}"
+        + (f" ({result['max_ratio_model']})" if result["max_ratio_model"] else "")
+        + f"; devplan+xnnpack plans more bytes than ET+xnnpack on {result['devplan_xnnpack_larger']} of "
+        f"{result['bytes_compared']}"
+    )
     for row in rows:
         if row["errors"]:
             print(f"{row['model']}: {'; '.join(row['errors'])}")

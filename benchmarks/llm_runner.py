@@ -17,6 +17,7 @@ tokens after one prompt, --repeats times; reported per program: the planned (non
 bytes of forward, the file's bytes, the median decode tokens per second from the runner's own
 stats, and whether the tokens equal those of ExecuTorch's first program of the example. Ratios
 are devplan's / ExecuTorch's, portable to portable and XNNPACK to XNNPACK, taken in this one run."""
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +39,12 @@ from testbed.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, gene
 SPECIAL = {"get_bos_id": 1, "get_eos_ids": [1 << 20]}
 QUANTIZED = functools.partial(export_llama, qmode="8da4w", embedding_quantize="8,0")
 # (export path, precision) -> (how to export it, whether a portable pair runs too)
-EXAMPLES = {("export_llama", "fp32"): (export_llama, True), ("export_llama", "8da4w"): (QUANTIZED, False),
-            ("transformers_recipe", "fp32"): (export_hf_llama, True),
-            ("transformers_recipe", "8da4w"): (functools.partial(export_hf_llama, qmode="8da4w"), False)}
+EXAMPLES = {
+    ("export_llama", "fp32"): (export_llama, True),
+    ("export_llama", "8da4w"): (QUANTIZED, False),
+    ("transformers_recipe", "fp32"): (export_hf_llama, True),
+    ("transformers_recipe", "8da4w"): (functools.partial(export_hf_llama, qmode="8da4w"), False),
+}
 
 
 def planned_bytes(path: Path) -> tuple[int, int]:
@@ -58,8 +62,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--examples", nargs="+", metavar="EXPORT:PRECISION", default=[f"{e}:{p}" for e, p in EXAMPLES],
-                        help="the examples to run (default: all), e.g. export_llama:8da4w")
+    parser.add_argument(
+        "--examples",
+        nargs="+",
+        metavar="EXPORT:PRECISION",
+        default=[f"{e}:{p}" for e, p in EXAMPLES],
+        help="the examples to run (default: all), e.g. export_llama:8da4w",
+    )
     args = parser.parse_args()
     chosen = {tuple(text.split(":", 1)) for text in args.examples}
     if chosen - set(EXAMPLES):
@@ -91,31 +100,51 @@ def main() -> None:
                 speeds, pieces = [], None
                 for _ in range(args.repeats):
                     pieces, stats = generate(path, tokenizer, "the quick brown fox", args.tokens)
-                    speeds.append(stats["generated_tokens"] * 1000 / max(1, stats["inference_end_ms"] - stats["prompt_eval_end_ms"]))
+                    speeds.append(
+                        stats["generated_tokens"]
+                        * 1000
+                        / max(1, stats["inference_end_ms"] - stats["prompt_eval_end_ms"])
+                    )
                 reference = reference or pieces
                 planned, own = planned_bytes(path)
-                rows.append({"export": name, "precision": precision, "program": label, "planned_bytes": planned,
-                             "backend_bytes": own, "file_bytes": path.stat().st_size,
-                             "decode_tokens_per_s": round(statistics.median(speeds), 1), "tokens": len(pieces),
-                             "same_tokens": pieces == reference})
+                rows.append(
+                    {
+                        "export": name,
+                        "precision": precision,
+                        "program": label,
+                        "planned_bytes": planned,
+                        "backend_bytes": own,
+                        "file_bytes": path.stat().st_size,
+                        "decode_tokens_per_s": round(statistics.median(speeds), 1),
+                        "tokens": len(pieces),
+                        "same_tokens": pieces == reference,
+                    }
+                )
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'export':20} {'precision':9} {'program':16} {'planned B':>10} {'backend B':>10} {'file B':>10} "
-          f"{'tok/s':>9} tokens same")
+    print(
+        f"{'export':20} {'precision':9} {'program':16} {'planned B':>10} {'backend B':>10} {'file B':>10} "
+        f"{'tok/s':>9} tokens same"
+    )
     for row in rows:
-        print(f"{row['export']:20} {row['precision']:9} {row['program']:16} {row['planned_bytes']:>10} "
-              f"{row['backend_bytes']:>10} {row['file_bytes']:>10} {row['decode_tokens_per_s']:>9} {row['tokens']:>6} "
-              f"{row['same_tokens']}")
+        print(
+            f"{row['export']:20} {row['precision']:9} {row['program']:16} {row['planned_bytes']:>10} "
+            f"{row['backend_bytes']:>10} {row['file_bytes']:>10} {row['decode_tokens_per_s']:>9} {row['tokens']:>6} "
+            f"{row['same_tokens']}"
+        )
     print("backend B: XNNPACK's own working memory beside the plan (its intermediates summed, an upper bound)")
     for name, precision in sorted(chosen):
         mine = {r["program"]: r for r in rows if (r["export"], r["precision"]) == (name, precision)}
         for ours, theirs in (("devplan", "ET"), ("devplan+xnnpack", "ET+xnnpack")):
             if ours in mine:
                 a, b = mine[ours], mine[theirs]
-                print(f"{name} {precision}: {ours}/{theirs} planned bytes {a['planned_bytes'] / b['planned_bytes']:.3f}, "
-                      f"file bytes {a['file_bytes'] / b['file_bytes']:.3f}, "
-                      f"tokens/s {a['decode_tokens_per_s'] / b['decode_tokens_per_s']:.2f}")
+                print(
+                    f"{name} {precision}: {ours}/{theirs} planned bytes {a['planned_bytes'] / b['planned_bytes']:.3f}, "
+                    f"file bytes {a['file_bytes'] / b['file_bytes']:.3f}, "
+                    f"tokens/s {a['decode_tokens_per_s'] / b['decode_tokens_per_s']:.2f}"
+                )
+
 
 if __name__ == "__main__":
     main()

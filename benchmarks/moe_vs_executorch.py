@@ -10,6 +10,7 @@ lowering refuses (its error is printed below the table). ExecuTorch does lower t
 with transformers' "batched_mm" experts (every token's expert weights gathered, then one
 batched product), so that form's better configuration (default or constant propagation) is
 the baseline; devplan's plan of the batched form is shown beside it."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,8 @@ import torch  # noqa: E402
 
 import devplan  # noqa: E402
 from benchmarks.harness import choose, geometric_mean, number, table  # noqa: E402
-from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 from devplan.errors import first_line  # noqa: E402
+from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 from testbed.hf_models import MOE_FAMILIES  # noqa: E402
 
 HEADERS = ("model", "devplan s", "devplan bytes", "executorch batched bytes", "bytes ratio", "devplan batched bytes")
@@ -49,12 +50,19 @@ def measure(name: str) -> dict:
         refused = None
     except Exception as error:  # ExecuTorch's own failure, which this benchmark reports
         refused = f"executorch on grouped_mm experts: {first_line(error)}"
-    theirs = min(planned_bytes(executorch_pte(copy.deepcopy(batched), const_prop=const_prop))
-                 for const_prop in (False, True))
+    theirs = min(
+        planned_bytes(executorch_pte(copy.deepcopy(batched), const_prop=const_prop)) for const_prop in (False, True)
+    )
     ours = planned_bytes(compiled.data)
-    return {"model": name, "devplan_seconds": seconds, "devplan_bytes": ours, "executorch_batched_bytes": theirs,
-            "bytes_ratio": ours / theirs, "devplan_batched_bytes": planned_bytes(devplan.compile(batched).data),
-            "error": refused}
+    return {
+        "model": name,
+        "devplan_seconds": seconds,
+        "devplan_bytes": ours,
+        "executorch_batched_bytes": theirs,
+        "bytes_ratio": ours / theirs,
+        "devplan_batched_bytes": planned_bytes(devplan.compile(batched).data),
+        "error": refused,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,10 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"rows": rows}, indent=2))
         return 0
-    keys = ("model", "devplan_seconds", "devplan_bytes", "executorch_batched_bytes", "bytes_ratio", "devplan_batched_bytes")
+    keys = (
+        "model",
+        "devplan_seconds",
+        "devplan_bytes",
+        "executorch_batched_bytes",
+        "bytes_ratio",
+        "devplan_batched_bytes",
+    )
     print(table(HEADERS, [[row[key] for key in keys] for row in rows]))
-    print(f"\ngeometric mean bytes ratio {number(geometric_mean([r['bytes_ratio'] for r in rows]))} "
-          f"(devplan on transformers' experts / ExecuTorch on the batched experts it lowers)")
+    print(
+        f"\ngeometric mean bytes ratio {number(geometric_mean([r['bytes_ratio'] for r in rows]))} "
+        f"(devplan on transformers' experts / ExecuTorch on the batched experts it lowers)"
+    )
     print("\n".join(f"{row['model']}: {row['error']}" for row in rows if row["error"]))
     return 0
 

@@ -11,6 +11,7 @@ devplan's instructions could plan (benchmarks/floor.py): a plan below floor / Ex
 default needs a rewrite of the graph, not a better planner or scheduler. An ExecuTorch
 configuration that fails on a model shows as n/a; a model devplan cannot compile shows as
 an error with its message."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,20 @@ from benchmarks.harness import SAMPLES, TRANSFORMERS, choose, export, geometric_
 from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 from testbed.models import CORPUS  # noqa: E402
 
-HEADERS = ("model", "devplan", "lower bound", "floor", "et default", "et constprop",
-           "dp/best et", "dp/bound", "dp/et default", "floor/et default", "")
-LARGER = "LARGER"   # marks a model where devplan plans more than ExecuTorch's better configuration
+HEADERS = (
+    "model",
+    "devplan",
+    "lower bound",
+    "floor",
+    "et default",
+    "et constprop",
+    "dp/best et",
+    "dp/bound",
+    "dp/et default",
+    "floor/et default",
+    "",
+)
+LARGER = "LARGER"  # marks a model where devplan plans more than ExecuTorch's better configuration
 
 
 def measure(name: str) -> dict:
@@ -76,18 +88,26 @@ def summarize(rows: list[dict]) -> dict:
         "geomean_floor_over_et_default": geometric_mean(floors) if floors else None,
         "larger_than_et": [row["model"] for row in compared if row["larger_than_et"]],
         "devplan_errors": {row["model"]: row["devplan_error"] for row in rows if "devplan_error" in row},
-        "executorch_errors": {f"{row['model']} ({key})": row[f"{key}_error"] for row in rows
-                              for key in ("et_default", "et_constprop") if f"{key}_error" in row},
+        "executorch_errors": {
+            f"{row['model']} ({key})": row[f"{key}_error"]
+            for row in rows
+            for key in ("et_default", "et_constprop")
+            if f"{key}_error" in row
+        },
     }
 
 
 def report(rows: list[dict], summary: dict) -> str:
     lines = [table(HEADERS, [_table_row(row) for row in rows]), ""]
-    lines.append(f"devplan <= better ExecuTorch config: {summary['devplan_not_larger']} of {summary['compared']} models")
+    lines.append(
+        f"devplan <= better ExecuTorch config: {summary['devplan_not_larger']} of {summary['compared']} models"
+    )
     lines.append(f"median devplan / lower bound: {number(summary['median_devplan_over_bound'])}")
     lines.append(f"geometric mean devplan / ExecuTorch default: {number(summary['geomean_devplan_over_et_default'])}")
-    lines.append(f"geometric mean floor / ExecuTorch default (the least any instruction order could reach): "
-                 f"{number(summary['geomean_floor_over_et_default'])}")
+    lines.append(
+        f"geometric mean floor / ExecuTorch default (the least any instruction order could reach): "
+        f"{number(summary['geomean_floor_over_et_default'])}"
+    )
     lines.append(f"devplan larger than ExecuTorch's better config: {', '.join(summary['larger_than_et']) or 'none'}")
     lines += [f"devplan failed on {model}: {message}" for model, message in summary["devplan_errors"].items()]
     lines += [f"ExecuTorch failed on {model}: {message}" for model, message in summary["executorch_errors"].items()]
@@ -109,9 +129,19 @@ def main(argv: list[str] | None = None) -> int:
 def _table_row(row: dict) -> list:
     if "devplan_error" in row:
         return [row["model"], "error", None, None, row["et_default"], row["et_constprop"], None, None, None, None, ""]
-    return [row["model"], row["devplan"], row["lower_bound"], row["floor"], row["et_default"], row["et_constprop"],
-            row["ratio_best_et"], row["ratio_bound"], row["ratio_et_default"], row["ratio_floor_et_default"],
-            LARGER if row["larger_than_et"] else ""]
+    return [
+        row["model"],
+        row["devplan"],
+        row["lower_bound"],
+        row["floor"],
+        row["et_default"],
+        row["et_constprop"],
+        row["ratio_best_et"],
+        row["ratio_bound"],
+        row["ratio_et_default"],
+        row["ratio_floor_et_default"],
+        LARGER if row["larger_than_et"] else "",
+    ]
 
 
 def _ratio(numerator: int, denominator: int | None) -> float | None:

@@ -7,6 +7,7 @@ The lifetimes imitate a deep network run as a chain of ops: most activations are
 only by the next op, some feed a nearby op (skip connections), every block's input lives
 across the block (residuals), and a few tensors (inputs, state such as a KV cache) live
 for the whole run. Activation sizes shrink stage by stage as in a CNN backbone."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,8 @@ from devplan.planning import ALGORITHMS, Interval, lower_bound, plan  # noqa: E4
 HEADERS = ("n", "algorithm", "seconds", "bytes", "/ bound")
 
 SEED = 1234
-BLOCK = 24            # ops per residual block
-WHOLE_RUN = 32        # tensors alive from the first instruction to the last
+BLOCK = 24  # ops per residual block
+WHOLE_RUN = 32  # tensors alive from the first instruction to the last
 STAGES = 8
 
 
@@ -52,7 +53,9 @@ def measure(count: int, algorithms: Sequence[str]) -> list[dict]:
     intervals = network(count)
     start = time.perf_counter()
     (bound,) = lower_bound(intervals).values()
-    rows = [{"n": count, "algorithm": "lower bound", "seconds": time.perf_counter() - start, "bytes": bound, "ratio": 1.0}]
+    rows = [
+        {"n": count, "algorithm": "lower bound", "seconds": time.perf_counter() - start, "bytes": bound, "ratio": 1.0}
+    ]
     for name in algorithms:
         start = time.perf_counter()
         result = plan(intervals, 16, name)
@@ -65,11 +68,14 @@ def measure(count: int, algorithms: Sequence[str]) -> list[dict]:
 
 def table(rows: Sequence[dict]) -> str:
     cells = [list(HEADERS)] + [
-        [str(row["n"]), row["algorithm"], f"{row['seconds']:.2f}", str(row["bytes"]), f"{row['ratio']:.3f}"] for row in rows
+        [str(row["n"]), row["algorithm"], f"{row['seconds']:.2f}", str(row["bytes"]), f"{row['ratio']:.3f}"]
+        for row in rows
     ]
     widths = [max(len(line[i]) for line in cells) for i in range(len(HEADERS))]
     lines = [
-        "  ".join(text.ljust(width) if i == 1 else text.rjust(width) for i, (text, width) in enumerate(zip(line, widths)))
+        "  ".join(
+            text.ljust(width) if i == 1 else text.rjust(width) for i, (text, width) in enumerate(zip(line, widths))
+        )
         for line in cells
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))

@@ -23,6 +23,7 @@ in an order rotating by one a round) of the float program, devplan's and ExecuTo
 programs, with devplan's over the float program's (below 1: quantizing made it faster) and over
 ExecuTorch's. `max diff` is the largest difference between devplan's and ExecuTorch's outputs on
 the example inputs (0: the same computation)."""
+
 from __future__ import annotations
 
 import argparse
@@ -49,10 +50,38 @@ CONV_NETS = ("resnet", "mobilenet_v3")  # dynamic-int4 takes linear layers alone
 QUICK = ("mobilenet_v3",)
 QUICK_MODES = ("dynamic-int8",)
 WARMUP = 3
-HEADERS = ("model", "mode", "SQNR dB", "file", "file / float", "ET file", "planned", "ET planned", "float ms", "ms",
-           "ET ms", "ms / float", "ms / ET", "max diff")
-KEYS = ("model", "mode", "sqnr_db", "file_bytes", "file_ratio", "executorch_file_bytes", "planned_bytes",
-        "executorch_planned_bytes", "float_ms", "ms", "executorch_ms", "speedup_ratio", "executorch_ratio", "max_diff")
+HEADERS = (
+    "model",
+    "mode",
+    "SQNR dB",
+    "file",
+    "file / float",
+    "ET file",
+    "planned",
+    "ET planned",
+    "float ms",
+    "ms",
+    "ET ms",
+    "ms / float",
+    "ms / ET",
+    "max diff",
+)
+KEYS = (
+    "model",
+    "mode",
+    "sqnr_db",
+    "file_bytes",
+    "file_ratio",
+    "executorch_file_bytes",
+    "planned_bytes",
+    "executorch_planned_bytes",
+    "float_ms",
+    "ms",
+    "executorch_ms",
+    "speedup_ratio",
+    "executorch_ratio",
+    "max_diff",
+)
 
 
 def programs(name: str, size: str, modes: list[str]) -> tuple[tuple, bytes, list[dict]]:
@@ -67,12 +96,24 @@ def programs(name: str, size: str, modes: list[str]) -> tuple[tuple, bytes, list
         result = devplan.compile(copy.deepcopy(ep), quantize=mode, calibration=samples if static else None)
         theirs = executorch_quantized(copy.deepcopy(ep), mode, samples if static else [inputs])
         report = result.summary()["quantization"]
-        rows.append({"model": name, "mode": mode, "sqnr_db": report["error"]["sqnr_db"],
-                     "argmax_agreement": report["error"]["argmax_agreement"], "float_ops": report["float_ops"],
-                     "file_bytes": len(result.data), "float_file_bytes": len(float_pte),
-                     "file_ratio": len(result.data) / len(float_pte), "executorch_file_bytes": len(theirs),
-                     "planned_bytes": planned_bytes(result.data), "executorch_planned_bytes": planned_bytes(theirs),
-                     "float_planned_bytes": planned_bytes(float_pte), "pte": result.data, "executorch_pte": theirs})
+        rows.append(
+            {
+                "model": name,
+                "mode": mode,
+                "sqnr_db": report["error"]["sqnr_db"],
+                "argmax_agreement": report["error"]["argmax_agreement"],
+                "float_ops": report["float_ops"],
+                "file_bytes": len(result.data),
+                "float_file_bytes": len(float_pte),
+                "file_ratio": len(result.data) / len(float_pte),
+                "executorch_file_bytes": len(theirs),
+                "planned_bytes": planned_bytes(result.data),
+                "executorch_planned_bytes": planned_bytes(theirs),
+                "float_planned_bytes": planned_bytes(float_pte),
+                "pte": result.data,
+                "executorch_pte": theirs,
+            }
+        )
     return inputs, float_pte, rows
 
 
@@ -106,15 +147,27 @@ def timed(inputs: tuple, float_pte: bytes, rows: list[dict], runs: int) -> None:
     ms = {key: statistics.median(seconds) * 1e3 for key, seconds in times.items()}
     for row in rows:
         mode = row["mode"]
-        row.update(float_ms=ms["float"], ms=ms[mode], executorch_ms=ms[f"ET {mode}"],
-                   speedup_ratio=ms[mode] / ms["float"], executorch_ratio=ms[mode] / ms[f"ET {mode}"],
-                   max_diff=max((float((ours.double() - theirs.double()).abs().max())
-                                 for ours, theirs in zip(outputs[mode], outputs[f"ET {mode}"])
-                                 if isinstance(ours, torch.Tensor) and ours.numel()), default=0.0))
+        row.update(
+            float_ms=ms["float"],
+            ms=ms[mode],
+            executorch_ms=ms[f"ET {mode}"],
+            speedup_ratio=ms[mode] / ms["float"],
+            executorch_ratio=ms[mode] / ms[f"ET {mode}"],
+            max_diff=max(
+                (
+                    float((ours.double() - theirs.double()).abs().max())
+                    for ours, theirs in zip(outputs[mode], outputs[f"ET {mode}"])
+                    if isinstance(ours, torch.Tensor) and ours.numel()
+                ),
+                default=0.0,
+            ),
+        )
 
 
 def measure(name: str, size: str, modes: list[str], runs: int) -> list[dict]:
-    inputs, float_pte, rows = programs(name, size, [m for m in modes if not (m == "dynamic-int4" and name in CONV_NETS)])
+    inputs, float_pte, rows = programs(
+        name, size, [m for m in modes if not (m == "dynamic-int4" and name in CONV_NETS)]
+    )
     timed(inputs, float_pte, rows, runs)
     return rows
 
@@ -124,9 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", help=f"comma-separated model names (default: all of {', '.join(MODELS)})")
     parser.add_argument("--modes", help=f"comma-separated --quantize modes (default: {', '.join(MODES)})")
     parser.add_argument("--size", choices=("real", "tiny"), help="real (default) or the test corpus's tiny configs")
-    parser.add_argument("--runs", type=int, help="timed rounds, each running every program once (default 20; --quick: 5)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"{', '.join(QUICK)} tiny, {', '.join(QUICK_MODES)}, --runs 5, unless given")
+    parser.add_argument(
+        "--runs", type=int, help="timed rounds, each running every program once (default 20; --quick: 5)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{', '.join(QUICK)} tiny, {', '.join(QUICK_MODES)}, --runs 5, unless given",
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON document")
     args = parser.parse_args(argv)
     names = choose(args.models, QUICK if args.quick else list(MODELS), known=list(MODELS))
@@ -153,14 +211,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"size": size, "runs": runs, "warmup": WARMUP, "threads": 1, "rows": rows}, indent=2))
         return 0
-    print(f"{size} sizes; median ms of {runs} interleaved run(s) per program after {WARMUP} warm-up runs, one thread, "
-          "on ExecuTorch's runtime; float: devplan's program with --backend xnnpack; ET: ExecuTorch's own quantized "
-          "flow; planned: non-constant bytes")
+    print(
+        f"{size} sizes; median ms of {runs} interleaved run(s) per program after {WARMUP} warm-up runs, one thread, "
+        "on ExecuTorch's runtime; float: devplan's program with --backend xnnpack; ET: ExecuTorch's own quantized "
+        "flow; planned: non-constant bytes"
+    )
     print(table(HEADERS, [[row[key] for key in KEYS] for row in rows]))
     for row in rows:
-        print(f"{row['model']} {row['mode']}: float file {row['float_file_bytes']:,} bytes, planned "
-              f"{row['float_planned_bytes']:,}; argmax agreement {number(row['argmax_agreement'])}; stayed float: "
-              + (", ".join(f"{op} x{count}" for op, count in row["float_ops"].items()) or "nothing"))
+        print(
+            f"{row['model']} {row['mode']}: float file {row['float_file_bytes']:,} bytes, planned "
+            f"{row['float_planned_bytes']:,}; argmax agreement {number(row['argmax_agreement'])}; stayed float: "
+            + (", ".join(f"{op} x{count}" for op, count in row["float_ops"].items()) or "nothing")
+        )
     return 0
 
 

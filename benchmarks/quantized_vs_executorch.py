@@ -8,6 +8,7 @@ Both tools then compile it `--repeat` times from a fresh copy, the fastest run c
 portable plus quantized kernels (no delegate). Printed: compile seconds, planned bytes (the
 non-constant buffers) and constant bytes of each program, with devplan's ratios to
 ExecuTorch's."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,12 +25,35 @@ from benchmarks.harness import best_time, catalogue, choose, table  # noqa: E402
 from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 from testbed.models import pt2e_quantize  # noqa: E402
 
-MODELS = ("mlp", "cnn", "transformer", "linear", "conv_bn_relu", "depthwise_separable", "gated_mlp",
-          "residual_cnn", "transformer_encoder", "transformer_8")
-CONFIGS = {"per_tensor": {}, "per_channel": {"is_per_channel": True},
-           "dynamic": {"is_per_channel": True, "is_dynamic": True}}
-HEADERS = ("model", "config", "devplan s", "executorch s", "speedup", "devplan planned", "executorch planned",
-           "planned ratio", "devplan constants", "executorch constants")
+MODELS = (
+    "mlp",
+    "cnn",
+    "transformer",
+    "linear",
+    "conv_bn_relu",
+    "depthwise_separable",
+    "gated_mlp",
+    "residual_cnn",
+    "transformer_encoder",
+    "transformer_8",
+)
+CONFIGS = {
+    "per_tensor": {},
+    "per_channel": {"is_per_channel": True},
+    "dynamic": {"is_per_channel": True, "is_dynamic": True},
+}
+HEADERS = (
+    "model",
+    "config",
+    "devplan s",
+    "executorch s",
+    "speedup",
+    "devplan planned",
+    "executorch planned",
+    "planned ratio",
+    "devplan constants",
+    "executorch constants",
+)
 
 
 def measure(name: str, config: str, repeat: int) -> dict:
@@ -66,13 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"repeat": args.repeat, "rows": rows}, indent=2))
         return 0
-    print(f"best of {args.repeat} run(s) per tool; speedup = executorch s / devplan s; "
-          "planned ratio = devplan planned / executorch planned (bytes)")
+    print(
+        f"best of {args.repeat} run(s) per tool; speedup = executorch s / devplan s; "
+        "planned ratio = devplan planned / executorch planned (bytes)"
+    )
     print(table(HEADERS, [list(row.values()) for row in rows]))
     ratios = [row["planned_ratio"] for row in rows]
-    print(f"\ndevplan planned <= executorch on {sum(r <= 1 for r in ratios)} of {len(ratios)}; geometric mean "
-          f"planned ratio {math.exp(sum(map(math.log, ratios)) / len(ratios)):.4f}; geometric mean speedup "
-          f"{math.exp(sum(math.log(row['speedup']) for row in rows) / len(rows)):.1f}x")
+    print(
+        f"\ndevplan planned <= executorch on {sum(r <= 1 for r in ratios)} of {len(ratios)}; geometric mean "
+        f"planned ratio {math.exp(sum(map(math.log, ratios)) / len(ratios)):.4f}; geometric mean speedup "
+        f"{math.exp(sum(math.log(row['speedup']) for row in rows) / len(rows)):.1f}x"
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ each run on a fresh copy; the fastest of `--repeat` runs counts. ExecuTorch's by
 better configuration (default or constant propagation); its seconds are the default's. A
 family that torch.export or ExecuTorch cannot handle shows `n/a` with the reason below the
 table."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,12 +24,20 @@ import torch  # noqa: E402
 
 import devplan  # noqa: E402
 from benchmarks.harness import best_time, geometric_mean, number, table  # noqa: E402
-from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 from devplan.errors import first_line  # noqa: E402
+from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
 from testbed.hf_models import FAMILIES  # noqa: E402
 
-HEADERS = ("model", "devplan s", "executorch s", "speedup", "devplan bytes", "executorch bytes", "bytes ratio",
-           "slowest stages")
+HEADERS = (
+    "model",
+    "devplan s",
+    "executorch s",
+    "speedup",
+    "devplan bytes",
+    "executorch bytes",
+    "bytes ratio",
+    "slowest stages",
+)
 
 
 def export(name: str) -> torch.export.ExportedProgram:
@@ -41,18 +50,29 @@ def measure(name: str, repeat: int) -> dict:
     ep = export(name)
     devplan_seconds, compiled = best_time(devplan.compile, lambda: copy.deepcopy(ep), repeat)
     stages = sorted(compiled.stage_seconds.items(), key=lambda item: -item[1])[:2]
-    row = {"model": name, "devplan_seconds": devplan_seconds, "executorch_seconds": None, "speedup": None,
-           "devplan_bytes": sum(b.size for b in compiled.planned.buffers), "executorch_bytes": None,
-           "bytes_ratio": None, "slowest_stages": ",".join(f"{stage}:{seconds:.2f}" for stage, seconds in stages),
-           "error": None}
+    row = {
+        "model": name,
+        "devplan_seconds": devplan_seconds,
+        "executorch_seconds": None,
+        "speedup": None,
+        "devplan_bytes": sum(b.size for b in compiled.planned.buffers),
+        "executorch_bytes": None,
+        "bytes_ratio": None,
+        "slowest_stages": ",".join(f"{stage}:{seconds:.2f}" for stage, seconds in stages),
+        "error": None,
+    }
     try:
         executorch_seconds, pte = best_time(executorch_pte, lambda: copy.deepcopy(ep), repeat)
         constprop = executorch_pte(copy.deepcopy(ep), const_prop=True)
     except Exception as error:  # ExecuTorch's own failure: reported, not fatal
         return row | {"error": f"executorch: {first_line(error)}"}
     best = min(planned_bytes(pte), planned_bytes(constprop))
-    return row | {"executorch_seconds": executorch_seconds, "speedup": executorch_seconds / devplan_seconds,
-                  "executorch_bytes": best, "bytes_ratio": row["devplan_bytes"] / best}
+    return row | {
+        "executorch_seconds": executorch_seconds,
+        "speedup": executorch_seconds / devplan_seconds,
+        "executorch_bytes": best,
+        "bytes_ratio": row["devplan_bytes"] / best,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,13 +89,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"repeat": args.repeat, "rows": rows}, indent=2))
         return 0
-    print(table(HEADERS, [[row[key] for key in ("model", "devplan_seconds", "executorch_seconds", "speedup",
-                                                 "devplan_bytes", "executorch_bytes", "bytes_ratio", "slowest_stages")]
-                          for row in rows]))
+    print(
+        table(
+            HEADERS,
+            [
+                [
+                    row[key]
+                    for key in (
+                        "model",
+                        "devplan_seconds",
+                        "executorch_seconds",
+                        "speedup",
+                        "devplan_bytes",
+                        "executorch_bytes",
+                        "bytes_ratio",
+                        "slowest_stages",
+                    )
+                ]
+                for row in rows
+            ],
+        )
+    )
     compared = [row for row in rows if row["bytes_ratio"] is not None]
-    print(f"\ndevplan no larger than ExecuTorch's better config on {sum(r['bytes_ratio'] <= 1 for r in compared)} "
-          f"of {len(compared)}; geometric mean bytes ratio {number(geometric_mean([r['bytes_ratio'] for r in compared]))}, "
-          f"speedup {number(geometric_mean([r['speedup'] for r in compared]))}")
+    print(
+        f"\ndevplan no larger than ExecuTorch's better config on {sum(r['bytes_ratio'] <= 1 for r in compared)} "
+        f"of {len(compared)}; geometric mean bytes ratio {number(geometric_mean([r['bytes_ratio'] for r in compared]))}, "
+        f"speedup {number(geometric_mean([r['speedup'] for r in compared]))}"
+    )
     for row in rows:
         if row["error"]:
             print(f"{row['model']}: {row['error']}")

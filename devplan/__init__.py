@@ -9,6 +9,7 @@
     devplan.diff("old.pte", "new.pte", tolerance="2%")       -> Diff: .ok, .text(), .document()
 
 Imports are lazy so that reading and inspecting programs never pays for importing torch."""
+
 from __future__ import annotations
 
 import importlib
@@ -19,9 +20,16 @@ __version__ = "0.1.0"  # the package's one version: pyproject.toml reads it from
 # where each JSON document's keys are stated, installed with the package (docs/ holds the prose)
 SCHEMAS = "devplan/schemas/"
 
-_HOMES = {"compile": "devplan.compiler", "inspect": "devplan.inspection", "read_pte": "devplan.pte", "write_pte": "devplan.pte",
-          "run": "devplan.runtime", "check": "devplan.inspection.check", "check_golden": "devplan.inspection.check",
-          "diff": "devplan.inspection.diff"}
+_HOMES = {
+    "compile": "devplan.compiler",
+    "inspect": "devplan.inspection",
+    "read_pte": "devplan.pte",
+    "write_pte": "devplan.pte",
+    "run": "devplan.runtime",
+    "check": "devplan.inspection.check",
+    "check_golden": "devplan.inspection.check",
+    "diff": "devplan.inspection.diff",
+}
 
 
 def __getattr__(name: str):

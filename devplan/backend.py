@@ -2,6 +2,7 @@
 delegate one of ExecuTorch's backends compiled, taken in whole; Partitioner: an ExecuTorch
 partitioner, as --backend and --partitioner name it. A module of its own, below
 the passes that read them (graph, partition, backends) and the options holding them."""
+
 from __future__ import annotations
 
 import json
@@ -84,8 +85,8 @@ class Partitioner:
 
     module: str
     cls: str
-    kwargs: str = "{}"   # JSON, kept as text so that the options stay hashable and printable
-    label: str = ""      # what the user wrote, for messages
+    kwargs: str = "{}"  # JSON, kept as text so that the options stay hashable and printable
+    label: str = ""  # what the user wrote, for messages
 
     @classmethod
     def parse(cls, text: str) -> "Partitioner":
@@ -94,8 +95,10 @@ class Partitioner:
             module, _, name = KNOWN[text.strip().lower()].partition(":")
             return cls(module, name, "{}", text.strip().lower())
         if ":" not in text:
-            raise DevplanError(f"--backend {text!r}: unknown backend; use one of: {', '.join(KNOWN)}, "
-                               f"or --partitioner MODULE:CLASS for another")
+            raise DevplanError(
+                f"--backend {text!r}: unknown backend; use one of: {', '.join(KNOWN)}, "
+                f"or --partitioner MODULE:CLASS for another"
+            )
         return cls.parse_class(text)
 
     @classmethod
@@ -104,13 +107,17 @@ class Partitioner:
         module, _, rest = text.partition(":")
         name, _, kwargs = rest.partition(":")
         if not module or not name.isidentifier():
-            raise DevplanError(f"--partitioner {text!r}: write MODULE:CLASS[:JSON_KWARGS], e.g. "
-                               f"{KNOWN['xnnpack']}; or --backend with one of: {', '.join(KNOWN)}")
+            raise DevplanError(
+                f"--partitioner {text!r}: write MODULE:CLASS[:JSON_KWARGS], e.g. "
+                f"{KNOWN['xnnpack']}; or --backend with one of: {', '.join(KNOWN)}"
+            )
         try:
             if not isinstance(loads(kwargs or "{}", f"--partitioner {text[:60]!r}"), dict):
                 raise ValueError("not an object")
         except ValueError as error:
-            raise DevplanError(f"--partitioner {text!r}: its keyword arguments must be a JSON object ({error})") from None
+            raise DevplanError(
+                f"--partitioner {text!r}: its keyword arguments must be a JSON object ({error})"
+            ) from None
         return cls(module, name, kwargs or "{}", text)
 
     def make(self):
@@ -124,7 +131,9 @@ class Partitioner:
         # the user's partitioner: its failure is bad input, not devplan's bug; a SystemExit from
         # its constructor would otherwise end devplan with exit 0 and the old output in place
         except (Exception, SystemExit) as error:
-            raise DevplanError(f"{self.label}: {self.module}.{self.cls}(**{self.kwargs}) failed: {first_line(error)}") from None
+            raise DevplanError(
+                f"{self.label}: {self.module}.{self.cls}(**{self.kwargs}) failed: {first_line(error)}"
+            ) from None
 
 
 def _refuse_non_partitioner(factory, where: str) -> None:
@@ -132,8 +141,12 @@ def _refuse_non_partitioner(factory, where: str) -> None:
     callable (sys:exit, os:system) would run with the user's keyword arguments and do whatever
     it does instead of partitioning."""
     if not isinstance(factory, type):
-        raise DevplanError(f"{where} is not a class but a {type(factory).__name__}; name an ExecuTorch partitioner "
-                           f"class (a subclass of executorch.exir.backend.partitioner.Partitioner)")
+        raise DevplanError(
+            f"{where} is not a class but a {type(factory).__name__}; name an ExecuTorch partitioner "
+            f"class (a subclass of executorch.exir.backend.partitioner.Partitioner)"
+        )
     if not callable(getattr(factory, "partition", None)):
-        raise DevplanError(f"{where} has no partition method, so it is not a partitioner; name an ExecuTorch "
-                           f"partitioner class (a subclass of executorch.exir.backend.partitioner.Partitioner)")
+        raise DevplanError(
+            f"{where} has no partition method, so it is not a partitioner; name an ExecuTorch "
+            f"partitioner class (a subclass of executorch.exir.backend.partitioner.Partitioner)"
+        )

@@ -1,17 +1,18 @@
 """`devplan.compile`: the pipeline as a row of stages, each a plain function.
 
-    per method (forward, then --method's):
-    load [-> llm] [-> quantize] [-> backends: ExecuTorch's partitioners and preprocess] -> split (from_exported)
-         [-> adopt: the backends' delegates as foreign calls]
-         -> GRAPH_PASSES (decompose, permutes, fold, views, sizes), each Lowered -> Lowered
-         [-> partition -> each delegate_group: results_on_device, lower_method (as a payload), to_program, dumps_pte]
-         -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
-                          inplace), each Method -> Method -> plan_method
-    then every planned method, constant methods too -> to_program -> pte_image (the pieces of the
-         file: the weights stay the tensors they are, never copied) -> write (streamed, piece by piece);
-         with external_constants, to_program gives the weights to ExternalWeights, whose image (the
-         .ptd) is written first
+per method (forward, then --method's):
+load [-> llm] [-> quantize] [-> backends: ExecuTorch's partitioners and preprocess] -> split (from_exported)
+     [-> adopt: the backends' delegates as foreign calls]
+     -> GRAPH_PASSES (decompose, permutes, fold, views, sizes), each Lowered -> Lowered
+     [-> partition -> each delegate_group: results_on_device, lower_method (as a payload), to_program, dumps_pte]
+     -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
+                      inplace), each Method -> Method -> plan_method
+then every planned method, constant methods too -> to_program -> pte_image (the pieces of the
+     file: the weights stay the tensors they are, never copied) -> write (streamed, piece by piece);
+     with external_constants, to_program gives the weights to ExternalWeights, whose image (the
+     .ptd) is written first
 """
+
 from __future__ import annotations
 
 import os
@@ -25,20 +26,20 @@ from devplan.backend import Backend
 from devplan.documents import CompiledFile, CompiledMethod, CompileSummary, Folding
 from devplan.dump import stage_text
 from devplan.emit.build import build_method, constant_method
-from devplan.passes.delegates import Group, delegate_groups
 from devplan.emit.program import ExternalWeights, to_program
 from devplan.errors import DevplanError, InternalError
 from devplan.files import write_atomic
+from devplan.gate.load import import_kernels, load
 from devplan.inspection.own_memory import working_memory
 from devplan.ir.lowered import Lowered, Payload
 from devplan.ir.planned import PlannedMethod
 from devplan.ir.role import PROGRAM, Role
 from devplan.llm import llm_metadata
-from devplan.gate.load import import_kernels, load
 from devplan.options import CompileOptions
 from devplan.passes import GRAPH_PASSES, method_passes
 from devplan.passes.adopt import adopt_delegates
 from devplan.passes.backends import lower_to_backends
+from devplan.passes.delegates import Group, delegate_groups
 from devplan.passes.device_results import results_on_device
 from devplan.passes.partition import partition
 from devplan.passes.quantize import QuantizeReport, quantize
@@ -53,9 +54,9 @@ from devplan.wellformed import Malformed, check_stage
 
 @dataclass(frozen=True)
 class CompileResult:
-    image: Spread                  # the .pte as the pieces written, the weights' own tensors among them
-    path: Path | None                # where they were written, if anywhere
-    planned: PlannedMethod         # forward's plan
+    image: Spread  # the .pte as the pieces written, the weights' own tensors among them
+    path: Path | None  # where they were written, if anywhere
+    planned: PlannedMethod  # forward's plan
     constant_bytes: int
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
@@ -77,8 +78,11 @@ class CompileResult:
         """`devplan compile --json` (docs/compile-json.md): the facts it prints, under the keys
         the inspection document gives the same facts; timings apart under `timings`, the one
         key that differs between two runs."""
-        file: CompiledFile = {"name": self.path.name if self.path else "<bytes>", "size": len(self.image),
-                              "constant_bytes": self.constant_bytes}
+        file: CompiledFile = {
+            "name": self.path.name if self.path else "<bytes>",
+            "size": len(self.image),
+            "constant_bytes": self.constant_bytes,
+        }
         if self.external is not None:
             file["external"] = {"size": len(self.external), "keys": self.external_keys}
         summary: CompileSummary = {
@@ -86,8 +90,10 @@ class CompileResult:
             "file": file,
             "methods": [_method_summary(planned) for planned in self.methods or (self.planned,)],
             "folding": cast(Folding, {key: int(self.folding.get(key, 0)) for key in _FOLDING}),
-            "timings": {"seconds": round(self.seconds, 3),
-                        "stages": {name: round(seconds, 4) for name, seconds in self.stage_seconds.items()}},
+            "timings": {
+                "seconds": round(self.seconds, 3),
+                "stages": {name: round(seconds, 4) for name, seconds in self.stage_seconds.items()},
+            },
         }
         if self.quantization is not None:
             summary["quantization"] = self.quantization.summary()
@@ -99,25 +105,50 @@ def _method_summary(planned: PlannedMethod) -> CompiledMethod:
     return {
         "name": method.name,
         "planner": planned.algorithm,
-        "counts": {"values": len(method.values), "instructions": len(method.kernels),
-                   "operators": len({k.op for k in method.kernels if k.delegate is None}),
-                   "delegates": len(method.delegates)},
-        "buffers": [{"mem_id": b.mem_id, "device": str(b.device), "size": b.size,
-                     "lower_bound": b.lower_bound, "tensors": b.tensors} for b in planned.buffers],
-        "delegates": [{"index": i, "id": d.backend, "target_device": str(d.device),
-                       "payload_size": len(d.payload), "working_memory": working_memory(d.backend, d.payload),
-                       "window": {"mem_id": d.window[0], "offset": d.window[1], "size": d.arena} if d.window else None}
-                      for i, d in enumerate(method.delegates)],
+        "counts": {
+            "values": len(method.values),
+            "instructions": len(method.kernels),
+            "operators": len({k.op for k in method.kernels if k.delegate is None}),
+            "delegates": len(method.delegates),
+        },
+        "buffers": [
+            {
+                "mem_id": b.mem_id,
+                "device": str(b.device),
+                "size": b.size,
+                "lower_bound": b.lower_bound,
+                "tensors": b.tensors,
+            }
+            for b in planned.buffers
+        ],
+        "delegates": [
+            {
+                "index": i,
+                "id": d.backend,
+                "target_device": str(d.device),
+                "payload_size": len(d.payload),
+                "working_memory": working_memory(d.backend, d.payload),
+                "window": {"mem_id": d.window[0], "offset": d.window[1], "size": d.arena} if d.window else None,
+            }
+            for i, d in enumerate(method.delegates)
+        ],
     }
 
 
 _FOLDING = ("subgraphs", "shared_inputs", "constant_bytes_added", "run_bytes_removed")
 
 
-def compile(model, output: str | os.PathLike | None = None, options: CompileOptions | None = None, *,
-            methods: Mapping[str, object] | None = None, constant_methods: Mapping[str, object] | None = None,
-            on_stage: Callable[[str], None] | None = None, on_written: Callable[[int, int], None] | None = None,
-            **choices) -> CompileResult:
+def compile(
+    model,
+    output: str | os.PathLike | None = None,
+    options: CompileOptions | None = None,
+    *,
+    methods: Mapping[str, object] | None = None,
+    constant_methods: Mapping[str, object] | None = None,
+    on_stage: Callable[[str], None] | None = None,
+    on_written: Callable[[int, int], None] | None = None,
+    **choices,
+) -> CompileResult:
     """Compile a .pt2 path or an ExportedProgram to an ET12 program, as its method `forward`.
     `methods` maps more method names to .pt2 paths or ExportedPrograms, each compiled the same
     way into the same program (their equal weights stored once); `constant_methods` maps names
@@ -146,8 +177,10 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     sources = dict(files)
     constants = _named(constant_methods, "constant method")
     if options.quantize is not None and methods:
-        raise DevplanError("--quantize with --method: quantizing is done for forward alone so far; quantize each "
-                           "export with ExecuTorch's quantizer and compile them without --quantize")
+        raise DevplanError(
+            "--quantize with --method: quantizing is done for forward alone so far; quantize each "
+            "export with ExecuTorch's quantizer and compile them without --quantize"
+        )
     taken = sorted(set(sources) & set(constants))
     if taken:
         raise DevplanError(f"method {taken[0]} is given both as a program and as a constant method; name them apart")
@@ -158,7 +191,9 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     quantization = None
     for name, source in sources.items():  # forward's stages keep their plain names
         try:
-            plan, folded, quantization = _plan_program(source, options, stage if name == "forward" else stage.within(name), name)
+            plan, folded, quantization = _plan_program(
+                source, options, stage if name == "forward" else stage.within(name), name
+            )
         except DevplanError as error:  # a graph stage names the node or op; the line names the file too
             given = files[name]
             if isinstance(given, (str, os.PathLike)) and not str(error).startswith(os.fspath(given)):
@@ -184,8 +219,19 @@ def compile(model, output: str | os.PathLike | None = None, options: CompileOpti
     if path is not None:
         told = None if on_written is None else lambda done: on_written(done, image.size)
         stage("write", write_atomic, path, image.parts, on_written=told)
-    return CompileResult(image, path, planned[0], stored, time.perf_counter() - start, stage.seconds, folding,
-                         tuple(planned), data, external.count if external is not None else 0, quantization)
+    return CompileResult(
+        image,
+        path,
+        planned[0],
+        stored,
+        time.perf_counter() - start,
+        stage.seconds,
+        folding,
+        tuple(planned),
+        data,
+        external.count if external is not None else 0,
+        quantization,
+    )
 
 
 def _llm(model, constants: dict, stage: "Stages") -> tuple[object, dict]:
@@ -210,8 +256,9 @@ def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
     return named
 
 
-def _plan_program(model, options: CompileOptions, stage: "Stages", name: str
-                  ) -> tuple[PlannedMethod, dict, QuantizeReport | None]:
+def _plan_program(
+    model, options: CompileOptions, stage: "Stages", name: str
+) -> tuple[PlannedMethod, dict, QuantizeReport | None]:
     """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
     payloads compiled on the way, to its plan; with what folding chose and, with --quantize,
     what quantizing cost."""
@@ -249,15 +296,24 @@ def _payload(group: Group, options: CompileOptions, stage: "Stages") -> Payload:
     return group.payload(planned, data)
 
 
-def lower_method(low: Lowered, options: CompileOptions, stage: "Stages", role: Role = PROGRAM,
-                 name: str = "forward") -> PlannedMethod:
+def lower_method(
+    low: Lowered, options: CompileOptions, stage: "Stages", role: Role = PROGRAM, name: str = "forward"
+) -> PlannedMethod:
     """A Lowered graph to its planned method, for the program and, by `role`, for a delegate's
     payload: every tensor it computes on its backend's device, its inputs and outputs its caller's."""
     method = stage("build", build_method, low, name, device_io=options.device_io and not role.payload)
     for pass_name, method_pass in method_passes(options, role):
         method = stage(pass_name, method_pass, method)
-    return stage("plan", plan_method, method, alignment=options.alignment, algorithm=options.planner,
-                 budgets=() if role.payload else options.budgets, home=role.home, borrowed_io=role.payload)
+    return stage(
+        "plan",
+        plan_method,
+        method,
+        alignment=options.alignment,
+        algorithm=options.planner,
+        budgets=() if role.payload else options.budgets,
+        home=role.home,
+        borrowed_io=role.payload,
+    )
 
 
 @dataclass
@@ -265,6 +321,7 @@ class Stages:
     """Runs a compile's stages: each timed, reported to `on_stage`, dumped to `dump_dir`, and
     a failure that is not a DevplanError, or the plan verifier refusing devplan's own plan,
     named as devplan's own bug in that stage (EXIT_INTERNAL)."""
+
     dump_dir: Path | None = None
     on_stage: Callable[[str], None] | None = None
     seconds: dict[str, float] = field(default_factory=dict)

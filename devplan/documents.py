@@ -14,12 +14,14 @@ class FileName(TypedDict):
 
 class WorkingMemory(TypedDict):
     """What a backend allocates itself at run time, where its payload says (XNNPACK's graph)."""
+
     bytes: Optional[int]
     values: Optional[int]
     bound: Literal["upper", None]
 
 
 # --- devplan check --json (check.schema.json) -------------------------------------------
+
 
 class CheckedBuffer(TypedDict):
     method: str
@@ -55,6 +57,7 @@ class CheckDocument(TypedDict):
 
 # --- devplan run --json (run.schema.json) -----------------------------------------------
 
+
 class DeviceMemory(TypedDict):
     device: str
     planned: int
@@ -86,6 +89,7 @@ class RunDocument(TypedDict):
 
 
 # --- devplan compile --json (compile.schema.json) ---------------------------------------
+
 
 class ExternalFile(TypedDict):
     size: int
@@ -183,6 +187,7 @@ class CompileSummary(TypedDict):
 
 # --- devplan diff --json (diff.schema.json) ---------------------------------------------
 
+
 class Tolerance(TypedDict):
     percent: Optional[float]
     bytes: Optional[int]
@@ -254,6 +259,7 @@ class DiffDocument(TypedDict):
 
 # a golden file gives each size in bytes with its human form beside it (`size_text`), for a
 # pull request's diff; readers compare the bytes
+
 
 class GoldenFile(TypedDict):
     name: str
@@ -349,6 +355,7 @@ class GoldenDocument(TypedDict):
 
 
 # --- devplan inspect --json (inspect.schema.json) ---------------------------------------
+
 
 class Segment(TypedDict):
     index: int
@@ -506,5 +513,11 @@ class InspectDocument(TypedDict):
 
 
 # the document each schema describes, by the schema's file name
-SCHEMAS = {"check": CheckDocument, "run": RunDocument, "compile": CompileSummary, "diff": DiffDocument,
-           "golden": GoldenDocument, "inspect": InspectDocument}
+SCHEMAS = {
+    "check": CheckDocument,
+    "run": RunDocument,
+    "compile": CompileSummary,
+    "diff": DiffDocument,
+    "golden": GoldenDocument,
+    "inspect": InspectDocument,
+}

@@ -1,6 +1,7 @@
 """Element types: ET12 ScalarType codes, torch-style names and sizes, in one table.
 
 Kept free of torch so that reading and inspecting programs stays fast."""
+
 from __future__ import annotations
 
 from devplan.errors import DevplanError

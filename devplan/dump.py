@@ -1,6 +1,7 @@
 """`devplan compile --dump-dir`: each stage's result as text a person can diff. The same
 compile writes the same text: no memory addresses, paths or timings, nothing that depends
 on the hash seed."""
+
 from __future__ import annotations
 
 import hashlib
@@ -44,21 +45,29 @@ def stage_text(result, stage: str = "") -> str:
 
 
 def _folding_text(folding) -> str:
-    return (f"folded {folding['subgraphs']} constant subgraphs, {folding['shared_inputs']} of them reading weights "
-            f"the run reads too: constant bytes {folding['constant_bytes_added']:+d}, run bytes removed "
-            f"{folding['run_bytes_removed']}\n\n")
+    return (
+        f"folded {folding['subgraphs']} constant subgraphs, {folding['shared_inputs']} of them reading weights "
+        f"the run reads too: constant bytes {folding['constant_bytes_added']:+d}, run bytes removed "
+        f"{folding['run_bytes_removed']}\n\n"
+    )
 
 
 def _method_text(method) -> str:
     lines = [f"method {method.name}: inputs {_refs(method.inputs)}; outputs {_refs(method.outputs)}", "", "values"]
     lines += [f"  v{i:<4} {_value_text(value)}" for i, value in enumerate(method.values)]
     lines += ["", "instructions"]
-    lines += [f"  #{i:<4} {k.op}({_refs(k.args)})" + (f" delegate {k.delegate}" if k.delegate is not None else "")
-              + (f" view {'reshape ' if k.view.reshape else ''}starts {k.view.starts}" if k.view else "")
-              + f"  # {k.node}" for i, k in enumerate(method.kernels)]
-    lines += [f"delegate {i}: {d.backend}, {len(d.payload)} bytes, sha256 {hashlib.sha256(d.payload).hexdigest()}, "
-              f"{', '.join(f'{key}={value.decode()}' for key, value in d.compile_specs)}"
-              for i, d in enumerate(method.delegates)]
+    lines += [
+        f"  #{i:<4} {k.op}({_refs(k.args)})"
+        + (f" delegate {k.delegate}" if k.delegate is not None else "")
+        + (f" view {'reshape ' if k.view.reshape else ''}starts {k.view.starts}" if k.view else "")
+        + f"  # {k.node}"
+        for i, k in enumerate(method.kernels)
+    ]
+    lines += [
+        f"delegate {i}: {d.backend}, {len(d.payload)} bytes, sha256 {hashlib.sha256(d.payload).hexdigest()}, "
+        f"{', '.join(f'{key}={value.decode()}' for key, value in d.compile_specs)}"
+        for i, d in enumerate(method.delegates)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -66,12 +75,19 @@ def _layout_text(planned) -> str:
     """Each buffer's tensors by offset: where every byte goes and when."""
     lines = ["", "layout"]
     for b in planned.buffers:
-        lines.append(f"  buffer {b.mem_id} ({b.device}): {b.size} bytes, lower bound {b.lower_bound}, "
-                     f"{b.tensors} tensors, {planned.algorithm}")
-        placed = sorted((v.offset, i, v) for i, v in enumerate(planned.method.values)
-                        if isinstance(v, TensorSpec) and v.mem_id == b.mem_id)
-        lines += [f"    @{offset:<8} {v.nbytes:>8} bytes  life {v.lifetime[0]}..{v.lifetime[1]:<5} v{i}"
-                  for offset, i, v in placed]
+        lines.append(
+            f"  buffer {b.mem_id} ({b.device}): {b.size} bytes, lower bound {b.lower_bound}, "
+            f"{b.tensors} tensors, {planned.algorithm}"
+        )
+        placed = sorted(
+            (v.offset, i, v)
+            for i, v in enumerate(planned.method.values)
+            if isinstance(v, TensorSpec) and v.mem_id == b.mem_id
+        )
+        lines += [
+            f"    @{offset:<8} {v.nbytes:>8} bytes  life {v.lifetime[0]}..{v.lifetime[1]:<5} v{i}"
+            for offset, i, v in placed
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -117,13 +133,14 @@ def _program_text(program, segments) -> str:
         lines.append(f"plan {_text(plan.name)}: {len(plan.values or ())} values, {instructions} instructions")
         lines += [f"  operator {i}: {_text(op.name)}.{_text(op.overload)}" for i, op in enumerate(plan.operators or ())]
         lines.append(f"  non_const_buffer_sizes {list(plan.nonConstBufferSizes or ())}")
-        lines += [f"  buffer {d.bufferIdx} on device type {d.deviceType} index {d.deviceIndex}"
-                  for d in plan.nonConstBufferDevice or ()]
+        lines += [
+            f"  buffer {d.bufferIdx} on device type {d.deviceType} index {d.deviceIndex}"
+            for d in plan.nonConstBufferDevice or ()
+        ]
         for i, d in enumerate(plan.delegates or ()):
             where = "segment" if d.processed.location == DataLocation.SEGMENT else "inline data"
             lines.append(f"  delegate {i}: {_text(d.id)}, payload in {where} {d.processed.index}")
-    lines += [f"segment {i}: {len(data)} bytes, sha256 {_sha256(data)}"
-              for i, data in enumerate(segments)]
+    lines += [f"segment {i}: {len(data)} bytes, sha256 {_sha256(data)}" for i, data in enumerate(segments)]
     return "\n".join(lines) + "\n"
 
 

@@ -8,10 +8,10 @@ choose among them. The CLI turns each exception into one line on stderr:
 A failure of devplan's own checks inside a compile (the plan verifier refusing a plan that
 devplan's planner made) is an InternalError too: the input was fine, devplan was not."""
 
-EXIT_OK = 0           # the command did what was asked; a check or diff passed
-EXIT_FAILED = 1       # a check failed, two programs differ, a plan is over its budget
-EXIT_BAD_INPUT = 2    # unusable input or options: the line names the file, node or op and what to do
-EXIT_INTERNAL = 3     # devplan's own bug: the line names the stage, the traceback is kept for the report
+EXIT_OK = 0  # the command did what was asked; a check or diff passed
+EXIT_FAILED = 1  # a check failed, two programs differ, a plan is over its budget
+EXIT_BAD_INPUT = 2  # unusable input or options: the line names the file, node or op and what to do
+EXIT_INTERNAL = 3  # devplan's own bug: the line names the stage, the traceback is kept for the report
 EXIT_INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT (128 + 2)
 
 

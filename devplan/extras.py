@@ -1,6 +1,7 @@
 """The optional extra, `devplan[executorch]`: ExecuTorch's partitioners, backends and runtime,
 imported only by the commands that hand work to ExecuTorch itself (--backend, --partitioner,
 run --executorch); the core never imports it."""
+
 from __future__ import annotations
 
 import importlib

@@ -11,6 +11,7 @@
     is_stdout(path)                      "-", or a path naming what standard output is
 
 "-" is standard input or output. Refusals are DevplanErrors: one line naming the path and what to do."""
+
 from __future__ import annotations
 
 import contextlib
@@ -35,12 +36,23 @@ _NAME_KEPT = 32
 _STEP = 64 << 20
 # what read_bounded asks a stream for at a time
 _READ_STEP = 1 << 20
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
-def write_atomic(path: str | os.PathLike, data: "bytes | Iterable", *, follow_links: bool = True,
-                 parents: bool = False, on_written: Callable[[int], None] | None = None) -> None:
+def write_atomic(
+    path: str | os.PathLike,
+    data: "bytes | Iterable",
+    *,
+    follow_links: bool = True,
+    parents: bool = False,
+    on_written: Callable[[int], None] | None = None,
+) -> None:
     """Write `data` (bytes-like, or bytes-like pieces written one after another, which a large
     program's weights are) to `path` so that readers see the old file or the whole new one: a
     failure leaves no partial file and the old one untouched.
@@ -65,8 +77,10 @@ def write_atomic(path: str | os.PathLike, data: "bytes | Iterable", *, follow_li
         if found is not None and (stat.S_ISCHR(found.st_mode) or stat.S_ISFIFO(found.st_mode)) and follow_links:
             return _write_stream(name, _counted(chunks, on_written))
         if found is not None and not (stat.S_ISREG(found.st_mode) or stat.S_ISLNK(found.st_mode)):
-            raise DevplanError(f"{name}: is {_kind(found.st_mode)}; devplan writes regular files, character devices "
-                               f"and pipes; pass a file path")
+            raise DevplanError(
+                f"{name}: is {_kind(found.st_mode)}; devplan writes regular files, character devices "
+                f"and pipes; pass a file path"
+            )
         # the link's final target, so that the temporary lands beside it and the rename replaces it
         target = os.path.realpath(name) if follow_links else os.path.abspath(name)
         directory = os.path.dirname(target)
@@ -74,10 +88,13 @@ def write_atomic(path: str | os.PathLike, data: "bytes | Iterable", *, follow_li
             os.makedirs(directory, exist_ok=True)
         _remove_stale_temporaries(directory, os.path.basename(target))
         # the writer's pid in the name tells a later write whether this one may still be going on
-        descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(target)[:_NAME_KEPT]}.{os.getpid()}.",
-                                                 suffix=".tmp", dir=directory)
+        descriptor, temporary = tempfile.mkstemp(
+            prefix=f".{os.path.basename(target)[:_NAME_KEPT]}.{os.getpid()}.", suffix=".tmp", dir=directory
+        )
     except OSError as error:
-        raise DevplanError(f"{name}: cannot write ({error.strerror or error}); check that the directory exists and is writable") from None
+        raise DevplanError(
+            f"{name}: cannot write ({error.strerror or error}); check that the directory exists and is writable"
+        ) from None
     try:
         with os.fdopen(descriptor, "wb") as file:
             for chunk in _counted(chunks, on_written):
@@ -90,7 +107,9 @@ def write_atomic(path: str | os.PathLike, data: "bytes | Iterable", *, follow_li
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         if isinstance(error, OSError):
-            raise DevplanError(f"{name}: cannot write ({error.strerror or error}); check the path and free disk space") from None
+            raise DevplanError(
+                f"{name}: cannot write ({error.strerror or error}); check the path and free disk space"
+            ) from None
         raise
 
 
@@ -112,7 +131,7 @@ def _counted(chunks: tuple, on_written: Callable[[int], None] | None) -> Iterato
         view = memoryview(chunk)
         if view.nbytes > _STEP and view.c_contiguous:
             view = view.cast("B")
-            steps: Iterable[memoryview] = (view[at:at + _STEP] for at in range(0, view.nbytes, _STEP))
+            steps: Iterable[memoryview] = (view[at : at + _STEP] for at in range(0, view.nbytes, _STEP))
         else:
             steps = (view,)
         for step in steps:
@@ -270,8 +289,9 @@ def refuse_one_stream(outputs: Mapping[str, str | os.PathLike | None]) -> None:
         if path is None or not is_stdout(path):
             continue
         if taken is not None:
-            raise DevplanError(f"{path}: {option} would write standard output, which {taken} writes; "
-                               f"pass {option} a file")
+            raise DevplanError(
+                f"{path}: {option} would write standard output, which {taken} writes; pass {option} a file"
+            )
         taken = option
 
 

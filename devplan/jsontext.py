@@ -1,6 +1,7 @@
 """JSON from the user's options (--metadata, --constant-method, --partitioner's keyword
 arguments), read with its nesting bounded first: Python's json module recurses once per level
 and ends in a RecursionError (an internal error) on a few thousand brackets."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,10 @@ def loads(text: str | bytes, what: str, **options):
     its option."""
     decoded = text.decode("utf-8", errors="surrogateescape") if isinstance(text, bytes) else text
     if depth(decoded) > MAX_DEPTH:
-        raise DevplanError(f"{what}: JSON nested deeper than {MAX_DEPTH} levels, which devplan reads; "
-                           f"write flat values (a constant method is a scalar or a list of them)")
+        raise DevplanError(
+            f"{what}: JSON nested deeper than {MAX_DEPTH} levels, which devplan reads; "
+            f"write flat values (a constant method is a scalar or a list of them)"
+        )
     return json.loads(text, **options)
 
 

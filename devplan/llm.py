@@ -8,6 +8,7 @@ dimension), the layers (the caches, two a layer), the context length (the caches
 dimension: 1 beside ExecuTorch's llama:: custom ops, 2 in transformers' static cache), whether
 the token count is dynamic and up to what, and whether attention runs ExecuTorch's sdpa custom
 op. What a user gives for one of these and the export contradicts is refused."""
+
 from __future__ import annotations
 
 import torch
@@ -23,8 +24,10 @@ def llm_metadata(ep: torch.export.ExportedProgram, given: dict, where: str = "--
     found = read_export(ep, where)
     for name, value in found.items():
         if name in given and runner_value(name, given[name], "constant method") != value:
-            raise DevplanError(f"{where}: {name}={given[name]!r} is given, but the export has {name}={value!r}; "
-                               f"leave it to --llm, or export the model with that setting")
+            raise DevplanError(
+                f"{where}: {name}={given[name]!r} is given, but the export has {name}={value!r}; "
+                f"leave it to --llm, or export the model with that setting"
+            )
     return {**found, **given}
 
 
@@ -43,9 +46,14 @@ def read_export(ep: torch.export.ExportedProgram, where: str = "--llm") -> dict:
         max_seq = int(bound) + 1
     else:
         max_seq = context or int(length)
-    found = {"get_max_seq_len": max_seq, "get_max_context_len": context or max_seq,
-             "get_vocab_size": int(logits.shape[-1]), "use_kv_cache": bool(caches),
-             "use_sdpa_with_kv_cache": custom, "enable_dynamic_shape": dynamic}
+    found = {
+        "get_max_seq_len": max_seq,
+        "get_max_context_len": context or max_seq,
+        "get_vocab_size": int(logits.shape[-1]),
+        "use_kv_cache": bool(caches),
+        "use_sdpa_with_kv_cache": custom,
+        "enable_dynamic_shape": dynamic,
+    }
     if caches:
         found["get_n_layers"] = len(caches) // 2
     return found
@@ -60,9 +68,11 @@ def _tokens(ep: torch.export.ExportedProgram, where: str):
     inputs = _user_inputs(ep)
     val = inputs[0].meta.get("val") if inputs else None
     if not isinstance(val, torch.Tensor) or val.dtype.is_floating_point or val.dim() != 2:
-        raise DevplanError(f"{where}: the export's first input is not a (batch, tokens) tensor of token ids, as "
-                           f"ExecuTorch's LLM runner passes them; export the model as an LLM for the runner "
-                           f"(export_llama, or transformers' TorchExportableModuleForDecoderOnlyLM)")
+        raise DevplanError(
+            f"{where}: the export's first input is not a (batch, tokens) tensor of token ids, as "
+            f"ExecuTorch's LLM runner passes them; export the model as an LLM for the runner "
+            f"(export_llama, or transformers' TorchExportableModuleForDecoderOnlyLM)"
+        )
     return val
 
 
@@ -72,8 +82,10 @@ def _logits(ep: torch.export.ExportedProgram, where: str):
     first = outputs.get(names[0]) if names else None
     val = first.meta.get("val") if first is not None else None
     if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point or val.dim() not in (2, 3):
-        raise DevplanError(f"{where}: the export's first output is not the logits (a float tensor whose last "
-                           f"dimension is the vocabulary), as ExecuTorch's LLM runner reads them")
+        raise DevplanError(
+            f"{where}: the export's first output is not the logits (a float tensor whose last "
+            f"dimension is the vocabulary), as ExecuTorch's LLM runner reads them"
+        )
     return val
 
 
@@ -90,5 +102,8 @@ def _caches(ep: torch.export.ExportedProgram) -> list[torch.Tensor]:
                 if written and isinstance(value, torch.fx.Node) and value.name in buffers:
                     updated.add(signature.inputs_to_buffers[value.name])
     named = dict(ep.named_buffers())
-    return [named[name] for name in signature.inputs_to_buffers.values()
-            if name in updated and name in named and named[name].dim() == 4]
+    return [
+        named[name]
+        for name in signature.inputs_to_buffers.values()
+        if name in updated and name in named and named[name].dim() == 4
+    ]

@@ -2,6 +2,7 @@
 as. The runner takes each method's output as that type and aborts the process on another
 (`EValue is not a Scalar` for a string 'True'), so a value given for one of these names is
 made that type at compile time, or refused in one line, never stored as it was typed."""
+
 from __future__ import annotations
 
 from devplan.errors import DevplanError
@@ -38,8 +39,10 @@ def runner_value(name: str, value, where: str):
         return value
     typed = {BOOL: _bool, INT: _int, INTS: _ints}[kind](value)
     if typed is None:
-        raise DevplanError(f"{where} {name}={_shown(value)} is not {kind}, the type ExecuTorch's LLM runner reads "
-                           f"{name} as (e.g. {name}={_EXAMPLES[kind]})")
+        raise DevplanError(
+            f"{where} {name}={_shown(value)} is not {kind}, the type ExecuTorch's LLM runner reads "
+            f"{name} as (e.g. {name}={_EXAMPLES[kind]})"
+        )
     return typed
 
 

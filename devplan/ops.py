@@ -5,6 +5,7 @@ executorch_ops.txt lists the operators that ExecuTorch 1.5.1's kernel libraries 
 (`python -m devplan.runtime.executorch` writes it from the libraries themselves, and a test
 checks it still matches); QUANTIZED holds the out schemas of the quantized kernels that
 PT2E-quantized programs call."""
+
 from __future__ import annotations
 
 import functools
@@ -17,9 +18,7 @@ from torch._ops import OpOverload
 
 # The operators the runtime a program targets has kernels for: ExecuTorch's portable library
 # (with its prim ops, dim order ops and et_copy), its quantized library and its LLM custom ops
-REGISTERED: frozenset[str] = frozenset(
-    resources.files("devplan").joinpath("executorch_ops.txt").read_text().split()
-)
+REGISTERED: frozenset[str] = frozenset(resources.files("devplan").joinpath("executorch_ops.txt").read_text().split())
 
 # PT2E quantization (torchao's convert_pt2e) leaves quantize and dequantize ops in a graph.
 # ExecuTorch's quantized kernel library, linked beside the portable one, runs their out
@@ -28,43 +27,56 @@ REGISTERED: frozenset[str] = frozenset(
 # overload each one runs.
 _Q = "quantized_decomposed::"
 _QPARAMS = "int quant_min, int quant_max, ScalarType dtype"
-QUANTIZED: dict[str, torch._C.FunctionSchema] = {name: torch._C.parse_schema(_Q + out) for name, out in {
-    _Q + "quantize_per_tensor": f"quantize_per_tensor.out(Tensor input, float scale, int zero_point, {_QPARAMS}, "
-                                "*, Tensor(a!) out) -> Tensor(a!)",
-    _Q + "quantize_per_tensor.tensor": f"quantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, "
-                                       f"{_QPARAMS}, *, Tensor(a!) out) -> Tensor(a!)",
-    _Q + "dequantize_per_tensor": f"dequantize_per_tensor.out(Tensor input, float scale, int zero_point, {_QPARAMS}, "
-                                  "*, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)",
-    _Q + "dequantize_per_tensor.tensor": f"dequantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, "
-                                         f"{_QPARAMS}, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)",
-    _Q + "quantize_per_channel": f"quantize_per_channel.out(Tensor input, Tensor scales, Tensor zero_points, int axis, "
-                                 f"{_QPARAMS}, *, Tensor(a!) out) -> Tensor(a!)",
-    _Q + "dequantize_per_channel": f"dequantize_per_channel.out(Tensor input, Tensor scales, Tensor? zero_points, "
-                                   f"int axis, {_QPARAMS}, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)",
-    _Q + "choose_qparams.tensor": "choose_qparams.Tensor_out(Tensor input, int quant_min, int quant_max, float eps, "
-                                  "ScalarType dtype, *, Tensor(a!) scale_out, Tensor(b!) zero_point_out) "
-                                  "-> (Tensor(a!), Tensor(b!))",
-    _Q + "choose_qparams_per_token_asymmetric": "choose_qparams_per_token_asymmetric.out(Tensor input, ScalarType dtype, "
-                                                "*, Tensor(a!) scale_out, Tensor(b!) zero_point_out) "
-                                                "-> (Tensor(a!), Tensor(b!))",
-    _Q + "quantize_per_token": f"quantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, {_QPARAMS}, "
-                               "*, Tensor(a!) out) -> Tensor(a!)",
-    _Q + "dequantize_per_token": f"dequantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, "
-                                 f"{_QPARAMS}, ScalarType output_dtype, *, Tensor(a!) out) -> Tensor(a!)",
-}.items()}
+QUANTIZED: dict[str, torch._C.FunctionSchema] = {
+    name: torch._C.parse_schema(_Q + out)
+    for name, out in {
+        _Q + "quantize_per_tensor": f"quantize_per_tensor.out(Tensor input, float scale, int zero_point, {_QPARAMS}, "
+        "*, Tensor(a!) out) -> Tensor(a!)",
+        _Q
+        + "quantize_per_tensor.tensor": f"quantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, "
+        f"{_QPARAMS}, *, Tensor(a!) out) -> Tensor(a!)",
+        _Q
+        + "dequantize_per_tensor": f"dequantize_per_tensor.out(Tensor input, float scale, int zero_point, {_QPARAMS}, "
+        "*, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)",
+        _Q
+        + "dequantize_per_tensor.tensor": f"dequantize_per_tensor.Tensor_out(Tensor input, Tensor scale, Tensor zero_point, "
+        f"{_QPARAMS}, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)",
+        _Q
+        + "quantize_per_channel": f"quantize_per_channel.out(Tensor input, Tensor scales, Tensor zero_points, int axis, "
+        f"{_QPARAMS}, *, Tensor(a!) out) -> Tensor(a!)",
+        _Q + "dequantize_per_channel": f"dequantize_per_channel.out(Tensor input, Tensor scales, Tensor? zero_points, "
+        f"int axis, {_QPARAMS}, *, ScalarType? out_dtype=None, Tensor(a!) out) -> Tensor(a!)",
+        _Q
+        + "choose_qparams.tensor": "choose_qparams.Tensor_out(Tensor input, int quant_min, int quant_max, float eps, "
+        "ScalarType dtype, *, Tensor(a!) scale_out, Tensor(b!) zero_point_out) "
+        "-> (Tensor(a!), Tensor(b!))",
+        _Q
+        + "choose_qparams_per_token_asymmetric": "choose_qparams_per_token_asymmetric.out(Tensor input, ScalarType dtype, "
+        "*, Tensor(a!) scale_out, Tensor(b!) zero_point_out) "
+        "-> (Tensor(a!), Tensor(b!))",
+        _Q
+        + "quantize_per_token": f"quantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, {_QPARAMS}, "
+        "*, Tensor(a!) out) -> Tensor(a!)",
+        _Q + "dequantize_per_token": f"dequantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points, "
+        f"{_QPARAMS}, ScalarType output_dtype, *, Tensor(a!) out) -> Tensor(a!)",
+    }.items()
+}
 
 # The Python module whose import registers the ops of a library namespace that torch does not
 # define itself: `--kernels NAMESPACE` imports it (transformers registers its ops in a module
 # that `import transformers` alone does not import), and the hint for an unregistered op names it
-OP_LIBRARIES = {"transformers": "transformers.integrations.moe",
-                "llama": "executorch.extension.llm.custom_ops.custom_ops",
-                "quantized_decomposed": "executorch.exir.passes._quant_patterns_and_replacements"}
+OP_LIBRARIES = {
+    "transformers": "transformers.integrations.moe",
+    "llama": "executorch.extension.llm.custom_ops.custom_ops",
+    "quantized_decomposed": "executorch.exir.passes._quant_patterns_and_replacements",
+}
 
 # Ops whose (first) result element i depends only on element i of a same-shaped input
 # (per-channel constants aside), so the result may take over the storage of such an input
 # that dies at this op (the in-place pass reads this).
 ELEMENTWISE = frozenset(
-    f"aten::{name}" for name in (
+    f"aten::{name}"
+    for name in (
         "abs ceil clamp cos exp floor gelu hardtanh leaky_relu log neg reciprocal relu round "
         "rsqrt sigmoid sign sin sqrt tanh trunc add sub mul div pow maximum minimum where "
         "_native_batch_norm_legit_no_training"
@@ -74,10 +86,18 @@ ELEMENTWISE = frozenset(
 
 # Ops whose result holds exactly the bytes of their first argument (every tensor devplan
 # plans is contiguous): they need no kernel and no memory, the result views the input.
-SAME_BYTES = frozenset({
-    "aten::view_copy.out", "aten::unsqueeze_copy.out", "aten::squeeze_copy.dim_out", "aten::squeeze_copy.dims_out",
-    "aten::alias_copy.out", "aten::clone.out", "aten::detach_copy.out", "aten::lift_fresh_copy.out",
-})
+SAME_BYTES = frozenset(
+    {
+        "aten::view_copy.out",
+        "aten::unsqueeze_copy.out",
+        "aten::squeeze_copy.dim_out",
+        "aten::squeeze_copy.dims_out",
+        "aten::alias_copy.out",
+        "aten::clone.out",
+        "aten::detach_copy.out",
+        "aten::lift_fresh_copy.out",
+    }
+)
 
 
 # devplan's own delegate backend: its payload is an ET12 program for the delegate's device
@@ -88,8 +108,10 @@ TO_DEVICE, TO_HOST = "et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"
 # Input ranks a portable kernel accepts where its schema allows more: a program outside them
 # would fail only when it runs, so such a node is decomposed instead, or, with no
 # decomposition, refused by name.
-RANKS = {"aten::convolution.out": ((3, 4), "ExecuTorch's portable convolution runs 1-D and 2-D convolutions only"),
-         "aten::linear.out": (tuple(range(2, 17)), "ExecuTorch's portable linear takes inputs of 2 or more dims")}
+RANKS = {
+    "aten::convolution.out": ((3, 4), "ExecuTorch's portable convolution runs 1-D and 2-D convolutions only"),
+    "aten::linear.out": (tuple(range(2, 17)), "ExecuTorch's portable linear takes inputs of 2 or more dims"),
+}
 
 # Ops whose results' shapes or dtypes depend on the device whose kernel runs them (name -> those
 # results, by position among the op's outs): CUDA's batch norms return the saved mean and inverse
@@ -98,9 +120,16 @@ RANKS = {"aten::convolution.out": ((3, 4), "ExecuTorch's portable convolution ru
 # writes (passes/device_results.py, from torch's meta functions); a runtime that runs such a
 # program on another device's kernels lets these results take that kernel's shape within their
 # planned bytes (runtime/steps.py). Test-checked against the meta functions over the device corpus.
-DEVICE_SHAPED = {f"aten::{op}": (1, 2) for op in (
-    "_native_batch_norm_legit_no_training.out", "_native_batch_norm_legit.out",
-    "_native_batch_norm_legit.no_stats_out", "native_batch_norm.out", "native_layer_norm.out")}
+DEVICE_SHAPED = {
+    f"aten::{op}": (1, 2)
+    for op in (
+        "_native_batch_norm_legit_no_training.out",
+        "_native_batch_norm_legit.out",
+        "_native_batch_norm_legit.no_stats_out",
+        "native_batch_norm.out",
+        "native_layer_norm.out",
+    )
+}
 
 # Ops whose portable out kernel checks its results' sizes instead of setting them: a dynamic
 # input goes through torch's decomposition instead (split -> split_with_sizes, unbind -> select,
@@ -154,8 +183,11 @@ def kernel_name(op: OpOverload) -> str:
 # ExecuTorch's quantized kernel library also runs the embedding lookups of its LLM quantization
 # recipes (export_llama's --embedding-quantize); ExecuTorch's Python registers their ops with torch
 # (OP_LIBRARIES' quantized_decomposed), out variants with no kernel of torch's own.
-QUANTIZED_EMBEDDINGS = frozenset(f"quantized_decomposed::embedding_{bits}.{overload}"
-                                 for bits in ("byte", "4bit", "2bit") for overload in ("out", "dtype_out"))
+QUANTIZED_EMBEDDINGS = frozenset(
+    f"quantized_decomposed::embedding_{bits}.{overload}"
+    for bits in ("byte", "4bit", "2bit")
+    for overload in ("out", "dtype_out")
+)
 # Namespaces of torch's own operators: an op of any other namespace comes from a kernel library
 # the user loads (ExecuTorch's llama:: custom ops register a .out overload beside each op, and
 # the runtime the program targets links their kernels), so its out variant is called by name.
@@ -192,8 +224,13 @@ def torch_op(name: str) -> OpOverload | None:
 
 
 # ExecuTorch's dim order ops (no schema in torch): their out tensor last, after a dim order
-DIM_ORDER_OPS = frozenset({"dim_order_ops::_to_dim_order_copy.out", "dim_order_ops::_clone_dim_order.out",
-                           "dim_order_ops::_empty_dim_order.out"})
+DIM_ORDER_OPS = frozenset(
+    {
+        "dim_order_ops::_to_dim_order_copy.out",
+        "dim_order_ops::_clone_dim_order.out",
+        "dim_order_ops::_empty_dim_order.out",
+    }
+)
 NUMBER_NAMES = frozenset(NUMBER_OPS.values())
 _QUANTIZED_OUTS = {schema_name(schema): schema for schema in QUANTIZED.values()}
 
@@ -214,7 +251,9 @@ def written_inputs(name: str) -> tuple[int, ...]:
     (`llama::update_cache.out` writes the cache it is given); () when torch does not know it."""
     op = torch_op(name)
     arguments = op._schema.arguments if op is not None else ()
-    return tuple(i for i, a in enumerate(arguments) if not a.is_out and a.alias_info is not None and a.alias_info.is_write)
+    return tuple(
+        i for i, a in enumerate(arguments) if not a.is_out and a.alias_info is not None and a.alias_info.is_write
+    )
 
 
 # Factory options (arange(..., dtype=...)) that an out variant takes from its out tensor

@@ -1,32 +1,33 @@
 """CompileOptions: every choice a compile makes, made once (from the CLI's flags or
 devplan.compile's keywords), checked once, and handed whole to the stages that read it."""
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from devplan.backend import Backend
+from devplan.backend import Backend, Partitioner
 from devplan.errors import DevplanError
-from devplan.backend import Partitioner
-from devplan.quantization import quantized_delegates
 from devplan.planning.budget import checked_budgets
 from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT
 from devplan.planning.planner import ALGORITHMS
+from devplan.quantization import quantized_delegates
+
 
 @dataclass(frozen=True)
 class CompileOptions:
-    alignment: int = DEFAULT_ALIGNMENT   # of every planned tensor's offset
-    planner: str = "best"                # planning.ALGORITHMS
+    alignment: int = DEFAULT_ALIGNMENT  # of every planned tensor's offset
+    planner: str = "best"  # planning.ALGORITHMS
     budgets: tuple[tuple[str, int], ...] = ()  # (buffer mem_id or device, bytes)
-    inplace: bool = True                 # results over inputs that die with them; cat pieces in place
-    reorder: bool = True                 # instructions in the order that holds the fewest bytes at once
+    inplace: bool = True  # results over inputs that die with them; cat pieces in place
+    reorder: bool = True  # instructions in the order that holds the fewest bytes at once
     # backends taking ops, in turn: devplan's own, to run on their device, and ExecuTorch's
     # partitioners (--backend, --partitioner), whose backends compile their groups
     delegates: tuple["Backend | Partitioner", ...] = ()
-    device_io: bool = False              # inputs only delegates read, and their results, stay on the device
-    source: bool = True                  # each instruction's module, op and line in ET12's stacktrace
-    dump_dir: Path | None = None         # a readable file per stage
+    device_io: bool = False  # inputs only delegates read, and their results, stay on the device
+    source: bool = True  # each instruction's module, op and line in ET12's stacktrace
+    dump_dir: Path | None = None  # a readable file per stage
     # where the weights go instead of the program: ExecuTorch's .ptd data file (FlatTensor),
     # each under its name, which the program's tensors name (ExecutorchBackendConfig(external_constants=True))
     external_constants: Path | None = None
@@ -49,13 +50,16 @@ class CompileOptions:
         if isinstance(a, bool) or not isinstance(a, int) or a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
             raise DevplanError(f"--alignment {a}: must be a power of two from 1 to {MAX_ALIGNMENT}, e.g. 16")
         if self.planner not in ALGORITHMS:
-            raise DevplanError(f"unknown memory planning algorithm {self.planner!r}; use one of: {', '.join(ALGORITHMS)}")
+            raise DevplanError(
+                f"unknown memory planning algorithm {self.planner!r}; use one of: {', '.join(ALGORITHMS)}"
+            )
         if self.dump_dir is not None and self.dump_dir.exists() and not self.dump_dir.is_dir():
             raise DevplanError(f"--dump-dir {self.dump_dir}: is a file; name a folder (it is made if missing)")
         for name in self.kernels:
             if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
-                raise DevplanError(f"--kernels {name}: not a Python module name; name a module as import does, "
-                                   f"e.g. transformers")
+                raise DevplanError(
+                    f"--kernels {name}: not a Python module name; name a module as import does, e.g. transformers"
+                )
         if self.quantize is not None or self.calibration is not None:
             # frozen: the backend --quantize implies is set once, here, so every way of making
             # the options (flags, keywords, replace) gets it
@@ -77,7 +81,9 @@ class CompileOptions:
         if "budgets" in choices:
             choices["budgets"] = tuple(checked_budgets(choices["budgets"] or {}).items())
         if "delegates" in choices:
-            choices["delegates"] = tuple(Backend.parse(d) if isinstance(d, str) else d for d in choices["delegates"] or ())
+            choices["delegates"] = tuple(
+                Backend.parse(d) if isinstance(d, str) else d for d in choices["delegates"] or ()
+            )
         if "kernels" in choices:
             kernels = choices["kernels"] or ()
             choices["kernels"] = (kernels,) if isinstance(kernels, str) else tuple(kernels)

@@ -7,6 +7,7 @@ smaller, and those no test read (`--devplan-strict-goldens` fails the run for th
 
     def test_model_plan(devplan_golden):
         devplan_golden("build/model.pte")   # golden/test_plan/test_model_plan.golden.json, beside this file"""
+
 from __future__ import annotations
 
 import functools
@@ -18,7 +19,7 @@ import pytest
 
 from devplan.testing import Seen
 
-GOLDEN_FOLDER = "golden"   # beside the test file: golden/<its module>/<its test>.golden.json
+GOLDEN_FOLDER = "golden"  # beside the test file: golden/<its module>/<its test>.golden.json
 SUFFIX = ".golden.json"
 _KEY = pytest.StashKey[Seen]()
 
@@ -26,17 +27,26 @@ _KEY = pytest.StashKey[Seen]()
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("devplan")
     group.addoption(
-        "--devplan-update-golden", action="store_true", dest="devplan_update_golden",
+        "--devplan-update-golden",
+        action="store_true",
+        dest="devplan_update_golden",
         help="write the golden files that devplan_golden and assert_matches_golden compare programs with, "
-             "instead of comparing (DEVPLAN_UPDATE_GOLDEN=1 does the same)")
+        "instead of comparing (DEVPLAN_UPDATE_GOLDEN=1 does the same)",
+    )
     group.addoption(
-        "--devplan-force-regen", action="store_true", dest="devplan_force_regen",
+        "--devplan-force-regen",
+        action="store_true",
+        dest="devplan_force_regen",
         help="compare, and rewrite each golden file that differs or is missing, failing its test: the files "
-             "to review and commit, with no run that passes having accepted them")
+        "to review and commit, with no run that passes having accepted them",
+    )
     group.addoption(
-        "--devplan-strict-goldens", action="store_true", dest="devplan_strict_goldens",
+        "--devplan-strict-goldens",
+        action="store_true",
+        dest="devplan_strict_goldens",
         help="fail the run when a golden file of the devplan_golden fixture is read by no test that ran "
-             "(a test renamed or removed); without it they are listed")
+        "(a test renamed or removed); without it they are listed",
+    )
 
 
 def pytest_configure(config) -> None:
@@ -44,8 +54,9 @@ def pytest_configure(config) -> None:
     # sees the flags and reports what it wrote and read
     from devplan import testing
 
-    testing.session = testing.GoldenSession(update=config.getoption("devplan_update_golden"),
-                                            force_regen=config.getoption("devplan_force_regen"))
+    testing.session = testing.GoldenSession(
+        update=config.getoption("devplan_update_golden"), force_regen=config.getoption("devplan_force_regen")
+    )
     config.stash[_KEY] = Seen(partial=_named_alone(config))
 
 
@@ -120,15 +131,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         for path in found.written:
             terminalreporter.write_line(f"  {shown(path)}")
     if found.smaller:
-        terminalreporter.write_line(f"{len(found.smaller)} program(s) now plan smaller than their golden; rerun "
-                                    f"with --devplan-update-golden to record it, so growth back is caught:")
+        terminalreporter.write_line(
+            f"{len(found.smaller)} program(s) now plan smaller than their golden; rerun "
+            f"with --devplan-update-golden to record it, so growth back is caught:"
+        )
         for path, what in found.smaller:
             terminalreporter.write_line(f"  {shown(path)}: {what}")
     if unused:
         strict = config.getoption("devplan_strict_goldens")
-        terminalreporter.write_line(f"{len(unused)} golden file(s) no test read (a test renamed or removed); "
-                                    f"delete them{'' if strict else ', or run with --devplan-strict-goldens to fail'}:",
-                                    red=strict)
+        terminalreporter.write_line(
+            f"{len(unused)} golden file(s) no test read (a test renamed or removed); "
+            f"delete them{'' if strict else ', or run with --devplan-strict-goldens to fail'}:",
+            red=strict,
+        )
         for path in unused:
             terminalreporter.write_line(f"  {shown(path)}")
 
@@ -166,11 +181,14 @@ def devplan_golden(request):
         if isinstance(pte, (str, os.PathLike)):  # bytes and CompileResults have no path to resolve
             pte = Path(_shown(os.path.normpath(base / pte), here))  # build/model.pte, not tests/../build/model.pte
             if not pte.exists():  # the test's own setup, not devplan, is what to fix: no traceback into devplan
-                pytest.fail(f"{pte}: no such program; build it before this test runs "
-                            f"(devplan compile MODEL.pt2 -o {pte})", pytrace=False)
+                pytest.fail(
+                    f"{pte}: no such program; build it before this test runs (devplan compile MODEL.pt2 -o {pte})",
+                    pytrace=False,
+                )
         try:
-            assert_matches_golden(pte, Path(_shown(os.path.normpath(base / golden), here)), tolerance=tolerance,
-                                  exact=exact)
+            assert_matches_golden(
+                pte, Path(_shown(os.path.normpath(base / golden), here)), tolerance=tolerance, exact=exact
+            )
         except Unreadable as error:  # a damaged program or golden file: devplan's one line says what to do
             pytest.fail(str(error), pytrace=False)
 

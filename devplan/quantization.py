@@ -1,6 +1,7 @@
 """--quantize's modes, as options and the CLI read them (the quantize stage itself is
 passes/quantize.py, which imports ExecuTorch's quantizer): what each mode asks of XNNPACK's
 quantizer, what it takes, and the backend it implies."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,9 +18,12 @@ MODES: dict[str, dict[str, object]] = {
 }
 # what each mode's quantizer takes; dynamic-int4 linear layers alone, since XNNPACK packs only
 # 2-D weights as 4-bit (ExecuTorch's convert_to_qc4w refuses a convolution's)
-TAKES = {"dynamic-int8": "linear and convolution layers", "int8": "linear and convolution layers, add, mul, cat, pooling",
-         "dynamic-int4": "linear layers"}
-NEEDS_DATA = {"int8"}   # activations' ranges are observed, so they must come from real inputs
+TAKES = {
+    "dynamic-int8": "linear and convolution layers",
+    "int8": "linear and convolution layers, add, mul, cat, pooling",
+    "dynamic-int4": "linear layers",
+}
+NEEDS_DATA = {"int8"}  # activations' ranges are observed, so they must come from real inputs
 
 
 def quantized_delegates(mode: str | None, calibration: "Path | tuple | None", delegates: tuple) -> tuple:
@@ -30,12 +34,16 @@ def quantized_delegates(mode: str | None, calibration: "Path | tuple | None", de
     if mode not in MODES:
         raise DevplanError(f"--quantize {mode}: unknown mode; use one of: {', '.join(MODES)}")
     if mode in NEEDS_DATA and calibration is None:
-        raise DevplanError(f"--quantize {mode}: needs --calibration FILE.pt, a list of input tuples saved with "
-                           f"torch.save (static int8 observes its activations' ranges on them)")
+        raise DevplanError(
+            f"--quantize {mode}: needs --calibration FILE.pt, a list of input tuples saved with "
+            f"torch.save (static int8 observes its activations' ranges on them)"
+        )
     xnnpack = Partitioner.parse("xnnpack")
     for delegate in delegates:
         if not isinstance(delegate, Partitioner) or (delegate.module, delegate.cls) != (xnnpack.module, xnnpack.cls):
             name = delegate.label if isinstance(delegate, Partitioner) else f"--delegate {delegate.device}"
-            raise DevplanError(f"--quantize {mode}: {name} cannot run the quantized ops XNNPACK's quantizer makes; "
-                               f"leave it out (--backend {next(iter(KNOWN))} is implied)")
+            raise DevplanError(
+                f"--quantize {mode}: {name} cannot run the quantized ops XNNPACK's quantizer makes; "
+                f"leave it out (--backend {next(iter(KNOWN))} is implied)"
+            )
     return delegates or (xnnpack,)

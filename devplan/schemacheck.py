@@ -4,6 +4,7 @@ uniqueItems), checked in a few dozen lines, so that a golden file is read agains
 devplan ships (devplan/schemas/) rather than a hand-kept copy of it, without making the
 `jsonschema` package (and its compiled rpds-py) a dependency of the core. The test suite holds
 this reading to jsonschema's on every committed golden file and on damaged ones."""
+
 from __future__ import annotations
 
 import functools
@@ -42,9 +43,18 @@ def problem(value, node: dict, root: dict, where: str = "") -> str | None:
         if node.get("uniqueItems") and len({json.dumps(item, sort_keys=True) for item in value}) < len(value):
             return f"{here} lists an item twice"
         items = node.get("items")
-        return None if items is None else next(
-            (found for index, item in enumerate(value) if (found := problem(item, items, root, f"{where}[{index}]"))),
-            None)
+        return (
+            None
+            if items is None
+            else next(
+                (
+                    found
+                    for index, item in enumerate(value)
+                    if (found := problem(item, items, root, f"{where}[{index}]"))
+                ),
+                None,
+            )
+        )
     return None
 
 
@@ -52,14 +62,14 @@ def _object(value: dict, node: dict, root: dict, where: str) -> str | None:
     here = where or "the top level"
     missing = next((key for key in node.get("required", ()) if key not in value), None)
     if missing is not None:
-        return f"{here} has no \"{missing}\""
+        return f'{here} has no "{missing}"'
     if "anyOf" in node and not any(problem(value, option, root, where) is None for option in node["anyOf"]):
         return f"{here} has none of {', '.join(key for option in node['anyOf'] for key in option.get('required', ()))}"
     known, rest = node.get("properties", {}), node.get("additionalProperties", True)
     for key, item in value.items():
         inner = known.get(key, rest)
         if inner is False:
-            return f"{here} has an unknown field \"{key}\""
+            return f'{here} has an unknown field "{key}"'
         if isinstance(inner, dict) and (found := problem(item, inner, root, f"{where}.{key}" if where else key)):
             return found
     return None
@@ -71,5 +81,12 @@ def _is(value, kind: str) -> bool:
     return isinstance(value, _TYPES[kind])
 
 
-_NAMES = {"object": "an object", "array": "an array", "string": "a string", "null": "null", "boolean": "true or false",
-          "integer": "a whole number", "number": "a number"}
+_NAMES = {
+    "object": "an object",
+    "array": "an array",
+    "string": "a string",
+    "null": "null",
+    "boolean": "true or false",
+    "integer": "a whole number",
+    "number": "a number",
+}

@@ -1,4 +1,5 @@
 """The facts about one tensor that every stage reads and later stages fill in."""
+
 from __future__ import annotations
 
 import math

@@ -9,6 +9,7 @@
 golden files instead of comparing (creating their folders). With pytest, the `devplan_golden`
 fixture (devplan/pytest_plugin.py) does the same, reading both paths relative to the test file;
 the plugin lists the goldens written, and those whose program now plans smaller, at the end."""
+
 from __future__ import annotations
 
 import os
@@ -24,11 +25,11 @@ class GoldenSession:
     """What the pytest plugin collects over a session, for its terminal summary. The plugin
     installs one as `session` while pytest runs; outside pytest there is none."""
 
-    update: bool = False                                          # --devplan-update-golden was given
-    force_regen: bool = False                                     # --devplan-force-regen was given
-    written: list[str] = field(default_factory=list)              # goldens rewritten
+    update: bool = False  # --devplan-update-golden was given
+    force_regen: bool = False  # --devplan-force-regen was given
+    written: list[str] = field(default_factory=list)  # goldens rewritten
     smaller: list[tuple[str, str]] = field(default_factory=list)  # (golden, what shrank) of passing checks
-    used: set[str] = field(default_factory=set)                   # goldens read or written, resolved
+    used: set[str] = field(default_factory=set)  # goldens read or written, resolved
 
 
 @dataclass
@@ -45,9 +46,14 @@ class Seen:
     unused: list[str] = field(default_factory=list)
 
     def to_json(self, golden: GoldenSession | None) -> dict:
-        return {"partial": sorted(self.partial), "collected": self.collected, "passed": sorted(self.passed),
-                "used": sorted(self.used), "written": golden.written if golden else [],
-                "smaller": golden.smaller if golden else []}
+        return {
+            "partial": sorted(self.partial),
+            "collected": self.collected,
+            "passed": sorted(self.passed),
+            "used": sorted(self.used),
+            "written": golden.written if golden else [],
+            "smaller": golden.smaller if golden else [],
+        }
 
     def merge(self, found: dict, golden: GoldenSession | None) -> None:
         self.partial.update(found["partial"])
@@ -69,8 +75,15 @@ class Seen:
             for golden in sorted(kept.glob(f"*{suffix}")) if kept.is_dir() else ():
                 if str(golden.resolve()) in self.used:
                     continue
-                owner = next((name for name in names if golden.name == name + suffix
-                              or re.fullmatch(re.escape(name) + r"\.\d+" + re.escape(suffix), golden.name)), None)
+                owner = next(
+                    (
+                        name
+                        for name in names
+                        if golden.name == name + suffix
+                        or re.fullmatch(re.escape(name) + r"\.\d+" + re.escape(suffix), golden.name)
+                    ),
+                    None,
+                )
                 if (module, owner) in self.passed if owner is not None else module not in self.partial:
                     found.append(str(golden))
         return found
@@ -89,8 +102,9 @@ def update_requested() -> bool:
     return (session is not None and session.update) or os.environ.get(UPDATE_VARIABLE, "") not in ("", "0")
 
 
-def assert_matches_golden(pte, golden: str | os.PathLike, update: bool | None = None, tolerance=None,
-                          exact: bool = False) -> None:
+def assert_matches_golden(
+    pte, golden: str | os.PathLike, update: bool | None = None, tolerance=None, exact: bool = False
+) -> None:
     """Raise AssertionError, with the diff's text, unless the program (a .pte path, its bytes,
     or a CompileResult) plans as the golden file records; with update, write the golden file
     (and its folders) instead. update None follows --devplan-update-golden and
@@ -105,8 +119,10 @@ def assert_matches_golden(pte, golden: str | os.PathLike, update: bool | None = 
     if session is not None:
         session.used.add(str(Path(golden).resolve()))
     if not update and not regen and not Path(golden).exists():
-        raise AssertionError(f"{golden}: no golden file yet; rerun with pytest --devplan-update-golden "
-                             f"(or {UPDATE_VARIABLE}=1) to write it")
+        raise AssertionError(
+            f"{golden}: no golden file yet; rerun with pytest --devplan-update-golden "
+            f"(or {UPDATE_VARIABLE}=1) to write it"
+        )
     program = getattr(pte, "data", pte)
     try:
         if update:
@@ -119,9 +135,11 @@ def assert_matches_golden(pte, golden: str | os.PathLike, update: bool | None = 
     except DevplanError as error:  # a damaged file: devplan's one line, no traceback into devplan
         raise Unreadable(str(error)) from None
     if not result.ok:
-        raise AssertionError(f"{golden}: the program no longer plans as recorded; if that is intended, "
-                             f"rerun with pytest --devplan-update-golden (or {UPDATE_VARIABLE}=1)\n"
-                             f"{result.diff.text()}")
+        raise AssertionError(
+            f"{golden}: the program no longer plans as recorded; if that is intended, "
+            f"rerun with pytest --devplan-update-golden (or {UPDATE_VARIABLE}=1)\n"
+            f"{result.diff.text()}"
+        )
     if session is not None:
         if result.updated:
             session.written.append(os.fspath(golden))
@@ -140,9 +158,11 @@ def _force_regen(program, golden: str | os.PathLike, tolerance, exact: bool) -> 
         return
     check_golden(program, golden, update=True)
     session.written.append(os.fspath(golden))
-    raise AssertionError(f"{golden}: {'written' if result is None else 'rewritten'} by --devplan-force-regen, "
-                         f"as the program plans now; review the change and commit it"
-                         + (f"\n{result.diff.text()}" if result is not None else ""))
+    raise AssertionError(
+        f"{golden}: {'written' if result is None else 'rewritten'} by --devplan-force-regen, "
+        f"as the program plans now; review the change and commit it"
+        + (f"\n{result.diff.text()}" if result is not None else "")
+    )
 
 
 def _shrunk(diff) -> str:
@@ -151,5 +171,8 @@ def _shrunk(diff) -> str:
     from devplan.inspection.difftext import SIZED
     from devplan.units import size_text
 
-    return "; ".join(f"{c.method + ' ' if c.method else ''}{c.subject} {c.fact} {size_text(c.a)} -> {size_text(c.b)}"
-                     for c in diff.changes if c.fact in SIZED and not c.fails and c.b < c.a)
+    return "; ".join(
+        f"{c.method + ' ' if c.method else ''}{c.subject} {c.fact} {size_text(c.a)} -> {size_text(c.b)}"
+        for c in diff.changes
+        if c.fact in SIZED and not c.fails and c.b < c.a
+    )

@@ -1,6 +1,7 @@
 """Byte counts as people write them (--budget 1=512KiB, --max-memory 4GiB, a diff's
 --tolerance) and read them in a terminal, and names from files made safe to print. Torch-free:
 the CLI and the inspection side read it without loading a compiler."""
+
 from __future__ import annotations
 
 import re

@@ -6,16 +6,17 @@ spec on a device, and every kernel's arguments matching its schema.
 
 They cost a walk over the program per stage, so they run only when asked: in the tests
 (tests/conftest.py sets DEVPLAN_CHECK_STAGES) and with `devplan --debug compile`."""
+
 from __future__ import annotations
 
 import functools
 
 import torch
 
-from devplan.ir.method import IntList, Method, OptionalTensorList, TensorList, Use
-from devplan.ops import DIM_ORDER_OPS, ET_VIEW, NUMBER_NAMES, TO_DEVICE, TO_HOST, op_schema
 from devplan.ir.lowered import Lowered
+from devplan.ir.method import IntList, Method, OptionalTensorList, TensorList, Use
 from devplan.ir.planned import PlannedMethod
+from devplan.ops import DIM_ORDER_OPS, ET_VIEW, NUMBER_NAMES, TO_DEVICE, TO_HOST, op_schema
 from devplan.spec import Device, TensorSpec
 
 
@@ -42,8 +43,12 @@ def check_graph(low: Lowered) -> None:
     except RuntimeError as error:
         raise Malformed(f"graph lint: {error}") from error
     placeholders = {node.name for node in graph.find_nodes(op="placeholder")}
-    for role, names in (("constant", low.constants), ("state", low.state), ("input", low.inputs),
-                        ("mutated input", low.mutated)):
+    for role, names in (
+        ("constant", low.constants),
+        ("state", low.state),
+        ("input", low.inputs),
+        ("mutated input", low.mutated),
+    ):
         missing = sorted(set(names) - placeholders)
         if missing:
             raise Malformed(f"{role} {missing[0]!r} is no placeholder of the graph")
@@ -117,8 +122,9 @@ def _tensors(method: Method, indices) -> list[int]:
     return found
 
 
-def _reads_writes(method: Method, op: str, args: tuple[int, ...], delegate: int | None,
-                  where: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _reads_writes(
+    method: Method, op: str, args: tuple[int, ...], delegate: int | None, where: str
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(arguments a kernel reads, arguments it writes), checking them against its schema."""
     if delegate is not None:  # its inputs then its outputs, as many as its payload takes: not told apart here
         if not 0 <= delegate < len(method.delegates):
@@ -136,24 +142,33 @@ def _reads_writes(method: Method, op: str, args: tuple[int, ...], delegate: int 
     if arguments is None:
         raise Malformed(f"{where}: no operator of that name has a schema")
     if not len(arguments) <= len(args) <= len(arguments) + results:
-        raise Malformed(f"{where} has {len(args)} arguments and results; its schema takes {len(arguments)} "
-                        f"arguments and {results} results")
+        raise Malformed(
+            f"{where} has {len(args)} arguments and results; its schema takes {len(arguments)} "
+            f"arguments and {results} results"
+        )
     for a, argument in zip(args, arguments):
         wanted = _KINDS.get(str(argument.type))
         if wanted is not None and not isinstance(method.values[a], wanted):
-            raise Malformed(f"{where}: argument {argument.name} ({argument.type}) is value {a}, a "
-                            f"{type(method.values[a]).__name__}")
-    written = {position for position, argument in enumerate(arguments)
-               if argument.is_out or (argument.alias_info is not None and argument.alias_info.is_write)}
-    reads = tuple(a for position, a in enumerate(args[:len(arguments)])
-                  if not arguments[position].is_out)
+            raise Malformed(
+                f"{where}: argument {argument.name} ({argument.type}) is value {a}, a {type(method.values[a]).__name__}"
+            )
+    written = {
+        position
+        for position, argument in enumerate(arguments)
+        if argument.is_out or (argument.alias_info is not None and argument.alias_info.is_write)
+    }
+    reads = tuple(a for position, a in enumerate(args[: len(arguments)]) if not arguments[position].is_out)
     writes = tuple(a for position, a in enumerate(args) if position in written or position >= len(arguments))
     return reads, writes
 
 
 # a schema argument's type -> the values that may stand for it
-_KINDS: dict[str, type | tuple[type, ...]] = {"Tensor": (TensorSpec, Use), "Tensor?": (TensorSpec, Use, type(None)), "Tensor[]": TensorList,
-          "Tensor?[]": OptionalTensorList}
+_KINDS: dict[str, type | tuple[type, ...]] = {
+    "Tensor": (TensorSpec, Use),
+    "Tensor?": (TensorSpec, Use, type(None)),
+    "Tensor[]": TensorList,
+    "Tensor?[]": OptionalTensorList,
+}
 
 
 @functools.lru_cache(maxsize=None)

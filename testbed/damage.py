@@ -2,6 +2,7 @@
 file cut short), changed copies of a .pt2 archive (its JSON fields and member names), and what
 the `devplan` command makes of one: shared by the fuzz tests in CI (tests/pte/test_fuzz.py)
 and the long run in benchmarks/fuzz.py."""
+
 from __future__ import annotations
 
 import builtins
@@ -95,11 +96,40 @@ def _texts(marker: Path) -> list[str]:
     """Strings a hostile archive would put where torch reads text: code that writes `marker`
     when evaluated (as an expression, a guard, a target), and odd but harmless text."""
     code = f"__import__('builtins').open({str(marker)!r}, 'w').write('ran')"
-    return [code, f"({code}) or s0", f"Max(s0, {code})", f"s0 + {code}", f"exec({code!r})", "__import__('os')",
-            "torch.ops.aten.relu.default", "torch.ops.aten.nonexistent.default", "aten.relu", "_operator.getitem",
-            "s0", "s0 + 1", "2*s0", "s99", "u0", "Max(1, s0) // 2", "Pow(Integer(10), Integer(100000))", "%s %s %d",
-            "%(x)s", "{0}", "\x1b[31m", "ev\nil", "../../evil", "", " ", "model", "weight_0", "tensor_0", "Float",
-            "cpu", "cuda:9", "meta"]
+    return [
+        code,
+        f"({code}) or s0",
+        f"Max(s0, {code})",
+        f"s0 + {code}",
+        f"exec({code!r})",
+        "__import__('os')",
+        "torch.ops.aten.relu.default",
+        "torch.ops.aten.nonexistent.default",
+        "aten.relu",
+        "_operator.getitem",
+        "s0",
+        "s0 + 1",
+        "2*s0",
+        "s99",
+        "u0",
+        "Max(1, s0) // 2",
+        "Pow(Integer(10), Integer(100000))",
+        "%s %s %d",
+        "%(x)s",
+        "{0}",
+        "\x1b[31m",
+        "ev\nil",
+        "../../evil",
+        "",
+        " ",
+        "model",
+        "weight_0",
+        "tensor_0",
+        "Float",
+        "cpu",
+        "cuda:9",
+        "meta",
+    ]
 
 
 def _values(rng: random.Random, marker: Path):
@@ -152,19 +182,31 @@ def _change_json(document, rng: random.Random, marker: Path) -> None:
     elif kind == 4:  # remove it
         container.pop(key)
     elif isinstance(container, dict):  # add a key
-        container[rng.choice(["custom", "guards_code", "expr_str", "target", "extra", *_texts(marker)])] = _values(rng, marker)
+        container[rng.choice(["custom", "guards_code", "expr_str", "target", "extra", *_texts(marker)])] = _values(
+            rng, marker
+        )
     else:  # a list item doubled
         container.insert(key, container[key])
 
 
 def _change_name(name: str, rng: random.Random) -> str:
     folder, _, leaf = name.rpartition("/")
-    return rng.choice([
-        name.replace("model", rng.choice(["evil", "sub/model", "model2", "Model", "ev\nil", ""])),
-        f"{folder}/{leaf}\n", f"{folder}/../{leaf}", f"{folder}/sub/{leaf}", f"{folder}/{leaf}.pt",
-        f"{folder}/{leaf.upper()}", f"/{name}", name.replace("/", "//", 1), f"{folder}/{leaf}".replace("_0", "_00"),
-        name.replace("weight_", "weight_9"), name.replace("data/", "extra/", 1), f"{folder}/ {leaf}",
-    ])
+    return rng.choice(
+        [
+            name.replace("model", rng.choice(["evil", "sub/model", "model2", "Model", "ev\nil", ""])),
+            f"{folder}/{leaf}\n",
+            f"{folder}/../{leaf}",
+            f"{folder}/sub/{leaf}",
+            f"{folder}/{leaf}.pt",
+            f"{folder}/{leaf.upper()}",
+            f"/{name}",
+            name.replace("/", "//", 1),
+            f"{folder}/{leaf}".replace("_0", "_00"),
+            name.replace("weight_", "weight_9"),
+            name.replace("data/", "extra/", 1),
+            f"{folder}/ {leaf}",
+        ]
+    )
 
 
 def archive_mutant(members: Members, rng: random.Random, marker: Path) -> Members:
@@ -197,15 +239,17 @@ def archive_mutant(members: Members, rng: random.Random, marker: Path) -> Member
             members.append((_change_name(name, rng), data))
         else:
             prefix = members[0][0].split("/")[0] if members else "model"
-            folder = rng.choice(["", "data/", "data/weights/", "data/constants/", "data/sample_inputs/", "models/",
-                                 "extra/", ".data/"])
+            folder = rng.choice(
+                ["", "data/", "data/weights/", "data/constants/", "data/sample_inputs/", "models/", "extra/", ".data/"]
+            )
             leaf = rng.choice(["model.pt", "evil.pt", "model.json", "weight_0", "tensor_0", "x", "ev\nil.pt"])
             buffer = io.BytesIO()
             import torch
 
             torch.save((Payload(marker),), buffer)
-            members.append((f"{prefix}/{folder}{leaf}", rng.choice([buffer.getvalue(), b"", b"{}",
-                                                                      _texts(marker)[0].encode()])))
+            members.append(
+                (f"{prefix}/{folder}{leaf}", rng.choice([buffer.getvalue(), b"", b"{}", _texts(marker)[0].encode()]))
+            )
     return members
 
 

@@ -5,6 +5,7 @@ device plan's faults under slack; these do not. The suite runs them host-backed
 (tests/runtime/test_device_corpus.py), the GPU tier and benchmarks/gpu.py on a real GPU.
 
 Import it from the repository root as `testbed.device_corpus`."""
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,16 @@ def llama() -> Case:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=172, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=TOKENS, use_cache=False)
+    config = LlamaConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=172,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=TOKENS,
+        use_cache=False,
+    )
     model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa").eval()
     return _Logits(model), (torch.randint(3, 1000, (1, TOKENS)),)
 
@@ -35,8 +44,14 @@ def vit() -> Case:
     from transformers import ViTConfig, ViTModel
 
     torch.manual_seed(0)
-    config = ViTConfig(image_size=224, patch_size=16, hidden_size=192, num_hidden_layers=4, num_attention_heads=3,
-                       intermediate_size=768)
+    config = ViTConfig(
+        image_size=224,
+        patch_size=16,
+        hidden_size=192,
+        num_hidden_layers=4,
+        num_attention_heads=3,
+        intermediate_size=768,
+    )
     return _Hidden(ViTModel._from_config(config, attn_implementation="sdpa").eval()), (torch.randn(8, 3, 224, 224),)
 
 
@@ -45,8 +60,14 @@ class ConvNet(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
-                                  nn.Conv2d(32, 16, 3, stride=2, padding=1), nn.ReLU())
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(32, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(32, 16, 3, stride=2, padding=1),
+            nn.ReLU(),
+        )
         self.head = nn.Linear(16, 10)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -59,8 +80,9 @@ class BatchNormNet(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.blocks = nn.Sequential(*(nn.Sequential(nn.Conv2d(c_in, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU())
-                                      for c_in in (3, 32)))
+        self.blocks = nn.Sequential(
+            *(nn.Sequential(nn.Conv2d(c_in, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU()) for c_in in (3, 32))
+        )
         for norm in (m for m in self.modules() if isinstance(m, nn.BatchNorm2d)):
             norm.running_mean.uniform_(-0.5, 0.5)
             norm.running_var.uniform_(0.5, 2.0)

@@ -4,6 +4,7 @@ with and its PropagateDeviceConfig, and the devplan backends that give the same 
 devices (one backend per add node where its partitioner makes each add a delegate of its own),
 with the counts devplan changes on purpose and why; and ExecuTorch's lowering of one, with its
 non-CPU memory planning."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -86,46 +87,126 @@ def peer_scenarios():
     return {
         "h2d_d2h_inserted": (_Add(), 2, DeviceAwarePartitioner("cuda:0"), {}, ["cuda:0=aten::add"], False, {}),
         "no_device_spec_stays_on_cpu": (_Add(), 2, CpuOnlyPartitioner(), {}, ["cpu=aten::add"], False, {}),
-        "redundant_same_device_copies_elided": (_Chain(), 3, PerAdd(["cuda:0", "cuda:0"]), {},
-                                                _per_add("cuda:0", "cuda:0"), False, {}),
-        "cross_device_copies_kept": (_Chain(), 3, PerAdd(["cuda:0", "cuda:1"]), {},
-                                     _per_add("cuda:0", "cuda:1"), False, {}),
-        "output_feeding_same_device_delegates": (_FanOut(), 2, PerAdd(["cuda:0"] * 4), {},
-                                                 _per_add(*["cuda:0"] * 4), False, {"h2d": (2, _ONE_COPY_PER_DEVICE)}),
-        "output_feeding_gpu_and_cpu": (_GpuAndCpu(), 2, PerAdd(["cuda:0"] * 2), {}, _per_add("cuda:0", "cuda:0"),
-                                       False, {"h2d": (2, _ONE_COPY_PER_DEVICE)}),
-        "output_feeding_same_and_cross_device": (_SameAndCross(), 2, PerAdd(["cuda:0", "cuda:0", "cuda:1"]), {},
-                                                 _per_add("cuda:0", "cuda:0", "cuda:1"), False,
-                                                 {"h2d": (4, _ONE_COPY_PER_DEVICE)}),
+        "redundant_same_device_copies_elided": (
+            _Chain(),
+            3,
+            PerAdd(["cuda:0", "cuda:0"]),
+            {},
+            _per_add("cuda:0", "cuda:0"),
+            False,
+            {},
+        ),
+        "cross_device_copies_kept": (
+            _Chain(),
+            3,
+            PerAdd(["cuda:0", "cuda:1"]),
+            {},
+            _per_add("cuda:0", "cuda:1"),
+            False,
+            {},
+        ),
+        "output_feeding_same_device_delegates": (
+            _FanOut(),
+            2,
+            PerAdd(["cuda:0"] * 4),
+            {},
+            _per_add(*["cuda:0"] * 4),
+            False,
+            {"h2d": (2, _ONE_COPY_PER_DEVICE)},
+        ),
+        "output_feeding_gpu_and_cpu": (
+            _GpuAndCpu(),
+            2,
+            PerAdd(["cuda:0"] * 2),
+            {},
+            _per_add("cuda:0", "cuda:0"),
+            False,
+            {"h2d": (2, _ONE_COPY_PER_DEVICE)},
+        ),
+        "output_feeding_same_and_cross_device": (
+            _SameAndCross(),
+            2,
+            PerAdd(["cuda:0", "cuda:0", "cuda:1"]),
+            {},
+            _per_add("cuda:0", "cuda:0", "cuda:1"),
+            False,
+            {"h2d": (4, _ONE_COPY_PER_DEVICE)},
+        ),
         "cuda_1": (_Add(), 2, DeviceAwarePartitioner("cuda:1"), {}, ["cuda:1=aten::add"], False, {}),
-        "non_delegated_stays_on_cpu": (_AddThenSin(), 2, DeviceAwarePartitioner("cuda:0"), {}, ["cuda:0=aten::add"],
-                                       False, {}),
+        "non_delegated_stays_on_cpu": (
+            _AddThenSin(),
+            2,
+            DeviceAwarePartitioner("cuda:0"),
+            {},
+            ["cuda:0=aten::add"],
+            False,
+            {},
+        ),
         "skip_h2d_and_d2h": (_Add(), 2, DeviceAwarePartitioner("cuda:0"), both, ["cuda:0=aten::add"], True, {}),
-        "skip_h2d_for_method_inputs": (_Add(), 2, DeviceAwarePartitioner("cuda:0"),
-                                       {"skip_h2d_for_method_inputs": True}, ["cuda:0=aten::add"], True,
-                                       {"d2h": (0, _BOTH_ENDS), "outputs": (["cuda:0"], _BOTH_ENDS),
-                                        "table": (["cuda:0"], "nothing is left on the host")}),
-        "skip_d2h_for_method_outputs": (_Add(), 2, DeviceAwarePartitioner("cuda:0"),
-                                        {"skip_d2h_for_method_outputs": True}, ["cuda:0=aten::add"], True,
-                                        {"h2d": (0, _BOTH_ENDS), "inputs": (["cuda:0", "cuda:0"], _BOTH_ENDS),
-                                         "table": (["cuda:0"], "nothing is left on the host")}),
-        "skip_h2d_partial_with_intermediate_input": (_SinThenAdd(), 2, DeviceAwarePartitioner("cuda:0"), both,
-                                                     ["cuda:0=aten::add"], True, {}),
+        "skip_h2d_for_method_inputs": (
+            _Add(),
+            2,
+            DeviceAwarePartitioner("cuda:0"),
+            {"skip_h2d_for_method_inputs": True},
+            ["cuda:0=aten::add"],
+            True,
+            {
+                "d2h": (0, _BOTH_ENDS),
+                "outputs": (["cuda:0"], _BOTH_ENDS),
+                "table": (["cuda:0"], "nothing is left on the host"),
+            },
+        ),
+        "skip_d2h_for_method_outputs": (
+            _Add(),
+            2,
+            DeviceAwarePartitioner("cuda:0"),
+            {"skip_d2h_for_method_outputs": True},
+            ["cuda:0=aten::add"],
+            True,
+            {
+                "h2d": (0, _BOTH_ENDS),
+                "inputs": (["cuda:0", "cuda:0"], _BOTH_ENDS),
+                "table": (["cuda:0"], "nothing is left on the host"),
+            },
+        ),
+        "skip_h2d_partial_with_intermediate_input": (
+            _SinThenAdd(),
+            2,
+            DeviceAwarePartitioner("cuda:0"),
+            both,
+            ["cuda:0=aten::add"],
+            True,
+            {},
+        ),
     }
 
 
 SCENARIOS = (
-    "h2d_d2h_inserted", "no_device_spec_stays_on_cpu", "redundant_same_device_copies_elided", "cross_device_copies_kept",
-    "output_feeding_same_device_delegates", "output_feeding_gpu_and_cpu", "output_feeding_same_and_cross_device",
-    "cuda_1", "non_delegated_stays_on_cpu", "skip_h2d_and_d2h", "skip_h2d_for_method_inputs",
-    "skip_d2h_for_method_outputs", "skip_h2d_partial_with_intermediate_input")
+    "h2d_d2h_inserted",
+    "no_device_spec_stays_on_cpu",
+    "redundant_same_device_copies_elided",
+    "cross_device_copies_kept",
+    "output_feeding_same_device_delegates",
+    "output_feeding_gpu_and_cpu",
+    "output_feeding_same_and_cross_device",
+    "cuda_1",
+    "non_delegated_stays_on_cpu",
+    "skip_h2d_and_d2h",
+    "skip_h2d_for_method_inputs",
+    "skip_d2h_for_method_outputs",
+    "skip_h2d_partial_with_intermediate_input",
+)
 
 
 def executorch_device_pte(model, inputs, partitioner, skips: dict) -> bytes:
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes.propagate_device_pass import PropagateDeviceConfig
 
-    config = ExecutorchBackendConfig(enable_non_cpu_memory_planning=True,
-                                     propagate_device_config=PropagateDeviceConfig(**skips))
-    return to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[partitioner]).to_executorch(
-        config).buffer
+    config = ExecutorchBackendConfig(
+        enable_non_cpu_memory_planning=True, propagate_device_config=PropagateDeviceConfig(**skips)
+    )
+    return (
+        to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[partitioner])
+        .to_executorch(config)
+        .buffer
+    )

@@ -1,6 +1,7 @@
 """The model corpus (testbed/models.py) exported with a dynamic batch: dim 0 of each model's
 batched inputs a `Dim` bounded by BOUND. A model whose batch torch.export cannot keep dynamic
 is skipped (pytest's Skipped) with torch's reason."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,6 +1,7 @@
 """ExecuTorch as the baseline that tests and benchmarks measure devplan against: its default
 lowering of a program, and the bytes its plan takes (testbed may import executorch; devplan
 itself never does)."""
+
 from __future__ import annotations
 
 import torch
@@ -20,8 +21,9 @@ def executorch_pte(ep: torch.export.ExportedProgram, *, const_prop: bool = False
         signature = edge.exported_program().graph_signature
         mutated = set(signature.buffers_to_mutate.values())
         placeholders = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]
-        config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(placeholders)],
-                                         do_quant_fusion_and_const_prop=const_prop)
+        config = ExecutorchBackendConfig(
+            passes=[InitializedMutableBufferPass(placeholders)], do_quant_fusion_and_const_prop=const_prop
+        )
         return edge.to_executorch(config).buffer
 
 

@@ -18,6 +18,7 @@ use_cache=False, so that they return logits and no DynamicCache; encoder-decoder
 lives in buffers the exported program updates in place, one token per call.
 
 Import it from the repository root as `testbed.hf_models`."""
+
 from __future__ import annotations
 
 import logging
@@ -56,10 +57,21 @@ def _build(model_class, config, attn: str | None = "sdpa") -> nn.Module:
 
 # ------------------------------------------------------------------------- decoders (causal LMs)
 
+
 def _decoder_config(config_class, **extra):
-    base = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=64, use_cache=False, pad_token_id=0, bos_token_id=1,
-                eos_token_id=2)
+    base = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        use_cache=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     base.update(extra)
     return config_class(**base)
 
@@ -67,8 +79,16 @@ def _decoder_config(config_class, **extra):
 def gpt2() -> HFCase:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=2, use_cache=False,
-                        bos_token_id=1, eos_token_id=2)
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        use_cache=False,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     return _build(GPT2LMHeadModel, config), (_tokens(),), {}
 
 
@@ -100,8 +120,9 @@ def mistral() -> HFCase:
 def phi() -> HFCase:
     from transformers import PhiConfig, PhiForCausalLM
 
-    config = _decoder_config(PhiConfig, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                                         "partial_rotary_factor": 0.5})
+    config = _decoder_config(
+        PhiConfig, rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}
+    )
     return _build(PhiForCausalLM, config), (_tokens(),), {}
 
 
@@ -144,8 +165,9 @@ def qwen2_moe() -> HFCase:
     from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
 
     # a shared expert beside the routed ones, gated by a sigmoid
-    config = _decoder_config(Qwen2MoeConfig, num_experts=4, moe_intermediate_size=32,
-                             shared_expert_intermediate_size=64, **_MOE)
+    config = _decoder_config(
+        Qwen2MoeConfig, num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=64, **_MOE
+    )
     return _build(Qwen2MoeForCausalLM, config), (_tokens(),), {}
 
 
@@ -158,8 +180,14 @@ def qwen3_moe() -> HFCase:
 
 # --------------------------------------------------------------------------------- text encoders
 
-_ENCODER = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                max_position_embeddings=64)
+_ENCODER = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
 
 
 def bert() -> HFCase:
@@ -173,7 +201,9 @@ def bert() -> HFCase:
 def distilbert() -> HFCase:
     from transformers import DistilBertConfig, DistilBertModel
 
-    config = DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64)
+    config = DistilBertConfig(
+        vocab_size=VOCAB, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64
+    )
     return _build(DistilBertModel, config), (_tokens(),), {}
 
 
@@ -191,12 +221,25 @@ def albert() -> HFCase:
 
 # ------------------------------------------------------------------------------ encoder-decoders
 
+
 def _t5_config():
     from transformers import T5Config
 
-    return T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
-                    relative_attention_num_buckets=8, relative_attention_max_distance=16, use_cache=False,
-                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    return T5Config(
+        vocab_size=VOCAB,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        use_cache=False,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
 
 
 def t5_encoder() -> HFCase:
@@ -215,9 +258,22 @@ def t5() -> HFCase:
 def bart() -> HFCase:
     from transformers import BartConfig, BartModel
 
-    config = BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-                        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-                        use_cache=False, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    config = BartConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        use_cache=False,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
     # BartModel shifts input_ids right to make the decoder's inputs when none are given
     return _build(BartModel, config), (_tokens(),), {}
 
@@ -225,19 +281,34 @@ def bart() -> HFCase:
 def marian() -> HFCase:
     from transformers import MarianConfig, MarianMTModel
 
-    config = MarianConfig(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-                          decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-                          use_cache=False, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=1)
+    config = MarianConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        use_cache=False,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+        forced_eos_token_id=1,
+    )
     return _build(MarianMTModel, config), (_tokens(),), {"decoder_input_ids": _tokens(seq=4)}
 
 
 # -------------------------------------------------------------------------------------- vision
 
+
 def vit() -> HFCase:
     from transformers import ViTConfig, ViTModel
 
-    config = ViTConfig(image_size=IMAGE, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                       intermediate_size=64)
+    config = ViTConfig(
+        image_size=IMAGE, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64
+    )
     return _build(ViTModel, config), (_image(),), {}
 
 
@@ -258,39 +329,69 @@ def mobilenet_v2() -> HFCase:
 def mobilevit() -> HFCase:
     from transformers import MobileViTConfig, MobileViTForImageClassification
 
-    config = MobileViTConfig(image_size=IMAGE, hidden_sizes=[32, 32, 48], neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 96],
-                             num_attention_heads=2, num_labels=10)
+    config = MobileViTConfig(
+        image_size=IMAGE,
+        hidden_sizes=[32, 32, 48],
+        neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 96],
+        num_attention_heads=2,
+        num_labels=10,
+    )
     return _randomize_batch_norm(_build(MobileViTForImageClassification, config, attn=None)), (_image(),), {}
 
 
 def convnext() -> HFCase:
     from transformers import ConvNextConfig, ConvNextForImageClassification
 
-    config = ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2, image_size=IMAGE, num_labels=10,
-                            layer_scale_init_value=0.5)
+    config = ConvNextConfig(
+        hidden_sizes=[16, 32], depths=[1, 1], num_stages=2, image_size=IMAGE, num_labels=10, layer_scale_init_value=0.5
+    )
     return _build(ConvNextForImageClassification, config, attn=None), (_image(),), {}
 
 
 # --------------------------------------------------------------------------------------- audio
+
 
 def whisper_encoder() -> HFCase:
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
     # the encoder takes exactly 2 * max_source_positions mel frames
-    config = WhisperConfig(vocab_size=VOCAB, num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=2,
-                           encoder_ffn_dim=64, decoder_layers=2, decoder_attention_heads=2, decoder_ffn_dim=64,
-                           max_source_positions=16, max_target_positions=16, pad_token_id=0, bos_token_id=1,
-                           eos_token_id=2, decoder_start_token_id=1, begin_suppress_tokens=None)
+    config = WhisperConfig(
+        vocab_size=VOCAB,
+        num_mel_bins=16,
+        d_model=32,
+        encoder_layers=2,
+        encoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_layers=2,
+        decoder_attention_heads=2,
+        decoder_ffn_dim=64,
+        max_source_positions=16,
+        max_target_positions=16,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        begin_suppress_tokens=None,
+    )
     return _build(WhisperEncoder, config), (torch.randn(1, 16, 32),), {}
 
 
 def wav2vec2() -> HFCase:
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-    config = Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                            conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=8,
-                            num_conv_pos_embedding_groups=2, vocab_size=VOCAB)
+    config = Wav2Vec2Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=(16, 16),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=8,
+        num_conv_pos_embedding_groups=2,
+        vocab_size=VOCAB,
+    )
     return _build(Wav2Vec2Model, config), (torch.randn(1, 1600),), {}
 
 
@@ -363,10 +464,13 @@ def static_cache_decoder() -> tuple[nn.Module, list[dict[str, Tensor]]]:
 
     config = _decoder_config(LlamaConfig, use_cache=True)
     model = _build(LlamaForCausalLM, config)
-    model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static",
-                                               cache_config={"batch_size": 1, "max_cache_len": MAX_CACHE})
+    model.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static", cache_config={"batch_size": 1, "max_cache_len": MAX_CACHE}
+    )
     torch.manual_seed(SEED)
     module = TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=MAX_CACHE).eval()
     tokens = _tokens(1, 3)
-    steps = [{"input_ids": tokens[:, i:i + 1], "cache_position": torch.tensor([i], dtype=torch.long)} for i in range(3)]
+    steps = [
+        {"input_ids": tokens[:, i : i + 1], "cache_position": torch.tensor([i], dtype=torch.long)} for i in range(3)
+    ]
     return module, steps

@@ -6,6 +6,7 @@ tokenizer in the HF format ExecuTorch's runner reads; and greedy generation thro
 ExecuTorch's `TextLLMRunner`.
 
 Lives under tests/ because devplan itself must never import executorch."""
+
 from __future__ import annotations
 
 import json
@@ -22,14 +23,26 @@ VOCAB = 512
 
 @dataclass(frozen=True)
 class LlamaExport:
-    pt2: Path        # torch.export of the model, as devplan compiles it
-    pte: Path        # ExecuTorch's lowering of the same export
-    metadata: dict   # the constant methods ExecuTorch's program carries
+    pt2: Path  # torch.export of the model, as devplan compiles it
+    pte: Path  # ExecuTorch's lowering of the same export
+    metadata: dict  # the constant methods ExecuTorch's program carries
 
 
-def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                 max_seq: int = 64, seed: int = 0, metadata: dict | None = None, xnnpack: bool = False,
-                 embedding_quantize: str | None = None, qmode: str | None = None, group_size: int = 32) -> LlamaExport:
+def export_llama(
+    folder: Path,
+    *,
+    dim: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    max_seq: int = 64,
+    seed: int = 0,
+    metadata: dict | None = None,
+    xnnpack: bool = False,
+    embedding_quantize: str | None = None,
+    qmode: str | None = None,
+    group_size: int = 32,
+) -> LlamaExport:
     """The model through ExecuTorch's export_llama pipeline (use_kv_cache, use_sdpa_with_kv_cache,
     dynamic prefill length); its weights drawn from `seed` and loaded from a checkpoint file.
     `xnnpack`: ExecuTorch's program sends the linears to XNNPACK, as its LLM recipe does;
@@ -45,8 +58,17 @@ def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4
     from executorch.extension.llm.export.config.llm_config import LlmConfig
 
     importlib.import_module(CUSTOM_OPS)
-    params = {"dim": dim, "n_layers": layers, "n_heads": heads, "n_kv_heads": kv_heads, "vocab_size": VOCAB,
-              "multiple_of": 32, "norm_eps": 1e-5, "rope_theta": 500000.0, "use_scaled_rope": False}
+    params = {
+        "dim": dim,
+        "n_layers": layers,
+        "n_heads": heads,
+        "n_kv_heads": kv_heads,
+        "vocab_size": VOCAB,
+        "multiple_of": 32,
+        "norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "use_scaled_rope": False,
+    }
     (folder / "params.json").write_text(json.dumps(params))
     torch.manual_seed(seed)
     model = construct_transformer(ModelArgs(**params))
@@ -69,13 +91,25 @@ def export_llama(folder: Path, *, dim: int = 64, layers: int = 2, heads: int = 4
 
 
 # transformers families the recipe exports: (config class, model class)
-HF_DECODERS = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-               "gemma": ("GemmaConfig", "GemmaForCausalLM")}
+HF_DECODERS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM"),
+}
 
 
-def export_hf_llama(folder: Path, *, dim: int = 64, layers: int = 2, max_seq: int = 64, seed: int = 0,
-                    metadata: dict | None = None, xnnpack: bool = False, family: str = "llama",
-                    qmode: str | None = None) -> LlamaExport:
+def export_hf_llama(
+    folder: Path,
+    *,
+    dim: int = 64,
+    layers: int = 2,
+    max_seq: int = 64,
+    seed: int = 0,
+    metadata: dict | None = None,
+    xnnpack: bool = False,
+    family: str = "llama",
+    qmode: str | None = None,
+) -> LlamaExport:
     """A transformers decoder of `family` (HF_DECODERS; seeded random weights) through
     transformers' ExecuTorch recipe (TorchExportableModuleForDecoderOnlyLM: a static KV cache,
     inputs input_ids and cache_position, one position per token, the prefill length dynamic),
@@ -90,23 +124,45 @@ def export_hf_llama(folder: Path, *, dim: int = 64, layers: int = 2, max_seq: in
 
     config_class, model_class = (getattr(transformers, name) for name in HF_DECODERS[family])
     torch.manual_seed(seed)
-    config = config_class(vocab_size=VOCAB, hidden_size=dim, intermediate_size=2 * dim, num_hidden_layers=layers,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2 * max_seq,
-                          **({"head_dim": dim // 4} if family == "gemma" else {}))
+    config = config_class(
+        vocab_size=VOCAB,
+        hidden_size=dim,
+        intermediate_size=2 * dim,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2 * max_seq,
+        **({"head_dim": dim // 4} if family == "gemma" else {}),
+    )
     model = model_class(config).eval()
     if qmode is not None:
         _quantize_8da4w(model, qmode)
-    model.generation_config = GenerationConfig(use_cache=True, cache_implementation="static", max_length=max_seq,
-                                               cache_config={"batch_size": 1, "max_cache_len": max_seq})
+    model.generation_config = GenerationConfig(
+        use_cache=True,
+        cache_implementation="static",
+        max_length=max_seq,
+        cache_config={"batch_size": 1, "max_cache_len": max_seq},
+    )
     recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=max_seq)
     tokens = torch.export.Dim("seq_length_dim", max=max_seq - 1)
     with torch.no_grad():  # strict, as the recipe's users export it: a non-strict export lifts the cache as constants
-        ep = recipe.export(input_ids=torch.tensor([[1, 2, 3]]), cache_position=torch.arange(3),
-                           dynamic_shapes={"input_ids": {1: tokens}, "cache_position": {0: tokens}}, strict=True)
+        ep = recipe.export(
+            input_ids=torch.tensor([[1, 2, 3]]),
+            cache_position=torch.arange(3),
+            dynamic_shapes={"input_ids": {1: tokens}, "cache_position": {0: tokens}},
+            strict=True,
+        )
     torch.export.save(ep, folder / "model.pt2")
-    metadata = {"get_max_seq_len": max_seq, "get_max_context_len": max_seq, "get_vocab_size": VOCAB,
-                "get_n_layers": config.num_hidden_layers, "use_kv_cache": True, "use_sdpa_with_kv_cache": False,
-                "enable_dynamic_shape": True, **(metadata or {})}
+    metadata = {
+        "get_max_seq_len": max_seq,
+        "get_max_context_len": max_seq,
+        "get_vocab_size": VOCAB,
+        "get_n_layers": config.num_hidden_layers,
+        "use_kv_cache": True,
+        "use_sdpa_with_kv_cache": False,
+        "enable_dynamic_shape": True,
+        **(metadata or {}),
+    }
     partitioners = [_xnnpack()] if xnnpack else []
     program = to_edge_transform_and_lower(ep, partitioner=partitioners, constant_methods=metadata).to_executorch()
     (folder / "executorch.pte").write_bytes(program.buffer)
@@ -122,8 +178,11 @@ def _quantize_8da4w(model: torch.nn.Module, qmode: str, group_size: int = 32) ->
 
     if qmode != "8da4w":
         raise ValueError(f"qmode {qmode!r}: only 8da4w")
-    quantize_(model, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size)),
-              filter_fn=lambda m, _: isinstance(m, torch.nn.Linear) and m.weight.shape[1] % group_size == 0)
+    quantize_(
+        model,
+        Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group_size)),
+        filter_fn=lambda m, _: isinstance(m, torch.nn.Linear) and m.weight.shape[1] % group_size == 0,
+    )
     unwrap_tensor_subclass(model)  # plain tensors and torchao's ops in the export, as the recipes save it
 
 
@@ -139,7 +198,7 @@ def word_tokenizer(folder: Path) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{c: 3 + i for i, c in enumerate(string.ascii_lowercase)}}
-    pairs = [(a, b) for a in string.ascii_lowercase for b in string.ascii_lowercase][:VOCAB - len(vocab)]
+    pairs = [(a, b) for a in string.ascii_lowercase for b in string.ascii_lowercase][: VOCAB - len(vocab)]
     vocab.update({a + b: len(vocab) + i for i, (a, b) in enumerate(pairs)})
     tokenizer = Tokenizer(models.BPE(vocab, pairs, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -161,6 +220,10 @@ def generate(pte: Path, tokenizer: Path, prompt: str, new_tokens: int = 32) -> t
     runner = TextLLMRunner(str(pte), str(tokenizer))
     pieces: list[str] = []
     stats: list = []
-    runner.generate(prompt, GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False),
-                    token_callback=pieces.append, stats_callback=stats.append)
+    runner.generate(
+        prompt,
+        GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False),
+        token_callback=pieces.append,
+        stats_callback=stats.append,
+    )
     return pieces, json.loads(stats[-1].to_json_string())

@@ -8,6 +8,7 @@ no_grad exports come out identical, is lowered once per session. The cache holds
 another's mutation. The XNNPACK quantizer's pattern graphs are exported once per session too.
 
 Import it from the repository root as `testbed.lowerings`."""
+
 from __future__ import annotations
 
 import contextlib
@@ -31,9 +32,14 @@ def fingerprint(ep: torch.export.ExportedProgram) -> str | None:
     cannot be hashed (the caller then lowers without the cache)."""
     try:
         digest = hashlib.sha256()
-        for part in (ep.graph_module.print_readable(print_output=False, include_stride=True, include_device=True),
-                     ep.graph_signature, ep.call_spec.in_spec, ep.call_spec.out_spec, ep.range_constraints,
-                     ep.dialect):
+        for part in (
+            ep.graph_module.print_readable(print_output=False, include_stride=True, include_device=True),
+            ep.graph_signature,
+            ep.call_spec.in_spec,
+            ep.call_spec.out_spec,
+            ep.range_constraints,
+            ep.dialect,
+        ):
             digest.update(str(part).encode() + b"\0")
         for name, value in sorted({**ep.state_dict, **ep.constants}.items()):
             if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.is_complex():
@@ -72,6 +78,7 @@ def by_program(limit: int = CACHE_BYTES, size: Callable[[Any], int] = len):
     """Decorator: `fn(ep)` computed once per distinct program (fingerprint) and kept in a
     BoundedCache; `fn` gets a deep copy of `ep`, so what it does to it stays there. A failure
     is not cached (it raises again next time). `fn.cache` is the cache."""
+
     def decorate(fn: Callable[[torch.export.ExportedProgram], Any]):
         cache = BoundedCache(limit, size)
 
@@ -84,6 +91,7 @@ def by_program(limit: int = CACHE_BYTES, size: Callable[[Any], int] = len):
 
         cached.cache = cache
         return cached
+
     return decorate
 
 
@@ -112,8 +120,13 @@ def patterns_exported_once():
         fn = getattr(pattern, "fn", pattern)
         closure = tuple(c.cell_contents for c in (getattr(fn, "__closure__", None) or ()))
         try:
-            key = (getattr(fn, "__code__", fn), closure, tuple(tuple(t.shape) for t in example_inputs), is_cuda,
-                   tuple(sorted(kwargs.items())))
+            key = (
+                getattr(fn, "__code__", fn),
+                closure,
+                tuple(tuple(t.shape) for t in example_inputs),
+                is_cuda,
+                tuple(sorted(kwargs.items())),
+            )
             hash(key)
         except TypeError:  # something unhashable: no caching
             return export_pattern(pattern, example_inputs, is_cuda, **kwargs)
@@ -167,7 +180,8 @@ def executorch_xnnpack_external(module: torch.nn.Module, args: tuple) -> tuple[b
     with torch.no_grad():
         tagged = torch.export.export(module, args).module()
         delegate_external_constants_pass_unlifted(tagged, gen_tag_fn=lambda node: "model")
-        manager = to_edge_transform_and_lower(torch.export.export(tagged, args),
-                                              partitioner=[XnnpackPartitioner()]).to_executorch()
+        manager = to_edge_transform_and_lower(
+            torch.export.export(tagged, args), partitioner=[XnnpackPartitioner()]
+        ).to_executorch()
     (data,) = manager._tensor_data.values()  # one file, the tag above
     return manager.buffer, bytes(data)

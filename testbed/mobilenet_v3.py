@@ -8,6 +8,7 @@ a two-layer classifier. Convolutions pad themselves (no F.pad), as torchvision's
 
 `mobilenet_v3("tiny")` is CI-sized (32x32 images, 16-48 channels, 10 classes: 0.1 MB of
 weights); `"small"` is MobileNet-V3-Small itself (224x224, 1000 classes: 2.5M parameters)."""
+
 from __future__ import annotations
 
 import torch
@@ -16,12 +17,26 @@ from torch import Tensor, nn
 SEED = 0
 
 # (kernel, expanded channels, out channels, squeeze-excite, activation, stride), per block
-SMALL = ((3, 16, 16, True, "RE", 2), (3, 72, 24, False, "RE", 2), (3, 88, 24, False, "RE", 1),
-         (5, 96, 40, True, "HS", 2), (5, 240, 40, True, "HS", 1), (5, 240, 40, True, "HS", 1),
-         (5, 120, 48, True, "HS", 1), (5, 144, 48, True, "HS", 1), (5, 288, 96, True, "HS", 2),
-         (5, 576, 96, True, "HS", 1), (5, 576, 96, True, "HS", 1))
-TINY = ((3, 16, 16, True, "RE", 2), (3, 48, 24, False, "RE", 1), (3, 72, 24, False, "RE", 1),
-        (5, 72, 32, True, "HS", 2), (5, 96, 32, True, "HS", 1))
+SMALL = (
+    (3, 16, 16, True, "RE", 2),
+    (3, 72, 24, False, "RE", 2),
+    (3, 88, 24, False, "RE", 1),
+    (5, 96, 40, True, "HS", 2),
+    (5, 240, 40, True, "HS", 1),
+    (5, 240, 40, True, "HS", 1),
+    (5, 120, 48, True, "HS", 1),
+    (5, 144, 48, True, "HS", 1),
+    (5, 288, 96, True, "HS", 2),
+    (5, 576, 96, True, "HS", 1),
+    (5, 576, 96, True, "HS", 1),
+)
+TINY = (
+    (3, 16, 16, True, "RE", 2),
+    (3, 48, 24, False, "RE", 1),
+    (3, 72, 24, False, "RE", 1),
+    (5, 72, 32, True, "HS", 2),
+    (5, 96, 32, True, "HS", 1),
+)
 # name -> (blocks, stem channels, head channels, classifier width, classes, image size)
 CONFIGS = {"tiny": (TINY, 16, 96, 64, 10, 32), "small": (SMALL, 16, 576, 1024, 1000, 224)}
 
@@ -32,9 +47,13 @@ def _divisible(channels: float, by: int = 8) -> int:
     return rounded + by if rounded < 0.9 * channels else rounded
 
 
-def _conv(cin: int, cout: int, kernel: int = 1, stride: int = 1, groups: int = 1, act: str | None = None) -> nn.Sequential:
-    layers: list[nn.Module] = [nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
-                               nn.BatchNorm2d(cout)]
+def _conv(
+    cin: int, cout: int, kernel: int = 1, stride: int = 1, groups: int = 1, act: str | None = None
+) -> nn.Sequential:
+    layers: list[nn.Module] = [
+        nn.Conv2d(cin, cout, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout),
+    ]
     if act is not None:
         layers.append(nn.Hardswish() if act == "HS" else nn.ReLU())
     return nn.Sequential(*layers)
@@ -78,7 +97,9 @@ class MobileNetV3(nn.Module):
             channels = cout
         layers.append(_conv(channels, head, act="HS"))
         self.features = nn.Sequential(*layers)
-        self.classifier = nn.Sequential(nn.Linear(head, width), nn.Hardswish(), nn.Dropout(0.2), nn.Linear(width, classes))
+        self.classifier = nn.Sequential(
+            nn.Linear(head, width), nn.Hardswish(), nn.Dropout(0.2), nn.Linear(width, classes)
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         return self.classifier(nn.functional.adaptive_avg_pool2d(self.features(x), 1).flatten(1))

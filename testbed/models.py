@@ -335,12 +335,16 @@ def export(name: str) -> tuple[torch.export.ExportedProgram, nn.Module, tuple[Te
     return torch.export.export(module, args, strict=False), module, args
 
 
-def pt2e_quantize(module: nn.Module, args: tuple, dynamic_shapes=None, **config) -> tuple[torch.export.ExportedProgram, nn.Module]:
+def pt2e_quantize(
+    module: nn.Module, args: tuple, dynamic_shapes=None, **config
+) -> tuple[torch.export.ExportedProgram, nn.Module]:
     """PT2E-quantize `module` with ExecuTorch's XNNPACK quantizer (`config`: the keywords of
     get_symmetric_quantization_config, e.g. is_per_channel, is_dynamic), calibrated on `args`:
     (the exported quantized program, the converted module it was exported from)."""
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
-                                                                         get_symmetric_quantization_config)
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from testbed.lowerings import patterns_exported_once
@@ -385,7 +389,9 @@ def eager_runs(module: nn.Module, calls: Sequence[tuple[tuple, dict]], mutated: 
             args, kwargs = copy.deepcopy((args, kwargs))
             outputs = pytree.tree_leaves(module(*args, **kwargs))
             inputs = pytree.tree_leaves((args, kwargs))
-            runs.append([leaf.clone() if isinstance(leaf, Tensor) else leaf for leaf in [inputs[i] for i in mutated] + outputs])
+            runs.append(
+                [leaf.clone() if isinstance(leaf, Tensor) else leaf for leaf in [inputs[i] for i in mutated] + outputs]
+            )
     return runs
 
 
@@ -403,8 +409,10 @@ def mismatch(runtime: str, runs: list[list], want_runs: list[list]) -> str | Non
             if not isinstance(g, Tensor):
                 return f"MISMATCH {runtime} run {run} output {i}: {type(g).__name__} instead of a tensor"
             if (g.dtype, g.shape) != (w.dtype, w.shape):
-                return (f"MISMATCH {runtime} run {run} output {i}: {g.dtype}{tuple(g.shape)} instead of "
-                        f"{w.dtype}{tuple(w.shape)}")
+                return (
+                    f"MISMATCH {runtime} run {run} output {i}: {g.dtype}{tuple(g.shape)} instead of "
+                    f"{w.dtype}{tuple(w.shape)}"
+                )
             tolerance = {"rtol": 1e-5, "atol": 1e-5} if w.dtype == torch.float32 else {}
             try:
                 torch.testing.assert_close(g, w, **tolerance)

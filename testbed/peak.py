@@ -2,6 +2,7 @@
 child started by a large process (pytest late in the suite) reports that parent's peak; the
 child's VmHWM, the high-water mark of its own address space, starts afresh at exec. So the
 child is started through a small script that writes its VmHWM to a file as it exits."""
+
 from __future__ import annotations
 
 import subprocess

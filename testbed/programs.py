@@ -1,4 +1,5 @@
 """Hand-built programs whose every fact the inspector tests know in advance."""
+
 from __future__ import annotations
 
 from devplan.pte import dumps_pte
@@ -25,8 +26,8 @@ from devplan.pte.fb.NonConstBufferDevice import NonConstBufferDeviceT
 from devplan.pte.fb.Operator import OperatorT
 from devplan.pte.fb.OptionalTensorList import OptionalTensorListT
 from devplan.pte.fb.Program import ProgramT
-from devplan.pte.fb.TensorList import TensorListT
 from devplan.pte.fb.Tensor import TensorT
+from devplan.pte.fb.TensorList import TensorListT
 
 FLOAT32 = 6
 
@@ -184,12 +185,17 @@ def one_offset_program(tensors: int) -> bytes:
         #0 aten::cat.out(v{n} = [v0 .. v{n-1}], v{n+1} = 0, v{n+2}) -> v{n+2}
     """
     values = [tensor([4], mem_id=1, offset=0) for _ in range(tensors)]
-    values += [EValueT(valType=KernelTypes.TensorList, val=TensorListT(items=list(range(tensors)))),
-               EValueT(valType=KernelTypes.Int, val=IntT(intVal=0)),
-               tensor([4 * tensors], mem_id=1, offset=16)]
+    values += [
+        EValueT(valType=KernelTypes.TensorList, val=TensorListT(items=list(range(tensors)))),
+        EValueT(valType=KernelTypes.Int, val=IntT(intVal=0)),
+        tensor([4 * tensors], mem_id=1, offset=16),
+    ]
     out = tensors + 2
     forward = ExecutionPlanT(
-        name="forward", values=values, inputs=[0], outputs=[out],
+        name="forward",
+        values=values,
+        inputs=[0],
+        outputs=[out],
         chains=[ChainT(inputs=[0], outputs=[out], instructions=[kernel(0, tensors, tensors + 1, out, out)])],
         operators=[OperatorT(name="aten::cat", overload="out")],
         nonConstBufferSizes=[0, 16 + 16 * tensors],
@@ -208,16 +214,22 @@ def wide_program(tensors: int, instructions: int) -> bytes:
     """
     base = 16 * tensors
     values = [tensor([4], mem_id=1, offset=16 * i) for i in range(tensors)]
-    values += [EValueT(valType=KernelTypes.TensorList, val=TensorListT(items=list(range(tensors)))),
-               EValueT(valType=KernelTypes.Int, val=IntT(intVal=0)),
-               tensor([4 * tensors], mem_id=1, offset=base), tensor([4], mem_id=1, offset=2 * base),
-               tensor([4], mem_id=1, offset=2 * base + 16)]
+    values += [
+        EValueT(valType=KernelTypes.TensorList, val=TensorListT(items=list(range(tensors)))),
+        EValueT(valType=KernelTypes.Int, val=IntT(intVal=0)),
+        tensor([4 * tensors], mem_id=1, offset=base),
+        tensor([4], mem_id=1, offset=2 * base),
+        tensor([4], mem_id=1, offset=2 * base + 16),
+    ]
     listed, dim, out, a, b = range(tensors, tensors + 5)
     body = [kernel(0, listed, dim, out, out)]
     body += [kernel(1, a, b, b) if k % 2 == 0 else kernel(1, b, a, a) for k in range(instructions - 2)]
     body.append(kernel(0, listed, dim, out, out))
     forward = ExecutionPlanT(
-        name="forward", values=values, inputs=[a], outputs=[out],
+        name="forward",
+        values=values,
+        inputs=[a],
+        outputs=[out],
         chains=[ChainT(inputs=[a], outputs=[out], instructions=body)],
         operators=[OperatorT(name="aten::cat", overload="out"), OperatorT(name="aten::relu", overload="out")],
         nonConstBufferSizes=[0, 2 * base + 32],

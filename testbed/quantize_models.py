@@ -8,6 +8,7 @@ width 256. Vocabularies stay at 2,048 tokens: the XNNPACK quantizer has no patte
 embedding, so a table of 30,000 tokens would stay float and be most of the file.
 
 Each builder returns (module, args, kwargs) as hf_models' do."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -25,24 +26,36 @@ VOCAB = 2048
 def resnet18() -> HFCase:
     from transformers import ResNetConfig, ResNetForImageClassification
 
-    config = ResNetConfig(embedding_size=64, hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 2], layer_type="basic",
-                          num_labels=1000)
-    return _randomize_batch_norm(_build(ResNetForImageClassification, config, attn=None)), (torch.randn(1, 3, 64, 64),), {}
+    config = ResNetConfig(
+        embedding_size=64, hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 2], layer_type="basic", num_labels=1000
+    )
+    return (
+        _randomize_batch_norm(_build(ResNetForImageClassification, config, attn=None)),
+        (torch.randn(1, 3, 64, 64),),
+        {},
+    )
 
 
 def vit() -> HFCase:
     from transformers import ViTConfig, ViTModel
 
-    config = ViTConfig(image_size=64, patch_size=8, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                       intermediate_size=1024)
+    config = ViTConfig(
+        image_size=64, patch_size=8, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024
+    )
     return _build(ViTModel, config), (torch.randn(1, 3, 64, 64),), {}
 
 
 def bert() -> HFCase:
     from transformers import BertConfig, BertModel
 
-    config = BertConfig(vocab_size=VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                        intermediate_size=1024, max_position_embeddings=128)
+    config = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        max_position_embeddings=128,
+    )
     mask = torch.ones(2, 32, dtype=torch.long)
     mask[1, -8:] = 0
     return _build(BertModel, config), (torch.randint(3, VOCAB, (2, 32)),), {"attention_mask": mask}
@@ -51,9 +64,19 @@ def bert() -> HFCase:
 def llama() -> HFCase:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                         num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=128, use_cache=False,
-                         pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+        use_cache=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     return _build(LlamaForCausalLM, config), (torch.randint(3, VOCAB, (1, 32)),), {}
 
 
@@ -125,8 +148,11 @@ def float_computed(edge, op: str) -> int:
     no dequantize makes (XNNPACK runs an op quantized when dequantize feeds it: a static
     quantize-dequantize pair, or a dynamic one of choose_qparams' scale, and a weight's)."""
     program = edge.exported_program()
-    graphs = [program.graph] + [module.original_module.graph for _, module in program.graph_module.named_children()
-                                if hasattr(module, "original_module")]
+    graphs = [program.graph] + [
+        module.original_module.graph
+        for _, module in program.graph_module.named_children()
+        if hasattr(module, "original_module")
+    ]
     count = 0
     for graph in graphs:
         for node in graph.nodes:

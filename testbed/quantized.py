@@ -1,6 +1,7 @@
 """Small models quantized as ExecuTorch's XNNPACK quantizer does (torchao's PT2E flow), by
 name and config: what the quantized-program tests compile and run, and one of the programs
 benchmarks/fuzz.py mutates."""
+
 from __future__ import annotations
 
 import torch
@@ -57,8 +58,11 @@ MODELS = {
     "attention": (Attention, (2, 5, 16)),
 }
 # weights per tensor or per channel; activations static, or quantized at run time (dynamic)
-CONFIGS = {"per_tensor": {}, "per_channel": {"is_per_channel": True},
-           "dynamic": {"is_per_channel": True, "is_dynamic": True}}
+CONFIGS = {
+    "per_tensor": {},
+    "per_channel": {"is_per_channel": True},
+    "dynamic": {"is_per_channel": True, "is_dynamic": True},
+}
 
 
 def quantize(model: str, config: str) -> tuple[torch.export.ExportedProgram, nn.Module, tuple]:

@@ -4,6 +4,7 @@ lowerings of three small modules (`executorch_made`), the block with its weights
 (`with_data_file`, XNNPACK's payload too) and with more methods (`multi_method`), and .pt2 archives as
 torch.export.save writes them (`MLP`, `saved`). Tests read, run and damage them;
 benchmarks/fuzz.py mutates them."""
+
 from __future__ import annotations
 
 import functools
@@ -53,8 +54,11 @@ def multi_method() -> bytes:
     constant methods, get_n and name."""
     torch.manual_seed(0)
     block = Block().eval()
-    return devplan.compile(torch.export.export(block, ARGS), methods={"batch5": torch.export.export(block, (
-        torch.randn(5, 4),))}, constant_methods={"get_n": 3, "name": "hello"}).data
+    return devplan.compile(
+        torch.export.export(block, ARGS),
+        methods={"batch5": torch.export.export(block, (torch.randn(5, 4),))},
+        constant_methods={"get_n": 3, "name": "hello"},
+    ).data
 
 
 # ------------------------------------------------------------------ ExecuTorch's programs
@@ -98,12 +102,18 @@ def xnnpack_program() -> bytes:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     torch.manual_seed(0)
-    return lower_with_executorch(torch.nn.Sequential(torch.nn.Linear(4, 3)), (torch.randn(2, 4),), [XnnpackPartitioner()])
+    return lower_with_executorch(
+        torch.nn.Sequential(torch.nn.Linear(4, 3)), (torch.randn(2, 4),), [XnnpackPartitioner()]
+    )
 
 
 def executorch_made() -> dict[str, bytes]:
     """ExecuTorch's programs by name, as tests/pte/conftest.py's fixtures hold them (benchmarks/fuzz.py too)."""
-    return {"affine": lower_with_executorch(*affine_case_made()), "plain": plain_program(), "xnnpack": xnnpack_program()}
+    return {
+        "affine": lower_with_executorch(*affine_case_made()),
+        "plain": plain_program(),
+        "xnnpack": xnnpack_program(),
+    }
 
 
 # ------------------------------------------------------------------ .pt2 archives
@@ -135,9 +145,11 @@ def saved(name: str) -> bytes:
     saved once per process."""
     if name == "dynamic":
         half, seq = 2 * Dim("half", min=1, max=32), Dim("seq", min=2, max=64)
-        ep = torch.export.export(Dynamic(), (torch.randn(6, 8), torch.randn(7, 4)),
-                                 dynamic_shapes={"x": {0: half, 1: 2 * Dim("k", min=1, max=16)},
-                                                 "y": {0: half + 1, 1: seq}})
+        ep = torch.export.export(
+            Dynamic(),
+            (torch.randn(6, 8), torch.randn(7, 4)),
+            dynamic_shapes={"x": {0: half, 1: 2 * Dim("k", min=1, max=16)}, "y": {0: half + 1, 1: seq}},
+        )
     else:
         ep = torch.export.export(Stateful(), (torch.randn(4, 8),))
     buffer = io.BytesIO()

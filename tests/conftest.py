@@ -1,4 +1,5 @@
 """Options for the whole test suite."""
+
 import argparse
 import os
 

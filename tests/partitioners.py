@@ -2,6 +2,7 @@
 ops the way a third-party backend's would, or misbehaves in one way devplan must refuse.
 Importable as `tests.partitioners:NAME` from the repository root (as the CLI's --partitioner
 names them)."""
+
 from __future__ import annotations
 
 import operator
@@ -14,8 +15,11 @@ from executorch.exir.backend.utils import tag_constant_data, tag_mutated_buffer
 
 
 def _computing(gm: torch.fx.GraphModule):
-    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
-            and "add" in str(n.target)]
+    return [
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target is not operator.getitem and "add" in str(n.target)
+    ]
 
 
 class AddsTo(Partitioner):

@@ -2,6 +2,7 @@
 Timings and sizes are machine- and planner-dependent, so only shapes and arithmetic are checked.
 All in the full suite only (each lowers with ExecuTorch): benchmarks are not what a change to
 devplan breaks first."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,14 @@ import math
 import pytest
 
 import devplan
-from benchmarks import (compile_vs_executorch, device_plan_vs_executorch, dynamic_vs_executorch, moe_vs_executorch,
-                        plan_vs_executorch, quantized_vs_executorch)
+from benchmarks import (
+    compile_vs_executorch,
+    device_plan_vs_executorch,
+    dynamic_vs_executorch,
+    moe_vs_executorch,
+    plan_vs_executorch,
+    quantized_vs_executorch,
+)
 from benchmarks.floor import order_free_floor
 from benchmarks.harness import export
 
@@ -27,7 +34,7 @@ def table_rows(text: str, headers: tuple[str, ...]) -> list[list[str]]:
     assert all(header in lines[start] for header in headers if header)
     assert set(lines[start + 1].replace(" ", "")) == {"-"}
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.strip():
             break
         rows.append(line.split())
@@ -170,8 +177,13 @@ def test_fuzz_quick_counts_add_up() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    run = subprocess.run([sys.executable, str(root / "benchmarks" / "fuzz.py"), "--quick", "--json"], cwd=root,
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "fuzz.py"), "--quick", "--json"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     report = json.loads(run.stdout)
     *rows, total = report["rows"]
     archives = [row for row in rows if row["program"].endswith(".pt2")]  # compiled: one command each
@@ -204,8 +216,9 @@ def test_latency_quick_times_all_four_programs_of_each_model(capsys: pytest.Capt
     assert summary["compared"] == summary["models"] == summary["bytes_compared"] == len(rows)
     assert summary["geomean_ratio"] == pytest.approx(math.prod(ratios) ** (1 / len(ratios)))
     assert summary["max_ratio"] == max(ratios)
-    assert summary["devplan_xnnpack_larger"] == sum(row["devplan_xnnpack_bytes"] > row["executorch_xnnpack_bytes"]
-                                                    for row in rows)
+    assert summary["devplan_xnnpack_larger"] == sum(
+        row["devplan_xnnpack_bytes"] > row["executorch_xnnpack_bytes"] for row in rows
+    )
     assert summary["all_ok"] is True
 
 
@@ -220,7 +233,8 @@ def test_moe_table_sets_devplan_against_the_form_executorch_lowers(capsys: pytes
 
 
 def test_quantize_quick_reports_error_bytes_and_times_against_float_and_executorch(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from benchmarks import quantize
 
     assert quantize.main(["--quick", "--json"]) == 0

@@ -1,6 +1,7 @@
 """`devplan COMMAND --help` as a user reads it: rich wraps the prose to the terminal (nothing is
 wrapped by hand), every word of every option's help reaches the screen, and flags show no
 type placeholder."""
+
 from __future__ import annotations
 
 import inspect
@@ -63,8 +64,12 @@ def test_help_at_80_and_60_columns_shows_every_option_name_whole(width):
     import sys
 
     for name in ("compile", "check", "run"):
-        shown = subprocess.run([sys.executable, "-m", "devplan", name, "--help"], capture_output=True, text=True,
-                               env={**os.environ, "COLUMNS": str(width)}).stdout
+        shown = subprocess.run(
+            [sys.executable, "-m", "devplan", name, "--help"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": str(width)},
+        ).stdout
         assert "…" not in shown and max(map(len, shown.splitlines())) <= width, shown
         words = set(shown.replace(",", " ").replace("/", " ").split())
         for param in COMMANDS[name].params:
@@ -76,5 +81,5 @@ def test_help_at_80_and_60_columns_shows_every_option_name_whole(width):
 def test_devplan_help_lists_the_commands_in_the_order_a_user_meets_them():
     """compile makes the program the others read: it comes first, then inspect, the gates, run."""
     shown = _help(width=80)
-    listed = [line.split()[0] for line in shown[shown.index("Commands:"):].splitlines()[1:] if line.strip()]
+    listed = [line.split()[0] for line in shown[shown.index("Commands:") :].splitlines()[1:] if line.strip()]
     assert listed == ["compile", "inspect", "check", "diff", "run"]

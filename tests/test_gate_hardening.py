@@ -1,6 +1,7 @@
 """Issue 29, findings 4, 7 and 8: the CI gate (check, diff, golden files) sees a moved
 delegate window and an unsound peak, refuses odd input in one line, and keeps a file's
 escape sequences off the terminal. Each test builds its bad input itself."""
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def test_a_moved_delegate_window_fails_diff_and_the_golden_check(blocks, tmp_pat
     assert "FAIL  delegate 0 window: buffer 2 @512 (1.0 KiB) -> buffer 2 @0 (1.0 KiB)" in result.text()
     golden = tmp_path / "blocks.golden.json"
     assert invoke("check", str(blocks["good"]), "--golden", str(golden), "--update").exit_code == 0
-    assert not devplan.diff(golden, blocks["moved"]).ok                    # a golden file as either side
+    assert not devplan.diff(golden, blocks["moved"]).ok  # a golden file as either side
     assert not devplan.diff(blocks["moved"], golden).ok
     checked = invoke("check", str(blocks["moved"]), "--golden", str(golden), "--tolerance", "50%")
     assert checked.exit_code == 1 and "delegate 0 window: buffer 2 @512" in checked.stdout
@@ -80,7 +81,7 @@ def _odd_goldens() -> dict[str, tuple[str, str]]:
     nested = '{"format": "devplan-golden", "schema_version": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
     return {
         "deep nesting": (nested, "nested too deeply"),
-        "huge integer": (edited("methods.0.buffers.0.size", 10 ** 400), "methods[0].buffers[0].size"),
+        "huge integer": (edited("methods.0.buffers.0.size", 10**400), "methods[0].buffers[0].size"),
         "NaN size": (edited("methods.0.buffers.1.size", float("nan")), "not a golden file (NaN is not JSON)"),
         "wrong type": (edited("methods.0.operators", "aten::add.out"), "methods[0].operators should be an array"),
         "missing key": (edited("methods.0.delegates.0.window", _DROP), 'methods[0].delegates[0] has no "window"'),
@@ -108,8 +109,11 @@ def test_an_odd_golden_file_is_refused_naming_the_file_and_the_field(case, tmp_p
 def test_odd_goldens_exit_2_in_diff_and_check(blocks, tmp_path):
     golden = tmp_path / "odd.golden.json"
     golden.write_text(_odd_goldens()["schema_version true"][0])
-    for args in (("diff", golden, blocks["good"]), ("diff", blocks["good"], golden),
-                 ("check", blocks["good"], "--golden", golden)):
+    for args in (
+        ("diff", golden, blocks["good"]),
+        ("diff", blocks["good"], golden),
+        ("check", blocks["good"], "--golden", golden),
+    ):
         assert_one_line_error(run_devplan(*map(str, args)), str(golden))
 
 
@@ -145,7 +149,8 @@ def test_the_golden_validator_requires_what_the_schema_requires():
     doc = json.loads(json.dumps({**json.loads((GOLDEN / "two_io_cuda.golden.json").read_text())}))
     doc["methods"][0]["delegates"][0]["window"] = {"mem_id": 2, "offset": 0}
     doc["methods"][0]["delegates"][0]["payload_buffers"] = [
-        {"method": "forward", "mem_id": 1, "device": "cuda:0", "size": 16, "lower_bound": 16}]
+        {"method": "forward", "mem_id": 1, "device": "cuda:0", "size": 16, "lower_bound": 16}
+    ]
     checked = 0
     for where, parent, key in list(required(SCHEMA, doc, "")):
         if key in ("schema_version", "document"):
@@ -167,8 +172,10 @@ def test_escape_sequences_from_files_reach_check_and_diff_output_escaped(tmp_pat
     method["buffers"][0]["device"] = "cpu\x1b]0;title\x07"
     odd = tmp_path / "odd.golden.json"
     odd.write_text(json.dumps(doc))
-    runs = [invoke("diff", str(GOLDEN / "two_io_cuda.golden.json"), str(odd)),
-            invoke("diff", str(odd), str(GOLDEN / "two_io_cuda.golden.json"))]
+    runs = [
+        invoke("diff", str(GOLDEN / "two_io_cuda.golden.json"), str(odd)),
+        invoke("diff", str(odd), str(GOLDEN / "two_io_cuda.golden.json")),
+    ]
     program = tmp_path / "two_io_cuda.pte"
     devplan.compile(GOLDEN.parent.parent / "samples" / "two_io.pt2", program, delegates=["cuda:0=aten::linear"])
     runs.append(invoke("check", str(program), "--golden", str(odd)))
@@ -210,7 +217,9 @@ def test_sparse_or_meta_inputs_are_refused_in_one_line(make, tmp_path):
 
     saved = tmp_path / "inputs.pt"
     torch.save([torch.ones(3, 3), make()], saved)
-    with pytest.raises(DevplanError, match=r"inputs.pt: input 1 is a (sparse_coo tensor on cpu|strided tensor on meta)"):
+    with pytest.raises(
+        DevplanError, match=r"inputs.pt: input 1 is a (sparse_coo tensor on cpu|strided tensor on meta)"
+    ):
         _load_inputs(saved, Memory(1 << 20))
 
 

@@ -4,6 +4,7 @@ as committed, twice over. NAME.golden.json is the reviewable golden document tha
 `devplan inspect --json` with the .pte's SHA-256, so that any change in the program bytes or
 the document's keys shows up too. After checking that a change is intended, run
 `python -m pytest tests/test_golden.py --devplan-update-golden` and commit."""
+
 from __future__ import annotations
 
 import hashlib
@@ -31,17 +32,25 @@ def program(request, tmp_path_factory) -> tuple[str, Path]:
 
 def test_the_plan_matches_the_golden_file(program, request):
     name, path = program
-    assert_matches_golden(path, GOLDEN / f"{name}.golden.json", update=request.config.getoption("devplan_update_golden"))
+    assert_matches_golden(
+        path, GOLDEN / f"{name}.golden.json", update=request.config.getoption("devplan_update_golden")
+    )
 
 
 def test_inspect_json_matches_the_golden_file(program, request):
     name, path = program
     data = path.read_bytes()
-    text = json.dumps({"pte_sha256": hashlib.sha256(data).hexdigest(), "inspect": devplan.inspect(path)},
-                      sort_keys=True, indent=2) + "\n"
+    text = (
+        json.dumps(
+            {"pte_sha256": hashlib.sha256(data).hexdigest(), "inspect": devplan.inspect(path)}, sort_keys=True, indent=2
+        )
+        + "\n"
+    )
     golden = GOLDEN / f"{name}.json"
     if request.config.getoption("devplan_update_golden"):
         golden.write_text(text)
     assert golden.exists(), f"{golden} is missing; run pytest with --devplan-update-golden to write it"
-    assert text == golden.read_text(), (f"devplan's output for {name} changed; if intended, "
-                                        f"run `python -m pytest tests/test_golden.py --devplan-update-golden`")
+    assert text == golden.read_text(), (
+        f"devplan's output for {name} changed; if intended, "
+        f"run `python -m pytest tests/test_golden.py --devplan-update-golden`"
+    )

@@ -2,6 +2,7 @@
 beside the bytes, sources as written, no \\u escapes; files written before (bytes alone, ASCII
 escapes) still read and compare the same; and the file is read against the JSON Schema devplan
 ships, by a reading that agrees with the jsonschema package's."""
+
 from __future__ import annotations
 
 import copy
@@ -41,8 +42,11 @@ def test_a_golden_written_before_reads_and_compares_the_same(tmp_path):
 def test_a_human_form_that_disagrees_with_its_bytes_is_refused(tmp_path):
     edited = tmp_path / "edited.golden.json"
     edited.write_text(CUDA.read_text().replace('"size": 768,', '"size": 1024,', 1))
-    with pytest.raises(DevplanError, match=r'not a valid golden file: "size_text": "768 B" says other than "size": '
-                                           r"1024 \(1.0 KiB\); the bytes are what is compared"):
+    with pytest.raises(
+        DevplanError,
+        match=r'not a valid golden file: "size_text": "768 B" says other than "size": '
+        r"1024 \(1.0 KiB\); the bytes are what is compared",
+    ):
         read_golden(edited)
 
 

@@ -4,6 +4,7 @@ fresh processes. A widened layer is named by its module in `check --golden`, `di
 pytest failure; a change that only adds one op reads as one added tensor; `--update` writes
 into a new folder; a golden and an `-o` behind symbolic links keep their links; and `-o
 /dev/stdout` piped into `devplan inspect -` shows the program."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ from tests.test_pytest_plugin import pytest_in
 
 ROOT = Path(__file__).resolve().parents[1]
 
-USER_TEST = '''
+USER_TEST = """
 from pathlib import Path
 
 from devplan.testing import assert_matches_golden
@@ -30,7 +31,7 @@ HERE = Path(__file__).parent
 
 def test_model_plan():
     assert_matches_golden(HERE / "build" / "model.pte", HERE / "golden.json")
-'''
+"""
 
 
 class Tower(torch.nn.Module):
@@ -58,8 +59,14 @@ def _export(path: Path, width: int, double: bool = False) -> Path:
 def _devplan(project: Path, *args) -> subprocess.CompletedProcess:
     # this checkout's devplan, from the project's folder (where -m would find the installed one)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return subprocess.run([sys.executable, "-m", "devplan", *map(str, args)], cwd=project, capture_output=True,
-                          text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "devplan", *map(str, args)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def _joined(text: str) -> str:
@@ -73,8 +80,10 @@ def test_a_golden_round_trip_in_a_throwaway_project(tmp_path):
     (project / "build").mkdir(parents=True)
     (project / "real").mkdir()
     (project / "test_plan.py").write_text(USER_TEST)
-    base, wide, doubled = (_export(project / f"{name}.pt2", *shape)
-                           for name, shape in (("base", (32,)), ("wide", (128,)), ("doubled", (32, True))))
+    base, wide, doubled = (
+        _export(project / f"{name}.pt2", *shape)
+        for name, shape in (("base", (32,)), ("wide", (128,)), ("doubled", (32, True)))
+    )
 
     # -o behind a link writes its target and keeps the link
     (project / "build" / "model.pte").symlink_to(project / "real" / "model.pte")
@@ -115,8 +124,14 @@ def test_a_golden_round_trip_in_a_throwaway_project(tmp_path):
 
     # the program on standard output, read back from standard input
     python = shlex.quote(sys.executable)
-    pipeline = subprocess.run(f"{python} -m devplan compile base.pt2 -o /dev/stdout 2>/dev/null | "
-                              f"{python} -m devplan inspect -", shell=True, cwd=project, capture_output=True,
-                              text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
+    pipeline = subprocess.run(
+        f"{python} -m devplan compile base.pt2 -o /dev/stdout 2>/dev/null | {python} -m devplan inspect -",
+        shell=True,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     assert pipeline.returncode == 0, pipeline.stderr
     assert pipeline.stdout.startswith("<stdin>") and "ET12" in pipeline.stdout and "peak" in pipeline.stdout

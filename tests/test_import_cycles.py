@@ -2,6 +2,7 @@
 the CLI at the top: no module imports, however late (inside a function, under TYPE_CHECKING),
 one that imports it back. A lazy import is there to keep a heavy module (torch, executorch)
 off a path that does not need it, never to dodge a cycle."""
+
 from __future__ import annotations
 
 import ast
@@ -35,7 +36,7 @@ def imports(modules: dict[str, Path], parents: bool = False) -> dict[str, set[st
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:  # relative: up from this module's package
-                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(up + ([base] if base else []))
                 for alias in node.names:
                     if f"{base}.{alias.name}" in modules:
@@ -44,7 +45,9 @@ def imports(modules: dict[str, Path], parents: bool = False) -> dict[str, set[st
                         found.add(base)
         if parents:  # the packages above what it imports, but its own (already running when it runs)
             own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
-            found |= {".".join(m.split(".")[:i]) for m in found for i in range(2, m.count(".") + 1)} & set(modules) - own
+            found |= {".".join(m.split(".")[:i]) for m in found for i in range(2, m.count(".") + 1)} & set(
+                modules
+            ) - own
         graph[name] = found - {name}
     return graph
 
@@ -59,7 +62,7 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(module)
         for imported in sorted(graph[module]):
             if state.get(imported) == 1:
-                return path[path.index(imported):] + [imported]
+                return path[path.index(imported) :] + [imported]
             if imported not in state and (found := visit(imported)):
                 return found
         state[module] = 2
@@ -106,7 +109,12 @@ def _top_imports(path: Path) -> set[str]:
 
 def test_tests_and_benchmarks_share_testbed_and_import_nothing_of_each_other():
     crossing = []
-    for folder, other in (("tests", "benchmarks"), ("benchmarks", "tests"), ("testbed", "tests"), ("testbed", "benchmarks")):
+    for folder, other in (
+        ("tests", "benchmarks"),
+        ("benchmarks", "tests"),
+        ("testbed", "tests"),
+        ("testbed", "benchmarks"),
+    ):
         for path in sorted((REPO / folder).rglob("*.py")):
             name = path.relative_to(REPO).as_posix()
             # the benchmarks' own tests import the scripts they test

@@ -109,7 +109,9 @@ def test_corpus_covers_the_required_ops() -> None:
     assert any(len(node.args) > 3 and max(node.args[3]) > 1 for node in convs), "strided convolution"
     assert any(len(node.args) > 4 and max(node.args[4]) > 0 for node in convs), "padded convolution"
 
-    embedding_inputs = [node.args[1].meta["val"].dtype for node in calls if node.target == torch.ops.aten.embedding.default]
+    embedding_inputs = [
+        node.args[1].meta["val"].dtype for node in calls if node.target == torch.ops.aten.embedding.default
+    ]
     assert torch.int64 in embedding_inputs
 
 

@@ -1,6 +1,7 @@
 """The pytest plugin as a user's project meets it: a throwaway project whose one test calls
 the `devplan_golden` fixture and the `assert_matches_golden` helper, run by pytest in a
 subprocess (the plugin comes from devplan's `pytest11` entry point, as it would there)."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ import devplan
 
 ROOT = Path(__file__).resolve().parents[1]
 
-USER_TEST = '''
+USER_TEST = """
 from pathlib import Path
 
 from devplan.testing import assert_matches_golden
@@ -28,16 +29,25 @@ def test_model_plan(devplan_golden):
 
 def test_model_plan_with_the_helper():
     assert_matches_golden(HERE / "build" / "model.pte", HERE / "golden" / "helper.json", tolerance="1%")
-'''
+"""
 
 
 def pytest_in(project: Path, *args: str, cwd: Path | None = None, **variables: str) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "DEVPLAN_UPDATE_GOLDEN")} | variables
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "DEVPLAN_UPDATE_GOLDEN")
+    } | variables
     # this checkout's devplan (and plugin, which the installed devplan's entry point names), wherever it runs
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-                          cwd=cwd or project, capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+        cwd=cwd or project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 @pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
@@ -49,14 +59,20 @@ def test_a_user_project_records_passes_and_fails_with_the_diff(tmp_path):
     devplan.compile(ROOT / "samples" / "two_io.pt2", model)
 
     missing = pytest_in(project)
-    assert missing.returncode == 1 and "no golden file yet" in missing.stdout and "--devplan-update-golden" in missing.stdout
+    assert (
+        missing.returncode == 1
+        and "no golden file yet" in missing.stdout
+        and "--devplan-update-golden" in missing.stdout
+    )
 
     # the flag reaches the helper too, the golden folder is created, and the summary lists both;
     # run from elsewhere, the fixture still finds the program beside its test file
     recorded = pytest_in(project, "--devplan-update-golden", str(project), cwd=tmp_path)
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     assert sorted(p.name for p in (project / "golden").iterdir()) == ["helper.json", "model.json"]
-    assert "wrote 2 golden file(s):" in recorded.stdout and "\n  project/golden/model.json" in recorded.stdout, recorded.stdout
+    assert "wrote 2 golden file(s):" in recorded.stdout and "\n  project/golden/model.json" in recorded.stdout, (
+        recorded.stdout
+    )
 
     again = pytest_in(project)
     assert again.returncode == 0 and "2 passed" in again.stdout and "devplan goldens" not in again.stdout, again.stdout
@@ -64,9 +80,14 @@ def test_a_user_project_records_passes_and_fails_with_the_diff(tmp_path):
     devplan.compile(ROOT / "samples" / "two_io.pt2", model, delegates=["cuda:0=aten::linear"])
     changed = pytest_in(project)
     assert changed.returncode == 1 and "2 failed" in changed.stdout, changed.stdout
-    for line in ("golden/model.json: the program no longer plans as recorded",
-                 "FAIL  buffer 2 (cuda:0) added: 512 B", "FAIL  operators removed: aten::linear.out",
-                 "model.json -> model.pte: ", "helper.json -> model.pte: ", "(tolerance 1%)"):
+    for line in (
+        "golden/model.json: the program no longer plans as recorded",
+        "FAIL  buffer 2 (cuda:0) added: 512 B",
+        "FAIL  operators removed: aten::linear.out",
+        "model.json -> model.pte: ",
+        "helper.json -> model.pte: ",
+        "(tolerance 1%)",
+    ):
         assert line in changed.stdout, (line, changed.stdout)
 
 
@@ -81,14 +102,18 @@ def test_the_variable_updates_and_a_smaller_plan_is_noted(tmp_path):
     assert recorded.returncode == 0 and "wrote 2 golden file(s):" in recorded.stdout, recorded.stdout + recorded.stderr
 
     golden = project / "golden" / "model.json"  # as if the program planned more when it was recorded
-    golden.write_text(golden.read_text().replace('"size": 768', '"size": 1024').replace('"size_text": "768 B"', '"size_text": "1.0 KiB"'))
+    golden.write_text(
+        golden.read_text()
+        .replace('"size": 768', '"size": 1024')
+        .replace('"size_text": "768 B"', '"size_text": "1.0 KiB"')
+    )
     smaller = pytest_in(project)
     assert smaller.returncode == 0 and "2 passed" in smaller.stdout, smaller.stdout
     assert "1 program(s) now plan smaller than their golden" in smaller.stdout, smaller.stdout
     assert "\n  golden/model.json: forward buffer 1 (cpu) size 1.0 KiB -> 768 B" in smaller.stdout, smaller.stdout
 
 
-NAMED_TESTS = '''
+NAMED_TESTS = """
 import pytest
 
 
@@ -100,7 +125,7 @@ def test_model(devplan_golden):
 def test_twice(devplan_golden, size):
     devplan_golden("build/model.pte")
     devplan_golden("build/model.pte", tolerance="1%")
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +151,11 @@ def test_the_fixture_names_each_golden_from_the_test_and_reports_those_no_test_r
     recorded = pytest_in(project, "--devplan-update-golden")
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     kept = project / "golden" / "test_plan"
-    assert sorted(p.name for p in kept.iterdir()) == ["test_model.golden.json", "test_twice[small].2.golden.json",
-                                                      "test_twice[small].golden.json"]
+    assert sorted(p.name for p in kept.iterdir()) == [
+        "test_model.golden.json",
+        "test_twice[small].2.golden.json",
+        "test_twice[small].golden.json",
+    ]
     again = pytest_in(project)
     assert again.returncode == 0 and "2 passed" in again.stdout and "devplan goldens" not in again.stdout, again.stdout
 
@@ -135,7 +163,10 @@ def test_the_fixture_names_each_golden_from_the_test_and_reports_those_no_test_r
     (project / "test_plan.py").write_text(NAMED_TESTS.replace("def test_model(", "def _not_a_test("))
     listed = pytest_in(project)
     assert listed.returncode == 0, listed.stdout
-    assert "1 golden file(s) no test read" in listed.stdout and "\n  golden/test_plan/test_model.golden.json" in listed.stdout
+    assert (
+        "1 golden file(s) no test read" in listed.stdout
+        and "\n  golden/test_plan/test_model.golden.json" in listed.stdout
+    )
     strict = pytest_in(project, "--devplan-strict-goldens")
     assert strict.returncode == 1 and "1 passed" in strict.stdout and "test_model.golden.json" in strict.stdout
     # without xdist the plugin loads all the same (its xdist hook is optional)
@@ -145,7 +176,9 @@ def test_the_fixture_names_each_golden_from_the_test_and_reports_those_no_test_r
     spread = pytest_in(project, "--devplan-strict-goldens", "-n", "2")
     assert spread.returncode == 1 and "\n  golden/test_plan/test_model.golden.json" in spread.stdout, spread.stdout
     # a test that reads one golden fewer leaves that one unread
-    (project / "test_plan.py").write_text(NAMED_TESTS.replace('    devplan_golden("build/model.pte", tolerance="1%")\n', ""))
+    (project / "test_plan.py").write_text(
+        NAMED_TESTS.replace('    devplan_golden("build/model.pte", tolerance="1%")\n', "")
+    )
     fewer = pytest_in(project, "--devplan-strict-goldens")
     assert fewer.returncode == 1 and "test_twice[small].2.golden.json" in fewer.stdout, fewer.stdout
     # but where only some of the file's tests ran, the others' goldens are not anyone's to judge
@@ -165,7 +198,9 @@ def test_force_regen_rewrites_what_differs_and_fails(tmp_path, model):
     (project / "build" / "model.pte").write_bytes(model["delegated"])
     regen = pytest_in(project, "--devplan-force-regen")
     assert regen.returncode == 1 and "2 failed" in regen.stdout, regen.stdout
-    assert "rewritten by --devplan-force-regen, as the program plans now; review the change and commit it" in regen.stdout
+    assert (
+        "rewritten by --devplan-force-regen, as the program plans now; review the change and commit it" in regen.stdout
+    )
     assert "wrote 2 golden file(s):" in regen.stdout and golden.read_text() != before
     # a test stops at its first failure: the next run rewrites its second golden
     second = pytest_in(project, "--devplan-force-regen")
@@ -184,6 +219,11 @@ def test_one_update_flag_name_everywhere():
         if path.name in ("conftest.py", "test_pytest_plugin.py"):
             continue
         assert not re.search(r"(?<!devplan)-update-golden", path.read_text()), path
-    shown = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--help"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120).stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     assert "--devplan-update-golden" in shown and "--update-golden" not in shown.replace("--devplan-update-golden", "")

@@ -7,6 +7,7 @@ pytest tests/test_readme.py` rewrites the blocks from the code.
 The steps run in the test's own folder: each repository file a step reads is copied there
 first, so a step's output never lands in the checkout (where the README's quickstart leaves
 a `mlp.pte` of the user's)."""
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,9 @@ from devplan.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-BLOCK = re.compile(r"<!-- generated: (?P<setup>.*?) -->\n```\n\$ devplan (?P<command>.*?)\n(?P<output>.*?)```", re.DOTALL)
+BLOCK = re.compile(
+    r"<!-- generated: (?P<setup>.*?) -->\n```\n\$ devplan (?P<command>.*?)\n(?P<output>.*?)```", re.DOTALL
+)
 OUTPUTS = frozenset({"-o", "--output", "--svg", "--trace", "--save", "--external-constants", "--dump-dir"})
 
 
@@ -61,7 +64,7 @@ def _samples(root: Path, text: str) -> tuple[str, list[str]]:
         printed = _output(root, block["setup"], block["command"])
         if printed != block["output"]:
             stale.append(f"$ devplan {block['command']}\n{printed}")
-        pieces += [text[end:block.start("output")], printed]
+        pieces += [text[end : block.start("output")], printed]
         end = block.end("output")
     return "".join(pieces) + text[end:], stale
 
@@ -72,8 +75,10 @@ def test_the_readme_samples_are_what_devplan_prints(tmp_path, monkeypatch):
     rewritten, stale = _samples(ROOT, text)
     if os.environ.get("DEVPLAN_UPDATE_README"):
         README.write_text(rewritten)
-    assert not stale, "README samples differ from what devplan prints now (DEVPLAN_UPDATE_README=1 rewrites them):\n" \
+    assert not stale, (
+        "README samples differ from what devplan prints now (DEVPLAN_UPDATE_README=1 rewrites them):\n"
         + "\n".join(stale)
+    )
 
 
 def test_the_samples_leave_the_checkout_alone(tmp_path, monkeypatch):

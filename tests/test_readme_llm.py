@@ -3,6 +3,7 @@
 compiles it with `llm=True` and generates with ExecuTorch's TextLLMRunner; the program's
 constant methods are what the export says, and the runner's greedy tokens are its own
 lowering's of the same export."""
+
 from __future__ import annotations
 
 import re
@@ -31,8 +32,14 @@ def run_example(folder: Path, marker: str) -> subprocess.CompletedProcess:
     """The README's block, as printed, in a fresh process in `folder` (beside a tokenizer.json)."""
     word_tokenizer(folder)
     (folder / "example.py").write_text(example(marker))
-    done = subprocess.run([sys.executable, "example.py"], cwd=folder, capture_output=True, text=True, timeout=900,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(folder)})
+    done = subprocess.run(
+        [sys.executable, "example.py"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(folder)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done
 
@@ -51,7 +58,9 @@ def test_the_readmes_llm_example_runs_as_printed(tmp_path):
     # ExecuTorch's own lowering of the same export, with the same constant methods
     from executorch.exir import to_edge_transform_and_lower
 
-    metadata = {name: value[0] if len(value) == 1 and name != "get_eos_ids" else value for name, value in returns.items()}
+    metadata = {
+        name: value[0] if len(value) == 1 and name != "get_eos_ids" else value for name, value in returns.items()
+    }
     lowered = to_edge_transform_and_lower(torch.export.load(tmp_path / "llama.pt2"), constant_methods=metadata)
     (tmp_path / "executorch.pte").write_bytes(lowered.to_executorch().buffer)
     want, _ = generate(tmp_path / "executorch.pte", tmp_path / "tokenizer.json", "the quick brown fox", new_tokens=16)
@@ -72,9 +81,13 @@ def test_the_readmes_export_llama_example_runs_as_printed(tmp_path):
     done = run_example(tmp_path, "llm-example-export-llama")
     command = re.search(r"subprocess\.run\((\[.*?\])", example("llm-example-export-llama"), re.DOTALL).group(1)
     flags = [flag for flag in eval(command, {"sys": sys}) if flag != "--export_only"]  # the example's own export
-    subprocess.run([*flags, "--metadata", '{"get_bos_id": 1, "get_eos_ids": [2]}', "--output_name", "executorch.pte"],
-                   cwd=tmp_path, check=True, capture_output=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
-                                                                      "HOME": str(tmp_path)})
+    subprocess.run(
+        [*flags, "--metadata", '{"get_bos_id": 1, "get_eos_ids": [2]}', "--output_name", "executorch.pte"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert constant_returns(tmp_path / "llama.pte") == constant_returns(tmp_path / "executorch.pte")
     want, _ = generate(tmp_path / "executorch.pte", tmp_path / "tokenizer.json", "the quick brown fox", new_tokens=16)
     got, _ = generate(tmp_path / "llama.pte", tmp_path / "tokenizer.json", "the quick brown fox", new_tokens=16)

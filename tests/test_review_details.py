@@ -2,11 +2,12 @@
 reaches a terminal, a .ptd that the program does not need is named, completion offers the
 values it knows, FAIL in colour only where colour is wanted, a file that is not JSON text is
 said to be so, counts agree with their nouns, and the help links what a pip install has."""
+
 from __future__ import annotations
 
 import os
-import re
 import pty
+import re
 import subprocess
 import sys
 import threading
@@ -33,8 +34,15 @@ def programs(tmp_path_factory) -> dict[str, Path]:
 
 
 def _devplan(*args, stdout=subprocess.PIPE, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "devplan", *map(str, args)], stdout=stdout, stderr=subprocess.PIPE,
-                          text=True, cwd=ROOT, timeout=300, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "devplan", *map(str, args)],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_compile_refuses_to_write_the_program_to_a_terminal(tmp_path):
@@ -65,7 +73,9 @@ def _drain(fd: int, into: bytearray) -> None:
 def test_a_data_file_the_program_does_not_read_is_named(programs):
     run = _devplan("inspect", programs["two_io"], "--data", programs["ptd"], "-s", "summary")
     assert run.returncode == 0, run.stderr
-    assert f"note: {programs['two_io']} names no external weights; --data {programs['ptd']} is not read" in run.stderr, run.stderr
+    assert (
+        f"note: {programs['two_io']} names no external weights; --data {programs['ptd']} is not read" in run.stderr
+    ), run.stderr
 
 
 def test_completion_offers_the_planners_and_backends():
@@ -99,9 +109,19 @@ def test_metadata_that_is_not_json_text_is_told_so(tmp_path):
 
 
 def test_counts_agree_with_their_nouns(programs):
-    summary = {"methods": [{"name": "forward", "counts": {"instructions": 1, "operators": 1}, "planner": "best",
-                            "buffers": [], "delegates": []}],
-               "file": {"constant_bytes": 0, "size": 100}, "timings": {"seconds": 1.5}}
+    summary = {
+        "methods": [
+            {
+                "name": "forward",
+                "counts": {"instructions": 1, "operators": 1},
+                "planner": "best",
+                "buffers": [],
+                "delegates": [],
+            }
+        ],
+        "file": {"constant_bytes": 0, "size": 100},
+        "timings": {"seconds": 1.5},
+    }
     first = compile_lines(summary, [], "m.pte", None)[0]
     assert first == "method forward: 1 instruction, 1 operator, planner best", first
     shown = _devplan("inspect", programs["two_io"], "-s", "summary")
@@ -132,12 +152,19 @@ def test_the_fixtures_missing_program_is_one_line(tmp_path):
     project = tmp_path / "project"
     (project / "tests").mkdir(parents=True)
     (project / "tests" / "test_plan.py").write_text(
-        "def test_plan(devplan_golden):\n    devplan_golden('../build/model.pte', 'golden/model.json')\n")
+        "def test_plan(devplan_golden):\n    devplan_golden('../build/model.pte', 'golden/model.json')\n"
+    )
     # this checkout's devplan, and its plugin through the entry point of the devplan installed
     env = {key: value for key, value in os.environ.items() if key != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests"], cwd=project,
-                         capture_output=True, text=True, timeout=300, env=env)
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert run.returncode == 1, run.stdout
     failure = [line for line in run.stdout.splitlines() if "model.pte" in line]
     assert "files.py" not in run.stdout and "../" not in "".join(failure), run.stdout

@@ -1,5 +1,6 @@
 """Every machine-readable document validates against its JSON Schema in docs/schemas/,
 built from real outputs: devplan's programs (one with a delegate) and ExecuTorch's."""
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,9 @@ import devplan
 from devplan.inspection.check import check_document
 from devplan.inspection.golden import golden_document
 from devplan.runtime.report import run_document
-from tests.inspect.runner import invoke
 from testbed.lowerings import executorch_lowered
 from testbed.models import export
+from tests.inspect.runner import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "docs" / "schemas"
@@ -58,14 +59,26 @@ def test_compile_inspect_and_golden_documents_validate(programs, tmp_path):
 def test_diff_check_and_run_documents_validate(programs, tmp_path):
     golden = tmp_path / "golden.json"
     devplan.check_golden(programs["two_io"], golden, update=True)
-    for a, b, options in ((programs["executorch"], programs["two_io"], {}),
-                          (programs["two_io"], programs["two_io_cuda"], {"tolerance": "2%"}),
-                          (golden, programs["two_io_cuda"], {"tolerance": "4KiB", "exact": True}),
-                          (programs["two_io"], programs["two_io"], {})):
+    for a, b, options in (
+        (programs["executorch"], programs["two_io"], {}),
+        (programs["two_io"], programs["two_io_cuda"], {"tolerance": "2%"}),
+        (golden, programs["two_io_cuda"], {"tolerance": "4KiB", "exact": True}),
+        (programs["two_io"], programs["two_io"], {}),
+    ):
         validate("diff", devplan.diff(a, b, **options).document())
     for updated in (True, False):
-        report = json.loads(invoke("check", str(programs["two_io_cuda"]), "--golden", str(golden), "--budget",
-                                   "cuda:0=1MiB", "--json", *(["--update"] if updated else [])).stdout)
+        report = json.loads(
+            invoke(
+                "check",
+                str(programs["two_io_cuda"]),
+                "--golden",
+                str(golden),
+                "--budget",
+                "cuda:0=1MiB",
+                "--json",
+                *(["--update"] if updated else []),
+            ).stdout
+        )
         validate("check", report)
         if report["golden"]["diff"] is not None:
             validate("diff", report["golden"]["diff"])
@@ -114,9 +127,14 @@ def _mirrors(hint, schema: dict, root: dict, where: str) -> list[str]:
         problems = [f"{where}.{key}: in the type only" for key in hints.keys() - properties.keys()]
         problems += [f"{where}.{key}: in the schema only" for key in properties.keys() - hints.keys()]
         if set(hint.__required_keys__) != set(schema.get("required", ())):
-            problems.append(f"{where}: required {sorted(hint.__required_keys__)}, schema {sorted(schema.get('required', ()))}")
-        return problems + [p for key in hints.keys() & properties.keys()
-                           for p in _mirrors(hints[key], properties[key], root, f"{where}.{key}")]
+            problems.append(
+                f"{where}: required {sorted(hint.__required_keys__)}, schema {sorted(schema.get('required', ()))}"
+            )
+        return problems + [
+            p
+            for key in hints.keys() & properties.keys()
+            for p in _mirrors(hints[key], properties[key], root, f"{where}.{key}")
+        ]
     if origin is list:
         if "array" not in _types(schema):
             return [f"{where}: a list in the type, not in the schema"]

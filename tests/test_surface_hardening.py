@@ -2,6 +2,7 @@
 constant methods, --metadata, --partitioner, golden files) refuse what ExecuTorch's runtime
 refuses, or what devplan cannot answer soundly, in one line naming the file and what to do.
 Each test builds its bad input itself."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,11 +26,15 @@ def _one_line(result, *needles: str) -> str:
 
 # item 7: a partitioner is a class whose instances partition
 
-@pytest.mark.parametrize("spec, needle", [
-    ("sys:exit:{}", "sys.exit is not a class"),
-    ("builtins:print", "builtins.print is not a class"),
-    ("builtins:dict", "builtins.dict has no partition method"),
-])
+
+@pytest.mark.parametrize(
+    "spec, needle",
+    [
+        ("sys:exit:{}", "sys.exit is not a class"),
+        ("builtins:print", "builtins.print is not a class"),
+        ("builtins:dict", "builtins.dict has no partition method"),
+    ],
+)
 def test_a_partitioner_that_is_no_partitioner_class_is_refused_before_it_is_called(spec, needle, tmp_path, capsys):
     from devplan.backend import Partitioner
 
@@ -52,8 +57,11 @@ _DEEP = "[" * 5_000 + "]" * 5_000  # 10 KB of brackets
 def test_deeply_nested_json_options_are_refused_in_one_line(where, tmp_path):
     meta = tmp_path / "meta.json"
     meta.write_text('{"m": ' + _DEEP + "}")
-    given = {"--metadata": [str(meta)], "--constant-method": [f"m={_DEEP}"],
-             "--partitioner": ['tests.partitioners:AddsTo:{"a": ' + _DEEP + "}"]}[where]
+    given = {
+        "--metadata": [str(meta)],
+        "--constant-method": [f"m={_DEEP}"],
+        "--partitioner": ['tests.partitioners:AddsTo:{"a": ' + _DEEP + "}"],
+    }[where]
     result = invoke("compile", str(MLP), "-o", str(tmp_path / "m.pte"), where, *given)
     _one_line(result, where, "nested deeper than")
 
@@ -68,6 +76,7 @@ def test_json_nesting_is_measured_outside_strings():
 
 
 # item 3d: a method of a million values is refused as ExecuTorch's runtime refuses it
+
 
 def _export_add():
     import torch
@@ -140,6 +149,7 @@ def test_a_constant_method_too_long_for_executorch_is_refused_before_it_is_compi
 
 # item 3a: a .ptd key the program reads as a tensor must say it is one
 
+
 def _ptd_pair(tmp_path: Path) -> tuple[Path, Path]:
     import devplan
 
@@ -166,6 +176,7 @@ def test_a_ptd_entry_without_a_tensor_layout_under_a_tensors_key_is_refused(tmp_
 
 
 # item 3b: duplicate method names
+
 
 def _renamed(data: bytes, old: bytes, new: bytes) -> bytes:
     """The program with method `old` renamed `new` (as long), through its object tables."""
@@ -194,13 +205,16 @@ def test_a_program_with_two_methods_of_one_name_is_refused_when_read(twin, tmp_p
         _one_line(invoke(*command), str(twins), "both named")
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--method", "a=X.pt2", "--method", "a=Y.pt2"], "--method a given twice"),
-    (["--method", "forward=X.pt2"], "forward"),
-    (["--method", "a=X.pt2", "--constant-method", "a=1"], "given both as a program and as a constant method"),
-    (["--constant-method", "a=1", "--constant-method", "a=2"], "--constant-method a given twice"),
-    (["--metadata", "twice.json"], "twice.json: a given twice"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--method", "a=X.pt2", "--method", "a=Y.pt2"], "--method a given twice"),
+        (["--method", "forward=X.pt2"], "forward"),
+        (["--method", "a=X.pt2", "--constant-method", "a=1"], "given both as a program and as a constant method"),
+        (["--constant-method", "a=1", "--constant-method", "a=2"], "--constant-method a given twice"),
+        (["--metadata", "twice.json"], "twice.json: a given twice"),
+    ],
+)
 def test_compile_refuses_two_methods_of_one_name(args, needle, tmp_path, monkeypatch):
     import torch
 
@@ -213,6 +227,7 @@ def test_compile_refuses_two_methods_of_one_name(args, needle, tmp_path, monkeyp
 
 
 # item 3c: keys and method names are the file's bytes, not text decoded with replacement
+
 
 def _external_pair_with_key_tail(tmp_path: Path, program_tail: bytes, data_tail: bytes) -> tuple[Path, Path]:
     """The MLP's program and .ptd with the first weight's key ending in other bytes in each."""
@@ -284,17 +299,27 @@ def _golden_edited(edit) -> str:
     return json.dumps(doc)
 
 
-@pytest.mark.parametrize("case, edit, needle", [
-    ("method twice", lambda d: d["methods"].append(d["methods"][0]), "method 'forward' is listed twice"),
-    ("file.external", lambda d: d["file"].update(external={"keys": 1}), 'file has an unknown field "external"'),
-    ("method constants", lambda d: d["methods"][0].update(constants=1),
-     'methods[0] has an unknown field "constants"'),
-    ("peak field", lambda d: d["methods"][0]["buffers"][0].update(peak={"bytes": 1, "extra": 2}),
-     'methods[0].buffers[0].peak has an unknown field "extra"'),
-])
+@pytest.mark.parametrize(
+    "case, edit, needle",
+    [
+        ("method twice", lambda d: d["methods"].append(d["methods"][0]), "method 'forward' is listed twice"),
+        ("file.external", lambda d: d["file"].update(external={"keys": 1}), 'file has an unknown field "external"'),
+        (
+            "method constants",
+            lambda d: d["methods"][0].update(constants=1),
+            'methods[0] has an unknown field "constants"',
+        ),
+        (
+            "peak field",
+            lambda d: d["methods"][0]["buffers"][0].update(peak={"bytes": 1, "extra": 2}),
+            'methods[0].buffers[0].peak has an unknown field "extra"',
+        ),
+    ],
+)
 def test_a_golden_file_with_a_method_twice_or_an_unknown_field_is_refused(case, edit, needle, tmp_path):
-    import jsonschema
     import json
+
+    import jsonschema
 
     golden = tmp_path / "odd.golden.json"
     golden.write_text(_golden_edited(edit))
@@ -339,11 +364,13 @@ def subprocess_check(cli, args: list[str], stdin: str):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "devplan", *args], input=stdin, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "devplan", *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
 
 
 # item 3e: an XNNPACK weight in the .ptd holds at least the bytes its payload's graph reads
+
 
 @pytest.mark.parametrize("cut", ["short", "empty"])
 def test_an_xnnpack_weight_cut_short_in_the_ptd_is_refused(cut, tmp_path):
@@ -365,12 +392,19 @@ def test_an_xnnpack_weight_cut_short_in_the_ptd_is_refused(cut, tmp_path):
     damaged = tmp_path / "cut.ptd"
     damaged.write_bytes(bytes(ptd_image(entries, segments)))
     held = len(segments[victim.segment])
-    with pytest.raises(DevplanError, match=rf"^{damaged}: key {victim.key!r} holds {held} bytes but method forward: "
-                                           rf"delegate 0 \(XnnpackBackend\) reads 256"):
+    with pytest.raises(
+        DevplanError,
+        match=rf"^{damaged}: key {victim.key!r} holds {held} bytes but method forward: "
+        rf"delegate 0 \(XnnpackBackend\) reads 256",
+    ):
         read_pte(pte, data=damaged)
     for command in ("check", "run"):
-        _one_line(invoke(command, str(pte), "--data", str(damaged), *(["--executorch"] if command == "run" else [])),
-                  str(damaged), victim.key, "reads 256")
+        _one_line(
+            invoke(command, str(pte), "--data", str(damaged), *(["--executorch"] if command == "run" else [])),
+            str(damaged),
+            victim.key,
+            "reads 256",
+        )
     read_pte(pte, data=ptd)  # the whole .ptd still reads
 
 
@@ -387,11 +421,11 @@ def test_an_xnnpack_weight_cut_short_in_the_program_is_refused(tmp_path):
     segments[named.segmentIndex] = segments[named.segmentIndex][:-8]
     cut = tmp_path / "cut.pte"
     cut.write_bytes(dumps_pte(pte.program, segments))
-    _one_line(invoke("inspect", str(cut)), str(cut), f"named data {named.key.decode()!r} holds 248 bytes",
-              "reads 256")
+    _one_line(invoke("inspect", str(cut)), str(cut), f"named data {named.key.decode()!r} holds 248 bytes", "reads 256")
 
 
 # item 4: an archive costs what it holds, not what its directory claims
+
 
 def _archive_refusal(path: Path) -> str:
     from devplan.gate.archive import check_archive
@@ -440,8 +474,15 @@ def test_a_tensor_of_more_dimensions_than_executorch_holds_is_refused_before_loa
     started = time.monotonic()
     assert "layers.0.weight" in (message := _archive_refusal(wide)) and "200000 dimensions" in message
     assert time.monotonic() - started < 10
-    seventeen = build(tmp_path / "seventeen.pt2", edit_json("models/model.json", lambda doc: doc["graph_module"][
-        "graph"]["tensor_values"]["x"].update(sizes=[{"as_int": 1}] * 17, strides=[{"as_int": 1}] * 17)))
+    seventeen = build(
+        tmp_path / "seventeen.pt2",
+        edit_json(
+            "models/model.json",
+            lambda doc: doc["graph_module"]["graph"]["tensor_values"]["x"].update(
+                sizes=[{"as_int": 1}] * 17, strides=[{"as_int": 1}] * 17
+            ),
+        ),
+    )
     assert "17 dimensions" in _archive_refusal(seventeen)
 
 
@@ -536,10 +577,15 @@ def test_a_negative_buffer_size_in_another_method_is_refused_as_executorch_refus
     reading a negative one; `run --method batch5` ran in devplan while ExecuTorch's runtime
     refused to load the program ("Failed to get size of planned buffer"), as it reads every
     method's planned buffers at load."""
-    damaged = _forward_damaged(tmp_path, lambda forward: setattr(
-        forward, "nonConstBufferSizes", [*forward.nonConstBufferSizes, -8]))
-    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: buffer 2",
-              "negative size (-8)")
+    damaged = _forward_damaged(
+        tmp_path, lambda forward: setattr(forward, "nonConstBufferSizes", [*forward.nonConstBufferSizes, -8])
+    )
+    _one_line(
+        invoke("run", str(damaged), "--method", "batch5"),
+        str(damaged),
+        "method forward: buffer 2",
+        "negative size (-8)",
+    )
 
 
 def _xnnpack_damaged(tmp_path: Path, damage) -> tuple[Path, Path]:
@@ -583,6 +629,7 @@ def test_an_xnnpack_graph_devplan_finds_damaged_is_refused_before_executorch_abo
         vtable = root - struct.unpack_from("<i", program, root)[0]
         struct.pack_into("<H", program, vtable + 2, 0x5F00)  # the root table's size: 24 KB
         program[program.index(key, graph) + 9] = 0x86
+
     _refused_before_executorch_aborts(*_xnnpack_damaged(tmp_path, damage), "the XNNPACK payload is damaged")
 
 
@@ -592,15 +639,18 @@ def test_an_xnnpack_magic_that_is_not_utf8_is_refused_before_executorch_aborts_o
     graph's XN01 identifier (the graph starts at byte 32), made 0xBB passed `check`, and
     ExecuTorch's XNNPACK backend logs those bytes as the graph's identifier and aborts the
     process on them."""
+
     def damage(program: bytearray, payload: int) -> None:
         program[payload + at] = 0xBB
+
     _refused_before_executorch_aborts(*_xnnpack_damaged(tmp_path, damage), needle)
 
 
-@pytest.mark.parametrize("field, value, needle", [("scalarType", 115, "tensor of scalar type 115"),
-                                                   ("sizes", None, "tensor without its sizes table")])
-def test_a_tensor_executorch_refuses_in_another_method_is_refused_whichever_method_runs(field, value, needle,
-                                                                                       tmp_path):
+@pytest.mark.parametrize(
+    "field, value, needle",
+    [("scalarType", 115, "tensor of scalar type 115"), ("sizes", None, "tensor without its sizes table")],
+)
+def test_a_tensor_executorch_refuses_in_another_method_is_refused_whichever_method_runs(field, value, needle, tmp_path):
     """Found by the fuzz runs' multi-method mode: forward's input given scalar type 115 (one
     byte), or no sizes table; `run --method batch5` ran in devplan, while ExecuTorch's runtime
     validates every method's tensors as it loads the program (program_validation.cpp) and
@@ -610,6 +660,7 @@ def test_a_tensor_executorch_refuses_in_another_method_is_refused_whichever_meth
 
     def change(forward):
         setattr(next(value.val for value in forward.values if value.valType == KernelTypes.Tensor), field, value)
+
     damaged = _forward_damaged(tmp_path, change)
     _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: value ", needle)
 
@@ -619,5 +670,9 @@ def test_a_huge_buffer_in_another_method_counts_against_max_memory(tmp_path):
     batch5` ran in devplan, while ExecuTorch's runtime allocates every method's planned buffers
     as it loads the program and failed (std::bad_alloc)."""
     damaged = _forward_damaged(tmp_path, lambda forward: setattr(forward, "nonConstBufferSizes", [0, 1 << 48]))
-    _one_line(invoke("run", str(damaged), "--method", "batch5"), str(damaged), "method forward: 281,474,976,710,656",
-              "--max-memory")
+    _one_line(
+        invoke("run", str(damaged), "--method", "batch5"),
+        str(damaged),
+        "method forward: 281,474,976,710,656",
+        "--max-memory",
+    )

@@ -1,6 +1,7 @@
 """Every file devplan writes goes through devplan/files.py: through links to their target,
 straight into pipes and devices (standard output included), never over one of the command's
 inputs, never through a link planted among its stage files; what it reads is a regular file."""
+
 import io
 import json
 import os
@@ -66,8 +67,10 @@ def test_golden_update_creates_its_folder(tmp_path, program):
 def test_compile_to_standard_output_pipes_into_inspect(output, tmp_path):
     """The program alone on stdout (the summary on stderr), read back from stdin."""
     python = shlex.quote(sys.executable)
-    pipeline = (f"{python} -m devplan compile {shlex.quote(str(MLP))} -o {output} 2>{shlex.quote(str(tmp_path / 'err'))}"
-                f" | {python} -m devplan inspect -")
+    pipeline = (
+        f"{python} -m devplan compile {shlex.quote(str(MLP))} -o {output} 2>{shlex.quote(str(tmp_path / 'err'))}"
+        f" | {python} -m devplan inspect -"
+    )
     run = subprocess.run(pipeline, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, (run.stderr, (tmp_path / "err").read_text())
     assert run.stdout.startswith("<stdin>") and "ET12" in run.stdout and "forward" in run.stdout
@@ -81,8 +84,9 @@ def test_standard_input_is_read_once_by_check_and_diff(program, tmp_path):
     assert cli("check", program, "--golden", golden, "--update").returncode == 0
     code = "import sys; from devplan.cli import main; sys.argv[0] = 'devplan'; main()"
     for args in (["check", "-", "--golden", golden], ["diff", "-", program]):
-        run = subprocess.run([sys.executable, "-c", code, *map(str, args)], input=data, capture_output=True, cwd=ROOT,
-                             timeout=120)
+        run = subprocess.run(
+            [sys.executable, "-c", code, *map(str, args)], input=data, capture_output=True, cwd=ROOT, timeout=120
+        )
         assert run.returncode == 0, run.stderr
     assert b"plan the same" in run.stdout
 
@@ -119,12 +123,15 @@ def test_a_long_legal_name_is_written(tmp_path, program):
     assert out.read_bytes() == program.read_bytes() and os.listdir(tmp_path) == [name]
 
 
-@pytest.mark.parametrize("args, option", [
-    (["inspect", "{program}", "--svg", "{output}"], "--svg"),
-    (["inspect", "{program}", "--trace", "{output}"], "--trace"),
-    (["run", "{program}", "--save", "{output}"], "--save"),
-    (["check", "{program}", "--golden", "{output}", "--update"], "--golden"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["inspect", "{program}", "--svg", "{output}"], "--svg"),
+        (["inspect", "{program}", "--trace", "{output}"], "--trace"),
+        (["run", "{program}", "--save", "{output}"], "--save"),
+        (["check", "{program}", "--golden", "{output}", "--update"], "--golden"),
+    ],
+)
 @pytest.mark.parametrize("through_link", [False, True])
 def test_an_output_that_is_the_input_is_refused(tmp_path, program, args, option, through_link):
     copy = tmp_path / "mlp.pte"
@@ -155,8 +162,10 @@ def test_a_fifo_or_device_to_read_is_refused_without_hanging(tmp_path, program):
     assert_one_line_error(cli("check", program, "--golden", fifo), "golden.json: is a pipe (FIFO), not a regular file")
     assert_one_line_error(cli("diff", fifo, program), "is a pipe (FIFO), not a regular file")
     assert_one_line_error(cli("run", program, "--inputs", fifo), "is a pipe (FIFO), not a regular file")
-    assert_one_line_error(cli("run", program, "--inputs", "/dev/zero"),  # would read forever
-                          "/dev/zero: is a character device, not a regular file")
+    assert_one_line_error(
+        cli("run", program, "--inputs", "/dev/zero"),  # would read forever
+        "/dev/zero: is a character device, not a regular file",
+    )
     assert_one_line_error(cli("compile", fifo, "-o", tmp_path / "x.pte"), "is a pipe (FIFO), not a regular file")
 
 
@@ -176,13 +185,16 @@ def _copies(tmp_path: Path, *paths: Path) -> list[Path]:
     return copies
 
 
-@pytest.mark.parametrize("args, option", [
-    (["inspect", "{program}", "--data", "{data}", "--svg", "{output}"], "--svg"),
-    (["inspect", "{program}", "--data", "{data}", "--trace", "{output}"], "--trace"),
-    (["run", "{program}", "--data", "{data}", "--save", "{output}"], "--save"),
-    (["run", "{program}", "--data", "{data}", "--save", "{output}", "--executorch"], "--save"),
-    (["check", "{program}", "--data", "{data}", "--golden", "{output}", "--update"], "--golden"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["inspect", "{program}", "--data", "{data}", "--svg", "{output}"], "--svg"),
+        (["inspect", "{program}", "--data", "{data}", "--trace", "{output}"], "--trace"),
+        (["run", "{program}", "--data", "{data}", "--save", "{output}"], "--save"),
+        (["run", "{program}", "--data", "{data}", "--save", "{output}", "--executorch"], "--save"),
+        (["check", "{program}", "--data", "{data}", "--golden", "{output}", "--update"], "--golden"),
+    ],
+)
 @pytest.mark.parametrize("how", ["same path", "symbolic link", "hard link"])
 def test_an_output_that_is_the_data_file_is_refused(tmp_path, external, args, option, how):
     """The .ptd holds the program's weights: only a recompile would bring them back."""
@@ -218,8 +230,14 @@ def test_a_compile_output_that_is_the_metadata_is_refused(tmp_path, option, how)
 def test_golden_update_replaces_only_a_golden_file(tmp_path, program, external, victim):
     """check --golden victim.pte --update once replaced a program with golden JSON."""
     path = tmp_path / "victim"
-    path.write_bytes({"a program": external[0].read_bytes(), "a .ptd": external[1].read_bytes(),
-                      "JSON of another kind": b'{"format": "ET12"}', "text": b"notes\n"}[victim])
+    path.write_bytes(
+        {
+            "a program": external[0].read_bytes(),
+            "a .ptd": external[1].read_bytes(),
+            "JSON of another kind": b'{"format": "ET12"}',
+            "text": b"notes\n",
+        }[victim]
+    )
     before = path.read_bytes()
     run = cli("check", program, "--golden", path, "--update")
     assert_one_line_error(run, "--golden --update would replace a file that is not a devplan golden file", str(path))
@@ -273,28 +291,44 @@ def _address_space(limit: int):
 def test_standard_input_is_read_under_an_address_space_limit(program, command):
     """Under `ulimit -v` (2 GiB here; these commands need a few hundred MB) a small program piped in is read."""
     with program.open("rb") as stdin:
-        run = subprocess.run([sys.executable, "-m", "devplan", *[arg.format(program=program) for arg in command]],
-                             stdin=stdin, capture_output=True, cwd=ROOT, timeout=120,
-                             preexec_fn=_address_space(2 << 30))
+        run = subprocess.run(
+            [sys.executable, "-m", "devplan", *[arg.format(program=program) for arg in command]],
+            stdin=stdin,
+            capture_output=True,
+            cwd=ROOT,
+            timeout=120,
+            preexec_fn=_address_space(2 << 30),
+        )
     assert run.returncode == 0, run.stderr
     assert b"forward" in run.stdout or b"plan the same" in run.stdout
 
 
 def test_a_file_is_read_in_steps_under_an_address_space_limit(program):
     """read(limit + 1) on a file allocated the limit too: `run --inputs` (8 GiB) failed under `ulimit -v`."""
-    code = ("import sys; from devplan.files import read_input; "
-            "sys.stdout.write(str(len(read_input(sys.argv[1], limit=2**34, hint='pass a file'))))")
-    run = subprocess.run([sys.executable, "-c", code, str(program)], capture_output=True, text=True, cwd=ROOT,
-                         timeout=60, preexec_fn=_address_space(1 << 30))
+    code = (
+        "import sys; from devplan.files import read_input; "
+        "sys.stdout.write(str(len(read_input(sys.argv[1], limit=2**34, hint='pass a file'))))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(program)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        preexec_fn=_address_space(1 << 30),
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout == str(program.stat().st_size)
 
 
-@pytest.mark.parametrize("args, option", [
-    (["compile", str(MLP), "-o", "-", "--external-constants", "-"], "--external-constants"),
-    (["compile", str(MLP), "-o", "/dev/stdout", "--external-constants", "-"], "--external-constants"),
-    (["inspect", "{program}", "--svg", "-", "--trace", "-"], "--trace"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["compile", str(MLP), "-o", "-", "--external-constants", "-"], "--external-constants"),
+        (["compile", str(MLP), "-o", "/dev/stdout", "--external-constants", "-"], "--external-constants"),
+        (["inspect", "{program}", "--svg", "-", "--trace", "-"], "--trace"),
+    ],
+)
 def test_two_outputs_on_standard_output_are_refused(program, args, option):
     """A program followed by its .ptd on one stream: no reader can split them."""
     run = cli(*[arg.format(program=program) for arg in args])
@@ -306,10 +340,16 @@ def test_what_a_kernels_module_prints_goes_to_standard_error(tmp_path):
     """compile -o - --kernels MODULE: the program's bytes began with the module's greeting."""
     (tmp_path / "chatty_kernels.py").write_text(
         "import ctypes, os\nprint('hello from python')\nos.write(1, b'hello from C\\n')\n"
-        "ctypes.CDLL(None).printf(b'hello from printf\\n')\n")  # C's stdio, as an extension prints
+        "ctypes.CDLL(None).printf(b'hello from printf\\n')\n"
+    )  # C's stdio, as an extension prints
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
-    run = subprocess.run([sys.executable, "-m", "devplan", "compile", str(MLP), "-o", "-", "--kernels", "chatty_kernels"],
-                         capture_output=True, cwd=tmp_path, env=env, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "devplan", "compile", str(MLP), "-o", "-", "--kernels", "chatty_kernels"],
+        capture_output=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout[4:8] == b"ET12" and b"hello" not in run.stdout
     assert all(f"hello from {who}".encode() in run.stderr for who in ("python", "C", "printf"))

@@ -1,6 +1,7 @@
 """The two tiers of the suite: `python -m pytest` runs everything; `python -m pytest -m "not sweep"`
 is the fast tier to run while working. A parametrized family keeps a sample in the fast tier
 (one of each kind) and leaves the rest to the full suite."""
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -14,5 +15,7 @@ def tiered(params: Iterable, fast: Iterable) -> list:
     fast = set(fast)
     unknown = fast - set(params := list(params))
     assert not unknown, f"fast-tier picks that are not parameters: {sorted(unknown)}"
-    return [p if p in fast else pytest.param(*(p if isinstance(p, tuple) else (p,)), marks=pytest.mark.sweep)
-            for p in params]
+    return [
+        p if p in fast else pytest.param(*(p if isinstance(p, tuple) else (p,)), marks=pytest.mark.sweep)
+        for p in params
+    ]

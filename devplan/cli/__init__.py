@@ -1,7 +1,8 @@
 """The `devplan` command, one module per command over the Python functions it calls: parse
 options, call a stage, render. The app and what commands share are in app.py, the entry point
 and its exit codes in exits.py. The commands register in the order `devplan --help` lists them."""
-from devplan.cli import compile, inspect, gates, run  # noqa: F401  (registers the commands)
+
+from devplan.cli import compile, gates, inspect, run  # noqa: F401  (registers the commands)
 from devplan.cli.app import app
 from devplan.cli.exits import main
 

@@ -2,6 +2,7 @@
 --debug), and what several commands share: option types, reading a program argument, the
 JSON writer and the console. Each command imports what it runs inside itself, so that
 `devplan inspect` never imports torch."""
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from devplan.errors import EXIT_OK
+
 
 class Command(TyperCommand):
     """A command's help as rich should wrap it: each paragraph of the docstring one line (typer
@@ -83,20 +85,30 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _options(
     version: Annotated[
-        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print devplan's version and exit.")
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print devplan's version and exit."),
     ] = False,
     debug: Annotated[
-        bool, typer.Option("--debug", help="On an internal error, print the full traceback (any command takes it); "
-                           "compile also checks each stage's result.")
+        bool,
+        typer.Option(
+            "--debug",
+            help="On an internal error, print the full traceback (any command takes it); "
+            "compile also checks each stage's result.",
+        ),
     ] = False,
 ) -> None:
     """Compile, plan and inspect ExecuTorch .pte programs across devices."""
 
+
 DataFile = Annotated[
     Optional[Path],
-    typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file holding the weights the program keeps outside "
-                 "it (compile --external-constants, ExecuTorch's external_constants), checked against the program.",
-                 show_default=False),
+    typer.Option(
+        "--data",
+        metavar="FILE.ptd",
+        help="The .ptd data file holding the weights the program keeps outside "
+        "it (compile --external-constants, ExecuTorch's external_constants), checked against the program.",
+        show_default=False,
+    ),
 ]
 
 
@@ -108,8 +120,11 @@ def console(stderr: bool = False):
 
     from rich.console import Console
 
-    return Console(highlight=False, file=cast("IO[str]", _Trimmed(sys.stderr if stderr else sys.stdout)),
-                   color_system=None if os.environ.get("NO_COLOR") else "auto")
+    return Console(
+        highlight=False,
+        file=cast("IO[str]", _Trimmed(sys.stderr if stderr else sys.stdout)),
+        color_system=None if os.environ.get("NO_COLOR") else "auto",
+    )
 
 
 class _Trimmed:
@@ -146,8 +161,11 @@ def program_source(path: Path, data: Path | None = None):
 
     if str(path) != STDIO:
         return path if data is None else read_pte(path, data=data)
-    return read_pte(read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program"),
-                    name="<stdin>", data=data)
+    return read_pte(
+        read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program"),
+        name="<stdin>",
+        data=data,
+    )
 
 
 def read_noting_external(path: Path, data: Path | None):
@@ -183,8 +201,13 @@ def echo_json(document: Mapping[str, Any], err: bool = False) -> None:
 
 Budgets = Annotated[
     Optional[list[str]],
-    typer.Option("--budget", metavar="BUFFER=SIZE", help="Fail unless a buffer fits, e.g. 1=512KiB or cuda:0=2MiB; "
-                 "BUFFER is a mem_id (that buffer) or a device (all of its buffers together, those its "
-                 "delegates plan there included); cpu+backends=SIZE adds the working memory ExecuTorch's "
-                 "backends allocate themselves (XNNPACK's intermediates, an upper bound). Repeatable.", show_default=False),
+    typer.Option(
+        "--budget",
+        metavar="BUFFER=SIZE",
+        help="Fail unless a buffer fits, e.g. 1=512KiB or cuda:0=2MiB; "
+        "BUFFER is a mem_id (that buffer) or a device (all of its buffers together, those its "
+        "delegates plan there included); cpu+backends=SIZE adds the working memory ExecuTorch's "
+        "backends allocate themselves (XNNPACK's intermediates, an upper bound). Repeatable.",
+        show_default=False,
+    ),
 ]

@@ -1,4 +1,5 @@
 """`devplan compile`: a torch.export program (.pt2) to an ExecuTorch program (.pte)."""
+
 from __future__ import annotations
 
 import functools
@@ -13,6 +14,7 @@ from devplan.errors import DevplanError
 from devplan.jsontext import repeated
 from devplan.metadata import runner_value
 from devplan.planning.model import DEFAULT_ALIGNMENT
+
 
 def _in_order(ctx: typer.Context, param: typer.CallbackParam, value):
     """Click calls option callbacks in the order the options first appear on the command
@@ -43,112 +45,212 @@ def _backends(incomplete: str) -> list[str]:
 @app.command("compile", cls=Command)
 def compile_command(
     ctx: typer.Context,
-    model: Annotated[Path, typer.Argument(metavar="MODEL.pt2", help="A program saved with torch.export.save.", show_default=False)],
+    model: Annotated[
+        Path, typer.Argument(metavar="MODEL.pt2", help="A program saved with torch.export.save.", show_default=False)
+    ],
     output: Annotated[
         Optional[Path],
-        typer.Option("--output", "-o", metavar="PROGRAM.pte", help="Where to write the program (default: MODEL with .pte); "
-                     "- writes it to standard output, and the summary to standard error.", show_default=False),
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="PROGRAM.pte",
+            help="Where to write the program (default: MODEL with .pte); "
+            "- writes it to standard output, and the summary to standard error.",
+            show_default=False,
+        ),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the compile summary as JSON.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no summary, and no "
-                                        "progress (shown on stderr only when it is a terminal).")] = False,
-    alignment: Annotated[int, typer.Option("--alignment", metavar="BYTES", help="Alignment of every planned tensor's offset (a power of two).")] = DEFAULT_ALIGNMENT,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Print nothing but errors: no summary, and no progress (shown on stderr only when it is a terminal).",
+        ),
+    ] = False,
+    alignment: Annotated[
+        int,
+        typer.Option(
+            "--alignment", metavar="BYTES", help="Alignment of every planned tensor's offset (a power of two)."
+        ),
+    ] = DEFAULT_ALIGNMENT,
     planner: Annotated[
         str,
-        typer.Option("--planner", metavar="NAME", autocompletion=_planners, help="Placement algorithm: best (runs the others but naive and keeps the smallest "
-                     "plan per buffer), greedy-size, greedy-breadth, greedy-order, hill-climb, or naive (no reuse)."),
+        typer.Option(
+            "--planner",
+            metavar="NAME",
+            autocompletion=_planners,
+            help="Placement algorithm: best (runs the others but naive and keeps the smallest "
+            "plan per buffer), greedy-size, greedy-breadth, greedy-order, hill-climb, or naive (no reuse).",
+        ),
     ] = "best",
     budget: Budgets = None,
     inplace: Annotated[
-        bool, typer.Option("--inplace/--no-inplace", help="Let elementwise ops write over an input that dies there, and cat pieces be computed in place.")
+        bool,
+        typer.Option(
+            "--inplace/--no-inplace",
+            help="Let elementwise ops write over an input that dies there, and cat pieces be computed in place.",
+        ),
     ] = True,
     reorder: Annotated[
-        bool, typer.Option("--reorder/--keep-order", help="Run the instructions in the order that holds the fewest bytes at once "
-                           "(--keep-order: the exported order).")
+        bool,
+        typer.Option(
+            "--reorder/--keep-order",
+            help="Run the instructions in the order that holds the fewest bytes at once "
+            "(--keep-order: the exported order).",
+        ),
     ] = True,
     delegate: Annotated[
         Optional[list[str]],
-        typer.Option("--delegate", metavar="DEVICE[=OPS]", callback=_in_order, help="Run ops on DEVICE as delegates: cuda:0 takes every op, "
-                     "cuda:0=aten::linear,aten::relu only those. Tensors crossing to and from the device are copied "
-                     "(et_copy ops) and planned in a buffer of that device. Repeatable; earlier ones choose first.",
-                     show_default=False),
+        typer.Option(
+            "--delegate",
+            metavar="DEVICE[=OPS]",
+            callback=_in_order,
+            help="Run ops on DEVICE as delegates: cuda:0 takes every op, "
+            "cuda:0=aten::linear,aten::relu only those. Tensors crossing to and from the device are copied "
+            "(et_copy ops) and planned in a buffer of that device. Repeatable; earlier ones choose first.",
+            show_default=False,
+        ),
     ] = None,
     backend: Annotated[
         Optional[list[str]],
-        typer.Option("--backend", metavar="NAME", callback=_in_order, autocompletion=_backends, help="Let ExecuTorch's backend NAME (xnnpack) take "
-                     "the ops it supports, compiled by its own partitioner and preprocess into its delegates; devplan "
-                     "plans everything around them. Needs pip install \"devplan\\[executorch]\". Combines with --delegate "
-                     "and --partitioner in the order given.", show_default=False),
+        typer.Option(
+            "--backend",
+            metavar="NAME",
+            callback=_in_order,
+            autocompletion=_backends,
+            help="Let ExecuTorch's backend NAME (xnnpack) take "
+            "the ops it supports, compiled by its own partitioner and preprocess into its delegates; devplan "
+            'plans everything around them. Needs pip install "devplan\\[executorch]". Combines with --delegate '
+            "and --partitioner in the order given.",
+            show_default=False,
+        ),
     ] = None,
     partitioner: Annotated[
         Optional[list[str]],
-        typer.Option("--partitioner", metavar="MODULE:CLASS[:JSON]", callback=_in_order, help="Like --backend, for "
-                     "any ExecuTorch partitioner installed: the class, and its keyword arguments as a JSON object.",
-                     show_default=False),
+        typer.Option(
+            "--partitioner",
+            metavar="MODULE:CLASS[:JSON]",
+            callback=_in_order,
+            help="Like --backend, for "
+            "any ExecuTorch partitioner installed: the class, and its keyword arguments as a JSON object.",
+            show_default=False,
+        ),
     ] = None,
     device_io: Annotated[
-        bool, typer.Option("--device-io", help="With --delegate: plan an input that only one device's delegates read on "
-                           "that device, and return results from the device their delegate made them on; the caller's "
-                           "copies in and out replace et_copy ops.")
+        bool,
+        typer.Option(
+            "--device-io",
+            help="With --delegate: plan an input that only one device's delegates read on "
+            "that device, and return results from the device their delegate made them on; the caller's "
+            "copies in and out replace et_copy ops.",
+        ),
     ] = False,
     source: Annotated[
-        bool, typer.Option("--source/--no-source", help="Keep, per instruction, the module, op and source line it came "
-                           "from, and the names of inputs and weights, in the program's stacktrace (inspect shows them).")
+        bool,
+        typer.Option(
+            "--source/--no-source",
+            help="Keep, per instruction, the module, op and source line it came "
+            "from, and the names of inputs and weights, in the program's stacktrace (inspect shows them).",
+        ),
     ] = True,
     dump_dir: Annotated[
         Optional[Path],
-        typer.Option("--dump-dir", metavar="DIR", help="Write the program after each stage to DIR, one readable file per stage.", show_default=False),
+        typer.Option(
+            "--dump-dir",
+            metavar="DIR",
+            help="Write the program after each stage to DIR, one readable file per stage.",
+            show_default=False,
+        ),
     ] = None,
     method: Annotated[
         Optional[list[str]],
-        typer.Option("--method", metavar="NAME=FILE.pt2", help="Compile FILE.pt2 into the same program as method NAME "
-                     "(MODEL.pt2 is forward); weights the methods share are stored once. Repeatable.", show_default=False),
+        typer.Option(
+            "--method",
+            metavar="NAME=FILE.pt2",
+            help="Compile FILE.pt2 into the same program as method NAME "
+            "(MODEL.pt2 is forward); weights the methods share are stored once. Repeatable.",
+            show_default=False,
+        ),
     ] = None,
     constant_method: Annotated[
         Optional[list[str]],
-        typer.Option("--constant-method", metavar="NAME=VALUE", help="Add a method NAME that returns VALUE and runs "
-                     "nothing, as ExecuTorch's LLM runner reads them (get_max_seq_len=128, use_kv_cache=true, "
-                     "get_eos_ids=[128001,128009]): a JSON int, float, true/false, list of ints, or else a string. "
-                     "Repeatable.", show_default=False),
+        typer.Option(
+            "--constant-method",
+            metavar="NAME=VALUE",
+            help="Add a method NAME that returns VALUE and runs "
+            "nothing, as ExecuTorch's LLM runner reads them (get_max_seq_len=128, use_kv_cache=true, "
+            "get_eos_ids=[128001,128009]): a JSON int, float, true/false, list of ints, or else a string. "
+            "Repeatable.",
+            show_default=False,
+        ),
     ] = None,
     metadata: Annotated[
         Optional[Path],
-        typer.Option("--metadata", metavar="FILE.json", help="Constant methods from a JSON object of NAME: VALUE "
-                     "(--constant-method adds to them and wins).", show_default=False),
+        typer.Option(
+            "--metadata",
+            metavar="FILE.json",
+            help="Constant methods from a JSON object of NAME: VALUE (--constant-method adds to them and wins).",
+            show_default=False,
+        ),
     ] = None,
     llm: Annotated[
-        bool, typer.Option("--llm", help="Write the constant methods ExecuTorch's LLM runner reads (vocabulary, "
-                           "layers, context and token lengths, KV cache, sdpa flavour, dynamic shape) from the "
-                           "export itself; give only the tokenizer's ids (get_bos_id, get_eos_ids). A value given "
-                           "that the export contradicts is refused.")
+        bool,
+        typer.Option(
+            "--llm",
+            help="Write the constant methods ExecuTorch's LLM runner reads (vocabulary, "
+            "layers, context and token lengths, KV cache, sdpa flavour, dynamic shape) from the "
+            "export itself; give only the tokenizer's ids (get_bos_id, get_eos_ids). A value given "
+            "that the export contradicts is refused.",
+        ),
     ] = False,
     external_constants: Annotated[
         Optional[Path],
-        typer.Option("--external-constants", metavar="FILE.ptd", help="Write the weights to FILE.ptd, ExecuTorch's "
-                     "FlatTensor data file, instead of the program, each under its name, which the program's tensors "
-                     "name: one copy for every method (run it with --data FILE.ptd; ExecuTorch's runtime loads the "
-                     "program with it).", show_default=False),
+        typer.Option(
+            "--external-constants",
+            metavar="FILE.ptd",
+            help="Write the weights to FILE.ptd, ExecuTorch's "
+            "FlatTensor data file, instead of the program, each under its name, which the program's tensors "
+            "name: one copy for every method (run it with --data FILE.ptd; ExecuTorch's runtime loads the "
+            "program with it).",
+            show_default=False,
+        ),
     ] = None,
     kernels: Annotated[
         Optional[list[str]],
-        typer.Option("--kernels", metavar="MODULE", help="Import the Python module MODULE before loading, for the op "
-                     "libraries its import registers: a graph calling custom ops loads only once they exist. "
-                     "An op namespace devplan knows stands for its library's module (transformers: its MoE "
-                     "grouped_mm_fallback). Repeatable.", show_default=False),
+        typer.Option(
+            "--kernels",
+            metavar="MODULE",
+            help="Import the Python module MODULE before loading, for the op "
+            "libraries its import registers: a graph calling custom ops loads only once they exist. "
+            "An op namespace devplan knows stands for its library's module (transformers: its MoE "
+            "grouped_mm_fallback). Repeatable.",
+            show_default=False,
+        ),
     ] = None,
     quantize: Annotated[
         Optional[str],
-        typer.Option("--quantize", metavar="MODE", help="Quantize the export first with ExecuTorch's XNNPACK quantizer "
-                     "(torch's PT2E flow) and let XNNPACK's backend run it (--backend xnnpack is implied): "
-                     "dynamic-int8 (int8 weights per channel, activations quantized at run time; needs no data), "
-                     "dynamic-int4 (the same with 4-bit weights, linear layers only) or int8 (static: needs --calibration). The summary says what it cost: the error against the float "
-                     "model and the ops left in float.", show_default=False),
+        typer.Option(
+            "--quantize",
+            metavar="MODE",
+            help="Quantize the export first with ExecuTorch's XNNPACK quantizer "
+            "(torch's PT2E flow) and let XNNPACK's backend run it (--backend xnnpack is implied): "
+            "dynamic-int8 (int8 weights per channel, activations quantized at run time; needs no data), "
+            "dynamic-int4 (the same with 4-bit weights, linear layers only) or int8 (static: needs --calibration). The summary says what it cost: the error against the float "
+            "model and the ops left in float.",
+            show_default=False,
+        ),
     ] = None,
     calibration: Annotated[
         Optional[Path],
-        typer.Option("--calibration", metavar="FILE.pt", help="With --quantize: the inputs to calibrate on and to "
-                     "measure the error on, a list of input tuples saved with torch.save (without it, dynamic modes "
-                     "use seeded samples).", show_default=False),
+        typer.Option(
+            "--calibration",
+            metavar="FILE.pt",
+            help="With --quantize: the inputs to calibrate on and to "
+            "measure the error on, a list of input tuples saved with torch.save (without it, dynamic modes "
+            "use seeded samples).",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Compile a torch.export program (.pt2) to an ExecuTorch program (.pte).
@@ -157,25 +259,34 @@ def compile_command(
     plans memory per device, verifies the plan, and writes the program atomically. Prints a
     summary: buffers, planned bytes next to the lower bound, delegates, constant bytes,
     seconds taken."""
-    from devplan.backend import Backend
+    from devplan.backend import Backend, Partitioner
     from devplan.compiler import compile
     from devplan.files import is_stdout, refuse_one_stream, refuse_overwrite
     from devplan.gate.load import check_input
-    from devplan.backend import Partitioner
     from devplan.planning import parse_budget
 
-    parse = {"delegate": (Backend.parse, delegate), "backend": (Partitioner.parse, backend),
-             "partitioner": (Partitioner.parse_class, partitioner)}
-    backends = [make(text) for name in _given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()]
+    parse = {
+        "delegate": (Backend.parse, delegate),
+        "backend": (Partitioner.parse, backend),
+        "partitioner": (Partitioner.parse_class, partitioner),
+    }
+    backends = [
+        make(text) for name in _given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()
+    ]
     budgets = dict(parse_budget(text) for text in budget or ())
     methods = _named_once([_name_value(text, "--method", Path) for text in method or ()], "--method")
-    constants = {**(_metadata(metadata) if metadata is not None else {}),
-                 **_named_once([_name_value(text, "--constant-method", _constant) for text in constant_method or ()],
-                               "--constant-method")}
+    constants = {
+        **(_metadata(metadata) if metadata is not None else {}),
+        **_named_once(
+            [_name_value(text, "--constant-method", _constant) for text in constant_method or ()], "--constant-method"
+        ),
+    }
     if output is not None and is_stdout(output) and sys.stdout.isatty():
         # as gzip refuses: a program's bytes are noise on a terminal, and some of them its commands
-        raise DevplanError(f"-o {output}: standard output is a terminal, and a program is binary; redirect it "
-                           f"(-o {output} > PROGRAM.pte) or pipe it to the command that reads it")
+        raise DevplanError(
+            f"-o {output}: standard output is a terminal, and a program is binary; redirect it "
+            f"(-o {output} > PROGRAM.pte) or pipe it to the command that reads it"
+        )
     for path in (model, *methods.values()):
         check_input(path)  # a .pte given as the model is told so, not that -o would overwrite it
     target = output if output is not None else model.with_suffix(".pte")
@@ -190,11 +301,28 @@ def compile_command(
     from devplan.cli.progress import compile_progress
 
     with compile_progress(quiet or json_output) as progress:
-        result = compile(model, target, alignment=alignment, planner=planner, budgets=budgets, inplace=inplace, reorder=reorder,
-                         delegates=backends, device_io=device_io, source=source, dump_dir=dump_dir,
-                         methods=methods, constant_methods=constants, kernels=kernels, llm=llm,
-                         external_constants=external_constants, quantize=quantize, calibration=calibration,
-                         on_stage=progress.stage, on_written=progress.written)
+        result = compile(
+            model,
+            target,
+            alignment=alignment,
+            planner=planner,
+            budgets=budgets,
+            inplace=inplace,
+            reorder=reorder,
+            delegates=backends,
+            device_io=device_io,
+            source=source,
+            dump_dir=dump_dir,
+            methods=methods,
+            constant_methods=constants,
+            kernels=kernels,
+            llm=llm,
+            external_constants=external_constants,
+            quantize=quantize,
+            calibration=calibration,
+            on_stage=progress.stage,
+            on_written=progress.written,
+        )
     if quiet:
         return
     summary = result.summary()
@@ -203,9 +331,12 @@ def compile_command(
         return
     from devplan.cli.reports import compile_lines
 
-    for line in compile_lines(summary, [m["name"] for m in summary["methods"] if m["name"] not in ("forward", *methods)],
-                              "standard output" if to_stdout else str(target),
-                              str(external_constants) if external_constants is not None else None):
+    for line in compile_lines(
+        summary,
+        [m["name"] for m in summary["methods"] if m["name"] not in ("forward", *methods)],
+        "standard output" if to_stdout else str(target),
+        str(external_constants) if external_constants is not None else None,
+    ):
         echo(line)
 
 
@@ -244,15 +375,16 @@ def _unique_keys(path: Path, pairs: list) -> dict:
 
 def _metadata(path: Path) -> dict:
     from devplan.files import read_input
-
     from devplan.jsontext import loads
 
     raw = read_input(path, limit=1 << 20, hint="pass a JSON file of constant methods")
     try:  # JSON text is UTF-8 (RFC 8259); json would guess UTF-16 or 32 from a binary's zeros, and say that
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise DevplanError(f"--metadata {path}: not JSON text (not UTF-8: a binary file?); pass a JSON file "
-                           f"of constant methods, an object of NAME: VALUE") from None
+        raise DevplanError(
+            f"--metadata {path}: not JSON text (not UTF-8: a binary file?); pass a JSON file "
+            f"of constant methods, an object of NAME: VALUE"
+        ) from None
     try:
         found = loads(text, f"--metadata {path}", object_pairs_hook=functools.partial(_unique_keys, path))
     except ValueError as error:

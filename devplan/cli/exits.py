@@ -1,6 +1,7 @@
 """The `devplan` entry point: what a command's end becomes. Every user-facing failure is one
 line on stderr and an exit code of its kind (devplan.errors); a bug in devplan itself one line
 too, with its traceback kept in a log file (or printed with --debug, which any command takes)."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,17 @@ except ImportError:
     from click import exceptions as click_errors  # type: ignore[no-redef]
 
 from devplan.cli.app import app
-from devplan.errors import (EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, BudgetExceeded,
-                            DevplanError, first_line)
+from devplan.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    BudgetExceeded,
+    DevplanError,
+    first_line,
+)
+
 
 def main() -> None:
     """Entry point: every user-facing failure becomes one line on stderr and EXIT_BAD_INPUT; a bug
@@ -98,8 +108,11 @@ def _internal(error: Exception, debug: bool) -> None:
     from devplan.units import printable
 
     cause = error.__cause__ if isinstance(error, InternalError) and error.__cause__ else error
-    where = (f"in stage {error.stage}" + (f" at node {error.node}" if error.node else "")
-             if isinstance(error, InternalError) else f"in devplan {' '.join(sys.argv[1:2])}".rstrip())
+    where = (
+        f"in stage {error.stage}" + (f" at node {error.node}" if error.node else "")
+        if isinstance(error, InternalError)
+        else f"in devplan {' '.join(sys.argv[1:2])}".rstrip()
+    )
     text = "".join(traceback.format_exception(error))
     if debug:
         print(text, file=sys.stderr, end="")
@@ -109,8 +122,13 @@ def _internal(error: Exception, debug: bool) -> None:
         with open(handle, "w") as f:
             f.write(text)
         kept = f"traceback in {log}; rerun with --debug to print it"
-    print(printable(f"devplan: internal error {where} (devplan {__version__}): {type(cause).__name__}: "
-                    f"{first_line(cause)}; {kept}; please report it"), file=sys.stderr)
+    print(
+        printable(
+            f"devplan: internal error {where} (devplan {__version__}): {type(cause).__name__}: "
+            f"{first_line(cause)}; {kept}; please report it"
+        ),
+        file=sys.stderr,
+    )
     sys.exit(EXIT_INTERNAL)
 
 

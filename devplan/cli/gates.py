@@ -1,5 +1,6 @@
 """The gates CI runs: `devplan check` (a program's planned memory against budgets, its lower
 bound and its golden file) and `devplan diff` (two programs' plans), each exiting 1 when it fails."""
+
 from __future__ import annotations
 
 import enum
@@ -15,8 +16,13 @@ from devplan.files import STDIO
 
 Tolerance = Annotated[
     Optional[str],
-    typer.Option("--tolerance", metavar="T", help="Let sizes grow by up to T and still match: a percentage (2%) or "
-                 "bytes (4KiB). Shrinking always matches, unless --exact.", show_default=False),
+    typer.Option(
+        "--tolerance",
+        metavar="T",
+        help="Let sizes grow by up to T and still match: a percentage (2%) or "
+        "bytes (4KiB). Shrinking always matches, unless --exact.",
+        show_default=False,
+    ),
 ]
 Exact = Annotated[
     bool, typer.Option("--exact", help="Every change is a difference: sizes that shrank, tensors that moved.")
@@ -33,13 +39,22 @@ class ReportFormat(str, enum.Enum):
 
 Format = Annotated[
     ReportFormat,
-    typer.Option("--format", help="text (for people), markdown (a table for $GITHUB_STEP_SUMMARY or a pull request "
-                 "comment) or github (::error annotations naming the file and the change).", case_sensitive=False),
+    typer.Option(
+        "--format",
+        help="text (for people), markdown (a table for $GITHUB_STEP_SUMMARY or a pull request "
+        "comment) or github (::error annotations naming the file and the change).",
+        case_sensitive=False,
+    ),
 ]
 JUnit = Annotated[
     Optional[Path],
-    typer.Option("--junit", metavar="FILE.xml", help="Also write a JUnit XML report: a test case per buffer check and "
-                 "per golden difference, failing where it fails.", show_default=False),
+    typer.Option(
+        "--junit",
+        metavar="FILE.xml",
+        help="Also write a JUnit XML report: a test case per buffer check and "
+        "per golden difference, failing where it fails.",
+        show_default=False,
+    ),
 ]
 
 
@@ -57,28 +72,48 @@ def _report_outputs(json_output: bool, report_format: ReportFormat, junit: Path 
 @app.command("check", cls=Command)
 def check_command(
     program: Annotated[
-        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to check, devplan's or ExecuTorch's "
-                             "(- reads standard input).", show_default=False)
+        Path,
+        typer.Argument(
+            metavar="PROGRAM.pte",
+            help="The .pte program to check, devplan's or ExecuTorch's (- reads standard input).",
+            show_default=False,
+        ),
     ],
     budget: Budgets = None,
     max_ratio: Annotated[
         Optional[float],
-        typer.Option("--max-ratio", metavar="R", help="Fail when a buffer is more than R times its lower bound, e.g. 1.05.",
-                     show_default=False),
+        typer.Option(
+            "--max-ratio",
+            metavar="R",
+            help="Fail when a buffer is more than R times its lower bound, e.g. 1.05.",
+            show_default=False,
+        ),
     ] = None,
     golden: Annotated[
         Optional[Path],
-        typer.Option("--golden", metavar="GOLDEN.json", help="Fail when the program no longer plans as this golden file "
-                     "records (buffers, bounds, operators, counts, delegates, placements); the diff says what changed.",
-                     show_default=False),
+        typer.Option(
+            "--golden",
+            metavar="GOLDEN.json",
+            help="Fail when the program no longer plans as this golden file "
+            "records (buffers, bounds, operators, counts, delegates, placements); the diff says what changed.",
+            show_default=False,
+        ),
     ] = None,
     update: Annotated[
-        bool, typer.Option("--update", help="Write (or rewrite) the --golden file from this program instead of comparing.")
+        bool,
+        typer.Option("--update", help="Write (or rewrite) the --golden file from this program instead of comparing."),
     ] = False,
     tolerance: Tolerance = None,
     exact: Exact = False,
-    method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Check only this method.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help=f"Print the checks as JSON (keys: {SCHEMAS}check.schema.json in the installed package).")] = False,
+    method: Annotated[
+        Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Check only this method.")
+    ] = None,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json", help=f"Print the checks as JSON (keys: {SCHEMAS}check.schema.json in the installed package)."
+        ),
+    ] = False,
     data: DataFile = None,
     report_format: Format = ReportFormat.text,
     junit: JUnit = None,
@@ -95,17 +130,23 @@ def check_command(
     from devplan.planning import parse_budget
 
     if golden is None and (update or tolerance is not None or exact):
-        raise DevplanError(f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json")
+        raise DevplanError(
+            f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json"
+        )
     if update:  # the .ptd holds the program's weights: only a recompile would bring them back
         refuse_overwrite(golden, [program, data], "--golden")
     elif str(golden) == str(program) == STDIO:
         raise DevplanError("-: standard input can be read once; pass the program or the --golden file as a file")
     _report_outputs(json_output, report_format, junit, [program, data, golden])
     source = read_noting_external(program, data)
-    checks = check(source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio,
-                   method=method)
-    matched = (check_golden(source, golden, update=update, tolerance=tolerance, exact=exact, method=method)
-               if golden is not None else None)
+    checks = check(
+        source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio, method=method
+    )
+    matched = (
+        check_golden(source, golden, update=update, tolerance=tolerance, exact=exact, method=method)
+        if golden is not None
+        else None
+    )
     name = source.name if str(program) == STDIO else program.name
     report = check_document(name, checks, matched)
     # a golden file written to standard output leaves it no room for the report, which goes to stderr
@@ -123,11 +164,14 @@ def check_command(
         if report_format is ReportFormat.markdown:
             typer.echo(reports_ci.check_markdown(checks, matched, str(golden), name), nl=False, err=to_stderr)
         else:
-            typer.echo("".join(line + "\n" for line in reports_ci.check_github(checks, matched, str(golden), str(program))),
-                       nl=False, err=to_stderr)
+            typer.echo(
+                "".join(line + "\n" for line in reports_ci.check_github(checks, matched, str(golden), str(program))),
+                nl=False,
+                err=to_stderr,
+            )
     if junit is not None:
-        from devplan.files import write_atomic
         from devplan.cli.reports_ci import check_junit
+        from devplan.files import write_atomic
 
         write_atomic(junit, check_junit(checks, matched, str(golden), name, str(program)))
     if not report["ok"]:
@@ -136,17 +180,33 @@ def check_command(
 
 @app.command("diff", cls=Command)
 def diff_command(
-    a: Annotated[Path, typer.Argument(metavar="A.pte", help="The old program (or a golden file); - reads standard "
-                                      "input.", show_default=False)],
+    a: Annotated[
+        Path,
+        typer.Argument(
+            metavar="A.pte", help="The old program (or a golden file); - reads standard input.", show_default=False
+        ),
+    ],
     b: Annotated[Path, typer.Argument(metavar="B.pte", help="The new program (or a golden file).", show_default=False)],
     tolerance: Tolerance = None,
     exact: Exact = False,
-    method: Annotated[Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Compare only this method.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help=f"Print the differences as JSON (keys: {SCHEMAS}diff.schema.json in the installed package).")] = False,
+    method: Annotated[
+        Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Compare only this method.")
+    ] = None,
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json", help=f"Print the differences as JSON (keys: {SCHEMAS}diff.schema.json in the installed package)."
+        ),
+    ] = False,
     data: Annotated[
         Optional[list[Path]],
-        typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file of A, then of B (given once: of both), "
-                     "for programs that keep their weights outside them.", show_default=False),
+        typer.Option(
+            "--data",
+            metavar="FILE.ptd",
+            help="The .ptd data file of A, then of B (given once: of both), "
+            "for programs that keep their weights outside them.",
+            show_default=False,
+        ),
     ] = None,
     report_format: Format = ReportFormat.text,
     junit: JUnit = None,
@@ -164,8 +224,9 @@ def diff_command(
     if str(a) == str(b) == STDIO:
         raise DevplanError("-: standard input can be read once; pass one of A and B as a file")
     if len(data or ()) > 2:
-        raise DevplanError(f"--data given {len(data or ())} times; give it once (both programs' .ptd) or twice (A's, "
-                           f"then B's)")
+        raise DevplanError(
+            f"--data given {len(data or ())} times; give it once (both programs' .ptd) or twice (A's, then B's)"
+        )
     data_a, data_b = (data or [None])[0], (data or [None])[-1]
     _report_outputs(json_output, report_format, junit, [a, b, *(data or ())])
     side_a = _diff_side(a, data_a)
@@ -183,11 +244,15 @@ def diff_command(
     else:
         from devplan.cli import reports_ci
 
-        typer.echo(reports_ci.diff_markdown(result) if report_format is ReportFormat.markdown else
-                   "".join(line + "\n" for line in reports_ci.diff_github(result, changed)), nl=False)
+        typer.echo(
+            reports_ci.diff_markdown(result)
+            if report_format is ReportFormat.markdown
+            else "".join(line + "\n" for line in reports_ci.diff_github(result, changed)),
+            nl=False,
+        )
     if junit is not None:
-        from devplan.files import write_atomic
         from devplan.cli.reports_ci import diff_junit
+        from devplan.files import write_atomic
 
         write_atomic(junit, diff_junit(result, changed))
     if not result.ok:

@@ -1,4 +1,5 @@
 """`devplan inspect`: what a .pte program holds, as tables or the inspection document."""
+
 from __future__ import annotations
 
 import enum
@@ -8,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from devplan import SCHEMAS
-from devplan.cli.app import DataFile, Command, app, console, echo_json, noting_external, program_source
+from devplan.cli.app import Command, DataFile, app, console, echo_json, noting_external, program_source
 from devplan.inspection import sections as inspect_sections
 
 InspectSection = enum.Enum(  # type: ignore[misc]  # members from the sections table
@@ -19,8 +20,10 @@ InspectSection = enum.Enum(  # type: ignore[misc]  # members from the sections t
 @app.command("inspect", cls=Command)
 def inspect_command(
     program: Annotated[
-        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to inspect (- reads standard input).",
-                             show_default=False)
+        Path,
+        typer.Argument(
+            metavar="PROGRAM.pte", help="The .pte program to inspect (- reads standard input).", show_default=False
+        ),
     ],
     json_output: Annotated[
         bool,
@@ -50,25 +53,43 @@ def inspect_command(
         bool, typer.Option("--bytes", help="Show every size as an exact byte count instead of KiB/MiB.")
     ] = False,
     shapes: Annotated[
-        bool, typer.Option("--shapes", help="In instructions, show each tensor argument with its dtype and shape "
-                           "(v12:float32[1×8×32]).")
+        bool,
+        typer.Option(
+            "--shapes",
+            help="In instructions, show each tensor argument with its dtype and shape (v12:float32[1×8×32]).",
+        ),
     ] = False,
     delegate: Annotated[
         Optional[int],
-        typer.Option("--delegate", "-d", metavar="N", min=0, help="Show the program inside delegate N's payload "
-                     "(of the first method, or of --method) instead: devplan's delegates hold ET12 programs.",
-                     show_default=False),
+        typer.Option(
+            "--delegate",
+            "-d",
+            metavar="N",
+            min=0,
+            help="Show the program inside delegate N's payload "
+            "(of the first method, or of --method) instead: devplan's delegates hold ET12 programs.",
+            show_default=False,
+        ),
     ] = None,
     svg: Annotated[
         Optional[Path],
-        typer.Option("--svg", metavar="FILE.svg", help="Also draw each buffer's layout over time as an SVG picture "
-                     "(each block of the model named under its instructions; hover a rectangle to name its tensor).", show_default=False),
+        typer.Option(
+            "--svg",
+            metavar="FILE.svg",
+            help="Also draw each buffer's layout over time as an SVG picture "
+            "(each block of the model named under its instructions; hover a rectangle to name its tensor).",
+            show_default=False,
+        ),
     ] = None,
     trace: Annotated[
         Optional[Path],
-        typer.Option("--trace", metavar="FILE.json", help="Also write the plan as a Chrome trace for ui.perfetto.dev or "
-                     "chrome://tracing: instructions, bytes in use per buffer, one slice per tensor (1 ms per instruction).",
-                     show_default=False),
+        typer.Option(
+            "--trace",
+            metavar="FILE.json",
+            help="Also write the plan as a Chrome trace for ui.perfetto.dev or "
+            "chrome://tracing: instructions, bytes in use per buffer, one slice per tensor (1 ms per instruction).",
+            show_default=False,
+        ),
     ] = None,
     data: DataFile = None,
 ) -> None:
@@ -105,5 +126,4 @@ def inspect_command(
     chosen = chosen or inspect_sections.DEFAULT_SECTIONS
     # only the lists the views draw from are made printable (a large program's instructions take seconds)
     kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
-    render(printable_tree(kept), console(), chosen,
-           exact_bytes=exact_bytes, shapes=shapes)
+    render(printable_tree(kept), console(), chosen, exact_bytes=exact_bytes, shapes=shapes)

@@ -2,6 +2,7 @@
 program file goes out, the bytes written of the file's size, as rich's progress display on
 stderr. Nothing at all when stderr is not a terminal (a pipe, a file, CI's log) or with
 --quiet, so that scripts read only what they asked for."""
+
 from __future__ import annotations
 
 from types import TracebackType
@@ -17,8 +18,15 @@ class CompileProgress:
     without a console they do nothing."""
 
     def __init__(self, console: Console | None) -> None:
-        self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                  TimeElapsedColumn(), console=console, transient=True, disable=console is None)
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=console is None,
+        )
         self._task: TaskID | None = None
 
     def __enter__(self) -> "CompileProgress":
@@ -26,8 +34,9 @@ class CompileProgress:
         self._task = self._progress.add_task("devplan compile: load", total=None)
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self._progress.stop()
 
     def stage(self, name: str) -> None:

@@ -2,6 +2,7 @@
 returns the lines it prints (inspect's tables are devplan/inspection/render.py, diff's text
 is its result's own). Names that come from files are shown through units.printable, so a
 terminal escape in one is shown escaped, never obeyed."""
+
 from __future__ import annotations
 
 import re
@@ -14,35 +15,51 @@ from devplan.inspection.difftext import WIDTH, cause_lines, change_lines, outcom
 from devplan.units import counted, exact_size_text, printable, size_text
 
 
-def compile_lines(summary: CompileSummary, constant_methods: list[str], written: str, external: str | None) -> list[str]:
+def compile_lines(
+    summary: CompileSummary, constant_methods: list[str], written: str, external: str | None
+) -> list[str]:
     """compile's summary: each method's buffers against their lower bounds, its delegates, the
     constants, and the files written (`written`: the program's name, `external`: the .ptd's)."""
     lines = [f"constant methods: {', '.join(constant_methods)}"] if constant_methods else []
     for shown in (m for m in summary["methods"] if m["name"] not in constant_methods):
-        lines.append(f"method {shown['name']}: {counted(shown['counts']['instructions'], 'instruction')}, "
-                     f"{counted(shown['counts']['operators'], 'operator')}, planner {shown['planner']}")
+        lines.append(
+            f"method {shown['name']}: {counted(shown['counts']['instructions'], 'instruction')}, "
+            f"{counted(shown['counts']['operators'], 'operator')}, planner {shown['planner']}"
+        )
         for b in shown["buffers"]:
             ratio = b["size"] / b["lower_bound"] if b["lower_bound"] else 1.0
-            lines.append(f"  buffer {b['mem_id']} ({b['device']}): {exact_size_text(b['size'])} planned, "
-                         f"lower bound {exact_size_text(b['lower_bound'])}, ratio {ratio:.3f}, {counted(b['tensors'], 'tensor')}")
+            lines.append(
+                f"  buffer {b['mem_id']} ({b['device']}): {exact_size_text(b['size'])} planned, "
+                f"lower bound {exact_size_text(b['lower_bound'])}, ratio {ratio:.3f}, {counted(b['tensors'], 'tensor')}"
+            )
         for device, backend in sorted({(d["target_device"], d["id"]) for d in shown["delegates"]}):
             mine = [d for d in shown["delegates"] if (d["target_device"], d["id"]) == (device, backend)]
             windows = [d["window"] for d in mine if d["window"]]
-            shared = (f", working memory in buffer {windows[0]['mem_id']} ({len(windows)} "
-                      f"{'window' if len(windows) == 1 else 'windows'}, largest "
-                      f"{size_text(max(w['size'] for w in windows))})" if windows else "")
-            lines.append(f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
-                         f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}{_own_memory(mine)}")
+            shared = (
+                f", working memory in buffer {windows[0]['mem_id']} ({len(windows)} "
+                f"{'window' if len(windows) == 1 else 'windows'}, largest "
+                f"{size_text(max(w['size'] for w in windows))})"
+                if windows
+                else ""
+            )
+            lines.append(
+                f"  {len(mine)} {'delegate' if len(mine) == 1 else 'delegates'} on {device} ({backend}), "
+                f"payloads {size_text(sum(d['payload_size'] for d in mine))}{shared}{_own_memory(mine)}"
+            )
     if "quantization" in summary:
         lines.extend(quantization_lines(summary["quantization"]))
     file = summary["file"]
     lines.append(f"constants: {exact_size_text(file['constant_bytes'])}")
     if file.get("external") is not None:
-        lines.append(f"wrote {external} ({exact_size_text(file['external']['size'])}, "
-                     f"{file['external']['keys']} keys): the weights")
+        lines.append(
+            f"wrote {external} ({exact_size_text(file['external']['size'])}, "
+            f"{file['external']['keys']} keys): the weights"
+        )
     # the time from loading the model to the program written: not Python's start-up nor torch's import
-    lines.append(f"wrote {written} ({exact_size_text(file['size'])}); compiling took "
-                 f"{summary['timings']['seconds']:.2f} s (loading the model to writing the program)")
+    lines.append(
+        f"wrote {written} ({exact_size_text(file['size'])}); compiling took "
+        f"{summary['timings']['seconds']:.2f} s (loading the model to writing the program)"
+    )
     return lines
 
 
@@ -54,8 +71,12 @@ def _own_memory(delegates: list[CompiledDelegate]) -> str:
         return ""
     told = "" if all(m["bytes"] is not None for m in own) else "; not every payload says how much"
     known = [m for m in own if m["bytes"] is not None]
-    amount = (f": up to {exact_size_text(sum(m['bytes'] for m in known))}, {counted(sum(m['values'] for m in known), 'intermediate')} "
-              f"from {'its graph' if len(own) == 1 else 'their graphs'} summed" if known else "")
+    amount = (
+        f": up to {exact_size_text(sum(m['bytes'] for m in known))}, {counted(sum(m['values'] for m in known), 'intermediate')} "
+        f"from {'its graph' if len(own) == 1 else 'their graphs'} summed"
+        if known
+        else ""
+    )
     return f"; working memory outside the plan, allocated by the backend{amount}{told}"
 
 
@@ -63,22 +84,27 @@ def quantization_lines(report: Quantization) -> list[str]:
     """--quantize's cost: the error against the float model on the samples, the weights' bytes
     before and after, and the ops left in float (the quantizer had no pattern for them)."""
     error = report["error"]
-    facts = [f"SQNR {error['sqnr_db']:.1f} dB" if error["sqnr_db"] is not None else "outputs equal",
-             f"max abs difference {error['max_abs_diff']:.3g}"]
+    facts = [
+        f"SQNR {error['sqnr_db']:.1f} dB" if error["sqnr_db"] is not None else "outputs equal",
+        f"max abs difference {error['max_abs_diff']:.3g}",
+    ]
     if error["argmax_agreement"] is not None:
         facts.append(f"argmax agreement {error['argmax_agreement']:.1%}")
     inputs = f"{report['samples']} {'calibration inputs' if report['calibration'] == 'file' else 'seeded samples'}"
     weights = report["weights"]
-    lines = [f"quantized {report['mode']} (XNNPACK): on {inputs} against the float model, {', '.join(facts)}",
-             f"  weights {exact_size_text(weights['quantized_bytes'])}, float {exact_size_text(weights['float_bytes'])}"]
+    lines = [
+        f"quantized {report['mode']} (XNNPACK): on {inputs} against the float model, {', '.join(facts)}",
+        f"  weights {exact_size_text(weights['quantized_bytes'])}, float {exact_size_text(weights['float_bytes'])}",
+    ]
     if report["float_ops"]:
         ops = ", ".join(f"{op} x{count}" for op, count in report["float_ops"].items())
         lines.append(f"  stayed float (no quantizer pattern for them in {report['mode']}): {printable(ops)}")
     return lines
 
 
-def check_lines(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str,
-                width: int = WIDTH) -> list[str]:
+def check_lines(
+    checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str, width: int = WIDTH
+) -> list[str]:
     """check's verdicts: one line per buffer (and per device a budget names), what a failing
     one holds at its peak, then the golden file's verdict and what changed, each within
     `width` columns (the console's)."""
@@ -118,8 +144,11 @@ def buffer_name(c: BufferCheck) -> str:
     'forward delegate 0 (XnnpackBackend) working memory (cpu)'."""
     if c.working_memory is not None:
         return f"{c.method} working memory ({c.device})"
-    what = (f"buffer {c.mem_id} ({c.device})" if c.mem_id is not None else
-            f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}")
+    what = (
+        f"buffer {c.mem_id} ({c.device})"
+        if c.mem_id is not None
+        else f"{c.device}, {'all ' if c.buffers > 1 else ''}{c.buffers} buffer{'s' if c.buffers > 1 else ''}"
+    )
     return f"{c.method} {what}" + (" and backends' own memory" if c.backends else "")
 
 
@@ -128,17 +157,24 @@ def buffer_facts(c: BufferCheck) -> list[str]:
     if c.working_memory is not None:  # told, not checked: no plan holds it
         if c.working_memory["bytes"] is None:
             return ["not known (its payload does not say)", "outside the plan, allocated by its backend"]
-        return [f"up to {exact_size_text(c.size)}", f"outside the plan, allocated by its backend: "
-                f"{counted(c.working_memory['values'], 'intermediate')} from its graph summed; "
-                f"--budget {c.device}+backends=SIZE counts it"]
+        return [
+            f"up to {exact_size_text(c.size)}",
+            f"outside the plan, allocated by its backend: "
+            f"{counted(c.working_memory['values'], 'intermediate')} from its graph summed; "
+            f"--budget {c.device}+backends=SIZE counts it",
+        ]
     facts = [exact_size_text(c.size)]
     if c.backends:
         facts.append(f"of which backends' own memory up to {exact_size_text(c.backends)}")
     if c.budget is not None:
-        facts.append(f"budget {size_text(c.budget)}" + ("" if c.size <= c.budget else
-                                                     f", over by {exact_size_text(c.size - c.budget)}"))
-    facts.append(f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
-                 + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}"))
+        facts.append(
+            f"budget {size_text(c.budget)}"
+            + ("" if c.size <= c.budget else f", over by {exact_size_text(c.size - c.budget)}")
+        )
+    facts.append(
+        f"lower bound {size_text(c.lower_bound)}, ratio {c.ratio:.3f}"
+        + ("" if c.max_ratio is None or c.ratio <= c.max_ratio else f" > {c.max_ratio:g}")
+    )
     if c.problem is not None:
         facts.append(c.problem)
     return facts
@@ -151,12 +187,17 @@ def run_lines(report: RunDocument) -> list[str]:
     for number, outputs in enumerate(report["runs"], 1):
         for index, out in enumerate(outputs):
             prefix = f"run {number} " if several else ""
-            lines.append(f"{prefix}output {index}: {out['value']!r}" if "value" in out else
-                         f"{prefix}output {index}: {out['dtype']} {tuple(out['shape'])}  min {out['min']:.6g}  "
-                         f"max {out['max']:.6g}  mean {out['mean']:.6g}")
+            lines.append(
+                f"{prefix}output {index}: {out['value']!r}"
+                if "value" in out
+                else f"{prefix}output {index}: {out['dtype']} {tuple(out['shape'])}  min {out['min']:.6g}  "
+                f"max {out['max']:.6g}  mean {out['mean']:.6g}"
+            )
     for row in report.get("memory", ()):
         if row["peak"] is not None:  # what a device really held, beside what the plan said it would
-            lines.append(f"{row['device']}: planned {size_text(row['planned'])}, constants "
-                         f"{size_text(row['constants'])}, peak {size_text(row['peak'])} "
-                         f"({size_text(max(row['beyond_plan'], 0))} beyond them)")
+            lines.append(
+                f"{row['device']}: planned {size_text(row['planned'])}, constants "
+                f"{size_text(row['constants'])}, peak {size_text(row['peak'])} "
+                f"({size_text(max(row['beyond_plan'], 0))} beyond them)"
+            )
     return lines

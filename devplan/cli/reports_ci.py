@@ -3,15 +3,16 @@ $GITHUB_STEP_SUMMARY or a pull request's comment (`--format markdown`), GitHub's
 commands, which it shows as annotations on the files (`--format github`), and a JUnit XML
 file for test reporters (`--junit FILE`). Each renders the same results that the text views
 (reports.py, inspection/difftext.py) print, in the same words."""
+
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from devplan.cli.reports import buffer_facts, buffer_name
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.diff import Change, Diff
 from devplan.inspection.difftext import change_label, change_values, outcome, peak_text, signed_size
 from devplan.units import printable, size_text
-from devplan.cli.reports import buffer_facts, buffer_name
 
 _MARK = {True: "✅ ok", False: "❌ FAIL"}
 _MARKDOWN_SPECIAL = "\\|<`*"  # what would end a table cell, open HTML or a code span, or start emphasis
@@ -26,10 +27,16 @@ def check_markdown(checks: list[BufferCheck], matched: GoldenCheck | None, golde
     lines = [f"### devplan check {_code(name)}: {'ok' if ok else 'FAIL'}", ""]
     if checks:
         lines += ["| | buffer | size | limits |", "| --- | --- | ---: | --- |"]
-        lines += [f"| {_MARK[c.ok]} | {_cell(buffer_name(c))} | {_cell(buffer_facts(c)[0])} | "
-                  f"{_cell('; '.join(buffer_facts(c)[1:]))} |" for c in checks]
-        peaks = [f"**{_cell(buffer_name(c))}** at its peak: {_cell(peak_text(c.peak))}  "
-                 for c in checks if not c.ok and c.peak is not None]
+        lines += [
+            f"| {_MARK[c.ok]} | {_cell(buffer_name(c))} | {_cell(buffer_facts(c)[0])} | "
+            f"{_cell('; '.join(buffer_facts(c)[1:]))} |"
+            for c in checks
+        ]
+        peaks = [
+            f"**{_cell(buffer_name(c))}** at its peak: {_cell(peak_text(c.peak))}  "
+            for c in checks
+            if not c.ok and c.peak is not None
+        ]
         lines += ["", *peaks] if peaks else []
     if matched is not None:
         verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
@@ -50,8 +57,11 @@ def _changes_markdown(d: Diff) -> list[str]:
         lines += _grown_markdown(d, peak)
     if d.changes:
         lines += ["| | method | what | change |", "| --- | --- | --- | --- |"]
-        lines += [f"| {_MARK[not c.fails]} | {_cell(c.method or 'program')} | {_cell(change_label(c))} | "
-                  f"{_cell(change_values(c))} |" for c in d.changes]
+        lines += [
+            f"| {_MARK[not c.fails]} | {_cell(c.method or 'program')} | {_cell(change_label(c))} | "
+            f"{_cell(change_values(c))} |"
+            for c in d.changes
+        ]
     return lines
 
 
@@ -60,10 +70,16 @@ def _grown_markdown(d: Diff, peak: Change) -> list[str]:
     the blocks whose bytes there changed, most changed first."""
     size = _size_change(d, peak)
     grew = f": {change_values(size)}" if size else ""
-    lines = [f"**What grew in {_cell(f'{peak.method} {peak.subject}')}**{_cell(grew)}; peak: {_cell(change_values(peak))}",
-             "", "| module | before | after | change |", "| --- | ---: | ---: | ---: |"]
-    lines += [f"| {_cell(m['module'])} | {size_text(m['a'])} | {size_text(m['b'])} | {signed_size(m['b'] - m['a'])} |"
-              for m in peak.detail["modules"]]
+    lines = [
+        f"**What grew in {_cell(f'{peak.method} {peak.subject}')}**{_cell(grew)}; peak: {_cell(change_values(peak))}",
+        "",
+        "| module | before | after | change |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {_cell(m['module'])} | {size_text(m['a'])} | {size_text(m['b'])} | {signed_size(m['b'] - m['a'])} |"
+        for m in peak.detail["modules"]
+    ]
     if peak.detail["more"]:
         lines.append(f"| and {peak.detail['more']} more blocks | | | |")
     return lines + [""]
@@ -93,8 +109,9 @@ def _joined(lines: list[str]) -> str:
 def check_github(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, program: str) -> list[str]:
     """An error on the program per failing buffer; on the golden file, an error per difference
     and a notice per change allowed."""
-    lines = [_command("error", program, f"devplan check: {buffer_name(c)}", _buffer_message(c))
-             for c in checks if not c.ok]
+    lines = [
+        _command("error", program, f"devplan check: {buffer_name(c)}", _buffer_message(c)) for c in checks if not c.ok
+    ]
     if matched is not None and matched.diff is not None:
         lines += diff_github(matched.diff, golden)
     return lines
@@ -125,8 +142,10 @@ def _change_message(d: Diff, change: Change) -> str:
     if peak is not None:
         if peak is not change:
             lines.append(f"peak: {change_values(peak)}")
-        lines += [f"{m['module']} {signed_size(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
-                  for m in peak.detail["modules"]]
+        lines += [
+            f"{m['module']} {signed_size(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
+            for m in peak.detail["modules"]
+        ]
     return "\n".join(lines)
 
 
@@ -134,7 +153,9 @@ def _peak_of(d: Diff, change: Change) -> Change | None:
     """The peak change of the buffer a size change is about."""
     if change.fact != "size":
         return None
-    return next((c for c in d.changes if (c.method, c.subject, c.fact) == (change.method, change.subject, "peak")), None)
+    return next(
+        (c for c in d.changes if (c.method, c.subject, c.fact) == (change.method, change.subject, "peak")), None
+    )
 
 
 def _command(kind: str, file: str, title: str, message: str) -> str:

@@ -1,4 +1,5 @@
 """`devplan run`: a program through devplan's reference runtime (or ExecuTorch's)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,46 +10,78 @@ import typer
 from devplan.cli.app import Command, app, echo_json, program_source
 from devplan.errors import DevplanError
 
+
 @app.command("run", cls=Command)
 def run_command(
     program: Annotated[
-        Path, typer.Argument(metavar="PROGRAM.pte", help="The .pte program to run (- reads standard input).",
-                             show_default=False)
+        Path,
+        typer.Argument(
+            metavar="PROGRAM.pte", help="The .pte program to run (- reads standard input).", show_default=False
+        ),
     ],
     inputs: Annotated[
         Optional[Path],
-        typer.Option("--inputs", "-i", metavar="FILE.pt",
-                     help="Inputs saved with torch.save (a tensor, or a list or tuple of them). "
-                          "Default: seeded random floats, zeros for integer inputs."),
+        typer.Option(
+            "--inputs",
+            "-i",
+            metavar="FILE.pt",
+            help="Inputs saved with torch.save (a tensor, or a list or tuple of them). "
+            "Default: seeded random floats, zeros for integer inputs.",
+        ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, max=2**63 - 1, help="Seed for the random inputs.")] = 0,
-    runs: Annotated[int, typer.Option("--runs", min=1, max=10_000, help="Run the method this many times in a row "
-                                      "(state carries over).")] = 1,
+    runs: Annotated[
+        int,
+        typer.Option("--runs", min=1, max=10_000, help="Run the method this many times in a row (state carries over)."),
+    ] = 1,
     method: Annotated[str, typer.Option("--method", "-m", metavar="NAME", help="The method to run.")] = "forward",
     save: Annotated[
-        Optional[Path], typer.Option("--save", metavar="FILE.pt", help="Also save the last run's outputs with torch.save.")
+        Optional[Path],
+        typer.Option("--save", metavar="FILE.pt", help="Also save the last run's outputs with torch.save."),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the outputs' summaries as JSON.")] = False,
     devices_on_host: Annotated[
-        bool, typer.Option("--devices-on-host", help="Back every device buffer (cuda:N) with host memory, to prove a "
-                           "device program's plan on a machine without the device.")
+        bool,
+        typer.Option(
+            "--devices-on-host",
+            help="Back every device buffer (cuda:N) with host memory, to prove a "
+            "device program's plan on a machine without the device.",
+        ),
     ] = False,
     max_memory: Annotated[
-        str, typer.Option("--max-memory", metavar="SIZE", help="Refuse a program whose inputs, buffers and "
-                          "unplanned tensors take more than this (units B, KiB, MiB, GiB, ...): sizes come from the file.")
+        str,
+        typer.Option(
+            "--max-memory",
+            metavar="SIZE",
+            help="Refuse a program whose inputs, buffers and "
+            "unplanned tensors take more than this (units B, KiB, MiB, GiB, ...): sizes come from the file.",
+        ),
     ] = "8GiB",
     executorch: Annotated[
-        bool, typer.Option("--executorch", help="Run on ExecuTorch's own runtime instead (needs pip install "
-                           "\"devplan\\[executorch]\"): any program, those with XNNPACK delegates too.")
+        bool,
+        typer.Option(
+            "--executorch",
+            help="Run on ExecuTorch's own runtime instead (needs pip install "
+            '"devplan\\[executorch]"): any program, those with XNNPACK delegates too.',
+        ),
     ] = False,
     data: Annotated[
         Optional[Path],
-        typer.Option("--data", metavar="FILE.ptd", help="The .ptd data file holding the weights the program keeps "
-                     "outside it (compile --external-constants, ExecuTorch's external_constants).", show_default=False),
+        typer.Option(
+            "--data",
+            metavar="FILE.ptd",
+            help="The .ptd data file holding the weights the program keeps "
+            "outside it (compile --external-constants, ExecuTorch's external_constants).",
+            show_default=False,
+        ),
     ] = None,
     cuda_graphs: Annotated[
-        bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay each delegate on a CUDA device as one CUDA "
-                           "graph from its second run on (--debug says why one cannot be).")
+        bool,
+        typer.Option(
+            "--cuda-graphs/--no-cuda-graphs",
+            help="Replay each delegate on a CUDA device as one CUDA "
+            "graph from its second run on (--debug says why one cannot be).",
+        ),
     ] = True,
 ) -> None:
     """Run a .pte in devplan's reference runtime and summarize its outputs.
@@ -81,7 +114,9 @@ def run_command(
         from devplan.runtime.executor import method_view, sample_inputs
         from devplan.runtime.executorch import run_on_executorch
 
-        results = run_on_executorch(pte, method, given if given is not None else sample_inputs(method_view(pte, method), seed, memory), runs)
+        results = run_on_executorch(
+            pte, method, given if given is not None else sample_inputs(method_view(pte, method), seed, memory), runs
+        )
     else:
         with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
             devices = {d for view in methods(pte) for d in view.buffer_devices.values()}
@@ -131,11 +166,15 @@ def _load_inputs(path: Path, memory) -> list:
     try:
         loaded = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:  # torch.load raises pickle, zip and OS errors alike for a bad file
-        raise DevplanError(f"{path}: not a file of tensors saved with torch.save ({type(error).__name__}); "
-                           f"save a tensor or a list of tensors with torch.save") from None
+        raise DevplanError(
+            f"{path}: not a file of tensors saved with torch.save ({type(error).__name__}); "
+            f"save a tensor or a list of tensors with torch.save"
+        ) from None
     tensors = list(loaded) if isinstance(loaded, (list, tuple)) else [loaded]
     for index, tensor in enumerate(tensors):
         if isinstance(tensor, torch.Tensor) and (tensor.layout != torch.strided or tensor.is_meta):
-            raise DevplanError(f"{path}: input {index} is a {str(tensor.layout).removeprefix('torch.')} tensor on "
-                               f"{tensor.device.type}; save dense tensors that hold their values (tensor.to_dense())")
+            raise DevplanError(
+                f"{path}: input {index} is a {str(tensor.layout).removeprefix('torch.')} tensor on "
+                f"{tensor.device.type}; save dense tensors that hold their values (tensor.to_dense())"
+            )
     return tensors

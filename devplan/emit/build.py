@@ -1,6 +1,7 @@
 """A lowered graph as one Method: every kernel call's arguments follow its operator's
 schema (schema arguments, then the returned values), as the runtime unpacks them. Where
 tensors live and which views share bytes is left to the copies and alias passes."""
+
 from __future__ import annotations
 
 import operator
@@ -12,11 +13,23 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
+from devplan.ir.lowered import Lowered
+from devplan.ir.method import (
+    BoolList,
+    Delegate,
+    DoubleList,
+    IntList,
+    Kernel,
+    Method,
+    OptionalTensorList,
+    Source,
+    TensorList,
+    Use,
+    Value,
+    ViewOf,
+)
 from devplan.metadata import runner_value
 from devplan.ops import NUMBER_OPS, SAME_BYTES, has_kernel, is_view, kernel_name, out_schema, schema_name
-from devplan.ir.lowered import Lowered
-from devplan.ir.method import (BoolList, Delegate, DoubleList, IntList, Kernel, Method, OptionalTensorList, Source,
-                            TensorList, Use, Value, ViewOf)
 from devplan.pte.verify import MAX_TABLES
 from devplan.spec import CPU, INT32_MAX, Device, TensorSpec
 
@@ -24,13 +37,13 @@ from devplan.spec import CPU, INT32_MAX, Device, TensorSpec
 @dataclass
 class _Builder:
     values: list = field(default_factory=list)
-    of_node: dict = field(default_factory=dict)   # fx node -> value index
+    of_node: dict = field(default_factory=dict)  # fx node -> value index
     constants: dict = field(default_factory=dict)
-    state: dict = field(default_factory=dict)     # value index -> initial data of updated buffers
-    mutated: set = field(default_factory=set)     # value indices of user inputs updated in place
+    state: dict = field(default_factory=dict)  # value index -> initial data of updated buffers
+    mutated: set = field(default_factory=set)  # value indices of user inputs updated in place
     kernels: list = field(default_factory=list)
     delegates: list = field(default_factory=list)
-    uses: dict = field(default_factory=dict)      # (value index, device) -> its Use there
+    uses: dict = field(default_factory=dict)  # (value index, device) -> its Use there
 
     def add(self, value: Value) -> int:
         """A new value; numbers too get their own (compact shares equal ones among those kept)."""
@@ -56,16 +69,20 @@ def spec_of(t: torch.Tensor, **facts) -> TensorSpec:
     shape = tuple(size if isinstance(size, int) else _upper_bound(size) for size in t.shape)
     dynamic = any(not isinstance(size, int) for size in t.shape)
     if any(size > INT32_MAX for size in shape):  # ET12 writes sizes as int32
-        raise DevplanError(f"a {str(t.dtype).removeprefix('torch.')} tensor of shape {list(shape)} has a size over "
-                           f"{INT32_MAX:,}, more than a .pte program can hold; the model (or its .pt2) is damaged")
+        raise DevplanError(
+            f"a {str(t.dtype).removeprefix('torch.')} tensor of shape {list(shape)} has a size over "
+            f"{INT32_MAX:,}, more than a .pte program can hold; the model (or its .pt2) is damaged"
+        )
     return TensorSpec(shape, str(t.dtype).removeprefix("torch."), tuple(range(t.dim())), dynamic=dynamic, **facts)
 
 
 def _upper_bound(size: torch.SymInt) -> int:
     bound = size.node.shape_env.bound_sympy(size.node.expr).upper  # load refused a symbol with no range
     if not bound.is_Integer or int(bound) > 2**31:  # torch's int_oo is no sympy Integer
-        raise DevplanError(f"size {size} has no upper bound to plan for; export it with a maximum, "
-                           f"e.g. torch.export.Dim('batch', max=64)")
+        raise DevplanError(
+            f"size {size} has no upper bound to plan for; export it with a maximum, "
+            f"e.g. torch.export.Dim('batch', max=64)"
+        )
     return int(bound)
 
 
@@ -115,14 +132,31 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
             continue
         copy = torch.ops.aten.copy_.default
         args = (updated, _arg(b, value, copy._schema.arguments[1].type, target), b.add(False))
-        b.kernels.append(Kernel(kernel_name(copy), args + (updated,), target,
-                                source=Source(op=f"update of {low.names.get(target, ('', target))[1]}")))
+        b.kernels.append(
+            Kernel(
+                kernel_name(copy),
+                args + (updated,),
+                target,
+                source=Source(op=f"update of {low.names.get(target, ('', target))[1]}"),
+            )
+        )
     inputs = tuple(b.of_node[placeholders[name]] for name in low.inputs)
     # as in ExecuTorch, a mutated input is also returned, ahead of the user's outputs
     mutated = tuple(b.of_node[placeholders[name]] for name in low.mutated)
     outputs = (*mutated, *(_output(b, value, device_io) for value in user_outputs))
-    return Method(name, tuple(b.values), tuple(b.kernels), inputs, outputs, b.constants, b.state,
-                  low.in_spec, low.out_spec, tuple(b.delegates), mutated)
+    return Method(
+        name,
+        tuple(b.values),
+        tuple(b.kernels),
+        inputs,
+        outputs,
+        b.constants,
+        b.state,
+        low.in_spec,
+        low.out_spec,
+        tuple(b.delegates),
+        mutated,
+    )
 
 
 def _name(b: _Builder, index: int, name: tuple[str, str]) -> None:
@@ -178,13 +212,18 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
     if not isinstance(node.target, torch._ops.OpOverload):
         name = getattr(node.target, "__name__", str(node.target))
         if isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            raise DevplanError(f"node {node.name}: {name} of dynamic sizes has no kernel in ExecuTorch's runtime; "
-                               f"compute sizes with + - * / // %, min, max or comparisons")
-        raise DevplanError(f"{_user_node(node)}: {name} has no kernel in ExecuTorch's runtime; rewrite the model without it")
+            raise DevplanError(
+                f"node {node.name}: {name} of dynamic sizes has no kernel in ExecuTorch's runtime; "
+                f"compute sizes with + - * / // %, min, max or comparisons"
+            )
+        raise DevplanError(
+            f"{_user_node(node)}: {name} has no kernel in ExecuTorch's runtime; rewrite the model without it"
+        )
     schema = out_schema(node.target)
     if schema is None or not has_kernel(schema):
-        raise DevplanError(f"{_user_node(node)}: op {node.target} has no kernel in the portable library; "
-                           f"rewrite the model without it")
+        raise DevplanError(
+            f"{_user_node(node)}: op {node.target} has no kernel in the portable library; rewrite the model without it"
+        )
     kernel = schema_name(schema)
     view = _view_of(node, kernel)
     if view is not None and isinstance(node.args[0], torch.fx.Node):
@@ -218,7 +257,9 @@ def _view_of(node: torch.fx.Node, kernel: str) -> ViewOf | None:
     val = node.meta.get("val")
     source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
     static = isinstance(source, torch.Tensor) and all(isinstance(size, int) for size in source.shape)
-    starts = [0] * len(val if isinstance(val, (list, tuple)) else (val,)) if same_bytes else _runs(node) if static else None
+    starts = (
+        [0] * len(val if isinstance(val, (list, tuple)) else (val,)) if same_bytes else _runs(node) if static else None
+    )
     return ViewOf(None if starts is None else tuple(starts), node.target is torch.ops.aten.view.default)
 
 
@@ -233,8 +274,10 @@ def _emit_number(b: _Builder, node: torch.fx.Node) -> None:
     of its own; the size lists of later ops refer to that value, so the runtime reads it anew."""
     val = node.meta.get("val")
     if not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        raise DevplanError(f"node {node.name}: {node.format_node()} computes {type(val).__name__}, but the "
-                           f"runtime's {NUMBER_OPS[node.target]} works on sizes; compute it with tensor ops")
+        raise DevplanError(
+            f"node {node.name}: {node.format_node()} computes {type(val).__name__}, but the "
+            f"runtime's {NUMBER_OPS[node.target]} works on sizes; compute it with tensor ops"
+        )
     args = tuple(_arg(b, a, "int", node.name) for a in node.args)
     b.of_node[node] = b.add(_slot(val))
     b.kernels.append(Kernel(NUMBER_OPS[node.target], args + (b.of_node[node],), node.name))
@@ -256,8 +299,17 @@ def _emit_delegate(b: _Builder, node: torch.fx.Node, low: Lowered) -> None:
     inputs = tuple(b.use(b.of_node[arg], device) for arg in args)
     val = node.meta["val"]
     outs = tuple(b.tensor(result, device=device) for result in (val if isinstance(val, (list, tuple)) else (val,)))
-    b.delegates.append(Delegate(backend.backend_id, payload.data, backend.compile_specs, device, payload.arena,
-                                payload.arena_bound, named_data=payload.named_data))
+    b.delegates.append(
+        Delegate(
+            backend.backend_id,
+            payload.data,
+            backend.compile_specs,
+            device,
+            payload.arena,
+            payload.arena_bound,
+            named_data=payload.named_data,
+        )
+    )
     b.kernels.append(Kernel(backend.backend_id, inputs + outs, name, delegate=len(b.delegates) - 1))
     _bind(b, node, outs)
 
@@ -282,8 +334,13 @@ def _runs(node: torch.fx.Node) -> list[int] | None:
         return None
     result = node.target(torch.empty(source.shape, dtype=source.dtype, device="meta"), *node.args[1:], **node.kwargs)  # type: ignore[operator]
     pieces = result if isinstance(result, (list, tuple)) else (result,)
-    if not all(isinstance(p, torch.Tensor) and p.dtype == source.dtype and p.is_contiguous()
-               and p.storage_offset() + p.numel() <= source.numel() for p in pieces):
+    if not all(
+        isinstance(p, torch.Tensor)
+        and p.dtype == source.dtype
+        and p.is_contiguous()
+        and p.storage_offset() + p.numel() <= source.numel()
+        for p in pieces
+    ):
         return None
     return [p.storage_offset() * p.element_size() for p in pieces]
 
@@ -335,11 +392,15 @@ def _arg(b: _Builder, value, kind, where: str) -> int:
         b.constants[index] = data
         return index
     if type(value) is int and value not in _INT64:
-        raise DevplanError(f"node {where}: argument value {value} is outside the 64 bits a program's integers hold; "
-                           f"the model (or its .pt2) is damaged")
+        raise DevplanError(
+            f"node {where}: argument value {value} is outside the 64 bits a program's integers hold; "
+            f"the model (or its .pt2) is damaged"
+        )
     if isinstance(value, (bool, int, float, str)):
         return b.add(value)
-    raise DevplanError(f"node {where}: argument value {value!r} of type {type(value).__name__} cannot be stored in a program")
+    raise DevplanError(
+        f"node {where}: argument value {value!r} of type {type(value).__name__} cannot be stored in a program"
+    )
 
 
 _INT64 = range(-(1 << 63), 1 << 63)
@@ -357,10 +418,14 @@ def constant_method(name: str, value) -> Method:
     scalar = not isinstance(value, (list, tuple)) and kinds <= {bool, int, float, str}
     listed = isinstance(value, (list, tuple)) and len(kinds) <= 1 and kinds <= {bool, int, float}
     if not (scalar or listed) or any(type(item) is int and item not in _INT64 for item in items):
-        raise DevplanError(f"constant method {name}: {value!r} is not an int, float, bool, string or a list of ints, "
-                           f"floats or bools (ints within 64 bits)")
+        raise DevplanError(
+            f"constant method {name}: {value!r} is not an int, float, bool, string or a list of ints, "
+            f"floats or bools (ints within 64 bits)"
+        )
     if len(items) >= MAX_TABLES // 2:  # each item is two tables (a value and its scalar)
-        raise DevplanError(f"constant method {name}: {len(items)} items, more than ExecuTorch's runtime loads (it "
-                           f"refuses a program of over {MAX_TABLES} tables, two per item); return fewer")
+        raise DevplanError(
+            f"constant method {name}: {len(items)} items, more than ExecuTorch's runtime loads (it "
+            f"refuses a program of over {MAX_TABLES} tables, two per item); return fewer"
+        )
     spec = pytree.treespec_dumps(pytree.tree_structure(items if listed else value))
     return Method(name, tuple(items), (), (), tuple(range(len(items))), {}, {}, "", spec)

@@ -1,10 +1,11 @@
 """Planned Methods to ET12 program objects: per method its values, operators, one chain of kernel
 calls, per-buffer sizes and devices; the constant data of all laid out as one segment."""
+
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
 from dataclasses import astuple
+from typing import Any, Callable
 
 import torch
 
@@ -12,9 +13,7 @@ from devplan.dtypes import code_of
 from devplan.errors import DevplanError
 from devplan.ir.method import BoolList, DoubleList, IntList, OptionalTensorList, Source, TensorList
 from devplan.ir.planned import PlannedMethod
-from devplan.pte.frames import FrameCache, frame_list
-from devplan.pte.ptd import Entry, Layout, ptd_image
-from devplan.pte.fb import KernelTypes, InstructionArguments
+from devplan.pte.fb import InstructionArguments, KernelTypes
 from devplan.pte.fb.AllocationDetails import AllocationDetailsT
 from devplan.pte.fb.BackendDelegate import BackendDelegateT
 from devplan.pte.fb.BackendDelegateDataReference import BackendDelegateDataReferenceT
@@ -43,9 +42,11 @@ from devplan.pte.fb.Program import ProgramT
 from devplan.pte.fb.String import StringT
 from devplan.pte.fb.SubsegmentOffsets import SubsegmentOffsetsT
 from devplan.pte.fb.Tensor import TensorT
-from devplan.pte.fb.TensorList import TensorListT
 from devplan.pte.fb.TensorDataLocation import TensorDataLocation
+from devplan.pte.fb.TensorList import TensorListT
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
+from devplan.pte.frames import FrameCache, frame_list
+from devplan.pte.ptd import Entry, Layout, ptd_image
 from devplan.pte.window import window_spec
 from devplan.pte.writer import Spread
 from devplan.spec import CPU, Device, TensorSpec
@@ -135,8 +136,9 @@ def _fingerprint(raw: torch.Tensor, samples: int = 64) -> bytes:
     return bytes(raw[::step][:samples].numpy()) + bytes(raw[-8:].numpy())
 
 
-def to_program(*planned: PlannedMethod, source: bool = True,
-               external: ExternalWeights | None = None) -> tuple[ProgramT, list["bytes | Spread"]]:
+def to_program(
+    *planned: PlannedMethod, source: bool = True, external: ExternalWeights | None = None
+) -> tuple[ProgramT, list["bytes | Spread"]]:
     """The program of one or more planned methods and its data segments (the methods' constants,
     each stored once, their initial state if any is non-zero, then one per delegate payload,
     then the named data). `source` keeps where each instruction came from in the chain's
@@ -162,7 +164,9 @@ def to_program(*planned: PlannedMethod, source: bool = True,
         mutable.segmentIndex, mutable.offsets = 1, state.offsets
         program.mutableDataSegments = [mutable]
         segments.append(state.segment())
-    program.executionPlan = [_plan(p, data, init, segments, source) for p, data, init in zip(planned, data_index, initial)]
+    program.executionPlan = [
+        _plan(p, data, init, segments, source) for p, data, init in zip(planned, data_index, initial)
+    ]
     # what ExecuTorch's backends keep beside their payloads, once per key, a segment each; with
     # external weights, in the .ptd beside the weights (ExecuTorch's runtime gives backends both)
     named = {key: data for p in planned for delegate in p.method.delegates for key, data, _ in delegate.named_data}
@@ -208,8 +212,11 @@ def _plan(planned: PlannedMethod, data_index: dict, initial: dict, segments: lis
     plan.operators = [_operator(name) for name in operators]
     plan.nonConstBufferSizes = [0] + [b.size for b in planned.buffers]
     # as ExecuTorch writes them, a program all on the CPU carries no device table
-    plan.nonConstBufferDevice = ([_buffer_device(b.mem_id, b.device) for b in planned.buffers]
-                                 if any(b.device != CPU for b in planned.buffers) else None)
+    plan.nonConstBufferDevice = (
+        [_buffer_device(b.mem_id, b.device) for b in planned.buffers]
+        if any(b.device != CPU for b in planned.buffers)
+        else None
+    )
     plan.delegates = []
     for delegate in method.delegates:
         plan.delegates.append(_delegate(delegate, len(segments)))
@@ -265,8 +272,10 @@ def _stacktrace(method) -> list:
         if isinstance(value, TensorSpec) and value.name is not None:
             names.setdefault(first_reader.get(index, 0), []).append((index, *value.name))
     empty, cache = Source(), FrameCache()
-    return [frame_list(*astuple(kernel.source or empty), names.get(at, []), cache)  # type: ignore[call-arg]  # Source is frame_list's first seven
-            for at, kernel in enumerate(method.kernels)]
+    return [
+        frame_list(*astuple(kernel.source or empty), names.get(at, []), cache)  # type: ignore[call-arg]  # Source is frame_list's first seven
+        for at, kernel in enumerate(method.kernels)
+    ]
 
 
 def _tensor(spec: TensorSpec, data: int | str) -> TensorT:
@@ -293,11 +302,19 @@ def _tensor(spec: TensorSpec, data: int | str) -> TensorT:
 _KINDS = KernelTypes.KernelTypes
 # Python type of a value -> (union tag, table, field holding the value); bool before int,
 # since a bool is an int to isinstance
-_SCALARS = ((bool, _KINDS.Bool, BoolT, "boolVal"), (int, _KINDS.Int, IntT, "intVal"),
-            (float, _KINDS.Double, DoubleT, "doubleVal"), (str, _KINDS.String, StringT, "stringVal"))
-_LISTS: dict[type, tuple[int, Callable[[], Any]]] = {IntList: (_KINDS.IntList, IntListT), DoubleList: (_KINDS.DoubleList, DoubleListT),
-          BoolList: (_KINDS.BoolList, BoolListT), TensorList: (_KINDS.TensorList, TensorListT),
-          OptionalTensorList: (_KINDS.OptionalTensorList, OptionalTensorListT)}
+_SCALARS = (
+    (bool, _KINDS.Bool, BoolT, "boolVal"),
+    (int, _KINDS.Int, IntT, "intVal"),
+    (float, _KINDS.Double, DoubleT, "doubleVal"),
+    (str, _KINDS.String, StringT, "stringVal"),
+)
+_LISTS: dict[type, tuple[int, Callable[[], Any]]] = {
+    IntList: (_KINDS.IntList, IntListT),
+    DoubleList: (_KINDS.DoubleList, DoubleListT),
+    BoolList: (_KINDS.BoolList, BoolListT),
+    TensorList: (_KINDS.TensorList, TensorListT),
+    OptionalTensorList: (_KINDS.OptionalTensorList, OptionalTensorListT),
+}
 
 
 def _evalue(index: int, value, data_index: dict, initial: dict) -> EValueT:

@@ -17,6 +17,7 @@ rather than refusing what is known to be dangerous, devplan accepts only what to
 
 Everything here raises `Unexpected`, which devplan.gate.archive turns into its one-line refusal.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,10 +31,15 @@ from devplan.gate import expressions
 
 MODEL = "model"  # torch.export.save names its one program so
 FIXED = {  # member (under the archive's folder) -> whether torch.export.load needs it
-    "archive_format": True, "archive_version": False, "byteorder": False,
-    ".data/version": False, ".data/serialization_id": False,
-    f"models/{MODEL}.json": True, f"data/sample_inputs/{MODEL}.pt": True,
-    f"data/weights/{MODEL}_weights_config.json": True, f"data/constants/{MODEL}_constants_config.json": True,
+    "archive_format": True,
+    "archive_version": False,
+    "byteorder": False,
+    ".data/version": False,
+    ".data/serialization_id": False,
+    f"models/{MODEL}.json": True,
+    f"data/sample_inputs/{MODEL}.pt": True,
+    f"data/weights/{MODEL}_weights_config.json": True,
+    f"data/constants/{MODEL}_constants_config.json": True,
 }
 PAYLOAD = re.compile(r"data/(weights/weight|constants/tensor)_\d{1,9}")
 EXTRA = "extra/"
@@ -44,10 +50,12 @@ PROGRAM_METADATA = {"custom"}
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 # what export names as a node's target: a registered operator, a Python operator on sizes, one
 # of torch's symbolic functions, a math function; torch resolves other text by attribute lookups
-TARGET = re.compile(rf"torch\.ops\.{_IDENTIFIER}\.{_IDENTIFIER}(\.{_IDENTIFIER})?"
-                    r"|_operator\.(add|sub|mul|truediv|floordiv|mod|pow|neg|pos|abs|eq|ne|lt|le|gt|ge"
-                    r"|and_|or_|xor|not_|invert|lshift|rshift|getitem)"
-                    rf"|torch\.(sym_{_IDENTIFIER}|_sym_sqrt|_assert|_check|_check_is_size)|math\.[a-z]+")
+TARGET = re.compile(
+    rf"torch\.ops\.{_IDENTIFIER}\.{_IDENTIFIER}(\.{_IDENTIFIER})?"
+    r"|_operator\.(add|sub|mul|truediv|floordiv|mod|pow|neg|pos|abs|eq|ne|lt|le|gt|ge"
+    r"|and_|or_|xor|not_|invert|lshift|rshift|getitem)"
+    rf"|torch\.(sym_{_IDENTIFIER}|_sym_sqrt|_assert|_check|_check_is_size)|math\.[a-z]+"
+)
 FLOAT_WORDS = {"Infinity", "-Infinity", "NaN"}  # torch's JSON has no other words for floats
 
 
@@ -72,7 +80,7 @@ def member_kind(inner: str) -> str | None:
         return "fixed"
     if PAYLOAD.fullmatch(inner):
         return "payload"
-    if inner.startswith(EXTRA) and all(map(safe_component, inner[len(EXTRA):].split("/"))):
+    if inner.startswith(EXTRA) and all(map(safe_component, inner[len(EXTRA) :].split("/"))):
         return "extra"
     return None
 
@@ -94,8 +102,11 @@ def _fields(cls) -> tuple[dict[str, object], frozenset[str]]:
     from torch._export.serde import schema
 
     hints = typing.get_type_hints(cls, globalns=vars(schema))
-    required = frozenset(f.name for f in dataclasses.fields(cls)
-                         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+    required = frozenset(
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}, required
 
 
@@ -194,6 +205,7 @@ def _metadata_keys(allowed: set[str]):
         unknown = sorted(set(metadata) - allowed)
         if unknown:
             raise Unexpected(f"{where}[{shown(unknown[0])!r}]", "is metadata that torch.export.save does not write")
+
     return check
 
 

@@ -7,6 +7,7 @@ the archive first, as an allowlist of what torch.export.save writes for one plai
 and every string torch would evaluate in a small grammar (devplan.gate.expressions). Whatever is not
 on the list is refused in one line naming the archive and the member or field. The zip itself
 is held to bounds (member count, sizes, expansion)."""
+
 from __future__ import annotations
 
 import json
@@ -17,13 +18,14 @@ from collections import Counter
 from pathlib import Path
 from typing import BinaryIO
 
-from devplan.gate import allowlist
 from devplan.errors import DevplanError, first_line
-
+from devplan.gate import allowlist
 
 # the payload configs, by member name, and the prefix of the plain tensor files each names
-_PAYLOAD_CONFIGS = {f"data/weights/{allowlist.MODEL}_weights_config.json": "weight_",
-                    f"data/constants/{allowlist.MODEL}_constants_config.json": "tensor_"}
+_PAYLOAD_CONFIGS = {
+    f"data/weights/{allowlist.MODEL}_weights_config.json": "weight_",
+    f"data/constants/{allowlist.MODEL}_constants_config.json": "tensor_",
+}
 _MAX_MEMBERS = 100_000  # one per weight or constant and a dozen more; a real model has thousands at most
 # torch.export.save stores members uncompressed; re-zipped weights deflate about 1.1 times and
 # graph JSON about 10 times, while a zip bomb expands a thousandfold
@@ -74,8 +76,16 @@ def check_archive(path: Path) -> None:
             _check_document(refuse, f"{root}models/{allowlist.MODEL}.json", archive, "ExportedProgram")
             inputs = f"{root}data/sample_inputs/{allowlist.MODEL}.pt"
             _check_sample_inputs(refuse, inputs, archive.read(inputs))
-    except (zipfile.BadZipFile, ValueError, AttributeError, TypeError, OSError, RecursionError,
-            NotImplementedError, EOFError) as error:  # EOFError: a deflated stream cut short
+    except (
+        zipfile.BadZipFile,
+        ValueError,
+        AttributeError,
+        TypeError,
+        OSError,
+        RecursionError,
+        NotImplementedError,
+        EOFError,
+    ) as error:  # EOFError: a deflated stream cut short
         raise refuse(f"cannot load the .pt2 archive ({first_line(error)})") from None
 
 
@@ -102,8 +112,9 @@ def _check_members(refuse: _Refusal, infos: list[zipfile.ZipInfo], root: str) ->
 _LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature, then the lengths of the member's name and extra field
 
 
-def _check_spans(refuse: _Refusal, infos: list[zipfile.ZipInfo], directory: int, stream: BinaryIO,
-                 within: str = "") -> None:
+def _check_spans(
+    refuse: _Refusal, infos: list[zipfile.ZipInfo], directory: int, stream: BinaryIO, within: str = ""
+) -> None:
     """Each member's bytes lie apart from every other's and before the central directory (at
     byte `directory` of `stream`): members pointing at one stored entry cost its size once each
     when torch reads them (forty at one 24 MB entry: a 1.23 GB peak), and a member claiming more
@@ -117,8 +128,11 @@ def _check_spans(refuse: _Refusal, infos: list[zipfile.ZipInfo], directory: int,
     for info in sorted(infos, key=lambda i: i.header_offset):
         name = within + info.filename
         if previous is not None and info.header_offset < end:
-            raise refuse.member(name, f"overlaps member {allowlist.shown(within + previous.filename)} (its bytes "
-                                f"start at byte {info.header_offset}, inside that member's)")
+            raise refuse.member(
+                name,
+                f"overlaps member {allowlist.shown(within + previous.filename)} (its bytes "
+                f"start at byte {info.header_offset}, inside that member's)",
+            )
         stream.seek(info.header_offset)
         header = stream.read(_LOCAL_HEADER.size)
         if len(header) < _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
@@ -127,10 +141,16 @@ def _check_spans(refuse: _Refusal, infos: list[zipfile.ZipInfo], directory: int,
         start = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
         end = start + info.compress_size
         if end > directory:
-            after = f" (after its local header's {name_length + extra_length}-byte name and extra field)" \
-                if extra_length > 0xFF else ""  # the usual extra fields are a few dozen bytes
-            raise refuse.member(name, f"claims {info.compress_size} stored bytes from byte {start}{after}, "
-                                f"past the archive's end of data at byte {directory}")
+            after = (
+                f" (after its local header's {name_length + extra_length}-byte name and extra field)"
+                if extra_length > 0xFF
+                else ""
+            )  # the usual extra fields are a few dozen bytes
+            raise refuse.member(
+                name,
+                f"claims {info.compress_size} stored bytes from byte {start}{after}, "
+                f"past the archive's end of data at byte {directory}",
+            )
         previous = info
 
 
@@ -143,8 +163,11 @@ def _check_size(refuse: _Refusal, info: zipfile.ZipInfo, name: str) -> None:
             raise refuse.member(name, f"declares {size} bytes but stores {stored}")
     elif info.compress_type == zipfile.ZIP_DEFLATED:
         if size > _MAX_EXPANSION * max(stored, 1024):
-            raise refuse.member(name, f"expands from {stored} to {size} bytes (more than {_MAX_EXPANSION} times)",
-                                "re-export the model with torch.export.save, which stores members as they are")
+            raise refuse.member(
+                name,
+                f"expands from {stored} to {size} bytes (more than {_MAX_EXPANSION} times)",
+                "re-export the model with torch.export.save, which stores members as they are",
+            )
     else:
         method = {zipfile.ZIP_BZIP2: "BZIP2", zipfile.ZIP_LZMA: "LZMA"}.get(info.compress_type, str(info.compress_type))
         raise refuse.member(name, f"is compressed with {method}, which torch's reader cannot read")
@@ -156,21 +179,27 @@ def _check_layout(refuse: _Refusal, root: str, names: list[str]) -> None:
     message before any other member is looked at."""
     if root and not allowlist.safe_component(root[:-1]):
         raise refuse.member(root, "is a folder name that torch.export.save does not write")
-    inner = [name[len(root):] for name in names]
+    inner = [name[len(root) :] for name in names]
     models = [name for name in inner if name.startswith("models/")]
     if len(models) > 1:
-        raise refuse(f"the archive holds {len(models)} models ({', '.join(map(allowlist.shown, models[:3]))})",
-                     "devplan compiles one: save each program to its own .pt2")
+        raise refuse(
+            f"the archive holds {len(models)} models ({', '.join(map(allowlist.shown, models[:3]))})",
+            "devplan compiles one: save each program to its own .pt2",
+        )
     for name in inner:
         if name.startswith("data/aotinductor/"):
-            raise refuse.member(root + name, "is AOTInductor output, native code that loading would run",
-                                "devplan compiles exported programs: save one with torch.export.save")
+            raise refuse.member(
+                root + name,
+                "is AOTInductor output, native code that loading would run",
+                "devplan compiles exported programs: save one with torch.export.save",
+            )
         if re.fullmatch(r"data/(weights|constants)/.*\.pt", name, re.DOTALL):  # torch unpickles whole state files
             raise refuse.pickle(root + name, "a legacy weights or constants file")
     for name, needed in allowlist.FIXED.items():
         if needed and name not in inner:
-            raise refuse(f"cannot load the .pt2 archive (it has no {name} member, so torch.export.save did not "
-                         "write it)")
+            raise refuse(
+                f"cannot load the .pt2 archive (it has no {name} member, so torch.export.save did not write it)"
+            )
 
 
 def _check_known(refuse: _Refusal, root: str, names: list[str], named: set[str]) -> None:
@@ -178,7 +207,7 @@ def _check_known(refuse: _Refusal, root: str, names: list[str], named: set[str])
     named other than `model` brings its own sample inputs and configs), its weight and
     constant files those the configs name."""
     for name in names:
-        kind = allowlist.member_kind(name[len(root):])
+        kind = allowlist.member_kind(name[len(root) :])
         if kind is None:
             what = "is a model other than 'model', the one" if name.startswith(f"{root}models/") else "is not a member"
             raise refuse.member(name, f"{what} torch.export.save writes")
@@ -214,8 +243,11 @@ def _check_ranks(refuse: _Refusal, name: str, document) -> None:
         elif isinstance(value, dict):
             sizes = value.get("sizes")
             if isinstance(sizes, list) and "dtype" in value and len(sizes) > MAX_RANK:
-                raise refuse.member(name, f"field {_path(where)} gives a tensor {len(sizes)} dimensions, more than "
-                                    f"the {MAX_RANK} ExecuTorch's runtime holds")
+                raise refuse.member(
+                    name,
+                    f"field {_path(where)} gives a tensor {len(sizes)} dimensions, more than "
+                    f"the {MAX_RANK} ExecuTorch's runtime holds",
+                )
             stack += [(item, (where, key)) for key, item in value.items() if key != "sizes"]
 
 
@@ -234,8 +266,9 @@ def _json(refuse: _Refusal, archive: zipfile.ZipFile, name: str):
         raise refuse.member(name, f"is not JSON that torch can read ({first_line(error)})") from None
 
 
-def _check_payload_config(refuse: _Refusal, archive: zipfile.ZipFile, name: str, prefix: str,
-                          sizes: dict[str, int]) -> set[str]:
+def _check_payload_config(
+    refuse: _Refusal, archive: zipfile.ZipFile, name: str, prefix: str, sizes: dict[str, int]
+) -> set[str]:
     """A weights or constants config lists plain tensors only, each lying inside its data member:
     torch unpickles the others, makes zeros of an empty member's declared shape and fails past
     a short member's end. Returns the data members it names."""

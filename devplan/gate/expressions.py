@@ -27,13 +27,14 @@ and torch's integer functions below; only Symbol and Float take a quoted string,
 size, raising neither a number nor a power: sympy computes powers of numbers at once, and a
 tower of them never finishes. Only spaces separate tokens.
 """
+
 from __future__ import annotations
 
 import re
 
 MAX_LENGTH = 10_000  # a real expression is a few dozen characters; sympy recurses on what it parses
 MAX_DEPTH = 48
-MAX_DIGITS = 20      # an int64 and a little more
+MAX_DIGITS = 20  # an int64 and a little more
 MAX_EXPONENT = 64
 
 SYMBOL = re.compile(r"(?:s|u|i|f|ps|zf|zuf)\d{1,9}")
@@ -42,18 +43,58 @@ CONSTANTS = {"True", "False", "true", "false", "oo"}
 # sympy's classes as srepr names them, their usual aliases, and the functions torch's
 # deserializer defines for sympify (torch.utils._sympy.functions)
 FUNCTIONS = {
-    "Integer", "Rational", "Add", "Mul", "Pow", "Mod", "Min", "Max", "Abs",
-    "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "Equality", "Unequality", "LessThan", "GreaterThan",
-    "StrictLessThan", "StrictGreaterThan", "And", "Or", "Not",
-    "FloorDiv", "CeilDiv", "CleanDiv", "ModularIndexing", "PythonMod", "Where", "FloorToInt", "CeilToInt",
-    "TruncToInt", "RoundToInt", "IntTrueDiv", "FloatTrueDiv", "PowByNatural", "FloatPow", "Identity",
-    "ToFloat", "TruncToFloat", "RoundDecimal", "LShift", "RShift",
+    "Integer",
+    "Rational",
+    "Add",
+    "Mul",
+    "Pow",
+    "Mod",
+    "Min",
+    "Max",
+    "Abs",
+    "Eq",
+    "Ne",
+    "Lt",
+    "Le",
+    "Gt",
+    "Ge",
+    "Equality",
+    "Unequality",
+    "LessThan",
+    "GreaterThan",
+    "StrictLessThan",
+    "StrictGreaterThan",
+    "And",
+    "Or",
+    "Not",
+    "FloorDiv",
+    "CeilDiv",
+    "CleanDiv",
+    "ModularIndexing",
+    "PythonMod",
+    "Where",
+    "FloorToInt",
+    "CeilToInt",
+    "TruncToInt",
+    "RoundToInt",
+    "IntTrueDiv",
+    "FloatTrueDiv",
+    "PowByNatural",
+    "FloatPow",
+    "Identity",
+    "ToFloat",
+    "TruncToFloat",
+    "RoundDecimal",
+    "LShift",
+    "RShift",
 }
 WITH_STRING = {"Symbol", "Float"}  # Symbol('s0', integer=True), Float('0.5', precision=53)
 EXPONENTS = {"Pow", "PowByNatural", "FloatPow", "LShift", "RShift"}  # second argument: a small literal
 
-_TOKEN = re.compile(r" *(?:(?P<number>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<string>'[^'\\]*')"
-                    r"|(?P<op>//|\*\*|==|!=|<=|>=|[-+*/%<>(),=]))")
+_TOKEN = re.compile(
+    r" *(?:(?P<number>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<string>'[^'\\]*')"
+    r"|(?P<op>//|\*\*|==|!=|<=|>=|[-+*/%<>(),=]))"
+)
 _COMPARISONS = {"==", "!=", "<", "<=", ">", ">="}
 
 

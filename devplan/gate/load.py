@@ -5,6 +5,7 @@ and torch reads only what passed. The loaded program loses its guards code and s
 inputs, which only ever feed the source torch execs when it unlifts; while torch reads, the
 weights it stores uncompressed become views of a private mapping of the archive, and pytree
 types this process has not registered get stand-ins, rewritten as dicts or tuples after."""
+
 from __future__ import annotations
 
 import contextlib
@@ -16,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from devplan.gate.archive import check_archive
 from devplan.errors import DevplanError, first_line
 from devplan.files import open_input, stdout_to_stderr
+from devplan.gate.archive import check_archive
 from devplan.pte.header import is_program
 from devplan.spec import INT32_MAX
 
@@ -56,7 +57,9 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
         if node:  # torch prints the whole node; which node, its op and what is wrong is what the user needs
             who = f"node {node[2]}" if node[2] else "a node"
             raise DevplanError(f"{path}: {_node_failure(who, node[1], _innermost(logged[0]))}") from None
-        raise DevplanError(f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save") from None
+        raise DevplanError(
+            f"{path}: cannot load the .pt2 archive ({reason}); re-export it with torch.export.save"
+        ) from None
     finally:
         logger.handlers, logger.propagate = handlers, propagate
         logger.setLevel(level)
@@ -65,9 +68,11 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     except (AttributeError, AssertionError):  # a damaged module call graph: no signature, or not the root's first
         signature = None
     if signature is None:
-        raise DevplanError(f"{path}: the program has no call signature (its module call graph names none for the "
-                           f"root module); "
-                           f"re-export the model with torch.export.save")
+        raise DevplanError(
+            f"{path}: the program has no call signature (its module call graph names none for the "
+            f"root module); "
+            f"re-export the model with torch.export.save"
+        )
     _check_sizes(ep, path)
     return ep
 
@@ -81,18 +86,22 @@ def _check_sizes(ep, path: Path) -> None:
         val = node.meta.get("val")
         sizes = val.shape if isinstance(val, torch.Tensor) else [val] if isinstance(val, torch.SymInt) else []
         if any(isinstance(n, int) and n > INT32_MAX for n in sizes):
-            raise DevplanError(f"{path}: node {node.name} is a tensor of shape {list(sizes)}, a size over "
-                               f"{INT32_MAX:,}, more than a .pte program can hold; re-export the model with "
-                               f"torch.export.save")
+            raise DevplanError(
+                f"{path}: node {node.name} is a tensor of shape {list(sizes)}, a size over "
+                f"{INT32_MAX:,}, more than a .pte program can hold; re-export the model with "
+                f"torch.export.save"
+            )
         # torch reads each symbol's range from the archive's range constraints; one left out has
         # no range at all (not an unbounded one), and torch's range arithmetic fails on it later
         for size in (n for n in sizes if isinstance(n, torch.SymInt)):
             ranges = size.node.shape_env.var_to_range
             unranged = sorted(str(s) for s in size.node.expr.free_symbols if ranges.get(s) is None)
             if unranged:
-                raise DevplanError(f"{path}: node {node.name}: size {unranged[0]} has no range, so no upper bound "
-                                   f"to plan for (the archive's range constraints leave it out); re-export the "
-                                   f"model with torch.export.save")
+                raise DevplanError(
+                    f"{path}: node {node.name}: size {unranged[0]} has no range, so no upper bound "
+                    f"to plan for (the archive's range constraints leave it out); re-export the "
+                    f"model with torch.export.save"
+                )
 
 
 def import_kernels(modules) -> None:
@@ -108,8 +117,10 @@ def import_kernels(modules) -> None:
             with stdout_to_stderr():  # standard output may carry the program (-o -): what the module prints must not
                 importlib.import_module(OP_LIBRARIES.get(name, name))
         except Exception as error:  # whatever the module raises, it is the user's module that failed
-            raise DevplanError(f"--kernels {name}: cannot import it ({first_line(error)}); install the package "
-                               f"that provides it, or name the module that registers the ops") from None
+            raise DevplanError(
+                f"--kernels {name}: cannot import it ({first_line(error)}); install the package "
+                f"that provides it, or name the module that registers the ops"
+            ) from None
 
 
 def _innermost(error: BaseException) -> BaseException:
@@ -132,20 +143,31 @@ def _node_failure(who: str, target: str, cause: BaseException) -> str:
     parts = target.split(".")
     named = len(parts) == 5 and parts[:2] == ["torch", "ops"]
     if "failed to resolve" not in str(cause):  # the op exists: the node's own fields are broken
-        what = f"names {cause}, which no earlier node or input defines" if isinstance(cause, KeyError) else (
-            f"cannot be read ({type(cause).__name__}: {first_line(cause)})")
+        what = (
+            f"names {cause}, which no earlier node or input defines"
+            if isinstance(cause, KeyError)
+            else (f"cannot be read ({type(cause).__name__}: {first_line(cause)})")
+        )
         return f"{who} ({target}) {what}; the archive is damaged; re-export it with torch.export.save"
     if not named:
         return f"{who} calls {target}, which is not an operator; the archive is damaged; re-export it with torch.export.save"
     namespace, op, overload = parts[2:]
     if namespace in TORCH_NAMESPACES:  # torch's own ops: no library to load, the name is wrong
         packet = getattr(getattr(torch.ops, namespace, None), op, None) if not op.startswith("__") else None
-        has = f"torch has {namespace}::{op} but no overload {overload!r}" if packet is not None else (
-            f"torch has no operator {namespace}::{op}")
-        return (f"{who} calls {target}, and {has}: the graph names an op that does not exist (the archive is "
-                f"damaged, or saved by another torch version); re-export it with this torch")
-    option = (f"--kernels {namespace}" if namespace in OP_LIBRARIES
-              else f"--kernels MODULE, the Python module whose import registers the {namespace} ops")
+        has = (
+            f"torch has {namespace}::{op} but no overload {overload!r}"
+            if packet is not None
+            else (f"torch has no operator {namespace}::{op}")
+        )
+        return (
+            f"{who} calls {target}, and {has}: the graph names an op that does not exist (the archive is "
+            f"damaged, or saved by another torch version); re-export it with this torch"
+        )
+    option = (
+        f"--kernels {namespace}"
+        if namespace in OP_LIBRARIES
+        else f"--kernels MODULE, the Python module whose import registers the {namespace} ops"
+    )
     return f"{who} calls {namespace}::{op}, an op that no library imported here registers; pass {option}"
 
 
@@ -216,8 +238,9 @@ def _weights_mapped(path: Path):
     from torch.export.pt2_archive import _package as package
 
     with zipfile.ZipFile(path) as archive:
-        stored = {info.filename.partition("/")[2] for info in archive.infolist()
-                  if info.compress_type == zipfile.ZIP_STORED}
+        stored = {
+            info.filename.partition("/")[2] for info in archive.infolist() if info.compress_type == zipfile.ZIP_STORED
+        }
     with open(path, "rb") as file:
         mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
     original = package._build_file_map
@@ -284,8 +307,12 @@ def _stand_ins(names: set[str]):
     classes = []
     for name in sorted(names):
         cls = type(name.rpartition(".")[2] or "StandIn", (dict,), {"__module__": __name__, "stand_in_for": name})
-        pytree.register_pytree_node(cls, lambda d: (list(d.values()), list(d.keys())),
-                                    lambda values, keys: dict(zip(keys, values)), serialized_type_name=name)
+        pytree.register_pytree_node(
+            cls,
+            lambda d: (list(d.values()), list(d.keys())),
+            lambda values, keys: dict(zip(keys, values)),
+            serialized_type_name=name,
+        )
         classes.append(cls)
     try:
         yield

@@ -8,6 +8,7 @@ checks (check.py).
                                                      (first, or named) method
 
 The package is named for the noun so that `devplan.inspect`, the verb, is always the function."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,13 @@ import os
 __all__ = ["inspect"]
 
 
-def inspect(source: str | os.PathLike | bytes, *, method: str | None = None, delegate: int | None = None,
-            data: str | os.PathLike | None = None) -> dict:
+def inspect(
+    source: str | os.PathLike | bytes,
+    *,
+    method: str | None = None,
+    delegate: int | None = None,
+    data: str | os.PathLike | None = None,
+) -> dict:
     """Read a program (a path, or the file's bytes) and return its inspection document; with
     `delegate`, the document of the ET12 program that delegate's payload holds; with `data`, the
     .ptd holding the weights it keeps outside, checked against it."""
@@ -44,6 +50,8 @@ def _payload_program(pte, method: str | None, delegate: int):
         raise DevplanError(f"{pte.name}: no method {method!r}; the program's methods are: {', '.join(names) or 'none'}")
     plan_index = names.index(method) if method is not None else 0
     if not is_program(pte.delegate_payload(plan_index, delegate)):
-        raise DevplanError(f"{pte.name} delegate {delegate}: the payload is not an ET12 program but the backend's "
-                           f"own format; devplan shows programs only (devplan's DevplanDelegate payloads are)")
+        raise DevplanError(
+            f"{pte.name} delegate {delegate}: the payload is not an ET12 program but the backend's "
+            f"own format; devplan shows programs only (devplan's DevplanDelegate payloads are)"
+        )
     return pte.delegate_program(plan_index, delegate)

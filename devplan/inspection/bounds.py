@@ -2,6 +2,7 @@
 the program put each tensor and when it holds its bytes: each buffer's peak (the bytes in use
 at its busiest instruction) and lower bound (the least any placement of its storages could
 take, at the alignment the plan kept), and per device what is alive there at once."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,12 +18,13 @@ class BufferBounds:
     peak: int
     peak_instruction: int | None
     lower_bound: int
-    exact_bound: int                # unaligned: bytes that must be apart at some instruction
-    live: tuple[Interval, ...]      # the storages' intervals at the bound's alignment, for the device's bound
+    exact_bound: int  # unaligned: bytes that must be apart at some instruction
+    live: tuple[Interval, ...]  # the storages' intervals at the bound's alignment, for the device's bound
 
 
-def buffer_bounds(timed: list[dict], size: int, windows: list[dict], written: AbstractSet[int],
-                  read: AbstractSet[int]) -> BufferBounds:
+def buffer_bounds(
+    timed: list[dict], size: int, windows: list[dict], written: AbstractSet[int], read: AbstractSet[int]
+) -> BufferBounds:
     """The bounds of one buffer of `size` bytes holding the tensors `timed` (those with a
     lifetime; a view's `held` is moved back to when its bytes were written) and the delegate
     windows `windows` (their payloads' buffers, alive while they run)."""
@@ -38,8 +40,9 @@ def buffer_bounds(timed: list[dict], size: int, windows: list[dict], written: Ab
     return BufferBounds(peak, peak_instruction, bound, exact, live)
 
 
-def _lower_bound(timed: list[dict], sharing: list[int], size: int, windows: list[dict]
-                 ) -> tuple[int, tuple[Interval, ...], int]:
+def _lower_bound(
+    timed: list[dict], sharing: list[int], size: int, windows: list[dict]
+) -> tuple[int, tuple[Interval, ...], int]:
     """The planner's lower bound (aligned bytes alive at the busiest instruction) for the
     storages this buffer holds, inferred from where tensors sit, and each delegate window at
     its payload's own bound while the delegate runs. Tensors that share bytes while both hold
@@ -62,8 +65,10 @@ def _lower_bound(timed: list[dict], sharing: list[int], size: int, windows: list
         alignment //= 2
 
     def at(alignment: int) -> list[Interval]:
-        return [Interval(key, align_up(nbytes, alignment), first, last)
-                for key, (_, nbytes, first, last) in enumerate(spans)]
+        return [
+            Interval(key, align_up(nbytes, alignment), first, last)
+            for key, (_, nbytes, first, last) in enumerate(spans)
+        ]
 
     bound = lower_bound(at(alignment), alignment=1).get(1, 0)
     while alignment > DEFAULT_ALIGNMENT and bound > size:

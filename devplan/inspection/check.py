@@ -1,6 +1,7 @@
 """Checks for CI: does every planned buffer of a program, devplan's or ExecuTorch's, fit its
 memory budget and stay close enough to its lower bound? Does the program still plan as its
 golden file says?"""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,8 @@ from devplan.errors import BudgetExceeded, DevplanError
 from devplan.files import STDIO, refuse_overwrite, write_atomic
 from devplan.inspection import inspect
 from devplan.inspection.diff import Diff, Tolerance, diff
-from devplan.inspection.own_memory import BACKENDS, backend_bytes, device_of, outside
 from devplan.inspection.golden import golden_document, golden_text, peak_brief, read_golden, refuse_replacing
+from devplan.inspection.own_memory import BACKENDS, backend_bytes, device_of, outside
 from devplan.planning.budget import budget_key, checked_budgets
 from devplan.pte.reader import PteFile
 from devplan.units import exact_size_text
@@ -31,12 +32,12 @@ class BufferCheck:
     device: str
     size: int
     lower_bound: int
-    budget: int | None          # bytes allowed, if a budget names this buffer or device
-    max_ratio: float | None     # size / lower_bound allowed, if asked
+    budget: int | None  # bytes allowed, if a budget names this buffer or device
+    max_ratio: float | None  # size / lower_bound allowed, if asked
     buffers: int = 1
     problem: str | None = None  # the inspection document's: a plan no runtime can trust
-    peak: dict | None = None    # a buffer's busiest instruction and the blocks holding it there (golden.py's)
-    backends: int = 0           # a DEVICE+backends row: the bytes of its delegates' own memory in `size`
+    peak: dict | None = None  # a buffer's busiest instruction and the blocks holding it there (golden.py's)
+    backends: int = 0  # a DEVICE+backends row: the bytes of its delegates' own memory in `size`
     # a delegate's row, told and never failed: the memory its backend allocates outside the
     # plan (the inspection document's working_memory; size is its bytes, 0 when not known)
     working_memory: dict | None = None
@@ -47,12 +48,20 @@ class BufferCheck:
 
     @property
     def ok(self) -> bool:
-        return (self.problem is None and (self.budget is None or self.size <= self.budget)
-                and (self.max_ratio is None or self.ratio <= self.max_ratio))
+        return (
+            self.problem is None
+            and (self.budget is None or self.size <= self.budget)
+            and (self.max_ratio is None or self.ratio <= self.max_ratio)
+        )
 
 
-def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | None = None,
-          max_ratio: float | None = None, method: str | None = None) -> list[BufferCheck]:
+def check(
+    source: str | os.PathLike | bytes,
+    *,
+    budgets: Mapping[str, int] | None = None,
+    max_ratio: float | None = None,
+    method: str | None = None,
+) -> list[BufferCheck]:
     """One BufferCheck per planned buffer of each method (or of `method`), then one per buffer
     that a delegate's ET12 payload plans (method "forward delegate 0"), then one per device that
     a budget names or that holds several buffers, totalling that device's buffers of the
@@ -64,40 +73,96 @@ def check(source: str | os.PathLike | bytes, *, budgets: Mapping[str, int] | Non
     totals the device's buffers with that memory (a delegate whose payload does not say how
     much is refused)."""
     if max_ratio is not None and not 1 <= max_ratio < math.inf:  # nan fails this too
-        raise DevplanError(f"--max-ratio {max_ratio}: use a finite ratio of 1 or more (no plan is below its "
-                           f"lower bound), e.g. 1.05")
+        raise DevplanError(
+            f"--max-ratio {max_ratio}: use a finite ratio of 1 or more (no plan is below its lower bound), e.g. 1.05"
+        )
     doc = inspect(source, method=method)
     budgets = {budget_key(target): nbytes for target, nbytes in checked_budgets(budgets or {}).items()}
     checks, named = [], set()
     for m in doc["methods"]:
         peaks = {peak["mem_id"]: peak_brief(peak) for peak in m["peak"]}
-        rows = [BufferCheck(m["name"], b["mem_id"], b["device"], b["size"], b["lower_bound"],
-                            budgets.get(str(b["mem_id"])), max_ratio, problem=b.get("problem"), peak=peaks.get(b["mem_id"]))
-                for b in m["buffers"]]
-        rows += [BufferCheck(f"{m['name']} delegate {d['index']}", b["mem_id"], b["device"], b["size"], b["lower_bound"],
-                             None, max_ratio, problem=b.get("problem"))
-                 for d in m["delegates"] for b in d["payload_buffers"] or ()]
+        rows = [
+            BufferCheck(
+                m["name"],
+                b["mem_id"],
+                b["device"],
+                b["size"],
+                b["lower_bound"],
+                budgets.get(str(b["mem_id"])),
+                max_ratio,
+                problem=b.get("problem"),
+                peak=peaks.get(b["mem_id"]),
+            )
+            for b in m["buffers"]
+        ]
+        rows += [
+            BufferCheck(
+                f"{m['name']} delegate {d['index']}",
+                b["mem_id"],
+                b["device"],
+                b["size"],
+                b["lower_bound"],
+                None,
+                max_ratio,
+                problem=b.get("problem"),
+            )
+            for d in m["delegates"]
+            for b in d["payload_buffers"] or ()
+        ]
         named |= {str(b["mem_id"]) for b in m["buffers"]} | {row.device for row in rows}
         named |= {device["device"] + BACKENDS for device in m["devices"]}
-        rows += [BufferCheck(f"{m['name']} delegate {d['index']} ({d['id']})", None, device_of(d),
-                             d["working_memory"]["bytes"] or 0, 0, None, None, 0, working_memory=d["working_memory"])
-                 for d in outside(m)]
+        rows += [
+            BufferCheck(
+                f"{m['name']} delegate {d['index']} ({d['id']})",
+                None,
+                device_of(d),
+                d["working_memory"]["bytes"] or 0,
+                0,
+                None,
+                None,
+                0,
+                working_memory=d["working_memory"],
+            )
+            for d in outside(m)
+        ]
         # a device's total is checked when a budget names it, or against the device's bound
         # when it holds several buffers that could have shared bytes
         for device in m["devices"]:
             if device["device"] in budgets or device["buffers"] > 1:
-                rows.append(BufferCheck(m["name"], None, device["device"], device["size"], device["lower_bound"],
-                                        budgets.get(device["device"]), max_ratio, device["buffers"]))
+                rows.append(
+                    BufferCheck(
+                        m["name"],
+                        None,
+                        device["device"],
+                        device["size"],
+                        device["lower_bound"],
+                        budgets.get(device["device"]),
+                        max_ratio,
+                        device["buffers"],
+                    )
+                )
             if (key := device["device"] + BACKENDS) in budgets:  # its delegates' own memory on top
                 own = backend_bytes(m, device["device"], key)
-                rows.append(BufferCheck(m["name"], None, device["device"], device["size"] + own,
-                                        device["lower_bound"] + own, budgets[key], max_ratio, device["buffers"],
-                                        backends=own))
+                rows.append(
+                    BufferCheck(
+                        m["name"],
+                        None,
+                        device["device"],
+                        device["size"] + own,
+                        device["lower_bound"] + own,
+                        budgets[key],
+                        max_ratio,
+                        device["buffers"],
+                        backends=own,
+                    )
+                )
         checks += rows
     unknown = sorted(set(budgets) - named)
     if unknown:
-        raise DevplanError(f"--budget {unknown[0]}: {doc['file']['name']} has no such buffer; "
-                           f"budget one of: {', '.join(sorted(named)) or 'none (it plans no memory)'}")
+        raise DevplanError(
+            f"--budget {unknown[0]}: {doc['file']['name']} has no such buffer; "
+            f"budget one of: {', '.join(sorted(named)) or 'none (it plans no memory)'}"
+        )
     return checks
 
 
@@ -108,9 +173,11 @@ def check_backend_budgets(program: bytes, budgets: Mapping[str, int]) -> None:
     own = {target: nbytes for target, nbytes in budgets.items() if budget_key(target).endswith(BACKENDS)}
     for row in check(program, budgets=own):
         if row.budget is not None and row.size > row.budget:
-            raise BudgetExceeded(f"memory {row.device}{BACKENDS} needs {exact_size_text(row.size)} but its budget is "
-                                 f"{exact_size_text(row.budget)}; of it, {exact_size_text(row.backends)} is its "
-                                 f"delegates' own working memory (an upper bound, read from their payloads)")
+            raise BudgetExceeded(
+                f"memory {row.device}{BACKENDS} needs {exact_size_text(row.size)} but its budget is "
+                f"{exact_size_text(row.budget)}; of it, {exact_size_text(row.backends)} is its "
+                f"delegates' own working memory (an upper bound, read from their payloads)"
+            )
 
 
 @dataclass(frozen=True)
@@ -126,13 +193,23 @@ class GoldenCheck:
         return self.updated or self.diff.ok
 
     def document(self) -> CheckedGolden:
-        return {"file": {"name": os.path.basename(self.path)}, "updated": self.updated, "ok": self.ok,
-                "diff": self.diff.document() if self.diff is not None else None}
+        return {
+            "file": {"name": os.path.basename(self.path)},
+            "updated": self.updated,
+            "ok": self.ok,
+            "diff": self.diff.document() if self.diff is not None else None,
+        }
 
 
-def check_golden(source: str | os.PathLike | bytes, golden: str | os.PathLike, *, update: bool = False,
-                 tolerance: "Tolerance | str | None" = None, exact: bool = False,
-                 method: str | None = None) -> GoldenCheck:
+def check_golden(
+    source: str | os.PathLike | bytes,
+    golden: str | os.PathLike,
+    *,
+    update: bool = False,
+    tolerance: "Tolerance | str | None" = None,
+    exact: bool = False,
+    method: str | None = None,
+) -> GoldenCheck:
     """Compare a program with its golden file (diff.py: sizes may shrink or grow within
     `tolerance`), or with `update` write the program's golden file (atomically, through a
     link, creating its folder) instead. `source` is a .pte path, its bytes, a read PteFile or a
@@ -156,6 +233,10 @@ def check_golden(source: str | os.PathLike | bytes, golden: str | os.PathLike, *
 def check_document(name: str, checks: list[BufferCheck], golden: GoldenCheck | None = None) -> CheckDocument:
     """`devplan check --json` (docs/check-json.md): the budget checks, and the golden's verdict."""
     rows = [cast(CheckedBuffer, asdict(c) | {"ratio": round(c.ratio, 6), "ok": c.ok}) for c in checks]
-    return {"schema_version": SCHEMA_VERSION, "file": {"name": name},
-            "ok": all(c.ok for c in checks) and (golden is None or golden.ok), "buffers": rows,
-            "golden": golden.document() if golden is not None else None}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "file": {"name": name},
+        "ok": all(c.ok for c in checks) and (golden is None or golden.ok),
+        "buffers": rows,
+        "golden": golden.document() if golden is not None else None,
+    }

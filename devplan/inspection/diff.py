@@ -8,9 +8,8 @@ counts of values and instructions are reported; anything else that changes, an o
 device, a count of tensors, a delegate's window moved or resized, a buffer or delegate added
 or removed, is always a difference. docs/diff-json.md
 describes the document."""
-from __future__ import annotations
 
-from typing import Final
+from __future__ import annotations
 
 import os
 import re
@@ -18,6 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Final
 
 from devplan.errors import DevplanError
 from devplan.files import open_input
@@ -25,8 +25,7 @@ from devplan.inspection import inspect
 from devplan.inspection.difftext import WIDTH, diff_text
 from devplan.inspection.golden import golden_document, is_golden, placements, read_golden
 from devplan.inspection.sources import source_identity
-from devplan.units import natural_key, size_text
-from devplan.units import size_bytes
+from devplan.units import natural_key, size_bytes, size_text
 
 SCHEMA_VERSION: Final = 1
 # counts reported, never failed (but with exact): one more scalar the emitter made, or one
@@ -63,8 +62,10 @@ def parse_tolerance(text: str) -> Tolerance:
         return Tolerance(percent=Fraction(percent.group(1)))
     nbytes = size_bytes(text)
     if nbytes is None or nbytes.denominator != 1:
-        raise DevplanError(f"--tolerance {text!r}: write a percentage such as 2% or a whole number of bytes "
-                           f"such as 4KiB (units: B, KB, KiB, MB, MiB, GB, GiB)")
+        raise DevplanError(
+            f"--tolerance {text!r}: write a percentage such as 2% or a whole number of bytes "
+            f"such as 4KiB (units: B, KB, KiB, MB, MiB, GB, GiB)"
+        )
     return Tolerance(nbytes=int(nbytes))
 
 
@@ -83,14 +84,20 @@ class Change:
     detail: dict | None = None  # placements compared tensor by tensor, when both sides have them
 
     def document(self) -> dict:
-        row = {"method": self.method, "subject": self.subject, "fact": self.fact, "a": self.a, "b": self.b,
-               "fails": self.fails}
+        row = {
+            "method": self.method,
+            "subject": self.subject,
+            "fact": self.fact,
+            "a": self.a,
+            "b": self.b,
+            "fails": self.fails,
+        }
         return row | ({"detail": self.detail} if self.detail is not None else {})
 
 
 @dataclass(frozen=True)
 class Diff:
-    a: str                  # the sides' names (file basenames)
+    a: str  # the sides' names (file basenames)
     b: str
     changes: tuple[Change, ...]
     tolerance: Tolerance | None = None
@@ -211,8 +218,12 @@ def side(source) -> Side:
         doc = inspect(source)
     if is_golden(doc):
         return Side(doc["file"]["name"], doc)
-    return Side(doc["file"]["name"], golden_document(doc), {m["name"]: planned(m) for m in doc["methods"]},
-                {m["name"]: instruction_marks(m) for m in doc["methods"]})
+    return Side(
+        doc["file"]["name"],
+        golden_document(doc),
+        {m["name"]: planned(m) for m in doc["methods"]},
+        {m["name"]: instruction_marks(m) for m in doc["methods"]},
+    )
 
 
 def looks_like_golden(path: Path) -> bool:
@@ -234,8 +245,9 @@ def diff(a, b, *, tolerance: Tolerance | str | None = None, exact: bool = False,
     rule = parse_tolerance(tolerance) if isinstance(tolerance, str) else tolerance
     left, right = side(a), side(b)
     compare = _Compare(rule or Tolerance(), exact)
-    compare.sized(None, "program", "constant_bytes", left.golden["file"]["constant_bytes"],
-                  right.golden["file"]["constant_bytes"])
+    compare.sized(
+        None, "program", "constant_bytes", left.golden["file"]["constant_bytes"], right.golden["file"]["constant_bytes"]
+    )
     methods_a = {m["name"]: m for m in left.golden["methods"] if method in (None, m["name"])}
     methods_b = {m["name"]: m for m in right.golden["methods"] if method in (None, m["name"])}
     if method is not None and not (methods_a and methods_b):
@@ -245,8 +257,7 @@ def diff(a, b, *, tolerance: Tolerance | str | None = None, exact: bool = False,
         if compare.matched(None, f"method {name}", x, y, lambda m: m["name"]):
             compare.method(name, x, y)
             programs = left.placements is not None and right.placements is not None
-            compare.placements(name, x["placements"], y["placements"],
-                               (left, right) if programs else None)
+            compare.placements(name, x["placements"], y["placements"], (left, right) if programs else None)
     return Diff(left.name, right.name, tuple(compare.changes), rule, exact)
 
 
@@ -280,8 +291,16 @@ class _Compare:
         if x is not None and y is not None:
             return True
         what = brief(x if x is not None else y)
-        self.changes.append(Change(method, subject, "removed" if y is None else "added", what if y is None else None,
-                                   None if y is None else what, True))
+        self.changes.append(
+            Change(
+                method,
+                subject,
+                "removed" if y is None else "added",
+                what if y is None else None,
+                None if y is None else what,
+                True,
+            )
+        )
         return False
 
     def method(self, name: str, a: dict, b: dict) -> None:
@@ -296,14 +315,23 @@ class _Compare:
         added = sorted(set(b["operators"]) - set(a["operators"]))
         for fact, ops in (("removed", removed), ("added", added)):
             if ops:
-                self.changes.append(Change(name, "operators", fact, ops if fact == "removed" else None,
-                                           ops if fact == "added" else None, True))
+                self.changes.append(
+                    Change(
+                        name,
+                        "operators",
+                        fact,
+                        ops if fact == "removed" else None,
+                        ops if fact == "added" else None,
+                        True,
+                    )
+                )
         self.buffers(name, "", a["buffers"], b["buffers"])
         self.devices(name, a["devices"], b["devices"])
         self.delegates(name, a["delegates"], b["delegates"])
 
     def buffers(self, method: str, prefix: str, a: list[dict], b: list[dict]) -> None:
         """Buffers matched by mem_id (and, inside a delegate, by the payload's method)."""
+
         def key(buffer):
             return buffer.get("method"), buffer["mem_id"]
 
@@ -324,14 +352,25 @@ class _Compare:
         failed (the sizes fail), so that a grown buffer says which blocks grew."""
         if a is None or b is None:
             return
-        modules = [{"module": module, "a": a["modules"].get(module, 0), "b": b["modules"].get(module, 0)}
-                   for module in sorted({*a["modules"], *b["modules"]}, key=natural_key)]
+        modules = [
+            {"module": module, "a": a["modules"].get(module, 0), "b": b["modules"].get(module, 0)}
+            for module in sorted({*a["modules"], *b["modules"]}, key=natural_key)
+        ]
         grown = sorted((m for m in modules if m["a"] != m["b"]), key=lambda m: -abs(m["b"] - m["a"]))
         moved = (a["op"], a["source"]) != (b["op"], b["source"])
         if grown or moved:
             brief = lambda p: {key: p[key] for key in ("instruction", "op", "source", "bytes")}  # noqa: E731
-            self.changes.append(Change(method, subject, "peak", brief(a), brief(b), self.exact,
-                                       {"moved": moved, "modules": grown[:LARGEST_SHOWN], "more": max(0, len(grown) - LARGEST_SHOWN)}))
+            self.changes.append(
+                Change(
+                    method,
+                    subject,
+                    "peak",
+                    brief(a),
+                    brief(b),
+                    self.exact,
+                    {"moved": moved, "modules": grown[:LARGEST_SHOWN], "more": max(0, len(grown) - LARGEST_SHOWN)},
+                )
+            )
 
     def devices(self, method: str, a: dict, b: dict) -> None:
         """A device's total, where it holds more than one buffer (else its buffer's line says it)."""
@@ -345,7 +384,9 @@ class _Compare:
     def delegates(self, method: str, a: list[dict], b: list[dict]) -> None:
         for index, x, y in _pairs({d["index"]: d for d in a}, {d["index"]: d for d in b}):
             subject = f"delegate {index}"
-            if not self.matched(method, subject, x, y, lambda one: {"id": one["id"], "target_device": one["target_device"]}):
+            if not self.matched(
+                method, subject, x, y, lambda one: {"id": one["id"], "target_device": one["target_device"]}
+            ):
                 continue
             self.fixed(method, subject, "id", x["id"], y["id"])
             self.fixed(method, subject, "target_device", x["target_device"], y["target_device"])
@@ -363,8 +404,11 @@ class _Compare:
             detail = None
             if programs is not None:
                 left, right = programs
-                detail = _placement_detail(left.placements[method], right.placements[method],
-                                           *_timelines(left.instructions[method], right.instructions[method]))
+                detail = _placement_detail(
+                    left.placements[method],
+                    right.placements[method],
+                    *_timelines(left.instructions[method], right.instructions[method]),
+                )
             self.changes.append(Change(method, "placements", "digest", a, b, self.exact, detail))
 
 
@@ -373,8 +417,11 @@ def _window(delegate: dict) -> dict | None:
     window = delegate.get("window")
     if window is None:
         return None
-    return {"mem_id": window["mem_id"], "offset": window["offset"],
-            "size": sum(b["size"] for b in delegate["payload_buffers"] or ())}
+    return {
+        "mem_id": window["mem_id"],
+        "offset": window["offset"],
+        "size": sum(b["size"] for b in delegate["payload_buffers"] or ()),
+    }
 
 
 def _placement_detail(a: list[Planned], b: list[Planned], clock_a: list[int], clock_b: list[int]) -> dict:
@@ -393,8 +440,9 @@ def _placement_detail(a: list[Planned], b: list[Planned], clock_a: list[int], cl
         changed.append({"value": y.row["value"], "source": y.source, "a": x.row, "b": y.row})
     changed += [{"value": x.row["value"], "source": x.source, "a": x.row, "b": None} for x in removed]
     changed += [{"value": y.row["value"], "source": y.source, "a": None, "b": y.row} for y in added]
-    changed.sort(key=lambda row: (-max((r or {}).get("nbytes", 0) for r in (row["a"], row["b"])),
-                                  row["b"] is None, row["value"]))
+    changed.sort(
+        key=lambda row: (-max((r or {}).get("nbytes", 0) for r in (row["a"], row["b"])), row["b"] is None, row["value"])
+    )
     return {"changed": len(changed), **kinds, "largest": changed[:LARGEST_SHOWN]}
 
 
@@ -406,7 +454,9 @@ def _facts(t: Planned, clock: list[int]) -> tuple:
     return t.row["mem_id"], t.row["offset"], t.row["device"], t.row["nbytes"], span
 
 
-def pair_tensors(a: list[Planned], b: list[Planned]) -> tuple[list[tuple[Planned, Planned]], list[Planned], list[Planned]]:
+def pair_tensors(
+    a: list[Planned], b: list[Planned]
+) -> tuple[list[tuple[Planned, Planned]], list[Planned], list[Planned]]:
     """Each side's planned tensors paired by what they are, not by value index (a graph that
     gained one scalar renumbers every value after it): by identity and then shape and dtype,
     in order within each; then what is left of an identity, in order (the same tensor,

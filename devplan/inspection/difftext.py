@@ -8,6 +8,7 @@ width (80 columns unless told: a pipe's, and a CI log's).
 within the tolerance, placements that moved without --exact). Those labels are a gate's: where
 none is applied (`devplan diff` without --tolerance or --exact, comparing two toolchains' or
 two versions' programs), the changes are listed without them (labels=False)."""
+
 from __future__ import annotations
 
 import re
@@ -19,12 +20,30 @@ SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # 
 
 _INDENT = " " * 8
 WIDTH = 80  # without a console to ask: a pipe's width, as rich gives it
-_PLACEMENT_KINDS = {"added": "added", "removed": "removed", "moved": "moved", "resized": "resized",
-                    "lifetime": "lifetimes"}  # detail key: how the summary line says it
+_PLACEMENT_KINDS = {
+    "added": "added",
+    "removed": "removed",
+    "moved": "moved",
+    "resized": "resized",
+    "lifetime": "lifetimes",
+}  # detail key: how the summary line says it
 
-_FACTS = {"size": "size", "lower_bound": "lower bound", "payload_size": "payload", "constant_bytes": "constant bytes",
-          "count": "", "tensors": "tensors", "device": "device", "id": "backend", "target_device": "target device",
-          "added": "added", "removed": "removed", "digest": "", "window": "window", "peak": "peak"}
+_FACTS = {
+    "size": "size",
+    "lower_bound": "lower bound",
+    "payload_size": "payload",
+    "constant_bytes": "constant bytes",
+    "count": "",
+    "tensors": "tensors",
+    "device": "device",
+    "id": "backend",
+    "target_device": "target device",
+    "added": "added",
+    "removed": "removed",
+    "digest": "",
+    "window": "window",
+    "peak": "peak",
+}
 
 
 def diff_text(d, labels: bool = True, width: int = WIDTH) -> str:
@@ -49,7 +68,9 @@ def outcome(d) -> str:
         return "the programs plan the same"
     if not failing:
         return f"{counted(allowed, 'change')}, each within what the comparison allows{rule}"
-    return f"{counted(failing, 'difference')}" + (f", and {counted(allowed, 'change')} allowed" if allowed else "") + rule
+    return (
+        f"{counted(failing, 'difference')}" + (f", and {counted(allowed, 'change')} allowed" if allowed else "") + rule
+    )
 
 
 def cause_lines(d, width: int = WIDTH) -> list[str]:
@@ -62,8 +83,10 @@ def cause_lines(d, width: int = WIDTH) -> list[str]:
         grew = [m for m in change.detail["modules"] if m["b"] != m["a"]][:2]
         blocks = ", ".join(f"{m['module']} {signed_size(m['b'] - m['a'])}" for m in grew)
         where = f"{change.subject}" + (f" of method {change.method}" if change.method else "")
-        lines.append(f"  cause: {where}: {blocks + '; ' if blocks else ''}its peak at {where_peak(change.b)}, "
-                     f"{size_text(change.a['bytes'])} -> {size_text(change.b['bytes'])}")
+        lines.append(
+            f"  cause: {where}: {blocks + '; ' if blocks else ''}its peak at {where_peak(change.b)}, "
+            f"{size_text(change.a['bytes'])} -> {size_text(change.b['bytes'])}"
+        )
     return wrapped(lines, width)
 
 
@@ -81,9 +104,17 @@ def wrapped(lines: list[str], width: int = WIDTH) -> list[str]:
     """Long lines (operator lists, sources) wrap under their first rather than run past `width`
     columns, never between a number and its unit nor inside a word (a path stays whole, for
     grep and for the terminal to wrap)."""
-    return [part.replace(_UNIT_SPACE, " ") for line in lines
-            for part in textwrap.wrap(_SIZE.sub(rf"\1{_UNIT_SPACE}\2", line), max(width, 40), subsequent_indent=_INDENT,
-                                      break_on_hyphens=False, break_long_words=False)]
+    return [
+        part.replace(_UNIT_SPACE, " ")
+        for line in lines
+        for part in textwrap.wrap(
+            _SIZE.sub(rf"\1{_UNIT_SPACE}\2", line),
+            max(width, 40),
+            subsequent_indent=_INDENT,
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+    ]
 
 
 _SIZE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|bytes)\b")
@@ -162,8 +193,10 @@ def peak_text(peak: dict, blocks: int = 3) -> str:
 
 def _blocks(detail: dict) -> list[str]:
     """Each block whose bytes at the peak changed, most changed first: 'h.0.mlp +18.0 KiB (18.0 KiB -> 36.0 KiB)'."""
-    lines = [f"{_INDENT}{m['module']} {signed_size(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
-             for m in detail["modules"]]
+    lines = [
+        f"{_INDENT}{m['module']} {signed_size(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
+        for m in detail["modules"]
+    ]
     if detail["more"]:
         lines.append(f"{_INDENT}and {detail['more']} more blocks")
     return lines

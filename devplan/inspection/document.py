@@ -2,6 +2,7 @@
 
 docs/inspect-json.md describes every key; bump SCHEMA_VERSION when a key changes meaning or
 goes away (adding a key does not bump it)."""
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,9 @@ from devplan.inspection.peak import peak
 from devplan.inspection.sources import argument_text, chain_origins, source_text, tensor_source
 from devplan.pte import PteFile
 from devplan.pte.decode import MethodView, methods
+from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.header import is_program
 from devplan.pte.reader import delegate_data_outside, external_key, ints, text
-from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.spec import CPU, Device
 
 SCHEMA_VERSION = 1
@@ -37,6 +38,8 @@ _VALUE_KINDS = {
     KernelTypes.TensorList: "tensor_list",
     KernelTypes.OptionalTensorList: "optional_tensor_list",
 }
+
+
 def document(pte: PteFile, name: str, method: str | None = None) -> dict:
     """The inspection document of a read program (a devplan.pte.PteFile); name is the file's
     basename. method keeps only that method; an unknown name is a DevplanError."""
@@ -85,13 +88,20 @@ def external_weights(pte: PteFile) -> dict | None:
     """The weights the program keeps in a .ptd data file (its EXTERNAL tensors, and named data
     its delegates read that it does not hold): how many keys it names and, when the .ptd was
     given, its name and the bytes it stores; None for a program holding all its weights."""
-    keys = {key for plan in pte.program.executionPlan or () for value in plan.values or ()
-            if (key := external_key(value.val)) is not None} | set(delegate_data_outside(pte))
+    keys = {
+        key
+        for plan in pte.program.executionPlan or ()
+        for value in plan.values or ()
+        if (key := external_key(value.val)) is not None
+    } | set(delegate_data_outside(pte))
     if not keys:
         return None
     data = pte.external
-    return {"keys": len(keys), "data": None if data is None else os.path.basename(data.name),
-            "bytes": None if data is None else data.stored_bytes}
+    return {
+        "keys": len(keys),
+        "data": None if data is None else os.path.basename(data.name),
+        "bytes": None if data is None else data.stored_bytes,
+    }
 
 
 def external_note(pte: PteFile) -> str | None:
@@ -103,15 +113,23 @@ def external_note(pte: PteFile) -> str | None:
         return f"{pte.name} names no external weights; --data {pte.external.name} is not read"
     if external is None or external["data"] is not None:
         return None
-    return (f"{pte.name}: weights external: {external['keys']} {'key' if external['keys'] == 1 else 'keys'} in a .ptd "
-            f"data file not given (--data FILE.ptd checks them against it)")
+    return (
+        f"{pte.name}: weights external: {external['keys']} {'key' if external['keys'] == 1 else 'keys'} in a .ptd "
+        f"data file not given (--data FILE.ptd checks them against it)"
+    )
 
 
 def _named_data(program) -> list[dict]:
     """Weights a backend keeps by key in segments of their own (ExecuTorch's XNNPACK and other
     delegates), each with its segment and that segment's size."""
-    return [{"key": text(entry.key), "segment": int(entry.segmentIndex),
-             "size": int(program.segments[entry.segmentIndex].size)} for entry in program.namedData or ()]
+    return [
+        {
+            "key": text(entry.key),
+            "segment": int(entry.segmentIndex),
+            "size": int(program.segments[entry.segmentIndex].size),
+        }
+        for entry in program.namedData or ()
+    ]
 
 
 def _named_segments(program) -> dict[int, int]:
@@ -120,19 +138,30 @@ def _named_segments(program) -> dict[int, int]:
 
 
 def _method(pte, view: MethodView) -> dict:
-    origins = [where for index, chain in enumerate(pte.program.executionPlan[view.plan_index].chains or ())
-               for where in chain_origins(pte, view.plan_index, index, len(chain.instructions or ()))]
-    operators = [{"index": index, "name": name, "overload": overload}
-                 for index, (name, overload) in enumerate(view.operators)]
+    origins = [
+        where
+        for index, chain in enumerate(pte.program.executionPlan[view.plan_index].chains or ())
+        for where in chain_origins(pte, view.plan_index, index, len(chain.instructions or ()))
+    ]
+    operators = [
+        {"index": index, "name": name, "overload": overload} for index, (name, overload) in enumerate(view.operators)
+    ]
     writers = view.first_writers
     instruction_rows = []
     for row, where in zip(view.instructions, origins):
-        instruction_rows.append({
-            "index": row.index, "kind": row.kind, "op": view.operator(row.op) if row.op is not None else None,
-            "delegate": row.delegate, "args": list(row.args),
-            # "" is the model itself (a module frame naming only its class); None: no module frame
-            "source": source_text(where), "module": where.module if where and (where.module or where.kind) else None,
-            "arguments": [argument_text(view, arg, writers) for arg in row.args]})
+        instruction_rows.append(
+            {
+                "index": row.index,
+                "kind": row.kind,
+                "op": view.operator(row.op) if row.op is not None else None,
+                "delegate": row.delegate,
+                "args": list(row.args),
+                # "" is the model itself (a module frame naming only its class); None: no module frame
+                "source": source_text(where),
+                "module": where.module if where and (where.module or where.kind) else None,
+                "arguments": [argument_text(view, arg, writers) for arg in row.args],
+            }
+        )
     sizes = view.buffer_sizes
     inputs, outputs = set(view.inputs), set(view.outputs)
     tensors = [_tensor(view, index, tensor, inputs, outputs) for index, tensor in view.tensors.items()]
@@ -143,8 +172,15 @@ def _method(pte, view: MethodView) -> dict:
     delegates = [_delegate(pte, view, delegate, calls.get(delegate.index, [])) for delegate in view.delegates]
     windows = _windows(pte, view, delegates)
     rows = [
-        _buffer(mem_id, sizes[mem_id], view.buffer_devices.get(mem_id, CPU), tensors, view.written, view.read,
-                [w for w in windows if w["mem_id"] == mem_id])
+        _buffer(
+            mem_id,
+            sizes[mem_id],
+            view.buffer_devices.get(mem_id, CPU),
+            tensors,
+            view.written,
+            view.read,
+            [w for w in windows if w["mem_id"] == mem_id],
+        )
         for mem_id in range(1, len(sizes))
     ]
     buffers = [row for row, _ in rows]
@@ -152,8 +188,10 @@ def _method(pte, view: MethodView) -> dict:
     for t in tensors:
         t["module"] = _module_of(t, instruction_rows, writers)
     modules = {t["value"]: t["module"] for t in tensors}
-    peaks = [peak(buffer, [t for t in tensors if t["mem_id"] == buffer["mem_id"]], instruction_rows, modules)
-             for buffer in buffers]
+    peaks = [
+        peak(buffer, [t for t in tensors if t["mem_id"] == buffer["mem_id"]], instruction_rows, modules)
+        for buffer in buffers
+    ]
     return {
         "name": view.name,
         "inputs": list(view.inputs),
@@ -233,17 +271,29 @@ def _role(index: int, constant: bool, state: bool, inputs: set[int], outputs: se
     return "constant" if constant else "activation"
 
 
-def _buffer(mem_id: int, size: int, device: Device, tensors: list[dict], written: AbstractSet[int], read: AbstractSet[int],
-            windows: list[dict]) -> tuple[dict, BufferBounds]:
+def _buffer(
+    mem_id: int,
+    size: int,
+    device: Device,
+    tensors: list[dict],
+    written: AbstractSet[int],
+    read: AbstractSet[int],
+    windows: list[dict],
+) -> tuple[dict, BufferBounds]:
     """One buffer: its size, the bytes in use at its busiest instruction, and its lower bound,
     delegates' windows (their payloads' buffers, alive while they run) counted with the
     tensors; with those bounds, whose live intervals the device totals add up."""
     placed = [t for t in tensors if t["mem_id"] == mem_id]
     bounds = buffer_bounds([t for t in placed if t["lifetime"] is not None], size, windows, written, read)
     # a sound plan keeps apart, at its busiest, at least the bytes its bound says must be
-    problem = ({"problem": f"unsound plan: peak {bounds.peak} bytes is below the {bounds.exact_bound} that must be "
-                           f"apart at once (live tensors or delegate windows share bytes)"}
-               if bounds.peak < bounds.exact_bound else {})
+    problem = (
+        {
+            "problem": f"unsound plan: peak {bounds.peak} bytes is below the {bounds.exact_bound} that must be "
+            f"apart at once (live tensors or delegate windows share bytes)"
+        }
+        if bounds.peak < bounds.exact_bound
+        else {}
+    )
     row = {
         "mem_id": mem_id,
         "size": size,
@@ -269,18 +319,31 @@ def _windows(pte, view: MethodView, delegates: list[dict]) -> list[dict]:
         if buffers is None:  # the payload is what is wrong, not where its window lies
             raise DevplanError(f"{where}'s payload cannot be read: {_payload_problem(pte, view, d['index'])}")
         if len(buffers) != 1:
-            raise DevplanError(f"{where}'s payload plans {len(buffers)} buffers, where a payload given a memory window "
-                               f"plans one; the program is damaged")
+            raise DevplanError(
+                f"{where}'s payload plans {len(buffers)} buffers, where a payload given a memory window "
+                f"plans one; the program is damaged"
+            )
         nbytes, sizes = buffers[0]["size"], view.buffer_sizes
         if not (0 < window["mem_id"] < len(sizes) and window["offset"] <= sizes[window["mem_id"]]):
-            raise DevplanError(f"{where}'s memory window (buffer {window['mem_id']}, offset {window['offset']}) does "
-                               f"not lie inside one of the method's buffers; the program is damaged")
+            raise DevplanError(
+                f"{where}'s memory window (buffer {window['mem_id']}, offset {window['offset']}) does "
+                f"not lie inside one of the method's buffers; the program is damaged"
+            )
         if window["offset"] + nbytes > sizes[window["mem_id"]]:
-            raise DevplanError(f"{where}'s payload plans {nbytes} bytes of working memory, more than the "
-                               f"{sizes[window['mem_id']] - window['offset']} its memory window (buffer "
-                               f"{window['mem_id']}, offset {window['offset']}) leaves; the program is damaged")
-        found.append({"mem_id": window["mem_id"], "offset": window["offset"], "nbytes": nbytes,
-                      "bound": buffers[0]["lower_bound"], "held": [min(d["calls"]), max(d["calls"])]})
+            raise DevplanError(
+                f"{where}'s payload plans {nbytes} bytes of working memory, more than the "
+                f"{sizes[window['mem_id']] - window['offset']} its memory window (buffer "
+                f"{window['mem_id']}, offset {window['offset']}) leaves; the program is damaged"
+            )
+        found.append(
+            {
+                "mem_id": window["mem_id"],
+                "offset": window["offset"],
+                "nbytes": nbytes,
+                "bound": buffers[0]["lower_bound"],
+                "held": [min(d["calls"]), max(d["calls"])],
+            }
+        )
     return found
 
 
@@ -331,9 +394,17 @@ def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[d
 
 def _planned_buffers(inner) -> list[dict] | None:
     try:
-        return [{"method": method["name"], "mem_id": buffer["mem_id"], "device": buffer["device"],
-                 "size": buffer["size"], "lower_bound": buffer["lower_bound"]}
-                for method in document(inner, inner.name)["methods"] for buffer in method["buffers"]]
+        return [
+            {
+                "method": method["name"],
+                "mem_id": buffer["mem_id"],
+                "device": buffer["device"],
+                "size": buffer["size"],
+                "lower_bound": buffer["lower_bound"],
+            }
+            for method in document(inner, inner.name)["methods"]
+            for buffer in method["buffers"]
+        ]
     except DevplanError:
         return None  # another backend's bytes that merely look like a program
 
@@ -345,5 +416,3 @@ def _spec_value(raw: bytes) -> str:
     except UnicodeDecodeError:
         return raw.hex()
     return decoded if decoded.isprintable() else raw.hex()
-
-

@@ -6,6 +6,7 @@ Built from the inspection document alone, so it says the same of devplan's progr
 ExecuTorch's. Only facts of the plan go in: no paths, no timings, no file size; each method's
 placements are one digest and a count, so a golden file stays a few dozen lines however
 large the model."""
+
 from __future__ import annotations
 
 import hashlib
@@ -14,10 +15,10 @@ import os
 import stat
 from pathlib import Path
 
+from devplan import schemacheck
 from devplan.errors import DevplanError
 from devplan.files import STDIO, is_stdout, read_input
 from devplan.jsontext import repeated
-from devplan import schemacheck
 from devplan.units import natural_key, size_text
 
 SCHEMA_VERSION = 1
@@ -37,8 +38,10 @@ def golden_document(doc: dict) -> dict:
     """The golden document of an inspection document (the whole one: --section trims away
     the tensors that the placement digest is made of)."""
     if any(key not in method for method in doc["methods"] for key in ("buffers", "tensors", "operators", "delegates")):
-        raise DevplanError(f"{doc['file']['name']}: this inspection document was trimmed with --section; "
-                           f"a golden document needs the whole one")
+        raise DevplanError(
+            f"{doc['file']['name']}: this inspection document was trimmed with --section; "
+            f"a golden document needs the whole one"
+        )
     return {
         "schema_version": SCHEMA_VERSION,
         "document": DOCUMENT,
@@ -49,20 +52,40 @@ def golden_document(doc: dict) -> dict:
 
 def _method(method: dict) -> dict:
     rows = placements(method)
-    delegates = [{"index": d["index"], "id": d["id"], "target_device": d["target_device"],
-                  "payload_size": d["payload_size"], "payload_buffers": d["payload_buffers"], "window": d["window"]}
-                 for d in method["delegates"]]
+    delegates = [
+        {
+            "index": d["index"],
+            "id": d["id"],
+            "target_device": d["target_device"],
+            "payload_size": d["payload_size"],
+            "payload_buffers": d["payload_buffers"],
+            "window": d["window"],
+        }
+        for d in method["delegates"]
+    ]
     peaks = {peak["mem_id"]: peak for peak in method.get("peak", ())}
-    buffers = [{**{key: b[key] for key in ("mem_id", "device", "size", "lower_bound", "tensors")},
-                **({"peak": peak_brief(peaks[b["mem_id"]])} if b["mem_id"] in peaks else {})} for b in method["buffers"]]
+    buffers = [
+        {
+            **{key: b[key] for key in ("mem_id", "device", "size", "lower_bound", "tensors")},
+            **({"peak": peak_brief(peaks[b["mem_id"]])} if b["mem_id"] in peaks else {}),
+        }
+        for b in method["buffers"]
+    ]
     return {
         "name": method["name"],
-        "counts": {"instructions": method["counts"]["instructions"], "values": method["counts"]["values"],
-                   "tensors": len(method["tensors"]), "delegates": method["counts"]["delegates"]},
+        "counts": {
+            "instructions": method["counts"]["instructions"],
+            "values": method["counts"]["values"],
+            "tensors": len(method["tensors"]),
+            "delegates": method["counts"]["delegates"],
+        },
         "buffers": buffers,
-        "devices": {d["device"]: {key: d[key] for key in ("buffers", "size", "lower_bound")} for d in method["devices"]},
-        "operators": sorted({f"{op['name']}.{op['overload']}" if op["overload"] else op["name"]
-                             for op in method["operators"]}),
+        "devices": {
+            d["device"]: {key: d[key] for key in ("buffers", "size", "lower_bound")} for d in method["devices"]
+        },
+        "operators": sorted(
+            {f"{op['name']}.{op['overload']}" if op["overload"] else op["name"] for op in method["operators"]}
+        ),
         "delegates": delegates,
         "placements": {"count": len(rows), "sha256": placement_digest(rows)},
         # a constant method's values (what an LLM runner reads), only where there is one
@@ -73,13 +96,20 @@ def _method(method: dict) -> dict:
 def peak_brief(peak: dict) -> dict:
     """A buffer's busiest instruction (its number, op and where in the model it came from), the
     bytes held there, and each block's share of them: what a reviewer reads when the size grows."""
-    return {"instruction": peak["instruction"], "op": peak["op"], "source": peak["source"], "bytes": peak["bytes"],
-            "modules": {m["module"]: m["bytes"] for m in peak["modules"]}}
+    return {
+        "instruction": peak["instruction"],
+        "op": peak["op"],
+        "source": peak["source"],
+        "bytes": peak["bytes"],
+        "modules": {m["module"]: m["bytes"] for m in peak["modules"]},
+    }
 
 
 def placements(method: dict) -> list[dict]:
     """Where each planned tensor of an inspection document's method lives, by value index."""
-    return [{key: tensor[key] for key in _PLACEMENT_KEYS} for tensor in method["tensors"] if tensor["mem_id"] is not None]
+    return [
+        {key: tensor[key] for key in _PLACEMENT_KEYS} for tensor in method["tensors"] if tensor["mem_id"] is not None
+    ]
 
 
 def placement_digest(rows: list[dict]) -> str:
@@ -128,8 +158,10 @@ def _text_disagrees(golden: dict) -> str | None:
         for name, text in found.items():
             base = name.removesuffix(TEXT)
             if name.endswith(TEXT) and base in SIZES and text != size_text(found.get(base, -1)):
-                return (f"\"{name}\": \"{text}\" says other than \"{base}\": {found.get(base)} "
-                        f"({size_text(found[base]) if base in found else 'missing'}); the bytes are what is compared")
+                return (
+                    f'"{name}": "{text}" says other than "{base}": {found.get(base)} '
+                    f"({size_text(found[base]) if base in found else 'missing'}); the bytes are what is compared"
+                )
     return None
 
 
@@ -162,15 +194,22 @@ def parse_golden(text: bytes, name: str, rewrite: str) -> dict:
     try:
         golden = json.loads(text.decode(), parse_constant=_no_constant, object_pairs_hook=_once)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as error:
-        why = ("nested too deeply" if isinstance(error, RecursionError) else
-               str(error) if type(error) is ValueError else type(error).__name__)
+        why = (
+            "nested too deeply"
+            if isinstance(error, RecursionError)
+            else str(error)
+            if type(error) is ValueError
+            else type(error).__name__
+        )
         raise DevplanError(f"{name}: not a golden file ({why}); {rewrite}") from None
     if not isinstance(golden, dict) or not is_golden(golden):
-        raise DevplanError(f"{name}: not a devplan golden file (no \"document\": \"{DOCUMENT}\"); {rewrite}")
+        raise DevplanError(f'{name}: not a devplan golden file (no "document": "{DOCUMENT}"); {rewrite}')
     version = golden.get("schema_version")
     if type(version) is not int or version != SCHEMA_VERSION:
-        raise DevplanError(f"{name}: golden schema_version {version!r}, this devplan reads "
-                           f"{SCHEMA_VERSION}; rewrite it with --update after checking the program")
+        raise DevplanError(
+            f"{name}: golden schema_version {version!r}, this devplan reads "
+            f"{SCHEMA_VERSION}; rewrite it with --update after checking the program"
+        )
     found = schemacheck.problem(golden, schemacheck.schema("golden"), schemacheck.schema("golden"))
     found = found or _method_twice(golden["methods"]) or _text_disagrees(golden)
     if found is not None:
@@ -209,16 +248,19 @@ def refuse_replacing(path: str | os.PathLike) -> None:
         return
     if not stat.S_ISREG(found.st_mode) or found.st_size == 0 or _is_golden_file(name, found.st_size):
         return
-    raise DevplanError(f"{name}: --golden --update would replace a file that is not a devplan golden file; "
-                       f"pass --golden a golden .json file or a new name")
+    raise DevplanError(
+        f"{name}: --golden --update would replace a file that is not a devplan golden file; "
+        f"pass --golden a golden .json file or a new name"
+    )
 
 
 def _is_golden_file(path: str, size: int) -> bool:
     if size > MAX_GOLDEN_BYTES:  # read nothing of a large program to learn it is one
         return False
     try:
-        document = json.loads(read_input(path, limit=MAX_GOLDEN_BYTES, hint="pass a golden .json file"),
-                              parse_constant=_no_constant)
+        document = json.loads(
+            read_input(path, limit=MAX_GOLDEN_BYTES, hint="pass a golden .json file"), parse_constant=_no_constant
+        )
     except (DevplanError, ValueError, RecursionError):  # unreadable, not UTF-8, not JSON, nested too deeply
         return False
     return isinstance(document, dict) and is_golden(document)

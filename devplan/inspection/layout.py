@@ -3,6 +3,7 @@
 
 Drawn from the inspection document alone, so a saved JSON document charts the same. Letters
 carry the meaning and colours only help, so the chart reads the same under NO_COLOR."""
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,18 @@ GLYPHS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 EMPTY = "·"
 # Background colours that stay distinguishable on dark and light terminals, paired with black text.
 PALETTE = (
-    "cyan", "magenta", "yellow", "green", "bright_blue", "bright_red",
-    "bright_cyan", "bright_magenta", "bright_yellow", "bright_green", "blue", "red",
+    "cyan",
+    "magenta",
+    "yellow",
+    "green",
+    "bright_blue",
+    "bright_red",
+    "bright_cyan",
+    "bright_magenta",
+    "bright_yellow",
+    "bright_green",
+    "blue",
+    "red",
 )
 MAX_COLUMNS_PER_INSTRUCTION = 4
 BANDS = 26  # runs of instructions a chart of a program without sources groups its tensors by
@@ -91,10 +102,7 @@ def band_size(size: int, rows: int) -> int:
 
 def _occupants(method: dict, mem_id: int) -> tuple[list[Occupant], list[str] | None]:
     """The tensors to draw, and the names of their groups when glyphs stand for groups."""
-    placed = [
-        t for t in method["tensors"]
-        if t["mem_id"] == mem_id and t["lifetime"] is not None and t["nbytes"] > 0
-    ]
+    placed = [t for t in method["tensors"] if t["mem_id"] == mem_id and t["lifetime"] is not None and t["nbytes"] > 0]
     placed.sort(key=lambda t: t["value"])
     groups, names = _groups(placed)
     occupants = [
@@ -150,7 +158,7 @@ def _axis(columns: list[tuple[int, int]], label_width: int) -> Text:
             continue
         tick = f"#{first}" if position == 0 else str(first)
         if position >= free_from and position + len(tick) <= len(columns):
-            axis[position:position + len(tick)] = tick
+            axis[position : position + len(tick)] = tick
             free_from = position + len(tick) + 1
     return Text(f"{'offset':>{label_width}}  " + "".join(axis), style="dim")
 
@@ -176,10 +184,12 @@ def _legend(occupants: list[Occupant], names: list[str] | None, exact_bytes: boo
     entries = []
     for group, mine in sorted(members.items()):
         first, last = min(o.first for o in mine), max(o.last for o in mine)
-        entries.append(Text.assemble((mine[0].glyph, mine[0].style), f" {names[group]} ",
-                                     (f"×{len(mine)} #{first}-{last}", "dim")))
-    return Group(Text("each glyph: a group of tensors, ×how many, #held from-to", style="dim"),
-                 Columns(entries, padding=(0, 2)))
+        entries.append(
+            Text.assemble((mine[0].glyph, mine[0].style), f" {names[group]} ", (f"×{len(mine)} #{first}-{last}", "dim"))
+        )
+    return Group(
+        Text("each glyph: a group of tensors, ×how many, #held from-to", style="dim"), Columns(entries, padding=(0, 2))
+    )
 
 
 def _legend_entry(occupant: Occupant, exact_bytes: bool) -> Text:

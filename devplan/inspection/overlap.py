@@ -1,6 +1,7 @@
 """Which tensors of a buffer share bytes, found without comparing every pair: a planned buffer
 reuses the same offsets for thousands of tensors over time, so pairs that meet in bytes alone
 grow with the square of the program (a 10,000-tensor program took 20 s)."""
+
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
@@ -62,8 +63,9 @@ class _Covers:
         self._mark(1, 0, self.n, low, high, tensor, first, last, met)
         return met
 
-    def _mark(self, node: int, lo: int, hi: int, low: int, high: int, tensor: int, first: int, last: int,
-              met: set[int]) -> None:
+    def _mark(
+        self, node: int, lo: int, hi: int, low: int, high: int, tensor: int, first: int, last: int, met: set[int]
+    ) -> None:
         if high <= lo or hi <= low:
             return
         if low <= lo and hi <= high:

@@ -4,6 +4,7 @@ A convnet that goes whole into one XNNPACK delegate plans only its input and out
 planned bytes alone read as a saving that is not one. The document says so per delegate, with
 the bytes where the payload tells them (XNNPACK's graph does), and a budget on
 `DEVICE+backends` counts them on top of the device's planned buffers."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -14,7 +15,6 @@ from devplan.planning.budget import BACKENDS
 from devplan.pte import xnnpack
 from devplan.pte.header import is_program
 from devplan.units import counted, exact_size_text, printable
-
 
 
 def working_memory(backend: str, payload: bytes) -> WorkingMemory | None:
@@ -48,8 +48,10 @@ def backend_bytes(method: dict, device: str, budget: str) -> int:
         if device_of(d) != device:
             continue
         if d["working_memory"]["bytes"] is None:
-            raise DevplanError(f"--budget {budget}: {method['name']} delegate {d['index']} ({d['id']}) allocates its "
-                               f"working memory itself, and its payload does not say how much; budget {device} alone")
+            raise DevplanError(
+                f"--budget {budget}: {method['name']} delegate {d['index']} ({d['id']}) allocates its "
+                f"working memory itself, and its payload does not say how much; budget {device} alone"
+            )
         total += d["working_memory"]["bytes"]
     return total
 
@@ -57,11 +59,13 @@ def backend_bytes(method: dict, device: str, budget: str) -> int:
 def outside_text(method_name: str, delegate: dict, sized: Callable[[int], str] = exact_size_text) -> str:
     """One line: which delegate, that its memory is outside the plan, and how much where known."""
     memory, device = delegate["working_memory"], device_of(delegate)
-    head = (f"{method_name} delegate {delegate['index']} ({delegate['id']}, {device}): working memory outside the "
-            f"plan, allocated by the backend")
+    head = (
+        f"{method_name} delegate {delegate['index']} ({delegate['id']}, {device}): working memory outside the "
+        f"plan, allocated by the backend"
+    )
     if memory["bytes"] is None:
         return printable(f"{head}; its payload does not say how much")
-    return printable(f"{head}: up to {sized(memory['bytes'])}, {counted(memory['values'], 'intermediate')} from its graph "
-                     f"summed; --budget {device}{BACKENDS}=SIZE counts it")
-
-
+    return printable(
+        f"{head}: up to {sized(memory['bytes'])}, {counted(memory['values'], 'intermediate')} from its graph "
+        f"summed; --budget {device}{BACKENDS}=SIZE counts it"
+    )

@@ -1,5 +1,6 @@
 """The peak, explained: for each planned buffer, the tensors holding bytes at its busiest
 instruction, largest first, and how much of the peak each top-level module of the model holds."""
+
 from __future__ import annotations
 
 from devplan.inspection.sources import top_module
@@ -9,8 +10,11 @@ from devplan.units import natural_key
 def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: dict[int, str]) -> dict:
     """`placed`: the buffer's tensors; `modules`: value -> the module path it came from."""
     at = buffer["peak_instruction"]
-    alive = [t for t in placed if t["nbytes"] and t["held"] is not None and t["held"][0] <= at <= t["held"][1]] \
-        if at is not None else []
+    alive = (
+        [t for t in placed if t["nbytes"] and t["held"] is not None and t["held"][0] <= at <= t["held"][1]]
+        if at is not None
+        else []
+    )
     alive.sort(key=lambda t: (-t["nbytes"], t["value"]))
     covered: list[tuple[int, int]] = []
     rows, shares = [], {}
@@ -18,8 +22,16 @@ def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: di
         start, end = t["offset"], t["offset"] + t["nbytes"]
         own = t["nbytes"] - sum(max(0, min(end, b) - max(start, a)) for a, b in covered)  # aliases count once
         covered = _merged(covered, (start, end))
-        rows.append({"value": t["value"], "nbytes": t["nbytes"], "own_bytes": own, "held": t["held"],
-                     "role": t["role"], "source": t["source"]})
+        rows.append(
+            {
+                "value": t["value"],
+                "nbytes": t["nbytes"],
+                "own_bytes": own,
+                "held": t["held"],
+                "role": t["role"],
+                "source": t["source"],
+            }
+        )
         block = _block(t, modules)
         shares[block] = shares.get(block, 0) + own
     # a method of no instructions still has its inputs alive "at" instruction 0
@@ -32,8 +44,11 @@ def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: di
         "source": row["source"] if row else None,
         "op": (row["op"] or row["kind"]) if row else None,
         "tensors": rows,
-        "modules": [{"module": name, "bytes": size}
-                    for name, size in sorted(shares.items(), key=lambda item: (-item[1], natural_key(item[0]))) if size],
+        "modules": [
+            {"module": name, "bytes": size}
+            for name, size in sorted(shares.items(), key=lambda item: (-item[1], natural_key(item[0])))
+            if size
+        ],
     }
 
 

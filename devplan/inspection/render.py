@@ -3,6 +3,7 @@
 Works from the document alone (never the program), so what the terminal shows and what
 --json prints cannot disagree. Fits 80 columns; letters and words carry every fact, so
 NO_COLOR and pipes lose nothing."""
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,13 @@ from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
 from devplan.units import counted, exact_size_text, size_text
 
 
-
-def render(doc: dict, console: Console, sections: Sequence[str] = DEFAULT_SECTIONS, exact_bytes: bool = False,
-           shapes: bool = False) -> None:
+def render(
+    doc: dict,
+    console: Console,
+    sections: Sequence[str] = DEFAULT_SECTIONS,
+    exact_bytes: bool = False,
+    shapes: bool = False,
+) -> None:
     """Print the chosen sections of doc, in SECTIONS order; exact_bytes shows every size in
     bytes, shapes each tensor argument of an instruction with its dtype and shape."""
     chosen = [section for section in SECTIONS if section in sections]
@@ -76,22 +81,37 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
         for segment in file["segments"]
     )
     if len(file["segments"]) > SEGMENTS_INLINE:  # a program of many segments (an LLM's) would take a screen
-        segments = (f"{counted(len(file['segments']), 'segment')}, "
-                    f"{size_text(sum(s['size'] for s in file['segments']), exact_bytes)} (-s segments lists them)")
+        segments = (
+            f"{counted(len(file['segments']), 'segment')}, "
+            f"{size_text(sum(s['size'] for s in file['segments']), exact_bytes)} (-s segments lists them)"
+        )
     _pair(grid, "file", size_text(file["size"], exact=True) if exact_bytes else exact_size_text(file["size"]))
     _pair(grid, "format", f"{doc['format']}, program version {file['program_version']}")
     _pair(grid, "document", f"schema version {doc['schema_version']}")
     _pair(grid, "methods", ", ".join(method["name"] for method in doc["methods"]) or "none")
     _pair(grid, "segments", segments or "none")
     named = file.get("named_data") or []
-    _pair(grid, "constant data", size_text(file["constant_bytes"], exact_bytes)
-          + (f", of which named data {size_text(sum({e['segment']: e['size'] for e in named}.values()), exact_bytes)}"
-             f" under {len(named)} {'key' if len(named) == 1 else 'keys'}" if named else ""))
+    _pair(
+        grid,
+        "constant data",
+        size_text(file["constant_bytes"], exact_bytes)
+        + (
+            f", of which named data {size_text(sum({e['segment']: e['size'] for e in named}.values()), exact_bytes)}"
+            f" under {len(named)} {'key' if len(named) == 1 else 'keys'}"
+            if named
+            else ""
+        ),
+    )
     external = file.get("external")
     if external:
         keys = f"{external['keys']} {'key' if external['keys'] == 1 else 'keys'}"
-        _pair(grid, "external data", f"{keys} in {external['data']}, {size_text(external['bytes'], exact_bytes)}"
-              if external["data"] else f"{keys} in a .ptd data file not given (--data FILE.ptd reads it)")
+        _pair(
+            grid,
+            "external data",
+            f"{keys} in {external['data']}, {size_text(external['bytes'], exact_bytes)}"
+            if external["data"]
+            else f"{keys} in a .ptd data file not given (--data FILE.ptd reads it)",
+        )
     for method in doc["methods"]:
         counts = method["counts"]
         _pair(
@@ -110,8 +130,17 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
     if not method["buffers"]:
         console.print(Text("buffers: none (no planned memory)", style="dim"))
         return
-    table = _Table("buffers", ("mem_id", "right"), ("device", "left"), ("size", "right"), ("tensors", "right"),
-                   ("peak", "right"), ("busiest", "right"), ("lower bound", "right"), ("size/bound", "right"))
+    table = _Table(
+        "buffers",
+        ("mem_id", "right"),
+        ("device", "left"),
+        ("size", "right"),
+        ("tensors", "right"),
+        ("peak", "right"),
+        ("busiest", "right"),
+        ("lower bound", "right"),
+        ("size/bound", "right"),
+    )
     for buffer in method["buffers"]:
         ratio = f"{buffer['size'] / buffer['lower_bound']:.3f}" if buffer["lower_bound"] else "-"
         table.add_row(
@@ -127,16 +156,20 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
     table.print(console)
     for buffer in method["buffers"]:
         if "problem" in buffer:
-            console.print(Text(f"buffer {buffer['mem_id']} ({buffer['device']}): {buffer['problem']}", style="bold red"),
-                          soft_wrap=True)
+            console.print(
+                Text(f"buffer {buffer['mem_id']} ({buffer['device']}): {buffer['problem']}", style="bold red"),
+                soft_wrap=True,
+            )
     for delegate in outside(method):  # what these buffers leave out: the backend's own memory
         console.print(Text(outside_text(method["name"], delegate, lambda n: size_text(n, exact_bytes))))
     for device in method.get("devices") or ():
         if device["buffers"] > 1:  # buffers that could have shared bytes: the device's own bound says how well
             ratio = f"{device['size'] / device['lower_bound']:.3f}" if device["lower_bound"] else "-"
-            console.print(f"{device['device']}: {device['buffers']} buffers (delegates' own included), "
-                          f"{size_text(device['size'], exact_bytes)}; device lower bound "
-                          f"{size_text(device['lower_bound'], exact_bytes)}, size/bound {ratio}")
+            console.print(
+                f"{device['device']}: {device['buffers']} buffers (delegates' own included), "
+                f"{size_text(device['size'], exact_bytes)}; device lower bound "
+                f"{size_text(device['lower_bound'], exact_bytes)}, size/bound {ratio}"
+            )
 
 
 PEAK_ROWS = 10  # tensors listed at a peak; --json has them all
@@ -148,8 +181,11 @@ def _peak(method: dict, console: Console, exact_bytes: bool) -> None:
         return
     for entry in method["peak"]:
         size = next(b["size"] for b in method["buffers"] if b["mem_id"] == entry["mem_id"])
-        head = Text.assemble(("peak", "bold"), f" of buffer {entry['mem_id']} ({entry['device']}): ",
-                             f"{size_text(entry['bytes'], exact_bytes)} of {size_text(size, exact_bytes)}")
+        head = Text.assemble(
+            ("peak", "bold"),
+            f" of buffer {entry['mem_id']} ({entry['device']}): ",
+            f"{size_text(entry['bytes'], exact_bytes)} of {size_text(size, exact_bytes)}",
+        )
         if entry["instruction"] is None:
             console.print(head, Text(" (nothing held)", style="dim"))
             continue
@@ -157,24 +193,41 @@ def _peak(method: dict, console: Console, exact_bytes: bool) -> None:
         console.print(head)
         if entry["source"]:
             lines = _fold(tuple(re.findall(r"\S+(?: |$)", f"from {entry['source']}")), max(console.width - 4, 10))
-            console.print(Text("\n".join(f"  {line}" if i == 0 else f"    {line}" for i, line in enumerate(lines)),
-                               style="dim"))
+            console.print(
+                Text("\n".join(f"  {line}" if i == 0 else f"    {line}" for i, line in enumerate(lines)), style="dim")
+            )
         total = max(entry["bytes"], 1)
         shares = [f"{m['module']} {_percent(m['bytes'] / total)}" for m in entry["modules"]]
         if any(m["module"] not in ("(no module)", "(inputs)", "(state)") for m in entry["modules"]):
-            console.print(Text("  by block: " + ", ".join(shares[:6]) + (f", {len(shares) - 6} more" if len(shares) > 6 else "")))
+            console.print(
+                Text("  by block: " + ", ".join(shares[:6]) + (f", {len(shares) - 6} more" if len(shares) > 6 else ""))
+            )
         else:
             console.print(Text("  by block: unknown, the program names no modules", style="dim"))
-        table = _Table(f"held at #{entry['instruction']}, largest first", ("value", "right"), ("bytes", "right"),
-                       ("held", "left"), ("source", "left"))
+        table = _Table(
+            f"held at #{entry['instruction']}, largest first",
+            ("value", "right"),
+            ("bytes", "right"),
+            ("held", "left"),
+            ("source", "left"),
+        )
         for t in entry["tensors"][:PEAK_ROWS]:
-            table.add_row(f"v{t['value']}", size_text(t["nbytes"], exact_bytes), f"#{t['held'][0]}-{t['held'][1]}",
-                          tuple(re.findall(r"\S+(?: |$)", t["source"])))
+            table.add_row(
+                f"v{t['value']}",
+                size_text(t["nbytes"], exact_bytes),
+                f"#{t['held'][0]}-{t['held'][1]}",
+                tuple(re.findall(r"\S+(?: |$)", t["source"])),
+            )
         table.print(console)
         rest = entry["tensors"][PEAK_ROWS:]
         if rest:
-            console.print(Text(f"  and {len(rest)} more ({size_text(sum(t['own_bytes'] for t in rest), exact_bytes)}); "
-                               f"--json has them all", style="dim"))
+            console.print(
+                Text(
+                    f"  and {len(rest)} more ({size_text(sum(t['own_bytes'] for t in rest), exact_bytes)}); "
+                    f"--json has them all",
+                    style="dim",
+                )
+            )
 
 
 def _percent(share: float) -> str:
@@ -185,9 +238,20 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
     if not method["tensors"]:
         console.print(Text("tensors: none", style="dim"))
         return
-    table = _Table("tensors", ("value", "right"), ("dtype", "left"), ("shape", "left"), ("mem", "right"),
-                   ("offset", "right"), ("nbytes", "right"), ("device", "left"), ("life", "left"), ("role", "left"),
-                   ("source", "left"), below="source")
+    table = _Table(
+        "tensors",
+        ("value", "right"),
+        ("dtype", "left"),
+        ("shape", "left"),
+        ("mem", "right"),
+        ("offset", "right"),
+        ("nbytes", "right"),
+        ("device", "left"),
+        ("life", "left"),
+        ("role", "left"),
+        ("source", "left"),
+        below="source",
+    )
     for tensor in method["tensors"]:
         table.add_row(
             f"v{tensor['value']}",
@@ -233,8 +297,15 @@ def _instructions(method: dict, console: Console, exact_bytes: bool) -> None:
     for row in method["instructions"]:
         if row["source"] and row["source"] != source:  # a line per stretch of instructions from one place
             source = row["source"]
-            text.append(" " * label + " " + "\n".join(_fold(tuple(re.findall(r"\S+(?: |$)", f"{source}:")), room))
-                        .replace("\n", "\n" + " " * (label + 1)) + "\n", style="dim")
+            text.append(
+                " " * label
+                + " "
+                + "\n".join(_fold(tuple(re.findall(r"\S+(?: |$)", f"{source}:")), room)).replace(
+                    "\n", "\n" + " " * (label + 1)
+                )
+                + "\n",
+                style="dim",
+            )
         head, tail = _call_parts(row, delegates)
         # a long call wraps under itself, not under the numbers, between its arguments
         for depth, line in enumerate(_fold((head, *re.findall(r".+?(?:, |$)", tail)), room)):
@@ -252,7 +323,7 @@ def _call_parts(row: dict, delegates: dict[int, dict]) -> tuple[str, str]:
     args, shown = row["args"], row["arguments"]
     if row["kind"] == "kernel":
         returns = _returns(args)
-        inputs, results = shown[:len(shown) - returns], shown[len(shown) - returns:]
+        inputs, results = shown[: len(shown) - returns], shown[len(shown) - returns :]
         return row["op"], f"({', '.join(inputs)})" + (f" -> {', '.join(results)}" if results else "")
     if row["kind"] == "delegate":
         delegate = delegates.get(row["delegate"])
@@ -267,7 +338,7 @@ def _returns(args: list[int]) -> int:
     """Kernel arguments end with the out= arguments followed by the returns, which name the
     same values again; the length of the longest such repeated tail is the returns'."""
     for count in range(len(args) // 2, 0, -1):
-        if args[-count:] == args[-2 * count:-count]:
+        if args[-count:] == args[-2 * count : -count]:
             return count
     return 0
 
@@ -276,13 +347,25 @@ def _delegates(method: dict, console: Console, exact_bytes: bool) -> None:
     if not method["delegates"]:
         console.print(Text("delegates: none", style="dim"))
         return
-    table = _Table("delegates", ("#", "right"), ("backend", "left"), ("target", "left"), ("payload", "right"),
-                   ("stored", "left"), ("planned", "left"), ("compile specs", "left"))
+    table = _Table(
+        "delegates",
+        ("#", "right"),
+        ("backend", "left"),
+        ("target", "left"),
+        ("payload", "right"),
+        ("stored", "left"),
+        ("planned", "left"),
+        ("compile specs", "left"),
+    )
     for delegate in method["delegates"]:
-        specs = [piece for spec in delegate["compile_specs"] for piece in (f"{spec['key']}=", f"{_shorten(spec['value'])}; ")]
+        specs = [
+            piece for spec in delegate["compile_specs"] for piece in (f"{spec['key']}=", f"{_shorten(spec['value'])}; ")
+        ]
         window = delegate.get("window")
         inside = f" in buffer {window['mem_id']} at {window['offset']}" if window else ""
-        buffers = [f"{b['device']} {size_text(b['size'], exact_bytes)}{inside}; " for b in delegate["payload_buffers"] or ()]
+        buffers = [
+            f"{b['device']} {size_text(b['size'], exact_bytes)}{inside}; " for b in delegate["payload_buffers"] or ()
+        ]
         table.add_row(
             str(delegate["index"]),
             delegate["id"],
@@ -346,8 +429,10 @@ class _Table:
         console.print(self._text(console, None), soft_wrap=True)
 
     def _natural(self) -> list[int]:
-        return [max([len(header)] + [len("".join(row[i])) for row in self.rows])
-                for i, (header, _) in enumerate(self.columns)]
+        return [
+            max([len(header)] + [len("".join(row[i])) for row in self.rows])
+            for i, (header, _) in enumerate(self.columns)
+        ]
 
     def _room_for_last(self, console: Console) -> int:
         """Columns left for the last one once every other column has folded as far as it may."""
@@ -378,8 +463,10 @@ class _Table:
         return text
 
     def _line(self, cells: Sequence[str], widths: Sequence[int]) -> str:
-        return "  ".join(cell.rjust(width) if justify == "right" else cell.ljust(width)
-                         for cell, width, (_, justify) in zip(cells, widths, self.columns)).rstrip()
+        return "  ".join(
+            cell.rjust(width) if justify == "right" else cell.ljust(width)
+            for cell, width, (_, justify) in zip(cells, widths, self.columns)
+        ).rstrip()
 
 
 def _narrowest(header: str, natural: int) -> int:

@@ -1,5 +1,6 @@
 """The named parts of an inspection: which the terminal shows by default, and which lists of
 the document each one needs, so that --section trims --json the same way it trims the view."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

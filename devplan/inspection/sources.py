@@ -1,13 +1,14 @@
 """Names back to the model: where each instruction came from (ET12's stacktrace, as devplan or
 ExecuTorch wrote it), which tensor is which (its role, the user's name where the program
 keeps one, else the instruction that first writes it), and every argument as text."""
+
 from __future__ import annotations
 
 import os
 import re
 
-from devplan.pte.frames import Where
 from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.frames import Where
 
 
 def chain_origins(pte, plan_index: int, chain_index: int, count: int) -> list[Where | None]:
@@ -39,7 +40,7 @@ def top_module(path: str | None) -> str:
         return "(model)"
     parts = path.split(".")
     numbered = next((i for i, part in enumerate(parts) if part.isdigit()), None)
-    return ".".join(parts[:numbered + 1] if numbered is not None else parts[:2])
+    return ".".join(parts[: numbered + 1] if numbered is not None else parts[:2])
 
 
 def tensor_source(tensor: dict, instructions: list[dict], writer: int | None, names: dict, position: dict) -> str:
@@ -80,8 +81,16 @@ def argument_text(view, index: int, written) -> str:
         return "None"
     if kind == KernelTypes.IntList:  # items are Int values: their numbers, or vN when computed at run time
         # (a list among the items, which only damage puts there, is named, never followed)
-        return "[" + ", ".join(f"v{item}" if 0 <= item < len(view.kinds) and view.kinds[item] == KernelTypes.IntList
-                               else argument_text(view, item, written) for item in view.lists[index]) + "]"
+        return (
+            "["
+            + ", ".join(
+                f"v{item}"
+                if 0 <= item < len(view.kinds) and view.kinds[item] == KernelTypes.IntList
+                else argument_text(view, item, written)
+                for item in view.lists[index]
+            )
+            + "]"
+        )
     if kind in (KernelTypes.TensorList, KernelTypes.OptionalTensorList):
         return "[" + ", ".join("None" if item < 0 else f"v{item}" for item in view.lists[index]) + "]"
     return repr(view.scalars[index])
@@ -93,7 +102,7 @@ def source_identity(source: str) -> tuple[str, bool]:
     'view of bytes from ...', or, without a stacktrace, the kernel ('#aten::add.out'). Returns
     (identity, whether it names a source rather than only a kernel)."""
     view = "view of bytes from "
-    prefix, made = (view, source[len(view):]) if source.startswith(view) else ("", source)
+    prefix, made = (view, source[len(view) :]) if source.startswith(view) else ("", source)
     kernel = re.fullmatch(r"#\d+ (.*)", made)
     if kernel:
         return f"{prefix}#{kernel.group(1)}", False

@@ -5,6 +5,7 @@ instructions that make its tensors, axes with ticks, the lower bound and the pea
 labelled lines, and a legend. Drawn from the inspection document alone,
 deterministic to the byte, and readable without a browser's help (a plain SVG 1.1 file, no
 scripts). Tensors of zero bytes hold nothing and are left out, of the drawing and its counts."""
+
 from __future__ import annotations
 
 import math
@@ -14,12 +15,18 @@ from devplan.inspection.layout import band_size
 from devplan.inspection.sources import top_module
 from devplan.units import natural_key, size_text
 
-WIDTH, HEIGHT = 760, 320           # plot area of one chart, in px
-LEFT, TOP, GAP = 80, 56, 140       # margins: byte labels, title, space between charts (axis, blocks, legend)
-CHAR = 5.6                         # about the width of one character at font-size 11, in px
-TICKS = 8                          # about this many ticks on each axis
+WIDTH, HEIGHT = 760, 320  # plot area of one chart, in px
+LEFT, TOP, GAP = 80, 56, 140  # margins: byte labels, title, space between charts (axis, blocks, legend)
+CHAR = 5.6  # about the width of one character at font-size 11, in px
+TICKS = 8  # about this many ticks on each axis
 # Fill colours by role, so inputs, outputs and activations read apart at a glance.
-FILLS = {"input": "#4e79a7", "output": "#f28e2b", "input+output": "#b07aa1", "state": "#76b7b2", "activation": "#59a14f"}
+FILLS = {
+    "input": "#4e79a7",
+    "output": "#f28e2b",
+    "input+output": "#b07aa1",
+    "state": "#76b7b2",
+    "activation": "#59a14f",
+}
 OTHER_FILL = "#bab0ac"
 SECOND_SHADE = "#a6d96a"  # activations of every other block of the model, so that layers read apart
 BOUND, PEAK = "#1f77b4", "#e15759"  # the lower bound's and the peak's lines
@@ -28,10 +35,12 @@ BOUND, PEAK = "#1f77b4", "#e15759"  # the lower bound's and the peak's lines
 def layout_svg(doc: dict) -> str:
     charts = [(method, buffer) for method in doc["methods"] for buffer in method["buffers"]]
     height = TOP + len(charts) * (HEIGHT + GAP) - 40
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{LEFT + WIDTH + 170}" height="{height}" '
-             f'font-family="sans-serif" font-size="11">',
-             f'<title>{escape(doc["file"]["name"])}: planned memory over time</title>',
-             '<rect width="100%" height="100%" fill="white"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{LEFT + WIDTH + 170}" height="{height}" '
+        f'font-family="sans-serif" font-size="11">',
+        f"<title>{escape(doc['file']['name'])}: planned memory over time</title>",
+        '<rect width="100%" height="100%" fill="white"/>',
+    ]
     for number, (method, buffer) in enumerate(charts):
         parts += _chart(method, buffer, TOP + number * (HEIGHT + GAP))
     if not charts:
@@ -45,30 +54,41 @@ def _chart(method: dict, buffer: dict, top: int) -> list[str]:
     size = max(1, buffer["size"])
     x = lambda step: LEFT + step * WIDTH / steps
     y = lambda offset: top + offset * HEIGHT / size
-    tensors = sorted((t for t in method["tensors"] if t["mem_id"] == buffer["mem_id"] and t["held"] and t["nbytes"]),
-                     key=lambda t: (-t["nbytes"], t["value"]))  # large first, so small ones stay visible on top
+    tensors = sorted(
+        (t for t in method["tensors"] if t["mem_id"] == buffer["mem_id"] and t["held"] and t["nbytes"]),
+        key=lambda t: (-t["nbytes"], t["value"]),
+    )  # large first, so small ones stay visible on top
     parts = [
         f'<text x="{LEFT}" y="{top - 30}" font-size="13" font-weight="bold">method {escape(method["name"])} · '
-        f'buffer {buffer["mem_id"]} ({escape(buffer["device"])}) · {size_text(buffer["size"])} planned</text>',
+        f"buffer {buffer['mem_id']} ({escape(buffer['device'])}) · {size_text(buffer['size'])} planned</text>",
         f'<text x="{LEFT}" y="{top - 14}">{len(tensors)} tensors over {steps} instructions · lower bound '
-        f'{size_text(buffer["lower_bound"])} · peak {size_text(buffer["peak"])}'
-        + (f' at #{buffer["peak_instruction"]}' if buffer["peak_instruction"] is not None else "") + '</text>',
+        f"{size_text(buffer['lower_bound'])} · peak {size_text(buffer['peak'])}"
+        + (f" at #{buffer['peak_instruction']}" if buffer["peak_instruction"] is not None else "")
+        + "</text>",
         f'<rect x="{LEFT}" y="{top}" width="{WIDTH}" height="{HEIGHT}" fill="#f4f4f4" stroke="#999"/>',
     ]
     parts += _grid(steps, size, x, y, top)
-    blocks = {name: i for i, name in enumerate(dict.fromkeys(
-        top_module(t.get("module")) for t in sorted(tensors, key=lambda t: t["held"][0])))}
+    blocks = {
+        name: i
+        for i, name in enumerate(
+            dict.fromkeys(top_module(t.get("module")) for t in sorted(tensors, key=lambda t: t["held"][0]))
+        )
+    }
     for t in tensors:
         fill = FILLS.get(t["role"], OTHER_FILL)
         if t["role"] == "activation" and blocks[top_module(t.get("module"))] % 2:
             fill = SECOND_SHADE
         first, last = t["held"]
         top_px, bottom_px = y(t["offset"]), y(t["offset"] + t["nbytes"])
-        tip = (f'v{t["value"]} · {t.get("source") or t["role"]}\n{t["dtype"]}{list(t["shape"])} · {t["nbytes"]} B at '
-               f'offset {t["offset"]} · held #{first}-#{last} · {t["role"]}')
-        parts.append(f'<rect x="{x(first):.2f}" y="{top_px:.2f}" width="{x(last + 1) - x(first):.2f}" '
-                     f'height="{max(bottom_px - top_px, 0.5):.2f}" fill="{fill}" '
-                     f'fill-opacity="0.85" stroke="#333" stroke-width="0.3"><title>{escape(tip)}</title></rect>')
+        tip = (
+            f"v{t['value']} · {t.get('source') or t['role']}\n{t['dtype']}{list(t['shape'])} · {t['nbytes']} B at "
+            f"offset {t['offset']} · held #{first}-#{last} · {t['role']}"
+        )
+        parts.append(
+            f'<rect x="{x(first):.2f}" y="{top_px:.2f}" width="{x(last + 1) - x(first):.2f}" '
+            f'height="{max(bottom_px - top_px, 0.5):.2f}" fill="{fill}" '
+            f'fill-opacity="0.85" stroke="#333" stroke-width="0.3"><title>{escape(tip)}</title></rect>'
+        )
     parts += _block_labels(tensors, x, top + HEIGHT + 32)
     parts += _marks(buffer, x, y, top)
     parts += _legend(top + HEIGHT + 80)
@@ -92,8 +112,10 @@ def _block_labels(tensors: list[dict], x, baseline: int) -> list[str]:
         left, right, y = x(first), x(last + 1), baseline + 14 * (row % 2)
         short = ".".join(name.split(".")[-2:])
         label = next((text for text in (name, short) if len(text) * CHAR <= right - left + 2 * CHAR), None)
-        parts.append(f'<path d="M{left + 1:.2f} {y - 13} v3 H{right - 1:.2f} v-3" fill="none" stroke="#777">'
-                     f'<title>{escape(name)}</title></path>')
+        parts.append(
+            f'<path d="M{left + 1:.2f} {y - 13} v3 H{right - 1:.2f} v-3" fill="none" stroke="#777">'
+            f"<title>{escape(name)}</title></path>"
+        )
         if label is not None:
             parts.append(f'<text x="{(left + right) / 2:.2f}" y="{y}" text-anchor="middle">{escape(label)}</text>')
     return parts
@@ -110,12 +132,16 @@ def _grid(steps: int, size: int, x, y, top: int) -> list[str]:
     band = band_size(size, TICKS)
     for offset in range(0, size + 1, band):
         py = y(offset)
-        parts.append(f'<line x1="{LEFT}" y1="{py:.2f}" x2="{LEFT + WIDTH}" y2="{py:.2f}" stroke="#ddd" stroke-width="0.5"/>')
+        parts.append(
+            f'<line x1="{LEFT}" y1="{py:.2f}" x2="{LEFT + WIDTH}" y2="{py:.2f}" stroke="#ddd" stroke-width="0.5"/>'
+        )
         parts.append(f'<line x1="{LEFT - 5}" y1="{py:.2f}" x2="{LEFT}" y2="{py:.2f}" stroke="#555"/>')
         parts.append(f'<text x="{LEFT - 8}" y="{py + 4:.2f}" text-anchor="end">{size_text(offset)}</text>')
     parts.append(f'<text x="{LEFT + WIDTH / 2:.0f}" y="{top + HEIGHT + 62}" text-anchor="middle">instruction →</text>')
-    parts.append(f'<text x="{LEFT - 62}" y="{top + HEIGHT / 2:.0f}" text-anchor="middle" '
-                 f'transform="rotate(-90 {LEFT - 62} {top + HEIGHT / 2:.0f})">byte offset ↓</text>')
+    parts.append(
+        f'<text x="{LEFT - 62}" y="{top + HEIGHT / 2:.0f}" text-anchor="middle" '
+        f'transform="rotate(-90 {LEFT - 62} {top + HEIGHT / 2:.0f})">byte offset ↓</text>'
+    )
     return parts
 
 
@@ -132,36 +158,49 @@ def _marks(buffer: dict, x, y, top: int) -> list[str]:
     bound_y, peak_y = y(buffer["lower_bound"]), y(buffer["peak"])
     # the two labels sit apart even when the lines coincide: the bound's above, the peak's below
     # the bound's dashes go over the peak's line, so both show where they coincide
-    parts = [f'<line x1="{LEFT}" y1="{peak_y:.2f}" x2="{LEFT + WIDTH}" y2="{peak_y:.2f}" stroke="{PEAK}" '
-             f'stroke-width="2"><title>peak: {buffer["peak"]} B in use</title></line>',
-             f'<text x="{right}" y="{peak_y + 12:.2f}" fill="{PEAK}">peak {size_text(buffer["peak"])}</text>',
-             f'<line x1="{LEFT}" y1="{bound_y:.2f}" x2="{LEFT + WIDTH}" y2="{bound_y:.2f}" stroke="{BOUND}" '
-             f'stroke-width="2" stroke-dasharray="6 4"><title>lower bound: {buffer["lower_bound"]} B</title></line>',
-             f'<text x="{right}" y="{bound_y - 3:.2f}" fill="{BOUND}">lower bound {size_text(buffer["lower_bound"])}</text>']
+    parts = [
+        f'<line x1="{LEFT}" y1="{peak_y:.2f}" x2="{LEFT + WIDTH}" y2="{peak_y:.2f}" stroke="{PEAK}" '
+        f'stroke-width="2"><title>peak: {buffer["peak"]} B in use</title></line>',
+        f'<text x="{right}" y="{peak_y + 12:.2f}" fill="{PEAK}">peak {size_text(buffer["peak"])}</text>',
+        f'<line x1="{LEFT}" y1="{bound_y:.2f}" x2="{LEFT + WIDTH}" y2="{bound_y:.2f}" stroke="{BOUND}" '
+        f'stroke-width="2" stroke-dasharray="6 4"><title>lower bound: {buffer["lower_bound"]} B</title></line>',
+        f'<text x="{right}" y="{bound_y - 3:.2f}" fill="{BOUND}">lower bound {size_text(buffer["lower_bound"])}</text>',
+    ]
     if buffer["peak_instruction"] is not None:
         px = x(buffer["peak_instruction"] + 0.5)
-        parts.append(f'<line x1="{px:.2f}" y1="{top}" x2="{px:.2f}" y2="{top + HEIGHT}" stroke="{PEAK}" '
-                     f'stroke-dasharray="4 3"><title>peak at instruction {buffer["peak_instruction"]}</title></line>')
-        parts.append(f'<text x="{px:.2f}" y="{top - 3}" fill="{PEAK}" text-anchor="middle">'
-                     f'peak at #{buffer["peak_instruction"]}</text>')
+        parts.append(
+            f'<line x1="{px:.2f}" y1="{top}" x2="{px:.2f}" y2="{top + HEIGHT}" stroke="{PEAK}" '
+            f'stroke-dasharray="4 3"><title>peak at instruction {buffer["peak_instruction"]}</title></line>'
+        )
+        parts.append(
+            f'<text x="{px:.2f}" y="{top - 3}" fill="{PEAK}" text-anchor="middle">'
+            f"peak at #{buffer['peak_instruction']}</text>"
+        )
     return parts
 
 
 def _legend(baseline: int) -> list[str]:
     parts: list[str] = []
     at: float = LEFT
-    swatches = (*((role, (fill,)) for role, fill in FILLS.items() if role != "activation"),
-                ("activation (blocks alternate)", (FILLS["activation"], SECOND_SHADE)), ("other", (OTHER_FILL,)))
+    swatches = (
+        *((role, (fill,)) for role, fill in FILLS.items() if role != "activation"),
+        ("activation (blocks alternate)", (FILLS["activation"], SECOND_SHADE)),
+        ("other", (OTHER_FILL,)),
+    )
     for label, fills in swatches:
         for fill in fills:
-            parts.append(f'<rect x="{at}" y="{baseline - 9}" width="10" height="10" fill="{fill}" stroke="#333" '
-                         f'stroke-width="0.3"/>')
+            parts.append(
+                f'<rect x="{at}" y="{baseline - 9}" width="10" height="10" fill="{fill}" stroke="#333" '
+                f'stroke-width="0.3"/>'
+            )
             at += 12
         parts.append(f'<text x="{at + 2}" y="{baseline}">{label}</text>')
         at = round(at + 18 + CHAR * len(label), 1)
     for label, color, dash in (("lower bound", BOUND, "6 4"), ("peak", PEAK, "none")):
-        parts.append(f'<line x1="{at}" y1="{baseline - 4}" x2="{at + 18}" y2="{baseline - 4}" stroke="{color}" '
-                     f'stroke-width="2" stroke-dasharray="{dash}"/>')
+        parts.append(
+            f'<line x1="{at}" y1="{baseline - 4}" x2="{at + 18}" y2="{baseline - 4}" stroke="{color}" '
+            f'stroke-width="2" stroke-dasharray="{dash}"/>'
+        )
         parts.append(f'<text x="{at + 22}" y="{baseline}">{label}</text>')
         at = round(at + 30 + CHAR * len(label), 1)
     parts.append(f'<text x="{at}" y="{baseline}" fill="#666">hover a rectangle for its tensor</text>')

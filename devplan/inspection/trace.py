@@ -8,6 +8,7 @@ method is a process with
 
 Drawn from the inspection document alone, so ExecuTorch's programs trace the same, and
 deterministic to the byte."""
+
 from __future__ import annotations
 
 import heapq
@@ -22,8 +23,11 @@ def memory_trace(doc: dict) -> dict:
     events: list[dict] = []
     for pid, method in enumerate(doc["methods"], start=1):
         events += _method(pid, method)
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"file": doc["file"]["name"], "time": "instruction index (1 ms per instruction)"}}
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"file": doc["file"]["name"], "time": "instruction index (1 ms per instruction)"},
+    }
 
 
 def trace_json(doc: dict) -> str:
@@ -34,14 +38,25 @@ def _method(pid: int, method: dict) -> list[dict]:
     events = [_name("process_name", pid, 0, f"method {method['name']}"), _name("thread_name", pid, 0, "instructions")]
     for row in method["instructions"]:
         name = row["op"] or (f"delegate {row['delegate']}" if row["delegate"] is not None else row["kind"])
-        events.append({"ph": "X", "name": name, "cat": "instruction", "pid": pid, "tid": 0, "ts": row["index"] * STEP,
-                       "dur": STEP, "args": {"instruction": row["index"], "args": row["arguments"],
-                                             "source": row["source"]}})
+        events.append(
+            {
+                "ph": "X",
+                "name": name,
+                "cat": "instruction",
+                "pid": pid,
+                "tid": 0,
+                "ts": row["index"] * STEP,
+                "dur": STEP,
+                "args": {"instruction": row["index"], "args": row["arguments"], "source": row["source"]},
+            }
+        )
     tid = 1
     for buffer in method["buffers"]:
         label = f"buffer {buffer['mem_id']} ({buffer['device']})"
-        held = sorted((t for t in method["tensors"] if t["mem_id"] == buffer["mem_id"] and t["held"] and t["nbytes"]),
-                      key=lambda t: (t["held"][0], t["offset"], t["value"]))
+        held = sorted(
+            (t for t in method["tensors"] if t["mem_id"] == buffer["mem_id"] and t["held"] and t["nbytes"]),
+            key=lambda t: (t["held"][0], t["offset"], t["value"]),
+        )
         events += _counter(pid, label, held, method["counts"]["instructions"])
         lanes = 0  # tracks so far; a tensor takes the lowest track whose latest slice has ended
         busy: list[tuple[int, int]] = []  # (last instruction, track) of the tracks holding a slice
@@ -56,11 +71,26 @@ def _method(pid: int, method: dict) -> list[dict]:
                 events.append(_name("thread_name", pid, tid + lane, f"{label} tensors {lane + 1}"))
             heapq.heappush(busy, (t["held"][1], lane))
             first, last = t["held"]
-            events.append({"ph": "X", "name": f"v{t['value']} {t['dtype']}{list(t['shape'])}", "cat": "tensor",
-                           "pid": pid, "tid": tid + lane, "ts": first * STEP, "dur": (last - first + 1) * STEP,
-                           "args": {"value": t["value"], "offset": t["offset"], "nbytes": t["nbytes"],
-                                    "role": t["role"], "lifetime": t["lifetime"], "held": t["held"],
-                                    "source": t["source"]}})
+            events.append(
+                {
+                    "ph": "X",
+                    "name": f"v{t['value']} {t['dtype']}{list(t['shape'])}",
+                    "cat": "tensor",
+                    "pid": pid,
+                    "tid": tid + lane,
+                    "ts": first * STEP,
+                    "dur": (last - first + 1) * STEP,
+                    "args": {
+                        "value": t["value"],
+                        "offset": t["offset"],
+                        "nbytes": t["nbytes"],
+                        "role": t["role"],
+                        "lifetime": t["lifetime"],
+                        "held": t["held"],
+                        "source": t["source"],
+                    },
+                }
+            )
         tid += lanes
     return events
 
@@ -70,8 +100,10 @@ def _counter(pid: int, label: str, held: list[dict], steps: int) -> list[dict]:
     One sweep adds and removes each tensor's bytes once."""
     points = list(busiest(held, range(steps)))
     points.append((steps, 0))
-    return [{"ph": "C", "name": f"{label} bytes in use", "pid": pid, "ts": step * STEP, "args": {"bytes": used}}
-            for step, used in points]
+    return [
+        {"ph": "C", "name": f"{label} bytes in use", "pid": pid, "ts": step * STEP, "args": {"bytes": used}}
+        for step, used in points
+    ]
 
 
 def _name(kind: str, pid: int, tid: int, name: str) -> dict:

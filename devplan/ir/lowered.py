@@ -1,6 +1,7 @@
 """The graph every graph pass works on: an FX graph of runtime ops plus what the graph alone
 does not say (which placeholders are weights, which are state, how inputs and outputs nest),
 and what each delegate call in it runs."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -32,22 +33,31 @@ class ForeignCall(torch.nn.Module):
     calls it as a module; devplan stores what the backend made and plans only the tensors it
     reads and writes."""
 
-    def __init__(self, backend_id: str, processed: bytes, compile_specs: tuple[tuple[str, bytes], ...],
-                 named_data: tuple[tuple[str, bytes, int], ...]) -> None:
+    def __init__(
+        self,
+        backend_id: str,
+        processed: bytes,
+        compile_specs: tuple[tuple[str, bytes], ...],
+        named_data: tuple[tuple[str, bytes, int], ...],
+    ) -> None:
         super().__init__()
         self.backend_id, self.processed, self.compile_specs, self.named_data = (
-            backend_id, processed, compile_specs, named_data)
+            backend_id,
+            processed,
+            compile_specs,
+            named_data,
+        )
 
 
 @dataclass(frozen=True)
 class Lowered:
     gm: torch.fx.GraphModule
     constants: dict[str, torch.Tensor]  # placeholder name -> data: weights, constant buffers, folded results
-    state: dict[str, torch.Tensor]      # placeholder name -> initial value of a buffer the program updates
-    inputs: tuple[str, ...]             # user input placeholder names, in call order
-    in_spec: str                        # pytree specs (torch's treespec_dumps), for ContainerMetadata
+    state: dict[str, torch.Tensor]  # placeholder name -> initial value of a buffer the program updates
+    inputs: tuple[str, ...]  # user input placeholder names, in call order
+    in_spec: str  # pytree specs (torch's treespec_dumps), for ContainerMetadata
     out_spec: str
-    mutated: tuple[str, ...] = ()       # user inputs the program updates in place
+    mutated: tuple[str, ...] = ()  # user inputs the program updates in place
     # placeholder name -> (role, the user's name): an input's argument name, a weight's FQN
     names: dict[str, tuple[str, str]] = field(default_factory=dict)
     # delegate calls (call_module nodes) by target: the backend partition() gave each group,
@@ -63,4 +73,4 @@ class Lowered:
         passes see every value the program must produce."""
         values = list(self.gm.graph.output_node().args[0])  # type: ignore[arg-type]  # an output node holds a tuple
         updated = (*self.state, *self.mutated)
-        return dict(zip(updated, values)), values[len(updated):]
+        return dict(zip(updated, values)), values[len(updated) :]

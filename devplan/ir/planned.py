@@ -1,5 +1,6 @@
 """A method planned: every tensor of its Method placed (lifetime, mem_id, offset), and the
 buffers that placement takes on each device, against the least any placement could."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,6 +20,6 @@ class BufferPlan:
 
 @dataclass(frozen=True)
 class PlannedMethod:
-    method: Method                 # every planned tensor spec has lifetime, mem_id and offset
+    method: Method  # every planned tensor spec has lifetime, mem_id and offset
     buffers: tuple[BufferPlan, ...]
     algorithm: str

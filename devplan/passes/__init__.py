@@ -1,11 +1,13 @@
 """Passes. Graph passes are short functions over the graph a `Lowered` program holds; the
 method passes run on the built Method: copies, alias and compact finish it, place puts a
 delegate payload on its device, and concat, schedule and inplace work where lifetimes are known."""
+
 from __future__ import annotations
 
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
+from devplan.ir.lowered import Lowered
 from devplan.ir.method import Method
 from devplan.ir.role import PROGRAM, Role
 from devplan.passes.alias import alias_views
@@ -14,7 +16,6 @@ from devplan.passes.concat import write_cats_in_place
 from devplan.passes.copies import insert_copies
 from devplan.passes.decompose import decompose
 from devplan.passes.fold import fold_constants
-from devplan.ir.lowered import Lowered
 from devplan.passes.inplace import reuse_dead_inputs
 from devplan.passes.permutes import merge_permutes
 from devplan.passes.place import on_device
@@ -28,7 +29,12 @@ if TYPE_CHECKING:
 # (stage name, pass) in the order they run: each takes the Lowered program and returns it
 # (the graph edited in place, as torch.fx passes do; anything else replaced)
 GRAPH_PASSES: tuple[tuple[str, Callable[[Lowered], Lowered]], ...] = (
-    ("decompose", decompose), ("permutes", merge_permutes), ("fold", fold_constants), ("views", view_dynamic_copies), ("sizes", hoist_sizes))
+    ("decompose", decompose),
+    ("permutes", merge_permutes),
+    ("fold", fold_constants),
+    ("views", view_dynamic_copies),
+    ("sizes", hoist_sizes),
+)
 
 
 # What a method pass takes as done when it runs (the passes that must come before it, where both
@@ -41,9 +47,13 @@ RUNS_AFTER = {"compact": ("copies", "alias"), "inplace": ("schedule", "concat")}
 def method_passes(options: "CompileOptions", role: Role = PROGRAM) -> list[tuple[str, Callable[[Method], Method]]]:
     """(stage name, pass) in the order they run, for the program's methods and, by `role`,
     every delegate payload (on its backend's device; its inputs and outputs the caller's)."""
-    chosen = (("copies", insert_copies, True), ("alias", alias_views, True), ("compact", compact, True),
-              ("place", partial(on_device, device=role.home), role.payload),
-              ("concat", write_cats_in_place, options.inplace),
-              ("schedule", partial(schedule, alignment=options.alignment), options.reorder),
-              ("inplace", partial(reuse_dead_inputs, borrowed_io=role.payload), options.inplace))
+    chosen = (
+        ("copies", insert_copies, True),
+        ("alias", alias_views, True),
+        ("compact", compact, True),
+        ("place", partial(on_device, device=role.home), role.payload),
+        ("concat", write_cats_in_place, options.inplace),
+        ("schedule", partial(schedule, alignment=options.alignment), options.reorder),
+        ("inplace", partial(reuse_dead_inputs, borrowed_io=role.payload), options.inplace),
+    )
     return [(name, run) for name, run, wanted in chosen if wanted]

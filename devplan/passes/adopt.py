@@ -1,6 +1,7 @@
 """The adopt stage: the delegate calls ExecuTorch's backends compiled (passes/backends.py)
 taken in as devplan's delegates, each with its backend and payload, so that the stages below
 treat them as any delegate and never plan their inside. Imports no ExecuTorch."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -23,9 +24,10 @@ def adopt_delegates(low: Lowered) -> Lowered:
         try:
             device = Device.parse(specs[TARGET_DEVICE].decode()) if TARGET_DEVICE in specs else CPU
         except (DevplanError, UnicodeDecodeError):
-            raise DevplanError(f"{call.backend_id}: compile spec target_device {specs[TARGET_DEVICE]!r} names no "
-                               f"device devplan plans for; use cpu or cuda:N") from None
+            raise DevplanError(
+                f"{call.backend_id}: compile spec target_device {specs[TARGET_DEVICE]!r} names no "
+                f"device devplan plans for; use cpu or cuda:N"
+            ) from None
         backends[node.target] = Adopted(device, call.backend_id, call.compile_specs)
         payloads[node.target] = Payload(call.processed, None, 0, 0, call.named_data)
     return replace(low, backends=backends, payloads=payloads)
-

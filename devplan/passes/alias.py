@@ -2,6 +2,7 @@
 bytes when each is one contiguous run of them (a reshape, a leading-dim slice or split, an
 expand to the same shape). Of an input of dynamic shape only aten.view can: ExecuTorch's
 et_view makes it at run time. The rest stay copies."""
+
 from __future__ import annotations
 
 from dataclasses import replace

@@ -3,8 +3,8 @@ ops its backend takes and that backend's preprocess compiles each group, exactly
 ExecuTorch's lowering does (`to_edge_transform_and_lower`); devplan keeps every delegate
 call as a `call_module` of a `ForeignCall` and lowers everything around it with its own
 pipeline. Only this stage imports ExecuTorch (the `devplan[executorch]` extra)."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import functools
 
@@ -18,8 +18,10 @@ from devplan.extras import import_module
 from devplan.ir.lowered import ForeignCall
 from devplan.pte.writer import SEGMENT_ALIGNMENT
 
-def lower_to_backends(ep: torch.export.ExportedProgram, delegates: tuple[Backend | Partitioner, ...]
-                      ) -> torch.export.ExportedProgram:
+
+def lower_to_backends(
+    ep: torch.export.ExportedProgram, delegates: tuple[Backend | Partitioner, ...]
+) -> torch.export.ExportedProgram:
     """`ep` with every group the partitioners among `delegates` take compiled by its
     backend: ExecuTorch's edge program, its ops turned back into ATen ops and each delegate
     call into a call_module of a ForeignCall. A partitioner never takes the ops of devplan's
@@ -28,16 +30,20 @@ def lower_to_backends(ep: torch.export.ExportedProgram, delegates: tuple[Backend
     exir = import_module("executorch.exir", partitioners[0].label)
     made = []
     for p in partitioners:
-        earlier = tuple(d for d in delegates[:delegates.index(p)] if isinstance(d, Backend))
+        earlier = tuple(d for d in delegates[: delegates.index(p)] if isinstance(d, Backend))
         made.append((p, _Guarded(p.make(), p.label, earlier)))
     config = exir.EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)
     try:
         with torch.no_grad():  # ExecuTorch's state write-back would otherwise trip autograd
-            edge = exir.to_edge_transform_and_lower(ep, partitioner=[guarded for _, guarded in made], compile_config=config)
+            edge = exir.to_edge_transform_and_lower(
+                ep, partitioner=[guarded for _, guarded in made], compile_config=config
+            )
     except DevplanError:
         raise
     except Exception as error:  # a partitioner or a backend's preprocess failed: name which, and the node
-        raise DevplanError(f"{_blame([g for _, g in made])}: ExecuTorch's lowering failed: {first_line(error)}") from None
+        raise DevplanError(
+            f"{_blame([g for _, g in made])}: ExecuTorch's lowering failed: {first_line(error)}"
+        ) from None
     lowered = edge.exported_program()
     _adopt(lowered.graph_module)
     return lowered
@@ -49,8 +55,11 @@ def _blame(guarded: list["_Guarded"]) -> str:
     running = [g.label for g in guarded if g.running]
     if running:
         return running[0]
-    parts = [f"{g.label} (backend {backend}, partition {tag} from node {node})"
-             for g in guarded for tag, (backend, node) in list(g.partitions.items())[:1]]
+    parts = [
+        f"{g.label} (backend {backend}, partition {tag} from node {node})"
+        for g in guarded
+        for tag, (backend, node) in list(g.partitions.items())[:1]
+    ]
     return "; ".join(parts) or " and ".join(g.label for g in guarded)
 
 
@@ -73,14 +82,20 @@ class _Guarded:
         ops, check = keep(ep) if keep else ([], None)
         if not self.earlier:
             return ops, check
-        mine = [getattr(packet, overload) for b in self.earlier for name in sorted(b.ops or ())
-                for packet in [getattr(torch.ops.aten, name.removeprefix("aten::"))] for overload in packet.overloads()
-                if not getattr(packet, overload)._schema.is_mutable]
+        mine = [
+            getattr(packet, overload)
+            for b in self.earlier
+            for name in sorted(b.ops or ())
+            for packet in [getattr(torch.ops.aten, name.removeprefix("aten::"))]
+            for overload in packet.overloads()
+            if not getattr(packet, overload)._schema.is_mutable
+        ]
 
         def supported(node) -> bool:
             if any(b.takes(node) for b in self.earlier):
                 return not self.partitioned
             return check(node) if check else True
+
         return [*ops, *(op for op in mine if op not in ops)], supported
 
     def __call__(self, ep):
@@ -95,7 +110,9 @@ class _Guarded:
         except Exception as error:
             raise DevplanError(f"{self.label}: the partitioner failed: {first_line(error)}") from None
         if not isinstance(result, PartitionResult):
-            raise DevplanError(f"{self.label}: the partitioner returned a {type(result).__name__}, not a PartitionResult")
+            raise DevplanError(
+                f"{self.label}: the partitioner returned a {type(result).__name__}, not a PartitionResult"
+            )
         _refuse_mutations(result, self.label)
         if self.earlier:
             _give_back(result, self.earlier)
@@ -122,8 +139,10 @@ def _refuse_mutations(result, label: str) -> None:
         writes = isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
         if owned or writes:
             what = "takes state the program updates" if owned else f"writes in place ({node.target})"
-            raise DevplanError(f"{label}: partition {tag} crosses a mutation: node {node.name} {what}; a delegate "
-                               f"must leave state to the program, so leave that node out of the partition")
+            raise DevplanError(
+                f"{label}: partition {tag} crosses a mutation: node {node.name} {what}; a delegate "
+                f"must leave state to the program, so leave that node out of the partition"
+            )
 
 
 def _give_back(result, earlier: tuple[Backend, ...]) -> None:
@@ -145,8 +164,9 @@ def _give_back(result, earlier: tuple[Backend, ...]) -> None:
     result.partition_tags.clear()
     for tag in dict.fromkeys(kept.values()):
         support = create_op_support(functools.partial(_tagged, kept, tag))
-        for number, part in enumerate(CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
-                                      .propose_partitions()):
+        for number, part in enumerate(
+            CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True).propose_partitions()
+        ):
             for node in part.nodes:
                 node.meta["delegation_tag"] = f"{tag}_{number}"
             result.partition_tags[f"{tag}_{number}"] = specs[tag]
@@ -165,7 +185,11 @@ def _adopt(gm: torch.fx.GraphModule) -> None:
             gm.add_submodule(name, _foreign(lowered))
             with gm.graph.inserting_before(node):
                 call = gm.graph.call_module(name, tuple(node.args[1:]))
-            call.meta = {**_where_from(lowered), **node.meta, "devplan_origin": (name, f"{lowered.backend_id} delegate")}
+            call.meta = {
+                **_where_from(lowered),
+                **node.meta,
+                "devplan_origin": (name, f"{lowered.backend_id} delegate"),
+            }
             node.replace_all_uses_with(call)
             gm.graph.erase_node(node)
     gm.graph.eliminate_dead_code()
@@ -182,16 +206,22 @@ def _foreign(lowered) -> ForeignCall:
     named = []
     if store is not None:
         if store.external_data:
-            raise DevplanError(f"{lowered.backend_id}: the backend writes named data to an external file "
-                               f"({', '.join(store.external_data)}), which devplan does not write yet")
+            raise DevplanError(
+                f"{lowered.backend_id}: the backend writes named data to an external file "
+                f"({', '.join(store.external_data)}), which devplan does not write yet"
+            )
         for key, entry in sorted(store.pte_data.items()):
             if SEGMENT_ALIGNMENT % entry.alignment:  # every segment starts on that boundary, no finer one
-                raise DevplanError(f"{lowered.backend_id}: named data {key} asks for {entry.alignment}-byte alignment; "
-                                   f"devplan aligns segments to {SEGMENT_ALIGNMENT} bytes")
+                raise DevplanError(
+                    f"{lowered.backend_id}: named data {key} asks for {entry.alignment}-byte alignment; "
+                    f"devplan aligns segments to {SEGMENT_ALIGNMENT} bytes"
+                )
             named.append((key, bytes(store.buffers[entry.buffer_index]), entry.alignment))
     if not isinstance(lowered.processed_bytes, bytes) or not lowered.processed_bytes:
-        raise DevplanError(f"{lowered.backend_id}: its preprocess made no payload for the partition of "
-                           f"{_first_op(lowered)}; the backend cannot compile those ops")
+        raise DevplanError(
+            f"{lowered.backend_id}: its preprocess made no payload for the partition of "
+            f"{_first_op(lowered)}; the backend cannot compile those ops"
+        )
     specs = tuple((spec.key, bytes(spec.value)) for spec in lowered.compile_specs)
     return ForeignCall(lowered.backend_id, bytes(lowered.processed_bytes), specs, tuple(named))
 

@@ -1,6 +1,7 @@
 """The value table as written: values nothing refers to dropped (the arguments of the views
 that became aliases, Uses read as their source), equal numbers shared, the rest numbered in
 the order they were made."""
+
 from __future__ import annotations
 
 from devplan.ir.method import IntList, Method, OptionalTensorList, TensorList, Use
@@ -18,8 +19,11 @@ def compact(method: Method) -> Method:
             value = method.values[index]
             if isinstance(value, (IntList, TensorList, OptionalTensorList)):
                 used.update(i for i in value.items if i >= 0)
-    used.update(v.alias_of for i, v in enumerate(method.values)
-                if i in used and isinstance(v, TensorSpec) and v.alias_of is not None)
+    used.update(
+        v.alias_of
+        for i, v in enumerate(method.values)
+        if i in used and isinstance(v, TensorSpec) and v.alias_of is not None
+    )
     # numbers the runtime writes (inputs, results of size ops) are slots of their own, never shared
     slots = set(method.inputs) | {k.args[-1] for k in method.kernels if k.op in _NUMBER_KERNELS}
     new, first, kept = {}, {}, []

@@ -5,6 +5,7 @@ Along a dim with only unit dims before it, piece i of the result is one contiguo
 bytes, so the piece's whole storage can live there: it is written before the cat would have
 run, and nothing writes the result's bytes afterwards but an in-place op over a storage that
 is dead by then, so every reader of the piece or the result sees the same bytes."""
+
 from __future__ import annotations
 
 import math
@@ -47,9 +48,16 @@ def _places(values, kernel, root, fixed) -> dict[int, int] | None:
     at = 0
     for index in pieces.items:
         spec, storage = values[index], root.get(index)
-        if (storage is None or storage in fixed or storage in starts or spec.alias_offset or spec.dynamic
-                or values[storage].nbytes != spec.nbytes
-                or (spec.dtype, spec.device) != (out.dtype, out.device) or len(spec.shape) != len(out.shape)):
+        if (
+            storage is None
+            or storage in fixed
+            or storage in starts
+            or spec.alias_offset
+            or spec.dynamic
+            or values[storage].nbytes != spec.nbytes
+            or (spec.dtype, spec.device) != (out.dtype, out.device)
+            or len(spec.shape) != len(out.shape)
+        ):
             return None
         starts[storage] = at
         at += spec.nbytes

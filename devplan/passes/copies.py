@@ -1,6 +1,7 @@
 """Copies between devices, as ExecuTorch's et_copy ops make them: each Use in a built method
 becomes its source, where the source lives on the reading device, or a copy made there once,
 by a copy instruction just ahead of its first reader (a copy the caller reads goes last)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -12,9 +13,9 @@ from devplan.spec import CPU, Device, TensorSpec
 
 def insert_copies(method: Method) -> Method:
     values: list = []
-    new: dict[int, int] = {}                  # old value index -> new
+    new: dict[int, int] = {}  # old value index -> new
     made: dict[tuple[int, Device], int] = {}  # (new source index, device) -> its copy there
-    making: dict[int, list[Kernel]] = {}      # old Use index -> the copies that make it, in order
+    making: dict[int, list[Kernel]] = {}  # old Use index -> the copies that make it, in order
 
     def copy(source: int, device: Device, use: int) -> int:
         if (source, device) not in made:

@@ -2,6 +2,7 @@
 decompositions (and devplan's, in decompositions.py), one node at a time: ops the runtime
 already runs are left alone, so the graph is never retraced as a whole (that retrace is
 most of ExecuTorch's lowering time)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -16,13 +17,18 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError, first_line
+from devplan.ir.lowered import Lowered
 from devplan.ops import CHECKS_OUT_SIZES, RANKS, TORCH_NAMESPACES, is_view, out_schema, runnable, schema_name
 from devplan.passes.decompositions import bincount, decomposition
-from devplan.ir.lowered import Lowered
 
 # Ops that only check metadata or shapes at trace time; the runtime has nothing to do.
-_DROPPED = {"aten::_assert_tensor_metadata", "aten::_assert_scalar", "aten::sym_constrain_range_for_size",
-            "aten::_assert_async", "aten::sym_constrain_range"}
+_DROPPED = {
+    "aten::_assert_tensor_metadata",
+    "aten::_assert_scalar",
+    "aten::sym_constrain_range_for_size",
+    "aten::_assert_async",
+    "aten::sym_constrain_range",
+}
 _MAX_ROUNDS = 8
 
 
@@ -43,8 +49,13 @@ def decompose(low: Lowered) -> Lowered:
                 continue
             if op._schema.name in _DROPPED:
                 gm.graph.erase_node(node)
-            elif (_prefer_scalar(node) or not runnable(node.target) or (op in CHECKS_OUT_SIZES and _dynamic(node))
-                  or _rank_refusal(node) or _reads_strided_storage(node)):
+            elif (
+                _prefer_scalar(node)
+                or not runnable(node.target)
+                or (op in CHECKS_OUT_SIZES and _dynamic(node))
+                or _rank_refusal(node)
+                or _reads_strided_storage(node)
+            ):
                 added += _inline(gm, node, _decomposer(node), traces, mode)
         if not added:
             break
@@ -61,9 +72,11 @@ def _decomposer(node: torch.fx.Node):
         size = _fixed(node.meta["val"].shape[0])
         if size is None:
             name, op = _origin(node)
-            raise DevplanError(f"node {name}: op {op} returns as many counts as its input's largest value, a size "
-                               f"only the data decides; give it one: torch._check(counts.shape[0] == N) after the "
-                               f"call (with minlength=N), or count with torch.histc or scatter_add into N bins")
+            raise DevplanError(
+                f"node {name}: op {op} returns as many counts as its input's largest value, a size "
+                f"only the data decides; give it one: torch._check(counts.shape[0] == N) after the "
+                f"call (with minlength=N), or count with torch.histc or scatter_add into N bins"
+            )
         return functools.partial(bincount, size=size)
     found = decomposition(node.target)
     return node.target if found is None else found
@@ -84,8 +97,9 @@ def _prefer_scalar(node: torch.fx.Node) -> bool:
     a kernel. Returns True when the node still needs decomposing."""
     op = node.target
     assert isinstance(op, torch._ops.OpOverload)  # the graph's ops, as the caller matched them
-    if op._overloadname != "Tensor" or not any(isinstance(_number(a), (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool))
-                                               for a in node.args[1:2]):
+    if op._overloadname != "Tensor" or not any(
+        isinstance(_number(a), (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)) for a in node.args[1:2]
+    ):
         return False
     scalar = getattr(op.overloadpacket, "Scalar", None)
     if scalar is not None and runnable(scalar):
@@ -124,8 +138,13 @@ def _rebase(node: torch.fx.Node) -> None:
     the same absolute offset."""
     source = node.args[0]
     base = source
-    while (isinstance(base, torch.fx.Node) and isinstance(base.target, OpOverload) and is_view(base.target)
-           and base.args and isinstance(base.args[0], torch.fx.Node)):
+    while (
+        isinstance(base, torch.fx.Node)
+        and isinstance(base.target, OpOverload)
+        and is_view(base.target)
+        and base.args
+        and isinstance(base.args[0], torch.fx.Node)
+    ):
         base = base.args[0]
     value, base_value = source.meta.get("val"), base.meta.get("val") if isinstance(base, torch.fx.Node) else None
     if base is source or not isinstance(base_value, torch.Tensor) or base_value.storage_offset() != 0:
@@ -142,8 +161,10 @@ def _dynamic(node: torch.fx.Node) -> bool:
     end of an arange(x.shape[1]), say), which a trace outside the export's mode would fix."""
     symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
     values = [a.meta.get("val") for a in node.all_input_nodes]
-    return any(isinstance(v, symbolic) or isinstance(v, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in v.shape)
-               for v in values)
+    return any(
+        isinstance(v, symbolic) or isinstance(v, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in v.shape)
+        for v in values
+    )
 
 
 def _number(arg):
@@ -189,27 +210,39 @@ def _trace(node: torch.fx.Node, fn, mode) -> torch.fx.GraphModule:
         # mkldnn off: torch's LSTM decomposition would pick the mkldnn kernel on the CPU. Symbolic
         # sizes need the export's own fake mode, where torch's C++ kernels see them as symbols
         # rather than values (SDPA's decomposition, for one, stops without it).
-        with _without_mkldnn(), mode if mode is not None and _dynamic(node) else contextlib.nullcontext(), \
-                _no_pending_symbols(mode):
+        with (
+            _without_mkldnn(),
+            mode if mode is not None and _dynamic(node) else contextlib.nullcontext(),
+            _no_pending_symbols(mode),
+        ):
             sub = make_fx(call, tracing_mode="fake" if not fakes else "real")(*fakes)
     except Exception as error:
-        raise DevplanError(f"node {origin[0]}: op {origin[1]}{via} has no portable kernel and torch cannot "
-                           f"decompose it ({first_line(error)}); rewrite the model without it") from None
+        raise DevplanError(
+            f"node {origin[0]}: op {origin[1]}{via} has no portable kernel and torch cannot "
+            f"decompose it ({first_line(error)}); rewrite the model without it"
+        ) from None
     if fn is node.target and _only_calls(sub, node.target):
         refusal = _rank_refusal(node)
         if refusal:
-            raise DevplanError(f"node {origin[0]}{f' ({origin[1]})' if via else ''}: {refusal}; "
-                               f"rewrite the model without it")
+            raise DevplanError(
+                f"node {origin[0]}{f' ({origin[1]})' if via else ''}: {refusal}; rewrite the model without it"
+            )
         if node.target.namespace not in TORCH_NAMESPACES:
-            raise DevplanError(f"node {origin[0]}: custom op {node.target} has no out variant, so no kernel can write "
-                               f"its result into planned memory; register {node.target.name().split('::')[-1]}.out "
-                               f"beside it (as ExecuTorch's custom ops do)")
-        raise DevplanError(f"node {origin[0]}: op {origin[1]} is not supported{via}: no portable kernel and no "
-                           f"decomposition; rewrite the model without it")
+            raise DevplanError(
+                f"node {origin[0]}: custom op {node.target} has no out variant, so no kernel can write "
+                f"its result into planned memory; register {node.target.name().split('::')[-1]}.out "
+                f"beside it (as ExecuTorch's custom ops do)"
+            )
+        raise DevplanError(
+            f"node {origin[0]}: op {origin[1]} is not supported{via}: no portable kernel and no "
+            f"decomposition; rewrite the model without it"
+        )
     return sub
 
 
-def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule, tensors, mode) -> list[torch.fx.Node]:
+def _splice(
+    gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule, tensors, mode
+) -> list[torch.fx.Node]:
     """Each spliced node's value is its own, described in the graph's fake mode `mode` (a trace
     has its own), so that later rounds can trace ops that read values of different traces together."""
     origin = _origin(node)
@@ -225,8 +258,10 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
                 name = f"_devplan_const_{len(list(gm.named_buffers()))}"
                 data = getattr(sub, sub_node.target)
                 if isinstance(data, FakeTensor):  # made inside the fake mode: it has no values to store
-                    raise DevplanError(f"node {origin[0]}: op {origin[1]} decomposes into a constant that torch "
-                                       f"computes only for a static shape; export this part with static shapes")
+                    raise DevplanError(
+                        f"node {origin[0]}: op {origin[1]} decomposes into a constant that torch "
+                        f"computes only for a static shape; export this part with static shapes"
+                    )
                 gm.register_buffer(name, data)
                 env[sub_node] = gm.graph.get_attr(name)
                 # described in the graph's own fake mode, so later rounds can trace ops that read it
@@ -235,13 +270,18 @@ def _splice(gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphMo
                 # torch's out-wrapped decompositions return a namedtuple (return_types_*): its
                 # fields are the results themselves
                 args, kwargs = torch.fx.map_arg((sub_node.args, sub_node.kwargs), env.__getitem__)
-                env[sub_node] = (*args, *(kwargs[name] for name in sub_node.target._fields[len(args):]))
+                env[sub_node] = (*args, *(kwargs[name] for name in sub_node.target._fields[len(args) :]))
             elif sub_node.target is operator.getitem and isinstance(env[sub_node.args[0]], tuple):
                 env[sub_node] = env[sub_node.args[0]][sub_node.args[1]]
             elif sub_node.op == "call_function":
-                new = gm.graph.call_function(sub_node.target, *torch.fx.map_arg((sub_node.args, sub_node.kwargs), env.__getitem__))
-                new.meta = {"val": pytree.tree_map(lambda v: _fresh(v, mode), sub_node.meta.get("val")),
-                            "devplan_origin": origin, **where}
+                new = gm.graph.call_function(
+                    sub_node.target, *torch.fx.map_arg((sub_node.args, sub_node.kwargs), env.__getitem__)
+                )
+                new.meta = {
+                    "val": pytree.tree_map(lambda v: _fresh(v, mode), sub_node.meta.get("val")),
+                    "devplan_origin": origin,
+                    **where,
+                }
                 env[sub_node] = new
                 added.append(new)
             else:

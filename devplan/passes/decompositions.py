@@ -1,5 +1,6 @@
 """devplan's own decompositions, for ops whose torch decomposition ends in ops the portable
 library has no kernel for (prims, in-place copies, sort), or takes a longer road than needed."""
+
 from __future__ import annotations
 
 import functools
@@ -13,28 +14,37 @@ def table() -> dict:
     # torch's full table covers a few ops (e.g. _unsafe_view) that the core ATen table leaves alone
     # and prims that some decompositions emit; batch norm in eval goes straight to its
     # inference kernel instead of through the training form's scratch buffers
-    ours = {torch.ops.prims.convert_element_type.default:
-            lambda x, dtype: torch.ops.aten._to_copy.default(x, dtype=dtype),
-            torch.ops.aten.batch_norm.default: _batch_norm, torch.ops.aten.rms_norm.default: _rms_norm,
-            torch.ops.aten.cosine_similarity.default: _cosine_similarity, torch.ops.aten.pad.default: _pad,
-            torch.ops.aten.sort.default: _sort, torch.ops.aten.median.dim: _median,
-            # counting and grouped products of mixture-of-experts routing
-            torch.ops.aten.histc.default: histc, torch.ops.aten._grouped_mm.default: grouped_mm,
-            # torch's goes through empty_permuted, which has no kernel; every planned tensor is contiguous
-            torch.ops.aten.empty_like.default: _empty_like,
-            # views that restride: the portable library has as_strided_copy, which reads its input
-            # as the contiguous tensor every planned value is; the in-place forms (adaptive
-            # pooling's restride of its fresh mean on a channels-last input) as the functional one
-            torch.ops.aten.as_strided.default: as_strided, torch.ops.aten.as_strided_.default: as_strided,
-            torch.ops.aten.as_strided_copy.default: as_strided,
-            torch.ops.aten.squeeze_.dim: torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze_.default: torch.ops.aten.squeeze.default,
-            torch.ops.aten.squeeze_.dims: torch.ops.aten.squeeze.dims, torch.ops.aten.unsqueeze_.default: torch.ops.aten.unsqueeze.default,
-            torch.ops.aten.transpose_.default: torch.ops.aten.transpose.int, torch.ops.aten.t_.default: torch.ops.aten.t.default,
-            # `x << 1` exports as the dunder op, which has no kernel of its own
-            torch.ops.aten.__lshift__.Scalar: torch.ops.aten.bitwise_left_shift.Tensor_Scalar,
-            torch.ops.aten.__lshift__.Tensor: torch.ops.aten.bitwise_left_shift.Tensor,
-            torch.ops.aten.__rshift__.Scalar: torch.ops.aten.bitwise_right_shift.Tensor_Scalar,
-            torch.ops.aten.__rshift__.Tensor: torch.ops.aten.bitwise_right_shift.Tensor}
+    ours = {
+        torch.ops.prims.convert_element_type.default: lambda x, dtype: torch.ops.aten._to_copy.default(x, dtype=dtype),
+        torch.ops.aten.batch_norm.default: _batch_norm,
+        torch.ops.aten.rms_norm.default: _rms_norm,
+        torch.ops.aten.cosine_similarity.default: _cosine_similarity,
+        torch.ops.aten.pad.default: _pad,
+        torch.ops.aten.sort.default: _sort,
+        torch.ops.aten.median.dim: _median,
+        # counting and grouped products of mixture-of-experts routing
+        torch.ops.aten.histc.default: histc,
+        torch.ops.aten._grouped_mm.default: grouped_mm,
+        # torch's goes through empty_permuted, which has no kernel; every planned tensor is contiguous
+        torch.ops.aten.empty_like.default: _empty_like,
+        # views that restride: the portable library has as_strided_copy, which reads its input
+        # as the contiguous tensor every planned value is; the in-place forms (adaptive
+        # pooling's restride of its fresh mean on a channels-last input) as the functional one
+        torch.ops.aten.as_strided.default: as_strided,
+        torch.ops.aten.as_strided_.default: as_strided,
+        torch.ops.aten.as_strided_copy.default: as_strided,
+        torch.ops.aten.squeeze_.dim: torch.ops.aten.squeeze.dim,
+        torch.ops.aten.squeeze_.default: torch.ops.aten.squeeze.default,
+        torch.ops.aten.squeeze_.dims: torch.ops.aten.squeeze.dims,
+        torch.ops.aten.unsqueeze_.default: torch.ops.aten.unsqueeze.default,
+        torch.ops.aten.transpose_.default: torch.ops.aten.transpose.int,
+        torch.ops.aten.t_.default: torch.ops.aten.t.default,
+        # `x << 1` exports as the dunder op, which has no kernel of its own
+        torch.ops.aten.__lshift__.Scalar: torch.ops.aten.bitwise_left_shift.Tensor_Scalar,
+        torch.ops.aten.__lshift__.Tensor: torch.ops.aten.bitwise_left_shift.Tensor,
+        torch.ops.aten.__rshift__.Scalar: torch.ops.aten.bitwise_right_shift.Tensor_Scalar,
+        torch.ops.aten.__rshift__.Tensor: torch.ops.aten.bitwise_right_shift.Tensor,
+    }
     return {**torch._decomp.decomposition_table, **torch._decomp.core_aten_decompositions(), **ours}
 
 
@@ -63,9 +73,11 @@ def as_strided(x, size, stride, storage_offset=None):
     for d in reversed([d for d in order if x.shape[d] != 1]):
         dense, expected = dense and x.stride(d) == expected, expected * x.shape[d]
     if x.storage_offset() != 0 or not dense:
-        raise DevplanError(f"as_strided reads a view of a larger tensor (sizes {list(x.shape)}, strides "
-                           f"{list(x.stride())}, offset {x.storage_offset()}), which devplan stores apart; "
-                           f"rewrite the model without it")
+        raise DevplanError(
+            f"as_strided reads a view of a larger tensor (sizes {list(x.shape)}, strides "
+            f"{list(x.stride())}, offset {x.storage_offset()}), which devplan stores apart; "
+            f"rewrite the model without it"
+        )
     significant = lambda sizes, strides: [(n, s) for n, s in zip(sizes, strides) if n != 1]
     if size == list(x.shape) and offset == 0 and significant(size, stride) == significant(x.shape, x.stride()):
         return x
@@ -77,7 +89,7 @@ def as_strided(x, size, stride, storage_offset=None):
     for d in range(len(size) - 2, -1, -1):
         contiguous[d] = contiguous[d + 1] * size[d + 1]
     if significant(size, stride) == significant(size, contiguous) and offset + numel <= x.numel():
-        return flat.reshape(-1)[offset:offset + numel].reshape(size)
+        return flat.reshape(-1)[offset : offset + numel].reshape(size)
     return torch.ops.aten.as_strided_copy.default(flat.contiguous(), size, stride, offset)
 
 

@@ -4,6 +4,7 @@ runtime's DevplanDelegate backend runs that program, and `devplan inspect` reads
 other. The group's weights move into its program; only tensors computed at run time cross.
 The payload's buffer is planned again by the calling method, as a window of its own buffer on
 that device alive for the call (planning/plan_method.py)."""
+
 from __future__ import annotations
 
 import copy
@@ -23,9 +24,9 @@ from devplan.spec import Device
 class Group:
     """A delegate call's group of ops, as a program of its own."""
 
-    call: str                                # the call_module's target (delegate_0)
-    device: Device                           # where its backend runs it
-    program: Lowered                         # its weights its constants, its run-time arguments its inputs
+    call: str  # the call_module's target (delegate_0)
+    device: Device  # where its backend runs it
+    program: Lowered  # its weights its constants, its run-time arguments its inputs
     runtime_args: tuple[torch.fx.Node, ...]  # the caller's nodes for those inputs, in order
 
     def refused(self, error: DevplanError) -> DevplanError:
@@ -35,8 +36,9 @@ class Group:
     def payload(self, planned: PlannedMethod, data: bytes) -> Payload:
         """The call's Payload: the group's program as planned and serialized."""
         # everything the payload plans is on its one device: one buffer, or none
-        return Payload(data, self.runtime_args, sum(b.size for b in planned.buffers),
-                       sum(b.lower_bound for b in planned.buffers))
+        return Payload(
+            data, self.runtime_args, sum(b.size for b in planned.buffers), sum(b.lower_bound for b in planned.buffers)
+        )
 
 
 def delegate_groups(low: Lowered) -> Iterator[Group]:
@@ -61,8 +63,13 @@ def _group(low: Lowered, node: torch.fx.Node) -> tuple[Lowered, tuple[torch.fx.N
         placeholder.meta.setdefault("val", arg.meta.get("val"))
         if arg.name in low.names:  # a weight that moves into the payload keeps the user's name
             names[placeholder.name] = low.names[arg.name]
-        data = (low.constants.get(arg.name) if arg.op == "placeholder"
-                else getattr(low.gm, str(arg.target)) if arg.op == "get_attr" else None)
+        data = (
+            low.constants.get(arg.name)
+            if arg.op == "placeholder"
+            else getattr(low.gm, str(arg.target))
+            if arg.op == "get_attr"
+            else None
+        )
         if data is not None:
             constants[placeholder.name] = data
         else:

@@ -6,6 +6,7 @@ CPU's return none. The plan must hold what the kernel that runs writes, so each 
 bound for a device is run again on fake tensors of that device (torch's meta functions, which
 know each device's shapes; no device needed), and a result of another shape or dtype replaces
 the traced one."""
+
 from __future__ import annotations
 
 import torch
@@ -40,15 +41,20 @@ def results_on_device(low: Lowered, device: Device) -> Lowered:
 def _on(val, device: torch.device):
     """A fake value with every tensor in it made anew on `device` (a move would run autograd's
     and the device's own machinery, which a host-only torch lacks)."""
-    return pytree.tree_map(lambda v: torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=device)
-                           if isinstance(v, torch.Tensor) else v, val)
+    return pytree.tree_map(
+        lambda v: (
+            torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=device) if isinstance(v, torch.Tensor) else v
+        ),
+        val,
+    )
 
 
 def _run_on(node: torch.fx.Node, moved: dict, target: torch.device):
     """The node's op over its arguments' values on the device, or None where the op cannot run
     on fake tensors (its traced value stands)."""
-    args, kwargs = pytree.tree_map(lambda a: moved.get(a, a.meta.get("val")) if isinstance(a, torch.fx.Node) else a,
-                                   (node.args, node.kwargs))
+    args, kwargs = pytree.tree_map(
+        lambda a: moved.get(a, a.meta.get("val")) if isinstance(a, torch.fx.Node) else a, (node.args, node.kwargs)
+    )
     if isinstance(node.target, torch._ops.OpOverload):  # factory ops: made on the device as they will be
         kwargs = {**kwargs, "device": target} if "device" in kwargs else kwargs
     try:
@@ -71,5 +77,7 @@ def _differs(made, traced) -> bool:
     traced_leaves, traced_spec = pytree.tree_flatten(traced)
     if made_spec != traced_spec:
         return False  # an op that returns another structure on the device is beyond what the plan can mend
-    return any(isinstance(m, torch.Tensor) and isinstance(t, torch.Tensor) and (m.shape != t.shape or m.dtype != t.dtype)
-               for m, t in zip(made_leaves, traced_leaves))
+    return any(
+        isinstance(m, torch.Tensor) and isinstance(t, torch.Tensor) and (m.shape != t.shape or m.dtype != t.dtype)
+        for m, t in zip(made_leaves, traced_leaves)
+    )

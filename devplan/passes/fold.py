@@ -1,5 +1,6 @@
 """Compute once, at compile time, whatever depends only on constants (the transpose of a
 weight, a scale folded into a bias), so that it is stored rather than planned and run."""
+
 from __future__ import annotations
 
 import operator
@@ -10,9 +11,19 @@ import torch
 from devplan.errors import DevplanError, first_line
 from devplan.ir.lowered import Lowered
 
-_NONDETERMINISTIC = {"aten::rand", "aten::randn", "aten::native_dropout", "aten::bernoulli", "aten::randint",
-                     # their contents are whatever the memory held
-                     "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided"}
+_NONDETERMINISTIC = {
+    "aten::rand",
+    "aten::randn",
+    "aten::native_dropout",
+    "aten::bernoulli",
+    "aten::randint",
+    # their contents are whatever the memory held
+    "aten::empty",
+    "aten::empty_like",
+    "aten::empty_strided",
+    "aten::new_empty",
+    "aten::new_empty_strided",
+}
 # Quantized weights are stored quantized, whatever their scales and zero points weigh: a
 # dequantized copy would be float at rest, which is what quantizing them was to avoid.
 _KEPT_QUANTIZED = ("quantized_decomposed::dequantize_",)
@@ -56,8 +67,10 @@ def fold_constants(low: Lowered) -> Lowered:
             try:
                 values[node] = node.target(*args, **kwargs)
             except (RuntimeError, TypeError, ValueError) as error:  # what torch raises for arguments an op cannot take
-                raise DevplanError(f"node {node.name} ({node.target}) cannot run on the arguments the graph gives it "
-                                   f"({first_line(error)}); re-export the model with torch.export") from None
+                raise DevplanError(
+                    f"node {node.name} ({node.target}) cannot run on the arguments the graph gives it "
+                    f"({first_line(error)}); re-export the model with torch.export"
+                ) from None
             cone[node] = inside
     before = _stored_bytes(low)
     folded = shared = removed = 0
@@ -87,8 +100,11 @@ def fold_constants(low: Lowered) -> Lowered:
                 continue
             shared += bool(leaves)
         folded += 1
-        removed += sum(values[n].nbytes for n in inside if n.op == "call_function" and n.target is not operator.getitem
-                       and isinstance(values[n], torch.Tensor))
+        removed += sum(
+            values[n].nbytes
+            for n in inside
+            if n.op == "call_function" and n.target is not operator.getitem and isinstance(values[n], torch.Tensor)
+        )
         name = f"_folded_{node.name}"
         gm.register_buffer(name, result.contiguous())
         with gm.graph.inserting_before(node):
@@ -99,25 +115,41 @@ def fold_constants(low: Lowered) -> Lowered:
     # graph DCE keeps placeholders; drop weights that folding left unused
     unused = {node.name for node in gm.graph.nodes if node.op == "placeholder" and not node.users}
     low = replace(low, constants={name: data for name, data in low.constants.items() if name not in unused})
-    folding = {"subgraphs": folded, "shared_inputs": shared, "constant_bytes_added": _stored_bytes(low) - before,
-               "run_bytes_removed": removed}
+    folding = {
+        "subgraphs": folded,
+        "shared_inputs": shared,
+        "constant_bytes_added": _stored_bytes(low) - before,
+        "run_bytes_removed": removed,
+    }
     return replace(low, folding=folding)
 
 
 def _run_peak(inside: set[torch.fx.Node], values) -> int:
     """The bytes the run holds at once to compute a constant subgraph: the most, over its ops,
     of an op's result and the results of the subgraph's ops it reads."""
+
     def nbytes(n):
         value = values[n]
-        return sum(t.nbytes for t in (value if isinstance(value, (tuple, list)) else [value]) if isinstance(t, torch.Tensor))
-    return max((nbytes(n) + sum(nbytes(i) for i in n.all_input_nodes if i.op == "call_function")
-                for n in inside if n.op == "call_function"), default=0)
+        return sum(
+            t.nbytes for t in (value if isinstance(value, (tuple, list)) else [value]) if isinstance(t, torch.Tensor)
+        )
+
+    return max(
+        (
+            nbytes(n) + sum(nbytes(i) for i in n.all_input_nodes if i.op == "call_function")
+            for n in inside
+            if n.op == "call_function"
+        ),
+        default=0,
+    )
 
 
 def _stored_bytes(low: Lowered) -> int:
     """Bytes of the constants the graph reads (weights and folded results), each once."""
     gm = low.gm
-    read = [low.constants[n.name] for n in gm.graph.nodes if n.op == "placeholder" and n.name in low.constants and n.users]
+    read = [
+        low.constants[n.name] for n in gm.graph.nodes if n.op == "placeholder" and n.name in low.constants and n.users
+    ]
     read += [getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr" and n.users]
     return sum(t.nbytes for t in read if isinstance(t, torch.Tensor))
 
@@ -147,16 +179,21 @@ def _foldable(node: torch.fx.Node, values) -> bool:
     if node.target is operator.getitem:  # one result of a constant multi-result op (layer norm's output)
         return bool(inputs) and all(n in values for n in inputs)
     # a factory (arange, full) of sizes known at compile time is a constant too
-    return (all(n in values for n in inputs) and not _symbolic(node)
-            and isinstance(node.target, torch._ops.OpOverload)
-            and node.target._schema.name not in _NONDETERMINISTIC
-            and not node.target._schema.name.startswith(_KEPT_QUANTIZED)
-            and not node.target._schema.is_mutable)
+    return (
+        all(n in values for n in inputs)
+        and not _symbolic(node)
+        and isinstance(node.target, torch._ops.OpOverload)
+        and node.target._schema.name not in _NONDETERMINISTIC
+        and not node.target._schema.name.startswith(_KEPT_QUANTIZED)
+        and not node.target._schema.is_mutable
+    )
 
 
 def _symbolic(node: torch.fx.Node) -> bool:
     """Whether the node's arguments or result involve sizes known only at run time."""
     symbolic = (torch.SymInt, torch.SymFloat, torch.SymBool)
     flat = torch.utils._pytree.tree_leaves((node.args, node.kwargs, node.meta.get("val")))
-    return any(isinstance(a, symbolic) or isinstance(a, torch.Tensor) and any(isinstance(d, symbolic) for d in a.shape)
-               for a in flat)
+    return any(
+        isinstance(a, symbolic) or isinstance(a, torch.Tensor) and any(isinstance(d, symbolic) for d in a.shape)
+        for a in flat
+    )

@@ -13,6 +13,7 @@ retrace (`run_decompositions`, most of a small model's compile).
 - Whatever is left that needs torch (in-place writes to inputs, buffers or views; autocast
   regions, whose casts only a retrace inserts) makes `needs_retrace` say so.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,8 +29,12 @@ from devplan.ops import is_view
 _TORCH = str(Path(torch.__file__).parent)
 _GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 _AUTOCAST = torch.ops.higher_order.wrap_with_autocast
-_DROPOUTS = {torch.ops.aten.dropout_.default, torch.ops.aten.feature_dropout_.default,
-             torch.ops.aten.alpha_dropout_.default, torch.ops.aten.feature_alpha_dropout_.default}
+_DROPOUTS = {
+    torch.ops.aten.dropout_.default,
+    torch.ops.aten.feature_dropout_.default,
+    torch.ops.aten.alpha_dropout_.default,
+    torch.ops.aten.feature_alpha_dropout_.default,
+}
 
 
 def inline_grad_regions(gm: torch.fx.GraphModule) -> None:
@@ -80,8 +85,11 @@ def write_in_place(gm: torch.fx.GraphModule) -> None:
     for node in [n for n in gm.graph.nodes if n.op == "call_function" and n.target is _AUTO_FUNCTIONALIZED]:
         op, kwargs = node.args[0], dict(node.kwargs)
         bases = kwargs.pop("_all_bases")
-        written = {a.name: kwargs.pop(f"_{a.name}_base_index") for a in op._schema.arguments
-                   if f"_{a.name}_base_index" in kwargs}
+        written = {
+            a.name: kwargs.pop(f"_{a.name}_base_index")
+            for a in op._schema.arguments
+            if f"_{a.name}_base_index" in kwargs
+        }
         if any(key.startswith("_") for key in kwargs) or len(op._schema.returns) != 1:
             continue  # views of bases, or several results: not rewritten, refused by name below
         with gm.graph.inserting_before(node):
@@ -98,8 +106,11 @@ def write_in_place(gm: torch.fx.GraphModule) -> None:
 def needs_retrace(gm: torch.fx.GraphModule) -> bool:
     """Whether torch's functionalizing retrace must still run: an op writes somewhere the local
     rewrite cannot see all readers of, or an autocast region needs its casts."""
-    return any(n.op == "call_function" and (n.target is _AUTOCAST or isinstance(n.target, OpOverload)
-                                            and n.target._schema.is_mutable) for n in gm.graph.nodes)
+    return any(
+        n.op == "call_function"
+        and (n.target is _AUTOCAST or isinstance(n.target, OpOverload) and n.target._schema.is_mutable)
+        for n in gm.graph.nodes
+    )
 
 
 def refuse_unlowerable(gm: torch.fx.GraphModule) -> None:
@@ -107,23 +118,30 @@ def refuse_unlowerable(gm: torch.fx.GraphModule) -> None:
     and other higher-order ops (cond, while_loop, map, scan, invoke_subgraph), attributes that
     are not tensors, and values of a kind ExecuTorch's kernels do not hold (complex, sparse,
     torch's quantized tensors)."""
+
     def at(node: torch.fx.Node) -> str:
         where = _user_line(node)
         return f"node {node.name}{f' ({where})' if where else ''}"
 
     for node in gm.graph.nodes:  # a higher-order op first: its submodules are attributes too
         if node.op == "call_function" and isinstance(node.target, HigherOrderOperator):
-            raise DevplanError(f"{at(node)}: higher-order op torch.ops.higher_order.{node.target.name()} is not "
-                               f"supported; export the model without it (for torch.cond, each branch as its own program)")
+            raise DevplanError(
+                f"{at(node)}: higher-order op torch.ops.higher_order.{node.target.name()} is not "
+                f"supported; export the model without it (for torch.cond, each branch as its own program)"
+            )
     for node in gm.graph.nodes:
         if node.op == "get_attr" and not isinstance(getattr(gm, node.target, None), torch.Tensor):
-            raise DevplanError(f"{at(node)}: attribute {node.target} is a {type(getattr(gm, node.target, None)).__name__}, "
-                               f"not a tensor; export the model with tensor attributes only")
+            raise DevplanError(
+                f"{at(node)}: attribute {node.target} is a {type(getattr(gm, node.target, None)).__name__}, "
+                f"not a tensor; export the model with tensor attributes only"
+            )
         for value in pytree.tree_leaves(node.meta.get("val")):
             why = _unsupported(value)
             if why:
-                raise DevplanError(f"{at(node)}: {why}; ExecuTorch's kernels have no such tensors, rewrite the model "
-                                   f"with real, dense tensors")
+                raise DevplanError(
+                    f"{at(node)}: {why}; ExecuTorch's kernels have no such tensors, rewrite the model "
+                    f"with real, dense tensors"
+                )
 
 
 def _unsupported(value) -> str | None:
@@ -146,8 +164,14 @@ def _functional_of(node: torch.fx.Node) -> OpOverload | None:
     schema = op._schema
     first = schema.arguments[0].alias_info if schema.arguments else None
     name = op.overloadpacket.__name__
-    if not (first and first.is_write and name.endswith("_") and not name.startswith("_")
-            and len(schema.returns) == 1 and not any(a.kwarg_only and a.alias_info for a in schema.arguments)):
+    if not (
+        first
+        and first.is_write
+        and name.endswith("_")
+        and not name.startswith("_")
+        and len(schema.returns) == 1
+        and not any(a.kwarg_only and a.alias_info for a in schema.arguments)
+    ):
         return None
     packet = getattr(torch.ops.aten, name[:-1], None) if op.namespace == "aten" else None
     twin = getattr(packet, op._overloadname, None) if packet is not None else None
@@ -168,6 +192,9 @@ def _fresh(value) -> bool:
 
 def _user_line(node: torch.fx.Node) -> str:
     """The innermost frame of the node's stack trace that is the user's code, not torch's."""
-    frames = [line.strip() for line in (node.meta.get("stack_trace") or "").splitlines()
-              if line.strip().startswith("File") and "<eval_with_key>" not in line and _TORCH not in line]
+    frames = [
+        line.strip()
+        for line in (node.meta.get("stack_trace") or "").splitlines()
+        if line.strip().startswith("File") and "<eval_with_key>" not in line and _TORCH not in line
+    ]
     return frames[-1] if frames else ""

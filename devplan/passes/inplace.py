@@ -7,6 +7,7 @@ of the result from element i of such an input alone, so writing over it is safe,
 no other argument reads those bytes from elsewhere: a cat piece sitting inside the result it
 is added to, broadcast or at another offset, would be overwritten before it is read. The
 runtime tests prove it for every op in devplan.ops.ELEMENTWISE."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -66,6 +67,9 @@ def overwritable(values: Sequence[Value], kernel: Kernel, root: dict[int, int]) 
     def same_place(a: int, b: int) -> bool:
         return (values[a].alias_offset, values[a].shape) == (values[b].alias_offset, values[b].shape)
 
-    return out, [a for a in reads
-                 if (values[a].shape, values[a].dtype, values[a].device) == (result.shape, result.dtype, result.device)
-                 and all(same_place(a, b) for b in reads if root[b] == root[a])]
+    return out, [
+        a
+        for a in reads
+        if (values[a].shape, values[a].dtype, values[a].device) == (result.shape, result.dtype, result.device)
+        and all(same_place(a, b) for b in reads if root[b] == root[a])
+    ]

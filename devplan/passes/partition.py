@@ -1,6 +1,7 @@
 """Partitioning: the ops a backend takes are grouped, by torch's CapabilityBasedPartitioner
 (which never makes a group that would form a cycle), into submodules, each called once
 from the graph. build turns each call into a delegate that runs on the backend's device."""
+
 from __future__ import annotations
 
 import functools
@@ -32,8 +33,12 @@ def partition(low: Lowered, backends: Sequence[Backend]) -> Lowered:
     was = [node.target for node in calls]
     named = _rename(gm, calls, "delegate")
     gm.recompile()
-    return replace(low, gm=gm, backends={new: taken[old] for old, new in zip(was, named)},
-                   payloads={new: low.payloads[old] for old, new in zip(was, named) if old in low.payloads})
+    return replace(
+        low,
+        gm=gm,
+        backends={new: taken[old] for old, new in zip(was, named)},
+        payloads={new: low.payloads[old] for old, new in zip(was, named) if old in low.payloads},
+    )
 
 
 def _takes(backend: Backend, submodules, node: torch.fx.Node) -> bool:

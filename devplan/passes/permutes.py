@@ -5,6 +5,7 @@ in the program (the portable library has no strided views), so the pair costs tw
 a tensor where one permute, or none, does. LLM attention code makes such pairs on every layer:
 `k.transpose(1, 2)` into the heads-first layout, and the KV cache's update transposing it back
 (ExecuTorch's export_llama model: 40 transposes in 4 layers, all in pairs that cancel)."""
+
 from __future__ import annotations
 
 import torch
@@ -19,8 +20,13 @@ def merge_permutes(low: Lowered) -> Lowered:
     graph, changed = low.gm.graph, False
     for node in list(graph.nodes):
         inner = node.args[0] if node.op == "call_function" and node.target in PERMUTES else None
-        if not (isinstance(inner, torch.fx.Node) and inner.op == "call_function" and inner.target in PERMUTES
-                and isinstance(inner.meta.get("val"), torch.Tensor) and isinstance(node.meta.get("val"), torch.Tensor)):
+        if not (
+            isinstance(inner, torch.fx.Node)
+            and inner.op == "call_function"
+            and inner.target in PERMUTES
+            and isinstance(inner.meta.get("val"), torch.Tensor)
+            and isinstance(node.meta.get("val"), torch.Tensor)
+        ):
             continue
         source = inner.args[0]
         order = [_order(inner)[i] for i in _order(node)]  # node[i] reads inner[order_node[i]] = source[...]

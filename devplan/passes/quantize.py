@@ -4,6 +4,7 @@ that ExecuTorch's XNNPACK backend, implied, takes the quantized ops. What it cos
 on the way: the quantized module's outputs against the float model's on the calibration
 inputs (or seeded samples), and the ops the quantizer left in float. Only this stage imports
 the quantizer (the `devplan[executorch]` extra)."""
+
 from __future__ import annotations
 
 import inspect
@@ -24,7 +25,7 @@ from devplan.extras import import_module
 from devplan.files import read_input
 from devplan.quantization import MODES, TAKES
 
-SAMPLES = 4             # seeded samples when no --calibration is given
+SAMPLES = 4  # seeded samples when no --calibration is given
 SEED = 0
 CALIBRATION_LIMIT = 1 << 30  # bytes of a --calibration file devplan reads
 QUANTIZER = "executorch.backends.xnnpack.quantizer.xnnpack_quantizer"  # the devplan[executorch] extra's
@@ -39,8 +40,8 @@ class QuantizeReport:
 
     mode: str
     samples: int
-    calibrated: bool               # the samples were --calibration's, not seeded
-    sqnr_db: float | None          # None when the outputs are equal, or the float ones all zeros
+    calibrated: bool  # the samples were --calibration's, not seeded
+    sqnr_db: float | None  # None when the outputs are equal, or the float ones all zeros
     max_abs_diff: float
     argmax_agreement: float | None  # of a 2-D first output (a classifier's logits), else None
     float_ops: tuple[tuple[str, int], ...]  # (op, how many), most first
@@ -49,11 +50,18 @@ class QuantizeReport:
 
     def summary(self) -> Quantization:
         """compile --json's `quantization` (docs/compile-json.md)."""
-        return {"mode": cast(QuantizeMode, self.mode), "samples": self.samples, "calibration": "file" if self.calibrated else "seeded",
-                "error": {"sqnr_db": self.sqnr_db, "max_abs_diff": self.max_abs_diff,
-                          "argmax_agreement": self.argmax_agreement},
-                "float_ops": dict(self.float_ops),
-                "weights": {"float_bytes": self.float_weight_bytes, "quantized_bytes": self.quantized_weight_bytes}}
+        return {
+            "mode": cast(QuantizeMode, self.mode),
+            "samples": self.samples,
+            "calibration": "file" if self.calibrated else "seeded",
+            "error": {
+                "sqnr_db": self.sqnr_db,
+                "max_abs_diff": self.max_abs_diff,
+                "argmax_agreement": self.argmax_agreement,
+            },
+            "float_ops": dict(self.float_ops),
+            "weights": {"float_bytes": self.float_weight_bytes, "quantized_bytes": self.quantized_weight_bytes},
+        }
 
 
 @dataclass(frozen=True)
@@ -70,8 +78,11 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
     _refuse_quantized(ep)
     names, specs = _user_inputs(ep)
     sizes = [_sizes(ep, name, spec) for name, spec in zip(names, specs)]
-    samples = (_checked_samples(_calibration_samples(calibration), names, specs, sizes) if calibration is not None
-               else _seeded_samples(specs, sizes))
+    samples = (
+        _checked_samples(_calibration_samples(calibration), names, specs, sizes)
+        if calibration is not None
+        else _seeded_samples(specs, sizes)
+    )
     pt2e = import_module(PT2E, "--quantize")
     quantizer = xnnpack_quantizer(mode)
     float_module = ep.module()
@@ -79,23 +90,39 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
         prepared = pt2e.prepare_pt2e(ep.module(), quantizer)
         float_ops = _unannotated(prepared, static=not MODES[mode]["is_dynamic"])
         if not any(_annotated(node) for node in prepared.graph.nodes):
-            raise DevplanError(f"--quantize {mode}: the XNNPACK quantizer takes none of this program's ops "
-                               f"(in {mode} it quantizes {TAKES[mode]})")
+            raise DevplanError(
+                f"--quantize {mode}: the XNNPACK quantizer takes none of this program's ops "
+                f"(in {mode} it quantizes {TAKES[mode]})"
+            )
         for sample in samples:
             args, kwargs = _call(ep, sample)
             prepared(*args, **kwargs)
         converted = pt2e.convert_pt2e(prepared)
         # the largest sample as the example: export takes a size of 1 as fixed, not dynamic
-        args, kwargs = _call(ep, max(samples, key=lambda sample: sum(t.numel() for t in sample if isinstance(t, torch.Tensor))))
+        args, kwargs = _call(
+            ep, max(samples, key=lambda sample: sum(t.numel() for t in sample if isinstance(t, torch.Tensor)))
+        )
         try:
-            program = torch.export.export(converted, args, kwargs, dynamic_shapes=_dynamic_shapes(ep, converted, specs),
-                                          strict=False)
+            program = torch.export.export(
+                converted, args, kwargs, dynamic_shapes=_dynamic_shapes(ep, converted, specs), strict=False
+            )
         except Exception as error:  # torch's export of the quantized module: the user's model, not devplan
-            raise DevplanError(f"--quantize {mode}: exporting the quantized module failed: {first_line(error)}") from None
+            raise DevplanError(
+                f"--quantize {mode}: exporting the quantized module failed: {first_line(error)}"
+            ) from None
         measured = _error(ep, float_module, converted, samples)  # (SQNR, max abs difference, argmax agreement)
     sqnr, largest, agreement = measured
-    report = QuantizeReport(mode, len(samples), calibration is not None, sqnr, largest, agreement, float_ops,
-                            _weight_bytes(ep), _weight_bytes(program))
+    report = QuantizeReport(
+        mode,
+        len(samples),
+        calibration is not None,
+        sqnr,
+        largest,
+        agreement,
+        float_ops,
+        _weight_bytes(ep),
+        _weight_bytes(program),
+    )
     return Quantized(program, report)
 
 
@@ -117,7 +144,9 @@ def xnnpack_quantizer(mode: str):
             return model
 
         def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
-            integer = [node for node in model.graph.nodes if node.target in _SCALAR_OPS and not _is_float(node.meta.get("val"))]
+            integer = [
+                node for node in model.graph.nodes if node.target in _SCALAR_OPS and not _is_float(node.meta.get("val"))
+            ]
             for node in integer:  # hidden from the conversion under another overload, then restored
                 node.target = _SCALAR_OPS[node.target]
             model = super().transform_for_annotation(model)
@@ -144,7 +173,10 @@ def _annotate_convs_before_relu(model: torch.fx.GraphModule, config) -> None:
 
 
 # add.Tensor <-> add.Scalar, mul.Tensor <-> mul.Scalar: the overloads xnnpack_quantizer swaps
-_SCALAR_OPS = {torch.ops.aten.add.Tensor: torch.ops.aten.add.Scalar, torch.ops.aten.mul.Tensor: torch.ops.aten.mul.Scalar}
+_SCALAR_OPS = {
+    torch.ops.aten.add.Tensor: torch.ops.aten.add.Scalar,
+    torch.ops.aten.mul.Tensor: torch.ops.aten.mul.Scalar,
+}
 _SCALAR_OPS.update({scalar: tensor for tensor, scalar in _SCALAR_OPS.items()})
 
 
@@ -153,8 +185,10 @@ def _refuse_quantized(ep: torch.export.ExportedProgram) -> None:
     would quantize the dequantized weights a second time."""
     for node in ep.graph.nodes:
         if node.op == "call_function" and getattr(node.target, "namespace", "") == "quantized_decomposed":
-            raise DevplanError(f"--quantize: the export is already quantized (node {node.name} calls "
-                               f"{node.target.name()}); compile it without --quantize")
+            raise DevplanError(
+                f"--quantize: the export is already quantized (node {node.name} calls "
+                f"{node.target.name()}); compile it without --quantize"
+            )
 
 
 def _user_inputs(ep: torch.export.ExportedProgram) -> tuple[list[str], list]:
@@ -180,8 +214,9 @@ def _calibration_samples(calibration: "Path | tuple") -> list[tuple]:
     try:
         loaded = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:  # torch.load raises pickle, zip and OS errors alike for a bad file
-        raise DevplanError(f"--calibration {os.fspath(calibration)}: not a file saved with torch.save "
-                           f"({type(error).__name__}); {hint}") from None
+        raise DevplanError(
+            f"--calibration {os.fspath(calibration)}: not a file saved with torch.save ({type(error).__name__}); {hint}"
+        ) from None
     if not isinstance(loaded, (list, tuple)):
         raise DevplanError(f"--calibration {os.fspath(calibration)}: holds a {type(loaded).__name__}; {hint}")
     return _calibration_samples(tuple(loaded))
@@ -201,16 +236,21 @@ def _sizes(ep: torch.export.ExportedProgram, name: str, spec) -> Sizes:
             sizes.append((size, size))
             continue
         if not size.node.expr.is_Symbol:  # a size computed from another: the re-export cannot say it
-            raise DevplanError(f"--quantize: input {name!r} has a dimension of size {size.node.expr}; export it with "
-                               f"a dimension of its own (a Dim) there, or static shapes")
+            raise DevplanError(
+                f"--quantize: input {name!r} has a dimension of size {size.node.expr}; export it with "
+                f"a dimension of its own (a Dim) there, or static shapes"
+            )
         bounds = ep.range_constraints[size.node.expr]
         sizes.append((int(bounds.lower), int(bounds.upper) if bounds.upper.is_finite else None))
     return sizes
 
 
 def _sizes_text(sizes: Sizes) -> str:
-    return "[" + ", ".join(str(low) if low == high else f"{low}..{high if high is not None else ''}"
-                           for low, high in sizes) + "]"
+    return (
+        "["
+        + ", ".join(str(low) if low == high else f"{low}..{high if high is not None else ''}" for low, high in sizes)
+        + "]"
+    )
 
 
 def _dynamic_shapes(ep: torch.export.ExportedProgram, module: torch.nn.Module, specs: list) -> dict | None:
@@ -223,8 +263,14 @@ def _dynamic_shapes(ep: torch.export.ExportedProgram, module: torch.nn.Module, s
         for index, size in enumerate(spec.shape if isinstance(spec, torch.Tensor) else ()):
             if not isinstance(size, int):
                 bounds = ep.range_constraints[size.node.expr]
-                dims.setdefault(size.node.expr, torch.export.Dim(
-                    str(size.node.expr), min=int(bounds.lower), max=int(bounds.upper) if bounds.upper.is_finite else None))
+                dims.setdefault(
+                    size.node.expr,
+                    torch.export.Dim(
+                        str(size.node.expr),
+                        min=int(bounds.lower),
+                        max=int(bounds.upper) if bounds.upper.is_finite else None,
+                    ),
+                )
                 shapes[index] = dims[size.node.expr]
         flat.append(shapes or None)
     if not dims:
@@ -240,22 +286,30 @@ def _checked_samples(samples: list[tuple], names: list[str], specs: list, sizes:
         raise DevplanError("--calibration: holds no inputs; save a list of at least one input tuple")
     for index, sample in enumerate(samples):
         if len(sample) != len(names):
-            raise DevplanError(f"--calibration: sample {index} has {len(sample)} inputs, the program takes "
-                               f"{len(names)} ({', '.join(names)})")
+            raise DevplanError(
+                f"--calibration: sample {index} has {len(sample)} inputs, the program takes "
+                f"{len(names)} ({', '.join(names)})"
+            )
         for name, value, spec, allowed in zip(names, sample, specs, sizes):
             if not isinstance(spec, torch.Tensor):
                 continue  # a number the program was specialized to: export checks it
             if not isinstance(value, torch.Tensor) or value.dtype != spec.dtype or not _fits(value.shape, allowed):
-                got = (f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
-                       if isinstance(value, torch.Tensor) else type(value).__name__)
-                raise DevplanError(f"--calibration: sample {index}, input {name!r} is {got}; the program takes "
-                                   f"{str(spec.dtype).removeprefix('torch.')} {_sizes_text(allowed)}")
+                got = (
+                    f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
+                    if isinstance(value, torch.Tensor)
+                    else type(value).__name__
+                )
+                raise DevplanError(
+                    f"--calibration: sample {index}, input {name!r} is {got}; the program takes "
+                    f"{str(spec.dtype).removeprefix('torch.')} {_sizes_text(allowed)}"
+                )
     return samples
 
 
 def _fits(shape: torch.Size, allowed: Sizes) -> bool:
-    return len(shape) == len(allowed) and all(low <= size and (high is None or size <= high)
-                                              for size, (low, high) in zip(shape, allowed))
+    return len(shape) == len(allowed) and all(
+        low <= size and (high is None or size <= high) for size, (low, high) in zip(shape, allowed)
+    )
 
 
 def _seeded_samples(specs: list, sizes: list[Sizes]) -> list[tuple]:
@@ -267,7 +321,9 @@ def _seeded_samples(specs: list, sizes: list[Sizes]) -> list[tuple]:
     def value(spec, allowed: Sizes):
         if not isinstance(spec, torch.Tensor):
             return spec
-        shape = [size if isinstance(size, int) else size.node.hint or low for size, (low, _) in zip(spec.shape, allowed)]
+        shape = [
+            size if isinstance(size, int) else size.node.hint or low for size, (low, _) in zip(spec.shape, allowed)
+        ]
         if spec.dtype.is_floating_point:
             return torch.randn(shape, generator=generator).to(spec.dtype)
         if spec.dtype == torch.bool:
@@ -290,9 +346,16 @@ def _unannotated(prepared: torch.fx.GraphModule, static: bool) -> tuple[tuple[st
     ops: Counter[str] = Counter()
     for node in prepared.graph.nodes:
         value = node.meta.get("val")
-        if (node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or node.target.is_view
-                or not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point or _annotated(node)
-                or _identity(node) or (static and _quantized_pad(node))):
+        if (
+            node.op != "call_function"
+            or not isinstance(node.target, torch._ops.OpOverload)
+            or node.target.is_view
+            or not isinstance(value, torch.Tensor)
+            or not value.dtype.is_floating_point
+            or _annotated(node)
+            or _identity(node)
+            or (static and _quantized_pad(node))
+        ):
             continue
         ops[node.target.name()] += 1
     return tuple(sorted(ops.items(), key=lambda item: (-item[1], item[0])))
@@ -310,11 +373,20 @@ def _quantized_pad(node: torch.fx.Node) -> bool:
     if node.target is torch.ops.aten.pad.default:  # pad(input, pad, mode="constant", value=None)
         mode = args[2] if len(args) > 2 else node.kwargs.get("mode", "constant")
         fill = args[3] if len(args) > 3 else node.kwargs.get("value")
-    else:                                          # constant_pad_nd(input, pad, value=0)
+    else:  # constant_pad_nd(input, pad, value=0)
         mode, fill = "constant", args[2] if len(args) > 2 else node.kwargs.get("value", 0)
-    observed = isinstance(source, torch.fx.Node) and source.op == "call_module" and "activation_post_process" in str(source.target)
-    return (observed and mode == "constant" and not fill and isinstance(amounts, (list, tuple))
-            and all(isinstance(amount, int) and amount >= 0 for amount in amounts))
+    observed = (
+        isinstance(source, torch.fx.Node)
+        and source.op == "call_module"
+        and "activation_post_process" in str(source.target)
+    )
+    return (
+        observed
+        and mode == "constant"
+        and not fill
+        and isinstance(amounts, (list, tuple))
+        and all(isinstance(amount, int) and amount >= 0 for amount in amounts)
+    )
 
 
 def _identity(node: torch.fx.Node) -> bool:
@@ -325,8 +397,12 @@ def _identity(node: torch.fx.Node) -> bool:
     return train is False
 
 
-def _error(ep: torch.export.ExportedProgram, float_module: torch.nn.Module, quantized: torch.nn.Module,
-           samples: Sequence[tuple]) -> tuple[float | None, float, float | None]:
+def _error(
+    ep: torch.export.ExportedProgram,
+    float_module: torch.nn.Module,
+    quantized: torch.nn.Module,
+    samples: Sequence[tuple],
+) -> tuple[float | None, float, float | None]:
     """(SQNR in dB, max abs difference, argmax agreement) of the quantized module's float
     outputs against the float model's, over every sample; the quantized module computes what
     XNNPACK's quantized kernels compute, to float rounding."""
@@ -358,5 +434,8 @@ def _weight_bytes(ep: torch.export.ExportedProgram) -> int:
     the float originals of the weights it quantized, which nothing reads and no program stores."""
     read = {node.name for node in ep.graph.find_nodes(op="placeholder") if node.users}
     held = {**ep.state_dict, **ep.constants}
-    return sum(held[spec.target].nbytes for spec in ep.graph_signature.input_specs
-               if spec.arg.name in read and spec.target in held and isinstance(held[spec.target], torch.Tensor))
+    return sum(
+        held[spec.target].nbytes
+        for spec in ep.graph_signature.input_specs
+        if spec.arg.name in read and spec.target in held and isinstance(held[spec.target], torch.Tensor)
+    )

@@ -7,6 +7,7 @@ touching the same bytes (one of them writing) in their original order computes t
 values; among those, a beam search over the sets of kernels already run finds the order with
 the lowest peak of live bytes. With few enough sets per step (a chain of blocks has few) it
 is exact; the original order is kept unless the search beats it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -17,16 +18,16 @@ from devplan.passes.inplace import overwritable
 from devplan.planning.lifetimes import lifetimes, storages
 from devplan.planning.model import DEFAULT_ALIGNMENT, align_up
 
-WIDTH = 64               # sets of run kernels kept per step
-EXPANSIONS = 100_000     # kernels tried over the whole search: a wide method keeps fewer sets
+WIDTH = 64  # sets of run kernels kept per step
+EXPANSIONS = 100_000  # kernels tried over the whole search: a wide method keeps fewer sets
 
 
 @dataclass(frozen=True)
 class _Step:
-    peak: int                   # most bytes live at once so far
-    live: int                   # bytes live after the last kernel
-    done: int                   # bit i set: kernel i has run
-    ready: tuple[int, ...]      # kernels whose dependencies have all run
+    peak: int  # most bytes live at once so far
+    live: int  # bytes live after the last kernel
+    done: int  # bit i set: kernel i has run
+    ready: tuple[int, ...]  # kernels whose dependencies have all run
     parent: "_Step | None"
     kernel: int
 
@@ -114,8 +115,10 @@ class _Problem:
                         after[done] = (peak, live, step, k)
             keep = min(WIDTH, max(1, allowance // max(1, len(beam[0].ready))))  # about as many as the next step expands
             kept = sorted(after.items(), key=lambda item: (item[1][0], item[1][1], item[0]))[:keep]
-            beam = [_Step(peak, live, done, self._ready(parent, k, done), parent, k)
-                    for done, (peak, live, parent, k) in kept]
+            beam = [
+                _Step(peak, live, done, self._ready(parent, k, done), parent, k)
+                for done, (peak, live, parent, k) in kept
+            ]
         order, step = [], beam[0]
         while step.parent is not None:
             order.append(step.kernel)
@@ -123,7 +126,9 @@ class _Problem:
         return order[::-1]
 
     def _ready(self, parent: _Step, k: int, done: int) -> tuple[int, ...]:
-        return tuple(sorted((*(r for r in parent.ready if r != k), *(u for u in self.users[k] if not self._waits(u, done)))))
+        return tuple(
+            sorted((*(r for r in parent.ready if r != k), *(u for u in self.users[k] if not self._waits(u, done))))
+        )
 
     def _waits(self, k: int, done: int) -> bool:
         return any(not done >> d & 1 for d in self.deps[k])
@@ -132,8 +137,11 @@ class _Problem:
 def _items(method: Method, kernel: Kernel) -> list[int]:
     """Every value a kernel reads, list items included (a size list names Int values that
     number kernels write while the program runs)."""
-    lists = [value for value in map(method.values.__getitem__, kernel.args)
-             if isinstance(value, (IntList, TensorList, OptionalTensorList))]
+    lists = [
+        value
+        for value in map(method.values.__getitem__, kernel.args)
+        if isinstance(value, (IntList, TensorList, OptionalTensorList))
+    ]
     return [i for value in lists for i in value.items if i >= 0]
 
 
@@ -144,7 +152,9 @@ def _writes(method: Method, kernel: Kernel) -> list[int]:
     if kernel.delegate is not None:
         return method.operands(kernel)
     last = method.values[kernel.args[-1]]
-    results = [i for i in last.items if i >= 0] if isinstance(last, (TensorList, OptionalTensorList)) else [kernel.args[-1]]
+    results = (
+        [i for i in last.items if i >= 0] if isinstance(last, (TensorList, OptionalTensorList)) else [kernel.args[-1]]
+    )
     return [kernel.args[i] for i in written_inputs(kernel.op)] + results
 
 
@@ -169,7 +179,9 @@ def _dependencies(method: Method, root: dict[int, int]) -> list[tuple[int, ...]]
     return deps
 
 
-def _reusable(method: Method, kernel: Kernel, root: dict[int, int], size: dict[int, int]) -> tuple[int | None, tuple[int, ...]]:
+def _reusable(
+    method: Method, kernel: Kernel, root: dict[int, int], size: dict[int, int]
+) -> tuple[int | None, tuple[int, ...]]:
     """(result storage, input storages it may be written over), as passes/inplace.py decides."""
     out, donors = overwritable(method.values, kernel, root)
     if out is None or out not in root or root[out] != out:

@@ -4,13 +4,13 @@ hoist_sizes: a number op (a dynamic shape's size read or combined, see ops.NUMBE
 moves up to just after its last input. Export places them next to their first reader, so a
 sym_numel(x) late in the graph would keep all of x alive until then; computed early, they
 cost no tensor any bytes."""
+
 from __future__ import annotations
 
 from collections import defaultdict
 
-
-from devplan.ops import NUMBER_OPS
 from devplan.ir.lowered import Lowered
+from devplan.ops import NUMBER_OPS
 
 
 def hoist_sizes(low: Lowered) -> Lowered:

@@ -1,17 +1,23 @@
 """The views stage: a copy of a tensor whose sizes are known only at run time that could be
 a view of it (an unsqueeze, squeeze, clone or same-shape expand) becomes one, its sizes read
 by sym_size while the program runs, so that it shares its input's bytes."""
+
 from __future__ import annotations
 
 import torch
 
 from devplan.ir.lowered import Lowered
 
-
 # Ops whose result has its input's bytes in the same order: only the sizes differ, or nothing.
-SAME_ORDER = (torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims,
-              torch.ops.aten.squeeze.default, torch.ops.aten.clone.default, torch.ops.aten.alias.default,
-              torch.ops.aten.expand.default)
+SAME_ORDER = (
+    torch.ops.aten.unsqueeze.default,
+    torch.ops.aten.squeeze.dim,
+    torch.ops.aten.squeeze.dims,
+    torch.ops.aten.squeeze.default,
+    torch.ops.aten.clone.default,
+    torch.ops.aten.alias.default,
+    torch.ops.aten.expand.default,
+)
 
 
 def view_dynamic_copies(low: Lowered) -> Lowered:
@@ -69,7 +75,9 @@ def _source_dims(after, before) -> list[int | None] | None:
         if isinstance(size, int):
             dims.append(None)
             continue
-        while at < len(before) and not (isinstance(before[at], torch.SymInt) and before[at].node.expr == size.node.expr):
+        while at < len(before) and not (
+            isinstance(before[at], torch.SymInt) and before[at].node.expr == size.node.expr
+        ):
             at += 1
         if at == len(before):
             return None

@@ -5,6 +5,7 @@ alive at the same time never share bytes, and check plans independently of how t
     lower_bound(intervals, alignment=16)            -> {group: bytes}
     verify(placed, sizes, alignment)                 raises PlanError
     parse_budget("1=512KiB") / check_budget(...)     memory budgets"""
+
 from __future__ import annotations
 
 import importlib

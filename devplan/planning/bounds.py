@@ -1,5 +1,6 @@
 """How small a buffer could possibly be: at every instruction all live tensors need their
 own bytes, so no placement beats the largest total live at once."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

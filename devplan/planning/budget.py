@@ -1,14 +1,15 @@
 """Memory budgets: read them from the command line and explain a plan that does not fit."""
+
 from __future__ import annotations
 
 import re
 from typing import Mapping, Sequence
 
 from devplan.errors import BudgetExceeded, DevplanError
-from devplan.units import exact_size_text, size_bytes
 from devplan.planning.bounds import peak
 from devplan.planning.model import Interval, split_groups
 from devplan.spec import Device
+from devplan.units import exact_size_text, size_bytes
 
 SHOWN_AT_PEAK = 5
 
@@ -37,8 +38,10 @@ def checked_budgets(budgets: Mapping) -> dict[str, int]:
         if isinstance(target, int) and not isinstance(target, bool) and target >= 0:
             target = str(target)
         if not isinstance(target, str) or isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
-            raise DevplanError(f"bad memory budget {target!r}: {nbytes!r}; map a mem_id such as '1' or a device "
-                               f"such as 'cuda:0' to a whole number of bytes, 0 or more")
+            raise DevplanError(
+                f"bad memory budget {target!r}: {nbytes!r}; map a mem_id such as '1' or a device "
+                f"such as 'cuda:0' to a whole number of bytes, 0 or more"
+            )
         checked[target] = nbytes
     return checked
 
@@ -51,16 +54,22 @@ def budget_key(target: str) -> str:
     ("cuda:0"), or a device's buffers with its backends' own memory ("cpu+backends")."""
     device, plus, rest = target.partition("+")
     if plus and (f"+{rest}" != BACKENDS or device.isdigit()):
-        raise DevplanError(f"--budget {target}: write DEVICE{BACKENDS} (e.g. cpu{BACKENDS}=2MiB) to count the "
-                           f"device's buffers and its delegates' own working memory together")
+        raise DevplanError(
+            f"--budget {target}: write DEVICE{BACKENDS} (e.g. cpu{BACKENDS}=2MiB) to count the "
+            f"device's buffers and its delegates' own working memory together"
+        )
     if plus:
         return str(Device.parse(device)) + BACKENDS
     return target if target.isdigit() else str(Device.parse(target))
 
 
 def check_budget(
-    plan_sizes: Mapping[int, int], budgets: Mapping[int, int], intervals: Sequence[Interval], alignment: int,
-    names: Mapping[int, str] | None = None, buffers: Mapping[int, str] | None = None,
+    plan_sizes: Mapping[int, int],
+    budgets: Mapping[int, int],
+    intervals: Sequence[Interval],
+    alignment: int,
+    names: Mapping[int, str] | None = None,
+    buffers: Mapping[int, str] | None = None,
 ) -> None:
     """Raise DevplanError for the first buffer (in group order) whose planned size exceeds its
     budget, saying what the plan needs, what is available, the lower bound and which tensors
@@ -77,8 +86,9 @@ def check_budget(
         if group not in problems:
             raise BudgetExceeded(f"memory {buffer} needs {exact_size_text(needed)} but its budget is {available_text}")
         top = peak(problems[group])
-        shown = ", ".join(f"{(names or {}).get(key, f'v{key}')} ({exact_size_text(size)})"
-                          for key, size in top.alive[:SHOWN_AT_PEAK])
+        shown = ", ".join(
+            f"{(names or {}).get(key, f'v{key}')} ({exact_size_text(size)})" for key, size in top.alive[:SHOWN_AT_PEAK]
+        )
         more = len(top.alive) - SHOWN_AT_PEAK
         shown += f" and {more} more" if more > 0 else ""
         if top.nbytes > available:

@@ -7,6 +7,7 @@ Orders (all break ties by key, so results never depend on input order):
               Pisarchyk & Lee 2020);
   breadth     instructions by decreasing total live bytes, and at each one its not yet
               placed tensors largest first (Pisarchyk & Lee's greedy by breadth)."""
+
 from __future__ import annotations
 
 import heapq
@@ -52,9 +53,7 @@ def breadth_order(problem: GroupProblem) -> list[int]:
     firsts = np.array(problem.firsts, dtype=np.int64)
     lasts = np.array(problem.lasts, dtype=np.int64)
     placed_at = _range_min(rank, firsts, lasts)
-    return sorted(
-        range(len(problem)), key=lambda index: (int(placed_at[index]), -problem.sizes[index], index)
-    )
+    return sorted(range(len(problem)), key=lambda index: (int(placed_at[index]), -problem.sizes[index], index))
 
 
 def _range_min(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

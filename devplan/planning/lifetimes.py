@@ -1,4 +1,5 @@
 """When each planned tensor is alive, from the instruction order alone."""
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -37,8 +38,11 @@ def lifetimes(method: Method) -> dict[int, tuple[int, int]]:
         if root is not None and root not in last:
             views = [i for i in first if getattr(method.values[i], "alias_of", None) == root]
             first[root], last[root] = min(first[i] for i in views), max(last[i] for i in views)
-    return {i: (first[i], last[i]) for i in first
-            if isinstance(method.values[i], TensorSpec) and not method.values[i].constant}
+    return {
+        i: (first[i], last[i])
+        for i in first
+        if isinstance(method.values[i], TensorSpec) and not method.values[i].constant
+    }
 
 
 def storages(method: Method, alive: Mapping[int, tuple[int, int]]) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:

@@ -1,5 +1,6 @@
 """What the planner takes and gives: tensor lifetimes in, byte offsets and buffer sizes out,
 plus the per-buffer form the placement algorithms work on."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from typing import Mapping, Sequence
 from devplan.errors import DevplanError
 
 DEFAULT_ALIGNMENT = 16  # bytes, as ExecuTorch's planner aligns
-MAX_ALIGNMENT = 4096    # a page: no device asks for more, and a larger one only inflates the buffers
+MAX_ALIGNMENT = 4096  # a page: no device asks for more, and a larger one only inflates the buffers
 
 
 @dataclass(frozen=True)

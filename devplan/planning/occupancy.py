@@ -9,6 +9,7 @@ node holds the span's first or last instruction, so it lies on one of two root-t
 paths). Ranges are kept as flat sorted lists [start0, end0, start1, end1, ...] of
 disjoint, non-touching byte ranges, so a query costs the number of fragments, not the
 number of tensors it meets: tightly packed bytes collapse into few fragments."""
+
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right

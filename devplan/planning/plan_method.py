@@ -1,5 +1,6 @@
 """Plan a Method's memory: one buffer per device, an offset for every planned tensor,
 checked by the independent verifier before anyone writes it down."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -22,8 +23,15 @@ def mem_ids(devices) -> dict[Device, int]:
     return {device: i + 1 for i, device in enumerate(sorted(set(devices), key=lambda d: (d.type != "cpu", d)))}
 
 
-def plan_method(method: Method, *, alignment: int = DEFAULT_ALIGNMENT, algorithm: str = "best",
-                budgets: Sequence[tuple[str, int]] = (), home: Device = CPU, borrowed_io: bool = False) -> PlannedMethod:
+def plan_method(
+    method: Method,
+    *,
+    alignment: int = DEFAULT_ALIGNMENT,
+    algorithm: str = "best",
+    budgets: Sequence[tuple[str, int]] = (),
+    home: Device = CPU,
+    borrowed_io: bool = False,
+) -> PlannedMethod:
     """`home`: where the method's kernels run (the host; a delegate payload's device).
     `borrowed_io` (a delegate payload): inputs and outputs that are storages of their own are
     left unplanned, because the runtime hands the payload its caller's tensors for them.
@@ -42,46 +50,73 @@ def plan_method(method: Method, *, alignment: int = DEFAULT_ALIGNMENT, algorithm
         if kernel.delegate is not None and method.delegates[kernel.delegate].arena:
             steps.setdefault(kernel.delegate, []).append(step)
     # a window is alive from the delegate's first call to its last (devplan calls each once)
-    windows = {len(method.values) + d: (method.delegates[d], min(s), max(s)) for d, s in steps.items()}  # keys apart from values
+    windows = {
+        len(method.values) + d: (method.delegates[d], min(s), max(s)) for d, s in steps.items()
+    }  # keys apart from values
     ids = mem_ids([spec.device for spec in specs.values()] + [d.device for d, *_ in windows.values()]) or {}
     storage, span = storages(method, alive)
     intervals = [Interval(root, specs[root].nbytes, *span[root], group=ids[specs[root].device]) for root in span]
     planned_windows = [Interval(key, d.arena, first, last, ids[d.device]) for key, (d, first, last) in windows.items()]
     placement = plan(intervals + planned_windows, alignment=alignment, algorithm=algorithm)
-    bounds = lower_bound(intervals + [replace(w, size=windows[w.key][0].arena_bound) for w in planned_windows],
-                         alignment=alignment)
+    bounds = lower_bound(
+        intervals + [replace(w, size=windows[w.key][0].arena_bound) for w in planned_windows], alignment=alignment
+    )
     offset = {i: placement.offsets[storage[i]] + spec.alias_offset for i, spec in specs.items()}
-    placed = [Placed(f"value {i}", ids[spec.device], offset[i], spec.nbytes, *alive[i],
-                     storage=storage[i], within=spec.alias_offset) for i, spec in specs.items()]
+    placed = [
+        Placed(
+            f"value {i}",
+            ids[spec.device],
+            offset[i],
+            spec.nbytes,
+            *alive[i],
+            storage=storage[i],
+            within=spec.alias_offset,
+        )
+        for i, spec in specs.items()
+    ]
     names = {key: f"delegate {key - len(method.values)}'s buffer" for key in windows}
-    placed += [Placed(names[w.key], w.group, placement.offsets[w.key], w.size, w.first, w.last) for w in planned_windows]
+    placed += [
+        Placed(names[w.key], w.group, placement.offsets[w.key], w.size, w.first, w.last) for w in planned_windows
+    ]
     verify(placed, placement.sizes, alignment)
     if budgets:
         _check_budgets(budgets, ids, placement.sizes, intervals + planned_windows, alignment, names)
-    planned = {i: replace(spec, lifetime=alive[i], mem_id=ids[spec.device], offset=offset[i])
-               for i, spec in specs.items()}
-    delegates = tuple(replace(d, window=(ids[d.device], placement.offsets[len(method.values) + i])) if i in steps else d
-                      for i, d in enumerate(method.delegates))
-    buffers = tuple(BufferPlan(m, d, placement.sizes.get(m, 0), bounds.get(m, 0),
-                               sum(1 for s in planned.values() if s.mem_id == m))
-                    for d, m in sorted(ids.items(), key=lambda item: item[1]))
+    planned = {
+        i: replace(spec, lifetime=alive[i], mem_id=ids[spec.device], offset=offset[i]) for i, spec in specs.items()
+    }
+    delegates = tuple(
+        replace(d, window=(ids[d.device], placement.offsets[len(method.values) + i])) if i in steps else d
+        for i, d in enumerate(method.delegates)
+    )
+    buffers = tuple(
+        BufferPlan(m, d, placement.sizes.get(m, 0), bounds.get(m, 0), sum(1 for s in planned.values() if s.mem_id == m))
+        for d, m in sorted(ids.items(), key=lambda item: item[1])
+    )
     return PlannedMethod(replace(method.with_specs(planned), delegates=delegates), buffers, placement.algorithm)
 
 
-def _check_budgets(budgets: Sequence[tuple[str, int]], ids: Mapping[Device, int], sizes: Mapping[int, int], intervals,
-                   alignment: int, names: Mapping[int, str]) -> None:
+def _check_budgets(
+    budgets: Sequence[tuple[str, int]],
+    ids: Mapping[Device, int],
+    sizes: Mapping[int, int],
+    intervals,
+    alignment: int,
+    names: Mapping[int, str],
+) -> None:
     named = {str(mem_id): mem_id for mem_id in ids.values()} | {str(d): m for d, m in ids.items()}
     by_id = {}
     for target, nbytes in budgets:
         key = budget_key(target)
-        if key.endswith(BACKENDS) and key[:-len(BACKENDS)] in named:
+        if key.endswith(BACKENDS) and key[: -len(BACKENDS)] in named:
             continue  # the backends' own memory is read from the program built (check_backend_budgets)
         if key not in named:
-            raise DevplanError(f"--budget {target}: no such buffer in this program; "
-                               f"budget one of: {', '.join(sorted(named))}")
+            raise DevplanError(
+                f"--budget {target}: no such buffer in this program; budget one of: {', '.join(sorted(named))}"
+            )
         by_id[named[key]] = nbytes
-    check_budget(sizes, by_id, intervals, alignment, names=names,
-                 buffers={m: f"buffer {m} ({d})" for d, m in ids.items()})
+    check_budget(
+        sizes, by_id, intervals, alignment, names=names, buffers={m: f"buffer {m} ({d})" for d, m in ids.items()}
+    )
 
 
 def _borrowed(method: Method, alive: Mapping[int, tuple[int, int]]) -> set[int]:

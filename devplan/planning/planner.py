@@ -1,4 +1,5 @@
 """Choose byte offsets for tensors by name of algorithm; "best" tries them all."""
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -28,8 +29,11 @@ def _candidates(problem: GroupProblem) -> list[tuple[str, list[int]]]:
     greedy placements it starts from, and is skipped when a greedy one is already at the
     lower bound (nothing can beat it, and the climb is most of the time spent)."""
     by_size, by_breadth = greedy.greedy_size(problem), greedy.greedy_breadth(problem)
-    greedy_ones = [("greedy-order", greedy.greedy_order(problem)), ("greedy-size", by_size),
-                   ("greedy-breadth", by_breadth)]
+    greedy_ones = [
+        ("greedy-order", greedy.greedy_order(problem)),
+        ("greedy-size", by_size),
+        ("greedy-breadth", by_breadth),
+    ]
     if min(buffer_size(problem, offsets) for _, offsets in greedy_ones) <= max(live_bytes(problem), default=0):
         return greedy_ones
     return greedy_ones + [("hill-climb", _climb(problem, by_size, by_breadth))]
@@ -72,7 +76,5 @@ def plan(intervals: Sequence[Interval], alignment: int = DEFAULT_ALIGNMENT, algo
     """Byte offsets for every interval such that tensors alive at the same instruction in the
     same group never share a byte; see ALGORITHMS for the choices."""
     if algorithm not in ALGORITHMS:
-        raise DevplanError(
-            f"unknown memory planning algorithm {algorithm!r}; use one of: {', '.join(ALGORITHMS)}"
-        )
+        raise DevplanError(f"unknown memory planning algorithm {algorithm!r}; use one of: {', '.join(ALGORITHMS)}")
     return ALGORITHMS[algorithm](intervals, alignment)

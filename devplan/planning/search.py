@@ -5,6 +5,7 @@ spirit of TVM's USMP planner).
 
 The work is bounded (a fixed number of full re-placements, fewer for big buffers) and the
 random choices come from a fixed seed, so the result is deterministic."""
+
 from __future__ import annotations
 
 import random
@@ -14,8 +15,8 @@ from devplan.planning.greedy import place_in_order
 from devplan.planning.model import GroupProblem, buffer_size
 from devplan.planning.occupancy import best_fit
 
-MAX_TRIES = 60           # re-placements for a small buffer
-MAX_WORK = 40_000        # tensors placed over all tries, so big buffers get fewer tries
+MAX_TRIES = 60  # re-placements for a small buffer
+MAX_WORK = 40_000  # tensors placed over all tries, so big buffers get fewer tries
 SEED = 20200504
 
 

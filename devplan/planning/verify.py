@@ -1,5 +1,6 @@
 """An independent check that a memory plan is sound, written to be obviously right rather
 than to share anything with the placement algorithms."""
+
 from __future__ import annotations
 
 import heapq
@@ -170,8 +171,6 @@ class _LiveBytes:
             insort(self._taken, piece)
 
 
-
-
 def verify_devices(method: Method, home: Device) -> None:
     """Raise PlanError unless every tensor an instruction touches sits where it runs: a kernel
     on `home` (the host for a program, the device for a delegate's payload), a delegate on
@@ -186,8 +185,10 @@ def verify_devices(method: Method, home: Device) -> None:
     values = method.values
     for index, spec in enumerate(values):
         if isinstance(spec, TensorSpec) and spec.alias_of is not None and spec.device != values[spec.alias_of].device:
-            raise PlanError(f"device check failed: value {index} on {spec.device} shares the storage of "
-                            f"value {spec.alias_of} on {values[spec.alias_of].device}")
+            raise PlanError(
+                f"device check failed: value {index} on {spec.device} shares the storage of "
+                f"value {spec.alias_of} on {values[spec.alias_of].device}"
+            )
     for step, kernel in enumerate(method.kernels):
         tensors = []
         for arg in kernel.args:
@@ -200,14 +201,20 @@ def verify_devices(method: Method, home: Device) -> None:
         elif kernel.op in (TO_DEVICE, TO_HOST):
             source, out = kernel.args[0], kernel.args[1]
             device_side = values[out].device if kernel.op == TO_DEVICE else values[source].device
-            wanted = {source: CPU if kernel.op == TO_DEVICE else device_side,
-                      out: device_side if kernel.op == TO_DEVICE else CPU}
+            wanted = {
+                source: CPU if kernel.op == TO_DEVICE else device_side,
+                out: device_side if kernel.op == TO_DEVICE else CPU,
+            }
             if device_side == CPU:
-                raise PlanError(f"device check failed: instruction {step} ({kernel.op}) copies between the host "
-                                f"and the host (values {source} and {out})")
+                raise PlanError(
+                    f"device check failed: instruction {step} ({kernel.op}) copies between the host "
+                    f"and the host (values {source} and {out})"
+                )
         else:
             wanted = {i: home for i in tensors}
         for index, device in wanted.items():
             if values[index].device != device:
-                raise PlanError(f"device check failed: instruction {step} ({kernel.op}, node {kernel.node}) runs on "
-                                f"{device} but value {index} is on {values[index].device}")
+                raise PlanError(
+                    f"device check failed: instruction {step} ({kernel.op}, node {kernel.node}) runs on "
+                    f"{device} but value {index} is on {values[index].device}"
+                )

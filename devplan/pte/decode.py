@@ -5,6 +5,7 @@ and what follows from them that more than one reader asks (which values the meth
 when each is touched, which are written). inspect (and so check, diff and golden files) and
 the runtime's loader read programs through these views; what each then concludes (a lower
 bound, an arena) stays its own."""
+
 from __future__ import annotations
 
 import bisect
@@ -37,18 +38,18 @@ _LISTS = (*_REFERENCE_LISTS, KernelTypes.BoolList, KernelTypes.DoubleList)
 
 
 class Tensor(NamedTuple):
-    dtype: str                      # dtypes.name_of the scalar type
-    shape: tuple[int, ...]          # for a dynamic tensor, its upper bound
+    dtype: str  # dtypes.name_of the scalar type
+    shape: tuple[int, ...]  # for a dynamic tensor, its upper bound
     dim_order: tuple[int, ...] | None  # None when the file gives none
     dynamic: bool
-    mem_id: int | None              # None: not planned (a constant, or an input or output its caller owns)
-    offset: int | None              # byte offset in buffer mem_id
+    mem_id: int | None  # None: not planned (a constant, or an input or output its caller owns)
+    offset: int | None  # byte offset in buffer mem_id
     nbytes: int
-    data: int                       # data_buffer_idx: a constant's data, or a planned tensor's initial data; 0: none
-    said_device: Device | None      # what extra_tensor_info says, when it names other than the CPU
-    storage_offset: int = 0         # in elements; ExecuTorch supports only 0 (other is damage its runtime refuses)
-    unbound: bool = False           # DYNAMIC_UNBOUND, which ExecuTorch's runtime refuses
-    external: str | None = None     # a constant kept in a .ptd data file: its key there (data is then 0)
+    data: int  # data_buffer_idx: a constant's data, or a planned tensor's initial data; 0: none
+    said_device: Device | None  # what extra_tensor_info says, when it names other than the CPU
+    storage_offset: int = 0  # in elements; ExecuTorch supports only 0 (other is damage its runtime refuses)
+    unbound: bool = False  # DYNAMIC_UNBOUND, which ExecuTorch's runtime refuses
+    external: str | None = None  # a constant kept in a .ptd data file: its key there (data is then 0)
 
     @property
     def constant(self) -> bool:
@@ -68,14 +69,15 @@ class Instruction(NamedTuple):
     instructions by it. A jump's `destination` is what the file says, an index within the
     jump's own chain, as ExecuTorch's runtime reads it: the runtime's loader turns it into an
     `index` (one at or past its chain's end, or negative, ends the chain)."""
+
     index: int  # type: ignore[assignment]  # a field, not tuple.index: across the method's chains
-    kind: str                       # kernel, delegate, move, jump_false, free, or kind(N) for an unknown one
-    op: int | None                  # a kernel's operator index
-    delegate: int | None            # a delegate call's delegate index
-    args: tuple[int, ...]           # the values it names: a move's (from, to), a jump's condition, a free's value
+    kind: str  # kernel, delegate, move, jump_false, free, or kind(N) for an unknown one
+    op: int | None  # a kernel's operator index
+    delegate: int | None  # a delegate call's delegate index
+    args: tuple[int, ...]  # the values it names: a move's (from, to), a jump's condition, a free's value
     destination: int | None = None  # a jump's target, an index within its own chain
-    chain: int = 0                  # the chain that holds it
-    at: int = 0                     # its index within that chain
+    chain: int = 0  # the chain that holds it
+    at: int = 0  # its index within that chain
 
     @property
     def results(self) -> tuple[int, ...]:
@@ -86,9 +88,9 @@ class Instruction(NamedTuple):
 class Delegate(NamedTuple):
     index: int  # type: ignore[assignment]  # a field, not tuple.index
     id: str
-    specs: tuple[tuple[str, bytes], ...]   # compile specs, raw
-    window: tuple[int, int] | None         # (mem_id, offset) of its payload's buffer in the method's
-    location: str                          # "inline" or "segment"
+    specs: tuple[tuple[str, bytes], ...]  # compile specs, raw
+    window: tuple[int, int] | None  # (mem_id, offset) of its payload's buffer in the method's
+    location: str  # "inline" or "segment"
     payload_index: int
 
 
@@ -96,21 +98,21 @@ class Delegate(NamedTuple):
 class MethodView:
     plan_index: int
     name: str
-    where: str                              # how messages name it: "<file>: method <name>"
+    where: str  # how messages name it: "<file>: method <name>"
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
-    kinds: tuple[int, ...]                  # KernelTypes of every value
-    tensors: dict[int, Tensor]              # tensor values by index
-    lists: dict[int, tuple[int, ...]]       # IntList, TensorList, OptionalTensorList items (-1: an absent tensor)
-    scalars: dict[int, Any]                 # int, float, bool, str, and float and bool lists, by index
+    kinds: tuple[int, ...]  # KernelTypes of every value
+    tensors: dict[int, Tensor]  # tensor values by index
+    lists: dict[int, tuple[int, ...]]  # IntList, TensorList, OptionalTensorList items (-1: an absent tensor)
+    scalars: dict[int, Any]  # int, float, bool, str, and float and bool lists, by index
     instructions: tuple[Instruction, ...]
     operators: tuple[tuple[str, str], ...]  # (name, overload)
-    buffer_sizes: tuple[int, ...]           # by mem_id; 0 is the format's reserved entry
-    buffer_devices: dict[int, Device]       # what the device table says; other buffers are the CPU's
+    buffer_sizes: tuple[int, ...]  # by mem_id; 0 is the format's reserved entry
+    buffer_devices: dict[int, Device]  # what the device table says; other buffers are the CPU's
     delegates: tuple[Delegate, ...]
-    chains: int = 1                         # how many chains the method has (ExecuTorch loads none without one)
-    unlisted_chains: int = 0                # chains without a list of instructions, which damage leaves
-    unlisted: tuple[str, ...] = ()          # tables the method lacks altogether (damage): values, inputs, ...
+    chains: int = 1  # how many chains the method has (ExecuTorch loads none without one)
+    unlisted_chains: int = 0  # chains without a list of instructions, which damage leaves
+    unlisted: tuple[str, ...] = ()  # tables the method lacks altogether (damage): values, inputs, ...
 
     def operator(self, index: int) -> str:
         """Operator `index` as "name.overload", or "operator(N)" for one the method lacks."""
@@ -145,8 +147,11 @@ class MethodView:
     def unplanned(self) -> frozenset[int]:
         """Tensors the method names that are neither planned nor constants: inputs and outputs
         it leaves to its caller, whose tensors stand in for them."""
-        return frozenset(i for i, t in self.tensors.items()
-                         if t.mem_id is None and t.data == 0 and t.external is None and i in self.named)
+        return frozenset(
+            i
+            for i, t in self.tensors.items()
+            if t.mem_id is None and t.data == 0 and t.external is None and i in self.named
+        )
 
     @cached_property
     def lifetimes(self) -> dict[int, tuple[int, int]]:
@@ -208,7 +213,7 @@ class MethodView:
             t = self.tensors[value]
             ranges = merged.get(t.mem_id, [])
             at = bisect.bisect_right(ranges, (t.offset, math.inf)) - 1  # the last range starting at or before it
-            near = ranges[max(at, 0):at + 2]
+            near = ranges[max(at, 0) : at + 2]
             if not any(start < t.offset + t.nbytes and t.offset < end for start, end in near):
                 found.add(value)
         return found
@@ -288,8 +293,7 @@ def methods(pte: PteFile) -> tuple[MethodView, ...]:
 
 
 def method(pte: PteFile, plan_index: int) -> MethodView:
-    return pte.memo(("decoded", plan_index),
-                    lambda: _decode(pte, plan_index, pte.program.executionPlan[plan_index]))
+    return pte.memo(("decoded", plan_index), lambda: _decode(pte, plan_index, pte.program.executionPlan[plan_index]))
 
 
 def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
@@ -313,23 +317,39 @@ def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
         elif kind in _SCALARS:
             scalars[index] = _SCALARS[kind](val)
     chains = plan.chains or ()
-    rows = ((number, at, instruction) for number, chain in enumerate(chains)
-            for at, instruction in enumerate(chain.instructions or ()))
-    instructions = tuple(_instruction(where, index, instruction)._replace(chain=number, at=at)
-                         for index, (number, at, instruction) in enumerate(rows))
+    rows = (
+        (number, at, instruction)
+        for number, chain in enumerate(chains)
+        for at, instruction in enumerate(chain.instructions or ())
+    )
+    instructions = tuple(
+        _instruction(where, index, instruction)._replace(chain=number, at=at)
+        for index, (number, at, instruction) in enumerate(rows)
+    )
     return MethodView(
-        plan_index=plan_index, name=name, where=where,
-        inputs=tuple(ints(plan.inputs)), outputs=tuple(ints(plan.outputs)),
-        kinds=tuple(kinds), tensors=tensors, lists=lists, scalars=scalars, instructions=instructions,
+        plan_index=plan_index,
+        name=name,
+        where=where,
+        inputs=tuple(ints(plan.inputs)),
+        outputs=tuple(ints(plan.outputs)),
+        kinds=tuple(kinds),
+        tensors=tensors,
+        lists=lists,
+        scalars=scalars,
+        instructions=instructions,
         operators=tuple((text(op.name), text(op.overload)) for op in plan.operators or ()),
         buffer_sizes=sizes,
-        buffer_devices={int(e.bufferIdx): Device.from_code(e.deviceType, e.deviceIndex)
-                        for e in plan.nonConstBufferDevice or ()},
+        buffer_devices={
+            int(e.bufferIdx): Device.from_code(e.deviceType, e.deviceIndex) for e in plan.nonConstBufferDevice or ()
+        },
         delegates=tuple(_delegate(where, index, d) for index, d in enumerate(plan.delegates or ())),
         chains=len(chains),
         unlisted_chains=sum(chain.instructions is None for chain in chains),
-        unlisted=tuple(field for field, table in (("values", plan.values), ("inputs", plan.inputs),
-                                                 ("outputs", plan.outputs)) if table is None),
+        unlisted=tuple(
+            field
+            for field, table in (("values", plan.values), ("inputs", plan.inputs), ("outputs", plan.outputs))
+            if table is None
+        ),
     )
 
 
@@ -347,22 +367,35 @@ def _tensor(where: str, index: int, t, sizes: tuple[int, ...]) -> Tensor:
     dtype, shape = dtypes.name_of(t.scalarType), tuple(ints(t.sizes))
     nbytes = math.prod(shape) * dtypes.ITEMSIZE.get(dtype, 0)
     if any(size < 0 for size in shape) or nbytes > MAX_TENSOR_BYTES:  # every later sum takes sizes at their word
-        raise DevplanError(f"{where}: value {index} has the shape {list(shape)}, which no tensor has; the program "
-                           f"is damaged")
+        raise DevplanError(
+            f"{where}: value {index} has the shape {list(shape)}, which no tensor has; the program is damaged"
+        )
     info = t.allocationInfo
     mem_id = offset = None
     if info is not None:
         mem_id, offset = int(info.memoryId), int(info.memoryOffsetLow) + (int(info.memoryOffsetHigh) << 32)
         if not (0 < mem_id < len(sizes) and offset + nbytes <= sizes[mem_id]):
-            raise DevplanError(f"{where}: value {index} ({nbytes} bytes at offset {offset} of buffer {mem_id}) lies "
-                               f"outside its buffer; the program is damaged")
+            raise DevplanError(
+                f"{where}: value {index} ({nbytes} bytes at offset {offset} of buffer {mem_id}) lies "
+                f"outside its buffer; the program is damaged"
+            )
     extra = t.extraTensorInfo
     said = Device.from_code(extra.deviceType, extra.deviceIndex) if extra is not None else None
     key = external_key(t)  # its data_buffer_idx then says nothing (ExecuTorch numbers them anyway)
-    return Tensor(dtype, shape, None if t.dimOrder is None else tuple(ints(t.dimOrder)),
-                  int(t.shapeDynamism) != TensorShapeDynamism.STATIC, mem_id, offset, nbytes,
-                  int(t.dataBufferIdx) if key is None else 0, None if said == CPU else said, int(t.storageOffset),
-                  int(t.shapeDynamism) == TensorShapeDynamism.DYNAMIC_UNBOUND, key)
+    return Tensor(
+        dtype,
+        shape,
+        None if t.dimOrder is None else tuple(ints(t.dimOrder)),
+        int(t.shapeDynamism) != TensorShapeDynamism.STATIC,
+        mem_id,
+        offset,
+        nbytes,
+        int(t.dataBufferIdx) if key is None else 0,
+        None if said == CPU else said,
+        int(t.storageOffset),
+        int(t.shapeDynamism) == TensorShapeDynamism.DYNAMIC_UNBOUND,
+        key,
+    )
 
 
 def _instruction(where: str, index: int, instruction) -> Instruction:
@@ -386,5 +419,11 @@ def _instruction(where: str, index: int, instruction) -> Instruction:
 def _delegate(where: str, index: int, delegate) -> Delegate:
     specs = tuple((text(spec.key), bytes(ints(spec.value))) for spec in delegate.compileSpecs or ())
     processed = delegate.processed  # read_pte has checked that it names a payload that exists
-    return Delegate(index, text(delegate.id), specs, read_window(specs, f"{where}: delegate {index}"),
-                    "segment" if processed.location == DataLocation.SEGMENT else "inline", int(processed.index))
+    return Delegate(
+        index,
+        text(delegate.id),
+        specs,
+        read_window(specs, f"{where}: delegate {index}"),
+        "segment" if processed.location == DataLocation.SEGMENT else "inline",
+        int(processed.index),
+    )

@@ -9,6 +9,7 @@ reader tells apart by their file name:
 The first says which module (path and class) made the instruction; the second names value N,
 a user input or weight the instruction is the first to read, by its role and the name the
 export's signature gives it. Any other frame is a source line, innermost last."""
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,8 @@ from dataclasses import dataclass
 
 from devplan.pte.fb import Frame
 from devplan.pte.fb.Frame import FrameT
-from devplan.pte.fb.Program import Program
 from devplan.pte.fb.FrameList import FrameListT
+from devplan.pte.fb.Program import Program
 
 MODULE_FILE, VALUE_FILE = "<module>", "<value>"
 _MODULE = re.compile(r"(.*?) ?\(([^()]*)\)")
@@ -50,8 +51,9 @@ class FrameCache:
             self.builder, self.offsets = builder, {}
         key = (frame.filename, frame.lineno, frame.name, frame.context)
         if key not in self.offsets:
-            filename, name, context = (builder.CreateSharedString(text) for text in (frame.filename, frame.name,
-                                                                                        frame.context))
+            filename, name, context = (
+                builder.CreateSharedString(text) for text in (frame.filename, frame.name, frame.context)
+            )
             Frame.Start(builder)
             Frame.AddFilename(builder, filename)
             Frame.AddLineno(builder, frame.lineno)
@@ -61,8 +63,17 @@ class FrameCache:
         return self.offsets[key]
 
 
-def frame_list(module: str, kind: str, op: str, file: str, line: int, function: str, code: str,
-               names: list[tuple[int, str, str]], cache: FrameCache) -> FrameListT:
+def frame_list(
+    module: str,
+    kind: str,
+    op: str,
+    file: str,
+    line: int,
+    function: str,
+    code: str,
+    names: list[tuple[int, str, str]],
+    cache: FrameCache,
+) -> FrameListT:
     frames = [(MODULE_FILE, 0, f"{module} ({kind})" if kind else module, op)] if module or kind or op else []
     if file:
         frames.append((file, line, function, code))
@@ -142,12 +153,15 @@ def _items(buffer: bytes | memoryview, frame_list: int) -> list[int]:
 
 def _frame_fields(buffer: bytes | memoryview, frame: int) -> tuple[str, int, str, str]:
     """(filename, lineno, name, context) of the Frame table at `frame`."""
+
     def string(index: int) -> str:
         at = _field(buffer, frame, index)
         if not at:
             return ""
         start = frame + at + _U32.unpack_from(buffer, frame + at)[0]
-        return bytes(buffer[start + 4:start + 4 + _U32.unpack_from(buffer, start)[0]]).decode("utf-8", errors="replace")
+        return bytes(buffer[start + 4 : start + 4 + _U32.unpack_from(buffer, start)[0]]).decode(
+            "utf-8", errors="replace"
+        )
 
     line = _field(buffer, frame, 1)
     return string(0), _I32.unpack_from(buffer, frame + line)[0] if line else 0, string(2), string(3)

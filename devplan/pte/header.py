@@ -11,6 +11,7 @@ Layout of a .pte with segments (all integers little-endian):
     ...           segment data (segment_data_size bytes)
 
 A file without segments is a plain FlatBuffer with no extended header."""
+
 from __future__ import annotations
 
 import struct
@@ -57,7 +58,7 @@ class ExtendedHeader:
 def check_container(data: bytes | memoryview, name: str) -> ExtendedHeader | None:
     """Check the identifier and the extended header against the file's size; return the header."""
     # the first bytes alone: the rest of a mapped file stays unread
-    size, data = len(data), bytes(data[:HEADER_OFFSET + HEADER_LENGTH])
+    size, data = len(data), bytes(data[: HEADER_OFFSET + HEADER_LENGTH])
     if size == 0:
         raise DevplanError(f"{name}: empty file; expected an ExecuTorch .pte program")
     if data.startswith(_ZIP_MAGIC):
@@ -77,13 +78,19 @@ def check_container(data: bytes | memoryview, name: str) -> ExtendedHeader | Non
 def _parse_header(data: bytes, size: int, name: str) -> ExtendedHeader:
     """The header from the file's first bytes `data`, checked against the file's `size`."""
     if len(data) < HEADER_OFFSET + HEADER_MIN_LENGTH:
-        raise DevplanError(f"{name}: truncated: the extended header at byte 8 needs 24 bytes but the file ends at byte {size}; {_DAMAGED}")
+        raise DevplanError(
+            f"{name}: truncated: the extended header at byte 8 needs 24 bytes but the file ends at byte {size}; {_DAMAGED}"
+        )
     _, length, program_size, base = _HEADER.unpack_from(data, HEADER_OFFSET)
     if length < HEADER_MIN_LENGTH:
-        raise DevplanError(f"{name}: corrupt: the extended header claims a length of {length} bytes (expected {HEADER_LENGTH}); {_DAMAGED}")
+        raise DevplanError(
+            f"{name}: corrupt: the extended header claims a length of {length} bytes (expected {HEADER_LENGTH}); {_DAMAGED}"
+        )
     header_end = HEADER_OFFSET + length
     if header_end > size:
-        raise DevplanError(f"{name}: truncated: the extended header claims {length} bytes but the file ends at byte {size}; {_DAMAGED}")
+        raise DevplanError(
+            f"{name}: truncated: the extended header claims {length} bytes but the file ends at byte {size}; {_DAMAGED}"
+        )
     if length >= HEADER_LENGTH:
         (data_size,) = _DATA_SIZE.unpack_from(data, HEADER_OFFSET + HEADER_MIN_LENGTH)
     else:
@@ -93,10 +100,14 @@ def _parse_header(data: bytes, size: int, name: str) -> ExtendedHeader:
             f"{name}: truncated: the extended header says the program is {program_size} bytes but the file ends at byte {size}; {_DAMAGED}"
         )
     if program_size < header_end:
-        raise DevplanError(f"{name}: corrupt: the extended header says the program is {program_size} bytes, less than the header itself; {_DAMAGED}")
+        raise DevplanError(
+            f"{name}: corrupt: the extended header says the program is {program_size} bytes, less than the header itself; {_DAMAGED}"
+        )
     if base == 0:
         if data_size:
-            raise DevplanError(f"{name}: corrupt: the extended header has {data_size} bytes of segment data but no segment base offset; {_DAMAGED}")
+            raise DevplanError(
+                f"{name}: corrupt: the extended header has {data_size} bytes of segment data but no segment base offset; {_DAMAGED}"
+            )
     elif base < program_size:
         raise DevplanError(
             f"{name}: corrupt: the segment base offset {base} lies inside the program, which ends at byte {program_size}; {_DAMAGED}"

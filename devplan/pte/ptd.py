@@ -15,6 +15,7 @@ Layout (all integers little-endian), as ExecuTorch's FlatTensorSerializer writes
 
     ptd_image(entries, tensors) -> Spread   the file as the pieces to write, the tensors' own buffers
     read_ptd(path)              -> PtdFile  mapped; only the FlatBuffer is read"""
+
 from __future__ import annotations
 
 import os
@@ -44,6 +45,7 @@ _HINT = "pass the .ptd written with the program (devplan compile --external-cons
 
 class Layout(NamedTuple):
     """What a key's tensor is: the runtime checks it against the program's tensor."""
+
     scalar_type: int
     sizes: tuple[int, ...]
     dim_order: tuple[int, ...]
@@ -54,8 +56,8 @@ class Layout(NamedTuple):
 
 class Entry(NamedTuple):
     key: str
-    segment: int             # index into the file's segments (keys may share one)
-    layout: Layout | None    # None: bytes that are no tensor (ExecuTorch's backends' named data)
+    segment: int  # index into the file's segments (keys may share one)
+    layout: Layout | None  # None: bytes that are no tensor (ExecuTorch's backends' named data)
 
 
 def key_text(raw: bytes | str | None) -> str:
@@ -104,7 +106,10 @@ def _flatbuffer(entries: list[Entry], placed: list[tuple[int, int]]) -> bytes:
         if entry.layout is not None:
             named.tensorLayout = TensorLayoutT()
             named.tensorLayout.scalarType = entry.layout.scalar_type
-            named.tensorLayout.sizes, named.tensorLayout.dimOrder = list(entry.layout.sizes), list(entry.layout.dim_order)
+            named.tensorLayout.sizes, named.tensorLayout.dimOrder = (
+                list(entry.layout.sizes),
+                list(entry.layout.dim_order),
+            )
         table.namedData.append(named)
     builder = flatbuffers.Builder(1024)
     builder.Finish(table.Pack(builder), file_identifier=FILE_IDENTIFIER)
@@ -115,6 +120,7 @@ def _flatbuffer(entries: list[Entry], placed: list[tuple[int, int]]) -> bytes:
 class PtdFile:
     """A read .ptd: every key with its segment and layout; the tensors' bytes stay in the
     file's private mapping until something reads them."""
+
     name: str
     entries: dict[str, Entry]
     segments: tuple[memoryview, ...]
@@ -154,18 +160,28 @@ def read_ptd(source: "str | os.PathLike | bytes | PtdFile", name: str | None = N
     except Exception as error:  # a gap in the checks above must still read as bad input
         raise DevplanError(f"{name}: cannot decode the data file ({type(error).__name__}); {_DAMAGED}") from error
     if table.version > VERSION:
-        raise DevplanError(f"{name}: FlatTensor version {table.version}, newer than the {VERSION} devplan and "
-                           f"ExecuTorch 1.5.1 read; write it with ExecuTorch 1.5.1")
+        raise DevplanError(
+            f"{name}: FlatTensor version {table.version}, newer than the {VERSION} devplan and "
+            f"ExecuTorch 1.5.1 read; write it with ExecuTorch 1.5.1"
+        )
     view = memoryview(data).toreadonly()
     segments = []
     for index, segment in enumerate(table.segments or ()):
         if segment.offset + segment.size > data_size:
-            raise DevplanError(f"{name}: truncated: segment {index} claims bytes {segment.offset}.."
-                               f"{segment.offset + segment.size} of the segment data, which holds {data_size}; "
-                               f"{_DAMAGED}")
+            raise DevplanError(
+                f"{name}: truncated: segment {index} claims bytes {segment.offset}.."
+                f"{segment.offset + segment.size} of the segment data, which holds {data_size}; "
+                f"{_DAMAGED}"
+            )
         segments.append(view[base + segment.offset : base + segment.offset + segment.size])
-    return PtdFile(name, _entries(table, name, len(segments)), tuple(segments), len(data), isinstance(data, memoryview),
-                   None if isinstance(source, (bytes, bytearray, memoryview)) else os.fsdecode(source))
+    return PtdFile(
+        name,
+        _entries(table, name, len(segments)),
+        tuple(segments),
+        len(data),
+        isinstance(data, memoryview),
+        None if isinstance(source, (bytes, bytearray, memoryview)) else os.fsdecode(source),
+    )
 
 
 def _header(data: bytes | memoryview, name: str) -> tuple[int, int, int]:
@@ -179,10 +195,15 @@ def _header(data: bytes | memoryview, name: str) -> tuple[int, int, int]:
     flat_end = flat_offset + flat_size
     if magic != HEADER_MAGIC or length < HEADER_LENGTH:
         raise DevplanError(f"{name}: corrupt: no FlatTensor header ('FH01') at byte 8; {_DAMAGED}")
-    if not (HEADER_OFFSET + length <= flat_end <= len(data) and (base == 0 or flat_end <= base)
-            and base + data_size <= len(data)):
-        raise DevplanError(f"{name}: truncated or corrupt: its header places the FlatBuffer at bytes ..{flat_end} "
-                           f"and {data_size} bytes of data at byte {base} in a file of {len(data)} bytes; {_DAMAGED}")
+    if not (
+        HEADER_OFFSET + length <= flat_end <= len(data)
+        and (base == 0 or flat_end <= base)
+        and base + data_size <= len(data)
+    ):
+        raise DevplanError(
+            f"{name}: truncated or corrupt: its header places the FlatBuffer at bytes ..{flat_end} "
+            f"and {data_size} bytes of data at byte {base} in a file of {len(data)} bytes; {_DAMAGED}"
+        )
     return flat_end, base, data_size
 
 
@@ -191,13 +212,17 @@ def _entries(table, name: str, segments: int) -> dict[str, Entry]:
     for named in table.namedData or ():
         key = key_text(named.key)
         if named.segmentIndex >= segments:
-            raise DevplanError(f"{name}: corrupt: key {key!r} names segment {named.segmentIndex} of {segments}; "
-                               f"{_DAMAGED}")
+            raise DevplanError(
+                f"{name}: corrupt: key {key!r} names segment {named.segmentIndex} of {segments}; {_DAMAGED}"
+            )
         if key in entries:
             raise DevplanError(f"{name}: corrupt: key {key!r} is listed twice; {_DAMAGED}")
         layout = named.tensorLayout
-        entries[key] = Entry(key, int(named.segmentIndex), None if layout is None else Layout(
-            int(layout.scalarType), _ints(layout.sizes), _ints(layout.dimOrder)))
+        entries[key] = Entry(
+            key,
+            int(named.segmentIndex),
+            None if layout is None else Layout(int(layout.scalarType), _ints(layout.sizes), _ints(layout.dimOrder)),
+        )
     return entries
 
 

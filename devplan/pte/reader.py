@@ -1,4 +1,5 @@
 """Reading a .pte: check the container and the FlatBuffer, then unpack it into the object API's classes."""
+
 from __future__ import annotations
 
 import math
@@ -9,6 +10,7 @@ from typing import Callable, Hashable, TypeVar
 from devplan import dtypes
 from devplan.errors import DevplanError
 from devplan.files import map_input
+from devplan.pte import xnnpack
 from devplan.pte.fb.BackendDelegateDataReference import BackendDelegateDataReferenceT
 from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
@@ -16,7 +18,6 @@ from devplan.pte.fb.TensorDataLocation import TensorDataLocation
 from devplan.pte.header import HEADER_OFFSET, ExtendedHeader, check_container
 from devplan.pte.ptd import PtdFile, key_text, read_ptd
 from devplan.pte.unpack import unpack_program
-from devplan.pte import xnnpack
 from devplan.pte.verify import verify_program
 
 _DAMAGED = "the file is damaged or not a .pte"
@@ -106,15 +107,17 @@ class PteFile:
         mutable data segment, as ExecuTorch's runtime reads them."""
         segments = self.program.mutableDataSegments or ()
         if not segments:
-            raise DevplanError(f"{self.name}: a planned tensor has initial data {index} but the program has no "
-                               f"mutable data")
+            raise DevplanError(
+                f"{self.name}: a planned tensor has initial data {index} but the program has no mutable data"
+            )
         offsets = ints(segments[0].offsets)
         if not 0 < index < len(offsets):
-            raise DevplanError(f"{self.name}: a planned tensor names initial data {index} of {len(offsets)}; "
-                               f"the program is damaged")
+            raise DevplanError(
+                f"{self.name}: a planned tensor names initial data {index} of {len(offsets)}; the program is damaged"
+            )
         data = self.segments[segments[0].segmentIndex]
         stop = offsets[index + 1] if index + 1 < len(offsets) else len(data)
-        return data[offsets[index]:stop]
+        return data[offsets[index] : stop]
 
     def delegate_program(self, plan_index: int, delegate_index: int) -> "PteFile":
         """The payload of a delegate read as a program (devplan's payloads are ET12 programs),
@@ -127,8 +130,10 @@ class PteFile:
     def _read_payload(self, payload: bytes | memoryview, name: str) -> "PteFile":
         """A delegate's payload read as a program one level deeper than this one."""
         if self.depth >= MAX_DELEGATE_DEPTH:
-            raise DevplanError(f"{name}: a payload nested {self.depth + 1} delegates deep (devplan reads "
-                               f"{MAX_DELEGATE_DEPTH}); {_DAMAGED}")
+            raise DevplanError(
+                f"{name}: a payload nested {self.depth + 1} delegates deep (devplan reads "
+                f"{MAX_DELEGATE_DEPTH}); {_DAMAGED}"
+            )
         return replace(read_pte(payload, name=name), depth=self.depth + 1)
 
     def payload_key(self, plan_index: int, delegate_index: int) -> tuple[int, int]:
@@ -159,18 +164,26 @@ class PteFile:
         if reference.location == DataLocation.INLINE:
             inline = self.program.backendDelegateData or []
             if reference.index >= len(inline):
-                raise DevplanError(f"{where}: payload is inline blob {reference.index} but the program has {len(inline)}; {_DAMAGED}")
+                raise DevplanError(
+                    f"{where}: payload is inline blob {reference.index} but the program has {len(inline)}; {_DAMAGED}"
+                )
             data = inline[reference.index].data
             return b"" if data is None else bytes(data)
         if reference.location == DataLocation.SEGMENT:
             if reference.index >= len(self.segments):
-                raise DevplanError(f"{where}: payload is segment {reference.index} but the program has {len(self.segments)}; {_DAMAGED}")
+                raise DevplanError(
+                    f"{where}: payload is segment {reference.index} but the program has {len(self.segments)}; {_DAMAGED}"
+                )
             return self.segments[reference.index]
         raise DevplanError(f"{where}: unknown payload location {reference.location}; {_DAMAGED}")
 
 
-def read_pte(source: "str | os.PathLike | bytes | memoryview | PteFile", name: str | None = None, *,
-             data: "str | os.PathLike | PtdFile | None" = None) -> PteFile:
+def read_pte(
+    source: "str | os.PathLike | bytes | memoryview | PteFile",
+    name: str | None = None,
+    *,
+    data: "str | os.PathLike | PtdFile | None" = None,
+) -> PteFile:
     """Read and check a .pte from a path or from its bytes; any problem is a DevplanError
     whose message starts with `name` (default: the path, or "<bytes>"). A PteFile is already
     read (standard input, which can be read only once, is read into one). `data` is the .ptd
@@ -187,7 +200,9 @@ def _read_program(source: "str | os.PathLike | bytes | memoryview", name: str | 
         name = name or "<bytes>"
     else:
         name = name or os.fspath(source)
-        data = map_input(source, name=name, limit=MAX_PROGRAM_BYTES, hint="pass the path of a .pte file, or - to read standard input")
+        data = map_input(
+            source, name=name, limit=MAX_PROGRAM_BYTES, hint="pass the path of a .pte file, or - to read standard input"
+        )
     header = check_container(data, name)
     program_size = header.program_size if header else len(data)
     # the FlatBuffer alone, copied out of a mapped file: every table read reads these bytes,
@@ -198,9 +213,18 @@ def _read_program(source: "str | os.PathLike | bytes | memoryview", name: str | 
         program = unpack_program(flat)
     except Exception as error:  # a bug or gap in the checks above must still read as bad input
         detail = " ".join(str(error).split())
-        raise DevplanError(f"{name}: cannot decode the program ({type(error).__name__}: {detail}); {_DAMAGED}") from error
-    pte = PteFile(program, _segments(program, data, header, name), len(data), header, name, data,
-                  path=os.fsdecode(source) if isinstance(data, memoryview) and isinstance(source, (str, os.PathLike)) else None)
+        raise DevplanError(
+            f"{name}: cannot decode the program ({type(error).__name__}: {detail}); {_DAMAGED}"
+        ) from error
+    pte = PteFile(
+        program,
+        _segments(program, data, header, name),
+        len(data),
+        header,
+        name,
+        data,
+        path=os.fsdecode(source) if isinstance(data, memoryview) and isinstance(source, (str, os.PathLike)) else None,
+    )
     _check_references(pte)
     return pte
 
@@ -215,26 +239,36 @@ def _with_data(pte: PteFile, ptd: PtdFile) -> PteFile:
             where = f"{pte.name}: method {text(plan.name)}: value {index}"
             entry = ptd.entries.get(key)
             if entry is None:
-                raise DevplanError(f"{where} is the external weight {key!r}, which {ptd.name} does not hold "
-                                   f"({len(ptd.entries)} keys); pass the .ptd written with this program")
+                raise DevplanError(
+                    f"{where} is the external weight {key!r}, which {ptd.name} does not hold "
+                    f"({len(ptd.entries)} keys); pass the .ptd written with this program"
+                )
             t = value.val
             shape, dim_order = tuple(ints(t.sizes)), tuple(ints(t.dimOrder))
             wanted = f"{dtypes.name_of(t.scalarType)}{list(shape)}"
             if entry.layout is None:  # ExecuTorch's runtime reads the layout it lacks and crashes
-                raise DevplanError(f"{ptd.name}: key {key!r} holds bytes with no tensor layout (named data) but "
-                                   f"{where} is the tensor {wanted}; pass the .ptd written with this program")
+                raise DevplanError(
+                    f"{ptd.name}: key {key!r} holds bytes with no tensor layout (named data) but "
+                    f"{where} is the tensor {wanted}; pass the .ptd written with this program"
+                )
             if entry.layout != (t.scalarType, shape, dim_order):
-                raise DevplanError(f"{ptd.name}: key {key!r} is {entry.layout.text()} (dim order "
-                                   f"{list(entry.layout.dim_order)}) but {where} is {wanted} (dim order "
-                                   f"{list(dim_order)}); pass the .ptd written with this program")
+                raise DevplanError(
+                    f"{ptd.name}: key {key!r} is {entry.layout.text()} (dim order "
+                    f"{list(entry.layout.dim_order)}) but {where} is {wanted} (dim order "
+                    f"{list(dim_order)}); pass the .ptd written with this program"
+                )
             needed = math.prod(shape) * dtypes.ITEMSIZE.get(dtypes.name_of(t.scalarType), 0)
             if len(ptd.data(key)) < needed:
-                raise DevplanError(f"{ptd.name}: key {key!r} holds {len(ptd.data(key))} bytes but {where} "
-                                   f"({wanted}) needs {needed}; pass the .ptd written with this program")
+                raise DevplanError(
+                    f"{ptd.name}: key {key!r} holds {len(ptd.data(key))} bytes but {where} "
+                    f"({wanted}) needs {needed}; pass the .ptd written with this program"
+                )
     for key, where in delegate_data_outside(pte).items():
         if key not in ptd.entries:
-            raise DevplanError(f"{pte.name}: {where} reads named data {key!r}, which neither the program nor "
-                               f"{ptd.name} holds; pass the .ptd written with this program")
+            raise DevplanError(
+                f"{pte.name}: {where} reads named data {key!r}, which neither the program nor "
+                f"{ptd.name} holds; pass the .ptd written with this program"
+            )
         _check_named_size(pte, ptd, key)
     return replace(pte, external=ptd, _memo={})
 
@@ -244,13 +278,16 @@ def _check_named_size(pte: PteFile, ptd: PtdFile, key: str) -> None:
     ExecuTorch's XNNPACK backend reads past a shorter one (NaN or zeros, or a crash)."""
     wanted, where = delegate_data_sizes(pte)[key]
     if len(ptd.data(key)) < wanted:
-        raise DevplanError(f"{ptd.name}: key {key!r} holds {len(ptd.data(key))} bytes but {where} reads {wanted} "
-                           f"there; pass the .ptd written with this program")
+        raise DevplanError(
+            f"{ptd.name}: key {key!r} holds {len(ptd.data(key))} bytes but {where} reads {wanted} "
+            f"there; pass the .ptd written with this program"
+        )
 
 
 def delegate_data_outside(pte: PteFile) -> dict[str, str]:
     """The named data ExecuTorch's XNNPACK delegates read that the program does not hold (kept
     in a .ptd), each key with the first delegate that reads it."""
+
     def collect() -> dict[str, str]:
         held = {key_text(entry.key) for entry in pte.program.namedData or ()}
         outside: dict[str, str] = {}
@@ -261,12 +298,14 @@ def delegate_data_outside(pte: PteFile) -> dict[str, str]:
                         if key not in held:
                             outside.setdefault(key, f"method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})")
         return outside
+
     return pte.memo("delegate_data_outside", collect)
 
 
 def delegate_data_sizes(pte: PteFile) -> dict[str, tuple[int, str]]:
     """Each key of named data ExecuTorch's XNNPACK delegates read, with the most bytes one reads
     there (its graph's ConstantDataOffset.size) and which delegate that is."""
+
     def collect() -> dict[str, tuple[int, str]]:
         sizes: dict[str, tuple[int, str]] = {}
         for p, plan in enumerate(pte.program.executionPlan or ()):
@@ -276,6 +315,7 @@ def delegate_data_sizes(pte: PteFile) -> dict[str, tuple[int, str]]:
                         if size > sizes.get(key, (-1, ""))[0]:
                             sizes[key] = (size, f"method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})")
         return sizes
+
     return pte.memo("delegate_data_sizes", collect)
 
 
@@ -288,8 +328,9 @@ def external_key(tensor) -> str | None:
     return key_text(info.fullyQualifiedName)
 
 
-def _segments(program: ProgramT, data: bytes | memoryview, header: ExtendedHeader | None,
-              name: str) -> tuple[memoryview, ...]:
+def _segments(
+    program: ProgramT, data: bytes | memoryview, header: ExtendedHeader | None, name: str
+) -> tuple[memoryview, ...]:
     listed = program.segments or []
     located = header is not None and header.segment_base_offset > 0
     # ExecuTorch writes no header when every segment is empty, so those need none.
@@ -319,7 +360,9 @@ def _check_references(pte: PteFile) -> None:
         if sub is None or sub.offsets is None or len(sub.offsets) == 0:
             continue
         if sub.segmentIndex >= count:
-            raise DevplanError(f"{name}: corrupt: {where} names segment {sub.segmentIndex} but the program has {count}; {_DAMAGED}")
+            raise DevplanError(
+                f"{name}: corrupt: {where} names segment {sub.segmentIndex} but the program has {count}; {_DAMAGED}"
+            )
         furthest, available = int(max(sub.offsets)), len(pte.segments[sub.segmentIndex])
         if furthest > available:
             raise DevplanError(
@@ -344,8 +387,10 @@ def _check_delegate_graphs(pte: PteFile) -> None:
     for p, plan in enumerate(pte.program.executionPlan or ()):
         for d, delegate in enumerate(plan.delegates or ()):
             if text(delegate.id) == xnnpack.BACKEND_ID:
-                xnnpack.check_graph(pte.delegate_payload(p, d),
-                                    f"{pte.name}: method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})")
+                xnnpack.check_graph(
+                    pte.delegate_payload(p, d),
+                    f"{pte.name}: method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})",
+                )
 
 
 def _check_named_data(pte: PteFile) -> None:
@@ -356,8 +401,10 @@ def _check_named_data(pte: PteFile) -> None:
         key = key_text(entry.key)
         wanted, where = sizes.get(key, (0, ""))
         if len(pte.segments[entry.segmentIndex]) < wanted:
-            raise DevplanError(f"{pte.name}: named data {key!r} holds {len(pte.segments[entry.segmentIndex])} bytes "
-                               f"but {where} reads {wanted} there; {_DAMAGED}")
+            raise DevplanError(
+                f"{pte.name}: named data {key!r} holds {len(pte.segments[entry.segmentIndex])} bytes "
+                f"but {where} reads {wanted} there; {_DAMAGED}"
+            )
 
 
 def _check_method_names(program: ProgramT, name: str) -> None:
@@ -370,11 +417,15 @@ def _check_method_names(program: ProgramT, name: str) -> None:
         try:  # ExecuTorch's runtime (its Python API) fails to load a program whose names are not
             key.decode("utf-8")
         except UnicodeDecodeError:
-            raise DevplanError(f"{name}: method {index} is named {key!r}, which is not UTF-8 (ExecuTorch's runtime "
-                               f"refuses the program); {_DAMAGED}") from None
+            raise DevplanError(
+                f"{name}: method {index} is named {key!r}, which is not UTF-8 (ExecuTorch's runtime "
+                f"refuses the program); {_DAMAGED}"
+            ) from None
         if key in first:
-            raise DevplanError(f"{name}: methods {first[key]} and {index} are both named {text(plan.name)!r}; "
-                               f"ExecuTorch's runtime would load only the first; {_DAMAGED}")
+            raise DevplanError(
+                f"{name}: methods {first[key]} and {index} are both named {text(plan.name)!r}; "
+                f"ExecuTorch's runtime would load only the first; {_DAMAGED}"
+            )
         first[key] = index
 
 

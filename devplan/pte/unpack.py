@@ -5,6 +5,7 @@ Table per field, and took most of the time `devplan inspect` spent on a large pr
 makes the same objects, field for field (numbers as the bindings read them, strings as bytes,
 vectors of numbers as numpy arrays viewing the buffer), by walking the buffer with the
 verifier's schema. It trusts what `verify_program` has checked and reads nothing else."""
+
 from __future__ import annotations
 
 import functools
@@ -17,8 +18,19 @@ import numpy as np  # the bindings import it too; their vectors of numbers are n
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.verify import _SCALAR, _SCALARS, _STRING, _TABLE, _UNION, ROOT, TABLES, UNIONS
 
-_FORMATS = {"Bool": "?", "Int8": "b", "Uint8": "B", "Int16": "h", "Uint16": "H", "Int32": "i", "Uint32": "I",
-            "Float32": "f", "Int64": "q", "Uint64": "Q", "Float64": "d"}
+_FORMATS = {
+    "Bool": "?",
+    "Int8": "b",
+    "Uint8": "B",
+    "Int16": "h",
+    "Uint16": "H",
+    "Int32": "i",
+    "Uint32": "I",
+    "Float32": "f",
+    "Int64": "q",
+    "Uint64": "Q",
+    "Float64": "d",
+}
 # only inspect shows stacktraces, and they repeat: PteFile.stacktrace reads them from the bytes
 _LEFT_PACKED = {("Chain", "stacktrace")}
 
@@ -99,8 +111,9 @@ class _Unpacker:
             elif kind == _SCALARS:
                 values[attribute] = np.frombuffer(data, dtype=read, count=count, offset=target + 4)
             else:
-                values[attribute] = [self.table(at + _u32(data, at)[0], read)
-                                     for at in range(target + 4, target + 4 + 4 * count, 4)]
+                values[attribute] = [
+                    self.table(at + _u32(data, at)[0], read) for at in range(target + 4, target + 4 + 4 * count, 4)
+                ]
         made = object.__new__(layout.cls)
         made.__dict__.update(values)
         return made

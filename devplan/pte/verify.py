@@ -5,6 +5,7 @@ raise anything or spin on a vector length the file does not hold. This walks the
 the root table by the schema below and checks every offset, vtable, string, vector and
 union tag against the bytes that are there, like the C++ runtime's verifier. Work is linear
 in the number of objects; byte vectors are checked by their length, never byte by byte."""
+
 from __future__ import annotations
 
 import struct
@@ -16,8 +17,19 @@ from devplan.errors import DevplanError
 # table or union.
 _SCALAR, _STRING, _TABLE, _SCALARS, _TABLES, _UNION = range(6)
 
-WIDTHS = {"Bool": 1, "Int8": 1, "Uint8": 1, "Int16": 2, "Uint16": 2, "Int32": 4, "Uint32": 4, "Float32": 4,
-          "Int64": 8, "Uint64": 8, "Float64": 8}
+WIDTHS = {
+    "Bool": 1,
+    "Int8": 1,
+    "Uint8": 1,
+    "Int16": 2,
+    "Uint16": 2,
+    "Int32": 4,
+    "Uint32": 4,
+    "Float32": 4,
+    "Int64": 8,
+    "Uint64": 8,
+    "Float64": 8,
+}
 
 
 def _scalar(name: str, number: str) -> tuple:
@@ -49,7 +61,11 @@ def _union(name: str, union: str) -> tuple:
 TABLES: dict[str, tuple[tuple, ...]] = {
     "ContainerMetadata": (_string("encoded_inp_str"), _string("encoded_out_str")),
     "Null": (),
-    "AllocationDetails": (_scalar("memory_id", "Uint32"), _scalar("memory_offset_low", "Uint32"), _scalar("memory_offset_high", "Uint32")),
+    "AllocationDetails": (
+        _scalar("memory_id", "Uint32"),
+        _scalar("memory_offset_low", "Uint32"),
+        _scalar("memory_offset_high", "Uint32"),
+    ),
     "ExtraTensorInfo": (
         _scalar("mutable_data_segments_idx", "Uint64"),
         _string("fully_qualified_name"),
@@ -113,7 +129,11 @@ TABLES: dict[str, tuple[tuple, ...]] = {
         _scalars("non_const_buffer_sizes", "Int64"),
         _tables("non_const_buffer_device", "NonConstBufferDevice"),
     ),
-    "NonConstBufferDevice": (_scalar("buffer_idx", "Int32"), _scalar("device_type", "Int8"), _scalar("device_index", "Int8")),
+    "NonConstBufferDevice": (
+        _scalar("buffer_idx", "Int32"),
+        _scalar("device_type", "Int8"),
+        _scalar("device_index", "Int8"),
+    ),
     "Buffer": (_scalars("storage", "Uint8"),),
     "BackendDelegateInlineData": (_scalars("data", "Uint8"),),
     "DataSegment": (_scalar("offset", "Uint64"), _scalar("size", "Uint64")),
@@ -132,8 +152,17 @@ TABLES: dict[str, tuple[tuple, ...]] = {
 }
 UNIONS: dict[str, tuple[str, ...]] = {
     "KernelTypes": (
-        "Null", "Int", "Bool", "Double", "Tensor", "String",
-        "IntList", "DoubleList", "BoolList", "TensorList", "OptionalTensorList",
+        "Null",
+        "Int",
+        "Bool",
+        "Double",
+        "Tensor",
+        "String",
+        "IntList",
+        "DoubleList",
+        "BoolList",
+        "TensorList",
+        "OptionalTensorList",
     ),
     "InstructionArguments": ("KernelCall", "DelegateCall", "MoveCall", "JumpFalseCall", "FreeCall"),
 }
@@ -143,7 +172,11 @@ FLAT_TENSOR_TABLES: dict[str, tuple[tuple, ...]] = {
     "TensorLayout": (_scalar("scalar_type", "Int8"), _scalars("sizes", "Int32"), _scalars("dim_order", "Uint8")),
     "DataSegment": (_scalar("offset", "Uint64"), _scalar("size", "Uint64")),
     "NamedData": (_string("key"), _scalar("segment_index", "Uint32"), _table("tensor_layout", "TensorLayout")),
-    "FlatTensor": (_scalar("version", "Uint32"), _tables("segments", "DataSegment"), _tables("named_data", "NamedData")),
+    "FlatTensor": (
+        _scalar("version", "Uint32"),
+        _tables("segments", "DataSegment"),
+        _tables("named_data", "NamedData"),
+    ),
 }
 FLAT_TENSOR_ROOT = "FlatTensor"
 # The part of ExecuTorch's XNNPACK payload FlatBuffer (XNNGraph) that devplan reads: the keys
@@ -151,15 +184,28 @@ FLAT_TENSOR_ROOT = "FlatTensor"
 # and the nodes, are not read, so their vectors are checked as vectors of offsets.
 XNN_GRAPH_TABLES: dict[str, tuple[tuple, ...]] = {
     "ConstantDataOffset": (_scalar("offset", "Uint64"), _scalar("size", "Uint64"), _string("named_key")),
-    "XNNTensorValue": (_scalar("datatype", "Int16"), _scalar("num_dims", "Uint32"), _scalars("dims", "Uint32"),
-                       _scalar("constant_buffer_idx", "Uint32"), _scalar("external_id", "Uint32"),
-                       _scalar("flags", "Uint32"), _scalar("id_out", "Uint32")),
+    "XNNTensorValue": (
+        _scalar("datatype", "Int16"),
+        _scalar("num_dims", "Uint32"),
+        _scalars("dims", "Uint32"),
+        _scalar("constant_buffer_idx", "Uint32"),
+        _scalar("external_id", "Uint32"),
+        _scalar("flags", "Uint32"),
+        _scalar("id_out", "Uint32"),
+    ),
     "XNNQuantizedTensorValue": (_table("tensor_value", "XNNTensorValue"),),
     "XValue": (_union("xvalue_union", "XValueUnion"),),
-    "XNNGraph": (_string("version"), _scalars("xnodes", "Uint32"), _tables("xvalues", "XValue"),
-                 _scalar("num_externs", "Uint32"), _scalars("input_ids", "Uint32"), _scalars("output_ids", "Uint32"),
-                 _scalars("constant_buffer", "Uint32"), _scalars("mem_buffer_sizes", "Uint32"),
-                 _tables("constant_data", "ConstantDataOffset")),
+    "XNNGraph": (
+        _string("version"),
+        _scalars("xnodes", "Uint32"),
+        _tables("xvalues", "XValue"),
+        _scalar("num_externs", "Uint32"),
+        _scalars("input_ids", "Uint32"),
+        _scalars("output_ids", "Uint32"),
+        _scalars("constant_buffer", "Uint32"),
+        _scalars("mem_buffer_sizes", "Uint32"),
+        _tables("constant_data", "ConstantDataOffset"),
+    ),
 }
 XNN_GRAPH_UNIONS: dict[str, tuple[str, ...]] = {"XValueUnion": ("XNNTensorValue", "XNNQuantizedTensorValue")}
 
@@ -208,8 +254,16 @@ def _where(path) -> str:
 
 
 class _Walker:
-    def __init__(self, data: bytes, end: int, name: str, whole_file: bool, compiled: dict = _COMPILED,
-                 damaged: str = _DAMAGED, unions: dict = UNIONS) -> None:
+    def __init__(
+        self,
+        data: bytes,
+        end: int,
+        name: str,
+        whole_file: bool,
+        compiled: dict = _COMPILED,
+        damaged: str = _DAMAGED,
+        unions: dict = UNIONS,
+    ) -> None:
         self.data = data
         self.compiled, self.damaged, self.unions = compiled, damaged, unions
         self.end = end
@@ -224,8 +278,9 @@ class _Walker:
         raise DevplanError(f"{self.name}: corrupt: {_where(path)}: {what}; {self.damaged}")
 
     def truncated(self, path, what: str):
-        raise DevplanError(f"{self.name}: truncated: {_where(path)}: {what} but {self.limit} at byte {self.end}; "
-                           f"{self.damaged}")
+        raise DevplanError(
+            f"{self.name}: truncated: {_where(path)}: {what} but {self.limit} at byte {self.end}; {self.damaged}"
+        )
 
     def follow(self, at: int, path) -> int:
         """Target of the uoffset stored at byte `at` (which the caller has bounds-checked)."""
@@ -302,11 +357,15 @@ class _Walker:
         """Count `count` more tables, refusing more than ExecuTorch's runtime verifies."""
         self.tables += count
         if self.tables > MAX_TABLES:
-            raise DevplanError(f"{self.name}: {_where(path)}: more than {MAX_TABLES} tables, which ExecuTorch's "
-                               f"runtime refuses to load (its FlatBuffers verifier's limit); a method holds too "
-                               f"many values, outputs or instructions, or {self.damaged}")
+            raise DevplanError(
+                f"{self.name}: {_where(path)}: more than {MAX_TABLES} tables, which ExecuTorch's "
+                f"runtime refuses to load (its FlatBuffers verifier's limit); a method holds too "
+                f"many values, outputs or instructions, or {self.damaged}"
+            )
 
-    def field(self, pos: int, vtable: int, vtable_size: int, table_size: int, entry: int, inline: int, path) -> int | None:
+    def field(
+        self, pos: int, vtable: int, vtable_size: int, table_size: int, entry: int, inline: int, path
+    ) -> int | None:
         """Byte where the field in vtable entry `entry` starts, or None when it is absent."""
         if entry >= vtable_size:
             return None
@@ -352,6 +411,13 @@ def verify_flat_tensor(data: bytes, start: int, name: str, damaged: str) -> None
 
 def verify_xnn_graph(data: bytes, name: str) -> None:
     """Check the fields of an XNNPACK payload's XNNGraph FlatBuffer that devplan reads."""
-    walker = _Walker(data, len(data), name, whole_file=False, compiled=_XNN_GRAPH_COMPILED,
-                     damaged="the XNNPACK payload is damaged", unions=XNN_GRAPH_UNIONS)
+    walker = _Walker(
+        data,
+        len(data),
+        name,
+        whole_file=False,
+        compiled=_XNN_GRAPH_COMPILED,
+        damaged="the XNNPACK payload is damaged",
+        unions=XNN_GRAPH_UNIONS,
+    )
     walker.table(walker.follow(0, None), "XNNGraph", None, 0)

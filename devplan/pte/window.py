@@ -3,6 +3,7 @@
 one planned buffer starts. The payload stays a program of its own (its buffer size is its
 plan's); the spec only tells a runtime to lend it those bytes for the call instead of giving
 it an arena, so that delegates that never run at once share one device's memory."""
+
 from __future__ import annotations
 
 import re
@@ -24,7 +25,9 @@ def read_window(specs: Iterable[tuple[str, bytes]], where: str) -> tuple[int, in
             continue
         match = re.fullmatch(rb"mem_id=(\d{1,9}),offset=(\d{1,19})", value)
         if match is None:
-            raise DevplanError(f"{where}: compile spec {MEMORY_WINDOW} is {value[:64]!r}, not "
-                               f"'mem_id=N,offset=N'; the program is damaged")
+            raise DevplanError(
+                f"{where}: compile spec {MEMORY_WINDOW} is {value[:64]!r}, not "
+                f"'mem_id=N,offset=N'; the program is damaged"
+            )
         return int(match.group(1)), int(match.group(2))
     return None

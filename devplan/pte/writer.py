@@ -1,5 +1,6 @@
 """Writing a .pte: pack the program, append segments behind an extended header, write atomically
 (devplan/files.py)."""
+
 from __future__ import annotations
 
 import copy
@@ -91,7 +92,9 @@ def pte_image(program: ProgramT, segments: Sequence = (), *, segment_alignment: 
     base = _round_up(program_size, segment_alignment)
     header = ExtendedHeader(program_size, base, data_size).to_bytes()
     (root,) = _root_offset.unpack_from(flat)
-    parts = [_root_offset.pack(root + padded) + flat[4:HEADER_OFFSET] + header.ljust(padded, b"\0") + flat[HEADER_OFFSET:]]
+    parts = [
+        _root_offset.pack(root + padded) + flat[4:HEADER_OFFSET] + header.ljust(padded, b"\0") + flat[HEADER_OFFSET:]
+    ]
     end = program_size
     for (offset, size), segment in zip(placed, segments):
         parts.append(bytes(base + offset - end))

@@ -12,6 +12,7 @@ XNNGraph's field 8 (constant_data) is a vector of ConstantDataOffset tables, who
 the bytes lie inside the payload. Field 2 (xvalues) holds every value the graph defines, with
 its datatype, shape, constant index and flags: working_memory reads what XNNPACK allocates at
 run time from them."""
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,10 @@ _NAMED_KEY = vtable_entry(XNN_GRAPH_TABLES["ConstantDataOffset"], "named_key")
 _SIZE = vtable_entry(XNN_GRAPH_TABLES["ConstantDataOffset"], "size")
 _XVALUES = vtable_entry(XNN_GRAPH_TABLES["XNNGraph"], "xvalues")
 _UNION_TAG = vtable_entry(XNN_GRAPH_TABLES["XValue"], "xvalue_union")
-_TENSOR = {name: vtable_entry(XNN_GRAPH_TABLES["XNNTensorValue"], name)
-           for name in ("datatype", "dims", "constant_buffer_idx", "flags")}
+_TENSOR = {
+    name: vtable_entry(XNN_GRAPH_TABLES["XNNTensorValue"], name)
+    for name in ("datatype", "dims", "constant_buffer_idx", "flags")
+}
 _QUANTIZED_BASE = vtable_entry(XNN_GRAPH_TABLES["XNNQuantizedTensorValue"], "tensor_value")
 _QUANTIZED = 2  # XValueUnion's tag of XNNQuantizedTensorValue, whose tensor_value is the value
 # XNNPACK's XNN_VALUE_FLAG_EXTERNAL_INPUT | _OUTPUT: the delegate's arguments, ExecuTorch's tensors
@@ -80,14 +83,18 @@ def working_memory(payload: bytes | memoryview) -> WorkingMemory | None:
             tensor = Table(tensor.Bytes, tensor.Indirect(base + tensor.Pos))
         field = {name: tensor.Offset(entry) for name, entry in _TENSOR.items()}
         if (field["constant_buffer_idx"] and tensor.Get(Uint32Flags, field["constant_buffer_idx"] + tensor.Pos)) or (
-                field["flags"] and tensor.Get(Uint32Flags, field["flags"] + tensor.Pos) & _EXTERNAL):
+            field["flags"] and tensor.Get(Uint32Flags, field["flags"] + tensor.Pos) & _EXTERNAL
+        ):
             continue
         bits = _BITS.get(tensor.Get(Int16Flags, field["datatype"] + tensor.Pos) if field["datatype"] else 0)
         if bits is None:
             return None
         dims = field["dims"]
-        elements = math.prod(tensor.Get(Uint32Flags, tensor.Vector(dims) + 4 * i)
-                             for i in range(tensor.VectorLen(dims))) if dims else 1
+        elements = (
+            math.prod(tensor.Get(Uint32Flags, tensor.Vector(dims) + 4 * i) for i in range(tensor.VectorLen(dims)))
+            if dims
+            else 1
+        )
         total, count = total + (elements * bits + 7) // 8, count + 1
     return WorkingMemory(total, count)
 
@@ -100,11 +107,11 @@ def named_keys(payload: bytes | memoryview) -> tuple[str, ...]:
 
 def _graph(payload: bytes | memoryview) -> bytes | None:
     """The payload's XNNGraph FlatBuffer, or None when the payload has no XNNPACK header."""
-    head = bytes(payload[4:4 + _HEADER.size])
+    head = bytes(payload[4 : 4 + _HEADER.size])
     if len(head) < _HEADER.size:
         return None
     magic, offset, size = _HEADER.unpack(head)
-    return bytes(payload[offset:offset + size]) if magic == b"XH00" else None
+    return bytes(payload[offset : offset + size]) if magic == b"XH00" else None
 
 
 def check_graph(payload: bytes | memoryview, where: str) -> None:
@@ -117,16 +124,21 @@ def check_graph(payload: bytes | memoryview, where: str) -> None:
     if graph is None:
         magic = bytes(payload[4:8])
         if magic not in _GRAPH_IDENTIFIERS:  # ExecuTorch logs these bytes as the graph's identifier
-            raise DevplanError(f"{where}: the payload starts with neither XNNPACK's header (XH00) nor its graph's "
-                               f"identifier (XN01) but {magic!r}; the XNNPACK payload is damaged")
+            raise DevplanError(
+                f"{where}: the payload starts with neither XNNPACK's header (XH00) nor its graph's "
+                f"identifier (XN01) but {magic!r}; the XNNPACK payload is damaged"
+            )
         return  # a graph without the header, as older serializers wrote it
-    _, offset, size = _HEADER.unpack(bytes(payload[4:4 + _HEADER.size]))
+    _, offset, size = _HEADER.unpack(bytes(payload[4 : 4 + _HEADER.size]))
     if len(graph) != size or size < 4:
-        raise DevplanError(f"{where}: the XNNPACK graph claims bytes {offset} to {offset + size} of a "
-                           f"{len(payload)}-byte payload; the XNNPACK payload is damaged")
+        raise DevplanError(
+            f"{where}: the XNNPACK graph claims bytes {offset} to {offset + size} of a "
+            f"{len(payload)}-byte payload; the XNNPACK payload is damaged"
+        )
     if graph[4:8] not in _GRAPH_IDENTIFIERS:  # logged as the payload's magic, as above
-        raise DevplanError(f"{where}: the XNNPACK graph's identifier is {graph[4:8]!r}, not XN01; the XNNPACK "
-                           f"payload is damaged")
+        raise DevplanError(
+            f"{where}: the XNNPACK graph's identifier is {graph[4:8]!r}, not XN01; the XNNPACK payload is damaged"
+        )
     verify_xnn_graph(graph, where)
 
 

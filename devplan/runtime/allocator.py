@@ -1,6 +1,7 @@
 """DeviceAllocator: how the reference runtime gets memory on a device and moves bytes to and
 from it, one allocator per device type. The registry is devplan's only global mutable
 state: a program names device types, and whoever runs it decides what backs each one."""
+
 from __future__ import annotations
 
 import contextlib
@@ -61,9 +62,11 @@ class TorchCudaAllocator(HostAllocator):
 
     def allocate(self, nbytes: int, device: Device) -> torch.Tensor:
         if not torch.cuda.is_available():
-            raise DevplanError(f"the program places a buffer on {device}, but this machine has no CUDA device; "
-                               f"register a DeviceAllocator for 'cuda' (devplan.runtime.register_allocator), "
-                               f"or back it with host memory (devplan run --devices-on-host)")
+            raise DevplanError(
+                f"the program places a buffer on {device}, but this machine has no CUDA device; "
+                f"register a DeviceAllocator for 'cuda' (devplan.runtime.register_allocator), "
+                f"or back it with host memory (devplan run --devices-on-host)"
+            )
         return torch.zeros(nbytes, dtype=torch.uint8, device=f"cuda:{device.index}")
 
     def copy_to_host(self, src: torch.Tensor) -> torch.Tensor:
@@ -93,8 +96,10 @@ def register_allocator(device_type: str, allocator: DeviceAllocator) -> DeviceAl
 
 def allocator_for(device: Device) -> DeviceAllocator:
     if device.type not in _ALLOCATORS:
-        raise DevplanError(f"no DeviceAllocator is registered for {device}; "
-                           f"register one with devplan.runtime.register_allocator({device.type!r}, ...)")
+        raise DevplanError(
+            f"no DeviceAllocator is registered for {device}; "
+            f"register one with devplan.runtime.register_allocator({device.type!r}, ...)"
+        )
     return _ALLOCATORS[device.type]
 
 

@@ -3,13 +3,14 @@ file and its decoded MethodView: most run before the reference runtime allocates
 (`check_program`, `checked_dtypes`), so that a damaged size or layout is named in one line
 rather than allocated or computed on; the rest where the loaded method meets them as it binds
 its values (`value_index`, `check_number_lists`, `check_chains`)."""
+
 from __future__ import annotations
 
 import torch
 
 from devplan.errors import DevplanError
-from devplan.pte import PteFile
 from devplan.ops import BACKEND_ID
+from devplan.pte import PteFile
 from devplan.pte.decode import MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.program_validation import check_every_method
@@ -21,11 +22,14 @@ _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach 
 def check_program(pte: PteFile) -> None:
     """Refuse what ExecuTorch's runtime refuses of a whole program, whichever method is run."""
     if pte.program.version:  # ExecuTorch's runtime reads schema version 0 only
-        raise DevplanError(f"{pte.name}: program schema version {pte.program.version}; ExecuTorch's runtime (and "
-                           f"devplan's) reads version 0; the program is damaged or made for a newer runtime")
+        raise DevplanError(
+            f"{pte.name}: program schema version {pte.program.version}; ExecuTorch's runtime (and "
+            f"devplan's) reads version 0; the program is damaged or made for a newer runtime"
+        )
     if pte.constants_unlisted:
-        raise DevplanError(f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); "
-                           f"the program is damaged")
+        raise DevplanError(
+            f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); the program is damaged"
+        )
     check_every_method(pte)
 
 
@@ -63,11 +67,14 @@ def _dtype(where: str, index: int, t: Tensor) -> torch.dtype:
     """The torch dtype of tensor value `index`, one this runtime can hold."""
     dtype = getattr(torch, t.dtype, None)
     if not isinstance(dtype, torch.dtype) or dtype.is_complex or t.dtype.startswith(("q", "bits", "float8")):
-        raise DevplanError(f"{where}: value {index} has element type {t.dtype}, which the reference runtime "
-                           f"cannot hold")
+        raise DevplanError(
+            f"{where}: value {index} has element type {t.dtype}, which the reference runtime cannot hold"
+        )
     if t.dtype in _BAREBONES_UNSIGNED:
-        raise DevplanError(f"{where}: value {index} has element type {t.dtype}, which ExecuTorch's kernels do not "
-                           f"compute on (its type promotion aborts on it); use int32 or int64")
+        raise DevplanError(
+            f"{where}: value {index} has element type {t.dtype}, which ExecuTorch's kernels do not "
+            f"compute on (its type promotion aborts on it); use int32 or int64"
+        )
     return dtype
 
 
@@ -82,23 +89,33 @@ def _check_layouts(view: MethodView) -> None:
     where = view.where
     for index, t in view.tensors.items():
         if t.dim_order is None:
-            raise DevplanError(f"{where}: value {index} has no dim order, which ExecuTorch's runtime "
-                               f"requires of every tensor; the program is damaged")
+            raise DevplanError(
+                f"{where}: value {index} has no dim order, which ExecuTorch's runtime "
+                f"requires of every tensor; the program is damaged"
+            )
         if not t.ordered:
             shown = list(t.dim_order) if len(t.dim_order) <= 8 else f"of {len(t.dim_order)} entries"
-            raise DevplanError(f"{where}: value {index} has the dim order {shown}, not an order of its "
-                               f"{len(t.shape)} dimensions; the program is damaged")
+            raise DevplanError(
+                f"{where}: value {index} has the dim order {shown}, not an order of its "
+                f"{len(t.shape)} dimensions; the program is damaged"
+            )
         if t.storage_offset:
-            raise DevplanError(f"{where}: value {index} has the storage offset {t.storage_offset}, which "
-                               f"ExecuTorch does not support; the program is damaged")
+            raise DevplanError(
+                f"{where}: value {index} has the storage offset {t.storage_offset}, which "
+                f"ExecuTorch does not support; the program is damaged"
+            )
         if t.unbound:
-            raise DevplanError(f"{where}: value {index} has a DYNAMIC_UNBOUND shape, which ExecuTorch's "
-                               f"runtime does not support; the program is damaged")
+            raise DevplanError(
+                f"{where}: value {index} has a DYNAMIC_UNBOUND shape, which ExecuTorch's "
+                f"runtime does not support; the program is damaged"
+            )
         buffer = view.buffer_devices.get(t.mem_id, CPU)
         if t.mem_id is not None and t.said_device is not None and t.said_device != buffer:
-            raise DevplanError(f"{where}: value {index} is said to be on {t.said_device} (extra_tensor_info) "
-                               f"but is planned in buffer {t.mem_id}, which is on {buffer}; the program is "
-                               f"damaged")
+            raise DevplanError(
+                f"{where}: value {index} is said to be on {t.said_device} (extra_tensor_info) "
+                f"but is planned in buffer {t.mem_id}, which is on {buffer}; the program is "
+                f"damaged"
+            )
 
 
 def _check_memory(view: MethodView) -> None:
@@ -106,16 +123,24 @@ def _check_memory(view: MethodView) -> None:
     constant, nor an input or output a caller hands in. ExecuTorch's runtime gives it a null
     data pointer, which its kernels would read or write; zeros here would be a wrong answer."""
     conditions = {row.args[0] for row in view.instructions if row.kind == "jump_false"}
-    empty = view.unplanned | {i for i in conditions
-                              if (t := view.tensors.get(i)) is not None and t.mem_id is None and not t.constant}
+    empty = view.unplanned | {
+        i for i in conditions if (t := view.tensors.get(i)) is not None and t.mem_id is None and not t.constant
+    }
     for index in sorted(empty - set(view.inputs) - set(view.outputs)):
         writer = view.first_writers.get(index)
-        use = (f"instruction {writer} writes it" if writer is not None
-               else f"instruction {view.lifetimes[index][0]} reads it" if index in view.lifetimes else "")
-        raise DevplanError(f"{view.where}: value {index} is a tensor with no data and no place in a buffer, "
-                           f"not an input or output"
-                           f"{'; ' + use if use else ''} (ExecuTorch's runtime gives it no memory); the "
-                           f"program is damaged")
+        use = (
+            f"instruction {writer} writes it"
+            if writer is not None
+            else f"instruction {view.lifetimes[index][0]} reads it"
+            if index in view.lifetimes
+            else ""
+        )
+        raise DevplanError(
+            f"{view.where}: value {index} is a tensor with no data and no place in a buffer, "
+            f"not an input or output"
+            f"{'; ' + use if use else ''} (ExecuTorch's runtime gives it no memory); the "
+            f"program is damaged"
+        )
 
 
 def _check_sizes(view: MethodView, dtypes: dict[int, torch.dtype], windows: dict[int, int]) -> None:
@@ -126,21 +151,26 @@ def _check_sizes(view: MethodView, dtypes: dict[int, torch.dtype], windows: dict
     for index, t in view.tensors.items():
         if t.mem_id is not None:
             if t.offset % dtypes[index].itemsize:
-                raise DevplanError(f"{view.where}: value {index} starts at byte {t.offset} of buffer {t.mem_id}, "
-                                   f"not a multiple of its element size; the program is damaged")
+                raise DevplanError(
+                    f"{view.where}: value {index} starts at byte {t.offset} of buffer {t.mem_id}, "
+                    f"not a multiple of its element size; the program is damaged"
+                )
             reach[t.mem_id] = max(reach.get(t.mem_id, 0), t.offset + t.nbytes)
     for mem_id in range(1, len(view.buffer_sizes)):
         if view.buffer_sizes[mem_id] > 2 * reach.get(mem_id, 0) + _SLACK:
-            raise DevplanError(f"{view.where}: buffer {mem_id} claims {view.buffer_sizes[mem_id]} bytes but its "
-                               f"tensors and delegate windows reach only {reach.get(mem_id, 0)}; the program is damaged")
+            raise DevplanError(
+                f"{view.where}: buffer {mem_id} claims {view.buffer_sizes[mem_id]} bytes but its "
+                f"tensors and delegate windows reach only {reach.get(mem_id, 0)}; the program is damaged"
+            )
 
 
 def value_index(view: MethodView, value: int, user: str) -> int:
     """`value`, which `user` (an input, an instruction, ...) names, once it is one of the
     method's values."""
     if not 0 <= value < len(view.kinds):
-        raise DevplanError(f"{view.where}: {user} names value {value}, but the method has {len(view.kinds)}; "
-                           f"the program is damaged")
+        raise DevplanError(
+            f"{view.where}: {user} names value {value}, but the method has {len(view.kinds)}; the program is damaged"
+        )
     return value
 
 
@@ -149,8 +179,10 @@ def check_number_lists(view: MethodView) -> None:
     item of another type."""
     for index, items in view.lists.items():
         if view.kinds[index] == KernelTypes.IntList and any(view.kinds[i] != KernelTypes.Int for i in items):
-            raise DevplanError(f"{view.where}: value {index}, a list of numbers, holds a value that is not a "
-                               f"number; the program is damaged")
+            raise DevplanError(
+                f"{view.where}: value {index}, a list of numbers, holds a value that is not a "
+                f"number; the program is damaged"
+            )
 
 
 def check_chains(view: MethodView) -> None:

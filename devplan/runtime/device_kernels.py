@@ -8,6 +8,7 @@ view copied into it, a fill, a structured op's own out kernel, cuDNN's out convo
 runs only where `out` is on a CUDA device: on the host the program's own op runs as before.
 What still allocates (cuDNN's workspace, the norms' results) is what benchmarks/gpu.py reports
 by operator."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,10 +21,12 @@ aten = torch.ops.aten
 
 def _view_copy(view: Callable) -> Callable:
     """A `*_copy` op as its view copied into `out` (the generated kernel makes the copy first)."""
+
     def kernel(self, *args, out, **kwargs):
         kwargs.pop("implicit", None)  # expand_copy's flag changes nothing a view sees
         result = view(self, *args, **kwargs)
         return out.copy_(result) if out.shape == result.shape else out.resize_(result.shape).copy_(result)
+
     return kernel
 
 
@@ -46,19 +49,38 @@ def _scalar(op: Callable, alpha: bool) -> Callable:
     """A `.Scalar_out` op through the Tensor overload's out kernel (the scalar wrapped), which
     writes `out`; the Scalar one's generated kernel allocates. `alpha`: the op takes one (add,
     sub: positional in the schema, keyword-only in torch's Python)."""
+
     def kernel(self, other, alpha=1, *, out):
         return op(self, other, alpha=alpha, out=out)
+
     return kernel if alpha else lambda self, other, *, out: op(self, other, out=out)
 
 
 def _convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, *, out):
     """cuDNN's out convolution, then the bias added in place, where cuDNN runs it; else torch's."""
-    if (transposed or input.dim() != 4 or not torch.backends.cudnn.is_available() or not torch.backends.cudnn.enabled
-            or input.dtype not in (torch.float32, torch.float16, torch.bfloat16) or not out.is_contiguous()):
-        return aten.convolution.out(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
-                                    out=out)
-    aten.cudnn_convolution.out(input, weight, padding, stride, dilation, groups, torch.backends.cudnn.benchmark,
-                               torch.backends.cudnn.deterministic, torch.backends.cudnn.allow_tf32, out=out)
+    if (
+        transposed
+        or input.dim() != 4
+        or not torch.backends.cudnn.is_available()
+        or not torch.backends.cudnn.enabled
+        or input.dtype not in (torch.float32, torch.float16, torch.bfloat16)
+        or not out.is_contiguous()
+    ):
+        return aten.convolution.out(
+            input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out=out
+        )
+    aten.cudnn_convolution.out(
+        input,
+        weight,
+        padding,
+        stride,
+        dilation,
+        groups,
+        torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.allow_tf32,
+        out=out,
+    )
     if bias is not None:
         out.add_(bias.view(1, -1, 1, 1))
     return out
@@ -69,20 +91,32 @@ IN_PLACE: dict[str, Callable] = {
     "aten::full_like.out": _full_like,
     "aten::embedding.out": _embedding,
     "aten::convolution.out": _convolution,
-    **{f"aten::{name}.Scalar_out": _scalar(getattr(torch, name), name in ("add", "sub"))
-       for name in ("add", "sub", "mul", "div")},
-    **{f"aten::{copy}": _view_copy(view) for copy, view in (
-        ("transpose_copy.int_out", aten.transpose.int), ("permute_copy.out", aten.permute.default),
-        ("expand_copy.out", aten.expand.default), ("slice_copy.Tensor_out", aten.slice.Tensor),
-        ("select_copy.int_out", aten.select.int), ("unsqueeze_copy.out", aten.unsqueeze.default),
-        ("squeeze_copy.dims_out", aten.squeeze.dims), ("view_copy.out", aten.view.default),
-        ("t_copy.out", aten.t.default), ("alias_copy.out", aten.alias.default))},
+    **{
+        f"aten::{name}.Scalar_out": _scalar(getattr(torch, name), name in ("add", "sub"))
+        for name in ("add", "sub", "mul", "div")
+    },
+    **{
+        f"aten::{copy}": _view_copy(view)
+        for copy, view in (
+            ("transpose_copy.int_out", aten.transpose.int),
+            ("permute_copy.out", aten.permute.default),
+            ("expand_copy.out", aten.expand.default),
+            ("slice_copy.Tensor_out", aten.slice.Tensor),
+            ("select_copy.int_out", aten.select.int),
+            ("unsqueeze_copy.out", aten.unsqueeze.default),
+            ("squeeze_copy.dims_out", aten.squeeze.dims),
+            ("view_copy.out", aten.view.default),
+            ("t_copy.out", aten.t.default),
+            ("alias_copy.out", aten.alias.default),
+        )
+    },
 }
 
 
 @dataclass(frozen=True)
 class OnDevice:
     """torch's op, or on a CUDA device the kernel that writes its out tensor in place."""
+
     _schema: torch._C.FunctionSchema
     op: Any
     kernel: Callable

@@ -10,6 +10,7 @@ payloads) and runs it (`LoadedMethod`, `run`); checks.py holds what ExecuTorch's
 refuses, memory.py the run's memory budget and the constants made from the file's bytes,
 steps.py the instructions made into steps, kernels.py the kernel table and interpreter.py
 the loop that runs the steps."""
+
 from __future__ import annotations
 
 import os
@@ -23,12 +24,18 @@ from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import Delegate, MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.allocator import allocator_for
-from devplan.runtime.checks import (check_chains, check_number_lists, check_program, checked_dtypes, value_index,
-                                    window_reach)
-from devplan.runtime.program_validation import check_planned_total
+from devplan.runtime.checks import (
+    check_chains,
+    check_number_lists,
+    check_program,
+    checked_dtypes,
+    value_index,
+    window_reach,
+)
 from devplan.runtime.graphs import GraphSteps
 from devplan.runtime.interpreter import Refs, interpret, value_of
 from devplan.runtime.memory import MAX_MEMORY, Memory, constant, from_bytes
+from devplan.runtime.program_validation import check_planned_total
 from devplan.runtime.steps import build_steps
 from devplan.spec import CPU, DEVICE_TYPES, Device
 
@@ -43,8 +50,16 @@ class LoadedMethod:
     """One method with its arenas allocated and its values bound; `execute` may run it many
     times, and state kept in planned buffers carries over between runs as on a device."""
 
-    def __init__(self, pte: PteFile, name: str = "forward", lent: dict[int, tuple[torch.Tensor, Device]] | None = None,
-                 *, max_memory: int = MAX_MEMORY, memory: Memory | None = None, cuda_graphs: bool = True) -> None:
+    def __init__(
+        self,
+        pte: PteFile,
+        name: str = "forward",
+        lent: dict[int, tuple[torch.Tensor, Device]] | None = None,
+        *,
+        max_memory: int = MAX_MEMORY,
+        memory: Memory | None = None,
+        cuda_graphs: bool = True,
+    ) -> None:
         """`lent`: mem_id -> (bytes, device) that the caller lends for that buffer (a window of
         its own arena) instead of an arena of this method's own. `max_memory`: bytes the
         method's arenas, unplanned tensors and constants copied to a device may take in all,
@@ -69,8 +84,10 @@ class LoadedMethod:
             for mem_id in range(1, len(sizes)):
                 device = devices.get(mem_id, CPU)
                 if device.type not in DEVICE_TYPES:
-                    raise DevplanError(f"{self.where}: buffer {mem_id} is on {device}, a device type ET12 does not "
-                                       f"define; the program is damaged")
+                    raise DevplanError(
+                        f"{self.where}: buffer {mem_id} is on {device}, a device type ET12 does not "
+                        f"define; the program is damaged"
+                    )
                 if mem_id in self.lent:
                     self.arenas[mem_id] = self._borrow(mem_id, sizes[mem_id], device, *lent[mem_id])
                     continue
@@ -80,14 +97,17 @@ class LoadedMethod:
                 except DevplanError as error:
                     raise DevplanError(f"{self.where}: {error}") from None
                 except (RuntimeError, MemoryError) as error:  # the device has not that much free
-                    raise DevplanError(f"{self.where}: buffer {mem_id} ({device}) of {sizes[mem_id]} bytes cannot be "
-                                       f"allocated ({first_line(error)}); free memory there or run on a larger "
-                                       f"machine") from None
+                    raise DevplanError(
+                        f"{self.where}: buffer {mem_id} ({device}) of {sizes[mem_id]} bytes cannot be "
+                        f"allocated ({first_line(error)}); free memory there or run on a larger "
+                        f"machine"
+                    ) from None
             # A program whose buffers all sit on one device (a devplan payload) runs its kernels
             # there, so its constants go there too.
             # (one that plans none, its inputs and outputs its caller's, where its tensors say)
             placed = {device for _, device in self.arenas.values()} or {
-                t.said_device or CPU for t in view.tensors.values() if not t.constant}
+                t.said_device or CPU for t in view.tensors.values() if not t.constant
+            }
             self.home = placed.pop() if len(placed) == 1 else CPU
             opened: dict[tuple, LoadedMethod] = {}  # delegates of one payload and window run one loaded method
             for delegate in view.delegates:
@@ -100,12 +120,15 @@ class LoadedMethod:
             self.release()  # a device allocator gets back what it gave, even for a damaged program
             raise
 
-    def _borrow(self, mem_id: int, size: int, device: Device, window: torch.Tensor,
-                owner: Device) -> tuple[torch.Tensor, Device]:
+    def _borrow(
+        self, mem_id: int, size: int, device: Device, window: torch.Tensor, owner: Device
+    ) -> tuple[torch.Tensor, Device]:
         if owner != device or window.numel() < size:
-            raise DevplanError(f"{self.where}: the payload plans buffer {mem_id} as {size} bytes on {device}, more than "
-                               f"the memory window its caller lends it ({window.numel()} bytes on {owner}); the payload "
-                               f"is damaged")
+            raise DevplanError(
+                f"{self.where}: the payload plans buffer {mem_id} as {size} bytes on {device}, more than "
+                f"the memory window its caller lends it ({window.numel()} bytes on {owner}); the payload "
+                f"is damaged"
+            )
         return window[:size], device
 
     def _load(self, pte: PteFile, view: MethodView) -> None:
@@ -118,8 +141,9 @@ class LoadedMethod:
             try:
                 self.values[index] = self._bind(pte, view, index)
             except (RuntimeError, ValueError, TypeError, OverflowError) as error:
-                raise DevplanError(f"{self.where}: value {index} cannot be held ({first_line(error)}); "
-                                   f"the program is damaged") from None
+                raise DevplanError(
+                    f"{self.where}: value {index} cannot be held ({first_line(error)}); the program is damaged"
+                ) from None
         check_number_lists(view)
         self.inputs = [value_index(view, i, "an input") for i in view.inputs]
         self.outputs = [value_index(view, i, "an output") for i in view.outputs]
@@ -157,8 +181,10 @@ class LoadedMethod:
                 self.values[index] = given  # a size the calling method computed
                 continue
             if not isinstance(self.values[index], torch.Tensor) or not self._accept(index, given):
-                raise DevplanError(f"{self.where}: delegate input {position} does not match the payload's input "
-                                   f"{index}; the program is damaged")
+                raise DevplanError(
+                    f"{self.where}: delegate input {position} does not match the payload's input "
+                    f"{index}; the program is damaged"
+                )
             if index in self.borrowed:
                 self.values[index] = given
                 self.placeholders.discard(index)
@@ -167,13 +193,18 @@ class LoadedMethod:
         for position, (index, out) in enumerate(zip(self.outputs, outs)):
             if index in self.borrowed:
                 if not self._accept(index, out):
-                    raise DevplanError(f"{self.where}: delegate output {position} does not match the payload's "
-                                       f"output {index}; the program is damaged")
+                    raise DevplanError(
+                        f"{self.where}: delegate output {position} does not match the payload's "
+                        f"output {index}; the program is damaged"
+                    )
                 self.values[index] = out
                 self.placeholders.discard(index)
         self._materialize(set(self.inputs) | set(self.outputs))
-        self.work = (self.graph_steps(self.values, self.bounds) if self.graph_steps is not None  # what its caller counts
-                     else interpret(self.steps, self.values, self.bounds, self.where))
+        self.work = (
+            self.graph_steps(self.values, self.bounds)
+            if self.graph_steps is not None  # what its caller counts
+            else interpret(self.steps, self.values, self.bounds, self.where)
+        )
         return [value_of(self.values, index) for index in self.outputs]
 
     def _accept(self, index: int, given: Any) -> bool:
@@ -209,15 +240,19 @@ class LoadedMethod:
     def _open_delegate(self, pte: PteFile, view: MethodView, delegate: Delegate) -> "LoadedMethod":
         index = delegate.index
         if delegate.id != BACKEND_ID:
-            raise DevplanError(f"{self.where}: delegate {index} runs on ExecuTorch's backend {delegate.id!r}, which "
-                               f"needs ExecuTorch's runtime: devplan run --executorch (devplan's runs {BACKEND_ID} "
-                               f"payloads only)")
+            raise DevplanError(
+                f"{self.where}: delegate {index} runs on ExecuTorch's backend {delegate.id!r}, which "
+                f"needs ExecuTorch's runtime: devplan run --executorch (devplan's runs {BACKEND_ID} "
+                f"payloads only)"
+            )
         memory = self.memory
         if memory.delegates >= MAX_LOADED_DELEGATES:
-            raise DevplanError(f"{self.where}: delegate {index} would be delegate method {memory.delegates + 1} this "
-                               f"run loads (each payload once per memory window, nested payloads once per window "
-                               f"of each caller); the reference runtime loads at most {MAX_LOADED_DELEGATES}: the "
-                               f"program is damaged, or run it with devplan run --executorch")
+            raise DevplanError(
+                f"{self.where}: delegate {index} would be delegate method {memory.delegates + 1} this "
+                f"run loads (each payload once per memory window, nested payloads once per window "
+                f"of each caller); the reference runtime loads at most {MAX_LOADED_DELEGATES}: the "
+                f"program is damaged, or run it with devplan run --executorch"
+            )
         memory.delegates += 1
         # read and decoded once however many delegates share it
         payload = pte.delegate_program(view.plan_index, index)
@@ -225,23 +260,35 @@ class LoadedMethod:
             return LoadedMethod(payload, memory=self.memory, cuda_graphs=self.cuda_graphs)
         mem_id, offset = delegate.window
         if mem_id not in self.arenas:
-            raise DevplanError(f"{self.where}: delegate {index}'s memory window names buffer {mem_id}, which the "
-                               f"method does not have; the program is damaged")
+            raise DevplanError(
+                f"{self.where}: delegate {index}'s memory window names buffer {mem_id}, which the "
+                f"method does not have; the program is damaged"
+            )
         arena, device = self.arenas[mem_id]
         if offset > arena.numel():
-            raise DevplanError(f"{self.where}: delegate {index}'s memory window starts at offset {offset} of buffer "
-                               f"{mem_id}, which holds {arena.numel()} bytes; the program is damaged")
+            raise DevplanError(
+                f"{self.where}: delegate {index}'s memory window starts at offset {offset} of buffer "
+                f"{mem_id}, which holds {arena.numel()} bytes; the program is damaged"
+            )
         # the payload's one buffer is these bytes of the caller's; its plan keeps them free during the call
-        return LoadedMethod(payload, lent={1: (arena[offset:], device)}, memory=self.memory,
-                            cuda_graphs=self.cuda_graphs)
+        return LoadedMethod(
+            payload, lent={1: (arena[offset:], device)}, memory=self.memory, cuda_graphs=self.cuda_graphs
+        )
 
     def _bind(self, pte: PteFile, view: MethodView, index: int) -> Any:
         if index in view.tensors:
             return self._tensor(pte, index, view.tensors[index])
         if index in view.lists:
             kind = view.kinds[index]
-            return Refs(kind, tuple(i if i == -1 and kind == KernelTypes.OptionalTensorList
-                                     else value_index(view, i, f"list value {index}") for i in view.lists[index]))
+            return Refs(
+                kind,
+                tuple(
+                    i
+                    if i == -1 and kind == KernelTypes.OptionalTensorList
+                    else value_index(view, i, f"list value {index}")
+                    for i in view.lists[index]
+                ),
+            )
         if view.kinds[index] == KernelTypes.NONE:  # ExecuTorch's runtime refuses a value of no type
             raise DevplanError(f"{self.where}: value {index} has no type; the program is damaged")
         value = view.scalars.get(index)  # None for Null
@@ -252,35 +299,44 @@ class LoadedMethod:
         if t.mem_id is None:
             data = pte.constant_data(t.data) if t.external is None else self._external(pte, index, t.external)
             if data is None and t.data > 0:  # ExecuTorch refuses it too; zeros would be a wrong answer
-                raise DevplanError(f"{self.where}: value {index} names constant {t.data}, which the program "
-                                   f"does not hold; the program is damaged")
+                raise DevplanError(
+                    f"{self.where}: value {index} names constant {t.data}, which the program "
+                    f"does not hold; the program is damaged"
+                )
             if index in self.borrowed:  # no memory until it runs
                 if t.dynamic:
                     self.bounds[index] = shape
                 return torch.zeros((), dtype=dtype).expand(shape)
             if data is None:  # nothing reads or writes it: no memory
                 return torch.empty([0] * len(shape), dtype=dtype)
-            host = constant(pte, t.external or t.data, data, dtype, shape, nbytes, f"{self.where}: constant value {index}")
+            host = constant(
+                pte, t.external or t.data, data, dtype, shape, nbytes, f"{self.where}: constant value {index}"
+            )
             return host if self.home == CPU else self._upload(index, host, nbytes)
         arena, device = self.arenas[t.mem_id]
         self.devices[index] = device
         if t.dynamic:  # planned at this bound; kernels resize it within
             self.bounds[index] = shape
-        view = arena[t.offset:t.offset + nbytes].view(dtype).reshape(shape)
+        view = arena[t.offset : t.offset + nbytes].view(dtype).reshape(shape)
         if t.data > 0 and t.mem_id in self.lent:  # other delegates' windows share these bytes
-            raise DevplanError(f"{self.where}: value {index} has initial data in buffer {t.mem_id}, which the calling "
-                               f"method lends only for the call; the program is damaged")
+            raise DevplanError(
+                f"{self.where}: value {index} has initial data in buffer {t.mem_id}, which the calling "
+                f"method lends only for the call; the program is damaged"
+            )
         if t.data > 0:  # initial state of a mutable buffer
-            initial = from_bytes(pte.mutable_data(t.data), dtype, shape, nbytes,
-                                 f"{self.where}: initial value of {index}")
+            initial = from_bytes(
+                pte.mutable_data(t.data), dtype, shape, nbytes, f"{self.where}: initial value of {index}"
+            )
             allocator_for(device).copy_to_device(view, initial)
         return view
 
     def _external(self, pte: PteFile, index: int, key: str) -> memoryview:
         """An external weight's bytes, from the .ptd read with the program (read_pte checked the key)."""
         if pte.external is None:
-            raise DevplanError(f"{self.where}: value {index} is the external weight {key!r}, kept in a .ptd data "
-                               f"file; pass it: devplan run PROGRAM.pte --data FILE.ptd")
+            raise DevplanError(
+                f"{self.where}: value {index} is the external weight {key!r}, kept in a .ptd data "
+                f"file; pass it: devplan run PROGRAM.pte --data FILE.ptd"
+            )
         return pte.external.data(key)
 
     def _upload(self, index: int, host: torch.Tensor, nbytes: int) -> torch.Tensor:
@@ -304,8 +360,11 @@ class LoadedMethod:
             return
         if not self._accept(index, given):
             got = f"{tuple(given.shape)} {given.dtype}" if isinstance(given, torch.Tensor) else type(given).__name__
-            wanted = (f"a {slot.dtype} tensor of at most {tuple(self.bounds[index])}" if index in self.bounds
-                      else f"a {tuple(slot.shape)} {slot.dtype} tensor")
+            wanted = (
+                f"a {slot.dtype} tensor of at most {tuple(self.bounds[index])}"
+                if index in self.bounds
+                else f"a {tuple(slot.shape)} {slot.dtype} tensor"
+            )
             raise DevplanError(f"{self.where}: input {position} must be {wanted}, got {got}")
         if index in self.borrowed:  # the caller's memory, as ExecuTorch takes an input it does not plan
             held = self.values[index]  # a copy of an earlier run's input, or a placeholder taking none
@@ -324,8 +383,14 @@ class LoadedMethod:
         return value_of(self.values, index)
 
 
-def run(source: str | os.PathLike | bytes | PteFile, inputs: Sequence[Any], *, method: str = "forward",
-        runs: int = 1, data: str | os.PathLike | None = None) -> list[list[Any]]:
+def run(
+    source: str | os.PathLike | bytes | PteFile,
+    inputs: Sequence[Any],
+    *,
+    method: str = "forward",
+    runs: int = 1,
+    data: str | os.PathLike | None = None,
+) -> list[list[Any]]:
     """Run `method` of a .pte `runs` times on the same loaded method; the outputs of each run.
     `data`: the .ptd holding the weights the program keeps outside it."""
     pte = read_pte(source, data=data)

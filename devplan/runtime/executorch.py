@@ -1,6 +1,7 @@
 """`devplan run --executorch`: the same program on ExecuTorch's own runtime (the
 `devplan[executorch]` extra), so that one tool checks the outputs of any program, those
 with ExecuTorch's backends' delegates (XNNPACK) included, which devplan's runtime cannot run."""
+
 from __future__ import annotations
 
 import contextlib
@@ -42,13 +43,17 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
         raise DevplanError(f"{pte.external.name}: ExecuTorch's runtime loads a .ptd by its path; pass it as a file")
     kept = sorted({t.external for view in methods(pte) for t in view.tensors.values() if t.external is not None})
     if kept and pte.external is None:  # ExecuTorch's runtime fails to load the method, saying only "0x:2"
-        raise DevplanError(f"{pte.name}: the program keeps {len(kept)} weights in a .ptd data file (key "
-                           f"{kept[0]!r}); pass it: devplan run PROGRAM.pte --executorch --data FILE.ptd")
+        raise DevplanError(
+            f"{pte.name}: the program keeps {len(kept)} weights in a .ptd data file (key "
+            f"{kept[0]!r}); pass it: devplan run PROGRAM.pte --executorch --data FILE.ptd"
+        )
     outside = delegate_data_outside(pte)
     if outside and pte.external is None:  # ExecuTorch's XNNPACK backend crashes without them
         key, where = next(iter(outside.items()))
-        raise DevplanError(f"{pte.name}: {where} reads named data {key!r} kept outside the program "
-                           f"({len(outside)} keys); pass the .ptd written with it: --data FILE.ptd")
+        raise DevplanError(
+            f"{pte.name}: {where} reads named data {key!r} kept outside the program "
+            f"({len(outside)} keys); pass the .ptd written with it: --data FILE.ptd"
+        )
     with native_logs_quiet():
         return _run(pte, name, inputs, runs)
 
@@ -61,8 +66,9 @@ def _run(pte: PteFile, name: str, inputs: list[Any], runs: int) -> list[list[Any
         # a mapped file by its path (ExecuTorch's loader maps it too), bytes as they are
         # with its .ptd by path, which ExecuTorch's loader maps
         data_path = pte.external.path if pte.external is not None else None
-        program = runtime.Runtime.get().load_program(pte.path if pte.path is not None else bytes(pte.data),
-                                                     data_path=data_path)
+        program = runtime.Runtime.get().load_program(
+            pte.path if pte.path is not None else bytes(pte.data), data_path=data_path
+        )
         method = program.load_method(name)
         results = []
         for _ in range(runs):

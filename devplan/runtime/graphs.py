@@ -8,6 +8,7 @@ lies at the same address with the same shape. What a graph cannot hold runs step
 says why once on the `devplan` logger (shown with --debug): a host-backed arena, a dynamic shape,
 a jump, a copy to or from the host, a nested delegate, or a kernel that syncs with the host
 (capture fails)."""
+
 from __future__ import annotations
 
 import logging
@@ -99,12 +100,21 @@ def _why_not(steps: list[Step], arenas: list[torch.Tensor], bounds: dict) -> str
 
 def _addresses(values: list) -> tuple:
     """What a captured graph has baked in: each tensor's address and shape, each number."""
-    return tuple((v.data_ptr(), tuple(v.shape)) if isinstance(v, torch.Tensor)
-                 else v.items if isinstance(v, Refs) else v if isinstance(v, (int, float, bool, type(None))) else id(v)
-                 for v in values)
+    return tuple(
+        (v.data_ptr(), tuple(v.shape))
+        if isinstance(v, torch.Tensor)
+        else v.items
+        if isinstance(v, Refs)
+        else v
+        if isinstance(v, (int, float, bool, type(None)))
+        else id(v)
+        for v in values
+    )
 
 
 def captured(method: Any) -> bool:
     """Whether a loaded method (or a delegate it calls) replays a CUDA graph."""
-    return any(getattr(m, "graph_steps", None) is not None and m.graph_steps.graph is not None
-               for m in (method, *getattr(method, "delegates", ())))
+    return any(
+        getattr(m, "graph_steps", None) is not None and m.graph_steps.graph is not None
+        for m in (method, *getattr(method, "delegates", ()))
+    )

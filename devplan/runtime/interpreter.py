@@ -3,6 +3,7 @@ instructions with their kernels looked up and their arguments checked, made by s
 over its values, refusing in one line what a damaged program would do to its memory: a static
 tensor resized, a dynamic one grown past its planned bound, a jump that loops forever or
 makes its instructions do more work than one pass by far."""
+
 from __future__ import annotations
 
 import math
@@ -24,22 +25,23 @@ EXTRA_ELEMENTS = 1 << 26
 
 @dataclass(frozen=True)
 class Step:
-    kind: str                             # as devplan.pte.decode.Instruction.kind
-    name: str = ""                        # the operator, for messages
-    call: Any = None                      # a kernel: the torch op, positional and keyword value indices;
-                                          # a delegate: the LoadedMethod of its payload
+    kind: str  # as devplan.pte.decode.Instruction.kind
+    name: str = ""  # the operator, for messages
+    call: Any = None  # a kernel: the torch op, positional and keyword value indices;
+    # a delegate: the LoadedMethod of its payload
     args: tuple[int, ...] = ()
     keywords: tuple[tuple[str, int], ...] = ()
-    result: int | None = None             # a number op: the value its result goes to
-    emptied: tuple[int, ...] = ()         # dynamic out tensors: emptied first, the kernel sizes them
-    fixed: tuple[int, ...] = ()           # static out tensors: a kernel must not resize them
+    result: int | None = None  # a number op: the value its result goes to
+    emptied: tuple[int, ...] = ()  # dynamic out tensors: emptied first, the kernel sizes them
+    fixed: tuple[int, ...] = ()  # static out tensors: a kernel must not resize them
     shaped: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (out, planned shape) whose shape the
-                                          # running device's kernel decides, within its planned bytes
+    # running device's kernel decides, within its planned bytes
 
 
 @dataclass(frozen=True)
 class Refs:
     """A list value: the value indices it holds, resolved when a kernel reads it."""
+
     kind: int
     items: tuple[int, ...]
 
@@ -62,21 +64,32 @@ def interpret(steps: list[Step], values: list, bounds: dict[int, list[int]], whe
     while pc < len(steps):
         budget -= 1
         if budget < 0:  # only jumps can run this long; a damaged program must not hang us
-            raise DevplanError(f"{where}: executed {len(steps) + EXTRA_STEPS} instructions without "
-                               f"finishing; its jumps loop")
+            raise DevplanError(
+                f"{where}: executed {len(steps) + EXTRA_STEPS} instructions without finishing; its jumps loop"
+            )
         try:
             following, work = _run(pc, steps[pc], values, bounds, where)
-        except (RuntimeError, TypeError, ValueError, IndexError, ArithmeticError, AttributeError,
-                NotImplementedError, AssertionError) as error:  # a damaged program: one line, not a traceback
+        except (
+            RuntimeError,
+            TypeError,
+            ValueError,
+            IndexError,
+            ArithmeticError,
+            AttributeError,
+            NotImplementedError,
+            AssertionError,
+        ) as error:  # a damaged program: one line, not a traceback
             # (torch's quantized ops assert their input dtypes)
             raise DevplanError(f"{where}: instruction {pc} ({steps[pc].name}) failed: {first_line(error)}") from None
         done += work
         if seen[pc]:  # run again: a jump looped back
             extra -= work
             if extra < 0:
-                raise DevplanError(f"{where}: instructions run again by its jumps read and wrote more than "
-                                   f"{EXTRA_ELEMENTS} tensor elements beyond one pass without finishing (the last "
-                                   f"instruction {pc}, {steps[pc].name}); its jumps loop, the program is damaged")
+                raise DevplanError(
+                    f"{where}: instructions run again by its jumps read and wrote more than "
+                    f"{EXTRA_ELEMENTS} tensor elements beyond one pass without finishing (the last "
+                    f"instruction {pc}, {steps[pc].name}); its jumps loop, the program is damaged"
+                )
         seen[pc] = 1
         pc = following
     return done
@@ -101,8 +114,9 @@ def _run(pc: int, step: Step, values: list, bounds: dict, where: str) -> tuple[i
         shapes = [values[i].shape for i in step.fixed]
         for index, planned in step.shaped:  # emptied too: the kernel sizes it, within its planned bytes
             values[index].resize_([0] * len(planned))
-        result = step.call(*(value_of(values, a) for a in step.args),
-                           **{k: value_of(values, a) for k, a in step.keywords})
+        result = step.call(
+            *(value_of(values, a) for a in step.args), **{k: value_of(values, a) for k, a in step.keywords}
+        )
         if step.result is not None:
             values[step.result] = result
         for index, shape in zip(step.fixed, shapes):
@@ -140,13 +154,17 @@ def _keep_shape(where: str, pc: int, step: Step, index: int, planned: torch.Size
     """A static tensor holds exactly its planned bytes: a result of another shape would
     spill into its neighbours (ExecuTorch's runtime refuses such a resize)."""
     if made != planned:
-        raise DevplanError(f"{where}: instruction {pc} ({step.name}) makes value {index} a {tuple(made)} "
-                           f"result where the plan holds {tuple(planned)}; the program is damaged")
+        raise DevplanError(
+            f"{where}: instruction {pc} ({step.name}) makes value {index} a {tuple(made)} "
+            f"result where the plan holds {tuple(planned)}; the program is damaged"
+        )
 
 
 def _within_bound(where: str, pc: int, step: Step, index: int, made: torch.Size, bound: list[int]) -> None:
     """A dynamic tensor holds at most the bytes of its planned upper bound: more would have
     overwritten its neighbours."""
     if math.prod(made) > math.prod(bound):
-        raise DevplanError(f"{where}: instruction {pc} ({step.name}) makes value {index} a {tuple(made)} "
-                           f"result, larger than its planned bound {tuple(bound)}; the program is damaged")
+        raise DevplanError(
+            f"{where}: instruction {pc} ({step.name}) makes value {index} a {tuple(made)} "
+            f"result, larger than its planned bound {tuple(bound)}; the program is damaged"
+        )

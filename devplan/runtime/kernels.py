@@ -3,6 +3,7 @@ names. torch's own ops run as the schema says (the out variant, given its out te
 ExecuTorch's dim_order ops, et_view and number ops have small kernels here; ExecuTorch's
 quantized out variants run torch's functional quantized ops, so this runtime stays an
 independent check of ExecuTorch's kernels."""
+
 from __future__ import annotations
 
 import functools
@@ -13,8 +14,16 @@ from typing import Any
 import torch
 
 from devplan.dtypes import CODE_TO_NAME
-from devplan.ops import (NUMBER_OPS, QUANTIZED, QUANTIZED_EMBEDDINGS, REGISTERED, TORCH_NAMESPACES, out_schema, schema_name,
-                         torch_op)
+from devplan.ops import (
+    NUMBER_OPS,
+    QUANTIZED,
+    QUANTIZED_EMBEDDINGS,
+    REGISTERED,
+    TORCH_NAMESPACES,
+    out_schema,
+    schema_name,
+    torch_op,
+)
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.device_kernels import IN_PLACE, OnDevice
 
@@ -55,13 +64,20 @@ DIM_ORDER = {
 # their arguments' names and the value types ExecuTorch's kernels read them as (torch has no
 # schema for them), asserting on any other
 _TENSOR, _NULL = (KernelTypes.Tensor,), (KernelTypes.Null,)
-_COPY_ARGS = (("self", _TENSOR), ("non_blocking", (KernelTypes.Bool,)),
-              ("dim_order", (KernelTypes.IntList, *_NULL)), ("out", _TENSOR))
+_COPY_ARGS = (
+    ("self", _TENSOR),
+    ("non_blocking", (KernelTypes.Bool,)),
+    ("dim_order", (KernelTypes.IntList, *_NULL)),
+    ("out", _TENSOR),
+)
 DIM_ORDER_ARGS = {
     "dim_order_ops::_to_dim_order_copy.out": _COPY_ARGS,
     "dim_order_ops::_clone_dim_order.out": _COPY_ARGS,
-    "dim_order_ops::_empty_dim_order.out": (("size", (KernelTypes.IntList,)), ("dim_order", (KernelTypes.IntList, *_NULL)),
-                                            ("out", _TENSOR)),
+    "dim_order_ops::_empty_dim_order.out": (
+        ("size", (KernelTypes.IntList,)),
+        ("dim_order", (KernelTypes.IntList, *_NULL)),
+        ("out", _TENSOR),
+    ),
 }
 # Number ops (sym_size, add of ints...): a function of the arguments, its result a value.
 NUMBERS = {name: fn for fn, name in NUMBER_OPS.items()}
@@ -95,8 +111,10 @@ def schema_op(name: str):
 
 def _linear_bias(input, weight, bias=None, *, out) -> None:
     if bias is not None and (bias.dtype != out.dtype or bias.dim() != 1 or bias.shape[0] not in (weight.shape[0], 1)):
-        raise ValueError(f"bias is {bias.dtype}{list(bias.shape)}; ExecuTorch's linear kernel takes a 1-D bias of "
-                         f"{weight.shape[0]} or 1 elements of the output's dtype ({out.dtype})")
+        raise ValueError(
+            f"bias is {bias.dtype}{list(bias.shape)}; ExecuTorch's linear kernel takes a 1-D bias of "
+            f"{weight.shape[0]} or 1 elements of the output's dtype ({out.dtype})"
+        )
 
 
 # what ExecuTorch's kernels refuse (InvalidArgument) where torch's ops run: a linear's bias,
@@ -107,6 +125,7 @@ _PRECONDITIONS = {"aten::linear.out": _linear_bias}
 @dataclass(frozen=True)
 class _Checked:
     """torch's op, run once ExecuTorch's kernel would take its arguments."""
+
     _schema: torch._C.FunctionSchema
     op: Any
     check: Any
@@ -119,13 +138,16 @@ class _Checked:
 def writes_its_outs(op, name: str) -> bool:
     """Whether a schema op's result lands in its arguments: an out variant, or one of the few
     in-place kernels ExecuTorch has. A functional op's result would be dropped."""
-    return any(a.is_out for a in op._schema.arguments) or (op._schema.is_mutable and name.partition(".")[0] in REGISTERED)
+    return any(a.is_out for a in op._schema.arguments) or (
+        op._schema.is_mutable and name.partition(".")[0] in REGISTERED
+    )
 
 
 @dataclass(frozen=True)
 class _Functional:
     """An out variant that torch does not define (ExecuTorch's quantized kernels): its
     functional op runs, and the results go into the out tensors."""
+
     _schema: torch._C.FunctionSchema
     functional: Any
 

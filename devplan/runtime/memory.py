@@ -2,6 +2,7 @@
 allocation of a run counts against (`Memory`: arenas, unplanned tensors, sample inputs,
 constants copied to a device), and tensors made from a file's bytes (constants, the initial
 values of mutable buffers), in place in a mapped file where they can be."""
+
 from __future__ import annotations
 
 import warnings
@@ -22,6 +23,7 @@ class Memory:
     """Bytes a loaded method and its delegates' payloads may take in all (their inputs too),
     and those taken; what the run shares: its count of loaded delegate methods, and constants
     on a device ((id of the host copy, device) -> (host copy, device copy))."""
+
     limit: int
     taken: int = 0
     delegates: int = 0
@@ -31,24 +33,36 @@ class Memory:
         """Count `nbytes` more, refusing first what passes the limit (`what`: the file and
         what needs them)."""
         if self.taken + nbytes > self.limit:
-            raise DevplanError(f"{what} needs {nbytes} bytes, which with the {self.taken} bytes taken before it "
-                               f"passes the memory limit of {self.limit} bytes; raise the limit (devplan run "
-                               f"--max-memory) if the program is meant to be this large")
+            raise DevplanError(
+                f"{what} needs {nbytes} bytes, which with the {self.taken} bytes taken before it "
+                f"passes the memory limit of {self.limit} bytes; raise the limit (devplan run "
+                f"--max-memory) if the program is meant to be this large"
+            )
         self.taken += nbytes
 
 
-def constant(pte: PteFile, data_index: int | str, data: bytes | memoryview, dtype: torch.dtype, shape: list[int],
-             nbytes: int, what: str) -> torch.Tensor:
+def constant(
+    pte: PteFile,
+    data_index: int | str,
+    data: bytes | memoryview,
+    dtype: torch.dtype,
+    shape: list[int],
+    nbytes: int,
+    what: str,
+) -> torch.Tensor:
     """Constant `data_index` (or an external weight's key) as a host tensor of this dtype and
     shape, made once per file: delegates that share a payload share its constants (kernels
     never write them)."""
     mapped = pte.external.mapped if isinstance(data_index, str) and pte.external is not None else pte.mapped
-    return pte.memo(("constant", data_index, dtype, tuple(shape)),
-                    lambda: from_bytes(data, dtype, shape, nbytes, what, in_place=mapped))
+    return pte.memo(
+        ("constant", data_index, dtype, tuple(shape)),
+        lambda: from_bytes(data, dtype, shape, nbytes, what, in_place=mapped),
+    )
 
 
-def from_bytes(data: bytes | memoryview, dtype: torch.dtype, shape: list[int], nbytes: int, what: str, *,
-               in_place: bool = False) -> torch.Tensor:
+def from_bytes(
+    data: bytes | memoryview, dtype: torch.dtype, shape: list[int], nbytes: int, what: str, *, in_place: bool = False
+) -> torch.Tensor:
     """The bytes as a tensor: `in_place`, the private mapping of a file itself (its pages read
     as kernels touch them; a write would change this process's copy only), else a copy."""
     if len(data) < nbytes:

@@ -5,6 +5,7 @@ every method's planned buffer sizes. devplan's runtime decodes only the method i
 damaged value in another one ran in devplan while ExecuTorch refused the program (found by the
 fuzz run's multi-method mode: `run --method batch5` of a program whose forward had a tensor of
 scalar type 115, or a negative buffer size)."""
+
 from __future__ import annotations
 
 from devplan.errors import DevplanError
@@ -24,8 +25,10 @@ def check_every_method(pte: PteFile) -> None:
         where = f"{pte.name}: method {text(plan.name)}"
         for mem_id, size in enumerate(ints(plan.nonConstBufferSizes)[1:], start=1):  # 0: reserved, unread
             if size < 0:
-                raise DevplanError(f"{where}: buffer {mem_id} has a negative size ({size}), so ExecuTorch's runtime "
-                                   f"refuses the whole program, whichever method is run; the program is damaged")
+                raise DevplanError(
+                    f"{where}: buffer {mem_id} has a negative size ({size}), so ExecuTorch's runtime "
+                    f"refuses the whole program, whichever method is run; the program is damaged"
+                )
         values, inputs = plan.values or (), set(ints(plan.inputs))
         for index, value in enumerate(values):
             if value.valType == KernelTypes.Tensor and value.val is not None:
@@ -35,8 +38,10 @@ def check_every_method(pte: PteFile) -> None:
             else:
                 continue
             if what:
-                raise DevplanError(f"{where}: value {index} {what}, so ExecuTorch's runtime refuses the whole "
-                                   f"program, whichever method is run; the program is damaged")
+                raise DevplanError(
+                    f"{where}: value {index} {what}, so ExecuTorch's runtime refuses the whole "
+                    f"program, whichever method is run; the program is damaged"
+                )
 
 
 def _tensor_fault(tensor) -> str:
@@ -55,12 +60,16 @@ def check_planned_total(pte: PteFile, limit: int) -> None:
     runtime allocates only the method it runs (found by the second fuzz run: `run --method
     batch5` of a program whose forward claimed 266 TB): all of them count against `limit`, the
     run's --max-memory."""
-    sizes = {text(plan.name): sum(max(size, 0) for size in ints(plan.nonConstBufferSizes)[1:])
-             for plan in pte.program.executionPlan or ()}
+    sizes = {
+        text(plan.name): sum(max(size, 0) for size in ints(plan.nonConstBufferSizes)[1:])
+        for plan in pte.program.executionPlan or ()
+    }
     if len(sizes) < 2:
         return  # the method run: its arenas are counted as they are allocated, each named
     if sum(sizes.values()) > limit:
         name, largest = max(sizes.items(), key=lambda item: item[1])
-        raise DevplanError(f"{pte.name}: its methods plan {sum(sizes.values()):,} bytes of buffers in all (method "
-                           f"{name}: {largest:,}), more than the {limit:,} bytes allowed (--max-memory); ExecuTorch's "
-                           f"runtime allocates every method's as it loads the program")
+        raise DevplanError(
+            f"{pte.name}: its methods plan {sum(sizes.values()):,} bytes of buffers in all (method "
+            f"{name}: {largest:,}), more than the {limit:,} bytes allowed (--max-memory); ExecuTorch's "
+            f"runtime allocates every method's as it loads the program"
+        )

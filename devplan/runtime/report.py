@@ -1,4 +1,5 @@
 """`devplan run --json` (docs/run-json.md): what each run returned, summarized."""
+
 from __future__ import annotations
 
 from typing import Final
@@ -11,8 +12,12 @@ SCHEMA_VERSION: Final = 1
 def run_document(name: str, method: str, results: list[list], memory: list[DeviceMemory] | None = None) -> RunDocument:
     """name: the program's basename; results: the outputs of each run; memory: what each device
     held (`device_memory`), where the run was devplan's."""
-    document: RunDocument = {"schema_version": SCHEMA_VERSION, "file": {"name": name}, "method": method,
-                             "runs": [[describe(value) for value in outputs] for outputs in results]}
+    document: RunDocument = {
+        "schema_version": SCHEMA_VERSION,
+        "file": {"name": name},
+        "method": method,
+        "runs": [[describe(value) for value in outputs] for outputs in results],
+    }
     if memory is not None:
         document["memory"] = memory
     return document
@@ -42,8 +47,15 @@ def device_memory(method, peaks: dict) -> list[DeviceMemory]:
     for device in sorted(set(planned) | set(constants), key=str):
         peak = peaks.get(device)
         held = planned.get(device, 0) + constants.get(device, 0)
-        rows.append({"device": str(device), "planned": planned.get(device, 0), "constants": constants.get(device, 0),
-                     "peak": peak, "beyond_plan": None if peak is None else peak - held})
+        rows.append(
+            {
+                "device": str(device),
+                "planned": planned.get(device, 0),
+                "constants": constants.get(device, 0),
+                "peak": peak,
+                "beyond_plan": None if peak is None else peak - held,
+            }
+        )
     return rows
 
 
@@ -54,5 +66,10 @@ def describe(value) -> TensorSummary | ValueSummary:
     if not isinstance(value, torch.Tensor):
         return {"value": value}
     data = value.double() if value.numel() else torch.zeros(1, dtype=torch.float64)
-    return {"dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
-            "min": float(data.min()), "max": float(data.max()), "mean": float(data.mean())}
+    return {
+        "dtype": str(value.dtype).removeprefix("torch."),
+        "shape": list(value.shape),
+        "min": float(data.min()),
+        "max": float(data.max()),
+        "mean": float(data.mean()),
+    }

@@ -3,6 +3,7 @@ crafted .pt2 still ran code under the old denylist, each refused by `devplan com
 fresh process with exit code 2, one line and no code run; and a property test that random
 extra members, JSON keys and expression strings grafted onto a real archive never run code and
 either compile or are refused in one line."""
+
 import io
 import json
 import zipfile
@@ -10,12 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import devplan
-from devplan.gate import expressions
 from devplan.errors import DevplanError
+from devplan.gate import expressions
 from testbed.damage import Payload
 from testbed.small_programs import MLP, saved
 from tests.compile.test_cli import assert_one_line_error, devplan as run_devplan
@@ -46,19 +46,26 @@ def pickled(marker) -> bytes:
 
 def edited_model(pairs, edit):
     """`pairs` with the model JSON rewritten by edit(document)."""
+
     def change(name, data):
         if not name.endswith("models/model.json"):
             return data
         document = json.loads(data)
         edit(document)
         return json.dumps(document).encode()
+
     return [(name, change(name, data)) for name, data in pairs]
 
 
 def renamed_model(pairs, model: str, extra=()):
     """`pairs` with the program saved under the name `model` instead of `model` (torch reads
     models/<model>.json, data/sample_inputs/<model>.pt and the configs of that name)."""
-    suffixes = ("models/model.json", "sample_inputs/model.pt", "model_weights_config.json", "model_constants_config.json")
+    suffixes = (
+        "models/model.json",
+        "sample_inputs/model.pt",
+        "model_weights_config.json",
+        "model_constants_config.json",
+    )
 
     def rename(name):
         hit = next((s for s in suffixes if name.endswith(s)), None)
@@ -66,6 +73,7 @@ def renamed_model(pairs, model: str, extra=()):
             return name
         before, _, after = hit.rpartition("model")
         return name[: -len(hit)] + before + model + after
+
     return [(rename(name), data) for name, data in pairs] + list(extra)
 
 
@@ -80,6 +88,7 @@ def test_an_expression_that_sympify_would_run_is_refused(tmp_path):
     def edit(document):
         values = document["graph_module"]["graph"]["sym_int_values"]
         values[next(iter(values))] = {"as_expr": {"expr_str": code_writing(marker), "hint": None}}
+
     archive = write(tmp_path / "sympify.pt2", edited_model(members(saved("dynamic")), edit))
     assert_refused_without_running(tmp_path, archive, marker)
 
@@ -89,6 +98,7 @@ def test_a_range_constraint_that_is_no_expression_is_refused(tmp_path):
 
     def edit(document):
         document["range_constraints"][code_writing(marker)] = {"min_val": 2, "max_val": 8}
+
     archive = write(tmp_path / "ranges.pt2", edited_model(members(saved("dynamic")), edit))
     assert_refused_without_running(tmp_path, archive, marker)
 
@@ -99,6 +109,7 @@ def test_a_size_whose_range_the_archive_dropped_is_one_line(tmp_path, derived):
     (not an unbounded one), which reached the planner as an internal error; a symbol other
     sizes derive from (x's 2*s) made torch's own range arithmetic fail. Either way one line
     naming the archive and the symbol, from load, and no torch warning before it."""
+
     def edit(document):
         ranges = document["range_constraints"]
         symbols = [key for key in ranges if key.isidentifier()]
@@ -106,6 +117,7 @@ def test_a_size_whose_range_the_archive_dropped_is_one_line(tmp_path, derived):
         assert chosen, ranges  # alone: y's second size; derived from: x's sizes
         for key in chosen:
             del ranges[key]
+
     archive = write(tmp_path / "unranged.pt2", edited_model(members(saved("dynamic")), edit))
     run = run_devplan("compile", archive, "-o", tmp_path / "out.pte")
     assert_one_line_error(run, f"{archive}: node ", "has no range", "no upper bound")
@@ -114,11 +126,13 @@ def test_a_size_whose_range_the_archive_dropped_is_one_line(tmp_path, derived):
 
 def test_an_integer_argument_outside_64_bits_is_one_line(tmp_path):
     """Found by the .pt2 fuzz run: `x.shape[0] % 3` with 3 made 10**20 + 3 failed in serialize."""
+
     def edit(document):
         for node in document["graph_module"]["graph"]["nodes"]:
             for argument in node["inputs"]:
                 if argument["arg"].get("as_int") == 3:
                     argument["arg"]["as_int"] = 10**20 + 3
+
     archive = write(tmp_path / "huge.pt2", edited_model(members(saved("dynamic")), edit))
     run = run_devplan("compile", archive, "-o", tmp_path / "out.pte")
     assert_one_line_error(run, f"{archive}: node ", str(10**20 + 3), "outside the 64 bits")
@@ -126,8 +140,10 @@ def test_an_integer_argument_outside_64_bits_is_one_line(tmp_path):
 
 def test_a_module_call_graph_that_does_not_start_at_the_root_is_one_line(tmp_path):
     """Found by the .pt2 fuzz run: torch asserts the first entry is the root module (fqn "")."""
+
     def edit(document):
         document["graph_module"]["module_call_graph"][0]["fqn"] = "linear"
+
     archive = write(tmp_path / "rootless.pt2", edited_model(members(saved("stateful")), edit))
     run = run_devplan("compile", archive, "-o", tmp_path / "out.pte")
     assert_one_line_error(run, str(archive), "no call signature")
@@ -136,6 +152,7 @@ def test_a_module_call_graph_that_does_not_start_at_the_root_is_one_line(tmp_pat
 def test_a_weight_on_the_meta_device_is_one_line(tmp_path):
     """Found by the .pt2 fuzz run: a weight's saved device 'meta' loaded as a tensor with no
     data, which failed in emit."""
+
     def change(name, data):
         if not name.endswith("model_weights_config.json"):
             return data
@@ -143,6 +160,7 @@ def test_a_weight_on_the_meta_device_is_one_line(tmp_path):
         for meta in config["config"].values():
             meta["tensor_meta"]["device"]["type"] = "meta"
         return json.dumps(config).encode()
+
     archive = write(tmp_path / "meta.pt2", [(name, change(name, data)) for name, data in members(MLP)])
     run = run_devplan("compile", archive, "-o", tmp_path / "out.pte")
     assert_one_line_error(run, str(archive), "on device 'meta'")
@@ -156,7 +174,9 @@ def test_a_model_not_named_model_is_refused_before_its_sample_inputs_unpickle(tm
     extra = [(f"{prefix}/data/sample_inputs/{model}.pt", pickled(marker))]
     folder = model.rpartition("/")[0]
     if folder:  # the weights again beside the config, where a reader resolving names from there looks
-        extra += [(name.replace("/weights/", f"/weights/{folder}/"), data) for name, data in pairs if "/weight_" in name]
+        extra += [
+            (name.replace("/weights/", f"/weights/{folder}/"), data) for name, data in pairs if "/weight_" in name
+        ]
     pairs = renamed_model(pairs, model, extra)
     assert_refused_without_running(tmp_path, write(tmp_path / "renamed.pt2", pairs), marker)
 
@@ -175,8 +195,12 @@ def test_guards_code_never_reaches_the_retrace(tmp_path):
     """A program that writes its state in place goes through run_decompositions, which unlifts
     it and execs source built from the archive's guards_code."""
     marker = tmp_path / "marker"
-    archive = write(tmp_path / "guards.pt2", edited_model(
-        members(saved("stateful")), lambda document: document["guards_code"].append(f"{code_writing(marker)} > 0")))
+    archive = write(
+        tmp_path / "guards.pt2",
+        edited_model(
+            members(saved("stateful")), lambda document: document["guards_code"].append(f"{code_writing(marker)} > 0")
+        ),
+    )
     run = run_devplan("compile", archive, "-o", tmp_path / "out.pte")
     assert run.returncode in (0, 2), run.stderr
     if run.returncode == 2:
@@ -188,16 +212,30 @@ def _first_relu(document) -> dict:
     return next(node for node in document["graph_module"]["graph"]["nodes"] if node["target"].endswith(".relu.default"))
 
 
-@pytest.mark.parametrize("edit, needles", [
-    (lambda node: node["inputs"][0]["arg"]["as_tensor"].update(name="nowhere"),
-     ["node relu (torch.ops.aten.relu.default) names 'nowhere', which no earlier node or input defines",
-      "the archive is damaged"]),
-    (lambda node: node.update(target="torch.ops.aten.relux.default"),
-     ["node relu calls torch.ops.aten.relux.default, and torch has no operator aten::relux",
-      "the graph names an op that does not exist"]),
-    (lambda node: node.update(target="torch.ops.aten.relu.nothing"),
-     ["node relu calls torch.ops.aten.relu.nothing, and torch has aten::relu but no overload 'nothing'"]),
-], ids=["broken_reference", "no_such_op", "no_such_overload"])
+@pytest.mark.parametrize(
+    "edit, needles",
+    [
+        (
+            lambda node: node["inputs"][0]["arg"]["as_tensor"].update(name="nowhere"),
+            [
+                "node relu (torch.ops.aten.relu.default) names 'nowhere', which no earlier node or input defines",
+                "the archive is damaged",
+            ],
+        ),
+        (
+            lambda node: node.update(target="torch.ops.aten.relux.default"),
+            [
+                "node relu calls torch.ops.aten.relux.default, and torch has no operator aten::relux",
+                "the graph names an op that does not exist",
+            ],
+        ),
+        (
+            lambda node: node.update(target="torch.ops.aten.relu.nothing"),
+            ["node relu calls torch.ops.aten.relu.nothing, and torch has aten::relu but no overload 'nothing'"],
+        ),
+    ],
+    ids=["broken_reference", "no_such_op", "no_such_overload"],
+)
 def test_a_broken_graph_is_named_as_broken_not_as_a_missing_library(tmp_path, edit, needles):
     """Issue 29, finding 8: torch fails on the node either way; the line says which node and
     what is wrong with it, not that a library defining aten::relu is missing."""
@@ -215,20 +253,63 @@ def test_a_broken_graph_is_named_as_broken_not_as_a_missing_library(tmp_path, ed
 MARKER_NAME = "ran"
 SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
 FOLDERS = ["", "data/", "data/weights/", "data/constants/", "data/sample_inputs/", "models/", "extra/", ".data/"]
-EXPRESSION_TOKENS = ["s0", "s44", "u1", "2", "+", "-", "*", "//", "%", "(", ")", "Max(", "FloorDiv(", ",", "==",
-                     "<=", "Symbol('s0')", "Integer(3)", "**", "64", "__import__", ".", "os", "'x'", "lambda", ":",
-                     "[", "]", "\n", "Pow(", "Mod(", "True", "exec(", "getattr("]
+EXPRESSION_TOKENS = [
+    "s0",
+    "s44",
+    "u1",
+    "2",
+    "+",
+    "-",
+    "*",
+    "//",
+    "%",
+    "(",
+    ")",
+    "Max(",
+    "FloorDiv(",
+    ",",
+    "==",
+    "<=",
+    "Symbol('s0')",
+    "Integer(3)",
+    "**",
+    "64",
+    "__import__",
+    ".",
+    "os",
+    "'x'",
+    "lambda",
+    ":",
+    "[",
+    "]",
+    "\n",
+    "Pow(",
+    "Mod(",
+    "True",
+    "exec(",
+    "getattr(",
+]
 
 
 def evil_strings(marker) -> list[str]:
     code = code_writing(marker)
-    return [code, f"({code}) or s0", f"Max(s0, {code})", f"Symbol('s0') + {code}", "__import__('os')",
-            f"exec({code!r})", "Pow(Integer(10), Integer(100000000))"]
+    return [
+        code,
+        f"({code}) or s0",
+        f"Max(s0, {code})",
+        f"Symbol('s0') + {code}",
+        "__import__('os')",
+        f"exec({code!r})",
+        "Pow(Integer(10), Integer(100000000))",
+    ]
 
 
 def expression_text(marker):
-    return st.one_of(st.sampled_from(evil_strings(marker)), st.text(max_size=30),
-                     st.lists(st.sampled_from(EXPRESSION_TOKENS), max_size=12).map(" ".join))
+    return st.one_of(
+        st.sampled_from(evil_strings(marker)),
+        st.text(max_size=30),
+        st.lists(st.sampled_from(EXPRESSION_TOKENS), max_size=12).map(" ".join),
+    )
 
 
 def strings_torch_evaluates(document) -> list[tuple[list, object]]:
@@ -313,13 +394,35 @@ def test_a_grafted_archive_compiles_or_is_refused_in_one_line_and_never_runs_cod
 
 # ------------------------------------------------------------------ the expression grammar
 
-WRITTEN = ["Add(Mul(Integer(2), Symbol('s74', positive=True, integer=True)), Integer(1))",
-           "LessThan(Symbol('u0', integer=True), Symbol('s77', positive=True, integer=True))",
-           "Pow(Symbol('s70', positive=True, integer=True), Integer(2))", "2*s74 + 1", "s27*s77",
-           "Max(1, s0) // 2", "Eq(Mod(s0, 4), 0)", "s0 <= 64", "-s0 + 3", "FloorDiv(s0, 2)", "True"]
-NOT_WRITTEN = ["__import__('os').system('x')", "s0.__class__", "exec('1')", "Symbol('os')", "lambda: 1",
-               "Pow(Integer(10), Integer(100))", "(s0**64)**64", "s0**65", "s0 if s1 else s2", "s0\n+1",
-               "Symbol('s0', __class__=True)", "(" * 60 + "s0" + ")" * 60, "9" * 30, ""]
+WRITTEN = [
+    "Add(Mul(Integer(2), Symbol('s74', positive=True, integer=True)), Integer(1))",
+    "LessThan(Symbol('u0', integer=True), Symbol('s77', positive=True, integer=True))",
+    "Pow(Symbol('s70', positive=True, integer=True), Integer(2))",
+    "2*s74 + 1",
+    "s27*s77",
+    "Max(1, s0) // 2",
+    "Eq(Mod(s0, 4), 0)",
+    "s0 <= 64",
+    "-s0 + 3",
+    "FloorDiv(s0, 2)",
+    "True",
+]
+NOT_WRITTEN = [
+    "__import__('os').system('x')",
+    "s0.__class__",
+    "exec('1')",
+    "Symbol('os')",
+    "lambda: 1",
+    "Pow(Integer(10), Integer(100))",
+    "(s0**64)**64",
+    "s0**65",
+    "s0 if s1 else s2",
+    "s0\n+1",
+    "Symbol('s0', __class__=True)",
+    "(" * 60 + "s0" + ")" * 60,
+    "9" * 30,
+    "",
+]
 
 
 @pytest.mark.parametrize("text", WRITTEN)

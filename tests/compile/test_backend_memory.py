@@ -3,6 +3,7 @@ the program plans (issue 35, item 5): the CNN sample whole in one XNNPACK delega
 input and output only. Compile's summary, inspect (text and JSON) and check (a line per such
 delegate) say so, with XNNPACK's intermediates read from its payload's graph, and a budget on
 `cpu+backends` counts them."""
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,11 @@ def test_the_working_memory_is_the_intermediates_executorch_serialized(monkeypat
 
     graphs = []
     serialize = xnnpack_preprocess.serialize_xnnpack_binary
-    monkeypatch.setattr(xnnpack_preprocess, "serialize_xnnpack_binary",
-                        lambda graph, *rest: graphs.append(graph) or serialize(graph, *rest))
+    monkeypatch.setattr(
+        xnnpack_preprocess,
+        "serialize_xnnpack_binary",
+        lambda graph, *rest: graphs.append(graph) or serialize(graph, *rest),
+    )
     ep = torch.export.load(CNN)
     lowered = devplan.compile(ep, backends=["xnnpack"])
     widths = {XNNDatatype.xnn_datatype_fp32: 4}
@@ -72,8 +76,10 @@ def test_inspect_says_it_in_text_and_json(cnn):
     text = run_devplan("inspect", program, "--bytes")
     assert text.returncode == 0, text.stderr
     flat = " ".join(text.stdout.split())
-    assert (f"forward delegate 0 (XnnpackBackend, cpu): working memory outside the plan, allocated by the backend: "
-            f"up to {memory['bytes']} B, {memory['values']} intermediates from its graph summed") in flat
+    assert (
+        f"forward delegate 0 (XnnpackBackend, cpu): working memory outside the plan, allocated by the backend: "
+        f"up to {memory['bytes']} B, {memory['values']} intermediates from its graph summed"
+    ) in flat
     assert memory["bound"] == "upper" and memory["bytes"] > 0
 
 
@@ -98,8 +104,9 @@ def test_check_prints_a_line_per_delegate(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert len(memories) == len(notes) == 2
     for index, (memory, note) in enumerate(zip(memories, notes)):
-        assert note.startswith(f"note  forward delegate {index} (XnnpackBackend) working memory (cpu): "
-                               f"up to {memory['bytes']} B")
+        assert note.startswith(
+            f"note  forward delegate {index} (XnnpackBackend) working memory (cpu): up to {memory['bytes']} B"
+        )
 
 
 def test_a_budget_on_cpu_and_backends_counts_it(cnn, tmp_path):
@@ -110,11 +117,14 @@ def test_a_budget_on_cpu_and_backends_counts_it(cnn, tmp_path):
     assert run_devplan("check", program, "--budget", f"cpu={between}").returncode == 0
     result = run_devplan("check", program, "--budget", f"cpu+backends={between}")
     assert result.returncode == 1
-    assert re.search(rf"FAIL  forward cpu, 1 buffer and backends' own memory: .*\({planned + memory['bytes']:,} bytes\)",
-                     result.stdout)
+    assert re.search(
+        rf"FAIL  forward cpu, 1 buffer and backends' own memory: .*\({planned + memory['bytes']:,} bytes\)",
+        result.stdout,
+    )
     assert run_devplan("check", program, "--budget", f"cpu+backends={planned + memory['bytes']}").returncode == 0
-    compiled = run_devplan("compile", CNN, "-o", tmp_path / "x.pte", "--backend", "xnnpack",
-                           "--budget", f"cpu+backends={between}")
+    compiled = run_devplan(
+        "compile", CNN, "-o", tmp_path / "x.pte", "--backend", "xnnpack", "--budget", f"cpu+backends={between}"
+    )
     assert compiled.returncode == 1 and len(compiled.stderr.strip().splitlines()) == 1
     assert "memory cpu+backends needs" in compiled.stderr and not (tmp_path / "x.pte").exists()
     wrong = run_devplan("check", program, "--budget", "cpu+xnnpack=1MiB")

@@ -2,6 +2,7 @@
 the delegates are ExecuTorch's (its partitioner, its backend's preprocess, its named data),
 everything around them devplan's; the programs run on ExecuTorch's runtime as eager does and
 plan no more than ExecuTorch's XNNPACK program of the same export. A test per refusal."""
+
 from __future__ import annotations
 
 import functools
@@ -14,8 +15,8 @@ import pytest
 import torch
 
 import devplan
-from devplan.errors import DevplanError
 from devplan.backend import Partitioner
+from devplan.errors import DevplanError
 from devplan.pte import read_pte
 from testbed.hf_models import FAMILIES
 from testbed.models import CORPUS, STATEFUL, eager_outputs, eager_runs, export, pt2e_quantize, run_executorch
@@ -61,8 +62,15 @@ def test_delegates_are_written_as_executorch_writes_them():
 
     def delegates(pte):
         plan = pte.program.executionPlan[0]
-        return [(d.id, pte.segments[d.processed.index] if d.processed.location == 1 else
-                 bytes(pte.program.backendDelegateData[d.processed.index].data)) for d in plan.delegates]
+        return [
+            (
+                d.id,
+                pte.segments[d.processed.index]
+                if d.processed.location == 1
+                else bytes(pte.program.backendDelegateData[d.processed.index].data),
+            )
+            for d in plan.delegates
+        ]
 
     def named(pte):
         return {e.key: pte.segments[e.segmentIndex] for e in pte.program.namedData or ()}
@@ -72,17 +80,28 @@ def test_delegates_are_written_as_executorch_writes_them():
     assert named(ours) == named(theirs) and named(ours)
 
 
-QUANTIZED = {"static_per_tensor": {}, "static_per_channel": {"is_per_channel": True},
-             "dynamic_per_tensor": {"is_dynamic": True},
-             "dynamic_per_channel": {"is_per_channel": True, "is_dynamic": True}}
-QUANTIZED_MODELS = {
-    "mlp": lambda: (torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)),
-                    (torch.randn(4, 16),)),
-    "conv": lambda: (torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3)),
-                     (torch.randn(1, 3, 12, 12),)),
+QUANTIZED = {
+    "static_per_tensor": {},
+    "static_per_channel": {"is_per_channel": True},
+    "dynamic_per_tensor": {"is_dynamic": True},
+    "dynamic_per_channel": {"is_per_channel": True, "is_dynamic": True},
 }
-QUANTIZED_CASES = [(model, config) for model in QUANTIZED_MODELS for config in QUANTIZED
-                   if model == "mlp" or config.startswith("static")]  # XNNPACK quantizes convs statically
+QUANTIZED_MODELS = {
+    "mlp": lambda: (
+        torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)),
+        (torch.randn(4, 16),),
+    ),
+    "conv": lambda: (
+        torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3)),
+        (torch.randn(1, 3, 12, 12),),
+    ),
+}
+QUANTIZED_CASES = [
+    (model, config)
+    for model in QUANTIZED_MODELS
+    for config in QUANTIZED
+    if model == "mlp" or config.startswith("static")
+]  # XNNPACK quantizes convs statically
 
 
 @pytest.mark.parametrize("model, config", tiered(QUANTIZED_CASES, [("mlp", "static_per_channel")]))
@@ -126,7 +145,9 @@ def test_target_device_compile_spec_places_the_delegate():
     """A partitioner that names a device in its compile spec gets that device's buffer,
     copies in and out, as --delegate does."""
     ep = export("linear")[0]
-    result = devplan.compile(ep, delegates=[Partitioner.parse_class('tests.partitioners:AddsTo:{"target_device": "cuda:0"}')])
+    result = devplan.compile(
+        ep, delegates=[Partitioner.parse_class('tests.partitioners:AddsTo:{"target_device": "cuda:0"}')]
+    )
     (delegate,) = result.planned.method.delegates
     assert delegate.backend == "ConcatBytes" and str(delegate.device) == "cuda:0"
     assert "cuda:0" in {str(b.device) for b in result.planned.buffers}
@@ -135,8 +156,9 @@ def test_target_device_compile_spec_places_the_delegate():
 
 
 def devplan_cli(*args):
-    return subprocess.run([sys.executable, "-m", "devplan", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "devplan", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
 
 
 def one_line_error(run, *needles):
@@ -171,18 +193,28 @@ def test_cli_compile_inspect_and_run(tmp_path):
 _SWEEP = pytest.mark.sweep  # one refusal of each kind stays fast: a bad name, a bad argument, a failing backend
 
 
-@pytest.mark.parametrize("option, needle", [
-    (["--backend", "nosuch"], "unknown backend"),
-    pytest.param(["--partitioner", "no_module_here:Cls"], "cannot import no_module_here", marks=_SWEEP),
-    pytest.param(["--partitioner", "json:NoClass"], "no partitioner class NoClass", marks=_SWEEP),
-    (["--partitioner", "tests.partitioners:AddsTo:[1]"], "JSON object"),
-    pytest.param(["--partitioner", "tests.partitioners:Raises"], "the partitioner failed: this partitioner always fails",
-                 marks=_SWEEP),
-    pytest.param(["--partitioner", "tests.partitioners:NotAResult"], "not a PartitionResult", marks=_SWEEP),
-    pytest.param(["--partitioner", "tests.partitioners:EmptyPayload"], "MakesNothing: its preprocess made no payload",
-                 marks=_SWEEP),
-    (["--partitioner", "tests.partitioners:RaisingBackend"], "backend FailsToCompile, partition add0 from node"),
-], ids=["unknown", "import", "class", "kwargs", "raises", "not-a-result", "empty-payload", "preprocess-raises"])
+@pytest.mark.parametrize(
+    "option, needle",
+    [
+        (["--backend", "nosuch"], "unknown backend"),
+        pytest.param(["--partitioner", "no_module_here:Cls"], "cannot import no_module_here", marks=_SWEEP),
+        pytest.param(["--partitioner", "json:NoClass"], "no partitioner class NoClass", marks=_SWEEP),
+        (["--partitioner", "tests.partitioners:AddsTo:[1]"], "JSON object"),
+        pytest.param(
+            ["--partitioner", "tests.partitioners:Raises"],
+            "the partitioner failed: this partitioner always fails",
+            marks=_SWEEP,
+        ),
+        pytest.param(["--partitioner", "tests.partitioners:NotAResult"], "not a PartitionResult", marks=_SWEEP),
+        pytest.param(
+            ["--partitioner", "tests.partitioners:EmptyPayload"],
+            "MakesNothing: its preprocess made no payload",
+            marks=_SWEEP,
+        ),
+        (["--partitioner", "tests.partitioners:RaisingBackend"], "backend FailsToCompile, partition add0 from node"),
+    ],
+    ids=["unknown", "import", "class", "kwargs", "raises", "not-a-result", "empty-payload", "preprocess-raises"],
+)
 def test_refusals(tmp_path, option, needle):
     one_line_error(devplan_cli("compile", ROOT / "samples" / "mlp.pt2", "-o", tmp_path / "p.pte", *option), needle)
     assert not (tmp_path / "p.pte").exists()

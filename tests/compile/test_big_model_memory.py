@@ -4,6 +4,7 @@ child process, whose peak memory (its own VmHWM) less that of the same command c
 model with almost no weights (Python, torch and devplan themselves) must stay within 1.3x the
 weights. Before, emit copied every weight into one segment and serialize joined that into the
 file's bytes: about 3x. Memory only; the timings are benchmarks/big_model.py's."""
+
 from __future__ import annotations
 
 import sys
@@ -19,8 +20,9 @@ RATIO = 1.3
 
 
 def _compile_peak(model: Path, output: Path) -> int:
-    done, peak = run_measured(["-m", "devplan", "compile", str(model), "-o", str(output)],
-                              capture_output=True, text=True, cwd=ROOT)
+    done, peak = run_measured(
+        ["-m", "devplan", "compile", str(model), "-o", str(output)], capture_output=True, text=True, cwd=ROOT
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert peak is not None
     return peak
@@ -34,5 +36,7 @@ def test_compile_holds_weights_once(tmp_path) -> None:
     peak = _compile_peak(model, tmp_path / "small.pte")
     floor = _compile_peak(ROOT / "samples" / "mlp.pt2", tmp_path / "mlp.pte")
     assert (tmp_path / "small.pte").stat().st_size >= weights
-    assert peak - floor <= RATIO * weights, (f"compile peaked at {peak - floor} bytes over its floor, "
-                                            f"{(peak - floor) / weights:.2f}x the weights ({sys.platform})")
+    assert peak - floor <= RATIO * weights, (
+        f"compile peaked at {peak - floor} bytes over its floor, "
+        f"{(peak - floor) / weights:.2f}x the weights ({sys.platform})"
+    )

@@ -1,6 +1,7 @@
 """Every corpus model and sample: devplan compiles it, ExecuTorch's runtime and devplan's
 reference runtime run it, and the outputs match eager PyTorch (two runs in a row for models
 that keep state)."""
+
 import os
 import subprocess
 import sys
@@ -11,8 +12,8 @@ from torch.utils import _pytree as pytree
 
 import devplan
 from samples.make_samples import sample_models
-from tests.compile.test_cli import ROOT
 from testbed.models import CORPUS, STATEFUL, eager_outputs, run_executorch
+from tests.compile.test_cli import ROOT
 
 CASES = {**CORPUS, **{f"sample_{name}": (lambda name=name: sample_models()[name]) for name in sample_models()}}
 
@@ -77,6 +78,11 @@ def test_the_operator_list_is_what_executorchs_kernel_libraries_register(tmp_pat
     from devplan.runtime.executorch import OPERATOR_LIST
 
     written = tmp_path / "ops.txt"
-    subprocess.run([sys.executable, "-m", "devplan.runtime.executorch", str(written)], check=True, cwd=ROOT,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "devplan.runtime.executorch", str(written)],
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+    )
     assert written.read_text() == OPERATOR_LIST.read_text(), "rewrite it: python -m devplan.runtime.executorch"

@@ -11,6 +11,7 @@ inspect, must agree on the delegates, the device of every method input and outpu
 devices in the NonConstBufferDevice table and the copies, and devplan must plan no more
 bytes than ExecuTorch on any device. The counts devplan changes on purpose are listed with
 each scenario, and why (the scenarios: testbed/device_peers.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,10 +31,15 @@ def facts(data: bytes) -> dict:
     method = devplan.inspect(data)["methods"][0]
     ops = [row["op"] for row in method["instructions"]]
     device = {t["value"]: t["device"] for t in method["tensors"]}
-    return {"h2d": ops.count(_H2D), "d2h": ops.count(_D2H), "delegates": len(method["delegates"]),
-            "inputs": [device[i] for i in method["inputs"]], "outputs": [device[i] for i in method["outputs"]],
-            "table": sorted({b["device"] for b in method["buffers"]}),
-            "bytes": {d["device"]: d["size"] for d in method["devices"]}}
+    return {
+        "h2d": ops.count(_H2D),
+        "d2h": ops.count(_D2H),
+        "delegates": len(method["delegates"]),
+        "inputs": [device[i] for i in method["inputs"]],
+        "outputs": [device[i] for i in method["outputs"]],
+        "table": sorted({b["device"] for b in method["buffers"]}),
+        "bytes": {d["device"]: d["size"] for d in method["devices"]},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +62,9 @@ def test_devplan_places_as_executorch_does_and_plans_no_more_on_any_device(name,
             assert theirs[key] != expected, f"{name}: {key} no longer differs ({differs[key][1]}); drop the note"
     assert set(ours["bytes"]) == set(ours["table"])
     for device, planned in ours["bytes"].items():
-        assert planned <= theirs["bytes"][device], f"{name}: {device}: devplan {planned} > ExecuTorch {theirs['bytes'][device]}"
+        assert planned <= theirs["bytes"][device], (
+            f"{name}: {device}: devplan {planned} > ExecuTorch {theirs['bytes'][device]}"
+        )
     if ours["table"] == ["cpu"]:  # as ExecuTorch writes it: no device table at all
         from devplan.pte import read_pte
 
@@ -79,14 +87,19 @@ def test_inspect_reads_executorchs_device_programs_as_its_deserializer_does(name
     data = executorch_device_pte(model, tuple(torch.randn(2, 2) for _ in range(count)), partitioner, skips)
     program = deserialize_pte_binary(data)
     plan = getattr(program, "program", program).execution_plan[0]
-    table = {entry.buffer_idx: str(Device.from_code(int(entry.device_type), entry.device_index))
-             for entry in plan.non_const_buffer_device or ()}
+    table = {
+        entry.buffer_idx: str(Device.from_code(int(entry.device_type), entry.device_index))
+        for entry in plan.non_const_buffer_device or ()
+    }
     method = devplan.inspect(data)["methods"][0]
     assert [(b["mem_id"], b["device"], b["size"]) for b in method["buffers"]] == [
-        (i, table.get(i, "cpu"), size) for i, size in enumerate(plan.non_const_buffer_sizes) if i > 0]
+        (i, table.get(i, "cpu"), size) for i, size in enumerate(plan.non_const_buffer_sizes) if i > 0
+    ]
     totals = {}
     for b in method["buffers"]:
         totals[b["device"]] = totals.get(b["device"], 0) + b["size"]
     assert {d["device"]: d["size"] for d in method["devices"]} == totals
     checks = devplan.check(data, budgets={device: size for device, size in totals.items()})
-    assert all(c.ok for c in checks if c.mem_id is None) and {c.device for c in checks if c.mem_id is None} == set(totals)
+    assert all(c.ok for c in checks if c.mem_id is None) and {c.device for c in checks if c.mem_id is None} == set(
+        totals
+    )

@@ -1,5 +1,6 @@
 """Dynamic shapes: planned at their upper bound, written DYNAMIC_BOUND, and run at any size
 within it by ExecuTorch's runtime and by devplan's, outputs equal to eager PyTorch."""
+
 from __future__ import annotations
 
 import math
@@ -62,8 +63,11 @@ def test_devplan_runtime_runs_any_size_within_the_bound(delegates):
                     want = module(x)
                 for got, expected in zip(loaded.execute([x]), want):
                     torch.testing.assert_close(got, expected)
-            with pytest.raises(DevplanError, match=r"input 0 must be a torch.float32 tensor of at most \(16, 8\), "
-                                                   r"got \(17, 8\)"):
+            with pytest.raises(
+                DevplanError,
+                match=r"input 0 must be a torch.float32 tensor of at most \(16, 8\), "
+                r"got \(17, 8\)",
+            ):
                 loaded.execute([torch.randn(BOUND + 1, 8)])
         finally:
             loaded.release()
@@ -91,9 +95,14 @@ def test_inspect_shows_a_dynamic_shape_as_its_bound():
     from devplan.inspection.render import render
 
     out = io.StringIO()
-    render(devplan.inspect(devplan.compile(exported()).data), Console(file=out, width=100, color_system=None),
-           ("tensors",))
-    rows = {line.split()[0]: line for line in out.getvalue().splitlines() if line.split() and line.split()[0].startswith("v")}
+    render(
+        devplan.inspect(devplan.compile(exported()).data), Console(file=out, width=100, color_system=None), ("tensors",)
+    )
+    rows = {
+        line.split()[0]: line
+        for line in out.getvalue().splitlines()
+        if line.split() and line.split()[0].startswith("v")
+    }
     inputs = [row for row in rows.values() if " input " in row]  # the role, then the source column
     assert len(inputs) == 1 and f" ≤{BOUND}×8 " in inputs[0]
     assert all("≤" not in row for row in rows.values() if " constant " in row)
@@ -135,7 +144,9 @@ def test_sizes_computed_at_run_time_become_number_kernels():
     executorch = devplan.inspect(executorch_pte(sizes_exported()))["methods"][0]["buffers"]
     assert result.planned.buffers[0].size <= sum(b["size"] for b in executorch)
     operators = devplan.inspect(result.data)["methods"][0]["operators"]
-    assert {"aten::sym_size.int", "executorch_prim::floordiv.Scalar"} <= {f"{o['name']}.{o['overload']}" for o in operators}
+    assert {"aten::sym_size.int", "executorch_prim::floordiv.Scalar"} <= {
+        f"{o['name']}.{o['overload']}" for o in operators
+    }
 
 
 def test_executorch_runs_sizes_computed_at_run_time():
@@ -146,8 +157,9 @@ def test_executorch_runs_sizes_computed_at_run_time():
     assert_matches_eager(module, Runtime.get().load_program(data).load_method("forward").execute)
 
 
-@pytest.mark.parametrize("delegates", [(), ("cuda:0",), ("cuda:0=aten::view,aten::linear",)],
-                         ids=("host", "all-delegated", "view-delegated"))
+@pytest.mark.parametrize(
+    "delegates", [(), ("cuda:0",), ("cuda:0=aten::view,aten::linear",)], ids=("host", "all-delegated", "view-delegated")
+)
 def test_devplan_runtime_runs_sizes_computed_at_run_time(delegates):
     module = Sizes().eval()
     data = sizes_program(delegates).data
@@ -203,7 +215,9 @@ def encoder() -> torch.nn.Module:
     return EncoderBlock(32, 4, 64)
 
 
-@pytest.mark.parametrize("make", [CausalAttention, pytest.param(encoder, marks=pytest.mark.sweep)], ids=("sdpa", "encoder"))
+@pytest.mark.parametrize(
+    "make", [CausalAttention, pytest.param(encoder, marks=pytest.mark.sweep)], ids=("sdpa", "encoder")
+)
 def test_a_dynamic_sequence_runs_in_both_runtimes_within_executorchs_plan(make):
     from executorch.runtime import Runtime
 
@@ -241,8 +255,13 @@ def test_same_order_ops_of_a_dynamic_tensor_share_its_bytes_through_et_view():
     result = devplan.compile(torch.export.export(SameOrder(), (torch.randn(4, 8),), dynamic_shapes=dims))
     ops = [k.op for k in result.planned.method.kernels]
     assert ops.count("executorch_prim::et_view.default") == 4 and ops.count("aten::sym_size.int") == 1
-    assert not {"aten::clone.out", "aten::expand_copy.out", "aten::unsqueeze_copy.out", "aten::squeeze_copy.dims_out",
-                "aten::squeeze_copy.dim_out"} & set(ops)
+    assert not {
+        "aten::clone.out",
+        "aten::expand_copy.out",
+        "aten::unsqueeze_copy.out",
+        "aten::squeeze_copy.dims_out",
+        "aten::squeeze_copy.dim_out",
+    } & set(ops)
     method = Runtime.get().load_program(result.data).load_method("forward")
     loaded = LoadedMethod(read_pte(result.data))
     try:
@@ -271,8 +290,10 @@ def test_a_decomposed_op_on_a_run_time_size_keeps_it_dynamic_and_the_export_unch
     ep = export()
     result = devplan.compile(ep)
     # compiling added no guard to the caller's export: ExecuTorch still plans it for any length
-    assert devplan.inspect(executorch_pte(ep))["methods"][0]["buffers"] == \
-        devplan.inspect(executorch_pte(export()))["methods"][0]["buffers"]
+    assert (
+        devplan.inspect(executorch_pte(ep))["methods"][0]["buffers"]
+        == devplan.inspect(executorch_pte(export()))["methods"][0]["buffers"]
+    )
     method = Runtime.get().load_program(result.data).load_method("forward")
     loaded = LoadedMethod(read_pte(result.data))
     try:
@@ -296,14 +317,21 @@ def test_a_size_kernel_that_fails_at_run_time_is_one_line_naming_it():
     method = planned.method
     step = next(i for i, k in enumerate(method.kernels) if k.op == "executorch_prim::floordiv.Scalar")
     zero = len(method.values)
-    broken = replace(method, values=(*method.values, 0),
-                     kernels=tuple(replace(k, args=(k.args[0], zero, k.args[2])) if i == step else k
-                                   for i, k in enumerate(method.kernels)))
+    broken = replace(
+        method,
+        values=(*method.values, 0),
+        kernels=tuple(
+            replace(k, args=(k.args[0], zero, k.args[2])) if i == step else k for i, k in enumerate(method.kernels)
+        ),
+    )
     data = dumps_pte(*to_program(replace(planned, method=broken)))
     loaded = LoadedMethod(read_pte(data))
     try:
-        with pytest.raises(DevplanError, match=rf"instruction {step} \(executorch_prim::floordiv.Scalar\) failed: "
-                                               r"integer division or modulo by zero"):
+        with pytest.raises(
+            DevplanError,
+            match=rf"instruction {step} \(executorch_prim::floordiv.Scalar\) failed: "
+            r"integer division or modulo by zero",
+        ):
             loaded.execute([torch.randn(4, 3, 6, 6)])
     finally:
         loaded.release()

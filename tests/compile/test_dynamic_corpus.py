@@ -6,6 +6,7 @@ devplan plans no more bytes than ExecuTorch's own lowering of the same dynamic e
 
 Models whose batch torch.export cannot keep dynamic (it specializes the dim, or the model's
 state fixes it) are skipped with torch's reason."""
+
 from __future__ import annotations
 
 import functools
@@ -18,8 +19,8 @@ import devplan
 from devplan.pte import read_pte
 from devplan.runtime import LoadedMethod
 from testbed.dynamic_corpus import BATCHES, BOUND, Batch, batched, exported
-from testbed.models import CORPUS, run_executorch
 from testbed.executorch import executorch_pte
+from testbed.models import CORPUS, run_executorch
 from tests.tiers import tiered
 
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}

@@ -10,6 +10,7 @@ suggests (the runtimes then run sizes within it); when it specializes the batch,
 (length, features) is tried instead; a case torch keeps nothing dynamic in is skipped with
 torch's reason. Cases devplan gets wrong are strict xfails whose reason is the error they
 end in, so a fix shows up as an XPASS."""
+
 from __future__ import annotations
 
 import functools
@@ -25,9 +26,9 @@ from torch.utils import _pytree as pytree
 import devplan
 from devplan.pte import read_pte
 from devplan.runtime import LoadedMethod
-from tests.compile.test_module_sweep import CASES, XFAIL as STATIC_XFAIL, _close
-from testbed.models import eager_outputs, run_executorch
 from testbed.executorch import executorch_pte
+from testbed.models import eager_outputs, run_executorch
+from tests.compile.test_module_sweep import CASES, XFAIL as STATIC_XFAIL, _close
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 
@@ -93,8 +94,11 @@ _EXPORTS: dict[str, torch.export.ExportedProgram] = {}  # the export _choice suc
 def _choice(name: str) -> Dynamic | str:
     """How the case's batch is dynamic, or torch's reason why nothing is."""
     module, args = _built(name)
-    batched = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dim() > 0
-                    and i not in NOT_BATCHED.get(name, ()))
+    batched = tuple(
+        i
+        for i, a in enumerate(args)
+        if isinstance(a, torch.Tensor) and a.dim() > 0 and i not in NOT_BATCHED.get(name, ())
+    )
     if not batched:
         return f"{name}: no input has a batch dim"
     # second choice: the last dim of the batched inputs that agree with the first one there
@@ -103,8 +107,9 @@ def _choice(name: str) -> Dynamic | str:
     while tries:
         how = tries.pop(0)
         try:
-            _EXPORTS[name] = torch.export.export(module, _sized(args, how, EXAMPLE),
-                                                 dynamic_shapes=_dynamic_shapes(module, args, how), strict=False)
+            _EXPORTS[name] = torch.export.export(
+                module, _sized(args, how, EXAMPLE), dynamic_shapes=_dynamic_shapes(module, args, how), strict=False
+            )
             return how
         except Exception as error:
             first = first or error
@@ -140,8 +145,8 @@ def _planned_bytes(pte: bytes) -> int:
 # Strict xfails, `pytest.mark.xfail(strict=True, raises=<the exact type>, reason="<its one-line
 # message>")`, so a fix shows up as an XPASS. None today: every case below compiles, both
 # runtimes match eager at every batch, and no plan is larger than ExecuTorch's.
-REFUSED: dict[str, pytest.MarkDecorator] = {}     # devplan.compile raises (both tests)
-WRONG: dict[str, pytest.MarkDecorator] = {}       # a runtime fails or a number is wrong
+REFUSED: dict[str, pytest.MarkDecorator] = {}  # devplan.compile raises (both tests)
+WRONG: dict[str, pytest.MarkDecorator] = {}  # a runtime fails or a number is wrong
 MORE_BYTES: dict[str, pytest.MarkDecorator] = {}  # devplan plans more bytes than ExecuTorch
 
 # ExecuTorch 1.5.1's lowering of a GRU plans its input and the recurrence at the example batch:

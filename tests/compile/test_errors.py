@@ -1,5 +1,6 @@
 """The error taxonomy (devplan/errors.py): which failures are the user's (exit 2), which are a
 failed check (exit 1) and which are devplan's own bugs (exit 3, naming the stage)."""
+
 from __future__ import annotations
 
 import sys

@@ -2,6 +2,7 @@
 `torch.no_grad()` or autocast, in-place ops on intermediates, outputs of types only their
 library registers, and what devplan cannot lower yet (control flow, complex tensors), which
 is refused in one line. A bug in devplan itself is one line too, with exit code 3."""
+
 from __future__ import annotations
 
 import subprocess
@@ -96,7 +97,8 @@ def test_in_place_ops_on_intermediates_compile_without_a_retrace(monkeypatch):
     module, args = InPlaceBlock().eval(), (torch.randn(1, 4, 6, 6),)
     ep = torch.export.export(module, args)
     assert {"aten::dropout_", "aten::hardtanh_", "aten::add_"} <= {
-        n.target._schema.name for n in ep.graph.nodes if isinstance(n.target, torch._ops.OpOverload)}
+        n.target._schema.name for n in ep.graph.nodes if isinstance(n.target, torch._ops.OpOverload)
+    }
 
     def retrace(*_, **__):
         raise AssertionError("the whole program was retraced")
@@ -126,10 +128,14 @@ class Rfft(nn.Module):
         return torch.fft.rfft(x).abs()
 
 
-@pytest.mark.parametrize("module, needles", [
-    (Cond(), ["higher-order op torch.ops.higher_order.cond", "node cond", "test_exported_forms.py"]),
-    (Rfft(), ["complex64", "node fft_rfft"]),
-], ids=["cond", "complex"])
+@pytest.mark.parametrize(
+    "module, needles",
+    [
+        (Cond(), ["higher-order op torch.ops.higher_order.cond", "node cond", "test_exported_forms.py"]),
+        (Rfft(), ["complex64", "node fft_rfft"]),
+    ],
+    ids=["cond", "complex"],
+)
 def test_unlowerable_forms_are_refused_by_name(module, needles):
     ep = torch.export.export(module, (torch.randn(8),))
     with pytest.raises(DevplanError) as refused:
@@ -151,11 +157,13 @@ class M(torch.nn.Module):
     def forward(self, x):
         return BaseModelOutput(last_hidden_state=x.relu(), hidden_states=(x * 2,))
 
-torch.export.save(torch.export.export(M(), (torch.randn(2, 3),)), {str(tmp_path / 'm.pt2')!r})
-torch.export.save(torch.export.export(M(), (torch.randn(4, 3),)), {str(tmp_path / 'n.pt2')!r})
+torch.export.save(torch.export.export(M(), (torch.randn(2, 3),)), {str(tmp_path / "m.pt2")!r})
+torch.export.save(torch.export.export(M(), (torch.randn(4, 3),)), {str(tmp_path / "n.pt2")!r})
 """
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
-    run = subprocess.run([sys.executable, "-m", "devplan", "compile", tmp_path / "m.pt2"], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "devplan", "compile", tmp_path / "m.pt2"], capture_output=True, text=True
+    )
     assert run.returncode == 0, run.stderr
     # one process loading several such archives, as a script or server would (torch caches parsed specs)
     twice = f"import devplan; [devplan.compile(p) for p in ({str(tmp_path / 'm.pt2')!r}, {str(tmp_path / 'n.pt2')!r})]"
@@ -190,7 +198,9 @@ def test_a_bug_in_a_stage_is_one_internal_error_line(tmp_path, monkeypatch, caps
     assert "Traceback (most recent call last)" in open(log).read()
     assert not (tmp_path / "m.pte").exists()
 
-    monkeypatch.setattr(sys, "argv", ["devplan", "compile", "samples/mlp.pt2", "-o", str(tmp_path / "m.pte"), "--debug"])
+    monkeypatch.setattr(
+        sys, "argv", ["devplan", "compile", "samples/mlp.pt2", "-o", str(tmp_path / "m.pte"), "--debug"]
+    )
     with pytest.raises(SystemExit) as exit:
         devplan.cli.main()
     assert exit.value.code == 3
@@ -209,15 +219,28 @@ class QuantizedTensor(nn.Module):
 
 class WhileLoop(nn.Module):
     def forward(self, x):
-        return torch._higher_order_ops.while_loop(lambda i, t: i < 3, lambda i, t: (i + 1, t * 2),
-                                                  (torch.tensor(0), x))[1]
+        return torch._higher_order_ops.while_loop(
+            lambda i, t: i < 3, lambda i, t: (i + 1, t * 2), (torch.tensor(0), x)
+        )[1]
 
 
-ODD = {"cond": Cond(), "rfft": Rfft(), "sparse": SparseOut(), "quantized_tensor": QuantizedTensor(),
-       "while_loop": WhileLoop(), "grad_region": GradRegion(), "autocast": Autocast(),
-       "in_place": InPlaceBlock().eval(), "in_place_training": InPlaceBlock()}
-ODD_ARGS = {"grad_region": (torch.randn(2, 8),), "autocast": (torch.randn(2, 8),), "in_place": (torch.randn(1, 4, 6, 6),),
-            "in_place_training": (torch.randn(1, 4, 6, 6),)}
+ODD = {
+    "cond": Cond(),
+    "rfft": Rfft(),
+    "sparse": SparseOut(),
+    "quantized_tensor": QuantizedTensor(),
+    "while_loop": WhileLoop(),
+    "grad_region": GradRegion(),
+    "autocast": Autocast(),
+    "in_place": InPlaceBlock().eval(),
+    "in_place_training": InPlaceBlock(),
+}
+ODD_ARGS = {
+    "grad_region": (torch.randn(2, 8),),
+    "autocast": (torch.randn(2, 8),),
+    "in_place": (torch.randn(1, 4, 6, 6),),
+    "in_place_training": (torch.randn(1, 4, 6, 6),),
+}
 
 
 @pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
@@ -234,8 +257,12 @@ def test_odd_exports_through_the_cli_never_print_a_traceback(tmp_path):
         saved.append(name)
     assert {"cond", "rfft", "grad_region", "autocast", "in_place"} <= set(saved)
     for name in saved:
-        run = subprocess.run([sys.executable, "-m", "devplan", "compile", tmp_path / f"{name}.pt2"],
-                             capture_output=True, text=True, timeout=300)
+        run = subprocess.run(
+            [sys.executable, "-m", "devplan", "compile", tmp_path / f"{name}.pt2"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert "Traceback" not in run.stdout + run.stderr, (name, run.stderr)
         assert run.returncode in (0, 2), (name, run.returncode, run.stderr)
         if run.returncode == 2:

@@ -5,6 +5,7 @@ run the pair as the program with inline weights; inspect, check, diff and run re
 with --data, and without it say in one line that the weights are outside; methods share one
 copy; ExecuTorch's own pair reads the same; XNNPACK delegates' weights go there too; refusals
 are one line."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,9 +20,9 @@ from devplan.pte import read_pte
 from devplan.pte.ptd import Entry, Layout, ptd_image, read_ptd
 from devplan.pte.reader import text
 from devplan.runtime import run
+from testbed.lowerings import executorch_lowered_external, executorch_xnnpack_external
 from tests.compile.test_cli import assert_one_line_error, devplan as run_devplan
 from tests.inspect.runner import invoke
-from testbed.lowerings import executorch_lowered_external, executorch_xnnpack_external
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "samples" / "mlp.pt2"
@@ -63,7 +64,9 @@ def test_a_ptd_program_runs_on_both_runtimes_as_the_inline_program(tmp_path):
     expected = _executorch(inline, None, [x])
     assert read_pte(pte).program.constantSegment.offsets.tolist() == [0]  # no weight in the program
     for got in (_executorch(pte, ptd, [x]), run(pte, [x], data=ptd)[0]):
-        assert len(got) == len(expected) and all(torch.allclose(g, e, atol=1e-6) for g, e in zip(got, expected))  # torch's kernels and ExecuTorch's round apart
+        assert len(got) == len(expected) and all(
+            torch.allclose(g, e, atol=1e-6) for g, e in zip(got, expected)
+        )  # torch's kernels and ExecuTorch's round apart
 
 
 def test_a_transformers_model_runs_with_its_ptd(tmp_path):
@@ -159,7 +162,9 @@ def test_inspect_check_and_diff_read_it_without_and_with_data(tmp_path):
         assert f"weights external: {keys} keys in a .ptd data file not given" in said.stderr
         assert "weights external" not in invoke(*command, "--data", str(ptd)).stderr
     refused = invoke("run", str(pte))
-    assert isinstance(refused.exception, DevplanError) and "pass it: devplan run PROGRAM.pte --data FILE.ptd" in str(refused.exception)
+    assert isinstance(refused.exception, DevplanError) and "pass it: devplan run PROGRAM.pte --data FILE.ptd" in str(
+        refused.exception
+    )
 
 
 def _refusal(pte: Path, data) -> str:
@@ -186,8 +191,13 @@ def test_refusals_are_one_line(tmp_path):
     assert f"key {entries[0].key!r} holds" in _refusal(pte, bytes(ptd_image(entries, short)))
     # the key is of another shape
     first = entries[0]
-    reshaped = first._replace(layout=Layout(first.layout.scalar_type, first.layout.sizes[::-1] + (1,),
-                                            first.layout.dim_order + (len(first.layout.sizes),)))
+    reshaped = first._replace(
+        layout=Layout(
+            first.layout.scalar_type,
+            first.layout.sizes[::-1] + (1,),
+            first.layout.dim_order + (len(first.layout.sizes),),
+        )
+    )
     assert "but" in _refusal(pte, bytes(ptd_image([reshaped, *entries[1:]], tensors)))
     # damage: the header cut short
     assert "truncated or corrupt" in _refusal(pte, ptd.read_bytes()[:200])
@@ -200,7 +210,9 @@ def test_the_cli_compiles_and_refuses_in_one_line(tmp_path):
     same = invoke("compile", str(MLP), "-o", str(pte), "--external-constants", str(pte))
     assert isinstance(same.exception, DevplanError) and "--external-constants would overwrite" in str(same.exception)
     wrong = invoke("run", str(pte), "--data", str(MLP))
-    assert isinstance(wrong.exception, DevplanError) and "not an ExecuTorch FlatTensor data file" in str(wrong.exception)
+    assert isinstance(wrong.exception, DevplanError) and "not an ExecuTorch FlatTensor data file" in str(
+        wrong.exception
+    )
 
 
 def test_entries_name_their_segments():
@@ -220,7 +232,7 @@ def test_damaged_data_files_are_refused_in_one_line(tmp_path):
     end = int.from_bytes(whole[16:24], "little") + int.from_bytes(whole[24:32], "little")  # the FlatBuffer's end
     for at in range(end):
         for value in (0xFF, whole[at] ^ 0x01):
-            damaged = whole[:at] + bytes([value]) + whole[at + 1:]
+            damaged = whole[:at] + bytes([value]) + whole[at + 1 :]
             try:
                 read_ptd(damaged)
             except DevplanError as error:
@@ -281,8 +293,12 @@ def test_a_delegate_whose_named_data_is_missing_is_refused_in_one_line(tmp_path)
     _, other = _pair(tmp_path, MLP, name="other")
     keys = len(read_ptd(ptd).entries)
     without = run_devplan("run", str(pte), "--executorch")
-    assert_one_line_error(without, f"{pte}: method forward: delegate 0 (XnnpackBackend) reads named data",
-                          f"kept outside the program ({keys} keys)", "--data FILE.ptd")
+    assert_one_line_error(
+        without,
+        f"{pte}: method forward: delegate 0 (XnnpackBackend) reads named data",
+        f"kept outside the program ({keys} keys)",
+        "--data FILE.ptd",
+    )
     wrong = run_devplan("inspect", str(pte), "--data", str(other))
     assert_one_line_error(wrong, "which neither the program nor", str(other))
     noted = run_devplan("check", str(pte))

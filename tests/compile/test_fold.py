@@ -1,4 +1,5 @@
 """Constant folding: work that depends only on weights is done at compile time."""
+
 import pytest
 import torch
 
@@ -75,6 +76,7 @@ def test_constant_bytes_are_what_the_program_stores():
 
 # ------------------------------------------------------- constants whose inputs the run reads too
 
+
 class SharedProjection(torch.nn.Module):
     """DeBERTa's relative positions in small: one projection applied to the input and to a
     normalized position table. The table's projection depends on weights only, but the
@@ -98,8 +100,12 @@ def _against_executorch_const_prop(ep, result):
     ours_arena, theirs_arena = planned_bytes(result.data), planned_bytes(theirs)
     theirs_constants = devplan.inspect(theirs)["file"]["constant_bytes"]
     assert ours_arena <= theirs_arena, (ours_arena, theirs_arena)
-    assert ours_arena + result.constant_bytes <= theirs_arena + theirs_constants, \
-        (ours_arena, result.constant_bytes, theirs_arena, theirs_constants)
+    assert ours_arena + result.constant_bytes <= theirs_arena + theirs_constants, (
+        ours_arena,
+        result.constant_bytes,
+        theirs_arena,
+        theirs_constants,
+    )
     return (ours_arena, result.constant_bytes), (theirs_arena, theirs_constants)
 
 
@@ -109,7 +115,10 @@ def _matches_eager(module, args, kwargs, result):
     flat = pytree.tree_leaves((args, kwargs))
     with torch.no_grad():
         want = [t for t in pytree.tree_leaves(module(*args, **kwargs)) if isinstance(t, torch.Tensor)]
-    for runtime, got in (("devplan", devplan.run(result.data, flat)[0]), ("executorch", run_executorch(result.data, flat)[0])):
+    for runtime, got in (
+        ("devplan", devplan.run(result.data, flat)[0]),
+        ("executorch", run_executorch(result.data, flat)[0]),
+    ):
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=lambda m: f"{runtime}: {m}")
 
@@ -130,9 +139,17 @@ def test_a_constant_subgraph_of_shared_weights_is_folded_when_the_arena_gains():
 def _deberta(batch: int):
     from transformers import DebertaV2Config, DebertaV2Model
 
-    config = DebertaV2Config(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                             intermediate_size=64, max_position_embeddings=64, relative_attention=True,
-                             position_buckets=16, pos_att_type=["p2c", "c2p"])
+    config = DebertaV2Config(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        relative_attention=True,
+        position_buckets=16,
+        pos_att_type=["p2c", "c2p"],
+    )
     torch.manual_seed(0)
     module = DebertaV2Model(config).eval()
     ids = torch.randint(3, 128, (batch, 8))
@@ -150,8 +167,10 @@ def test_deberta_relative_positions_are_folded(batch):
     ep = torch.export.export(module, args, kwargs, strict=False)
     result = devplan.compile(ep)
     ours, theirs = _against_executorch_const_prop(ep, result)
-    print(f"deberta batch {batch}: devplan (arena, constants) {ours}, executorch const-prop {theirs}, "
-          f"folding {result.summary()['folding']}")
+    print(
+        f"deberta batch {batch}: devplan (arena, constants) {ours}, executorch const-prop {theirs}, "
+        f"folding {result.summary()['folding']}"
+    )
     _matches_eager(module, args, kwargs, result)
 
 
@@ -187,4 +206,4 @@ def test_constant_subgraph_too_large_to_fold_stays_a_run_time_op(how):
     done, peak = run_measured(["-c", _HUGE_FROM_SMALL, how], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[-1]) <= 64  # the weight, not a folded copy of anything
-    assert peak is not None and peak < 2 ** 30, peak
+    assert peak is not None and peak < 2**30, peak

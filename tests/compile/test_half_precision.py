@@ -3,6 +3,7 @@ Qwen2 cast to each, exported as users export them, compiled, written and read ba
 file (so that the runtime uses the mapped constants in place), run on devplan's runtime and on
 ExecuTorch's, and compared with eager in the same dtype; inspect reports the weights in that
 dtype and the constant bytes they take."""
+
 from __future__ import annotations
 
 import pytest

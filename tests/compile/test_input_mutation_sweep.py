@@ -9,6 +9,7 @@ flat outputs must match successive eager calls. devplan's runtime must leave the
 tensors as they were. Cases with a dynamic dim also run at a smaller size, on one loaded
 method, mixed with the full size. Only cases that torch.export or ExecuTorch's own lowering
 refuses are skipped."""
+
 from __future__ import annotations
 
 import copy
@@ -27,9 +28,9 @@ import devplan
 import devplan.runtime
 from devplan.pte import read_pte
 from devplan.runtime.allocator import HostAllocator, registered
+from testbed.executorch import executorch_pte
 from testbed.lowerings import released_after_module
 from testbed.models import eager_runs, mismatch
-from testbed.executorch import executorch_pte
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 
@@ -52,6 +53,7 @@ def m(fn):
     class Wrapped(nn.Module):
         def forward(self, *args, **kwargs):
             return fn(*args, **kwargs)
+
     return Wrapped()
 
 
@@ -495,18 +497,23 @@ CASES = {
     "dtype_uint8": Case(lambda: (m(_uint8), (torch.randint(0, 250, (4, 6), dtype=torch.uint8),), {})),
     "dtype_int64_0d": Case(lambda: (m(_int_step_0d), (torch.tensor(2), _x()), {})),
     "dtype_float16": Case(lambda: (m(_float16), (_x().half(),), {})),
-    "dynamic": Case(lambda: (m(_dynamic), (r(8, 6), r(8, 6)), {}), {"args": ({0: N}, {0: N})},
-                    lambda: ((r(3, 6), r(3, 6)), {})),
-    "dynamic_view_zero": Case(lambda: (m(_dynamic_row_zero), (r(8, 6),), {}), {"args": ({0: N},)},
-                              lambda: ((r(5, 6),), {})),
-    "dynamic_kv_tokens": Case(lambda: (m(_dynamic_tokens), (r(2, 8, 4), r(2, 4, 4), torch.tensor([0, 2, 5, 7])), {}),
-                              {"args": (None, {1: T}, {0: T})},
-                              lambda: ((r(2, 8, 4), r(2, 2, 4), torch.tensor([6, 1])), {})),
+    "dynamic": Case(
+        lambda: (m(_dynamic), (r(8, 6), r(8, 6)), {}), {"args": ({0: N}, {0: N})}, lambda: ((r(3, 6), r(3, 6)), {})
+    ),
+    "dynamic_view_zero": Case(
+        lambda: (m(_dynamic_row_zero), (r(8, 6),), {}), {"args": ({0: N},)}, lambda: ((r(5, 6),), {})
+    ),
+    "dynamic_kv_tokens": Case(
+        lambda: (m(_dynamic_tokens), (r(2, 8, 4), r(2, 4, 4), torch.tensor([0, 2, 5, 7])), {}),
+        {"args": (None, {1: T}, {0: T})},
+        lambda: ((r(2, 8, 4), r(2, 2, 4), torch.tensor([6, 1])), {}),
+    ),
     "old_value_clone": Case(lambda: (m(_old_clone), (_x(),), {})),
     "old_value_clone_of_row": Case(lambda: (m(_old_clone_of_row), (_x(),), {})),
     "old_value_clone_only_output": Case(lambda: (m(_old_clone_only_output), (_x(),), {})),
-    "old_value_clone_dynamic": Case(lambda: (m(_old_clone_dynamic), (r(8, 6),), {}), {"args": ({0: N},)},
-                                    lambda: ((r(2, 6),), {})),
+    "old_value_clone_dynamic": Case(
+        lambda: (m(_old_clone_dynamic), (r(8, 6),), {}), {"args": ({0: N},)}, lambda: ((r(2, 6),), {})
+    ),
     "copy_from_other_input": Case(lambda: (m(_copy_from_other), (_x(), _x()), {})),
     "fill": Case(lambda: (m(_fill), (_x(), _x()), {})),
     "cat_written_in": Case(lambda: (m(_cat_written_in), (_x(), r(1, 6), r(3, 6)), {})),
@@ -516,25 +523,29 @@ CASES = {
     "dict_input": Case(lambda: (DictInput(), ({"acc": _x(), "x": _x()},), {})),
     "list_input": Case(lambda: (ListInput(), ([_x(), _x()],), {})),
     "mutated_in_reverse_order": Case(lambda: (m(_reverse_order), (_x(), _x()), {})),
-    "kv_position_advanced_first": Case(lambda: (m(_advance_then_write), (r(2, 8, 4), r(2, 1, 4), torch.tensor([2])),
-                                                {})),
+    "kv_position_advanced_first": Case(
+        lambda: (m(_advance_then_write), (r(2, 8, 4), r(2, 1, 4), torch.tensor([2])), {})
+    ),
     "returned_twice": Case(lambda: (m(_returned_twice), (_x(),), {})),
     "broadcast_update": Case(lambda: (m(_broadcast_update), (_x(), r(6)), {})),
     "out_argument": Case(lambda: (m(_out_argument), (_x(), _x(), _x()), {})),
     "decomposed_lerp": Case(lambda: (m(_lerp), (_x(), _x()), {})),
     "decomposed_addcmul": Case(lambda: (m(_addcmul), (_x(), _x(), _x()), {})),
     "with_number_input": Case(lambda: (m(_with_number), (_x(), 3), {})),
-    "dynamic_returned_and_viewed": Case(lambda: (m(_dynamic_returned), (r(8, 6),), {}), {"args": ({0: M3},)},
-                                        lambda: ((r(4, 6),), {})),
+    "dynamic_returned_and_viewed": Case(
+        lambda: (m(_dynamic_returned), (r(8, 6),), {}), {"args": ({0: M3},)}, lambda: ((r(4, 6),), {})
+    ),
     "metadata_mutation": Case(lambda: (m(_unsqueeze_in_place), (_x(),), {})),
     "swap_with_buffer": Case(lambda: (SwapWithBuffer(), (_x(),), {})),
-    "nested_dict_of_list": Case(lambda: (NestedInputs(), ({"caches": [r(5, 4), r(5, 4)], "pos": torch.tensor([1, 3]),
-                                                           "k": r(2, 4)},), {})),
+    "nested_dict_of_list": Case(
+        lambda: (NestedInputs(), ({"caches": [r(5, 4), r(5, 4)], "pos": torch.tensor([1, 3]), "k": r(2, 4)},), {})
+    ),
     "cat_of_old_value_returned": Case(lambda: (m(_cat_of_old_value), (_x(), r(2, 6)), {})),
     "cat_of_old_value_read_first": Case(lambda: (m(_cat_of_old_value_read_first), (_x(), r(2, 6)), {})),
     "index_put_accumulate": Case(lambda: (m(_accumulate), (r(5, 4), torch.tensor([1, 1, 3]), r(3, 4)), {})),
-    "masked_fill_then_scatter": Case(lambda: (m(_masked_scatter), (_x(), r(4, 6) > 0, torch.randint(0, 6, (4, 2)),
-                                                                  r(4, 2)), {})),
+    "masked_fill_then_scatter": Case(
+        lambda: (m(_masked_scatter), (_x(), r(4, 6) > 0, torch.randint(0, 6, (4, 2)), r(4, 2)), {})
+    ),
     "dtype_promoted_in_place": Case(lambda: (m(_promoted), (_x().half(), _x()), {})),
     "dtype_cast_by_copy": Case(lambda: (m(_cast_copy), (_i64().int(), _x()), {})),
     "zero_size": Case(lambda: (m(_zero_size), (r(0, 6), _x()), {})),
@@ -554,9 +565,9 @@ class Prepared:
     ep: torch.export.ExportedProgram | None
     skip: str | None
     functional: torch.export.ExportedProgram | None = None  # ep.run_decompositions({})
-    executorch: bytes = b""                                  # ExecuTorch's own lowering of ep
+    executorch: bytes = b""  # ExecuTorch's own lowering of ep
     sequences: tuple[tuple[tuple[tuple, dict], ...], ...] = ()  # each: the (args, kwargs) of each run of one load
-    want: tuple[list[list], ...] = ()                             # eager flat outputs, per sequence and run
+    want: tuple[list[list], ...] = ()  # eager flat outputs, per sequence and run
 
 
 @functools.cache
@@ -566,15 +577,17 @@ def prepared(name: str) -> Prepared:
     module, args, kwargs = case.make()
     module.eval()
     try:
-        ep = torch.export.export(module, copy.deepcopy(args), copy.deepcopy(kwargs) or None,
-                                 dynamic_shapes=case.dynamic_shapes, strict=False)
+        ep = torch.export.export(
+            module, copy.deepcopy(args), copy.deepcopy(kwargs) or None, dynamic_shapes=case.dynamic_shapes, strict=False
+        )
     except Exception as error:  # noqa: BLE001 - torch.export's refusal, not devplan's
         return Prepared(None, f"torch.export refuses it: {type(error).__name__}: {str(error).strip().splitlines()[0]}")
     try:
         lowered = executorch_pte(copy.deepcopy(ep))
     except Exception as error:  # noqa: BLE001 - ExecuTorch's refusal, not devplan's
-        return Prepared(None, f"ExecuTorch's lowering refuses it: {type(error).__name__}: "
-                              f"{str(error).strip().splitlines()[0]}")
+        return Prepared(
+            None, f"ExecuTorch's lowering refuses it: {type(error).__name__}: {str(error).strip().splitlines()[0]}"
+        )
     functional = ep.run_decompositions({})  # in-place updates become outputs
     signature = functional.graph_signature
     user_inputs = [spec.arg.name for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT]
@@ -651,8 +664,9 @@ def check(name: str, option: str) -> None:
     assert not problems, "; ".join(problems)
 
 
-@pytest.mark.parametrize("name,option", [pytest.param(name, option, id=f"{name}-{option}")
-                                         for name in CASES for option in OPTIONS])
+@pytest.mark.parametrize(
+    "name,option", [pytest.param(name, option, id=f"{name}-{option}") for name in CASES for option in OPTIONS]
+)
 def test_input_mutation(name, option):
     check(name, option)
 
@@ -664,6 +678,8 @@ def test_executorch_own_program_agrees(name):
     prep = prepared(name)
     if prep.skip:
         pytest.skip(prep.skip)
-    problems = [mismatch(f"sequence {number} executorch's own program", _executorch(prep.executorch, sequence), want)
-                for number, (sequence, want) in enumerate(zip(prep.sequences, prep.want))]
+    problems = [
+        mismatch(f"sequence {number} executorch's own program", _executorch(prep.executorch, sequence), want)
+        for number, (sequence, want) in enumerate(zip(prep.sequences, prep.want))
+    ]
     assert not any(problems), "; ".join(p for p in problems if p)

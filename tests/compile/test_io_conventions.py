@@ -9,6 +9,7 @@ and twice by devplan's reference runtime on one loaded method, and every run's f
 (pytree leaves, as eager_outputs takes them) are compared with two successive eager calls.
 Only cases torch.export itself refuses are skipped; anything devplan refuses or gets wrong
 fails, its message saying which of DEVPLAN_REFUSED, CRASH, RUNTIME_ERROR or MISMATCH it is."""
+
 from __future__ import annotations
 
 import copy
@@ -32,6 +33,7 @@ def m(fn):
     class Wrapped(nn.Module):
         def forward(self, *args, **kwargs):
             return fn(*args, **kwargs)
+
     return Wrapped()
 
 
@@ -167,8 +169,15 @@ class OddSizes(nn.Module):
     """Odd element counts of several element sizes, so byte offsets land on odd alignments."""
 
     def forward(self, f32, i8, f16, flag, u8):
-        return (f32.relu() * 2, (i8 + 1).to(torch.float32).sum() + f32[:7].sum(), f16 * 3, ~flag,
-                u8 + 1, torch.cat([f32[:5], i8.to(torch.float32)[:5]]), (f32 + 1).view(3, 11, 31))
+        return (
+            f32.relu() * 2,
+            (i8 + 1).to(torch.float32).sum() + f32[:7].sum(),
+            f16 * 3,
+            ~flag,
+            u8 + 1,
+            torch.cat([f32[:5], i8.to(torch.float32)[:5]]),
+            (f32 + 1).view(3, 11, 31),
+        )
 
 
 r = torch.randn
@@ -201,8 +210,7 @@ CASES = {
     "09_dict_in_dict_out": lambda: (DictIO(), ({"a": _x(), "b": _x()},), {}),
     "10_nested_with_none": lambda: (m(lambda x: (x + 1, [x * 2, None, (x - 1,)])), (_x(),), {}),
     "10b_nested_with_int": lambda: (m(lambda x: (x + 1, [x * 2, (x - 1, 3)])), (_x(),), {}),
-    "11_zero_size": lambda: (m(lambda x, y: (x * 2, x.sum(0), torch.cat([x, y]) + 1, x.t())),
-                             (r(0, 6), _x()), {}),
+    "11_zero_size": lambda: (m(lambda x, y: (x * 2, x.sum(0), torch.cat([x, y]) + 1, x.t())), (r(0, 6), _x()), {}),
     "12_zero_dim": lambda: (m(lambda s, x: (s * 2, (x * s).sum(), s)), (torch.tensor(1.5), _x()), {}),
     "13_int64": lambda: (m(lambda a: (a + 1, a * a, a)), (torch.arange(-12, 12).view(4, 6),), {}),
     "13_bool": lambda: (m(lambda a, b: (a & b, ~a, a | b, a)), (r(4, 6) > 0, r(4, 6) > 0), {}),
@@ -216,16 +224,31 @@ CASES = {
     "14_input_views_together": lambda: (m(lambda x: (x[1:], x.view(-1), x.t(), x)), (_x(),), {}),
     "15_intermediate_views": lambda: (m(lambda x: (lambda y: (y[1:], y.view(-1), y.t()))(x * 2)), (_x(),), {}),
     "16_inplace_reuse_reader_after_reader": lambda: (m(lambda x: (x.relu() + x * 2, x.sigmoid())), (_x(),), {}),
-    "16b_inplace_reuse_chain": lambda: (m(lambda x: (lambda a: (a.relu() + a, a.sigmoid(), a.tanh()))(x + 1)),
-                                        (_x(),), {}),
+    "16b_inplace_reuse_chain": lambda: (
+        m(lambda x: (lambda a: (a.relu() + a, a.sigmoid(), a.tanh()))(x + 1)),
+        (_x(),),
+        {},
+    ),
     # a cat piece broadcast against the cat: the add may not be written over the cat's bytes
-    "16c_inplace_over_cat_read_by_piece": lambda: (m(lambda x, y: (lambda a: torch.cat([a, y * 1]) + a)(x * 2)),
-                                                   (r(1, 6), r(3, 6)), {}),
+    "16c_inplace_over_cat_read_by_piece": lambda: (
+        m(lambda x, y: (lambda a: torch.cat([a, y * 1]) + a)(x * 2)),
+        (r(1, 6), r(3, 6)),
+        {},
+    ),
     "17_aliasing_outputs": lambda: (m(lambda x: (lambda y: (y, y.view(-1), y[0]))(x + 1)), (_x(),), {}),
     "18_no_ops": lambda: (m(lambda x: x), (_x(),), {}),
     "19_noncontiguous_input": lambda: (m(lambda x: (x * 2 + 1, x.sum(1), x[0])), (_t(),), {}),
-    "20_odd_sizes": lambda: (OddSizes(), (r(1023), torch.randint(-9, 9, (7,), dtype=torch.int8), r(3).half(),
-                                          r(5) > 0, torch.randint(0, 200, (13,), dtype=torch.uint8)), {}),
+    "20_odd_sizes": lambda: (
+        OddSizes(),
+        (
+            r(1023),
+            torch.randint(-9, 9, (7,), dtype=torch.int8),
+            r(3).half(),
+            r(5) > 0,
+            torch.randint(0, 200, (13,), dtype=torch.uint8),
+        ),
+        {},
+    ),
     "21_input_mutated_in_place": lambda: (InPlaceInput(), (_x(),), {}),
     "21b_cache_input_written_through_slice": lambda: (CacheWrittenInPlace(), (r(4, 6), r(4, 2)), {}),
     "21c_some_inputs_mutated": lambda: (SomeInputsMutated(), (_x(), _x(), _x()), {}),
@@ -244,8 +267,9 @@ def outcome(name: str) -> tuple[str, str]:
         return "EXPORT_SKIPPED", f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
     signature = ep.run_decompositions({}).graph_signature  # functional: in-place updates become outputs
     user_inputs = [spec.arg.name for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT]
-    want = eager_runs(module, [(args, kwargs)] * RUNS,
-                      [user_inputs.index(name) for name in signature.user_inputs_to_mutate.values()])
+    want = eager_runs(
+        module, [(args, kwargs)] * RUNS, [user_inputs.index(name) for name in signature.user_inputs_to_mutate.values()]
+    )
     try:
         data = devplan.compile(ep).data
     except DevplanError as error:
@@ -264,8 +288,11 @@ def outcome(name: str) -> tuple[str, str]:
             # ExecuTorch's Python binding takes only contiguous (or channels-last) tensors, whatever
             # the program: the caller makes its input contiguous, which keeps its values.
             note = f"executorch refuses the strided input itself ({str(error).strip()}); ran it contiguous"
-            results["executorch"] = run_executorch(data, pytree.tree_map(
-                lambda t: t.contiguous() if isinstance(t, torch.Tensor) else t, (args, kwargs)), runs=RUNS)
+            results["executorch"] = run_executorch(
+                data,
+                pytree.tree_map(lambda t: t.contiguous() if isinstance(t, torch.Tensor) else t, (args, kwargs)),
+                runs=RUNS,
+            )
     except Exception as error:  # noqa: BLE001
         problems.append(f"RUNTIME_ERROR executorch: {type(error).__name__}: {str(error).strip().splitlines()[:1]}")
     try:
@@ -287,8 +314,10 @@ def outcome(name: str) -> tuple[str, str]:
 
 # Refused on purpose, each with one line saying what to do: a method's outputs are tensors
 # (ExecuTorch's own lowering crashes on both).
-REFUSED = {"10_nested_with_none": "only tensors can be method outputs",
-           "10b_nested_with_int": "only tensors can be method outputs"}
+REFUSED = {
+    "10_nested_with_none": "only tensors can be method outputs",
+    "10b_nested_with_int": "only tensors can be method outputs",
+}
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -310,8 +339,9 @@ def test_scalar_inputs_are_specialized_by_export():
     assert [len(n.users) for n in placeholders[1:]] == [0, 0, 0]
 
 
-@pytest.mark.parametrize("options", [{"delegates": ["cuda:0"]}, {"delegates": ["cuda:0"], "device_io": True}],
-                         ids=["delegated", "device_io"])
+@pytest.mark.parametrize(
+    "options", [{"delegates": ["cuda:0"]}, {"delegates": ["cuda:0"], "device_io": True}], ids=["delegated", "device_io"]
+)
 def test_a_mutated_input_stays_on_the_host_under_delegates(options):
     """Its update is a host copy into the input's own bytes, whatever device reads it."""
     from devplan.runtime.allocator import HostAllocator, registered

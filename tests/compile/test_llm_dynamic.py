@@ -13,6 +13,7 @@ with eager on a fresh copy of the module. A case torch.export refuses with a dyn
 (or specializes the dim) is skipped with torch's reason; devplan's failures are left to fail,
 their message starting with what went wrong (DEVPLAN_REFUSED, MISMATCH,
 RUNTIME_ERROR, LARGER_THAN_EXECUTORCH)."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -25,13 +26,32 @@ import devplan
 from devplan.errors import DevplanError
 from devplan.pte import read_pte
 from devplan.runtime import LoadedMethod
-from tests.compile.test_llm_sweep import (
-    DIM, HEAD_DIM, HEADS, KV_HEADS, MAX_SEQ, VOCAB, AlibiAttention, DecodeStep, GPT2Block, GQAttention,
-    KVCacheIndexCopy, KVCacheIndexPut, KVCacheSlice, LlamaMLP, LearnedPositions, RMSNorm, RotaryHalf,
-    RotaryPairs, Sampling, SdpaAttention, TiedEmbedding, TinyDecoder,
-)
-from testbed.models import eager_outputs
 from testbed.executorch import executorch_pte
+from testbed.models import eager_outputs
+from tests.compile.test_llm_sweep import (
+    DIM,
+    HEAD_DIM,
+    HEADS,
+    KV_HEADS,
+    MAX_SEQ,
+    VOCAB,
+    AlibiAttention,
+    DecodeStep,
+    GPT2Block,
+    GQAttention,
+    KVCacheIndexCopy,
+    KVCacheIndexPut,
+    KVCacheSlice,
+    LearnedPositions,
+    LlamaMLP,
+    RMSNorm,
+    RotaryHalf,
+    RotaryPairs,
+    Sampling,
+    SdpaAttention,
+    TiedEmbedding,
+    TinyDecoder,
+)
 from tests.tiers import tiered
 
 BOUND, LEAST, EXAMPLE = 16, 2, 8
@@ -57,12 +77,20 @@ Case = tuple[Callable[[], torch.nn.Module], Callable[[int], tuple], tuple, bool]
 CASES: dict[str, Case] = {
     "rms_norm": (RMSNorm, lambda s: (r(2, s, DIM),), (1,), False),
     "rope_rotate_half": (RotaryHalf, lambda s: (r(1, HEADS, s, HEAD_DIM), r(1, KV_HEADS, s, HEAD_DIM)), (2, 2), False),
-    "rope_pairs_stack_flatten": (RotaryPairs, lambda s: (r(1, s, HEADS, HEAD_DIM), r(1, s, KV_HEADS, HEAD_DIM)),
-                                 (1, 1), False),
+    "rope_pairs_stack_flatten": (
+        RotaryPairs,
+        lambda s: (r(1, s, HEADS, HEAD_DIM), r(1, s, KV_HEADS, HEAD_DIM)),
+        (1, 1),
+        False,
+    ),
     "llama_mlp": (LlamaMLP, lambda s: (r(2, s, DIM),), (1,), False),
     "gqa_repeat_interleave_triu_mask": (GQAttention, lambda s: (r(2, s, DIM),), (1,), False),
-    "gqa_repeat_interleave_triu_mask_no_upcast": (lambda: GQAttention(upcast=False), lambda s: (r(2, s, DIM),),
-                                                  (1,), False),
+    "gqa_repeat_interleave_triu_mask_no_upcast": (
+        lambda: GQAttention(upcast=False),
+        lambda s: (r(2, s, DIM),),
+        (1,),
+        False,
+    ),
     "sdpa_is_causal": (SdpaAttention, lambda s: (r(2, s, DIM),), (1,), False),
     "kv_cache_index_copy_input_pos": (KVCacheIndexCopy, lambda s: (r(1, s, DIM), _positions(s)), (1, 0), True),
     "kv_cache_slice_assign_int_pos": (KVCacheSlice, lambda s: (r(1, s, DIM),), (1,), True),
@@ -117,8 +145,10 @@ def _check(execute, args: tuple, want: list, runtime: str, seq: int, problems: l
     try:
         got = [t.clone() if isinstance(t, torch.Tensor) else t for t in execute(list(args))]
     except Exception as error:
-        problems.append(f"RUNTIME_ERROR {runtime} seq={seq}: {type(error).__name__}: "
-                        f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}")
+        problems.append(
+            f"RUNTIME_ERROR {runtime} seq={seq}: {type(error).__name__}: "
+            f"{str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+        )
         return
     if len(got) != len(want):
         problems.append(f"MISMATCH {runtime} seq={seq}: {len(got)} outputs, eager has {len(want)}")
@@ -130,8 +160,9 @@ def _check(execute, args: tuple, want: list, runtime: str, seq: int, problems: l
 
 
 # the fast tier: a norm, a rotary embedding, attention with a mask, a KV cache, an embedding
-@pytest.mark.parametrize("name", tiered(CASES, ["rms_norm", "rope_rotate_half", "kv_cache_index_copy_input_pos",
-                                                "embedding_tied_head"]))
+@pytest.mark.parametrize(
+    "name", tiered(CASES, ["rms_norm", "rope_rotate_half", "kv_cache_index_copy_input_pos", "embedding_tied_head"])
+)
 def test_dynamic_sequence_runs_in_both_runtimes_within_executorchs_plan(name):
     from executorch.runtime import Runtime
 

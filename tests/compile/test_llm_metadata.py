@@ -3,6 +3,7 @@ export, equal to what ExecuTorch's own export path writes (export_llama's
 _load_llama_model_metadata; for transformers' recipe, what optimum-executorch writes from the
 model's config), with only the tokenizer's ids given; a given value the export contradicts,
 and an export that is no LLM for the runner, refused in one line."""
+
 from __future__ import annotations
 
 import importlib
@@ -30,6 +31,7 @@ def exports(tmp_path_factory):
         if family not in made:
             made[family] = export_hf_llama(tmp_path_factory.mktemp(family), family=family, layers=3, max_seq=48)
         return made[family]
+
     return export
 
 

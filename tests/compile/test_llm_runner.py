@@ -6,6 +6,7 @@ each export with the same constant methods as ExecuTorch's own program of it (an
 export with XNNPACK, as ExecuTorch's LLM recipe lowers it). `TextLLMRunner` loads both programs
 and must generate the same 32 tokens greedily; devplan's program must plan no more bytes, the
 KV cache included, and pass `check --max-ratio 1.05`."""
+
 from __future__ import annotations
 
 import functools
@@ -23,14 +24,17 @@ from testbed.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, gene
 PROMPT = "the quick brown fox"
 # an end-of-sequence id these seeded models do not reach within 32 tokens, so that all 32 compare
 SPECIAL = {"get_bos_id": 1, "get_eos_ids": [511]}
-EXPORTS = {"executorch_export_llama": export_llama, "transformers_recipe": export_hf_llama,
-           # ExecuTorch's quantized embedding (quantized_decomposed::embedding_byte), as export_llama -E 8,0 makes it
-           "executorch_quantized_embedding": functools.partial(export_llama, embedding_quantize="8,0"),
-           # ExecuTorch's LLM quantization recipe (export_llama -X -qmode 8da4w -G 32 -E 8,0): torchao's 8-bit
-           # dynamic activations and 4-bit weights in the linears, which XNNPACK's quantized kernels run
-           "executorch_8da4w": functools.partial(export_llama, xnnpack=True, qmode="8da4w", embedding_quantize="8,0"),
-           # the same quantization of a transformers Llama before the recipe's export, as optimum-executorch does it
-           "transformers_8da4w": functools.partial(export_hf_llama, xnnpack=True, qmode="8da4w")}
+EXPORTS = {
+    "executorch_export_llama": export_llama,
+    "transformers_recipe": export_hf_llama,
+    # ExecuTorch's quantized embedding (quantized_decomposed::embedding_byte), as export_llama -E 8,0 makes it
+    "executorch_quantized_embedding": functools.partial(export_llama, embedding_quantize="8,0"),
+    # ExecuTorch's LLM quantization recipe (export_llama -X -qmode 8da4w -G 32 -E 8,0): torchao's 8-bit
+    # dynamic activations and 4-bit weights in the linears, which XNNPACK's quantized kernels run
+    "executorch_8da4w": functools.partial(export_llama, xnnpack=True, qmode="8da4w", embedding_quantize="8,0"),
+    # the same quantization of a transformers Llama before the recipe's export, as optimum-executorch does it
+    "transformers_8da4w": functools.partial(export_hf_llama, xnnpack=True, qmode="8da4w"),
+}
 # compiled as ExecuTorch lowers them; the others on portable kernels
 BACKENDS = {"executorch_8da4w": ["xnnpack"], "transformers_8da4w": ["xnnpack"]}
 
@@ -41,8 +45,12 @@ def llama(request, tmp_path_factory):
     exported = EXPORTS[request.param](folder, metadata=SPECIAL)
     importlib.import_module(CUSTOM_OPS)
     importlib.import_module("executorch.exir.passes._quant_patterns_and_replacements")  # quantized embeddings
-    result = devplan.compile(exported.pt2, folder / "devplan.pte", constant_methods=exported.metadata,
-                             backends=BACKENDS.get(request.param, []))
+    result = devplan.compile(
+        exported.pt2,
+        folder / "devplan.pte",
+        constant_methods=exported.metadata,
+        backends=BACKENDS.get(request.param, []),
+    )
     return exported, result, word_tokenizer(folder), request.param
 
 
@@ -63,8 +71,11 @@ def test_plans_no_more_than_executorch_with_every_constant_method(llama):
     size = lambda doc: sum(b["size"] for b in doc["methods"][0]["buffers"])  # noqa: E731
     assert 0 < size(ours) <= size(theirs)
     # the KV caches are planned buffers of the method, as in ExecuTorch's program
-    caches = [t for t in ours["methods"][0]["tensors"]
-              if (t["source"] or "").startswith("buffer ") and re.search("k_cache|v_cache|key_cache|value_cache", t["source"])]
+    caches = [
+        t
+        for t in ours["methods"][0]["tensors"]
+        if (t["source"] or "").startswith("buffer ") and re.search("k_cache|v_cache|key_cache|value_cache", t["source"])
+    ]
     assert len(caches) == 4 and all(t["mem_id"] == 1 for t in caches)
 
 
@@ -78,10 +89,26 @@ def test_cli_compiles_the_same_program(llama, tmp_path):
     exported, result, _, name = llama
     (tmp_path / "llm.json").write_text(json.dumps(exported.metadata))
     out = tmp_path / "cli.pte"
-    done = subprocess.run([sys.executable, "-m", "devplan", "compile", str(exported.pt2), "-o", str(out), "--kernels", "llama",
-                           "--kernels", "quantized_decomposed", "--metadata", str(tmp_path / "llm.json"),
-                           *(f"--backend={backend}" for backend in BACKENDS.get(name, []))],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "devplan",
+            "compile",
+            str(exported.pt2),
+            "-o",
+            str(out),
+            "--kernels",
+            "llama",
+            "--kernels",
+            "quantized_decomposed",
+            "--metadata",
+            str(tmp_path / "llm.json"),
+            *(f"--backend={backend}" for backend in BACKENDS.get(name, [])),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert out.read_bytes() == result.data
 

@@ -9,6 +9,7 @@ one loaded method in ExecuTorch's runtime, so buffer updates of the first run sh
 second; eager runs twice on a fresh copy of the module, so both start from the same buffers.
 KV caches add to what they already hold, so the second run differs from the first. A case
 torch.export itself cannot export is skipped; devplan's failures are left to fail."""
+
 from __future__ import annotations
 
 import math
@@ -194,8 +195,8 @@ class KVCacheSlice(_CacheAttention):
     def forward(self, x):
         q, k, v = self.project(x)
         pos, s = self.POS, x.shape[1]
-        self.k_cache[:, :, pos:pos + s] = self.k_cache[:, :, pos:pos + s] + k
-        self.v_cache[:, :, pos:pos + s] = self.v_cache[:, :, pos:pos + s] + v
+        self.k_cache[:, :, pos : pos + s] = self.k_cache[:, :, pos : pos + s] + k
+        self.v_cache[:, :, pos : pos + s] = self.v_cache[:, :, pos : pos + s] + v
         mask = torch.arange(MAX_SEQ)[None, :] <= (torch.arange(s) + pos)[:, None]
         return self.attend(q, mask)
 
@@ -210,8 +211,10 @@ class KVCacheIndexPut(_CacheAttention):
     def forward(self, x, idx):
         q, k, v = self.project(x)
         self.k_cache[:, :, idx] = self.k_cache[:, :, idx] + k
-        self.v_cache.index_put_((torch.arange(2)[:, None, None], torch.arange(KV_HEADS)[None, :, None], idx[None, None, :]),
-                                self.v_cache[:, :, idx] + v)
+        self.v_cache.index_put_(
+            (torch.arange(2)[:, None, None], torch.arange(KV_HEADS)[None, :, None], idx[None, None, :]),
+            self.v_cache[:, :, idx] + v,
+        )
         mask = torch.arange(MAX_SEQ)[None, :] <= idx[:, None]
         return self.attend(q, mask)
 
@@ -400,8 +403,9 @@ CASES = {
 
 def _close(got: torch.Tensor, want: torch.Tensor, where: str) -> None:
     assert isinstance(got, torch.Tensor), f"{where}: {type(got).__name__} instead of a tensor"
-    assert (got.dtype, got.shape) == (want.dtype, want.shape), \
+    assert (got.dtype, got.shape) == (want.dtype, want.shape), (
         f"{where}: {got.dtype}{tuple(got.shape)} instead of {want.dtype}{tuple(want.shape)}"
+    )
     if want.dtype.is_floating_point:
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5, msg=lambda m: f"{where}: {m}")
     else:

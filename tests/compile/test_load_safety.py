@@ -1,5 +1,6 @@
 """A .pt2 can carry pickled objects that run code when torch.export.load unpickles them;
 devplan refuses such archives before torch reads them, and loads plain ones as before."""
+
 import io
 import json
 import subprocess
@@ -11,8 +12,8 @@ import torch
 
 from devplan.errors import DevplanError
 from devplan.gate.load import load
-from tests.compile.test_cli import ROOT, assert_one_line_error, devplan
 from testbed.damage import Payload
+from tests.compile.test_cli import ROOT, assert_one_line_error, devplan
 
 
 def rewrite(source, target, change):
@@ -43,13 +44,18 @@ def test_a_pickled_weight_is_refused_before_it_can_run(tmp_path):
     marker = tmp_path / "marker"
     crafted = pickled_weight(tmp_path, marker)
     # the payload is live: torch.export.load itself runs it
-    subprocess.run([sys.executable, "-c", f"import torch; torch.export.load({str(crafted)!r})"],
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", f"import torch; torch.export.load({str(crafted)!r})"], capture_output=True, timeout=300
+    )
     assert marker.read_text() == "ran"
     marker.unlink()
-    assert_one_line_error(devplan("compile", crafted, "-o", tmp_path / "out.pte"),
-                          "crafted.pt2", "model_weights_config.json", "'layers.0.weight', a pickled object",
-                          "unpickling can run code")
+    assert_one_line_error(
+        devplan("compile", crafted, "-o", tmp_path / "out.pte"),
+        "crafted.pt2",
+        "model_weights_config.json",
+        "'layers.0.weight', a pickled object",
+        "unpickling can run code",
+    )
     assert not marker.exists() and not (tmp_path / "out.pte").exists()
 
 
@@ -58,8 +64,9 @@ def test_pickled_sample_inputs_and_old_formats_are_refused(tmp_path):
     buffer = io.BytesIO()
     torch.save((Payload(marker),), buffer)
     inputs = tmp_path / "inputs.pt2"
-    rewrite(ROOT / "samples" / "mlp.pt2", inputs,
-            lambda name, data: buffer.getvalue() if "sample_inputs" in name else data)
+    rewrite(
+        ROOT / "samples" / "mlp.pt2", inputs, lambda name, data: buffer.getvalue() if "sample_inputs" in name else data
+    )
     with pytest.raises(DevplanError, match=r"sample_inputs/model.pt is sample inputs that are not plain tensors"):
         load(inputs)
     legacy = tmp_path / "legacy.pt2"
@@ -100,6 +107,7 @@ def test_the_legacy_weights_route_is_live_in_torch(tmp_path):
     with zipfile.ZipFile(ROOT / "samples" / "mlp.pt2") as archive:
         prefix = next(n for n in archive.namelist() if n.endswith("models/model.json")).split("models/")[0]
     crafted = _with_members(tmp_path, {f"{prefix}data/weights/model.pt": _payload_bytes(marker)})
-    subprocess.run([sys.executable, "-c", f"import torch; torch.export.load({str(crafted)!r})"],
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", f"import torch; torch.export.load({str(crafted)!r})"], capture_output=True, timeout=300
+    )
     assert marker.exists()

@@ -2,6 +2,7 @@
 `--method NAME=FILE.pt2`), constant methods (`constant_methods=`, `--constant-method`,
 `--metadata`) written as ExecuTorch writes them, and ops of kernel libraries outside torch's
 namespaces (ExecuTorch's LLM custom ops), each checked by running the program."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,8 @@ import devplan
 from devplan.cli import app
 from devplan.errors import DevplanError
 from devplan.runtime import run
-from tests.compile.test_cli import devplan as devplan_cli
 from testbed.models import eager_outputs, run_executorch
+from tests.compile.test_cli import devplan as devplan_cli
 
 runner = CliRunner()
 
@@ -36,8 +37,11 @@ def _export(batch: int, module: torch.nn.Module | None = None):
     return torch.export.export(module, (torch.randn(batch, 8),)), module
 
 
-@pytest.mark.parametrize("value", [64, -3, 1.5, True, False, "llama", [128001, 128009], [0.5, 2.0], []],
-                         ids=["int", "negative", "float", "true", "false", "string", "int_list", "float_list", "empty"])
+@pytest.mark.parametrize(
+    "value",
+    [64, -3, 1.5, True, False, "llama", [128001, 128009], [0.5, 2.0], []],
+    ids=["int", "negative", "float", "true", "false", "string", "int_list", "float_list", "empty"],
+)
 def test_constant_method_returns_its_value_on_both_runtimes(value):
     ep, _ = _export(2)
     data = devplan.compile(ep, constant_methods={"meta": value}).data
@@ -61,8 +65,11 @@ def test_constant_methods_match_executorchs_values_and_order():
     assert pick(ours) == pick(theirs)
 
 
-@pytest.mark.parametrize("value", [[[1]], {"a": 1}, None, 1 << 70, [1, "a"], ["a", "b"], [1, 2.0]],
-                         ids=["nested", "dict", "null", "huge", "mixed", "strings", "int_and_float"])
+@pytest.mark.parametrize(
+    "value",
+    [[[1]], {"a": 1}, None, 1 << 70, [1, "a"], ["a", "b"], [1, 2.0]],
+    ids=["nested", "dict", "null", "huge", "mixed", "strings", "int_and_float"],
+)
 def test_constant_method_of_another_type_is_refused(value):
     ep, _ = _export(2)
     with pytest.raises(DevplanError, match="constant method meta: .* is not an int, float, bool, string or a list"):
@@ -101,10 +108,25 @@ def test_cli_methods_constant_methods_and_metadata(tmp_path):
     torch.export.save(five, tmp_path / "five.pt2")
     (tmp_path / "meta.json").write_text(json.dumps({"get_max_seq_len": 64, "use_kv_cache": False}))
     out = tmp_path / "both.pte"
-    result = runner.invoke(app, ["compile", str(tmp_path / "two.pt2"), "-o", str(out), "--method",
-                                 f"batch5={tmp_path / 'five.pt2'}", "--metadata", str(tmp_path / "meta.json"),
-                                 "--constant-method", "use_kv_cache=true", "--constant-method", "get_eos_ids=[2,3]",
-                                 "--constant-method", "name=llama"])
+    result = runner.invoke(
+        app,
+        [
+            "compile",
+            str(tmp_path / "two.pt2"),
+            "-o",
+            str(out),
+            "--method",
+            f"batch5={tmp_path / 'five.pt2'}",
+            "--metadata",
+            str(tmp_path / "meta.json"),
+            "--constant-method",
+            "use_kv_cache=true",
+            "--constant-method",
+            "get_eos_ids=[2,3]",
+            "--constant-method",
+            "name=llama",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "constant methods: get_max_seq_len, use_kv_cache, get_eos_ids, name" in result.output
     data = out.read_bytes()
@@ -112,7 +134,13 @@ def test_cli_methods_constant_methods_and_metadata(tmp_path):
     assert run(data, [], method="get_eos_ids")[0] == [2, 3] and run(data, [], method="name")[0] == ["llama"]
     shown = runner.invoke(app, ["inspect", str(out), "--json"])
     assert [m["name"] for m in json.loads(shown.output)["methods"]] == [
-        "forward", "batch5", "get_max_seq_len", "use_kv_cache", "get_eos_ids", "name"]
+        "forward",
+        "batch5",
+        "get_max_seq_len",
+        "use_kv_cache",
+        "get_eos_ids",
+        "name",
+    ]
     golden = tmp_path / "golden.json"
     assert runner.invoke(app, ["check", str(out), "--golden", str(golden), "--update"]).exit_code == 0
     assert [m["name"] for m in json.loads(golden.read_text())["methods"]][:2] == ["forward", "batch5"]
@@ -127,35 +155,64 @@ def test_the_runners_keys_are_stored_as_the_types_it_reads(tmp_path):
     """ExecuTorch's TextLLMRunner aborts on a string 'True' where it reads a bool, or a double
     where it reads an int: the names it reads are made its types; other names stay as given."""
     torch.export.save(_export(2)[0], tmp_path / "m.pt2")
-    (tmp_path / "llm.json").write_text(json.dumps({"get_max_seq_len": "128", "use_sdpa_with_kv_cache": 0,
-                                                   "get_eos_ids": 2}))
-    result = devplan_cli("compile", "m.pt2", "-o", "m.pte", "--metadata", "llm.json", "--constant-method",
-                         "use_kv_cache=True", "--constant-method", "enable_dynamic_shape=False",
-                         "--constant-method", "note=True", cwd=tmp_path)
+    (tmp_path / "llm.json").write_text(
+        json.dumps({"get_max_seq_len": "128", "use_sdpa_with_kv_cache": 0, "get_eos_ids": 2})
+    )
+    result = devplan_cli(
+        "compile",
+        "m.pt2",
+        "-o",
+        "m.pte",
+        "--metadata",
+        "llm.json",
+        "--constant-method",
+        "use_kv_cache=True",
+        "--constant-method",
+        "enable_dynamic_shape=False",
+        "--constant-method",
+        "note=True",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     doc = devplan.inspect(tmp_path / "m.pte")
     found = {m["name"]: (m["returns"], m["values"]) for m in doc["methods"] if "returns" in m}
-    assert found == {"get_max_seq_len": ([128], {"int": 1}), "use_sdpa_with_kv_cache": ([False], {"bool": 1}),
-                     "get_eos_ids": ([2], {"int": 1}), "use_kv_cache": ([True], {"bool": 1}),
-                     "enable_dynamic_shape": ([False], {"bool": 1}), "note": (["True"], {"string": 1})}
+    assert found == {
+        "get_max_seq_len": ([128], {"int": 1}),
+        "use_sdpa_with_kv_cache": ([False], {"bool": 1}),
+        "get_eos_ids": ([2], {"int": 1}),
+        "use_kv_cache": ([True], {"bool": 1}),
+        "enable_dynamic_shape": ([False], {"bool": 1}),
+        "note": (["True"], {"string": 1}),
+    }
     typed = devplan.compile(_export(2)[0], constant_methods={"get_n_layers": "2", "use_kv_cache": 1})
-    assert run(typed.data, [], method="get_n_layers")[0] == [2] and run(typed.data, [], method="use_kv_cache")[0] == [True]
+    assert run(typed.data, [], method="get_n_layers")[0] == [2] and run(typed.data, [], method="use_kv_cache")[0] == [
+        True
+    ]
     with pytest.raises(DevplanError, match=r"^constant method get_bos_id=True is not an int"):
         devplan.compile(_export(2)[0], constant_methods={"get_bos_id": True})
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--constant-method", "novalue"], "--constant-method novalue: write it as NAME=VALUE"),
-    (["--constant-method", "x=[[1]]"], r"constant method x: \[\[1\]\] is not an int"),
-    (["--method", "m=missing.pt2"], "missing.pt2: no such file"),
-    (["--metadata", "list.json"], "--metadata .*list.json: holds a list; write an object of NAME: VALUE"),
-    (["--metadata", "bad.json"], "--metadata .*bad.json: not JSON"),
-    (["--constant-method", "get_max_seq_len=128.0"], "constant method get_max_seq_len=128.0 is not an int, the type "
-                                                     "ExecuTorch's LLM runner reads get_max_seq_len as"),
-    (["--constant-method", "use_kv_cache=yes"], "constant method use_kv_cache='yes' is not a bool"),
-    (["--constant-method", "get_eos_ids=[1,true]"], r"constant method get_eos_ids=\[1, True\] is not a list of ints"),
-    (["--metadata", "typed.json"], "--metadata .*typed.json: get_vocab_size='many' is not an int"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--constant-method", "novalue"], "--constant-method novalue: write it as NAME=VALUE"),
+        (["--constant-method", "x=[[1]]"], r"constant method x: \[\[1\]\] is not an int"),
+        (["--method", "m=missing.pt2"], "missing.pt2: no such file"),
+        (["--metadata", "list.json"], "--metadata .*list.json: holds a list; write an object of NAME: VALUE"),
+        (["--metadata", "bad.json"], "--metadata .*bad.json: not JSON"),
+        (
+            ["--constant-method", "get_max_seq_len=128.0"],
+            "constant method get_max_seq_len=128.0 is not an int, the type "
+            "ExecuTorch's LLM runner reads get_max_seq_len as",
+        ),
+        (["--constant-method", "use_kv_cache=yes"], "constant method use_kv_cache='yes' is not a bool"),
+        (
+            ["--constant-method", "get_eos_ids=[1,true]"],
+            r"constant method get_eos_ids=\[1, True\] is not a list of ints",
+        ),
+        (["--metadata", "typed.json"], "--metadata .*typed.json: get_vocab_size='many' is not an int"),
+    ],
+)
 def test_cli_refusals_are_one_line(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
     torch.export.save(_export(2)[0], tmp_path / "m.pt2")
@@ -230,5 +287,7 @@ def test_custom_op_without_out_variant_is_refused_by_name():
             return torch.ops.devplan_test.no_out(x) + 1
 
     ep = torch.export.export(Doubler(), (torch.randn(2, 3),))
-    with pytest.raises(DevplanError, match=r"custom op devplan_test.no_out.default has no out variant.*register no_out.out"):
+    with pytest.raises(
+        DevplanError, match=r"custom op devplan_test.no_out.default has no out variant.*register no_out.out"
+    ):
         devplan.compile(ep)

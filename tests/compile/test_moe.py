@@ -6,6 +6,7 @@ loading process has not registered is refused with the --kernels option that reg
 
 The three MoE families of the transformers corpus, in both grad modes, run in
 tests/compile/test_transformers_corpus.py (sweep tier); Mixtral under no_grad runs here."""
+
 from __future__ import annotations
 
 import subprocess
@@ -29,8 +30,10 @@ def _runs_as_eager(module: nn.Module, args: tuple, grad: bool = False, **toleran
         ep = torch.export.export(module, args, strict=False)
     result = devplan.compile(ep)
     (want,) = eager_outputs(module, args)
-    for runtime, (got,) in (("devplan", devplan.run(result.data, list(args))),
-                            ("executorch", run_executorch(result.data, args))):
+    for runtime, (got,) in (
+        ("devplan", devplan.run(result.data, list(args))),
+        ("executorch", run_executorch(result.data, args)),
+    ):
         assert len(got) == len(want), runtime
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, **tolerance, msg=lambda m: f"{runtime}: {m}")
@@ -54,14 +57,18 @@ class Histc(nn.Module):
 _EDGES = torch.tensor([-1.0, 0.0, 0.5, 0.75, 1.0, 1.5, 2.25, 2.9999, 3.0, 3.5, 7.0])
 
 
-@pytest.mark.parametrize("bins,low,high,x", [
-    (4, 0, 3, _EDGES),                                  # transformers' routing: bins = experts, max = experts - 1
-    (5, -0.5, 2.25, _EDGES),
-    (1, 0, 3, _EDGES),
-    (7, -2, 2, torch.randn(3, 5, generator=torch.Generator().manual_seed(0))),  # any shape counts as flat
-    (3, 0, 0, _EDGES),                                  # min == max: the data's own range
-    (3, 1, 1, torch.full((5,), 2.0)),                   # ... one value: widened by one each way
-], ids=["routing", "fractional", "one-bin", "2d", "data-range", "one-value"])
+@pytest.mark.parametrize(
+    "bins,low,high,x",
+    [
+        (4, 0, 3, _EDGES),  # transformers' routing: bins = experts, max = experts - 1
+        (5, -0.5, 2.25, _EDGES),
+        (1, 0, 3, _EDGES),
+        (7, -2, 2, torch.randn(3, 5, generator=torch.Generator().manual_seed(0))),  # any shape counts as flat
+        (3, 0, 0, _EDGES),  # min == max: the data's own range
+        (3, 1, 1, torch.full((5,), 2.0)),  # ... one value: widened by one each way
+    ],
+    ids=["routing", "fractional", "one-bin", "2d", "data-range", "one-value"],
+)
 def test_histc(bins, low, high, x):
     result = _runs_as_eager(Histc(bins, low, high), (x,), rtol=0, atol=0)
     assert "aten::histc.out" not in _calls(result)
@@ -91,8 +98,11 @@ def test_bincount_of_a_size_only_the_data_decides_is_one_line():
             return torch.bincount(x, minlength=4)
 
     ep = torch.export.export(Unbounded(), (torch.tensor([0, 3, 1]),), strict=False)
-    with pytest.raises(DevplanError, match=r"node bincount: op aten\.bincount\.default returns as many counts .*"
-                                           r"torch\._check\(counts\.shape\[0\] == N\)") as refused:
+    with pytest.raises(
+        DevplanError,
+        match=r"node bincount: op aten\.bincount\.default returns as many counts .*"
+        r"torch\._check\(counts\.shape\[0\] == N\)",
+    ) as refused:
         devplan.compile(ep)
     assert "\n" not in str(refused.value)
 
@@ -132,13 +142,32 @@ def _randn(*shape):
 # bfloat16, the one type torch's export takes for _grouped_mm; torch's CPU kernel needs rows of
 # 16 bytes; every offset list ends at the grouped size (the rows past it are left
 # uninitialized by torch's kernel, zeros by the decomposition)
-@pytest.mark.parametrize("x,weight,offs,transposed", [
-    (_randn(8, 8), _randn(3, 8, 16), torch.tensor([2, 2, 8], dtype=torch.int32), False),     # rows grouped, one empty group
-    (_randn(8, 8), _randn(3, 16, 8), torch.tensor([3, 5, 8], dtype=torch.int32), True),      # as transformers passes weights
-    (_randn(8, 16), _randn(16, 8), torch.tensor([8, 8, 16], dtype=torch.int32), False),     # the shared dimension grouped
-    (_randn(3, 8, 16), _randn(24, 16), torch.tensor([8, 16, 24], dtype=torch.int32), True),  # columns grouped
-    (_randn(3, 8, 16), _randn(3, 16, 8), None, False),                                        # batched
-], ids=["rows", "rows-transposed", "shared", "columns", "batched"])
+@pytest.mark.parametrize(
+    "x,weight,offs,transposed",
+    [
+        (
+            _randn(8, 8),
+            _randn(3, 8, 16),
+            torch.tensor([2, 2, 8], dtype=torch.int32),
+            False,
+        ),  # rows grouped, one empty group
+        (
+            _randn(8, 8),
+            _randn(3, 16, 8),
+            torch.tensor([3, 5, 8], dtype=torch.int32),
+            True,
+        ),  # as transformers passes weights
+        (
+            _randn(8, 16),
+            _randn(16, 8),
+            torch.tensor([8, 8, 16], dtype=torch.int32),
+            False,
+        ),  # the shared dimension grouped
+        (_randn(3, 8, 16), _randn(24, 16), torch.tensor([8, 16, 24], dtype=torch.int32), True),  # columns grouped
+        (_randn(3, 8, 16), _randn(3, 16, 8), None, False),  # batched
+    ],
+    ids=["rows", "rows-transposed", "shared", "columns", "batched"],
+)
 def test_grouped_mm(x, weight, offs, transposed):
     result = _runs_as_eager(GroupedMM(weight, offs, transposed), (x,), rtol=1.6e-2, atol=1e-2)
     assert not any("grouped_mm" in op for op in _calls(result))
@@ -161,14 +190,17 @@ def test_mixtral_runs_as_eager(mixtral):
     assert {"aten.histc.default", "transformers.grouped_mm_fallback.default"} <= calls
     result = devplan.compile(ep)
     want = module(*args).logits.detach()
-    for runtime, (got,) in (("devplan", devplan.run(result.data, list(args))),
-                            ("executorch", run_executorch(result.data, args))):
+    for runtime, (got,) in (
+        ("devplan", devplan.run(result.data, list(args))),
+        ("executorch", run_executorch(result.data, args)),
+    ):
         torch.testing.assert_close(got[0], want, rtol=1e-4, atol=1e-5, msg=lambda m: f"{runtime}: {m}")
 
 
 def _devplan(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "devplan", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "devplan", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
 
 
 def _one_line(run: subprocess.CompletedProcess) -> str:
@@ -190,8 +222,9 @@ def test_an_unregistered_op_names_the_kernels_option_that_registers_it(mixtral, 
 
 
 def test_kernels_of_a_module_that_does_not_import_is_one_line(tmp_path):
-    line = _one_line(_devplan("compile", ROOT / "samples" / "mlp.pt2", "-o", tmp_path / "m.pte",
-                              "--kernels", "no_such_op_library"))
+    line = _one_line(
+        _devplan("compile", ROOT / "samples" / "mlp.pt2", "-o", tmp_path / "m.pte", "--kernels", "no_such_op_library")
+    )
     assert "--kernels no_such_op_library: cannot import it (No module named 'no_such_op_library')" in line
     with pytest.raises(DevplanError, match="--kernels no such: not a Python module name"):
         devplan.compile(ROOT / "samples" / "mlp.pt2", kernels=["no such"])
@@ -208,12 +241,15 @@ def test_moe_with_a_dynamic_sequence_runs_at_every_length(family):
 
     module, args, _ = MOE_FAMILIES[family]()
     with torch.no_grad():
-        ep = torch.export.export(module, args, dynamic_shapes=({1: torch.export.Dim("seq", min=2, max=16)},),
-                                 strict=False)
+        ep = torch.export.export(
+            module, args, dynamic_shapes=({1: torch.export.Dim("seq", min=2, max=16)},), strict=False
+        )
     result = devplan.compile(ep)
     for length in (2, 5, 16):
         ids = torch.randint(3, 128, (1, length), generator=torch.Generator().manual_seed(length))
         want = module(ids).logits.detach()
-        for runtime, (got,) in (("devplan", devplan.run(result.data, [ids])),
-                                ("executorch", run_executorch(result.data, (ids,)))):
+        for runtime, (got,) in (
+            ("devplan", devplan.run(result.data, [ids])),
+            ("executorch", run_executorch(result.data, (ids,))),
+        ):
             torch.testing.assert_close(got[0], want, rtol=1e-4, atol=1e-5, msg=lambda m: f"{runtime} {length}: {m}")

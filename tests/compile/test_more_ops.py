@@ -1,5 +1,6 @@
 """More ops through the whole pipeline and the ExecuTorch runtime: factory ops, dtype
 casts, integer math, bool results, multi-output ops with named results, gathers."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,6 +13,7 @@ def m(fn):
     class Wrapped(torch.nn.Module):
         def forward(self, *args):
             return fn(*args)
+
     return Wrapped()
 
 
@@ -33,10 +35,16 @@ cases = {
     "to_dtype": (m(lambda x: (x * 10).to(torch.int32).to(torch.float32)), (x,)),
     "to_same_dtype": (m(lambda x: (x.float(), (x * 2).to(torch.float32) + 1)), (x,)),
     # one decomposition traced once and spliced twice, then both results read by one op
-    "two_splices_one_reader": (m(lambda q, k, v: F.scaled_dot_product_attention(
-        q, torch.zeros(1, 2, 6, 4).index_copy(2, torch.tensor([1, 3]), k),
-        torch.zeros(1, 2, 6, 4).index_copy(2, torch.tensor([1, 3]), v))),
-        (torch.randn(1, 2, 3, 4), torch.randn(1, 2, 2, 4), torch.randn(1, 2, 2, 4))),
+    "two_splices_one_reader": (
+        m(
+            lambda q, k, v: F.scaled_dot_product_attention(
+                q,
+                torch.zeros(1, 2, 6, 4).index_copy(2, torch.tensor([1, 3]), k),
+                torch.zeros(1, 2, 6, 4).index_copy(2, torch.tensor([1, 3]), v),
+            )
+        ),
+        (torch.randn(1, 2, 3, 4), torch.randn(1, 2, 2, 4), torch.randn(1, 2, 2, 4)),
+    ),
     "arange_full": (m(lambda x: x + torch.arange(6) + torch.full((4, 6), 2.0)), (x,)),
     "bool_out": (m(lambda x, y: (x > y) & (y > 0)), (x, y)),
     "mean_var": (m(lambda x: torch.var_mean(x, dim=1)), (x,)),

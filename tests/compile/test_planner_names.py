@@ -1,4 +1,5 @@
 """The compile command's help names exactly the planner's algorithms."""
+
 import re
 
 from typer.testing import CliRunner

@@ -1,5 +1,6 @@
 """A compile shows its stage and the bytes written on stderr when a person watches (a
 terminal), and nothing on a pipe or with --quiet (issue 26)."""
+
 from __future__ import annotations
 
 import io
@@ -13,8 +14,8 @@ import pytest
 from rich.console import Console
 
 import devplan
-from devplan.files import write_atomic
 from devplan.cli.progress import compile_progress
+from devplan.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "samples" / "mlp.pt2"
@@ -45,8 +46,9 @@ def test_nothing_is_shown_off_a_terminal_or_when_quiet():
 
 def test_compile_reports_each_stage_and_the_bytes_as_they_go_out(tmp_path):
     stages, written = [], []
-    result = devplan.compile(MLP, tmp_path / "mlp.pte", on_stage=stages.append,
-                             on_written=lambda done, total: written.append((done, total)))
+    result = devplan.compile(
+        MLP, tmp_path / "mlp.pte", on_stage=stages.append, on_written=lambda done, total: written.append((done, total))
+    )
     size = (tmp_path / "mlp.pte").stat().st_size
     assert stages[0] == "load" and stages[-1] == "write"
     assert written and written[-1] == (size, size) == (result.summary()["file"]["size"],) * 2
@@ -65,9 +67,14 @@ def _compile_on_a_terminal(tmp_path, *options: str) -> tuple[subprocess.Complete
     """devplan compile with stderr a pseudo-terminal: what it printed there, and the run."""
     leader, follower = pty.openpty()
     with open(os.devnull, "rb") as nothing:
-        child = subprocess.Popen([sys.executable, "-m", "devplan", "compile", str(MLP), "-o", str(tmp_path / "m.pte"),
-                                  *options], stdin=nothing, stdout=subprocess.PIPE, stderr=follower, cwd=ROOT,
-                                 env={**os.environ, "TERM": "xterm", "COLUMNS": "120"})
+        child = subprocess.Popen(
+            [sys.executable, "-m", "devplan", "compile", str(MLP), "-o", str(tmp_path / "m.pte"), *options],
+            stdin=nothing,
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            cwd=ROOT,
+            env={**os.environ, "TERM": "xterm", "COLUMNS": "120"},
+        )
     os.close(follower)
     screen = b""
     try:  # read as it goes, so that a full terminal never stops the child
@@ -87,6 +94,10 @@ def test_the_cli_shows_progress_on_a_terminal_only_unless_quiet(tmp_path):
     assert shown.returncode == 0 and "devplan compile: " in screen and b"wrote" in shown.stdout
     quiet, screen = _compile_on_a_terminal(tmp_path, "--quiet")
     assert quiet.returncode == 0 and screen == "" and quiet.stdout == b""
-    piped = subprocess.run([sys.executable, "-m", "devplan", "compile", str(MLP), "-o", str(tmp_path / "p.pte")],
-                           capture_output=True, cwd=ROOT, timeout=300)
+    piped = subprocess.run(
+        [sys.executable, "-m", "devplan", "compile", str(MLP), "-o", str(tmp_path / "p.pte")],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert piped.returncode == 0 and piped.stderr == b""

@@ -3,6 +3,7 @@
 of the same quantizer configuration computes (to_edge_transform_and_lower with the
 XnnpackPartitioner, run on ExecuTorch's runtime), plans no more bytes, and the report says
 what quantizing cost; each refusal is one line."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,7 +15,13 @@ from devplan.errors import DevplanError
 from testbed.executorch import planned_bytes
 from testbed.lowerings import patterns_exported_once
 from testbed.models import run_executorch
-from testbed.quantize_models import calibration, executorch_quantized, executorch_quantized_edge, exported, float_computed
+from testbed.quantize_models import (
+    calibration,
+    executorch_quantized,
+    executorch_quantized_edge,
+    exported,
+    float_computed,
+)
 from tests.tiers import tiered
 
 pytest.importorskip("executorch.backends.xnnpack.quantizer.xnnpack_quantizer")
@@ -50,8 +57,9 @@ def assert_as_executorchs(result, theirs: bytes, inputs) -> None:
 
 @pytest.mark.sweep  # a transformers model through two quantized lowerings: tens of seconds each
 # CI-sized: a conv net and an encoder; MobileNetV2 and Llama (a minute each) belong to a benchmark
-@pytest.mark.parametrize("model,mode", [(model, mode) for model in ("resnet", "bert")
-                                        for mode in ("dynamic-int8", "dynamic-int4")])
+@pytest.mark.parametrize(
+    "model,mode", [(model, mode) for model in ("resnet", "bert") for mode in ("dynamic-int8", "dynamic-int4")]
+)
 def test_dynamic_modes_compute_what_executorchs_program_computes(model, mode):
     ep, inputs = exported(model, "tiny")
     result = compiled(ep, quantize=mode)
@@ -80,8 +88,9 @@ def test_static_int8_with_calibration_computes_what_executorchs_static_flow_comp
 
 
 @pytest.mark.sweep  # two quantized lowerings of a conv net or an encoder: 40-130 s each on 2 busy cores
-@pytest.mark.parametrize("model,mode", [(model, mode) for model in ("mobilenet_v3", "vit")
-                                        for mode in ("dynamic-int8", "int8")])
+@pytest.mark.parametrize(
+    "model,mode", [(model, mode) for model in ("mobilenet_v3", "vit") for mode in ("dynamic-int8", "int8")]
+)
 def test_mobilenet_v3_and_vit_compute_what_executorchs_flows_compute(model, mode):
     """Issue 39's acceptance beside ResNet and BERT: the dynamic program and the static one
     calibrated on 8 inputs, each against ExecuTorch's flow of the same configuration."""
@@ -136,8 +145,9 @@ def test_static_int8_leaves_in_float_the_pads_executorchs_own_program_computes_i
     assert_as_executorchs(result, edge.to_executorch().buffer, samples[0])
 
 
-@pytest.mark.parametrize("mode,ratio", tiered([("dynamic-int8", 0.35), ("int8", 0.35), ("dynamic-int4", 0.2)],
-                                              [("dynamic-int8", 0.35)]))
+@pytest.mark.parametrize(
+    "mode,ratio", tiered([("dynamic-int8", 0.35), ("int8", 0.35), ("dynamic-int4", 0.2)], [("dynamic-int8", 0.35)])
+)
 def test_quantized_program_is_a_fraction_of_the_float_ones_size(mode, ratio):
     ep, inputs = _wide_mlp()
     result = compiled(ep, quantize=mode, calibration=[inputs] if mode == "int8" else None)
@@ -201,8 +211,12 @@ class Masked(nn.Module):
 def _dynamic():
     torch.manual_seed(0)
     batch = torch.export.Dim("batch", min=1, max=16)
-    return torch.export.export(Masked().eval(), (torch.randn(4, 8),), {"mask": torch.ones(4, 8)},
-                               dynamic_shapes={"x": {0: batch}, "mask": {0: batch}})
+    return torch.export.export(
+        Masked().eval(),
+        (torch.randn(4, 8),),
+        {"mask": torch.ones(4, 8)},
+        dynamic_shapes={"x": {0: batch}, "mask": {0: batch}},
+    )
 
 
 def test_a_dynamic_export_stays_dynamic_and_calibrates_within_its_range():
@@ -214,8 +228,12 @@ def test_a_dynamic_export_stays_dynamic_and_calibrates_within_its_range():
         assert ours.shape == (len(inputs[0]), 8)
         torch.testing.assert_close(ours, ep.module()(inputs[0], mask=inputs[1]), rtol=0, atol=0.05)
     assert result.summary()["quantization"]["float_ops"] == {"aten::mul.Tensor": 1}
-    _refused(ep, r"sample 0, input 'x' is float32 \[17, 8\]; the program takes float32 \[1..16, 8\]",
-             quantize="int8", calibration=[(torch.randn(17, 8), torch.ones(17, 8))])
+    _refused(
+        ep,
+        r"sample 0, input 'x' is float32 \[17, 8\]; the program takes float32 \[1..16, 8\]",
+        quantize="int8",
+        calibration=[(torch.randn(17, 8), torch.ones(17, 8))],
+    )
 
 
 def _refused(ep, match: str, **choices) -> str:
@@ -240,12 +258,18 @@ def test_an_export_already_quantized_is_refused():
     _refused(ep, "already quantized .*quantized_decomposed::", quantize="dynamic-int8")
 
 
-@pytest.mark.parametrize("samples,match", [
-    ([], "holds no inputs"),
-    ([(torch.randn(4, 64), torch.randn(4, 64))], r"sample 0 has 2 inputs, the program takes 1 \(input\)"),
-    ([(torch.randn(4, 64),), (torch.randn(3, 64),)], r"sample 1, input 'input' is float32 \[3, 64\]; the program takes float32 \[4, 64\]"),
-    ([(torch.randn(4, 64, dtype=torch.float64),)], r"input 'input' is float64 \[4, 64\]"),
-])
+@pytest.mark.parametrize(
+    "samples,match",
+    [
+        ([], "holds no inputs"),
+        ([(torch.randn(4, 64), torch.randn(4, 64))], r"sample 0 has 2 inputs, the program takes 1 \(input\)"),
+        (
+            [(torch.randn(4, 64),), (torch.randn(3, 64),)],
+            r"sample 1, input 'input' is float32 \[3, 64\]; the program takes float32 \[4, 64\]",
+        ),
+        ([(torch.randn(4, 64, dtype=torch.float64),)], r"input 'input' is float64 \[4, 64\]"),
+    ],
+)
 def test_calibration_inputs_of_the_wrong_count_shape_or_dtype_are_refused(samples, match):
     ep, _ = _wide_mlp()
     _refused(ep, match, quantize="int8", calibration=samples)
@@ -259,13 +283,16 @@ def test_a_calibration_file_that_is_not_a_list_of_inputs_is_refused(tmp_path):
     _refused(ep, "not a file saved with torch.save", quantize="int8", calibration=tmp_path / "junk.pt")
 
 
-@pytest.mark.parametrize("choices,match", [
-    ({"quantize": "int8"}, "needs --calibration FILE.pt"),
-    ({"quantize": "int3"}, "unknown mode; use one of: dynamic-int8, int8, dynamic-int4"),
-    ({"calibration": [(torch.randn(4, 64),)]}, "--calibration: only with --quantize"),
-    ({"quantize": "dynamic-int8", "delegates": ["cuda:0"]}, "--delegate cuda:0 cannot run the quantized ops"),
-    ({"quantize": "dynamic-int8", "backends": ["tests.partitioners:AddsTo"]}, "cannot run the quantized ops"),
-])
+@pytest.mark.parametrize(
+    "choices,match",
+    [
+        ({"quantize": "int8"}, "needs --calibration FILE.pt"),
+        ({"quantize": "int3"}, "unknown mode; use one of: dynamic-int8, int8, dynamic-int4"),
+        ({"calibration": [(torch.randn(4, 64),)]}, "--calibration: only with --quantize"),
+        ({"quantize": "dynamic-int8", "delegates": ["cuda:0"]}, "--delegate cuda:0 cannot run the quantized ops"),
+        ({"quantize": "dynamic-int8", "backends": ["tests.partitioners:AddsTo"]}, "cannot run the quantized ops"),
+    ],
+)
 def test_options_quantizing_cannot_use_are_refused_before_anything_is_loaded(choices, match):
     with pytest.raises(DevplanError, match=match):
         devplan.compile("no-such.pt2", **choices)
@@ -287,8 +314,10 @@ def test_the_command_line_refuses_in_one_line_and_reports_the_cost(tmp_path):
     torch.export.save(ep, tmp_path / "m.pt2")
     assert_one_line_error(devplan_cli("compile", tmp_path / "m.pt2", "--quantize", "int8"), "needs --calibration")
     torch.save([(torch.randn(4, 32),)], tmp_path / "bad.pt")
-    assert_one_line_error(devplan_cli("compile", tmp_path / "m.pt2", "--quantize", "int8", "--calibration",
-                                      tmp_path / "bad.pt"), "input 'input' is float32 [4, 32]")
+    assert_one_line_error(
+        devplan_cli("compile", tmp_path / "m.pt2", "--quantize", "int8", "--calibration", tmp_path / "bad.pt"),
+        "input 'input' is float32 [4, 32]",
+    )
     torch.save([inputs] * 8, tmp_path / "good.pt")
     done = devplan_cli("compile", tmp_path / "m.pt2", "--quantize", "int8", "--calibration", tmp_path / "good.pt")
     assert done.returncode == 0, done.stderr

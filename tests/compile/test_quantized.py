@@ -3,6 +3,7 @@ quantizer leave quantize and dequantize ops (quantized_decomposed::*) around flo
 devplan lowers them to the out variants of ExecuTorch's quantized kernel library, keeps the
 weights int8 in the program, and both runtimes compute what the quantized module computes
 in eager, with plans no larger than ExecuTorch's own lowering of the same program."""
+
 from __future__ import annotations
 
 import subprocess
@@ -39,8 +40,13 @@ def assert_weights_stay_int8(ep, result) -> int:
 
 
 # dynamic: linear layers only; the fast tier keeps each config once
-@pytest.mark.parametrize("model,config", tiered([(m, c) for m in MODELS for c in CONFIGS if (m, c) != ("conv1d_bn", "dynamic")],
-                                                [("mlp", "per_tensor"), ("cnn", "per_channel"), ("attention", "dynamic")]))
+@pytest.mark.parametrize(
+    "model,config",
+    tiered(
+        [(m, c) for m in MODELS for c in CONFIGS if (m, c) != ("conv1d_bn", "dynamic")],
+        [("mlp", "per_tensor"), ("cnn", "per_channel"), ("attention", "dynamic")],
+    ),
+)
 def test_quantized_program_runs_in_both_runtimes(model, config):
     ep, module, args = quantize(model, config)
     want = module(*args)
@@ -54,8 +60,13 @@ def test_quantized_program_runs_in_both_runtimes(model, config):
     assert planned_bytes(result.data) <= planned_bytes(executorch_lowered(ep))
 
 
-@pytest.mark.parametrize("model,config", tiered([(m, c) for m in MODELS for c in ("per_tensor", "dynamic")
-                                                 if (m, c) != ("conv1d_bn", "dynamic")], [("mlp", "per_tensor")]))
+@pytest.mark.parametrize(
+    "model,config",
+    tiered(
+        [(m, c) for m in MODELS for c in ("per_tensor", "dynamic") if (m, c) != ("conv1d_bn", "dynamic")],
+        [("mlp", "per_tensor")],
+    ),
+)
 def test_devplans_runtime_runs_executorchs_own_quantized_programs(model, config):
     """ExecuTorch's lowering of the same quantized program (its quantized kernels included)
     runs in devplan's runtime as in ExecuTorch's, through the same reader as devplan's own."""
@@ -87,8 +98,11 @@ def test_a_saved_quantized_archive_compiles_in_a_fresh_process(tmp_path):
     """Loading a .pt2 needs the quantized_decomposed ops defined; devplan defines them itself."""
     ep, _, _ = quantize("mlp", "per_tensor")
     torch.export.save(ep, tmp_path / "q.pt2")
-    done = subprocess.run([sys.executable, "-m", "devplan", "compile", str(tmp_path / "q.pt2"), "-o",
-                           str(tmp_path / "q.pte")], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "devplan", "compile", str(tmp_path / "q.pt2"), "-o", str(tmp_path / "q.pte")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert devplan.read_pte(tmp_path / "q.pte").program.executionPlan[0].operators
 
@@ -103,13 +117,15 @@ def test_an_op_no_library_defines_is_named_in_one_line(tmp_path):
         "lib = torch.library.Library('devplan_test', 'DEF')\n"
         "lib.define('twice(Tensor x) -> Tensor')\n"
         "lib.impl('twice', lambda x: x * 2, 'CompositeExplicitAutograd')\n"
-        "torch.library.register_fake('devplan_test::twice')(lambda x: torch.empty_like(x))\n")
+        "torch.library.register_fake('devplan_test::twice')(lambda x: torch.empty_like(x))\n"
+    )
     (tmp_path / "twice_ops.py").write_text(library)
     script = (
         "import torch, twice_ops\n"
         "class M(torch.nn.Module):\n"
         "    def forward(self, x): return torch.ops.devplan_test.twice(x) + 1\n"
-        f"torch.export.save(torch.export.export(M(), (torch.randn(3),)), {str(tmp_path / 'c.pt2')!r})\n")
+        f"torch.export.save(torch.export.export(M(), (torch.randn(3),)), {str(tmp_path / 'c.pt2')!r})\n"
+    )
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, cwd=tmp_path)
     compile_c = [sys.executable, "-m", "devplan", "compile", str(tmp_path / "c.pt2"), "-o", str(tmp_path / "c.pte")]
     done = subprocess.run(compile_c, capture_output=True, text=True, cwd=tmp_path)
@@ -135,10 +151,17 @@ def test_a_dtype_code_torch_does_not_define_is_refused_not_a_crash():
     pte = read_pte(devplan.compile(ep).data)
     program = copy.deepcopy(pte.program)
     plan = program.executionPlan[0]
-    op = next(i for i, o in enumerate(plan.operators)
-              if (o.name.decode() if isinstance(o.name, bytes) else o.name) == "quantized_decomposed::quantize_per_tensor")
-    call = next(i.instrArgs for c in plan.chains for i in c.instructions
-                if hasattr(i.instrArgs, "opIndex") and i.instrArgs.opIndex == op)
+    op = next(
+        i
+        for i, o in enumerate(plan.operators)
+        if (o.name.decode() if isinstance(o.name, bytes) else o.name) == "quantized_decomposed::quantize_per_tensor"
+    )
+    call = next(
+        i.instrArgs
+        for c in plan.chains
+        for i in c.instructions
+        if hasattr(i.instrArgs, "opIndex") and i.instrArgs.opIndex == op
+    )
     dtype_position = [a.name for a in QUANTIZED["quantized_decomposed::quantize_per_tensor"].arguments].index("dtype")
     plan.values[call.args[dtype_position]].val.intVal = 50  # past torch's table: it reads whatever lies there
     with pytest.raises(DevplanError, match=r"dtype is 50, no ScalarType code"):

@@ -9,6 +9,7 @@ For every case: devplan compiles it, devplan's runtime and ExecuTorch's both com
 the converted module computes in eager (exactly, up to float noise), its int8 weights stay
 int8, and devplan plans no more bytes than ExecuTorch's own lowering of the same program.
 A case is skipped only where torch.export, the quantizer or ExecuTorch's lowering fails."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,9 +21,9 @@ from torch.utils import _pytree as pytree
 
 import devplan
 import devplan.runtime
-from tests.compile.test_quantized import QUANTIZED_KERNELS, assert_calls_quantized_kernels, assert_weights_stay_int8
-from testbed.models import pt2e_quantize, run_executorch
 from testbed.executorch import executorch_pte
+from testbed.models import pt2e_quantize, run_executorch
+from tests.compile.test_quantized import QUANTIZED_KERNELS, assert_calls_quantized_kernels, assert_weights_stay_int8
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 
@@ -411,14 +412,28 @@ MODELS = {
 }
 
 # weights per tensor or per channel; activations static, or quantized at run time (dynamic)
-CONFIGS = {"per_tensor": {}, "per_channel": {"is_per_channel": True},
-           "dynamic": {"is_per_channel": True, "is_dynamic": True}}
+CONFIGS = {
+    "per_tensor": {},
+    "per_channel": {"is_per_channel": True},
+    "dynamic": {"is_per_channel": True, "is_dynamic": True},
+}
 
 # The dynamic config quantizes linear layers and lone convolutions only: these models stay
 # float under it (nothing to test). The quantizer also leaves grouped ConvTranspose2d float
 # under every config, so the sweep has none.
-FLOAT = {(model, "dynamic") for model in ("conv_stride_pad_dilation", "conv_bn_relu", "depthwise_bn_relu6", "conv1d",
-                                         "conv_transpose", "conv_transpose_bn_relu", "max_pool", "add_mul_inputs")}
+FLOAT = {
+    (model, "dynamic")
+    for model in (
+        "conv_stride_pad_dilation",
+        "conv_bn_relu",
+        "depthwise_bn_relu6",
+        "conv1d",
+        "conv_transpose",
+        "conv_transpose_bn_relu",
+        "max_pool",
+        "add_mul_inputs",
+    )
+}
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -440,8 +455,9 @@ def quantize(make, inputs, config: str, dynamic_shapes=None):
         ep, converted = pt2e_quantize(module, args, dynamic_shapes=dynamic_shapes, **CONFIGS[config])
     except Exception as error:
         pytest.skip(f"torch.export or the quantizer fails: {_line(error)}")
-    assert any(str(n.target).startswith("quantized_decomposed.") for n in ep.graph.nodes), \
+    assert any(str(n.target).startswith("quantized_decomposed.") for n in ep.graph.nodes), (
         "the quantizer left the model float: nothing to test"
+    )
     return ep, converted, args
 
 
@@ -570,8 +586,9 @@ def kernels_anywhere(result) -> set[str]:
     found = {k.op for k in result.planned.method.kernels if k.delegate is None}
     for delegate in result.planned.method.delegates:
         payload = devplan.read_pte(delegate.payload).program.executionPlan[0]
-        found |= {f"{text(op.name)}.{text(op.overload)}" if text(op.overload) else text(op.name)
-                  for op in payload.operators}
+        found |= {
+            f"{text(op.name)}.{text(op.overload)}" if text(op.overload) else text(op.name) for op in payload.operators
+        }
     return found
 
 
@@ -598,5 +615,8 @@ def test_delegated_quantized_model_with_a_dynamic_batch(config):
     result = devplan.compile(ep, delegates=["cuda:0"])
     assert result.planned.method.delegates and kernels_anywhere(result) & QUANTIZED_KERNELS
     for batch, smaller in smaller_batches(args):
-        assert_outputs(run_devplan(result.data, smaller, devices_on_host=True), eager(module, smaller),
-                       f"devplan's runtime, batch {batch}")
+        assert_outputs(
+            run_devplan(result.data, smaller, devices_on_host=True),
+            eager(module, smaller),
+            f"devplan's runtime, batch {batch}",
+        )

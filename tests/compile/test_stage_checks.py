@@ -1,5 +1,6 @@
 """The checks between stages (devplan/wellformed.py): a deliberately broken pass is caught
 right after it runs, and the internal error names its stage, not a later one that trips."""
+
 from __future__ import annotations
 
 import sys
@@ -49,8 +50,10 @@ def _method_pass(monkeypatch, stage: str, broken) -> None:
     original = devplan.passes.method_passes
 
     def chosen(options, role=PROGRAM):
-        return [(name, (lambda m, run=run: broken(run(m))) if name == stage else run)
-                for name, run in original(options, role)]
+        return [
+            (name, (lambda m, run=run: broken(run(m))) if name == stage else run)
+            for name, run in original(options, role)
+        ]
 
     monkeypatch.setattr(devplan.compiler, "method_passes", chosen)
 
@@ -97,11 +100,14 @@ def _a_tensor_without_a_spec(method: Method) -> Method:
     return replace(method, values=tuple(7 if i == read else v for i, v in enumerate(method.values)))
 
 
-@pytest.mark.parametrize(("stage", "broken", "needle"), [
-    ("compact", _reversed, "before any instruction writes it"),
-    ("alias", _arguments_to_spare, "its schema takes"),
-    ("copies", _a_tensor_without_a_spec, ", a int"),
-])
+@pytest.mark.parametrize(
+    ("stage", "broken", "needle"),
+    [
+        ("compact", _reversed, "before any instruction writes it"),
+        ("alias", _arguments_to_spare, "its schema takes"),
+        ("copies", _a_tensor_without_a_spec, ", a int"),
+    ],
+)
 def test_the_method_check_names_the_pass_that_broke_it(exported, monkeypatch, stage, broken, needle):
     _method_pass(monkeypatch, stage, broken)
     error = _caught(exported)
@@ -114,7 +120,9 @@ def test_the_checks_are_off_in_a_normal_compile_and_on_with_debug(tmp_path, monk
     monkeypatch.delenv("DEVPLAN_CHECK_STAGES")
     assert CompileOptions().checks is False
     _method_pass(monkeypatch, "compact", _reversed)
-    monkeypatch.setattr(sys, "argv", ["devplan", "--debug", "compile", "samples/mlp.pt2", "-o", str(tmp_path / "m.pte")])
+    monkeypatch.setattr(
+        sys, "argv", ["devplan", "--debug", "compile", "samples/mlp.pt2", "-o", str(tmp_path / "m.pte")]
+    )
     with pytest.raises(SystemExit) as exit:
         devplan.cli.main()
     assert exit.value.code == 3
@@ -130,7 +138,8 @@ def test_kernels_of_a_built_method_are_checked_against_their_schemas(exported):
     planned = devplan.compile(exported, checks=True).planned
     check_method(planned.method)
     kernel = planned.method.kernels[0]
-    wrong = replace(planned.method, kernels=(Kernel("aten::no_such_op.out", kernel.args, kernel.node),
-                                             *planned.method.kernels[1:]))
+    wrong = replace(
+        planned.method, kernels=(Kernel("aten::no_such_op.out", kernel.args, kernel.node), *planned.method.kernels[1:])
+    )
     with pytest.raises(Malformed, match="no operator of that name has a schema"):
         check_method(wrong)

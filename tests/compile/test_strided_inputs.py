@@ -4,6 +4,7 @@ views (adaptive pooling to 1 ends in `as_strided_`), which have no portable kern
 lowers them to the copy forms or to cheaper equivalents, never refuses them, and each program
 runs on devplan's runtime and ExecuTorch's with eager's results. A tiny transformers Swin,
 whose pooler pools `x.transpose(1, 2)`, compiles and plans no more than ExecuTorch."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,10 +14,10 @@ from testbed.models import eager_outputs, run_executorch
 
 # each takes a (2, 6, 8, 10) tensor and makes it non-contiguous
 VIEWS = {
-    "transpose": lambda x: x.transpose(1, 3),                         # (2, 10, 8, 6)
-    "permute": lambda x: x.permute(0, 3, 1, 2),                       # (2, 10, 6, 8)
-    "step_slice": lambda x: x[:, :, ::2, 1::3],                       # (2, 6, 4, 3)
-    "expand": lambda x: x[:, :, :1, :].expand(2, 6, 5, 10),           # (2, 6, 5, 10)
+    "transpose": lambda x: x.transpose(1, 3),  # (2, 10, 8, 6)
+    "permute": lambda x: x.permute(0, 3, 1, 2),  # (2, 10, 6, 8)
+    "step_slice": lambda x: x[:, :, ::2, 1::3],  # (2, 6, 4, 3)
+    "expand": lambda x: x[:, :, :1, :].expand(2, 6, 5, 10),  # (2, 6, 5, 10)
 }
 
 # each takes a 4-D non-contiguous tensor; the 1-D ones pool its last dim over rows of dim 1
@@ -57,7 +58,10 @@ def check(module, args, **compile_options):
     module.eval()
     result = devplan.compile(torch.export.export(module, args, strict=False), **compile_options)
     want = eager_outputs(module, args)[0]
-    for runtime, got in (("devplan", devplan.run(result.data, args)[0]), ("executorch", run_executorch(result.data, args)[0])):
+    for runtime, got in (
+        ("devplan", devplan.run(result.data, args)[0]),
+        ("executorch", run_executorch(result.data, args)[0]),
+    ):
         assert len(got) == len(want), runtime
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5, msg=lambda m: f"{runtime}: {m}")
@@ -83,8 +87,9 @@ def test_adaptive_pooling_to_one_is_a_mean():
 def _swin():
     from transformers import SwinConfig, SwinForImageClassification
 
-    config = SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=2,
-                        num_labels=10)
+    config = SwinConfig(
+        image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[1, 2], window_size=2, num_labels=10
+    )
     torch.manual_seed(0)
     return SwinForImageClassification(config).eval(), (torch.randn(1, 3, 32, 32),)
 
@@ -100,7 +105,10 @@ def test_swin_compiles_matches_eager_and_plans_no_more_than_executorch(grad):
         ep = torch.export.export(module, args, strict=False)
     result = devplan.compile(ep)
     want = [t for t in eager_outputs(module, args)[0]]
-    for runtime, got in (("devplan", devplan.run(result.data, args)[0]), ("executorch", run_executorch(result.data, args)[0])):
+    for runtime, got in (
+        ("devplan", devplan.run(result.data, args)[0]),
+        ("executorch", run_executorch(result.data, args)[0]),
+    ):
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4, msg=lambda m: f"{runtime}: {m}")
     theirs = min(planned_bytes(executorch_pte(ep, const_prop=const_prop)) for const_prop in (False, True))

@@ -38,6 +38,7 @@ Floats compare at rtol=1e-4, atol=1e-5 (integers exactly). A case torch.export o
 cannot handle xfails naming them ("torch.export: ...", "executorch: ..."); devplan's own
 failures fail. Marked `sweep`: deselect with -m "not sweep". About 5 minutes on 2 cores, more than half of
 it in ExecuTorch's lowering for test_planned_bytes."""
+
 from __future__ import annotations
 
 import copy
@@ -78,6 +79,7 @@ def _first_line(error: BaseException) -> str:
 def _memo(fn):
     """lru_cache that also remembers a raised exception and raises it again, so that the
     checks sharing a failed stage do not pay for it again."""
+
     @functools.lru_cache(maxsize=None)
     def outcome(*key):
         try:
@@ -143,13 +145,15 @@ def _compare(runtime: str, got_runs: list[list], want_runs: list[list]) -> None:
         for i, (g, w) in enumerate(zip(got, want)):
             where = f"{runtime} run {run} output {i}"
             assert isinstance(g, Tensor), f"{where}: {type(g).__name__} instead of a tensor"
-            assert (g.dtype, g.shape) == (w.dtype, w.shape), \
+            assert (g.dtype, g.shape) == (w.dtype, w.shape), (
                 f"{where}: {g.dtype}{tuple(g.shape)} instead of {w.dtype}{tuple(w.shape)}"
+            )
             tolerance = {"rtol": RTOL, "atol": ATOL} if w.dtype.is_floating_point else {"rtol": 0, "atol": 0}
             torch.testing.assert_close(g, w, **tolerance, msg=lambda m: f"{where}: {m}")
 
 
 # ------------------------------------------------------------------------------ per export mode
+
 
 @pytest.mark.parametrize("name,mode", CASES, ids=IDS)
 def test_executorch_runtime(name, mode):
@@ -166,6 +170,7 @@ def test_devplan_runtime(name, mode):
 
 
 # ------------------------------------------------------------------------------- per family
+
 
 def _executorch_baseline(ep: torch.export.ExportedProgram) -> tuple[int, str]:
     """ExecuTorch's smaller planned total over its two configurations (default, constant
@@ -200,8 +205,9 @@ def _executorch_sizes(ep: torch.export.ExportedProgram) -> tuple[dict[str, int],
         placeholders = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]
         for config, const_prop in (("const_prop", True), ("default", False)):
             config_edge = copy.deepcopy(edge) if const_prop else edge
-            backend = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(placeholders)],
-                                              do_quant_fusion_and_const_prop=const_prop)
+            backend = ExecutorchBackendConfig(
+                passes=[InitializedMutableBufferPass(placeholders)], do_quant_fusion_and_const_prop=const_prop
+            )
             try:
                 sizes[config] = planned_bytes(config_edge.to_executorch(backend).buffer)
             except Exception as error:  # ExecuTorch's own failure
@@ -308,8 +314,13 @@ def cli_runs(tmp_path_factory) -> dict[str, dict]:
         if ep is not None:
             paths[name] = folder / f"{name}.pt2"
             torch.export.save(ep, paths[name])
-    run = subprocess.run([sys.executable, "-c", _CLI_DRIVER, *map(str, paths.values())], capture_output=True,
-                         text=True, cwd=ROOT, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-c", _CLI_DRIVER, *map(str, paths.values())],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     return {Path(path).stem: report for path, report in json.loads(run.stdout.splitlines()[-1]).items()}
 
@@ -325,8 +336,9 @@ def test_cli_compile(name, cli_runs):
         assert "wrote" in report["stdout"], text
     else:
         lines = report["stderr"].strip().splitlines()
-        assert report["code"] == 2 and len(lines) == 1 and lines[0].startswith("devplan: error:"), \
+        assert report["code"] == 2 and len(lines) == 1 and lines[0].startswith("devplan: error:"), (
             f"exit {report['code']}: {text[-2000:]}"
+        )
     if name in MOE_FAMILIES:  # transformers, never imported here, registers their routing's op
         assert report["code"] == 2 and report["stderr"].strip().endswith("pass --kernels transformers"), text[-2000:]
 
@@ -339,8 +351,9 @@ def test_compile_in_one_process(name, cli_runs):
     _program(name, BYTES_MODE)
     report = cli_runs[name]
     fresh = "ok" if report["code"] == 0 else "DevplanError" if report["code"] == 2 else f"exit {report['code']}"
-    assert report["in_process"].partition(":")[0] == fresh, \
+    assert report["in_process"].partition(":")[0] == fresh, (
         f"in one process: {report['in_process']}; in a fresh process: {fresh}"
+    )
 
 
 # ---------------------------------------------------------------------------- static KV cache
@@ -397,8 +410,10 @@ def _static_cache_program(mode: str) -> torch.export.ExportedProgram:
         with pytest.raises(DevplanError, match="writes in place to .*lifted as a constant") as refused:
             devplan.compile(copy.deepcopy(ep))
         assert "\n" not in str(refused.value)
-        pytest.xfail(f"torch.export: non-strict export lifts the cache as constants that the program writes in "
-                     f"place; torch's own run_decompositions fails on it ({reason}), as ExecuTorch's lowering does")
+        pytest.xfail(
+            f"torch.export: non-strict export lifts the cache as constants that the program writes in "
+            f"place; torch's own run_decompositions fails on it ({reason}), as ExecuTorch's lowering does"
+        )
     return ep
 
 
@@ -412,8 +427,17 @@ def _static_cache_functionalizes(mode: str) -> str | None:
     return None
 
 
-_release_caches = released_after_module(built, exported, compiled, expected, static_cache, static_cache_exported,
-                                        static_cache_compiled, _static_cache_in_torch, _static_cache_functionalizes)
+_release_caches = released_after_module(
+    built,
+    exported,
+    compiled,
+    expected,
+    static_cache,
+    static_cache_exported,
+    static_cache_compiled,
+    _static_cache_in_torch,
+    _static_cache_functionalizes,
+)
 
 
 @pytest.mark.parametrize("mode", list(STATIC_MODES))

@@ -1,6 +1,7 @@
 """Ops whose result is a run of their input's bytes (view, unsqueeze, clone, a leading-dim
 slice, split or select, an expand to the same shape) run no kernel: the result shares the
 input's storage at its offset there, and that storage lives until the last view's last use."""
+
 import torch
 
 import devplan
@@ -41,8 +42,11 @@ def test_views_share_storage_and_run_no_kernel():
     views = [(i, v) for i, v in enumerate(method.values) if isinstance(v, TensorSpec) and v.alias_of is not None]
     # the view and unsqueeze results feed only other views, so only the clone's result is a value
     assert len(views) == 1
-    assert all(isinstance(v, TensorSpec) and v.mem_id is not None for v in method.values
-               if isinstance(v, TensorSpec) and not v.constant)
+    assert all(
+        isinstance(v, TensorSpec) and v.mem_id is not None
+        for v in method.values
+        if isinstance(v, TensorSpec) and not v.constant
+    )
     for _index, view in views:
         root = method.values[view.alias_of]
         assert (view.mem_id, view.offset, view.nbytes) == (root.mem_id, root.offset, root.nbytes)
@@ -50,8 +54,15 @@ def test_views_share_storage_and_run_no_kernel():
     # the relu result's storage stays reserved until the mul reads the last view of it
     relu = method.values[views[0][1].alias_of]
     mul_step = next(i for i, k in enumerate(method.kernels) if k.op == "aten::mul.Scalar_out")
-    others = [v for i, v in enumerate(method.values) if isinstance(v, TensorSpec) and v.mem_id is not None
-              and v.alias_of is None and v is not relu and v.lifetime[0] <= mul_step <= v.lifetime[1]]
+    others = [
+        v
+        for i, v in enumerate(method.values)
+        if isinstance(v, TensorSpec)
+        and v.mem_id is not None
+        and v.alias_of is None
+        and v is not relu
+        and v.lifetime[0] <= mul_step <= v.lifetime[1]
+    ]
     for other in others:
         assert other.offset + other.nbytes <= relu.offset or relu.offset + relu.nbytes <= other.offset
     got = run_executorch(result.data, args)[0][0]
@@ -74,12 +85,12 @@ class Slices(torch.nn.Module):
     are runs of their source's bytes; a slice along a later dim is not."""
 
     def forward(self, x):
-        h = x * 2.0                      # (4, 3, 5): a planned intermediate to slice
-        rows = h[1:3]                    # bytes 60..180 of h
+        h = x * 2.0  # (4, 3, 5): a planned intermediate to slice
+        rows = h[1:3]  # bytes 60..180 of h
         first, rest = torch.split(h, [1, 3])
         last = h.select(0, 3)
         same = h.expand(4, 3, 5)
-        cols = h[:, 1:]                  # strided in h: must be copied
+        cols = h[:, 1:]  # strided in h: must be copied
         return rows + 1, first - rest[1:2], last * 3, same.sum(0), cols.mean(1)
 
 
@@ -88,11 +99,11 @@ def test_contiguous_slices_become_views_at_their_offsets():
     result, method = compiled(Slices(), args)
     ops = [k.op for k in method.kernels]
     assert not {"aten::split_with_sizes_copy.out", "aten::select_copy.int_out", "aten::expand_copy.out"} & set(ops)
-    assert ops.count("aten::slice_copy.Tensor_out") == 1     # only the strided h[:, 1:]
+    assert ops.count("aten::slice_copy.Tensor_out") == 1  # only the strided h[:, 1:]
     h = next(k.args[-1] for k in method.kernels if k.op == "aten::mul.Scalar_out")
     row = 3 * 5 * 4
     starts = sorted({v.alias_offset for v in method.values if isinstance(v, TensorSpec) and v.alias_of == h})
-    assert starts == [0, row, 2 * row, 3 * row]              # h itself, h[1:], rest[1:2] at row 2, h[3]
+    assert starts == [0, row, 2 * row, 3 * row]  # h itself, h[1:], rest[1:2] at row 2, h[3]
     for view in (v for v in method.values if isinstance(v, TensorSpec) and v.alias_of == h):
         assert view.offset == method.values[h].offset + view.alias_offset
         assert view.alias_offset + view.nbytes <= method.values[h].nbytes

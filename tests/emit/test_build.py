@@ -1,4 +1,5 @@
 """Method building at the edges: outputs that are inputs, weights or views; number inputs."""
+
 import pytest
 import torch
 
@@ -20,10 +21,13 @@ class NumberInput(torch.nn.Module):
         return x * n + scale
 
 
-@pytest.mark.parametrize("module, args", [
-    (Passthrough(), (torch.randn(3),)),
-    (NumberInput(), (torch.randn(3), 2, 0.5)),
-])
+@pytest.mark.parametrize(
+    "module, args",
+    [
+        (Passthrough(), (torch.randn(3),)),
+        (NumberInput(), (torch.randn(3), 2, 0.5)),
+    ],
+)
 def test_runtime_matches_eager(module, args):
     module.eval().requires_grad_(False)
     result = devplan.compile(torch.export.export(module, args, strict=False))

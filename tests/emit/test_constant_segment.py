@@ -3,6 +3,7 @@ found by size and a sampled fingerprint and then compared in full, so tensors th
 where the fingerprint does not look stay apart; the initial state is what it was at compile
 time even when running the model changes it before the bytes are asked for; and the bytes a
 compile writes are the bytes CompileResult.data gives."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """The program's stacktraces name source files from their package or project root, so the same
 model compiled on two machines (or from two checkouts) gives the same bytes."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +9,7 @@ import torch
 
 import devplan
 
-MODEL = '''
+MODEL = """
 import torch
 
 
@@ -19,7 +20,7 @@ class Net(torch.nn.Module):
 
     def forward(self, x):
         return torch.relu(self.fc(x)) + 1
-'''
+"""
 
 
 def _compiled_in(folder, monkeypatch, cwd=None) -> bytes:

@@ -1,13 +1,14 @@
 """Programs for the inspector tests, written to files once per session: what ExecuTorch
 lowers (lowered.py) and what programs.py builds by hand."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from tests.inspect import lowered as lowered_programs
 from testbed import programs
+from tests.inspect import lowered as lowered_programs
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
 """Programs that ExecuTorch 1.5.1 (the reference writer) lowers for the inspector tests."""
+
 from __future__ import annotations
 
 import torch

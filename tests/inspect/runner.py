@@ -1,4 +1,5 @@
 """Running `devplan` the two ways the tests need: in process, and as a user would."""
+
 from __future__ import annotations
 
 import subprocess

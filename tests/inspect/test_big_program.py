@@ -3,6 +3,7 @@
 is inspected, inspected as JSON, checked against a golden file and diffed, each by the CLI in a
 child process whose own peak memory (VmHWM) stays far below the file's size: the weights are
 never read. Before, each command read the whole file, twice."""
+
 from __future__ import annotations
 
 import subprocess
@@ -12,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import devplan
-from testbed.peak import run_measured
 from devplan.pte import read_pte
 from devplan.pte.writer import Spread, pte_image
+from testbed.peak import run_measured
 
 ROOT = Path(__file__).resolve().parents[2]
 SEGMENT = 2 << 30
@@ -34,12 +35,15 @@ def big_program(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("command", [["inspect"], ["inspect", "--json"], ["check"], ["diff", "{big}"],
-                                     ["check", "--golden", "{golden}", "--update"]])
+@pytest.mark.parametrize(
+    "command",
+    [["inspect"], ["inspect", "--json"], ["check"], ["diff", "{big}"], ["check", "--golden", "{golden}", "--update"]],
+)
 def test_commands_never_read_the_weights(big_program: Path, command: list[str], tmp_path) -> None:
     argv = [part.format(big=big_program, golden=tmp_path / "golden.json") for part in command]
-    done, peak = run_measured(["-m", "devplan", argv[0], str(big_program), *argv[1:]], capture_output=True,
-                              text=True, cwd=ROOT)
+    done, peak = run_measured(
+        ["-m", "devplan", argv[0], str(big_program), *argv[1:]], capture_output=True, text=True, cwd=ROOT
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert big_program.stat().st_size > SEGMENT
     assert peak is not None and peak < PEAK, f"devplan {' '.join(command)} peaked at {peak} bytes"
@@ -52,8 +56,12 @@ def test_the_constant_total_comes_from_the_segment_table(big_program: Path) -> N
 @pytest.mark.parametrize("command", [["inspect"], ["inspect", "--json"], ["check"], ["diff", "{big}"]])
 def test_reading_a_program_never_imports_torch(big_program: Path, command: list[str]) -> None:
     argv = [part.format(big=big_program) for part in command]
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "devplan", argv[0], str(big_program), *argv[1:]],
-                          capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "devplan", argv[0], str(big_program), *argv[1:]],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "devplan.pte.reader" in imported

@@ -1,17 +1,17 @@
 """`devplan check`: planned memory against budgets and lower bounds, for CI."""
+
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from dataclasses import replace
-
 import torch
 
 import devplan
 from devplan.errors import DevplanError
-from tests.compile.test_cli import assert_one_line_error, devplan as cli
 from testbed.lowerings import executorch_lowered
 from testbed.models import export
+from tests.compile.test_cli import assert_one_line_error, devplan as cli
 from tests.runtime.test_device_arena import two_blocks
 from tests.runtime.test_runtime import Chain, on_cuda, planned, program_bytes
 
@@ -31,12 +31,17 @@ def test_budgets_and_ratios_pass_and_fail_by_buffer(programs):
     assert mine.ok and mine.size == mine.lower_bound and mine.budget is None
     buffer, total = devplan.check(programs["devplan"], budgets={"cpu": mine.size})
     assert buffer.budget is None and (total.mem_id, total.device, total.size, total.buffers, total.ok) == (
-        None, "cpu", mine.size, 1, True)
+        None,
+        "cpu",
+        mine.size,
+        1,
+        True,
+    )
     assert not devplan.check(programs["devplan"], budgets={"cpu": mine.size - 16})[-1].ok
     (over,) = devplan.check(programs["devplan"], budgets={"1": mine.size - 16})
     assert not over.ok and over.budget == mine.size - 16
     (theirs,) = devplan.check(programs["executorch"], max_ratio=1.0)
-    assert theirs.size > theirs.lower_bound and not theirs.ok      # ExecuTorch's default plan is above its bound
+    assert theirs.size > theirs.lower_bound and not theirs.ok  # ExecuTorch's default plan is above its bound
     assert devplan.check(programs["executorch"], max_ratio=theirs.ratio)[0].ok
 
 
@@ -44,7 +49,13 @@ def test_a_device_buffer_is_budgeted_by_its_device():
     data = program_bytes(on_cuda(planned(Chain(), (torch.randn(5, 3),))))
     buffer, total = devplan.check(data, budgets={"cuda:0": 1 << 20})
     assert (buffer.device, buffer.budget, total.device, total.budget, total.size, total.ok) == (
-        "cuda:0", None, "cuda:0", 1 << 20, buffer.size, True)
+        "cuda:0",
+        None,
+        "cuda:0",
+        1 << 20,
+        buffer.size,
+        True,
+    )
     with pytest.raises(DevplanError, match=r"--budget cpu: <bytes> has no such buffer; budget one of: 1, cuda:0"):
         devplan.check(data, budgets={"cpu": 1 << 20})
 
@@ -55,7 +66,9 @@ def test_the_command_exits_0_1_or_2(programs):
     fail = cli("check", programs["executorch"], "--max-ratio", "1.0", "--json")
     assert fail.returncode == 1, fail.stderr
     report = json.loads(fail.stdout)
-    assert report["ok"] is False and report["buffers"][0]["ratio"] > 1.0 and report["file"] == {"name": "executorch.pte"}
+    assert (
+        report["ok"] is False and report["buffers"][0]["ratio"] > 1.0 and report["file"] == {"name": "executorch.pte"}
+    )
     text = cli("check", programs["executorch"], "--budget", "1=1KiB")
     assert text.returncode == 1 and text.stdout.startswith("FAIL") and "over by" in text.stdout
     assert_one_line_error(cli("check", programs["devplan"], "--budget", "7=1KiB"), "--budget 7", "no such buffer")
@@ -87,7 +100,12 @@ def test_a_device_budget_totals_the_device_buffer_with_its_delegates_windows_ins
     (device,) = [c for c in own if c.device == "cuda:0"]
     # the payloads' buffers are windows of the device buffer: they add nothing to the device
     assert (total.size, total.lower_bound, total.buffers, total.budget, total.ok) == (
-        device.size, device.lower_bound, 1, 1 << 20, True)
+        device.size,
+        device.lower_bound,
+        1,
+        1 << 20,
+        True,
+    )
     assert device.size >= max(c.size for c in inside)
     assert not devplan.check(result.data, budgets={"cuda:0": total.size - 16})[-1].ok
     program = tmp_path / "blocks.pte"

@@ -1,6 +1,7 @@
 """check's and diff's reports where reviewers read them (issue 37, item 2): --format markdown
 (a step summary), --format github (workflow commands, shown as annotations) and --junit FILE,
 each rendered against a real change: one layer widened from 64 to 128 features."""
+
 from __future__ import annotations
 
 import re
@@ -10,8 +11,8 @@ import pytest
 import torch
 
 import devplan
-from devplan.errors import DevplanError
 from devplan.cli.reports_ci import _command
+from devplan.errors import DevplanError
 from tests.inspect.runner import invoke
 
 COMMAND = re.compile(r"::(error|notice) file=(?P<file>[^,:]+),title=(?P<title>[^:]+)::(?P<message>.+)")
@@ -49,11 +50,16 @@ def _check(widened, *options: str):
 
 
 def test_markdown_names_the_module_that_grew(widened):
-    for result in (_check(widened, "--format", "markdown"), invoke("diff", *map(str, widened[:2]), "--format", "markdown")):
+    for result in (
+        _check(widened, "--format", "markdown"),
+        invoke("diff", *map(str, widened[:2]), "--format", "markdown"),
+    ):
         assert result.exit_code == 1, result.output
         text = result.stdout
         heading = text.splitlines()[0]
-        assert heading.startswith("### devplan ") and (heading.endswith(": FAIL") or ": 3 differences" in heading), heading
+        assert heading.startswith("### devplan ") and (heading.endswith(": FAIL") or ": 3 differences" in heading), (
+            heading
+        )
         assert "**What grew in forward buffer 1 (cpu)**: 10.0 KiB (10,240 bytes) -> 18.0 KiB" in text
         assert "| wide.0 | 8.0 KiB | 16.0 KiB | +8.0 KiB |" in text
         assert "| ❌ FAIL | forward | buffer 1 (cpu) size | 10.0 KiB (10,240 bytes) -> 18.0 KiB (18,432 bytes)" in text
@@ -79,8 +85,12 @@ def test_github_lines_annotate_the_golden_file_with_the_change(widened):
     assert "(+80.0%25)%0Apeak: #" in size and "%0Awide.0 +8.0 KiB (8.0 KiB -> 16.0 KiB)" in size
     assert (str(wide), "devplan check%3A forward cpu%2C 1 buffer") in errors  # the budget fails on the program
     diffed = invoke("diff", str(golden), str(wide), "--format", "github").stdout.splitlines()
-    assert all(line.startswith(f"::error file={golden},") or line.startswith(f"::notice file={golden},")
-               for line in diffed) and diffed
+    assert (
+        all(
+            line.startswith(f"::error file={golden},") or line.startswith(f"::notice file={golden},") for line in diffed
+        )
+        and diffed
+    )
 
 
 def test_github_escapes_as_its_toolkit_does():
@@ -95,7 +105,9 @@ def test_junit_fails_the_grown_buffer(widened, tmp_path):
     root = ET.parse(report).getroot()
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == [f"devplan check {widened[1].name}", f"golden {widened[2]}"]
-    failed = {case.get("name"): case.find("failure") for case in root.iter("testcase") if case.find("failure") is not None}
+    failed = {
+        case.get("name"): case.find("failure") for case in root.iter("testcase") if case.find("failure") is not None
+    }
     assert set(failed) == {"constant bytes", "forward buffer 1 (cpu) size", "forward buffer 1 (cpu) lower bound"}
     assert "wide.0 +8.0 KiB" in failed["forward buffer 1 (cpu) size"].text
     assert root.get("failures") == "3" and suites[0].get("tests") == "1" and suites[0].get("failures") == "0"
@@ -103,7 +115,8 @@ def test_junit_fails_the_grown_buffer(widened, tmp_path):
     assert invoke("diff", *map(str, widened[:2]), "--junit", str(diffed)).exit_code == 1
     cases = ET.parse(diffed).getroot().findall("testsuite/testcase")
     assert {c.get("classname") for c in cases} == {"devplan.diff"} and any(
-        c.get("name") == "forward buffer 1 (cpu) size" and c.find("failure") is not None for c in cases)
+        c.get("name") == "forward buffer 1 (cpu) size" and c.find("failure") is not None for c in cases
+    )
 
 
 def test_junit_of_a_passing_check_passes(widened, tmp_path):
@@ -111,7 +124,10 @@ def test_junit_of_a_passing_check_passes(widened, tmp_path):
     report = tmp_path / "ok.xml"
     assert invoke("check", str(narrow), "--golden", str(golden), "--junit", str(report)).exit_code == 0
     root = ET.parse(report).getroot()
-    assert root.get("failures") == "0" and [c.get("name") for c in root.iter("testcase")][-1] == "the programs plan the same"
+    assert (
+        root.get("failures") == "0"
+        and [c.get("name") for c in root.iter("testcase")][-1] == "the programs plan the same"
+    )
 
 
 def test_text_and_json_are_unchanged_by_the_new_options(widened, tmp_path):
@@ -122,12 +138,15 @@ def test_text_and_json_are_unchanged_by_the_new_options(widened, tmp_path):
             assert invoke(*command, *view, "--format", "text", "--junit", str(tmp_path / "r.xml")).stdout == plain
 
 
-@pytest.mark.parametrize("options, error", [
-    (["--json", "--format", "markdown"], "--json and --format markdown: pick one"),
-    (["--junit", "-"], "--junit would write standard output"),
-    (["--junit", "PROGRAM"], "--junit would overwrite the input"),
-    (["--junit", "GOLDEN"], "--junit would overwrite the input"),
-])
+@pytest.mark.parametrize(
+    "options, error",
+    [
+        (["--json", "--format", "markdown"], "--json and --format markdown: pick one"),
+        (["--junit", "-"], "--junit would write standard output"),
+        (["--junit", "PROGRAM"], "--junit would overwrite the input"),
+        (["--junit", "GOLDEN"], "--junit would overwrite the input"),
+    ],
+)
 def test_reports_refuse_what_they_cannot_write(widened, options, error):
     _, wide, golden = widened
     options = [{"PROGRAM": str(wide), "GOLDEN": str(golden)}.get(option, option) for option in options]

@@ -1,6 +1,7 @@
 """inspect shows what each constant method returns (the values an LLM runner reads before it
 runs anything): in the text view, in the JSON document and in the golden file, which diff and
 check --golden compare."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,13 @@ import devplan
 from devplan.inspection.golden import golden_document
 from tests.compile.test_cli import devplan as cli
 
-METADATA = {"get_max_seq_len": 128, "use_kv_cache": True, "get_eos_ids": [128001, 128009], "temperature": 0.5,
-            "name": "llama"}
+METADATA = {
+    "get_max_seq_len": 128,
+    "use_kv_cache": True,
+    "get_eos_ids": [128001, 128009],
+    "temperature": 0.5,
+    "name": "llama",
+}
 
 
 def _program(**changes) -> bytes:
@@ -31,8 +37,13 @@ def program(tmp_path_factory):
 def test_the_document_and_the_golden_file_give_each_value(program):
     doc = devplan.inspect(program)
     returns = {m["name"]: m["returns"] for m in doc["methods"] if "returns" in m}
-    assert returns == {"get_max_seq_len": [128], "use_kv_cache": [True], "get_eos_ids": [128001, 128009],
-                       "temperature": [0.5], "name": ["llama"]}
+    assert returns == {
+        "get_max_seq_len": [128],
+        "use_kv_cache": [True],
+        "get_eos_ids": [128001, 128009],
+        "temperature": [0.5],
+        "name": ["llama"],
+    }
     assert "returns" not in doc["methods"][0]  # forward runs instructions: it returns what they compute
     golden = {m["name"]: m.get("returns") for m in golden_document(doc)["methods"]}
     assert golden == {"forward": None, **returns}

@@ -1,10 +1,11 @@
 """`devplan diff A.pte B.pte`: what changed between two programs, devplan's or ExecuTorch's;
 and every machine-readable document byte-identical across runs and hash seeds."""
+
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
@@ -15,10 +16,10 @@ import devplan
 from devplan.inspection.diff import LARGEST_SHOWN
 from devplan.inspection.golden import golden_document
 from devplan.units import exact_size_text
-from tests.compile.test_cli import ROOT, assert_one_line_error
-from tests.inspect.runner import REPO, invoke, run_devplan
 from testbed.lowerings import executorch_lowered
 from testbed.models import export, transformer
+from tests.compile.test_cli import ROOT, assert_one_line_error
+from tests.inspect.runner import REPO, invoke, run_devplan
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +66,11 @@ def test_a_program_against_itself_or_its_golden_is_the_same(pair, tmp_path):
 def test_a_changed_device_is_named(pair):
     result = invoke("diff", str(pair["two_io"]), str(pair["two_io_cuda"]))
     assert result.exit_code == 1
-    for line in ("\n  buffer 2 (cuda:0) added: 512 B", "\n  delegate 0 added: DevplanDelegate on cuda:0",
-                 "\n  operators removed: aten::linear.out"):
+    for line in (
+        "\n  buffer 2 (cuda:0) added: 512 B",
+        "\n  delegate 0 added: DevplanDelegate on cuda:0",
+        "\n  operators removed: aten::linear.out",
+    ):
         assert line in result.stdout, result.stdout
     # the tensors made on cuda:0 are new ones (paired by identity, not value index), named by their source
     assert "added: buffer 2 (cuda:0) @" in result.stdout and "proj (Linear)" in result.stdout
@@ -91,15 +95,23 @@ def test_placement_changes_are_summarized_largest_first_and_capped(tmp_path):
 def test_bad_input_is_one_line_and_exit_2(pair, tmp_path):
     assert_one_line_error(run_devplan("diff", str(pair["two_io"]), str(tmp_path / "missing.pte")), "missing.pte")
     assert_one_line_error(run_devplan("diff", str(pair["two_io"]), str(ROOT / "samples" / "mlp.pt2")), "mlp.pt2")
-    assert_one_line_error(run_devplan("diff", str(pair["two_io"]), str(pair["two_io"]), "--tolerance", "lots"),
-                          "--tolerance 'lots'")
-    assert_one_line_error(run_devplan("diff", str(pair["two_io"]), str(pair["two_io"]), "--method", "nope"),
-                          "no method 'nope'")
+    assert_one_line_error(
+        run_devplan("diff", str(pair["two_io"]), str(pair["two_io"]), "--tolerance", "lots"), "--tolerance 'lots'"
+    )
+    assert_one_line_error(
+        run_devplan("diff", str(pair["two_io"]), str(pair["two_io"]), "--method", "nope"), "no method 'nope'"
+    )
 
 
 def _in_fresh_process(seed: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "devplan", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=300, env={**os.environ, "PYTHONHASHSEED": seed})
+    return subprocess.run(
+        [sys.executable, "-m", "devplan", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env={**os.environ, "PYTHONHASHSEED": seed},
+    )
 
 
 @pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
@@ -109,16 +121,21 @@ def test_documents_are_byte_identical_across_runs_and_hash_seeds(pair, tmp_path)
         folder = tmp_path / f"run{len(outputs)}"
         folder.mkdir()
         program, golden = folder / "two_io.pte", folder / "two_io.golden.json"
-        compiled = _in_fresh_process(seed, "compile", str(ROOT / "samples" / "two_io.pt2"), "-o", str(program), "--json")
+        compiled = _in_fresh_process(
+            seed, "compile", str(ROOT / "samples" / "two_io.pt2"), "-o", str(program), "--json"
+        )
         summary = json.loads(compiled.stdout)
         del summary["timings"]  # the one volatile key
-        runs = [_in_fresh_process(seed, *args) for args in (
-            ("check", str(program), "--golden", str(golden), "--update"),
-            ("check", str(program), "--golden", str(golden), "--budget", "cpu=1MiB", "--json"),
-            ("diff", str(pair["executorch"]), str(pair["devplan"]), "--json"),
-            ("diff", str(pair["two_io"]), str(pair["two_io_cuda"])),
-            ("run", str(program), "--json"),
-        )]
+        runs = [
+            _in_fresh_process(seed, *args)
+            for args in (
+                ("check", str(program), "--golden", str(golden), "--update"),
+                ("check", str(program), "--golden", str(golden), "--budget", "cpu=1MiB", "--json"),
+                ("diff", str(pair["executorch"]), str(pair["devplan"]), "--json"),
+                ("diff", str(pair["two_io"]), str(pair["two_io_cuda"])),
+                ("run", str(program), "--json"),
+            )
+        ]
         assert all(run.returncode in (0, 1) for run in runs), [run.stderr for run in runs]
         outputs.append((json.dumps(summary), golden.read_bytes(), [run.stdout for run in runs[1:]]))
     assert outputs[0] == outputs[1] == outputs[2]

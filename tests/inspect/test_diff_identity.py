@@ -1,6 +1,7 @@
 """`devplan diff` pairs tensors by what they are (role and position or name, else module path
 and op), not by value index, so a graph that gained one op or one scalar renumbers nothing it
 reports; and counts that are no memory (values, instructions) are reported, never failed."""
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,13 @@ def test_one_added_op_is_one_added_tensor_named_by_its_source(nets):
     (placements,) = [c for c in result.changes if c.subject == "placements"]
     detail = placements.detail
     # the tensors after it are renumbered and live one instruction later: neither is a change
-    assert (detail["added"], detail["removed"], detail["resized"], detail["moved"], detail["lifetime"]) \
-        == (1, 0, 0, 0, 0), detail
+    assert (detail["added"], detail["removed"], detail["resized"], detail["moved"], detail["lifetime"]) == (
+        1,
+        0,
+        0,
+        0,
+        0,
+    ), detail
     (added,) = detail["largest"]
     assert added["a"] is None and "mul" in added["source"] and added["b"]["nbytes"] == 4 * 32 * 4, added
     text = result.text()
@@ -53,8 +59,8 @@ def test_one_added_op_is_one_added_tensor_named_by_its_source(nets):
 
 
 def test_devplan_and_executorch_programs_pair_tensors_of_one_shape_and_dtype(tmp_path):
-    from testbed.hf_models import gpt2
     from testbed.executorch import executorch_pte
+    from testbed.hf_models import gpt2
 
     module, args, kwargs = gpt2()
     ep = torch.export.export(module, args, kwargs, strict=False)
@@ -64,8 +70,9 @@ def test_devplan_and_executorch_programs_pair_tensors_of_one_shape_and_dtype(tmp
     a, b = side(theirs).placements["forward"], side(mine).placements["forward"]
     pairs, removed, added = pair_tensors(a, b)
     assert pairs and len(pairs) + len(removed) == len(a) and len(pairs) + len(added) == len(b)
-    assert all(x.form == y.form for x, y in pairs), [(x.source, x.form, y.source, y.form)
-                                                     for x, y in pairs if x.form != y.form][:5]
+    assert all(x.form == y.form for x, y in pairs), [
+        (x.source, x.form, y.source, y.form) for x, y in pairs if x.form != y.form
+    ][:5]
     # the input and the logits pair by their role and position
     inputs = {x.row["value"]: y.row["value"] for x, y in pairs}
     for role in ("inputs", "outputs"):

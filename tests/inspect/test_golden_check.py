@@ -1,5 +1,6 @@
 """`devplan check --golden`: record a program's plan, then fail, naming each change, when a
 later program plans otherwise; `--tolerance` and `--exact` decide what may drift."""
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,9 @@ class Net(nn.Module):
 
 VARIANTS = {
     "base": (Net(), {}),
-    "one_more_tensor": (Net(subs=2), {}),            # the same operators, one more sub result
-    "grown": (Net(width=32), {}),                   # every activation twice as wide
-    "no_tanh": (Net(tanh=False), {}),               # an operator removed
+    "one_more_tensor": (Net(subs=2), {}),  # the same operators, one more sub result
+    "grown": (Net(width=32), {}),  # every activation twice as wide
+    "no_tanh": (Net(tanh=False), {}),  # an operator removed
     "on_cuda": (Net(), {"delegates": ["cuda:0"]}),  # the same ops, run on cuda:0
     "naive": (Net(), {"planner": "naive", "inplace": False}),  # the same graph in a larger plan
 }
@@ -70,13 +71,22 @@ def test_the_same_program_matches_its_golden(programs, golden):
     assert _joined(again.stdout).splitlines()[-1] == f"ok    golden {golden}: the programs plan the same"
 
 
-@pytest.mark.parametrize("variant, named", [
-    ("one_more_tensor", ["FAIL  tensors: ", "ok    instructions: "]),
-    ("grown", ["FAIL  buffer 1 (cpu) size: ", "FAIL  buffer 1 (cpu) lower bound: ", "FAIL  constant bytes: "]),
-    ("no_tanh", ["FAIL  operators removed: aten::tanh.out"]),
-    ("on_cuda", ["FAIL  buffer 2 (cuda:0) added: ", "FAIL  delegate 0 added: DevplanDelegate on cuda:0",
-                 "FAIL  operators added: et_copy::_d2h_copy.out, et_copy::_h2d_copy.out"]),
-])
+@pytest.mark.parametrize(
+    "variant, named",
+    [
+        ("one_more_tensor", ["FAIL  tensors: ", "ok    instructions: "]),
+        ("grown", ["FAIL  buffer 1 (cpu) size: ", "FAIL  buffer 1 (cpu) lower bound: ", "FAIL  constant bytes: "]),
+        ("no_tanh", ["FAIL  operators removed: aten::tanh.out"]),
+        (
+            "on_cuda",
+            [
+                "FAIL  buffer 2 (cuda:0) added: ",
+                "FAIL  delegate 0 added: DevplanDelegate on cuda:0",
+                "FAIL  operators added: et_copy::_d2h_copy.out, et_copy::_h2d_copy.out",
+            ],
+        ),
+    ],
+)
 def test_each_change_is_named_and_fails(programs, golden, variant, named):
     result = check(programs[variant], golden)
     assert result.exit_code == 1, result.output
@@ -87,7 +97,7 @@ def test_each_change_is_named_and_fails(programs, golden, variant, named):
     # wrapped at the console's width (80 in a pipe), a word never cut (a path, the command to accept)
     shown = result.stdout.splitlines()
     assert body and shown[-1].startswith("  to accept this plan: devplan check ")  # a command stays whole
-    assert all(len(line) <= 80 or " " not in line.strip() for line in shown[-len(body):-1])
+    assert all(len(line) <= 80 or " " not in line.strip() for line in shown[-len(body) : -1])
 
 
 def test_a_grown_buffer_passes_within_the_tolerance(programs, golden):
@@ -141,22 +151,37 @@ def test_the_update_rewrites_atomically_and_identically(programs, golden):
 
 def test_bad_input_is_one_line_and_exit_2(programs, tmp_path):
     base = programs["base"]
-    assert_one_line_error(run_devplan("check", str(base), "--golden", str(tmp_path / "none.json")),
-                          "none.json: no such golden file", "--update")
+    assert_one_line_error(
+        run_devplan("check", str(base), "--golden", str(tmp_path / "none.json")),
+        "none.json: no such golden file",
+        "--update",
+    )
     (tmp_path / "bad.json").write_text("{not json")
-    assert_one_line_error(run_devplan("check", str(base), "--golden", str(tmp_path / "bad.json")), "bad.json: not a golden file")
+    assert_one_line_error(
+        run_devplan("check", str(base), "--golden", str(tmp_path / "bad.json")), "bad.json: not a golden file"
+    )
     (tmp_path / "inspect.json").write_text(json.dumps(devplan.inspect(base)))
-    assert_one_line_error(run_devplan("check", str(base), "--golden", str(tmp_path / "inspect.json")),
-                          "not a devplan golden file")
+    assert_one_line_error(
+        run_devplan("check", str(base), "--golden", str(tmp_path / "inspect.json")), "not a devplan golden file"
+    )
     assert_one_line_error(run_devplan("check", str(base), "--update"), "add --golden")
     assert_one_line_error(run_devplan("check", str(base), "--tolerance", "2%"), "add --golden")
-    assert_one_line_error(run_devplan("check", str(base), "--golden", str(tmp_path / "g.json"), "--update",
-                                      "--budget", "1=lots"), "TARGET=SIZE")
+    assert_one_line_error(
+        run_devplan("check", str(base), "--golden", str(tmp_path / "g.json"), "--update", "--budget", "1=lots"),
+        "TARGET=SIZE",
+    )
     assert not (tmp_path / "g.json").exists()  # a bad option writes nothing
 
 
-@pytest.mark.parametrize("text, tolerance", [("2%", Tolerance(percent=2)), ("0.5 %", Tolerance(percent=0.5)),
-                                             ("4KiB", Tolerance(nbytes=4096)), ("100", Tolerance(nbytes=100))])
+@pytest.mark.parametrize(
+    "text, tolerance",
+    [
+        ("2%", Tolerance(percent=2)),
+        ("0.5 %", Tolerance(percent=0.5)),
+        ("4KiB", Tolerance(nbytes=4096)),
+        ("100", Tolerance(nbytes=100)),
+    ],
+)
 def test_tolerances_parse(text, tolerance):
     assert parse_tolerance(text) == tolerance
 
@@ -181,7 +206,9 @@ def test_the_python_api_and_the_helper(programs, tmp_path):
     assert devplan.check_golden(programs["base"].read_bytes(), golden).ok
     assert_matches_golden(programs["base"], golden)
     assert_matches_golden(programs["naive"], golden, tolerance="150%")
-    with pytest.raises(AssertionError, match=r"(?s)no longer plans as recorded.*FAIL  operators removed: aten::tanh.out"):
+    with pytest.raises(
+        AssertionError, match=r"(?s)no longer plans as recorded.*FAIL  operators removed: aten::tanh.out"
+    ):
         assert_matches_golden(programs["no_tanh"], golden)
     with pytest.raises(AssertionError, match="no golden file yet"):
         assert_matches_golden(programs["base"], tmp_path / "missing.json")

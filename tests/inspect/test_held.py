@@ -1,5 +1,6 @@
 """A view that no instruction writes holds its bytes from when the tensor under it was
 written: inspect's `held`, peak and lower bound count those bytes through the gap."""
+
 import torch
 
 import devplan
@@ -7,9 +8,9 @@ import devplan
 
 class LateView(torch.nn.Module):
     def forward(self, x):
-        h = x * 2.0                       # written at instruction 0
-        head = h[:2]                      # a view of h's first rows, first read at the end
-        big = torch.relu(x @ x.mT)        # work in between that needs bytes of its own
+        h = x * 2.0  # written at instruction 0
+        head = h[:2]  # a view of h's first rows, first read at the end
+        big = torch.relu(x @ x.mT)  # work in between that needs bytes of its own
         return head + 1.0, big.sum()
 
 
@@ -23,7 +24,7 @@ def test_a_late_view_holds_its_bytes_from_the_write_under_it():
     h = next(k.args[-1] for k in planned.kernels if k.op == "aten::mul.Scalar_out")
     view = next(k.args[0] for k in planned.kernels if k.op == "aten::add.Scalar_out")
     assert planned.values[view].alias_of == h
-    assert tensors[view]["lifetime"][0] > tensors[h]["lifetime"][1]          # a gap between the uses
+    assert tensors[view]["lifetime"][0] > tensors[h]["lifetime"][1]  # a gap between the uses
     assert tensors[view]["held"] == [tensors[h]["lifetime"][0], tensors[view]["lifetime"][1]]
     assert tensors[h]["held"] == tensors[h]["lifetime"]
     (buffer,) = method["buffers"]

@@ -1,4 +1,5 @@
 """`devplan inspect` as a person runs it: options, defaults, and one-line failures."""
+
 from __future__ import annotations
 
 import json
@@ -6,7 +7,6 @@ import os
 import re
 
 import pytest
-
 from typer.testing import CliRunner
 
 from devplan.cli import app
@@ -87,10 +87,10 @@ def test_a_bad_file_fails_without_importing_torch(tmp_path):
 
 
 def test_delegate_option_shows_the_program_inside_a_payload(tmp_path, lowered):
+    import torch
+
     import devplan
     from samples.make_samples import sample_models
-
-    import torch
 
     module, args = sample_models()["two_io"]
     program = tmp_path / "two_io.pte"
@@ -105,8 +105,10 @@ def test_delegate_option_shows_the_program_inside_a_payload(tmp_path, lowered):
     assert doc["methods"][0]["buffers"] == []
     io = doc["methods"][0]["inputs"] + doc["methods"][0]["outputs"]
     assert {t["device"] for t in doc["methods"][0]["tensors"] if t["value"] in io} == {"cuda:0"}
-    for argv, message in (([str(program), "-d", "3"], "no such delegate; the plan has 1"),
-                          ([str(lowered["xnnpack"]), "-d", "0"], "the payload is not an ET12 program")):
+    for argv, message in (
+        ([str(program), "-d", "3"], "no such delegate; the plan has 1"),
+        ([str(lowered["xnnpack"]), "-d", "0"], "the payload is not an ET12 program"),
+    ):
         failed = run_devplan("inspect", *argv)
         assert failed.returncode == 2 and message in failed.stderr and len(failed.stderr.splitlines()) == 1
 

@@ -1,4 +1,5 @@
 """The inspection document of hand-built programs, whose every fact is known in advance."""
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,9 @@ def test_devplan_inspect_is_the_function_whatever_was_imported_before(hand_built
         "import sys, devplan; first = devplan.inspect(sys.argv[1]); import devplan.inspection.render;"
         "second = devplan.inspect(sys.argv[1]); print(first == second, first['file']['name'], type(devplan.inspect).__name__)"
     )
-    result = subprocess.run([sys.executable, "-c", code, str(hand_built["cuda"])], capture_output=True, text=True,
-                            cwd=REPO, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(hand_built["cuda"])], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "cuda.pte", "function"]
 
@@ -70,7 +72,13 @@ def test_lifetimes_span_chains_lists_and_frees(hand_built):
 def test_roles_placement_and_sizes(hand_built):
     tensors = tensors_of(method_of(devplan.inspect(hand_built["lifetimes"])))
     assert {v: t["role"] for v, t in tensors.items()} == {
-        0: "input", 1: "activation", 2: "activation", 4: "activation", 5: "activation", 6: "constant", 9: "output",
+        0: "input",
+        1: "activation",
+        2: "activation",
+        4: "activation",
+        5: "activation",
+        6: "constant",
+        9: "output",
     }
     assert tensors[6]["constant"] is True and tensors[0]["constant"] is False
     assert (tensors[6]["mem_id"], tensors[6]["offset"]) == (None, None)
@@ -82,8 +90,15 @@ def test_peak_counts_in_place_aliases_once(hand_built):
     (buffer,) = method_of(devplan.inspect(hand_built["lifetimes"]))["buffers"]
     # At #2: v0, v1, v2 (16 B each) and v4 (32 B) = 80 B. At #3 v9 reuses v4's bytes, so
     # 64 B there, not 96 B.
-    assert buffer == {"mem_id": 1, "size": 128, "device": "cpu", "tensors": 6, "peak": 80, "peak_instruction": 2,
-                      "lower_bound": 80}
+    assert buffer == {
+        "mem_id": 1,
+        "size": 128,
+        "device": "cpu",
+        "tensors": 6,
+        "peak": 80,
+        "peak_instruction": 2,
+        "lower_bound": 80,
+    }
 
 
 def test_instructions_number_across_chains(hand_built):
@@ -144,7 +159,10 @@ def test_delegates_and_compile_specs(hand_built):
     ]
     delegate_call = forward["instructions"][2]
     assert (delegate_call["kind"], delegate_call["delegate"], delegate_call["op"], delegate_call["args"]) == (
-        "delegate", 0, None, [1, 2]
+        "delegate",
+        0,
+        None,
+        [1, 2],
     )
 
 
@@ -178,4 +196,3 @@ def test_section_trims_the_json(hand_built):
     assert set(method) == {"name", "inputs", "outputs", "counts", "values", "devices", "buffers", "delegates"}
     whole = json.loads(invoke("inspect", str(hand_built["cuda"]), "--json", "-s", "all").stdout)
     assert whole == devplan.inspect(hand_built["cuda"])
-

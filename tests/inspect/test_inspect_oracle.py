@@ -1,10 +1,12 @@
 """`devplan inspect --json` agrees with ExecuTorch's own reading of files ExecuTorch wrote."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
+
 from tests.inspect.lowered import NAMES as MODELS
 from tests.inspect.runner import invoke
 
@@ -19,8 +21,18 @@ def executorch_dtype_names() -> dict[int, str]:
     """ScalarType code -> torch dtype name, as ExecuTorch maps them."""
     from executorch.exir.tensor import scalar_type_enum
 
-    dtypes = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
-              torch.int16, torch.int8, torch.uint8, torch.bool)
+    dtypes = (
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float64,
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+        torch.bool,
+    )
     return {int(scalar_type_enum(dtype)): str(dtype).removeprefix("torch.") for dtype in dtypes}
 
 

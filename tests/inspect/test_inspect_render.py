@@ -1,4 +1,5 @@
 """The terminal views: every section, the layout chart, 80 columns, no colour needed."""
+
 from __future__ import annotations
 
 import io
@@ -68,7 +69,9 @@ def test_a_long_call_wraps_between_its_arguments(hand_built):
     """At 30 columns each call takes several lines, under itself; a value name is never cut."""
     doc = devplan.inspect(hand_built["lifetimes"])
     lines = text_of(doc, sections=("instructions",), width=30).splitlines()
-    lines = list(itertools.takewhile(lambda line: not line.startswith("method"), lines[lines.index("instructions") + 1:]))
+    lines = list(
+        itertools.takewhile(lambda line: not line.startswith("method"), lines[lines.index("instructions") + 1 :])
+    )
     assert all(len(line) <= 30 and re.search(r"(,|\)|-> v\d+)$", line) for line in lines)
     calls = []
     for line in lines:
@@ -120,11 +123,12 @@ def test_layout_chart_draws_each_tensor_where_and_when_it_lives(hand_built):
             alive = [
                 (value_end - value_start, value, glyph)
                 for glyph, (value, value_start, value_end) in legend.items()
-                if value_start < high and low < value_end
+                if value_start < high
+                and low < value_end
                 and tensors[value]["lifetime"][0] <= at <= tensors[value]["lifetime"][1]
             ]
             expected = min(alive)[2] if alive else "·"
-            assert set(cells[4 * at: 4 * at + 4]) == {expected}, (row, at)
+            assert set(cells[4 * at : 4 * at + 4]) == {expected}, (row, at)
 
 
 def test_layout_of_many_instructions_fits_the_width(lowered):

@@ -3,6 +3,7 @@ and --trace each finish in this process with the right numbers. Every pair of th
 shares bytes while both hold them, so comparing pairs (the old storage grouping, the bytes in
 use summed over every tensor alive at each instruction) took minutes; the sweeps take each
 tensor once. benchmarks/inspect_scale.py --overlap times it."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,15 @@ def expected_bound() -> int:
 def test_every_command_finishes_with_the_bound(program, tmp_path):
     bound = expected_bound()
     assert bound == 16 + 16 * TENSORS
-    result = invoke("inspect", str(program), "--json", "--svg", str(tmp_path / "layout.svg"),
-                    "--trace", str(tmp_path / "trace.json"))
+    result = invoke(
+        "inspect",
+        str(program),
+        "--json",
+        "--svg",
+        str(tmp_path / "layout.svg"),
+        "--trace",
+        str(tmp_path / "trace.json"),
+    )
     assert result.exit_code == 0, result.output
     buffer = json.loads(result.stdout)["methods"][0]["buffers"][0]
     assert (buffer["lower_bound"], buffer["peak"], buffer["peak_instruction"]) == (bound, bound, 0)

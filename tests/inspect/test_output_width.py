@@ -2,6 +2,7 @@
 wrap at the console's width (rich's: the terminal's, COLUMNS, or 80 in a pipe), inspect's lines
 carry no padding past their text, and the summary folds a long list of segments into a count
 that `-s segments` lists."""
+
 from __future__ import annotations
 
 import io
@@ -74,14 +75,19 @@ def test_check_and_diff_lines_wrap_at_the_consoles_width(programs, tmp_path, mon
     monkeypatch.chdir(programs["plain"].parent)  # short names: a word (a path) is never cut, however long
     devplan.check_golden("plain.pte", tmp_path / "plain.golden.json", update=True)
     shutil.copy(tmp_path / "plain.golden.json", "plain.golden.json")
-    for args in (["check", "two_io.pte", "--budget", "1=1B", "--golden", "plain.golden.json"],
-                 ["diff", "plain.pte", "two_io.pte"]):
+    for args in (
+        ["check", "two_io.pte", "--budget", "1=1B", "--golden", "plain.golden.json"],
+        ["diff", "plain.pte", "two_io.pte"],
+    ):
         assert max(_widths(args, 60)) <= 60, args
         assert max(_widths(args, 200)) > 80, args  # not wrapped at 80 whatever the console
 
 
 def test_a_long_path_is_never_cut(programs, tmp_path):
     golden = tmp_path / ("a" * 90 + ".golden.json")
-    shown = CliRunner().invoke(app, ["check", str(programs["plain"]), "--golden", str(golden), "--update"],
-                               env={"COLUMNS": "60", "NO_COLOR": "1"})
+    shown = CliRunner().invoke(
+        app,
+        ["check", str(programs["plain"]), "--golden", str(golden), "--update"],
+        env={"COLUMNS": "60", "NO_COLOR": "1"},
+    )
     assert shown.exit_code == 0 and f"\n        {golden}:\n" in shown.stdout, shown.stdout  # on a line of its own

@@ -1,6 +1,7 @@
 """The sweeps of devplan/inspection/overlap.py against the pairwise definitions they replace, on
 random tensors: which tensors share a storage (bytes that meet while both hold them, and so
 on transitively), and the bytes in use at each instruction, aliases counted once."""
+
 from __future__ import annotations
 
 import random
@@ -48,8 +49,13 @@ def test_the_sweeps_agree_with_the_pairwise_definitions(seed):
         timed = []
         for _ in range(rng.randint(1, 40)):
             first = rng.randint(0, steps)
-            timed.append({"offset": rng.randrange(rng.choice([4, 12, 40])) * 4, "nbytes": rng.choice([0, 4, 8, 16, 32]),
-                          "held": [first, first + rng.randint(0, 5)]})
+            timed.append(
+                {
+                    "offset": rng.randrange(rng.choice([4, 12, 40])) * 4,
+                    "nbytes": rng.choice([0, 4, 8, 16, 32]),
+                    "held": [first, first + rng.randint(0, 5)],
+                }
+            )
         assert same_groups(storages(timed), pairwise_storages(timed)), timed
         starts = sorted({t["held"][0] for t in timed})
         assert list(busiest(timed)) == [(at, in_use(timed, at)) for at in starts]

@@ -1,6 +1,7 @@
 """Where in the model memory grew (issue 27, defect 2): golden files record each buffer's peak
 (instruction, op, source) and each block's bytes there; `diff`, `check --golden`, the pytest
 helper and a failing `check --budget` name the blocks that grew and where the peak moved."""
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,9 @@ def test_diff_names_the_blocks_that_grew(pair):
     size = next(c for c in changes if c.fact == "size")
     assert sum(grown.values()) == peak.b["bytes"] - peak.a["bytes"] and size.b - size.a > 0
     text = diff(*pair).text()
-    assert "buffer 1 (cpu) peak:" in text and any(line.strip().startswith("wide") and "+" in line
-                                                   for line in text.splitlines())
+    assert "buffer 1 (cpu) peak:" in text and any(
+        line.strip().startswith("wide") and "+" in line for line in text.splitlines()
+    )
 
 
 def test_check_golden_and_pytest_failure_name_the_blocks(tmp_path, pair):
@@ -105,7 +107,10 @@ def test_every_failing_size_says_its_exact_bytes_one_way(tmp_path, pair):
     shown = devplan_cli("check", path, "--golden", golden, "--budget", "1=64B")
     assert grown in shown.stdout.replace("\n        ", " "), shown.stdout
     over = new["size"] - 64
-    assert f"1 (cpu): {exact_size_text(new['size'])}; budget 64 B, over by {exact_size_text(over)}" in shown.stdout.replace("\n        ", " ")
+    assert (
+        f"1 (cpu): {exact_size_text(new['size'])}; budget 64 B, over by {exact_size_text(over)}"
+        in shown.stdout.replace("\n        ", " ")
+    )
     with pytest.raises(AssertionError) as failure:
         assert_matches_golden(pair[1], golden, update=False)
     assert grown in str(failure.value).replace("\n        ", " ")

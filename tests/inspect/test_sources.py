@@ -2,6 +2,7 @@
 ET12's Chain.stacktrace, ExecuTorch's deserializer reads it back, devplan's reader reads the
 frames ExecuTorch writes, and inspect names every instruction and tensor, explains the peak
 and keeps the default view of a 32-layer GPT-2 to a couple of screens."""
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,16 @@ from tests.inspect.runner import invoke, run_devplan
 def _gpt2(layers: int = 2):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(vocab_size=hf_models.VOCAB, n_positions=64, n_embd=32, n_layer=layers, n_head=2,
-                        use_cache=False, bos_token_id=1, eos_token_id=2)
+    config = GPT2Config(
+        vocab_size=hf_models.VOCAB,
+        n_positions=64,
+        n_embd=32,
+        n_layer=layers,
+        n_head=2,
+        use_cache=False,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     return hf_models._build(GPT2LMHeadModel, config), (hf_models._tokens(),)
 
 
@@ -67,7 +76,9 @@ def test_every_instruction_and_tensor_is_named(gpt2_pte):
     (output,) = [t for t in method["tensors"] if t["value"] in method["outputs"]]
     assert re.fullmatch(r"output 0, lm_head \(Linear\) linear · linear\.py:\d+", output["source"])
     attention = [row for row in method["instructions"] if row["module"] == "transformer.h.0.attn.c_attn"]
-    assert attention and all(row["source"].startswith("transformer.h.0.attn.c_attn (Conv1D) addmm · ") for row in attention)
+    assert attention and all(
+        row["source"].startswith("transformer.h.0.attn.c_attn (Conv1D) addmm · ") for row in attention
+    )
 
 
 def test_no_source_leaves_the_stacktrace_out_and_names_tensors_by_role(gpt2_export, gpt2_pte, tmp_path):
@@ -160,5 +171,8 @@ def test_the_chrome_trace_names_instructions_and_tensors_by_source(gpt2_pte):
     events = memory_trace(devplan.inspect(gpt2_pte))["traceEvents"]
     slices = [event for event in events if event["ph"] == "X"]
     assert all(event["args"]["source"] for event in slices)
-    assert any(event["args"]["source"] == "parameter transformer.wte.weight" or
-               event["args"]["source"].startswith("transformer.h.0.attn") for event in slices)
+    assert any(
+        event["args"]["source"] == "parameter transformer.wte.weight"
+        or event["args"]["source"].startswith("transformer.h.0.attn")
+        for event in slices
+    )

@@ -3,6 +3,7 @@ method in every view that reads a program: inspect's tensors and peak, check's l
 --max-ratio, and the golden file's lower_bound, which then equal what compile reports. The
 format marks no tensor as state; the reader knows it by the program reading it before (or as)
 it writes it, or by its initial data, in devplan's programs and ExecuTorch's alike."""
+
 from __future__ import annotations
 
 import copy

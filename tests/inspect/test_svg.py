@@ -1,12 +1,13 @@
 """`devplan inspect --svg`: each planned buffer drawn over time, one rectangle per tensor."""
+
 import xml.etree.ElementTree as ET
 
 import torch
 
 import devplan
-from devplan.inspection.svg import HEIGHT, TOP, WIDTH, LEFT, layout_svg
-from tests.compile.test_cli import devplan as cli
+from devplan.inspection.svg import HEIGHT, LEFT, TOP, WIDTH, layout_svg
 from testbed.models import export
+from tests.compile.test_cli import devplan as cli
 
 NS = {"svg": "http://www.w3.org/2000/svg"}
 
@@ -16,10 +17,13 @@ def test_every_held_tensor_is_a_rectangle_where_the_plan_put_it():
     data = devplan.compile(ep).data
     doc = devplan.inspect(data)
     text = layout_svg(doc)
-    assert text == layout_svg(devplan.inspect(data))           # deterministic
+    assert text == layout_svg(devplan.inspect(data))  # deterministic
     root = ET.fromstring(text)
-    rects = {r.find("svg:title", NS).text.split()[0]: r for r in root.findall("svg:rect", NS)
-             if r.find("svg:title", NS) is not None}
+    rects = {
+        r.find("svg:title", NS).text.split()[0]: r
+        for r in root.findall("svg:rect", NS)
+        if r.find("svg:title", NS) is not None
+    }
     method, (buffer,) = doc["methods"][0], doc["methods"][0]["buffers"]
     held = [t for t in method["tensors"] if t["mem_id"] == 1 and t["held"] and t["nbytes"]]
     assert set(rects) == {f"v{t['value']}" for t in held}

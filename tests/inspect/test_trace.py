@@ -1,14 +1,14 @@
 """`devplan inspect --trace`: the plan as a Chrome trace, from devplan's programs and
 ExecuTorch's alike."""
+
 import json
 
 import pytest
 
 import devplan
 from devplan.inspection.trace import STEP, memory_trace, trace_json
-from tests.compile.test_cli import assert_one_line_error
-from tests.compile.test_cli import devplan as cli
 from testbed.models import export
+from tests.compile.test_cli import assert_one_line_error, devplan as cli
 
 
 def check_trace(doc: dict) -> None:
@@ -17,7 +17,9 @@ def check_trace(doc: dict) -> None:
         mine = [e for e in events if e["pid"] == pid]
         calls = [e for e in mine if e["ph"] == "X" and e["tid"] == 0]
         assert [e["ts"] // STEP for e in calls] == [row["index"] for row in method["instructions"]]
-        assert [e["name"] for e in calls] == [row["op"] or f"delegate {row['delegate']}" for row in method["instructions"]]
+        assert [e["name"] for e in calls] == [
+            row["op"] or f"delegate {row['delegate']}" for row in method["instructions"]
+        ]
         slices = [e for e in mine if e["ph"] == "X" and e["tid"] != 0]
         for buffer in method["buffers"]:
             counter = [e for e in mine if e["ph"] == "C" and e["name"].startswith(f"buffer {buffer['mem_id']} ")]

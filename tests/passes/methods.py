@@ -1,5 +1,6 @@
 """Methods built by hand for pass tests: a pass is a function from Method to Method, so its
 cases need no model, no export and no lowering."""
+
 from __future__ import annotations
 
 from devplan.ir.method import Kernel, Method

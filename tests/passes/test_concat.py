@@ -1,5 +1,6 @@
 """Concatenation in place: along a dim with only unit dims before it, each piece is computed
 straight into its place in the result and no cat kernel runs; anything else keeps the cat."""
+
 import torch
 
 import devplan
@@ -25,10 +26,10 @@ class Pieces(torch.nn.Module):
     """Three pieces of different sizes, one read again after the cat, then a nested cat."""
 
     def forward(self, x):
-        a = torch.relu(x @ x.mT)             # (6, 6)
-        b = torch.sigmoid(x[:2] @ x.mT)       # (2, 6)
-        c = torch.tanh(x[:1] @ x.mT)          # (1, 6)
-        joined = torch.cat([a, b, c])         # (9, 6)
+        a = torch.relu(x @ x.mT)  # (6, 6)
+        b = torch.sigmoid(x[:2] @ x.mT)  # (2, 6)
+        c = torch.tanh(x[:1] @ x.mT)  # (1, 6)
+        joined = torch.cat([a, b, c])  # (9, 6)
         outer = torch.cat([joined * 2, b + 1], dim=0)
         return outer, a.sum() + joined.mean()
 

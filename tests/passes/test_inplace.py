@@ -1,6 +1,7 @@
 """In-place reuse: an elementwise result takes over a dying input's storage (a method input
 too: the runtime copies the caller's data in on every run), never the bytes of anything
 still read later, nor state."""
+
 from dataclasses import replace
 
 import torch
@@ -14,14 +15,14 @@ from tests.passes.methods import call, method, tensor
 
 class Chain(torch.nn.Module):
     def forward(self, x):
-        h = x @ x.mT          # a fresh intermediate, larger than x
+        h = x @ x.mT  # a fresh intermediate, larger than x
         return torch.sigmoid(torch.relu(h) * 3.0)
 
 
 class StillRead(torch.nn.Module):
     def forward(self, a, b):
         s = a @ b
-        r = torch.relu(s)     # s is read again below, so r needs its own bytes
+        r = torch.relu(s)  # s is read again below, so r needs its own bytes
         return r + s
 
 
@@ -97,6 +98,7 @@ def test_batch_norm_writes_over_the_convolution_it_normalizes():
 
 # the pass alone, on methods built by hand: v0 the input, v1 = relu(v0), v2 = sigmoid(v1)
 
+
 def _relu_sigmoid(**facts):
     values = [tensor(), tensor(), tensor(), *facts.pop("extra", ())]
     return method(values, [call("aten::relu.out", 0, 1, 1), call("aten::sigmoid.out", 1, 2, 2)], **facts)
@@ -120,8 +122,9 @@ def test_what_is_read_later_returned_or_kept_as_state_keeps_its_bytes():
 
 
 def test_only_an_input_of_the_results_shape_and_dtype_is_taken():
-    wide = method([tensor(), tensor(shape=(2, 1)), tensor()], [call("aten::add.out", 0, 1, 2, 2)], inputs=(0, 1),
-                  outputs=(2,))
+    wide = method(
+        [tensor(), tensor(shape=(2, 1)), tensor()], [call("aten::add.out", 0, 1, 2, 2)], inputs=(0, 1), outputs=(2,)
+    )
     assert reuse_dead_inputs(wide).values[2].alias_of == 0  # not the broadcast v1
     ints = method([replace(tensor(), dtype="int32"), tensor()], [call("aten::relu.out", 0, 1, 1)], outputs=(1,))
     assert reuse_dead_inputs(ints).values[1].alias_of is None

@@ -1,19 +1,20 @@
 """Partitioning onto devices: which ops each backend takes, the et_copy ops at every
 host/device crossing, per-device buffers, and payloads that are ET12 programs themselves."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 import devplan
-from devplan.units import exact_size_text
 from devplan.backend import Backend
 from devplan.errors import DevplanError
 from devplan.passes.decompose import decompose
 from devplan.passes.fold import fold_constants
-from devplan.passes.split import from_exported
 from devplan.passes.partition import partition
+from devplan.passes.split import from_exported
 from devplan.spec import Device
+from devplan.units import exact_size_text
 
 CUDA0, CUDA1 = Device("cuda", 0), Device("cuda", 1)
 
@@ -39,10 +40,13 @@ def exported():
 def test_backend_parse_names_a_device_and_optionally_its_ops():
     assert Backend.parse("cuda:0") == Backend(CUDA0)
     assert Backend.parse("cuda:1=aten::linear, relu,aten.add.Tensor") == Backend(
-        CUDA1, frozenset({"aten::linear", "aten::relu", "aten::add"}))
-    for text, message in (("tpu:0", r"--delegate 'tpu:0': unknown device 'tpu:0'"),
-                          ("cuda:0=aten::nope", r"--delegate 'cuda:0=aten::nope': unknown op 'aten::nope'"),
-                          ("cuda:0=", r"no op names after '='")):
+        CUDA1, frozenset({"aten::linear", "aten::relu", "aten::add"})
+    )
+    for text, message in (
+        ("tpu:0", r"--delegate 'tpu:0': unknown device 'tpu:0'"),
+        ("cuda:0=aten::nope", r"--delegate 'cuda:0=aten::nope': unknown op 'aten::nope'"),
+        ("cuda:0=", r"no op names after '='"),
+    ):
         with pytest.raises(DevplanError, match=message):
             Backend.parse(text)
 
@@ -54,8 +58,10 @@ def test_each_backend_takes_its_ops_in_turn_and_calls_are_numbered_in_graph_orde
     calls = [node for node in low.gm.graph.nodes if node.op == "call_module"]
     assert [node.target for node in calls] == ["delegate_0", "delegate_1", "delegate_2"]
     assert [low.backends[node.target].device for node in calls] == [CUDA0, CUDA1, CUDA0]
-    inside = [[n.target._schema.name for n in low.gm.get_submodule(c.target).graph.nodes if n.op == "call_function"]
-              for c in calls]
+    inside = [
+        [n.target._schema.name for n in low.gm.get_submodule(c.target).graph.nodes if n.op == "call_function"]
+        for c in calls
+    ]
     assert inside == [["aten::linear"], ["aten::relu"], ["aten::linear"]]
     left = [n.target._schema.name for n in low.gm.graph.nodes if n.op == "call_function"]
     assert left == ["aten::add"]
@@ -70,15 +76,23 @@ def test_tensors_cross_to_the_device_through_et_copy_ops_and_live_in_its_buffer(
     result = devplan.compile(exported(), delegates=["cuda:0=aten::linear"])
     steps, method = instructions(result)
     values = method.values
-    assert [op for op, _ in steps] == ["et_copy::_h2d_copy.out", "DevplanDelegate", "et_copy::_d2h_copy.out",
-                                       "aten::relu.out", "et_copy::_h2d_copy.out", "DevplanDelegate",
-                                       "et_copy::_d2h_copy.out", "aten::add.out"]
+    assert [op for op, _ in steps] == [
+        "et_copy::_h2d_copy.out",
+        "DevplanDelegate",
+        "et_copy::_d2h_copy.out",
+        "aten::relu.out",
+        "et_copy::_h2d_copy.out",
+        "DevplanDelegate",
+        "et_copy::_d2h_copy.out",
+        "aten::add.out",
+    ]
     for op, args in steps:
         if op.startswith("et_copy"):
             source, out, returned = args
             assert out == returned and values[source].shape == values[out].shape
             assert (values[source].device, values[out].device) == (
-                (Device(), CUDA0) if "h2d" in op else (CUDA0, Device()))
+                (Device(), CUDA0) if "h2d" in op else (CUDA0, Device())
+            )
         if op == "DevplanDelegate":
             assert {values[a].device for a in args} == {CUDA0}
     buffers = {b.mem_id: b.device for b in result.planned.buffers}
@@ -90,8 +104,16 @@ def test_tensors_cross_to_the_device_through_et_copy_ops_and_live_in_its_buffer(
     assert [d["target_device"] for d in doc["delegates"]] == ["cuda:0", "cuda:0"]
     for shown, delegate in zip(doc["delegates"], method.delegates):
         inner = devplan.inspect(delegate.payload)["methods"][0]["buffers"]
-        assert shown["payload_buffers"] == [{"method": "forward", "mem_id": b["mem_id"], "device": "cuda:0",
-                                             "size": b["size"], "lower_bound": b["lower_bound"]} for b in inner]
+        assert shown["payload_buffers"] == [
+            {
+                "method": "forward",
+                "mem_id": b["mem_id"],
+                "device": "cuda:0",
+                "size": b["size"],
+                "lower_bound": b["lower_bound"],
+            }
+            for b in inner
+        ]
     assert [(b["mem_id"], b["device"]) for b in doc["buffers"]] == [(1, "cpu"), (2, "cuda:0")]
     # both linear layers' weights went into the payloads, none stayed on the host
     assert result.constant_bytes == 0
@@ -115,17 +137,31 @@ def test_same_device_delegates_pass_tensors_on_without_a_host_round_trip():
     ops = [op for op, _ in instructions(result)[0]]
     # linear -> relu -> linear all on cuda:0: one copy in, the last linear's result out for
     # the add, and the relu result out when the caller needs it, at the end
-    assert ops == ["et_copy::_h2d_copy.out", "DevplanDelegate", "DevplanDelegate", "DevplanDelegate",
-                   "et_copy::_d2h_copy.out", "aten::add.out", "et_copy::_d2h_copy.out"]
+    assert ops == [
+        "et_copy::_h2d_copy.out",
+        "DevplanDelegate",
+        "DevplanDelegate",
+        "DevplanDelegate",
+        "et_copy::_d2h_copy.out",
+        "aten::add.out",
+        "et_copy::_d2h_copy.out",
+    ]
 
 
 def test_between_two_devices_a_tensor_goes_through_the_host():
     result = devplan.compile(exported(), delegates=["cuda:0=aten::linear", "cuda:1=aten::relu"])
     steps, method = instructions(result)
-    crossing = [(op, method.values[args[0]].device, method.values[args[1]].device)
-                for op, args in steps if op.startswith("et_copy")]
-    assert crossing[:4] == [("et_copy::_h2d_copy.out", Device(), CUDA0), ("et_copy::_d2h_copy.out", CUDA0, Device()),
-                            ("et_copy::_h2d_copy.out", Device(), CUDA1), ("et_copy::_d2h_copy.out", CUDA1, Device())]
+    crossing = [
+        (op, method.values[args[0]].device, method.values[args[1]].device)
+        for op, args in steps
+        if op.startswith("et_copy")
+    ]
+    assert crossing[:4] == [
+        ("et_copy::_h2d_copy.out", Device(), CUDA0),
+        ("et_copy::_d2h_copy.out", CUDA0, Device()),
+        ("et_copy::_h2d_copy.out", Device(), CUDA1),
+        ("et_copy::_d2h_copy.out", CUDA1, Device()),
+    ]
     assert {str(b.device) for b in result.planned.buffers} == {"cpu", "cuda:0", "cuda:1"}
 
 
@@ -167,8 +203,11 @@ def test_a_device_budget_holds_the_device_buffer_with_its_delegates_windows_insi
     compile = lambda budgets: devplan.compile(exported(), delegates=["cuda:0"], budgets=budgets)  # noqa: E731
     assert compile({"cuda:0": outer.size}).data == result.data
     # the explanation names a delegate's window among what is alive at the device's peak
-    with pytest.raises(DevplanError, match=rf"memory buffer 2 \(cuda:0\) needs {exact_size_text(outer.size)} but its "
-                                           rf"budget is {exact_size_text(outer.size - 16)}; the lower bound is .*delegate \d's buffer"):
+    with pytest.raises(
+        DevplanError,
+        match=rf"memory buffer 2 \(cuda:0\) needs {exact_size_text(outer.size)} but its "
+        rf"budget is {exact_size_text(outer.size - 16)}; the lower bound is .*delegate \d's buffer",
+    ):
         compile({"cuda:0": outer.size - 16})
     # a budget by mem_id holds that buffer alone
     assert compile({"2": outer.size}).data == result.data
@@ -180,4 +219,7 @@ def test_a_backend_taking_every_op_makes_one_delegate_even_across_multi_output_o
     module, args = sample_models()["transformer"]  # layer norms: one op, three results picked by getitem
     result = devplan.compile(torch.export.export(module, args), delegates=["cuda:0"])
     assert [k.op for k in result.planned.method.kernels] == [
-        "et_copy::_h2d_copy.out", "DevplanDelegate", "et_copy::_d2h_copy.out"]
+        "et_copy::_h2d_copy.out",
+        "DevplanDelegate",
+        "et_copy::_d2h_copy.out",
+    ]

@@ -1,5 +1,6 @@
 """The method passes run in an order that holds what each takes as done (passes.RUNS_AFTER),
 for every choice of options and for the program as for a delegate's payload."""
+
 from __future__ import annotations
 
 import itertools
@@ -22,4 +23,5 @@ def test_each_method_pass_runs_after_what_it_takes_as_done(inplace, reorder, rol
             if name in order and earlier in order:
                 assert order.index(earlier) < order.index(name), f"{name} runs before {earlier}: {order}"
     assert set(RUNS_AFTER) | {p for ps in RUNS_AFTER.values() for p in ps} <= {
-        name for name, _ in method_passes(CompileOptions.of(), ROLES[1])}  # the table names real passes
+        name for name, _ in method_passes(CompileOptions.of(), ROLES[1])
+    }  # the table names real passes

@@ -1,13 +1,13 @@
 """Memory-aware instruction order: the reordered program computes the same values, and its
 lower bound is the least any valid order of the method reaches."""
+
 import itertools
 import json
 from dataclasses import replace
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import devplan
 from devplan.ir.method import Kernel, Method

@@ -1,5 +1,6 @@
 """Views at offsets, cat pieces written in place and in-place results, mixed in one program:
 ExecuTorch's runtime and the reference runtime both match eager over two runs."""
+
 import pytest
 import torch
 
@@ -10,7 +11,7 @@ from testbed.models import assert_runs_match, eager_outputs, run_executorch
 
 class InputInsideCats(torch.nn.Module):
     def forward(self, x, y):
-        a = torch.cat([x, x * 2.0])           # a method input becomes a piece of a cat
+        a = torch.cat([x, x * 2.0])  # a method input becomes a piece of a cat
         b = torch.cat([a[1:3], torch.relu(y)])
         c = torch.cat([b, a]).sigmoid()
         return x, c, a[0] + 1

@@ -1,4 +1,5 @@
 """Shared hypothesis strategies and slow-but-obvious reference code for the planning tests."""
+
 from __future__ import annotations
 
 from hypothesis import strategies as st

@@ -1,4 +1,5 @@
 """plan() and lower_bound() on hand-checked cases and bad arguments."""
+
 from __future__ import annotations
 
 import pytest
@@ -58,7 +59,9 @@ def test_plans_are_immutable():
 
 
 def test_unknown_algorithm_lists_the_choices():
-    with pytest.raises(DevplanError, match="unknown memory planning algorithm 'fastest'; use one of: naive, greedy-order, .*best"):
+    with pytest.raises(
+        DevplanError, match="unknown memory planning algorithm 'fastest'; use one of: naive, greedy-order, .*best"
+    ):
         plan([], 16, "fastest")
 
 
@@ -87,11 +90,17 @@ def test_best_climbs_only_when_no_greedy_plan_reaches_the_bound(monkeypatch):
     climbs = []
     real = planner.hill_climb
     monkeypatch.setattr(planner, "hill_climb", lambda *a, **k: climbs.append(1) or real(*a, **k))
-    at_bound = [Interval(0, 16, 0, 0), Interval(1, 32, 1, 1)]           # greedy reaches 32, the bound
+    at_bound = [Interval(0, 16, 0, 0), Interval(1, 32, 1, 1)]  # greedy reaches 32, the bound
     assert plan(at_bound).sizes == {1: 32} and plan(at_bound).algorithm == "greedy-order" and not climbs
     # every greedy order leaves a gap here (176 B); the climb finds the bound, 144 B
-    above = [Interval(0, 32, 2, 3), Interval(1, 32, 0, 5), Interval(2, 64, 4, 4), Interval(3, 48, 3, 5),
-             Interval(4, 64, 2, 2), Interval(5, 48, 5, 6)]
+    above = [
+        Interval(0, 32, 2, 3),
+        Interval(1, 32, 0, 5),
+        Interval(2, 64, 4, 4),
+        Interval(3, 48, 3, 5),
+        Interval(4, 64, 2, 2),
+        Interval(5, 48, 5, 6),
+    ]
     assert min(plan(above, 16, name).sizes[1] for name in ("greedy-order", "greedy-size", "greedy-breadth")) == 176
     assert plan(above).sizes == lower_bound(above) == {1: 144} and climbs
 

@@ -1,4 +1,5 @@
 """Memory budgets: parsing TARGET=SIZE and explaining plans that do not fit."""
+
 from __future__ import annotations
 
 import pytest
@@ -72,10 +73,13 @@ def test_the_peak_lists_only_the_largest_tensors():
         check_budget({1: 576}, {1: 100}, crowd, 16)
 
 
-@pytest.mark.parametrize("budgets, refusal", [
-    ({"1": "64KiB"}, "map a mem_id such as '1'"),  # a size as text, as --budget writes it
-    ({"cpu": -1}, "0 or more"),
-])
+@pytest.mark.parametrize(
+    "budgets, refusal",
+    [
+        ({"1": "64KiB"}, "map a mem_id such as '1'"),  # a size as text, as --budget writes it
+        ({"cpu": -1}, "0 or more"),
+    ],
+)
 def test_compile_refuses_a_malformed_budgets_mapping_as_check_does(budgets, refusal):
     import devplan
 

@@ -1,10 +1,10 @@
 """Properties every memory plan must have, over random lifetimes, sizes and groups."""
+
 from __future__ import annotations
 
 import random
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from planning_cases import align, interval_sets, placed_from, reference_greedy
 
 from devplan.planning import ALGORITHMS, Interval, lower_bound, plan, verify

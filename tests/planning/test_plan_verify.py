@@ -1,12 +1,12 @@
 """The plan checker: rejects every unsound plan with a message that says what collides."""
+
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from planning_cases import brute_force_clash
 
 import devplan
@@ -42,7 +42,9 @@ def test_tensors_may_share_bytes_when_their_lifetimes_do_not_meet_or_when_bytes_
 def test_in_place_aliases_of_one_storage_may_overlap_but_other_tensors_may_not():
     aliases = [Placed("x", 1, 0, 64, 0, 3, storage=4), Placed("x_out", 1, 0, 64, 3, 6, storage=4)]
     verify(aliases, {1: 64}, 16)
-    with pytest.raises(PlanError, match=r"x \[0, 64\) and y \[0, 64\) in buffer 1 overlap while both alive at instruction 3"):
+    with pytest.raises(
+        PlanError, match=r"x \[0, 64\) and y \[0, 64\) in buffer 1 overlap while both alive at instruction 3"
+    ):
         verify([aliases[0], Placed("y", 1, 0, 64, 3, 6, storage=5)], {1: 64}, 16)
     with pytest.raises(PlanError, match="instruction 3"):
         verify([aliases[0], Placed("z", 1, 48, 16, 3, 6)], {1: 64}, 16)
@@ -55,12 +57,16 @@ def test_the_collision_is_found_after_an_alias_partner_has_died():
         Placed("c", 1, 96, 32, 0, 8),
         Placed("d", 1, 0, 48, 3, 4),  # a is gone by now, but b still holds [32, 96)
     ]
-    with pytest.raises(PlanError, match=r"b \[32, 96\) and d \[0, 48\) in buffer 1 overlap while both alive at instruction 3"):
+    with pytest.raises(
+        PlanError, match=r"b \[32, 96\) and d \[0, 48\) in buffer 1 overlap while both alive at instruction 3"
+    ):
         verify(placed, {1: 128}, 16)
 
 
 def test_misaligned_offset_names_the_tensor_offset_and_alignment():
-    with pytest.raises(PlanError, match="value 2 in buffer 1 starts at offset 40, which is not a multiple of the alignment 16"):
+    with pytest.raises(
+        PlanError, match="value 2 in buffer 1 starts at offset 40, which is not a multiple of the alignment 16"
+    ):
         verify([Placed("value 2", 1, 40, 8, 0, 0)], {1: 64}, 16)
 
 
@@ -68,13 +74,18 @@ def test_a_slice_may_start_anywhere_in_its_storage_but_the_storage_must_be_align
     whole, row = Placed("h", 1, 32, 60, 0, 4, storage=1), Placed("h[1]", 1, 52, 20, 2, 4, storage=1, within=20)
     verify([whole, row], {1: 96}, 16)
     shifted = Placed("h[1]", 1, 56, 20, 2, 4, storage=1, within=20)
-    with pytest.raises(PlanError, match=r"h\[1\] in buffer 1 starts at offset 56 \(20 bytes into its storage\), "
-                                        r"which is not a multiple of the alignment 16"):
+    with pytest.raises(
+        PlanError,
+        match=r"h\[1\] in buffer 1 starts at offset 56 \(20 bytes into its storage\), "
+        r"which is not a multiple of the alignment 16",
+    ):
         verify([whole, shifted], {1: 96}, 16)
 
 
 def test_tensor_past_the_buffer_end_names_its_end_and_the_buffer_size():
-    with pytest.raises(PlanError, match=r"value 5 \[64, 160\) in buffer 1 ends at byte 160, past the end of the buffer \(128 bytes\)"):
+    with pytest.raises(
+        PlanError, match=r"value 5 \[64, 160\) in buffer 1 ends at byte 160, past the end of the buffer \(128 bytes\)"
+    ):
         verify([Placed("value 5", 1, 64, 96, 0, 0)], {1: 128}, 16)
 
 
@@ -140,16 +151,23 @@ def test_a_host_kernel_reading_device_memory_is_rejected_by_name():
         def forward(self, x):
             return torch.relu(torch.nn.functional.linear(x, torch.ones(3, 3))) * 2
 
-    method = devplan.compile(torch.export.export(Chain(), (torch.randn(2, 3),)), delegates=["cuda:0=aten::linear"]).planned.method
+    method = devplan.compile(
+        torch.export.export(Chain(), (torch.randn(2, 3),)), delegates=["cuda:0=aten::linear"]
+    ).planned.method
     verify_devices(method, CPU)
     ops = [k.op for k in method.kernels]
     back = ops.index("et_copy::_d2h_copy.out")
     device_value, host_value = method.kernels[back].args[:2]
     reader = next(i for i, k in enumerate(method.kernels) if i > back and host_value in k.args)
     kernels = list(method.kernels)
-    kernels[reader] = replace(kernels[reader], args=tuple(device_value if a == host_value else a for a in kernels[reader].args))
-    with pytest.raises(PlanError, match=rf"instruction {reader} \(aten::relu.out, node relu\) runs on cpu but "
-                                        rf"value {device_value} is on cuda:0"):
+    kernels[reader] = replace(
+        kernels[reader], args=tuple(device_value if a == host_value else a for a in kernels[reader].args)
+    )
+    with pytest.raises(
+        PlanError,
+        match=rf"instruction {reader} \(aten::relu.out, node relu\) runs on cpu but "
+        rf"value {device_value} is on cuda:0",
+    ):
         verify_devices(replace(method, kernels=tuple(kernels)), CPU)
     # a delegate's payload runs its kernels on the device: the same check with home cuda:0 there
     with pytest.raises(PlanError, match=r"runs on cuda:0 but value \d+ is on cpu"):

@@ -1,4 +1,5 @@
 """Programs lowered by ExecuTorch 1.5.1 (the reference writer), built once per session."""
+
 from __future__ import annotations
 
 import pytest

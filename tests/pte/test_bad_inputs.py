@@ -1,4 +1,5 @@
 """Damaged or foreign input: always one DevplanError naming the file, and quickly."""
+
 from __future__ import annotations
 
 import random
@@ -148,7 +149,12 @@ def test_union_tag_out_of_range(plain_pte):
 )
 def test_inconsistent_extended_header(affine_pte, patch, expected):
     magic, length, program_size, base, size = struct.unpack_from("<4sIQQQ", affine_pte, 8)
-    fields = {"length": length, "program_size": program_size, "segment_base_offset": base, "segment_data_size": size} | patch
+    fields = {
+        "length": length,
+        "program_size": program_size,
+        "segment_base_offset": base,
+        "segment_data_size": size,
+    } | patch
     data = bytearray(affine_pte)
     struct.pack_into("<4sIQQQ", data, 8, magic, *fields.values())
     assert expected in rejection(bytes(data), "header.pte")
@@ -175,7 +181,9 @@ def test_segment_bytes_without_a_header(plain_pte):
     # Packed by hand: dumps_pte would add the header that this file must lack.
     builder = flatbuffers.Builder(0)
     builder.Finish(pte.program.Pack(builder), file_identifier=b"ET12")
-    assert "segment 0 claims 16 bytes but the file has no extended header" in rejection(bytes(builder.Output()), "seg.pte")
+    assert "segment 0 claims 16 bytes but the file has no extended header" in rejection(
+        bytes(builder.Output()), "seg.pte"
+    )
 
 
 FUZZ_VARIANTS = 300
@@ -241,8 +249,10 @@ def test_payloads_nested_past_the_depth_bound_are_refused():
     pte = read_pte(data, "nested.pte")
     for _ in range(MAX_DELEGATE_DEPTH):
         pte = pte.delegate_program(0, 0)
-    with pytest.raises(DevplanError, match=f"nested.pte delegate 0 .*delegate 0: a payload nested {MAX_DELEGATE_DEPTH + 1} "
-                                           f"delegates deep"):
+    with pytest.raises(
+        DevplanError,
+        match=f"nested.pte delegate 0 .*delegate 0: a payload nested {MAX_DELEGATE_DEPTH + 1} delegates deep",
+    ):
         pte.delegate_program(0, 0)
 
 

@@ -1,4 +1,5 @@
 """The generated bindings match the schema, and the verifier's schema matches the bindings."""
+
 from __future__ import annotations
 
 import importlib
@@ -38,8 +39,16 @@ def test_bindings_are_exactly_what_flatc_generates(tmp_path):
     version = subprocess.run([flatc, "--version"], capture_output=True, text=True, check=True).stdout
     assert "25.12.19" in version
     subprocess.run(
-        [flatc, "--python", "--gen-object-api", "-o", str(tmp_path), "schema/program.fbs", "schema/scalar_type.fbs",
-         "schema/flat_tensor.fbs"],
+        [
+            flatc,
+            "--python",
+            "--gen-object-api",
+            "-o",
+            str(tmp_path),
+            "schema/program.fbs",
+            "schema/scalar_type.fbs",
+            "schema/flat_tensor.fbs",
+        ],
         cwd=ROOT,
         check=True,
         capture_output=True,
@@ -65,7 +74,9 @@ def _slot_writer(source: str, table: str, field: str) -> tuple[str, int]:
 _SCHEMAS = {"fb": verify.TABLES, "ptd_fb": verify.FLAT_TENSOR_TABLES}  # bindings folder -> the verifier's tables
 
 
-@pytest.mark.parametrize(("folder", "table"), [(folder, table) for folder, tables in _SCHEMAS.items() for table in sorted(tables)])
+@pytest.mark.parametrize(
+    ("folder", "table"), [(folder, table) for folder, tables in _SCHEMAS.items() for table in sorted(tables)]
+)
 def test_verifier_schema_matches_the_bindings(folder, table):
     module = importlib.import_module(f"devplan.pte.{folder}.{table}")
     source = inspect.getsource(module)
@@ -83,15 +94,21 @@ def test_verifier_schema_matches_the_bindings(folder, table):
             assert writer == detail, f"{table}.{name}"
         else:
             assert writer == "UOffsetTRelative", f"{table}.{name}"
-        vector = re.search(rf"def {table}Start{field}Vector\(builder, numElems\):\n\s+return builder\.StartVector\((\d+),", source)
+        vector = re.search(
+            rf"def {table}Start{field}Vector\(builder, numElems\):\n\s+return builder\.StartVector\((\d+),", source
+        )
         if kind in (verify._SCALARS, verify._TABLES):
-            assert vector and int(vector.group(1)) == (verify.WIDTHS[detail] if kind == verify._SCALARS else 4), \
+            assert vector and int(vector.group(1)) == (verify.WIDTHS[detail] if kind == verify._SCALARS else 4), (
                 f"{table}.{name}"
+            )
         else:
             assert vector is None, f"{table}.{name}"
         if kind == verify._SCALARS:  # the element type, which the unpacker reads them as
-            assert re.search(rf"    def {field}AsNumpy\(self\):\n(?:.*\n){{1,3}}?.*GetVectorAsNumpy\("
-                             rf"flatbuffers\.number_types\.{detail}Flags, o\)", source), f"{table}.{name}"
+            assert re.search(
+                rf"    def {field}AsNumpy\(self\):\n(?:.*\n){{1,3}}?.*GetVectorAsNumpy\("
+                rf"flatbuffers\.number_types\.{detail}Flags, o\)",
+                source,
+            ), f"{table}.{name}"
         accessor = re.search(rf"    def {field}\(self\):\n(?:.*\n){{1,3}}?.*self\._tab\.(String|Indirect)\(", source)
         if kind == verify._STRING:
             assert accessor and accessor.group(1) == "String", f"{table}.{name}"

@@ -1,6 +1,7 @@
 """devplan.pte.decode: the one view of a method that inspect and the runtime read. Checked
 against ExecuTorch's own deserializer on programs it wrote and on devplan's, and on damage
 that both readers must refuse in one line."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,8 +27,7 @@ def _programs(executorch_programs) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("name", ["affine", "plain", "xnnpack", "devplan", "devplan_delegated"])
 def test_views_say_what_executorch_reads(name, executorch_programs):
-    from executorch.exir.schema import (DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall,
-                                        Tensor as EtTensor)
+    from executorch.exir.schema import DelegateCall, FreeCall, JumpFalseCall, KernelCall, MoveCall, Tensor as EtTensor
 
     data = _programs(executorch_programs)[name]
     views, plans = methods(read_pte(data)), _executorch_plans(data)
@@ -36,7 +36,8 @@ def test_views_say_what_executorch_reads(name, executorch_programs):
         assert view.inputs == tuple(plan.inputs) and view.outputs == tuple(plan.outputs)
         assert view.buffer_sizes == tuple(plan.non_const_buffer_sizes)
         assert [view.operator(i) for i in range(len(plan.operators))] == [
-            f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators]
+            f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators
+        ]
         tensors = {i: v.val for i, v in enumerate(plan.values) if isinstance(v.val, EtTensor)}
         assert set(view.tensors) == set(tensors)
         for index, expected in tensors.items():
@@ -47,16 +48,21 @@ def test_views_say_what_executorch_reads(name, executorch_programs):
             if info is None:
                 assert got.mem_id is None
             else:
-                assert (got.mem_id, got.offset) == (info.memory_id,
-                                                    info.memory_offset_low + (info.memory_offset_high << 32))
+                assert (got.mem_id, got.offset) == (
+                    info.memory_id,
+                    info.memory_offset_low + (info.memory_offset_high << 32),
+                )
         calls = [i for chain in plan.chains for i in chain.instructions]
         assert len(view.instructions) == len(calls)
         for row, instruction in zip(view.instructions, calls):
             args = instruction.instr_args
-            expected = {KernelCall: lambda a: ("kernel", tuple(a.args)), DelegateCall: lambda a: ("delegate", tuple(a.args)),
-                        MoveCall: lambda a: ("move", (a.move_from, a.move_to)),
-                        JumpFalseCall: lambda a: ("jump_false", (a.cond_value_index,)),
-                        FreeCall: lambda a: ("free", (a.value_index,))}[type(args)](args)
+            expected = {
+                KernelCall: lambda a: ("kernel", tuple(a.args)),
+                DelegateCall: lambda a: ("delegate", tuple(a.args)),
+                MoveCall: lambda a: ("move", (a.move_from, a.move_to)),
+                JumpFalseCall: lambda a: ("jump_false", (a.cond_value_index,)),
+                FreeCall: lambda a: ("free", (a.value_index,)),
+            }[type(args)](args)
             assert (row.kind, row.args) == expected
         assert len(view.delegates) == len(plan.delegates)
         assert [d.id for d in view.delegates] == [d.id for d in plan.delegates]
@@ -96,8 +102,13 @@ def _contentless_instruction(plan):
     plan.chains[0].instructions[0].instrArgs = None
 
 
-@pytest.mark.parametrize("change, needle", [(_contentless_value, "value 0 has a type but no content"),
-                                            (_contentless_instruction, "instruction 0 has a type but no content")])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (_contentless_value, "value 0 has a type but no content"),
+        (_contentless_instruction, "instruction 0 has a type but no content"),
+    ],
+)
 def test_a_type_without_content_is_one_line_for_inspect_and_run(change, needle):
     data = damaged(compiled(), change)
     for read in (devplan.inspect, lambda d: devplan.run(d, list(ARGS))):

@@ -1,4 +1,5 @@
 """read_pte and dumps_pte against ExecuTorch 1.5.1's own deserializer and runtime."""
+
 from __future__ import annotations
 
 import copy
@@ -14,7 +15,6 @@ from devplan.pte.fb.DeviceType import DeviceType
 from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.NonConstBufferDevice import NonConstBufferDeviceT
-
 
 PROGRAMS = ("affine", "plain", "xnnpack")
 _KERNEL_TYPE_NAMES = {value: name for name, value in vars(KernelTypes).items() if not name.startswith("_")}
@@ -43,7 +43,15 @@ def _our_value(evalue) -> tuple:
     if kind == "Tensor":
         info = val.allocationInfo
         allocation = None if info is None else (info.memoryId, info.memoryOffsetLow, info.memoryOffsetHigh)
-        return (kind, val.scalarType, _ints(val.sizes), _ints(val.dimOrder), val.dataBufferIdx, allocation, val.shapeDynamism)
+        return (
+            kind,
+            val.scalarType,
+            _ints(val.sizes),
+            _ints(val.dimOrder),
+            val.dataBufferIdx,
+            allocation,
+            val.shapeDynamism,
+        )
     if kind in ("Int", "Bool", "Double"):
         return (kind, getattr(val, f"{kind.lower()}Val"))
     if kind == "String":
@@ -58,7 +66,15 @@ def _their_value(evalue) -> tuple:
     if kind == "Tensor":
         info = val.allocation_info
         allocation = None if info is None else (info.memory_id, info.memory_offset_low, info.memory_offset_high)
-        return (kind, int(val.scalar_type), list(val.sizes), list(val.dim_order), val.data_buffer_idx, allocation, int(val.shape_dynamism))
+        return (
+            kind,
+            int(val.scalar_type),
+            list(val.sizes),
+            list(val.dim_order),
+            val.data_buffer_idx,
+            allocation,
+            int(val.shape_dynamism),
+        )
     if kind in ("Int", "Bool", "Double"):
         return (kind, getattr(val, f"{kind.lower()}_val"))
     if kind == "String":
@@ -94,7 +110,8 @@ def _our_plan(plan) -> dict:
         "outputs": _ints(plan.outputs),
         "operators": [(_text(op.name), _text(op.overload)) for op in plan.operators],
         "chains": [
-            (_ints(chain.inputs), _ints(chain.outputs), [_our_instruction(i) for i in chain.instructions]) for chain in plan.chains
+            (_ints(chain.inputs), _ints(chain.outputs), [_our_instruction(i) for i in chain.instructions])
+            for chain in plan.chains
         ],
         "non_const_buffer_sizes": _ints(plan.nonConstBufferSizes),
         "delegates": [
@@ -112,7 +129,8 @@ def _their_plan(plan) -> dict:
         "outputs": list(plan.outputs),
         "operators": [(op.name, op.overload) for op in plan.operators],
         "chains": [
-            (list(chain.inputs), list(chain.outputs), [_their_instruction(i) for i in chain.instructions]) for chain in plan.chains
+            (list(chain.inputs), list(chain.outputs), [_their_instruction(i) for i in chain.instructions])
+            for chain in plan.chains
         ],
         "non_const_buffer_sizes": list(plan.non_const_buffer_sizes),
         "delegates": [(d.id, [(s.key, bytes(s.value)) for s in d.compile_specs]) for d in plan.delegates],
@@ -158,7 +176,9 @@ def test_constants_hold_the_module_weights(affine_case, affine_pte):
         if value.valType == KernelTypes.Tensor and value.val.dataBufferIdx > 0:
             tensor = value.val
             nbytes = 4 * int(np.prod(_ints(tensor.sizes)))
-            by_shape[tuple(_ints(tensor.sizes))] = np.frombuffer(pte.constant_data(tensor.dataBufferIdx)[:nbytes], np.float32)
+            by_shape[tuple(_ints(tensor.sizes))] = np.frombuffer(
+                pte.constant_data(tensor.dataBufferIdx)[:nbytes], np.float32
+            )
     np.testing.assert_array_equal(by_shape[(3,)], module.fc.bias.detach().numpy())
     np.testing.assert_array_equal(by_shape[(3, 4)], module.fc.weight.detach().numpy().reshape(-1))
 
@@ -169,7 +189,11 @@ def test_segments_and_header_match_the_file(executorch_programs):
     assert pte.size == len(data)
     magic, length, program_size, base, data_size = struct.unpack_from("<4sIQQQ", data, 8)
     assert (magic, length) == (b"eh00", 32)
-    assert (pte.header.program_size, pte.header.segment_base_offset, pte.header.segment_data_size) == (program_size, base, data_size)
+    assert (pte.header.program_size, pte.header.segment_base_offset, pte.header.segment_data_size) == (
+        program_size,
+        base,
+        data_size,
+    )
     assert base + data_size == len(data)
     for entry, segment in zip(pte.program.segments, pte.segments, strict=True):
         assert segment == data[base + entry.offset : base + entry.offset + entry.size]
@@ -211,9 +235,13 @@ def test_executorch_reads_what_devplan_writes(executorch_programs, which):
     if pte.header is not None:
         assert written != data  # a different layout, so this is not the same file again
     original, rewritten = executorch_read(data).program, executorch_read(written).program
-    assert [_their_plan(plan) for plan in rewritten.execution_plan] == [_their_plan(plan) for plan in original.execution_plan]
+    assert [_their_plan(plan) for plan in rewritten.execution_plan] == [
+        _their_plan(plan) for plan in original.execution_plan
+    ]
     assert [bytes(b.storage) for b in rewritten.constant_buffer] == [bytes(b.storage) for b in original.constant_buffer]
-    assert [bytes(b.data) for b in rewritten.backend_delegate_data] == [bytes(b.data) for b in original.backend_delegate_data]
+    assert [bytes(b.data) for b in rewritten.backend_delegate_data] == [
+        bytes(b.data) for b in original.backend_delegate_data
+    ]
 
 
 def _run(data: bytes, args: tuple) -> list[torch.Tensor]:
@@ -227,7 +255,11 @@ def test_executorch_runs_a_devplan_rewritten_program(affine_case, affine_pte):
     module, args = affine_case
     pte = read_pte(affine_pte)
     plan = pte.program.executionPlan[0]
-    (bias,) = [v.val for v in plan.values if v.valType == KernelTypes.Tensor and v.val.dataBufferIdx > 0 and _ints(v.val.sizes) == [3]]
+    (bias,) = [
+        v.val
+        for v in plan.values
+        if v.valType == KernelTypes.Tensor and v.val.dataBufferIdx > 0 and _ints(v.val.sizes) == [3]
+    ]
     # Rewrite the constant segment with bias + 1 and move the segment by a new alignment.
     sub = pte.program.constantSegment
     start = int(sub.offsets[bias.dataBufferIdx])
@@ -272,7 +304,6 @@ def test_non_cpu_buffer_device_reaches_executorch(affine_pte):
     assert pte.program.executionPlan[0].nonConstBufferDevice is None  # the original is untouched
 
 
-
 def test_device_table_only_where_a_buffer_is_off_the_cpu():
     """As ExecuTorch's serializer writes them: no NonConstBufferDevice table when every buffer
     is the CPU's; with a device buffer, an entry for every buffer."""
@@ -291,9 +322,10 @@ def test_named_data_counts_as_constants(xnnpack_pte):
     them as constant data, per key, as ExecuTorch's deserializer lists them."""
     import io
 
+    from rich.console import Console
+
     import devplan
     from devplan.inspection.render import render
-    from rich.console import Console
 
     stored = executorch_read(xnnpack_pte).named_data  # ExecuTorch moves them out of the program
     doc = devplan.inspect(xnnpack_pte)

@@ -3,6 +3,7 @@ delegate, ExecuTorch's) through inspect, inspect --json, check and run in this p
 changed copies of .pt2 archives (JSON fields and member names) through compile. Each either
 works or is refused as bad input (exit 2); nothing else escapes, nothing prints a traceback,
 no code from an archive runs and nothing takes more than a few seconds."""
+
 from __future__ import annotations
 
 import random
@@ -20,11 +21,17 @@ ARCHIVE_MUTANTS = 15  # per archive: a compile each
 def programs(executorch_programs) -> dict[str, bytes]:
     from testbed.small_programs import compiled
 
-    return {"devplan": compiled(), "delegated": compiled(delegates=["cuda:0"]),
-            "executorch_affine": executorch_programs["affine"], "executorch_xnnpack": executorch_programs["xnnpack"]}
+    return {
+        "devplan": compiled(),
+        "delegated": compiled(delegates=["cuda:0"]),
+        "executorch_affine": executorch_programs["affine"],
+        "executorch_xnnpack": executorch_programs["xnnpack"],
+    }
 
 
-@pytest.mark.parametrize("which", tiered(["devplan", "delegated", "executorch_affine", "executorch_xnnpack"], ["delegated"]))
+@pytest.mark.parametrize(
+    "which", tiered(["devplan", "delegated", "executorch_affine", "executorch_xnnpack"], ["delegated"])
+)
 def test_mutants_work_or_are_refused(programs, which, tmp_path):
     rng = random.Random(17)
     escaped, seen = [], set()

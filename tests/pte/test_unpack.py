@@ -2,6 +2,7 @@
 makes, field for field and type for type: on ExecuTorch's programs (constant segment, no
 header, an XNNPACK delegate with named data) and devplan's (a delegate on cuda:0, constant
 methods of every kind, a transformer)."""
+
 from __future__ import annotations
 
 from pathlib import Path

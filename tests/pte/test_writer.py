@@ -1,4 +1,5 @@
 """dumps_pte's layout, write_atomic's guarantees and PteFile's accessors on hand-built programs."""
+
 from __future__ import annotations
 
 import os
@@ -28,16 +29,27 @@ def make_program(segment_entries: int = 0, segment_delegate: bool = True) -> Pro
     segment one reads SEGMENTS[2])."""
     tensor = TensorT(scalarType=6, sizes=[2, 3], dimOrder=[0, 1], dataBufferIdx=1)
     delegates = [
-        BackendDelegateT(id="InlineBackend", processed=BackendDelegateDataReferenceT(location=DataLocation.INLINE, index=1)),
-        BackendDelegateT(id="SegmentBackend", processed=BackendDelegateDataReferenceT(location=DataLocation.SEGMENT, index=2)),
+        BackendDelegateT(
+            id="InlineBackend", processed=BackendDelegateDataReferenceT(location=DataLocation.INLINE, index=1)
+        ),
+        BackendDelegateT(
+            id="SegmentBackend", processed=BackendDelegateDataReferenceT(location=DataLocation.SEGMENT, index=2)
+        ),
     ][: 2 if segment_delegate else 1]
     plan = ExecutionPlanT(
-        name="forward", values=[EValueT(valType=KernelTypes.Tensor, val=tensor)], inputs=[0], outputs=[0], delegates=delegates
+        name="forward",
+        values=[EValueT(valType=KernelTypes.Tensor, val=tensor)],
+        inputs=[0],
+        outputs=[0],
+        delegates=delegates,
     )
     return ProgramT(
         executionPlan=[plan],
         constantBuffer=[BufferT(storage=[]), BufferT(storage=list(range(24))), BufferT(storage=[7] * 5)],
-        backendDelegateData=[BackendDelegateInlineDataT(data=b"abc"), BackendDelegateInlineDataT(data=b"inline payload")],
+        backendDelegateData=[
+            BackendDelegateInlineDataT(data=b"abc"),
+            BackendDelegateInlineDataT(data=b"inline payload"),
+        ],
         segments=[DataSegmentT(offset=999, size=1) for _ in range(segment_entries)] or None,
     )
 
@@ -217,8 +229,10 @@ def test_sigterm_mid_write_leaves_no_temporary_and_a_stale_one_is_removed(tmp_pa
 
     root = Path(__file__).resolve().parents[2]
     out = tmp_path / "mlp.pte"
-    slow = ("import os, sys, time; os.fsync = lambda fd: time.sleep(60); from devplan.cli import main; "
-            f"sys.argv = ['devplan', 'compile', {str(root / 'samples' / 'mlp.pt2')!r}, '-o', {str(out)!r}]; main()")
+    slow = (
+        "import os, sys, time; os.fsync = lambda fd: time.sleep(60); from devplan.cli import main; "
+        f"sys.argv = ['devplan', 'compile', {str(root / 'samples' / 'mlp.pt2')!r}, '-o', {str(out)!r}]; main()"
+    )
     child = subprocess.Popen([sys.executable, "-c", slow], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob(".mlp.pte.*.tmp")) and time.monotonic() < deadline and child.poll() is None:
@@ -230,7 +244,10 @@ def test_sigterm_mid_write_leaves_no_temporary_and_a_stale_one_is_removed(tmp_pa
 
     stale = tmp_path / ".mlp.pte.999999999.abc123.tmp"  # no process has this pid
     stale.write_bytes(b"half a program")
-    run = subprocess.run([sys.executable, "-m", "devplan", "compile", root / "samples" / "mlp.pt2", "-o", out],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "devplan", "compile", root / "samples" / "mlp.pt2", "-o", out],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     assert not stale.exists() and out.exists()

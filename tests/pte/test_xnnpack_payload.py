@@ -2,6 +2,7 @@
 ExecuTorch's runtime hands XnnpackBackend, read from the payload's XNNGraph FlatBuffer, which is
 checked first, so that a damaged payload reads as no keys and never as an internal error
 (reading the program refuses it in one line: ExecuTorch's runtime aborts on some)."""
+
 from __future__ import annotations
 
 import struct

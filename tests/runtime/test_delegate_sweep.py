@@ -12,6 +12,7 @@ A compile-time DevplanError is an acceptable refusal only when it is one line na
 node or op; anything else is a bug. Known failures are strict xfails whose reason is the
 first line of the error they end in, checked here word for word, so a fix or a changed
 failure shows up."""
+
 from __future__ import annotations
 
 import functools
@@ -25,8 +26,8 @@ import devplan
 from devplan.errors import DevplanError, first_line
 from devplan.pte import read_pte
 from devplan.runtime import HostAllocator, LoadedMethod, registered
-from tests.compile.test_module_sweep import CASES, XFAIL
 from testbed.models import CORPUS, eager_outputs
+from tests.compile.test_module_sweep import CASES, XFAIL
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 
@@ -58,8 +59,9 @@ def build(model: str):
 
 def _close(got, want, where: str) -> None:
     assert isinstance(got, torch.Tensor), f"{where}: {type(got).__name__} instead of a tensor"
-    assert (got.dtype, tuple(got.shape)) == (want.dtype, tuple(want.shape)), \
+    assert (got.dtype, tuple(got.shape)) == (want.dtype, tuple(want.shape)), (
         f"{where}: {got.dtype}{tuple(got.shape)} instead of {want.dtype}{tuple(want.shape)}"
+    )
     tolerance = dict(rtol=1e-4, atol=1e-5) if want.dtype == torch.float32 else {}
     torch.testing.assert_close(got, want, **tolerance, msg=lambda m: f"{where}: {m}")
 
@@ -71,8 +73,11 @@ def _ops(program: dict) -> set[str]:
 def _named(kernel: str, ops: set[str]) -> bool:
     """Whether a payload's kernel runs one of the graph ops a backend names: a view op runs
     as its *_copy kernel inside a payload, and split as split_with_sizes_copy."""
-    return (kernel in ops or kernel.removesuffix("_copy") in ops
-            or (kernel == "aten::split_with_sizes_copy" and "aten::split" in ops))
+    return (
+        kernel in ops
+        or kernel.removesuffix("_copy") in ops
+        or (kernel == "aten::split_with_sizes_copy" and "aten::split" in ops)
+    )
 
 
 def _check_document(result, delegates: list[str], device_io: bool) -> None:
@@ -83,13 +88,20 @@ def _check_document(result, delegates: list[str], device_io: bool) -> None:
     assert len(shown) == len(made) == method["counts"]["delegates"]
     devices = [text.partition("=")[0] for text in delegates]
     # ops each device runs when one backend there names them
-    restricted = {text.partition("=")[0]: set(text.partition("=")[2].split(",")) for text in delegates
-                  if "=" in text and devices.count(text.partition("=")[0]) == 1}
+    restricted = {
+        text.partition("=")[0]: set(text.partition("=")[2].split(","))
+        for text in delegates
+        if "=" in text and devices.count(text.partition("=")[0]) == 1
+    }
     called = {row["delegate"] for row in method["instructions"] if row["delegate"] is not None}
     assert called == set(range(len(made))), f"delegates called: {sorted(called)} of {len(made)}"
     for row, delegate in zip(shown, made):
         target = dict(delegate.compile_specs)["target_device"].decode()
-        assert (row["id"], row["target_device"], row["payload_size"]) == ("DevplanDelegate", target, len(delegate.payload))
+        assert (row["id"], row["target_device"], row["payload_size"]) == (
+            "DevplanDelegate",
+            target,
+            len(delegate.payload),
+        )
         assert target in devices
         assert row["payload_buffers"] is not None and {b["device"] for b in row["payload_buffers"]} <= {target}
         if target in restricted:  # a backend that names its ops runs those and no others
@@ -120,8 +132,9 @@ def check(model: str, setting: str) -> None:
         result = devplan.compile(ep, delegates=delegates, **options)
     except DevplanError as error:
         text = str(error)
-        assert "\n" not in text.strip() and re.search(r"\b(node|output|input) \S+|\baten[.:]", text), \
+        assert "\n" not in text.strip() and re.search(r"\b(node|output|input) \S+|\baten[.:]", text), (
             f"a refusal that is not one line naming the node or op: {text!r}"
+        )
         raise
     _check_document(result, delegates, options.get("device_io", False))
     inputs = pytree.tree_leaves(args)
@@ -141,8 +154,7 @@ def check(model: str, setting: str) -> None:
 
 
 # (model, setting) -> (exception type, first line of its message)
-KNOWN: dict[tuple[str, str], tuple[type[BaseException], str]] = {
-}
+KNOWN: dict[tuple[str, str], tuple[type[BaseException], str]] = {}
 
 
 def _param(model: str, setting: str):
@@ -159,6 +171,7 @@ def test_delegated_program_matches_eager(model, setting):
     except Exception as error:
         known = KNOWN.get((model, setting))
         if known is not None and (type(error), first_line(error)) != known:
-            raise AssertionError(f"expected {known[0].__name__}: {known[1]}; got "
-                                 f"{type(error).__name__}: {first_line(error)}") from error
+            raise AssertionError(
+                f"expected {known[0].__name__}: {known[1]}; got {type(error).__name__}: {first_line(error)}"
+            ) from error
         raise

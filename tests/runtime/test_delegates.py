@@ -1,6 +1,7 @@
 """Device programs devplan compiles with --delegate run in the reference runtime: copies go
 through the DeviceAllocator registered for the device (host memory standing in for CUDA
 here), payloads run on their device, and outputs match eager PyTorch. ExecuTorch reads them."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,8 @@ import devplan
 from devplan.errors import DevplanError
 from devplan.runtime import HostAllocator, registered, run
 from samples.make_samples import sample_models
-from tests.compile.test_cli import ROOT, devplan as devplan_cli
 from testbed.models import CORPUS, assert_runs_match, eager_outputs, export
+from tests.compile.test_cli import ROOT, devplan as devplan_cli
 from tests.runtime.test_runtime import Recording
 
 MODELS = ("mlp", "cnn", "transformer", "two_io", "rolling_cache", "cat_split_chunk", "gated_mlp", "embedding")
@@ -61,10 +62,15 @@ def test_a_delegate_of_another_backend_is_named_and_its_arenas_go_back():
     from executorch.exir import to_edge_transform_and_lower
 
     module, args = CORPUS["linear"]()
-    edge = to_edge_transform_and_lower(torch.export.export(module, args, strict=False), partitioner=[XnnpackPartitioner()])
+    edge = to_edge_transform_and_lower(
+        torch.export.export(module, args, strict=False), partitioner=[XnnpackPartitioner()]
+    )
     with registered("cpu", Recording()) as host:
-        with pytest.raises(DevplanError, match=r"delegate 0 runs on ExecuTorch's backend 'XnnpackBackend', which "
-                                               r"needs ExecuTorch's runtime: devplan run --executorch"):
+        with pytest.raises(
+            DevplanError,
+            match=r"delegate 0 runs on ExecuTorch's backend 'XnnpackBackend', which "
+            r"needs ExecuTorch's runtime: devplan run --executorch",
+        ):
             run(edge.to_executorch().buffer, list(args))
     allocated = [call[1] for call in host.calls if call[0] == "allocate"]
     assert allocated and allocated == [call[1] for call in host.calls if call[0] == "deallocate"]
@@ -78,11 +84,16 @@ def test_executorch_reads_the_device_table_and_the_delegates():
     program = deserialize_pte_binary(result.data)
     plan = getattr(program, "program", program).execution_plan[0]
     assert [(e.buffer_idx, int(e.device_type), e.device_index) for e in plan.non_const_buffer_device] == [
-        (b.mem_id, b.device.code, b.device.index) for b in result.planned.buffers]
+        (b.mem_id, b.device.code, b.device.index) for b in result.planned.buffers
+    ]
     assert [(d.id, [(c.key, bytes(c.value)) for c in d.compile_specs]) for d in plan.delegates] == [
-        (d.backend, [("target_device", b"cuda:0")] + ([("memory_window", f"mem_id=2,offset={d.window[1]}".encode())]
-                                                      if d.window else []))
-        for d in result.planned.method.delegates]
+        (
+            d.backend,
+            [("target_device", b"cuda:0")]
+            + ([("memory_window", f"mem_id=2,offset={d.window[1]}".encode())] if d.window else []),
+        )
+        for d in result.planned.method.delegates
+    ]
 
 
 @pytest.mark.sweep  # end to end through fresh processes; the device programs run in-process above
@@ -109,7 +120,9 @@ def test_a_bad_delegate_option_is_one_line_and_writes_nothing(tmp_path):
 
 
 def test_compile_json_lists_the_delegates(tmp_path):
-    done = devplan_cli("compile", ROOT / "samples" / "mlp.pt2", "-o", tmp_path / "m.pte", "--json", "--delegate", "cuda:0")
+    done = devplan_cli(
+        "compile", ROOT / "samples" / "mlp.pt2", "-o", tmp_path / "m.pte", "--json", "--delegate", "cuda:0"
+    )
     summary = json.loads(done.stdout)["methods"][0]
     assert [d["target_device"] for d in summary["delegates"]] == ["cuda:0"]
     assert summary["delegates"][0]["id"] == "DevplanDelegate" and summary["delegates"][0]["payload_size"] > 0

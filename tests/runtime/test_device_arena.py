@@ -2,6 +2,7 @@
 of the program's buffer there, alive while they run, and take their inputs and outputs as the
 program's own tensors; the reference runtime lends them those bytes; the device's bound and
 the verifier cover the whole device."""
+
 from __future__ import annotations
 
 import logging
@@ -55,8 +56,9 @@ class _TwoBlocks(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(),
-                                                              torch.nn.Linear(64, 16)) for _ in range(2))
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)) for _ in range(2)
+        )
 
     def forward(self, x):
         return self.blocks[1](torch.sin(self.blocks[0](x)))
@@ -66,8 +68,9 @@ ARGS = (torch.randn(4, 16),)
 
 
 def two_blocks(**options):
-    return devplan.compile(torch.export.export(_TwoBlocks().eval(), ARGS), delegates=["cuda:0=aten::linear,aten::relu"],
-                           **options)
+    return devplan.compile(
+        torch.export.export(_TwoBlocks().eval(), ARGS), delegates=["cuda:0=aten::linear,aten::relu"], **options
+    )
 
 
 class _Recording(HostAllocator):
@@ -99,8 +102,12 @@ def test_delegates_that_never_run_at_once_share_the_same_bytes_lent_by_the_progr
         finally:
             loaded.release()
     # one arena on the device (the program's), and the payloads' weights uploaded: no payload arena
-    weights = [t["nbytes"] for d in result.planned.method.delegates
-               for t in devplan.inspect(d.payload)["methods"][0]["tensors"] if t["role"] == "constant"]
+    weights = [
+        t["nbytes"]
+        for d in result.planned.method.delegates
+        for t in devplan.inspect(d.payload)["methods"][0]["tensors"]
+        if t["role"] == "constant"
+    ]
     assert sorted(arena.numel() for arena in device.arenas) == sorted([cuda.size] + weights)
     with torch.no_grad():
         torch.testing.assert_close(got, _TwoBlocks().eval()(*ARGS))
@@ -190,12 +197,20 @@ def test_a_damaged_payload_is_blamed_not_its_window():
         devplan.inspect(zeros)
     assert "window" not in str(error.value)
     grown = _payload_changed(compiled(delegates=["cuda:0"]), _payload_buffer_grown)
-    with pytest.raises(DevplanError, match=r"delegate 0's payload plans 80000 bytes of working memory, more than the "
-                                           r"80 its memory window \(buffer 2, offset 80\) leaves"):
+    with pytest.raises(
+        DevplanError,
+        match=r"delegate 0's payload plans 80000 bytes of working memory, more than the "
+        r"80 its memory window \(buffer 2, offset 80\) leaves",
+    ):
         devplan.inspect(grown)
-    with registered("cuda", HostAllocator()), pytest.raises(
-            DevplanError, match=r"delegate 0: method forward: the payload plans buffer 1 as 80000 bytes on cuda:0, more "
-                                r"than the memory window its caller lends it \(80 bytes on cuda:0\); the payload is damaged"):
+    with (
+        registered("cuda", HostAllocator()),
+        pytest.raises(
+            DevplanError,
+            match=r"delegate 0: method forward: the payload plans buffer 1 as 80000 bytes on cuda:0, more "
+            r"than the memory window its caller lends it \(80 bytes on cuda:0\); the payload is damaged",
+        ),
+    ):
         devplan.run(grown, list(BLOCK_ARGS))
 
 
@@ -204,8 +219,10 @@ def test_a_damaged_window_spec_is_one_line():
     from devplan.pte import dumps_pte
 
     planned = two_blocks().planned
-    odd = tuple(replace(d, window=None, compile_specs=d.compile_specs + (("memory_window", b"mem_id=two"),))
-                for d in planned.method.delegates)
+    odd = tuple(
+        replace(d, window=None, compile_specs=d.compile_specs + (("memory_window", b"mem_id=two"),))
+        for d in planned.method.delegates
+    )
     data = dumps_pte(*to_program(replace(planned, method=replace(planned.method, delegates=odd))))
     with pytest.raises(DevplanError, match=r"compile spec memory_window is b'mem_id=two'"):
         devplan.inspect(data)

@@ -2,6 +2,7 @@
 with every op on cuda:0 and with --device-io, runs host-backed and matches the CPU program of
 the same export; a payload plans what CUDA's kernels write, not the host's; the GPU tier
 (marked cuda) runs the corpus through TorchCudaAllocator where a GPU is at hand."""
+
 from __future__ import annotations
 
 import pytest
@@ -55,7 +56,7 @@ def test_a_buffer_far_beyond_its_tensors_and_windows_is_still_refused():
     size = next(b.size for b in devplan.compile(ep, delegates=["cuda:0"], device_io=True).planned.buffers)
     at = bytes(data).find(size.to_bytes(8, "little"))
     assert at > 0
-    data[at:at + 8] = (8 * size).to_bytes(8, "little")
+    data[at : at + 8] = (8 * size).to_bytes(8, "little")
     with registered("cuda", HostAllocator()), pytest.raises(DevplanError, match="reach only"):
         devplan.run(bytes(data), list(args))
 

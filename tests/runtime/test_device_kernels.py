@@ -2,6 +2,7 @@
 computes what torch's out variant computes, writing the out tensor it is given (its storage
 kept), checked here on the host by calling the device kernel directly; the GPU tier and
 benchmarks/gpu.py show what they save on a device."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,20 @@ CALLS = {  # operator -> (args, keywords)
     "aten::relu.out": ((X,), {}),
     "aten::full_like.out": ((X, 0.5), {}),
     "aten::embedding.out": ((torch.randn(6, 8), IDS), {}),
-    "aten::convolution.out": ((X[:, :, :4, :4].contiguous(), torch.randn(6, 3, 3, 3), torch.randn(6), [1, 1], [1, 1],
-                               [1, 1], False, [0, 0], 1), {}),
+    "aten::convolution.out": (
+        (
+            X[:, :, :4, :4].contiguous(),
+            torch.randn(6, 3, 3, 3),
+            torch.randn(6),
+            [1, 1],
+            [1, 1],
+            [1, 1],
+            False,
+            [0, 0],
+            1,
+        ),
+        {},
+    ),
     "aten::add.Scalar_out": ((X, 2.0, 3), {}),
     "aten::sub.Scalar_out": ((X, 2.0, 0.5), {}),
     "aten::mul.Scalar_out": ((X, 3), {}),

@@ -1,6 +1,7 @@
 """What a run's devices really held (issue 40): `run --json` reports per device the planned
 bytes, the constants copied there and the allocator's peak, which a GPU's allocator measures
 (benchmarks/gpu.py, the GPU tier) and a host-backed one cannot."""
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@ refuses or could only crash on (a tensor without data or dim order, a DYNAMIC_UN
 an Int jump condition, a kernel its libraries do not register, a tensor said to live on
 another device than its buffer) is refused in one line. Each program is a compiled one,
 damaged or rearranged here."""
+
 from __future__ import annotations
 
 import copy
@@ -47,8 +48,11 @@ def _jump(condition: int, destination: int) -> InstructionT:
 def _double_the_output(plan) -> InstructionT:
     """A kernel call doubling the output in place: the program's own mul.Scalar_out (its
     instruction 2, `relu * 2`) with the output as its input and out."""
-    mul = next(i for i in plan.chains[0].instructions
-               if i.instrArgsType == InstructionArguments.KernelCall and i.instrArgs.opIndex == 2)
+    mul = next(
+        i
+        for i in plan.chains[0].instructions
+        if i.instrArgsType == InstructionArguments.KernelCall and i.instrArgs.opIndex == 2
+    )
     out = plan.outputs[0]
     double = InstructionT()
     double.instrArgsType, double.instrArgs = InstructionArguments.KernelCall, KernelCallT()
@@ -77,8 +81,11 @@ def _negative(plan, false: int) -> list[list]:
     return [original + [_jump(false, -1), _double_the_output(plan)], [_double_the_output(plan)]]
 
 
-@pytest.mark.parametrize("layout, doublings", [(_past_its_chain, 2), (_within_the_second_chain, 1), (_negative, 1)],
-                         ids=["past_its_chain", "within_the_second_chain", "negative"])
+@pytest.mark.parametrize(
+    "layout, doublings",
+    [(_past_its_chain, 2), (_within_the_second_chain, 1), (_negative, 1)],
+    ids=["past_its_chain", "within_the_second_chain", "negative"],
+)
 def test_a_jump_counts_within_its_chain_as_in_executorch(layout, doublings):
     def change(plan):
         false = _value(plan, KernelTypes.Bool, BoolT, "boolVal", False)
@@ -91,7 +98,7 @@ def test_a_jump_counts_within_its_chain_as_in_executorch(layout, doublings):
     data = damaged(plain, change)
     (expected,) = run_executorch(plain, ARGS)[0]
     (theirs,) = run_executorch(data, ARGS)[0]
-    torch.testing.assert_close(theirs, expected * 2 ** doublings)
+    torch.testing.assert_close(theirs, expected * 2**doublings)
     (ours,) = devplan.run(read_pte(data, name="jumps.pte"), list(ARGS))[0]
     torch.testing.assert_close(ours, theirs)
 
@@ -99,15 +106,24 @@ def test_a_jump_counts_within_its_chain_as_in_executorch(layout, doublings):
 def test_a_tensor_with_no_data_that_is_no_input_or_output_is_refused_not_zeros():
     """A constant whose data index is 0 and that has no place in a buffer: ExecuTorch's
     runtime gives it no memory (its kernel reads a null pointer); devplan's used to read zeros."""
+
     def change(plan):
         plan.values[0].val.dataBufferIdx = 0  # the linear's weight
 
-    refused(damaged(compiled(), change), "value 0", "is a tensor with no data and no place in a buffer", "instruction 0 reads it")
+    refused(
+        damaged(compiled(), change),
+        "value 0",
+        "is a tensor with no data and no place in a buffer",
+        "instruction 0 reads it",
+    )
 
 
 def _first_planned(plan):
-    return next(v.val for v in plan.values if v.valType == KernelTypes.Tensor and v.val.allocationInfo is not None
-                and len(v.val.sizes) == 2)
+    return next(
+        v.val
+        for v in plan.values
+        if v.valType == KernelTypes.Tensor and v.val.allocationInfo is not None and len(v.val.sizes) == 2
+    )
 
 
 def _no_dim_order(plan):
@@ -132,6 +148,7 @@ def _renamed(name: str):
     def change(plan):  # relu.out's schema is (self, *, out), as erfinv.out's and sgn.out's
         relu = next(op for op in plan.operators if op.name in (b"aten::relu", "aten::relu"))
         relu.name = name
+
     return change
 
 
@@ -139,15 +156,23 @@ def _unplanned_intermediate(plan):
     plan.values[4].val.allocationInfo = None  # the relu's out tensor
 
 
-@pytest.mark.parametrize("change, needles, executorch_too", [
-    (_no_dim_order, ["value 2", "has no dim order"], True),
-    (_unbound, ["value 2", "DYNAMIC_UNBOUND"], True),
-    (_int_condition, ["instruction 4", "value 12, of type Int", "only a Bool or a bool tensor"], True),
-    (_said_on_cuda, ["value 2", "cuda:0", "buffer 1", "on cpu"], False),
-    (_renamed("aten::erfinv"), ["instruction 1", "aten::erfinv.out", "do not register"], True),
-    (_renamed("aten::sgn"), ["instruction 1", "aten::sgn.out", "do not register"], True),
-    (_unplanned_intermediate, ["value 4", "is a tensor with no data and no place in a buffer", "instruction 1 writes it"], False),
-], ids=["no_dim_order", "unbound", "int_condition", "said_on_cuda", "erfinv", "sgn", "unplanned_intermediate"])
+@pytest.mark.parametrize(
+    "change, needles, executorch_too",
+    [
+        (_no_dim_order, ["value 2", "has no dim order"], True),
+        (_unbound, ["value 2", "DYNAMIC_UNBOUND"], True),
+        (_int_condition, ["instruction 4", "value 12, of type Int", "only a Bool or a bool tensor"], True),
+        (_said_on_cuda, ["value 2", "cuda:0", "buffer 1", "on cpu"], False),
+        (_renamed("aten::erfinv"), ["instruction 1", "aten::erfinv.out", "do not register"], True),
+        (_renamed("aten::sgn"), ["instruction 1", "aten::sgn.out", "do not register"], True),
+        (
+            _unplanned_intermediate,
+            ["value 4", "is a tensor with no data and no place in a buffer", "instruction 1 writes it"],
+            False,
+        ),
+    ],
+    ids=["no_dim_order", "unbound", "int_condition", "said_on_cuda", "erfinv", "sgn", "unplanned_intermediate"],
+)
 def test_what_executorch_refuses_or_cannot_run_is_refused(change, needles, executorch_too):
     """`executorch_too`: ExecuTorch's runtime refuses it as well (the others it runs on other
     terms than devplan's, or crashes on, so it is not asked)."""

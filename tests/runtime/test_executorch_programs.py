@@ -24,6 +24,7 @@ caches over two runs) and test_io_conventions (aliasing outputs, buffers, dtypes
 
 Run it as a script (`PYTHONPATH=. python tests/runtime/test_executorch_programs.py [names]`) for
 the table of every model's status."""
+
 from __future__ import annotations
 
 import copy
@@ -39,9 +40,9 @@ import devplan
 import devplan.runtime
 from devplan.errors import DevplanError
 from testbed import models
-from tests.compile import test_io_conventions, test_llm_sweep, test_module_sweep, test_more_ops
 from testbed.lowerings import executorch_lowered
 from testbed.models import run_executorch
+from tests.compile import test_io_conventions, test_llm_sweep, test_module_sweep, test_more_ops
 from tests.tiers import tiered
 
 RUNS = 2
@@ -49,27 +50,110 @@ RUNS = 2
 SKIPS = {"EXPORT_FAILED", "EXECUTORCH_LOWER_FAILED"}
 
 MODULE_SWEEP = [
-    "lstm_1layer", "gru_2layer", "conv_transpose2d", "conv_transpose1d", "pixel_shuffle", "interp_bilinear_align",
-    "interp_nearest_scale", "unfold", "pad_reflect_replicate", "pad_circular", "adaptive_avg_uneven",
-    "max_pool2d_indices", "avg_pool1d", "instance_norm2d", "rms_norm", "vector_norm", "squeeze_excite",
-    "gelu_tanh_prelu", "transformer_encoder_layer", "multihead_attention", "sdpa_causal", "masked_softmax",
-    "one_hot", "cross_entropy", "index_put_scatter_add", "sort", "median", "min_max_dim", "logsumexp", "bucketize",
-    "bool_masks", "float16_softmax_relu", "bfloat16_matmul_sigmoid", "bfloat16_rms_norm_linear", "int8_arith",
-    "uint8_arith", "int_shift", "int_div_rounding", "cat_then_view", "cat_piece_reused", "stack_then_view",
-    "argsort", "fold", "einsum", "roll", "nll_loss", "cosine_similarity", "bfloat16_layer_norm", "cat_then_slice",
+    "lstm_1layer",
+    "gru_2layer",
+    "conv_transpose2d",
+    "conv_transpose1d",
+    "pixel_shuffle",
+    "interp_bilinear_align",
+    "interp_nearest_scale",
+    "unfold",
+    "pad_reflect_replicate",
+    "pad_circular",
+    "adaptive_avg_uneven",
+    "max_pool2d_indices",
+    "avg_pool1d",
+    "instance_norm2d",
+    "rms_norm",
+    "vector_norm",
+    "squeeze_excite",
+    "gelu_tanh_prelu",
+    "transformer_encoder_layer",
+    "multihead_attention",
+    "sdpa_causal",
+    "masked_softmax",
+    "one_hot",
+    "cross_entropy",
+    "index_put_scatter_add",
+    "sort",
+    "median",
+    "min_max_dim",
+    "logsumexp",
+    "bucketize",
+    "bool_masks",
+    "float16_softmax_relu",
+    "bfloat16_matmul_sigmoid",
+    "bfloat16_rms_norm_linear",
+    "int8_arith",
+    "uint8_arith",
+    "int_shift",
+    "int_div_rounding",
+    "cat_then_view",
+    "cat_piece_reused",
+    "stack_then_view",
+    "argsort",
+    "fold",
+    "einsum",
+    "roll",
+    "nll_loss",
+    "cosine_similarity",
+    "bfloat16_layer_norm",
+    "cat_then_slice",
 ]
-MORE_OPS = ["index", "topk", "argmax", "expand_repeat", "group_norm", "to_dtype", "two_splices_one_reader",
-            "arange_full", "mean_var", "scatter_gather", "tril_triu", "int_math"]
-LLM_SWEEP = ["rope_pairs_stack_flatten", "gqa_repeat_interleave_triu_mask", "kv_cache_index_copy_input_pos",
-             "kv_cache_slice_assign_int_pos", "kv_cache_index_put_tensor_idx", "argmax_topk_sampling",
-             "tiny_decoder_2_layers", "decode_step_kv_cache_rope_at_pos", "gpt2_block_gelu_tanh",
-             "alibi_bias_arange", "embedding_tied_head"]
+MORE_OPS = [
+    "index",
+    "topk",
+    "argmax",
+    "expand_repeat",
+    "group_norm",
+    "to_dtype",
+    "two_splices_one_reader",
+    "arange_full",
+    "mean_var",
+    "scatter_gather",
+    "tril_triu",
+    "int_math",
+]
+LLM_SWEEP = [
+    "rope_pairs_stack_flatten",
+    "gqa_repeat_interleave_triu_mask",
+    "kv_cache_index_copy_input_pos",
+    "kv_cache_slice_assign_int_pos",
+    "kv_cache_index_put_tensor_idx",
+    "argmax_topk_sampling",
+    "tiny_decoder_2_layers",
+    "decode_step_kv_cache_rope_at_pos",
+    "gpt2_block_gelu_tanh",
+    "alibi_bias_arange",
+    "embedding_tied_head",
+]
 IO_CONVENTIONS = [
-    "01b_input_returned_first_and_last", "02_same_result_twice", "03_parameter_and_constant_returned",
-    "05_mutated_buffer_returned", "05b_buffer_clone_then_mutate", "05c_buffers_swapped", "05d_buffer_set_to_input",
-    "06_unused_input", "08_kwargs_only", "09_dict_in_dict_out", "11_zero_size", "12_zero_dim", "13_int64",
-    "13_bool", "13_float16", "13_int8", "13_uint8", "13_bfloat16", "04_buffer_returned", "07_int_float_bool_scalars", "14_input_views_together", "15_intermediate_views",
-    "16c_inplace_over_cat_read_by_piece", "17_aliasing_outputs", "18_no_ops", "19_noncontiguous_input",
+    "01b_input_returned_first_and_last",
+    "02_same_result_twice",
+    "03_parameter_and_constant_returned",
+    "05_mutated_buffer_returned",
+    "05b_buffer_clone_then_mutate",
+    "05c_buffers_swapped",
+    "05d_buffer_set_to_input",
+    "06_unused_input",
+    "08_kwargs_only",
+    "09_dict_in_dict_out",
+    "11_zero_size",
+    "12_zero_dim",
+    "13_int64",
+    "13_bool",
+    "13_float16",
+    "13_int8",
+    "13_uint8",
+    "13_bfloat16",
+    "04_buffer_returned",
+    "07_int_float_bool_scalars",
+    "14_input_views_together",
+    "15_intermediate_views",
+    "16c_inplace_over_cat_read_by_piece",
+    "17_aliasing_outputs",
+    "18_no_ops",
+    "19_noncontiguous_input",
     "20_odd_sizes",
 ]
 
@@ -79,6 +163,7 @@ def _seeded(build: Callable[[], tuple]) -> Callable[[], tuple]:
         torch.manual_seed(0)
         built = build()
         return built if len(built) == 3 else (*built, {})
+
     return make
 
 
@@ -110,9 +195,13 @@ def _eager(module: torch.nn.Module, args: tuple, kwargs: dict) -> list[list[Any]
     """Flat outputs of RUNS successive eager calls on a copy (inputs copied each call)."""
     module = copy.deepcopy(module)
     with torch.no_grad():
-        return [[leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
-                 for leaf in pytree.tree_leaves(module(*copy.deepcopy(args), **copy.deepcopy(kwargs)))]
-                for _ in range(RUNS)]
+        return [
+            [
+                leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
+                for leaf in pytree.tree_leaves(module(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
+            ]
+            for _ in range(RUNS)
+        ]
 
 
 def _difference(got: Any, want: Any, exact_floats: bool) -> str | None:
@@ -158,8 +247,11 @@ def _inspect_problems(doc: dict) -> list[str]:
     for method in doc["methods"]:
         where = method["name"]
         buffers = [(f"buffer mem_id {b['mem_id']}", b) for b in method["buffers"]]
-        buffers += [(f"delegate {d['index']} buffer mem_id {b['mem_id']}", b)
-                    for d in method.get("delegates") or () for b in d.get("payload_buffers") or ()]
+        buffers += [
+            (f"delegate {d['index']} buffer mem_id {b['mem_id']}", b)
+            for d in method.get("delegates") or ()
+            for b in d.get("payload_buffers") or ()
+        ]
         for name, buffer in buffers:
             if buffer["peak"] is not None and buffer["peak"] > buffer["size"]:
                 problems.append(f"{where} {name}: peak {buffer['peak']} > size {buffer['size']}")
@@ -197,8 +289,11 @@ def outcome(name: str) -> tuple[str, str]:
                 raise
             # ExecuTorch's binding takes only contiguous tensors: try the same values contiguous.
             notes.append(f"ExecuTorch refuses the strided input ({_first_line(error)})")
-            executorch = run_executorch(data, pytree.tree_map(
-                lambda t: t.contiguous() if isinstance(t, torch.Tensor) else t, (args, kwargs)), runs=RUNS)
+            executorch = run_executorch(
+                data,
+                pytree.tree_map(lambda t: t.contiguous() if isinstance(t, torch.Tensor) else t, (args, kwargs)),
+                runs=RUNS,
+            )
     except Exception as error:  # noqa: BLE001 - then devplan is checked against eager alone
         notes.append(f"ExecuTorch's runtime fails: {_first_line(error)}")
     try:
@@ -211,9 +306,11 @@ def outcome(name: str) -> tuple[str, str]:
     if executorch is not None:
         problem = _compare(got, executorch, exact_floats=True)
         if problem:  # say which of the two eager agrees with, to tell kernel rounding from a wrong program
-            return "MISMATCH", (f"devplan vs ExecuTorch {problem}; devplan vs eager: "
-                                f"{_compare(got, want, exact_floats=True) or 'equal'}; ExecuTorch vs eager: "
-                                f"{_compare(executorch, want, exact_floats=True) or 'equal'}")
+            return "MISMATCH", (
+                f"devplan vs ExecuTorch {problem}; devplan vs eager: "
+                f"{_compare(got, want, exact_floats=True) or 'equal'}; ExecuTorch vs eager: "
+                f"{_compare(executorch, want, exact_floats=True) or 'equal'}"
+            )
     problem = _compare(got, want, exact_floats=False)
     if problem:
         if executorch is not None and _compare(executorch, want, exact_floats=False) is None:
@@ -234,8 +331,21 @@ def outcome(name: str) -> tuple[str, str]:
 
 # one corpus program of each kind in the fast tier (convolutions, matmuls, norms, lookups,
 # slices, nested inputs, stored buffers, state); the rest, and the other families, in the full suite
-FAST = [f"corpus/{name}" for name in ("conv_bn_relu", "matmul_bmm", "layer_norm", "embedding", "slicing",
-                                      "multi_input_nested", "constant_buffer", "accumulator", "rolling_cache", "pooling")]
+FAST = [
+    f"corpus/{name}"
+    for name in (
+        "conv_bn_relu",
+        "matmul_bmm",
+        "layer_norm",
+        "embedding",
+        "slicing",
+        "multi_input_nested",
+        "constant_buffer",
+        "accumulator",
+        "rolling_cache",
+        "pooling",
+    )
+]
 
 
 # ExecuTorch lowers these to an op its kernel libraries do not register, so its runtime refuses

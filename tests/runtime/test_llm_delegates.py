@@ -10,6 +10,7 @@ DevplanError from devplan.compile), RUNTIME_ERROR (a DevplanError from the runti
 MISMATCH (outputs not close to eager, with the largest error), DOCUMENT (the inspection
 document does not show the delegates as test_delegate_sweep expects) or CRASH (any other
 exception: a bug in devplan)."""
+
 from __future__ import annotations
 
 import functools
@@ -23,15 +24,20 @@ import devplan
 from devplan.errors import DevplanError, first_line
 from devplan.pte import read_pte
 from devplan.runtime import HostAllocator, LoadedMethod, registered
+from testbed.models import eager_outputs
 from tests.compile import test_llm_dynamic as dynamic
 from tests.compile.test_llm_sweep import CASES
-from testbed.models import eager_outputs
 from tests.runtime.test_delegate_sweep import SETTINGS, _check_document
 from tests.tiers import tiered
 
 RUNS = 2
 RTOL, ATOL = 1e-4, 1e-5
-DYNAMIC = ("sdpa_is_causal", "tiny_decoder_2_layers", "kv_cache_index_copy_input_pos", "decode_step_kv_cache_rope_at_pos")
+DYNAMIC = (
+    "sdpa_is_causal",
+    "tiny_decoder_2_layers",
+    "kv_cache_index_copy_input_pos",
+    "decode_step_kv_cache_rope_at_pos",
+)
 
 
 def _crash(stage: str, error: BaseException) -> str:

@@ -2,6 +2,7 @@
 'external_data_map is null') and what imported libraries log (torchao's 'Failed to load')
 stay off standard error unless --debug asks for them, and a program whose weights are in a
 .ptd not given is refused before ExecuTorch's runtime fails on it with an error code."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,6 +32,7 @@ def test_an_executorch_run_without_the_ptd_says_what_to_pass(tmp_path):
 
 
 def test_kernels_that_log_on_import_leave_a_quiet_compile_quiet(tmp_path):
-    run = devplan("compile", MLP, "-o", tmp_path / "mlp.pte", "-q", "--kernels",
-                  "executorch.extension.llm.custom_ops.custom_ops")
+    run = devplan(
+        "compile", MLP, "-o", tmp_path / "mlp.pte", "-q", "--kernels", "executorch.extension.llm.custom_ops.custom_ops"
+    )
     assert run.returncode == 0 and run.stderr == "", run.stderr

@@ -1,4 +1,5 @@
 """`devplan run` as a user runs it: a program and inputs in, output summaries or one error line out."""
+
 import json
 
 import pytest
@@ -67,8 +68,8 @@ def test_a_warning_torch_prints_from_cpp_stays_off_stderr(tmp_path):
     """A kernel resizing an out tensor declared with fewer elements than its result makes torch
     warn from C++ (Resize.cpp, straight to stderr, where Python's warning filters cannot reach)
     before devplan refuses the program: stderr is the one error line alone."""
-    from tests.runtime.test_strict_runtime import _kernel_calls, damaged
     from testbed.small_programs import compiled as block
+    from tests.runtime.test_strict_runtime import _kernel_calls, damaged
 
     def change(plan):
         relu = next(i for i, op in enumerate(plan.operators) if op.name in (b"aten::relu", "aten::relu"))

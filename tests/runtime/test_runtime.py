@@ -1,5 +1,6 @@
 """The reference runtime: runs devplan's and ExecuTorch's programs like the real runtime,
 through a DeviceAllocator per device type, and shows a broken plan by its wrong outputs."""
+
 from dataclasses import replace
 
 import pytest
@@ -84,8 +85,13 @@ def on_cuda(planned_method):
     """The same program with every planned tensor on cuda:0, planned again."""
     method = planned_method.method
     cuda = Device("cuda", 0)
-    moved = method.with_specs({i: replace(v, device=cuda, lifetime=None, mem_id=None, offset=None)
-                               for i, v in enumerate(method.values) if isinstance(v, TensorSpec) and not v.constant})
+    moved = method.with_specs(
+        {
+            i: replace(v, device=cuda, lifetime=None, mem_id=None, offset=None)
+            for i, v in enumerate(method.values)
+            if isinstance(v, TensorSpec) and not v.constant
+        }
+    )
     return plan_method(moved, home=cuda)  # its kernels run on the device, as in a delegate payload
 
 
@@ -98,15 +104,22 @@ def test_a_cuda_program_goes_through_the_allocator_registered_for_cuda():
     assert devplan.inspect(data)["methods"][0]["buffers"][0]["device"] == "cuda:0"
     with registered("cuda", Recording()) as device:
         assert_outputs(run(data, list(args)), eager_outputs(Chain(), args))
-    assert device.calls == [("allocate", buffer.size, "cuda:0"), ("to_device", (5, 3)), ("to_host", (5,)),
-                            ("deallocate", buffer.size)]
+    assert device.calls == [
+        ("allocate", buffer.size, "cuda:0"),
+        ("to_device", (5, 3)),
+        ("to_host", (5,)),
+        ("deallocate", buffer.size),
+    ]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_without_cuda_a_cuda_program_says_what_to_register():
     data = program_bytes(on_cuda(planned(Chain(), (torch.randn(5, 3),))))
-    with pytest.raises(DevplanError, match=r"^<bytes>: method forward: the program places a buffer on cuda:0, but this "
-                                           r"machine has no CUDA device; register a DeviceAllocator for 'cuda'"):
+    with pytest.raises(
+        DevplanError,
+        match=r"^<bytes>: method forward: the program places a buffer on cuda:0, but this "
+        r"machine has no CUDA device; register a DeviceAllocator for 'cuda'",
+    ):
         run(data, [torch.randn(5, 3)])
 
 
@@ -118,7 +131,9 @@ def test_a_cuda_program_runs_on_the_gpu():
 
 def test_wrong_inputs_and_unknown_methods_are_one_clear_error():
     data = program_bytes(planned(Chain(), (torch.randn(5, 3),)))
-    with pytest.raises(DevplanError, match=r"input 0 must be a \(5, 3\) torch.float32 tensor, got \(3, 5\) torch.float32"):
+    with pytest.raises(
+        DevplanError, match=r"input 0 must be a \(5, 3\) torch.float32 tensor, got \(3, 5\) torch.float32"
+    ):
         run(data, [torch.randn(3, 5)])
     with pytest.raises(DevplanError, match=r"takes 1 inputs, got 2"):
         run(data, [torch.randn(5, 3), torch.randn(5, 3)])
@@ -129,7 +144,9 @@ def test_wrong_inputs_and_unknown_methods_are_one_clear_error():
 def test_a_buffer_on_an_undefined_device_type_is_refused_by_name():
     program, segments = to_program(planned(Chain(), (torch.randn(5, 3),)))
     program.executionPlan[0].nonConstBufferDevice = [NonConstBufferDeviceT(bufferIdx=1, deviceType=9, deviceIndex=0)]
-    with pytest.raises(DevplanError, match=r"^odd.pte: method forward: buffer 1 is on device_type\(9\):0, a device "
-                                           r"type ET12 does not define; the program is damaged"):
+    with pytest.raises(
+        DevplanError,
+        match=r"^odd.pte: method forward: buffer 1 is on device_type\(9\):0, a device "
+        r"type ET12 does not define; the program is damaged",
+    ):
         run(devplan.read_pte(dumps_pte(program, segments), name="odd.pte"), [torch.randn(5, 3)])
-

@@ -1,5 +1,6 @@
 """Damaged programs in the reference runtime: every run either works or stops with one
 DevplanError naming the file; nothing else escapes and nothing hangs."""
+
 import random
 import time
 

@@ -1,6 +1,7 @@
 """Delegates that share one payload (a few bytes of damage can make 50,000 of them): the
 runtime loads the payload once per window, and every payload's memory counts against the one
 limit of the run."""
+
 from __future__ import annotations
 
 import copy
@@ -32,7 +33,7 @@ def test_many_delegates_of_one_payload_load_it_once_and_still_run():
     original = compiled(delegates=["cuda:0"])
     data = _copies(original, 2000)
     with registered("cuda", HostAllocator()):
-        (want,), = devplan.run(original, list(ARGS))
+        ((want,),) = devplan.run(original, list(ARGS))
         loaded = LoadedMethod(read_pte(data))
         try:
             assert len(loaded.delegates) == 2001 and len({id(d) for d in loaded.delegates}) == 1
@@ -110,7 +111,7 @@ def test_nested_windows_of_one_payload_are_bounded_and_share_its_constants():
     from devplan.runtime.executor import MAX_LOADED_DELEGATES
 
     original = compiled(delegates=["cuda:0"])
-    assert 5 + 5 ** 2 + 5 ** 3 + 5 ** 4 <= MAX_LOADED_DELEGATES < 6 + 6 ** 2 + 6 ** 3 + 6 ** 4
+    assert 5 + 5**2 + 5**3 + 5**4 <= MAX_LOADED_DELEGATES < 6 + 6**2 + 6**3 + 6**4
     with registered("cuda", HostAllocator()):
         with pytest.raises(DevplanError) as error:
             LoadedMethod(read_pte(_nested(original, 6), name="bad.pte"))
@@ -118,11 +119,11 @@ def test_nested_windows_of_one_payload_are_bounded_and_share_its_constants():
         assert message.startswith("bad.pte delegate 0") and "\n" not in message
         assert f"loads at most {MAX_LOADED_DELEGATES}" in message and "--executorch" in message
 
-        (want,), = devplan.run(original, list(ARGS))
+        ((want,),) = devplan.run(original, list(ARGS))
         loaded = LoadedMethod(read_pte(_nested(original, 5)))
         try:
             methods = _loaded(loaded)
-            assert len(methods) == 1 + 5 + 5 ** 2 + 5 ** 3 + 5 ** 4 == loaded.memory.delegates + 1
+            assert len(methods) == 1 + 5 + 5**2 + 5**3 + 5**4 == loaded.memory.delegates + 1
             uploads = sum(len(method.uploads) for method in methods.values())
             assert uploads == len(loaded.memory.uploads) <= 4 * 2  # 4 payloads, a weight and a bias each
             (got,) = loaded.execute(list(ARGS))

@@ -2,6 +2,7 @@
 wrong answer (a constant it does not hold, a functional op whose result is dropped, a result
 larger than its planned bytes, a move between values of different shapes) or run for ever is
 refused in one line naming the instruction. Each case damages a program devplan compiled."""
+
 from __future__ import annotations
 
 import copy
@@ -64,8 +65,11 @@ def executorch_refuses_in_a_child(data: bytes, tmp_path) -> bool:
 
 
 def _constants(plan) -> list:
-    return [v.val for v in plan.values if v.valType == KernelTypes.Tensor and v.val.dataBufferIdx > 0
-            and v.val.allocationInfo is None]
+    return [
+        v.val
+        for v in plan.values
+        if v.valType == KernelTypes.Tensor and v.val.dataBufferIdx > 0 and v.val.allocationInfo is None
+    ]
 
 
 def _kernel_calls(plan) -> list:
@@ -106,8 +110,9 @@ def test_a_result_larger_than_its_planned_tensor_is_refused():
 
 def test_a_delegate_result_larger_than_its_planned_tensor_is_refused():
     def change(plan):
-        call = next(i.instrArgs for i in plan.chains[0].instructions
-                    if i.instrArgsType == InstructionArguments.DelegateCall)
+        call = next(
+            i.instrArgs for i in plan.chains[0].instructions if i.instrArgsType == InstructionArguments.DelegateCall
+        )
         out = plan.values[call.args[-1]].val
         out.sizes = [1, *list(out.sizes)[1:]] if len(out.sizes) > 1 else [1]
 
@@ -131,6 +136,7 @@ def test_a_move_between_values_of_different_shapes_is_refused():
 def test_a_jump_loop_padded_with_free_calls_is_bounded_by_what_it_executes():
     """The bound counts instructions executed beyond one pass: 20,000 FreeCalls in the loop
     body do not buy it 20,000 times more iterations (it was 1000x the program's length)."""
+
     def change(plan):
         false = EValueT()
         false.valType, false.val = KernelTypes.Bool, BoolT()
@@ -200,8 +206,9 @@ def test_names_from_the_file_cannot_split_the_error_line_or_drive_the_terminal(t
     assert run.returncode == 2
     (line,) = run.stderr.splitlines()
     assert "\x1b" not in line and "aten::\\x1b[2J\\x1b[31mevil\\nsecond line" in line
-    shown = subprocess.run([sys.executable, "-m", "devplan", "inspect", path, "-s", "instructions"],
-                           capture_output=True, text=True)
+    shown = subprocess.run(
+        [sys.executable, "-m", "devplan", "inspect", path, "-s", "instructions"], capture_output=True, text=True
+    )
     assert shown.returncode == 0 and "\x1b" not in shown.stdout
     assert "evil\\nsecond line" in shown.stdout
 
@@ -222,21 +229,37 @@ def _overflowing_shape(plan):
     _first_planned(plan).sizes = [1 << 30] * 4
 
 
-@pytest.mark.parametrize("change, needle", [
-    (_negative_size, "has the shape [-3, 6], which no tensor has"),
-    (_outside_its_buffer, "lies outside its buffer"),
-    (_overflowing_shape, "which no tensor has"),
-], ids=["negative", "outside", "overflow"])
-@pytest.mark.parametrize("command", [["inspect"], ["inspect", "--json"], ["inspect", "--svg", "{tmp}/x.svg"],
-                                     ["inspect", "--trace", "{tmp}/x.json"], ["check"], ["check", "--max-ratio", "1.5"]],
-                         ids=["inspect", "json", "svg", "trace", "check", "max_ratio"])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (_negative_size, "has the shape [-3, 6], which no tensor has"),
+        (_outside_its_buffer, "lies outside its buffer"),
+        (_overflowing_shape, "which no tensor has"),
+    ],
+    ids=["negative", "outside", "overflow"],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["inspect"],
+        ["inspect", "--json"],
+        ["inspect", "--svg", "{tmp}/x.svg"],
+        ["inspect", "--trace", "{tmp}/x.json"],
+        ["check"],
+        ["check", "--max-ratio", "1.5"],
+    ],
+    ids=["inspect", "json", "svg", "trace", "check", "max_ratio"],
+)
 def test_impossible_shapes_and_places_are_one_line_in_every_view(tmp_path, change, needle, command):
     """A damaged size or offset is named, never a traceback, and check never passes it."""
 
     path = tmp_path / "bad.pte"
     path.write_bytes(damaged(compiled(), change))
-    run = subprocess.run([sys.executable, "-m", "devplan", command[0], path, *(a.format(tmp=tmp_path) for a in command[1:])],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "devplan", command[0], path, *(a.format(tmp=tmp_path) for a in command[1:])],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 2, run.stderr
     (line,) = run.stderr.splitlines()
     assert line.startswith(f"devplan: error: {path}: method forward: value ") and needle in line
@@ -286,6 +309,7 @@ def _int_list(plan, numbers: list[int]) -> int:
 def _empty_dim_order_into_relu_out(size: list[int]):
     """A change making the relu's instruction a dim_order_ops::_empty_dim_order.out that takes
     its size, `size`, from the program and writes the relu's (static) out tensor."""
+
     def change(plan):
         relu_index = next(i for i, op in enumerate(plan.operators) if op.name in (b"aten::relu", "aten::relu"))
         plan.operators[relu_index].name, plan.operators[relu_index].overload = "dim_order_ops::_empty_dim_order", "out"
@@ -295,13 +319,18 @@ def _empty_dim_order_into_relu_out(size: list[int]):
         plan.values.append(none)
         out = call.args[-1]
         call.args = [_int_list(plan, size), len(plan.values) - 1, out, out]
+
     return change
 
 
-@pytest.mark.parametrize("size, needle", [
-    ([1 << 40], "does not fit the"),  # torch would grow the arena to 4 TiB
-    ([2, 6], "where the plan holds (3, 6)"),  # fits the arena, but not the planned tensor
-], ids=["past_the_arena", "past_the_tensor"])
+@pytest.mark.parametrize(
+    "size, needle",
+    [
+        ([1 << 40], "does not fit the"),  # torch would grow the arena to 4 TiB
+        ([2, 6], "where the plan holds (3, 6)"),  # fits the arena, but not the planned tensor
+    ],
+    ids=["past_the_arena", "past_the_tensor"],
+)
 def test_a_size_from_the_file_cannot_grow_a_tensor(size, needle):
     refused(damaged(compiled(), _empty_dim_order_into_relu_out(size)), "_empty_dim_order.out", needle)
 
@@ -331,8 +360,9 @@ def test_memory_past_the_limit_is_refused_naming_the_buffer_or_value(tmp_path):
     path = tmp_path / "model.pte"
     path.write_bytes(data)
     for limit, needle in (("16B", "buffer 1 (cpu) needs"), ("lots", "bad --max-memory 'lots'"), ("64MiB", None)):
-        run = subprocess.run([sys.executable, "-m", "devplan", "run", path, "--max-memory", limit],
-                             capture_output=True, text=True)
+        run = subprocess.run(
+            [sys.executable, "-m", "devplan", "run", path, "--max-memory", limit], capture_output=True, text=True
+        )
         assert run.returncode == (2 if needle else 0), run.stderr
         assert needle is None or (len(run.stderr.splitlines()) == 1 and needle in run.stderr), run.stderr
 
@@ -348,8 +378,9 @@ def test_inputs_count_against_the_memory_limit_before_they_are_made(tmp_path):
 
     path = tmp_path / "bad.pte"
     path.write_bytes(damaged(compiled(), huge_input))
-    run, peak = run_measured(["-m", "devplan", "run", str(path), "--max-memory", "64MiB"], capture_output=True,
-                             text=True, timeout=300)
+    run, peak = run_measured(
+        ["-m", "devplan", "run", str(path), "--max-memory", "64MiB"], capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr
     assert "bad.pte: method forward: input 0, a sample tensor of [65536, 16384] needs 4294967296 bytes" in run.stderr
     assert "--max-memory" in run.stderr
@@ -361,8 +392,11 @@ def test_an_arena_the_allocator_cannot_give_is_one_line():
         def allocate(self, nbytes, device):
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 TiB")
 
-    with pytest.raises(DevplanError, match=r"bad.pte: method forward: buffer \d+ \(cuda:0\) of \d+ bytes cannot be "
-                                           r"allocated \(CUDA out of memory"):
+    with pytest.raises(
+        DevplanError,
+        match=r"bad.pte: method forward: buffer \d+ \(cuda:0\) of \d+ bytes cannot be "
+        r"allocated \(CUDA out of memory",
+    ):
         with registered("cuda", Exhausted()):
             devplan.run(read_pte(compiled(delegates=["cuda:0"]), name="bad.pte"), list(ARGS))
 
@@ -380,8 +414,11 @@ def test_a_quantized_op_given_the_wrong_dtype_is_one_line():
 
     loaded = LoadedMethod(read_pte(damaged(devplan.compile(exported).data, change), "bad.pte"))
     try:
-        with pytest.raises(DevplanError, match=r"bad.pte: method forward: instruction \d+ "
-                                               r"\(quantized_decomposed::quantize_per_tensor.out\) failed: .*dtype"):
+        with pytest.raises(
+            DevplanError,
+            match=r"bad.pte: method forward: instruction \d+ "
+            r"\(quantized_decomposed::quantize_per_tensor.out\) failed: .*dtype",
+        ):
             loaded.execute(loaded.sample_inputs())
     finally:
         loaded.release()
@@ -394,6 +431,7 @@ def _first_tensor(plan):
 @pytest.mark.parametrize("order,needle", [([0, 0], "dim order [0, 0]"), ([0, 1, 2], "dim order [0, 1, 2]")])
 def test_a_dim_order_that_is_no_order_of_the_dimensions_is_refused(order, needle):
     """Found by benchmarks/fuzz.py: a changed byte in a dim order ran in devplan's runtime."""
+
     def change(plan):
         _first_tensor(plan).dimOrder = order
 
@@ -428,6 +466,7 @@ def test_a_chain_without_instructions_or_an_instruction_without_a_call_is_refuse
 def test_a_method_without_one_of_its_tables_is_refused(field, tmp_path):
     """A method without outputs ran with none, where ExecuTorch's runtime refuses it (the
     fuzz run's seed 339)."""
+
     def change(plan):
         setattr(plan, field, None)
 
@@ -464,6 +503,7 @@ def test_a_kernel_given_more_arguments_than_its_schema_and_results_is_refused():
 
 def test_a_list_of_numbers_holding_a_tensor_is_refused():
     """ExecuTorch's runtime aborts the process on it (so it is not asked here)."""
+
     def change(plan):
         numbers = next(v.val for v in plan.values if v.valType == KernelTypes.IntList and len(v.val.items))
         numbers.items = [next(i for i, v in enumerate(plan.values) if v.valType == KernelTypes.Tensor)]
@@ -471,11 +511,19 @@ def test_a_list_of_numbers_holding_a_tensor_is_refused():
     refused(damaged(compiled(), change), "a list of numbers, holds a value that is not a number")
 
 
-@pytest.mark.parametrize("name, overload", [("aten::__class__", "__name__"), ("aten::add", "__class__"),
-                                            ("__builtins__::eval", ""), ("aten::_ops", "default")])
+@pytest.mark.parametrize(
+    "name, overload",
+    [
+        ("aten::__class__", "__name__"),
+        ("aten::add", "__class__"),
+        ("__builtins__::eval", ""),
+        ("aten::_ops", "default"),
+    ],
+)
 def test_an_operator_name_is_looked_up_only_as_an_op(name, overload):
     """A name from the file reaches getattr on torch.ops: attributes that are not ops (a class,
     a string, a module) are an unknown operator, never called nor a traceback."""
+
     def change(plan):
         plan.operators[0].name, plan.operators[0].overload = name, overload
 
@@ -514,14 +562,19 @@ class Normed(nn.Module):
         return self.norm(x).sum(0)
 
 
-@pytest.mark.parametrize("op,argument,kind", [("aten::sum", 1, "Bool"), ("aten::native_layer_norm", 4, "Int"),
-                                               ("aten::sum", 0, "Int")],
-                         ids=["int_list_given_a_bool", "float_given_an_int", "tensor_given_an_int"])
+@pytest.mark.parametrize(
+    "op,argument,kind",
+    [("aten::sum", 1, "Bool"), ("aten::native_layer_norm", 4, "Int"), ("aten::sum", 0, "Int")],
+    ids=["int_list_given_a_bool", "float_given_an_int", "tensor_given_an_int"],
+)
 def test_an_argument_of_another_type_than_its_schema_is_refused(op, argument, kind):
     """ExecuTorch's kernels read an int[] argument with toIntList, a float with toDouble and a
     tensor with toTensor, which abort the process on a value of another type (found by the fuzz run); devplan refuses it."""
+
     def change(plan):
-        index = next(i for i, o in enumerate(plan.operators) if (o.name.decode() if isinstance(o.name, bytes) else o.name) == op)
+        index = next(
+            i for i, o in enumerate(plan.operators) if (o.name.decode() if isinstance(o.name, bytes) else o.name) == op
+        )
         call = next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == index)
         other = next(i for i, v in enumerate(plan.values) if v.valType == getattr(KernelTypes, kind))
         call.args[argument] = other
@@ -542,6 +595,7 @@ def test_a_list_without_its_items_is_refused():
 
 def test_a_kernel_call_without_its_result_is_refused():
     """ExecuTorch's kernels take exactly their schema's arguments and then their results."""
+
     def change(plan):
         call = _kernel_calls(plan)[-1].instrArgs
         call.args = call.args[:-1]
@@ -589,6 +643,7 @@ def test_a_non_blocking_dim_order_copy_is_refused():
 
 def test_a_method_without_chains_is_refused():
     """ExecuTorch's runtime loads no method without a chain (found by the fuzz run)."""
+
     def change(plan):
         plan.chains = []
 
@@ -612,15 +667,20 @@ def test_a_tensor_of_a_barebones_unsigned_type_is_refused(dtype, code, tmp_path)
         plan.values[plan.inputs[1]].val.scalarType = code
 
     data = damaged(devplan.compile(torch.export.export(_Add(), args)).data, change)
-    with pytest.raises(DevplanError, match=f"bad.pte: method forward: value \\d+ has element type {dtype}, which "
-                                           f"ExecuTorch's kernels do not compute on"):
+    with pytest.raises(
+        DevplanError,
+        match=f"bad.pte: method forward: value \\d+ has element type {dtype}, which "
+        f"ExecuTorch's kernels do not compute on",
+    ):
         devplan.run(read_pte(data, name="bad.pte"), [args[0], torch.zeros(2, 3, dtype=getattr(torch, dtype))])
     if dtype == "uint32":  # ExecuTorch's runtime aborts the process on it, so it is asked in a child
         path = tmp_path / "unsigned.pte"
         path.write_bytes(data)
-        execute = ("import sys, torch; from executorch.runtime import Runtime; "
-                   "m = Runtime.get().load_program(sys.argv[1]).load_method('forward'); "
-                   "m.execute([torch.randn(2, 3), torch.zeros(2, 3, dtype=torch.uint32)])")
+        execute = (
+            "import sys, torch; from executorch.runtime import Runtime; "
+            "m = Runtime.get().load_program(sys.argv[1]).load_method('forward'); "
+            "m.execute([torch.randn(2, 3), torch.zeros(2, 3, dtype=torch.uint32)])"
+        )
         assert subprocess.run([sys.executable, "-c", execute, str(path)], capture_output=True).returncode != 0
 
 
@@ -640,7 +700,9 @@ def test_a_linear_bias_executorchs_kernel_refuses_is_refused():
         bias.sizes, bias.dimOrder = [1, *bias.sizes], [0, 1]  # the same bytes as a [1, m] tensor
 
     bad = damaged(data, change)
-    with pytest.raises(DevplanError, match=r"failed: bias is torch.float32\[1, \d+\]; ExecuTorch's linear kernel takes"):
+    with pytest.raises(
+        DevplanError, match=r"failed: bias is torch.float32\[1, \d+\]; ExecuTorch's linear kernel takes"
+    ):
         devplan.run(bad, list(args))
     assert executorch_refuses(bad, args)
     assert devplan.run(data, list(args))  # the program as compiled runs
