@@ -18,6 +18,7 @@ from rich.text import Text
 from devplan.inspection.layout import layout_chart
 from devplan.inspection.own_memory import outside, outside_text
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
+from devplan.inspection.tables import PlainTable, fold
 from devplan.units import counted, exact_size_text, size_text
 
 
@@ -64,7 +65,7 @@ def _segments(segments: list[dict], console: Console, exact_bytes: bool) -> None
     if not segments:
         console.print(Text("segments: none", style="dim"))
         return
-    table = _Table("segments", ("#", "right"), ("size", "right"), ("at byte", "right"))
+    table = PlainTable("segments", ("#", "right"), ("size", "right"), ("at byte", "right"))
     for segment in segments:
         table.add_row(str(segment["index"]), size_text(segment["size"], exact_bytes), str(segment["offset"]))
     table.print(console)
@@ -130,7 +131,7 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
     if not method["buffers"]:
         console.print(Text("buffers: none (no planned memory)", style="dim"))
         return
-    table = _Table(
+    table = PlainTable(
         "buffers",
         ("mem_id", "right"),
         ("device", "left"),
@@ -192,7 +193,7 @@ def _peak(method: dict, console: Console, exact_bytes: bool) -> None:
         head.append(f" at #{entry['instruction']}" + (f" {entry['op']}" if entry["op"] else ""))
         console.print(head)
         if entry["source"]:
-            lines = _fold(tuple(re.findall(r"\S+(?: |$)", f"from {entry['source']}")), max(console.width - 4, 10))
+            lines = fold(tuple(re.findall(r"\S+(?: |$)", f"from {entry['source']}")), max(console.width - 4, 10))
             console.print(
                 Text("\n".join(f"  {line}" if i == 0 else f"    {line}" for i, line in enumerate(lines)), style="dim")
             )
@@ -204,7 +205,7 @@ def _peak(method: dict, console: Console, exact_bytes: bool) -> None:
             )
         else:
             console.print(Text("  by block: unknown, the program names no modules", style="dim"))
-        table = _Table(
+        table = PlainTable(
             f"held at #{entry['instruction']}, largest first",
             ("value", "right"),
             ("bytes", "right"),
@@ -238,7 +239,7 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
     if not method["tensors"]:
         console.print(Text("tensors: none", style="dim"))
         return
-    table = _Table(
+    table = PlainTable(
         "tensors",
         ("value", "right"),
         ("dtype", "left"),
@@ -300,7 +301,7 @@ def _instructions(method: dict, console: Console, exact_bytes: bool) -> None:
             text.append(
                 " " * label
                 + " "
-                + "\n".join(_fold(tuple(re.findall(r"\S+(?: |$)", f"{source}:")), room)).replace(
+                + "\n".join(fold(tuple(re.findall(r"\S+(?: |$)", f"{source}:")), room)).replace(
                     "\n", "\n" + " " * (label + 1)
                 )
                 + "\n",
@@ -308,7 +309,7 @@ def _instructions(method: dict, console: Console, exact_bytes: bool) -> None:
             )
         head, tail = _call_parts(row, delegates)
         # a long call wraps under itself, not under the numbers, between its arguments
-        for depth, line in enumerate(_fold((head, *re.findall(r".+?(?:, |$)", tail)), room)):
+        for depth, line in enumerate(fold((head, *re.findall(r".+?(?:, |$)", tail)), room)):
             prefix = f"#{row['index']}".rjust(label) if depth == 0 else " " * label
             text.append(prefix, style="dim")
             text.append(" ")
@@ -347,7 +348,7 @@ def _delegates(method: dict, console: Console, exact_bytes: bool) -> None:
     if not method["delegates"]:
         console.print(Text("delegates: none", style="dim"))
         return
-    table = _Table(
+    table = PlainTable(
         "delegates",
         ("#", "right"),
         ("backend", "left"),
@@ -389,7 +390,6 @@ def _layout(method: dict, console: Console, exact_bytes: bool) -> None:
 
 
 # Columns whose text may be long; the rest stay on one line.
-_WRAPPING = ("source", "life", "compile specs", "shape")  # the order in which they give up width
 
 _VIEWS = {
     "buffers": _buffers,
@@ -399,92 +399,6 @@ _VIEWS = {
     "delegates": _delegates,
     "layout": _layout,
 }
-
-
-class _Table:
-    """A titled table of plain text cells, laid out directly: rich's Table measures every cell
-    through its layout engine, which takes seconds for the thousands of rows a big program has.
-    Columns are two spaces apart. A cell is a string or a tuple of pieces; a column in
-    _WRAPPING folds its cells between pieces when that makes the table fit the console. A
-    table that cannot fit is printed unfolded, one line per row, so that lines stay whole for
-    grep and the terminal wraps them, not us. The last column, when named as `below`, goes on
-    a line of its own under each row where it would get fewer than BELOW_WIDTH columns."""
-
-    BELOW_WIDTH = 24
-
-    def __init__(self, title: str, *columns: tuple[str, str], below: str | None = None) -> None:
-        self.title, self.columns, self.rows, self.below = title, list(columns), [], below
-
-    def add_row(self, *cells: str | tuple[str, ...]) -> None:
-        self.rows.append([(cell,) if isinstance(cell, str) else cell for cell in cells])
-
-    def print(self, console: Console) -> None:
-        if self.below and self._room_for_last(console) < self.BELOW_WIDTH:
-            table = _Table(self.title, *self.columns[:-1])
-            table.rows = [row[:-1] for row in self.rows]
-            # a cell saying "none" ("-") in the column is left out below, not given a line
-            under = [_fold(row[-1], console.width - 4) if row[-1] != ("-",) else [] for row in self.rows]
-            console.print(table._text(console, under), soft_wrap=True)
-            return
-        console.print(self._text(console, None), soft_wrap=True)
-
-    def _natural(self) -> list[int]:
-        return [
-            max([len(header)] + [len("".join(row[i])) for row in self.rows])
-            for i, (header, _) in enumerate(self.columns)
-        ]
-
-    def _room_for_last(self, console: Console) -> int:
-        """Columns left for the last one once every other column has folded as far as it may."""
-        used = sum(_narrowest(header, width) for width, (header, _) in zip(self._natural()[:-1], self.columns[:-1]))
-        return console.width - used - 2 * (len(self.columns) - 1)
-
-    def _text(self, console: Console, under: list[list[str]] | None) -> Text:
-        """The table; `under`, lines to print dim and indented below each row."""
-        natural = self._natural()
-        widths, excess = list(natural), sum(natural) + 2 * (len(natural) - 1) - console.width
-        for name in _WRAPPING:
-            i = next((i for i, (header, _) in enumerate(self.columns) if header == name), None)
-            if excess > 0 and i is not None:
-                cut = min(excess, widths[i] - _narrowest(name, widths[i]))
-                widths[i], excess = widths[i] - cut, excess - cut
-        if excess > 0:
-            widths = natural
-        text = Text(self.title + "\n", style="bold")
-        text.append(self._line([header for header, _ in self.columns], widths) + "\n", style="bold")
-        text.append("─" * (sum(widths) + 2 * (len(widths) - 1)) + "\n")  # after any column shrank
-        for index, row in enumerate(self.rows):
-            folded = [_fold(pieces, width) for pieces, width in zip(row, widths)]
-            for depth in range(max(len(lines) for lines in folded)):
-                text.append(self._line([lines[depth] if depth < len(lines) else "" for lines in folded], widths) + "\n")
-            for line in under[index] if under else ():
-                text.append(f"    {line}\n", style="dim")
-        text.rstrip()
-        return text
-
-    def _line(self, cells: Sequence[str], widths: Sequence[int]) -> str:
-        return "  ".join(
-            cell.rjust(width) if justify == "right" else cell.ljust(width)
-            for cell, width, (_, justify) in zip(cells, widths, self.columns)
-        ).rstrip()
-
-
-def _narrowest(header: str, natural: int) -> int:
-    """How narrow a column may fold: a wrapping one to its header or 8 columns, others not at all."""
-    return min(natural, max(len(header), 8)) if header in _WRAPPING else natural
-
-
-def _fold(pieces: tuple[str, ...], width: int) -> list[str]:
-    """Lines of at most `width` characters, breaking between pieces, and inside a piece only
-    when it alone is wider."""
-    lines = [""]
-    for piece in pieces:
-        if lines[-1] and len(lines[-1]) + len(piece) > width:
-            lines.append("")
-        lines[-1] += piece
-        while len(lines[-1]) > width:
-            lines[-1:] = [lines[-1][:width], lines[-1][width:]]
-    return [line.rstrip() for line in lines]
 
 
 def _pair(grid: Table, key: str, value: str) -> None:
