@@ -38,7 +38,14 @@ class Command(TyperCommand):
 
 
 class Group(TyperGroup):
-    """devplan's own options (--version, --debug), with flags as Command shows them."""
+    """devplan's own options (--version, --debug), with flags as Command shows them, and the
+    commands in the order a user meets them (compile makes what the others read), whatever
+    order their modules were imported in."""
+
+    ORDER = ("compile", "inspect", "check", "diff", "run")
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted(super().list_commands(ctx), key=lambda name: (self.ORDER + (name,)).index(name))
 
     def get_params(self, ctx):
         return _bare_flags(super().get_params(ctx))
