@@ -79,7 +79,7 @@ def test_the_readmes_export_llama_example_runs_as_printed(tmp_path):
     import devplan
 
     done = run_example(tmp_path, "llm-example-export-llama")
-    command = re.search(r"subprocess\.run\((\[.*?\])", example("llm-example-export-llama"), re.DOTALL).group(1)
+    command = re.search(r"subprocess\.run\(\s*(\[.*?\])", example("llm-example-export-llama"), re.DOTALL).group(1)
     flags = [flag for flag in eval(command, {"sys": sys}) if flag != "--export_only"]  # the example's own export
     subprocess.run(
         [*flags, "--metadata", '{"get_bos_id": 1, "get_eos_ids": [2]}', "--output_name", "executorch.pte"],
