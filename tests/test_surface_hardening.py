@@ -588,6 +588,17 @@ def test_a_negative_buffer_size_in_another_method_is_refused_as_executorch_refus
     )
 
 
+@pytest.mark.parametrize("command", [("inspect",), ("inspect", "--json"), ("check",)])
+def test_a_negative_buffer_size_is_refused_by_every_reader_not_shown(tmp_path, command):
+    """Left from the third round's fuzz: `inspect` printed a buffer of -8 bytes (and summed it
+    into the planned total) where `run` refused the program; a size is never negative, so the
+    decoded view refuses it for every command that reads the method."""
+    damaged = _forward_damaged(
+        tmp_path, lambda forward: setattr(forward, "nonConstBufferSizes", [*forward.nonConstBufferSizes, -8])
+    )
+    _one_line(invoke(*command, str(damaged)), str(damaged), "method forward: buffer 2", "negative size (-8)")
+
+
 def _xnnpack_damaged(tmp_path: Path, damage) -> tuple[Path, Path]:
     """testbed's XNNPACK program and its .ptd, written after damage(program, payload's start)
     changes the program's bytes."""

@@ -302,6 +302,9 @@ def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
     if plan.nonConstBufferSizes is None:  # every tensor's place is read against it; ExecuTorch refuses it too
         raise DevplanError(f"{where} has no non_const_buffer_sizes table; the program is damaged")
     sizes = tuple(ints(plan.nonConstBufferSizes))
+    for mem_id, size in enumerate(sizes[1:], start=1):  # 0 is reserved and never read, by ExecuTorch either
+        if size < 0:
+            raise DevplanError(f"{where}: buffer {mem_id} has a negative size ({size}); the program is damaged")
     kinds, tensors, lists, scalars = [], {}, {}, {}
     for index, value in enumerate(plan.values or ()):
         kind, val = int(value.valType), value.val
