@@ -17,7 +17,7 @@ from devplan.inspection.golden import golden_document
 from devplan.runtime.report import run_document
 from testbed.lowerings import executorch_lowered
 from testbed.models import export
-from tests.inspect.runner import invoke
+from tests.inspection.runner import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "docs" / "schemas"

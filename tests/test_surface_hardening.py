@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devplan.errors import DevplanError
-from tests.inspect.runner import invoke
+from tests.inspection.runner import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "samples" / "mlp.pt2"
