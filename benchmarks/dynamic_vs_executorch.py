@@ -76,7 +76,7 @@ class MultiheadAttentionLinear(torch.nn.Module):
 
 
 class CausalAttention(torch.nn.Module):
-    """torch's fused attention with a causal mask (as tests/compile/test_dynamic.py's, at width 64)."""
+    """torch's fused attention with a causal mask (as tests/dynamic/test_dynamic.py's, at width 64)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from samples.make_samples import EncoderBlock
+from testbed.lowerings import patterns_exported_once
 
 SEED = 0
 
@@ -341,13 +342,12 @@ def pt2e_quantize(
     """PT2E-quantize `module` with ExecuTorch's XNNPACK quantizer (`config`: the keywords of
     get_symmetric_quantization_config, e.g. is_per_channel, is_dynamic), calibrated on `args`:
     (the exported quantized program, the converted module it was exported from)."""
+    # executorch and torchao only when a test quantizes: every corpus test imports this module
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
     )
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    from testbed.lowerings import patterns_exported_once
 
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(**config))
     graph = torch.export.export(module.eval(), args, dynamic_shapes=dynamic_shapes, strict=False).module()

@@ -48,7 +48,7 @@ def test_the_top_level_help_has_no_placeholders_on_flags():
 
 def test_no_color_help_has_no_styles_at_all():
     """NO_COLOR (no-color.org): no bold or dim either, in a fresh process as the command runs."""
-    from tests.inspect.runner import run_devplan
+    from tests.inspection.runner import run_devplan
 
     env = {**os.environ, "FORCE_COLOR": "1", "COLUMNS": "120"}  # narrower, help is click's plain text
     assert "\x1b[1m" in run_devplan("inspect", "--help", env=env).stdout

@@ -13,7 +13,7 @@ import torch
 import devplan
 from devplan.errors import DevplanError
 from tests.compile.test_cli import assert_one_line_error
-from tests.inspect.runner import invoke, run_devplan
+from tests.inspection.runner import invoke, run_devplan
 from tests.runtime.test_device_arena import two_blocks
 
 

@@ -139,3 +139,19 @@ def test_the_compilers_checks_and_the_runtime_name_the_same_ops_apart():
             assert op_schema(name) == runtime._schema, name
     compiler_side = imports(_modules())["devplan.wellformed"]
     assert not [m for m in compiler_side if m.startswith("devplan.runtime")], compiler_side
+
+
+def test_contributings_map_names_every_room():
+    """CONTRIBUTING's layout names each of devplan's folders and top-level modules, and each
+    test folder; every test folder is a package, as the map says (pytest then imports a test
+    as tests.SUBJECT.MODULE, whatever other folder holds a module of the same name)."""
+    text = (PACKAGE.parent / "CONTRIBUTING.md").read_text()
+    layout = text[text.index("## Layout") : text.index("## How data flows")]
+    rooms = [p.name + "/" for p in PACKAGE.iterdir() if p.is_dir() and p.name not in ("__pycache__", "fb", "ptd_fb")]
+    rooms += [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    tests = PACKAGE.parent / "tests"
+    folders = [p for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    rooms += [p.name + "/" for p in folders]
+    assert [room for room in rooms if room not in layout] == []
+    packages = [tests, *(p for p in folders if any(p.glob("*.py")))]
+    assert [p.name for p in packages if not (p / "__init__.py").exists()] == []

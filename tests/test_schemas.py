@@ -17,7 +17,7 @@ from devplan.inspection.golden import golden_document
 from devplan.runtime.report import run_document
 from testbed.lowerings import executorch_lowered
 from testbed.models import export
-from tests.inspect.runner import invoke
+from tests.inspection.runner import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "docs" / "schemas"
@@ -122,6 +122,8 @@ def _mirrors(hint, schema: dict, root: dict, where: str) -> list[str]:
     if typing_extensions.is_typeddict(hint):
         if "object" not in _types(schema) and "properties" not in schema:
             return [f"{where}: an object in the type, not in the schema"]
+        if not {"properties", "required"} & schema.keys():  # an object another schema describes
+            return _described_elsewhere(hint, schema, where)
         hints = typing.get_type_hints(hint)
         properties = {key: {} for key in schema.get("required", ())} | schema.get("properties", {})
         problems = [f"{where}.{key}: in the type only" for key in hints.keys() - properties.keys()]
@@ -149,6 +151,40 @@ def _mirrors(hint, schema: dict, root: dict, where: str) -> list[str]:
         if allowed is not None and sorted(map(str, args)) != sorted(map(str, allowed)):
             return [f"{where}: {args}, the schema {allowed}"]
     return []
+
+
+def _described_elsewhere(hint, schema: dict, where: str) -> list[str]:
+    """An object the schema leaves open, naming in its description the schema that describes
+    it: a whole document (check's golden diff) is mirrored against that schema; a part of one
+    (check's peak, as golden files record it) against the type of the same name there."""
+    from devplan.documents import SCHEMAS as TYPES
+
+    named = [name for name in DOCUMENTS if f"{name}.schema.json" in schema.get("description", "")]
+    if len(named) != 1:
+        return [f"{where}: an object in the type, and the schema names no schema describing it"]
+    other = json.loads((SCHEMAS / f"{named[0]}.schema.json").read_text())
+    if hint is TYPES[named[0]]:
+        return _mirrors(hint, other, other, where)
+    found = [p for p in _parts(TYPES[named[0]], other, other) if p[0] is hint]
+    if not found:
+        return [f"{where}: {hint.__name__} is no part of {named[0]}.schema.json's document"]
+    return _mirrors(hint, found[0][1], other, where)
+
+
+def _parts(hint, schema: dict, root: dict):
+    """(type, schema) for every TypedDict in a document's type and the schema of its place."""
+    schema = _resolve(schema, root)
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing_extensions.is_typeddict(hint):
+        yield hint, schema
+        properties = schema.get("properties", {})
+        for key, inner in typing.get_type_hints(hint).items():
+            if key in properties:
+                yield from _parts(inner, properties[key], root)
+    elif typing.get_origin(hint) is list and args:
+        yield from _parts(args[0], schema.get("items", {}), root)
+    elif typing.get_origin(hint) is typing.Union and len(args) == 1:
+        yield from _parts(args[0], schema, root)
 
 
 @pytest.mark.parametrize("name", DOCUMENTS)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devplan.errors import DevplanError
-from tests.inspect.runner import invoke
+from tests.inspection.runner import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = ROOT / "samples" / "mlp.pt2"
@@ -441,7 +441,7 @@ def test_archive_members_sharing_their_bytes_are_refused(tmp_path):
     """Forty members pointing at one stored 24 MB entry compiled to a 1.23 GB peak."""
     import zipfile
 
-    from tests.compile.test_hostile_archives import build, member, patch_member
+    from tests.gate.test_hostile_archives import build, member, patch_member
 
     path = build(tmp_path / "shared.pt2")
     first, second = member("weights/weight_0"), member("weights/weight_1")
@@ -454,7 +454,7 @@ def test_archive_members_sharing_their_bytes_are_refused(tmp_path):
 
 def test_an_archive_member_claiming_more_than_the_archive_holds_is_refused(tmp_path):
     """A sample-inputs member declaring 3 GiB (stored) while holding 2 KB ended in exit 3 (EOFError)."""
-    from tests.compile.test_hostile_archives import build, member, patch_member
+    from tests.gate.test_hostile_archives import build, member, patch_member
 
     path = build(tmp_path / "claims.pt2")
     claim = (3 << 30).to_bytes(4, "little")
@@ -468,7 +468,7 @@ def test_a_tensor_of_more_dimensions_than_executorch_holds_is_refused_before_loa
     of 2 million sizes took 151 s and 2.1 GB before anything said so."""
     import time
 
-    from tests.compile.test_hostile_archives import build, edit_json, set_sizes, weight_meta
+    from tests.gate.test_hostile_archives import build, edit_json, set_sizes, weight_meta
 
     wide = build(tmp_path / "wide.pt2", weight_meta(set_sizes([1] * 200_000)))
     started = time.monotonic()
@@ -489,7 +489,7 @@ def test_a_tensor_of_more_dimensions_than_executorch_holds_is_refused_before_loa
 def test_a_member_whose_local_extra_field_moves_its_bytes_past_the_end_is_refused(tmp_path):
     """The central directory's sizes fit, but the local header's extra length (64 KB) moves
     where zipfile and torch's reader find the member's bytes: EOFError, exit 3, before."""
-    from tests.compile.test_hostile_archives import build, member, patch_member
+    from tests.gate.test_hostile_archives import build, member, patch_member
 
     path = build(tmp_path / "extra.pt2")
     patch_member(path, member("sample_inputs/model.pt"), {28: (0xFFFF).to_bytes(2, "little")}, {})
@@ -517,7 +517,7 @@ def _sample_inputs_declaring(data: bytes, size: int) -> bytes:
 def test_a_record_inside_the_sample_inputs_claiming_3_gib_is_refused_by_name(tmp_path):
     """The sample inputs are a zip of their own: a record declaring 3 GiB while holding 8 KB was
     refused as 'not plain tensors, which loading would unpickle', which it is not."""
-    from tests.compile.test_hostile_archives import build, replaced, sample_members
+    from tests.gate.test_hostile_archives import build, replaced, sample_members
 
     inputs = next(data for info, data in sample_members() if info.filename.endswith("sample_inputs/model.pt"))
     path = build(tmp_path / "inner.pt2", replaced("sample_inputs/model.pt", _sample_inputs_declaring(inputs, 3 << 30)))
@@ -531,7 +531,7 @@ def test_an_archive_member_claiming_3_gib_in_its_zip64_fields_is_refused(tmp_pat
     import struct
     import zipfile
 
-    from tests.compile.test_hostile_archives import member, sample_members
+    from tests.gate.test_hostile_archives import member, sample_members
 
     path, limit = tmp_path / "zip64.pt2", zipfile.ZIP64_LIMIT
     zipfile.ZIP64_LIMIT = 0  # every entry written with zip64 extra fields

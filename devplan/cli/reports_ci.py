@@ -7,8 +7,10 @@ file for test reporters (`--junit FILE`). Each renders the same results that the
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from typing import cast
 
 from devplan.cli.reports import buffer_facts, buffer_name
+from devplan.documents import PeakDetail
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.diff import Change, Diff
 from devplan.inspection.difftext import change_label, change_values, outcome, peak_text, signed_size
@@ -76,12 +78,13 @@ def _grown_markdown(d: Diff, peak: Change) -> list[str]:
         "| module | before | after | change |",
         "| --- | ---: | ---: | ---: |",
     ]
+    detail = cast(PeakDetail, peak.detail)  # a "peak" change's
     lines += [
         f"| {_cell(m['module'])} | {size_text(m['a'])} | {size_text(m['b'])} | {signed_size(m['b'] - m['a'])} |"
-        for m in peak.detail["modules"]
+        for m in detail["modules"]
     ]
-    if peak.detail["more"]:
-        lines.append(f"| and {peak.detail['more']} more blocks | | | |")
+    if detail["more"]:
+        lines.append(f"| and {detail['more']} more blocks | | | |")
     return lines + [""]
 
 
@@ -144,7 +147,7 @@ def _change_message(d: Diff, change: Change) -> str:
             lines.append(f"peak: {change_values(peak)}")
         lines += [
             f"{m['module']} {signed_size(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
-            for m in peak.detail["modules"]
+            for m in cast(PeakDetail, peak.detail)["modules"]  # a "peak" change's
         ]
     return "\n".join(lines)
 

@@ -2,7 +2,7 @@
 states, bounds.py), terminal views (render.py), an SVG picture of each buffer (svg.py) and CI
 checks (check.py).
 
-    devplan.inspect("model.pte")                  -> the inspection document (a dict)
+    devplan.inspect("model.pte")                  -> the inspection document (a dict, devplan.documents.InspectDocument)
     devplan.inspect("model.pte", method="forward") -> the same, one method only
     devplan.inspect("model.pte", delegate=0)      -> the program inside delegate 0 of the
                                                      (first, or named) method
@@ -12,6 +12,10 @@ The package is named for the noun so that `devplan.inspect`, the verb, is always
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from devplan.documents import InspectDocument
 
 __all__ = ["inspect"]
 
@@ -22,7 +26,7 @@ def inspect(
     method: str | None = None,
     delegate: int | None = None,
     data: str | os.PathLike | None = None,
-) -> dict:
+) -> InspectDocument:
     """Read a program (a path, or the file's bytes) and return its inspection document; with
     `delegate`, the document of the ET12 program that delegate's payload holds; with `data`, the
     .ptd holding the weights it keeps outside, checked against it."""

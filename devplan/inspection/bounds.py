@@ -6,8 +6,9 @@ take, at the alignment the plan kept), and per device what is alive there at onc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AbstractSet
+from typing import AbstractSet, Any, Mapping
 
+from devplan.documents import DeviceTotal, InspectedBuffer, InspectedDelegate, InspectedTensor
 from devplan.inspection.overlap import LatestWrites, busiest, storages
 from devplan.planning.bounds import lower_bound
 from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT, Interval, align_up
@@ -23,7 +24,11 @@ class BufferBounds:
 
 
 def buffer_bounds(
-    timed: list[dict], size: int, windows: list[dict], written: AbstractSet[int], read: AbstractSet[int]
+    timed: list[InspectedTensor],
+    size: int,
+    windows: list[dict],
+    written: AbstractSet[int],
+    read: AbstractSet[int],
 ) -> BufferBounds:
     """The bounds of one buffer of `size` bytes holding the tensors `timed` (those with a
     lifetime; a view's `held` is moved back to when its bytes were written) and the delegate
@@ -33,7 +38,8 @@ def buffer_bounds(
     peak, peak_instruction = 0, None
     # Bytes in use only grow where a tensor starts holding bytes, so the busiest instruction
     # is one of those; one sweep over them adds and removes each tensor's bytes once.
-    for at, in_use in busiest(timed + windows):
+    held: list[Mapping[str, Any]] = [*timed, *windows]
+    for at, in_use in busiest(held):
         if in_use > peak:
             peak, peak_instruction = in_use, at
     bound, live, exact = _lower_bound(timed, sharing, size, windows)
@@ -41,7 +47,7 @@ def buffer_bounds(
 
 
 def _lower_bound(
-    timed: list[dict], sharing: list[int], size: int, windows: list[dict]
+    timed: list[InspectedTensor], sharing: list[int], size: int, windows: list[dict]
 ) -> tuple[int, tuple[Interval, ...], int]:
     """The planner's lower bound (aligned bytes alive at the busiest instruction) for the
     storages this buffer holds, inferred from where tensors sit, and each delegate window at
@@ -79,7 +85,9 @@ def _lower_bound(
     return bound, tuple(at(alignment)), lower_bound(at(1), alignment=1).get(1, 0)
 
 
-def device_bounds(buffers: list[dict], live: list[tuple[Interval, ...]], delegates: list[dict]) -> list[dict]:
+def device_bounds(
+    buffers: list[InspectedBuffer], live: list[tuple[Interval, ...]], delegates: list[InspectedDelegate]
+) -> list[DeviceTotal]:
     """Per device: the bytes all the method's buffers there take, its delegates' own buffers
     (those not in a window) included, since a runtime holds them all at once; and the device's
     lower bound, the most bytes alive there at any instruction, a delegate's buffers counted
@@ -99,16 +107,17 @@ def device_bounds(buffers: list[dict], live: list[tuple[Interval, ...]], delegat
     for d in delegates:
         if d["window"] is not None:
             continue
-        for b in d["payload_buffers"] or ():
-            add(b["device"], b["size"], [Interval(0, b["lower_bound"], call, call) for call in d["calls"]])
-    rows = []
+        for inner in d["payload_buffers"] or ():
+            add(inner["device"], inner["size"], [Interval(0, inner["lower_bound"], call, call) for call in d["calls"]])
+    rows: list[DeviceTotal] = []
     for device, total in sorted(totals.items(), key=lambda item: (item[0] != "cpu", item[0])):
         keyed = [Interval(key, i.size, i.first, i.last) for key, i in enumerate(alive[device])]
-        rows.append({**total, "lower_bound": lower_bound(keyed, alignment=1).get(1, 0)})
+        bound = lower_bound(keyed, alignment=1).get(1, 0)
+        rows.append({"device": device, "buffers": total["buffers"], "size": total["size"], "lower_bound": bound})
     return rows
 
 
-def _hold_views(timed: list[dict], written: AbstractSet[int], read: AbstractSet[int]) -> None:
+def _hold_views(timed: list[InspectedTensor], written: AbstractSet[int], read: AbstractSet[int]) -> None:
     """A view (a tensor no instruction writes) holds its bytes from when they were last written:
     each byte holds what the latest tensor over it that started before the view's first use
     put there, and the view needs them all. An instruction reads its arguments before it

@@ -9,7 +9,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Final, Mapping, cast
 
-from devplan.documents import CheckDocument, CheckedBuffer, CheckedGolden
+from devplan.documents import CheckDocument, CheckedBuffer, CheckedGolden, GoldenPeak, WorkingMemory
 from devplan.errors import BudgetExceeded, DevplanError
 from devplan.files import STDIO, refuse_overwrite, write_atomic
 from devplan.inspection import inspect
@@ -36,11 +36,11 @@ class BufferCheck:
     max_ratio: float | None  # size / lower_bound allowed, if asked
     buffers: int = 1
     problem: str | None = None  # the inspection document's: a plan no runtime can trust
-    peak: dict | None = None  # a buffer's busiest instruction and the blocks holding it there (golden.py's)
+    peak: GoldenPeak | None = None  # a buffer's busiest instruction and the blocks holding it there (golden.py's)
     backends: int = 0  # a DEVICE+backends row: the bytes of its delegates' own memory in `size`
     # a delegate's row, told and never failed: the memory its backend allocates outside the
     # plan (the inspection document's working_memory; size is its bytes, 0 when not known)
-    working_memory: dict | None = None
+    working_memory: WorkingMemory | None = None
 
     @property
     def ratio(self) -> float:
@@ -104,7 +104,8 @@ def check(
                 b["lower_bound"],
                 None,
                 max_ratio,
-                problem=b.get("problem"),
+                # no problem: a payload's buffers keep five facts of its document's (PayloadBuffer),
+                # its `problem` not among them
             )
             for d in m["delegates"]
             for b in d["payload_buffers"] or ()

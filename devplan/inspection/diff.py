@@ -16,8 +16,22 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, Mapping, Sequence, cast
 
+from devplan import documents
+from devplan.documents import (
+    GoldenDelegate,
+    GoldenDevice,
+    GoldenDocument,
+    GoldenMethod,
+    GoldenPeak,
+    GoldenPlacements,
+    InspectDocument,
+    ModuleChange,
+    PeakDetail,
+    PlacementChange,
+    PlacementsDetail,
+)
 from devplan.errors import DevplanError
 from devplan.files import open_input
 from devplan.inspection import inspect
@@ -50,7 +64,7 @@ class Tolerance:
     def __str__(self) -> str:
         return f"{float(self.percent):g}%" if self.percent is not None else size_text(self.nbytes or 0)
 
-    def document(self) -> dict:
+    def document(self) -> documents.Tolerance:
         return {"percent": float(self.percent) if self.percent is not None else None, "bytes": self.nbytes}
 
 
@@ -80,10 +94,10 @@ class Change:
     a: object
     b: object
     fails: bool
-    detail: dict | None = None  # placements compared tensor by tensor, when both sides have them
+    detail: PlacementsDetail | PeakDetail | None = None  # placements compared tensor by tensor, or the peak's blocks
 
-    def document(self) -> dict:
-        row = {
+    def document(self) -> documents.Change:
+        row: documents.Change = {
             "method": self.method,
             "subject": self.subject,
             "fact": self.fact,
@@ -91,7 +105,9 @@ class Change:
             "b": self.b,
             "fails": self.fails,
         }
-        return row | ({"detail": self.detail} if self.detail is not None else {})
+        if self.detail is not None:
+            row["detail"] = self.detail
+        return row
 
 
 @dataclass(frozen=True)
@@ -107,7 +123,7 @@ class Diff:
         """No change fails: the programs plan the same, within the tolerance."""
         return not any(change.fails for change in self.changes)
 
-    def document(self) -> dict:
+    def document(self) -> documents.DiffDocument:
         return {
             "schema_version": SCHEMA_VERSION,
             "files": {"a": {"name": self.a}, "b": {"name": self.b}},
@@ -127,7 +143,7 @@ class Side:
     """One side of a comparison: its golden document and, for a program, its placements by method."""
 
     name: str
-    golden: dict
+    golden: GoldenDocument
     placements: dict[str, list[Planned]] | None = None
     instructions: dict[str, list[tuple]] | None = None  # instruction_marks, by method
 
@@ -135,6 +151,7 @@ class Side:
 def side(source) -> Side:
     """A program (path or bytes of a .pte), a golden file (path of its JSON), an inspection
     document or a golden document (dicts)."""
+    doc: Mapping[str, Any]
     if isinstance(source, dict):
         doc = source
     elif isinstance(source, (str, os.PathLike)) and looks_like_golden(Path(source)):
@@ -143,12 +160,13 @@ def side(source) -> Side:
     else:
         doc = inspect(source)
     if is_golden(doc):
-        return Side(doc["file"]["name"], doc)
+        return Side(doc["file"]["name"], cast(GoldenDocument, doc))
+    inspected = cast(InspectDocument, doc)
     return Side(
-        doc["file"]["name"],
-        golden_document(doc),
-        {m["name"]: planned(m) for m in doc["methods"]},
-        {m["name"]: instruction_marks(m) for m in doc["methods"]},
+        inspected["file"]["name"],
+        golden_document(inspected),
+        {m["name"]: planned(m) for m in inspected["methods"]},
+        {m["name"]: instruction_marks(m) for m in inspected["methods"]},
     )
 
 
@@ -187,7 +205,7 @@ def diff(a, b, *, tolerance: Tolerance | str | None = None, exact: bool = False,
     return Diff(left.name, right.name, tuple(compare.changes), rule, exact)
 
 
-def _pairs(a: dict, b: dict) -> list[tuple]:
+def _pairs(a: Mapping, b: Mapping) -> list[tuple]:
     """(key, a's item or None, b's item or None) for each key of either: a's in order, then b's own."""
     return [(key, a.get(key), b.get(key)) for key in list(a) + [key for key in b if key not in a]]
 
@@ -229,7 +247,7 @@ class _Compare:
         )
         return False
 
-    def method(self, name: str, a: dict, b: dict) -> None:
+    def method(self, name: str, a: GoldenMethod, b: GoldenMethod) -> None:
         for count in ("instructions", "values", "tensors"):  # delegates: each one added or removed says it
             if count in REPORTED:
                 self.reported(name, count, "count", a["counts"][count], b["counts"][count])
@@ -255,7 +273,7 @@ class _Compare:
         self.devices(name, a["devices"], b["devices"])
         self.delegates(name, a["delegates"], b["delegates"])
 
-    def buffers(self, method: str, prefix: str, a: list[dict], b: list[dict]) -> None:
+    def buffers(self, method: str, prefix: str, a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> None:
         """Buffers matched by mem_id (and, inside a delegate, by the payload's method)."""
 
         def key(buffer):
@@ -273,12 +291,12 @@ class _Compare:
                 self.fixed(method, subject, "tensors", x["tensors"], y["tensors"])
             self.peak(method, subject, x.get("peak"), y.get("peak"))
 
-    def peak(self, method: str, subject: str, a: dict | None, b: dict | None) -> None:
+    def peak(self, method: str, subject: str, a: GoldenPeak | None, b: GoldenPeak | None) -> None:
         """Where a buffer's peak is and which blocks hold it, when either changed: reported, never
         failed (the sizes fail), so that a grown buffer says which blocks grew."""
         if a is None or b is None:
             return
-        modules = [
+        modules: list[ModuleChange] = [
             {"module": module, "a": a["modules"].get(module, 0), "b": b["modules"].get(module, 0)}
             for module in sorted({*a["modules"], *b["modules"]}, key=natural_key)
         ]
@@ -298,7 +316,7 @@ class _Compare:
                 )
             )
 
-    def devices(self, method: str, a: dict, b: dict) -> None:
+    def devices(self, method: str, a: dict[str, GoldenDevice], b: dict[str, GoldenDevice]) -> None:
         """A device's total, where it holds more than one buffer (else its buffer's line says it)."""
         for device in sorted(set(a) & set(b)):
             x, y = a[device], b[device]
@@ -307,7 +325,7 @@ class _Compare:
                 self.sized(method, subject, "size", x["size"], y["size"])
                 self.sized(method, subject, "lower_bound", x["lower_bound"], y["lower_bound"])
 
-    def delegates(self, method: str, a: list[dict], b: list[dict]) -> None:
+    def delegates(self, method: str, a: list[GoldenDelegate], b: list[GoldenDelegate]) -> None:
         for index, x, y in _pairs({d["index"]: d for d in a}, {d["index"]: d for d in b}):
             subject = f"delegate {index}"
             if not self.matched(
@@ -322,7 +340,9 @@ class _Compare:
             # it may lie over tensors alive while the delegate runs, so it always fails
             self.fixed(method, subject, "window", _window(x), _window(y))
 
-    def placements(self, method: str, a: dict, b: dict, programs: tuple[Side, Side] | None) -> None:
+    def placements(
+        self, method: str, a: GoldenPlacements, b: GoldenPlacements, programs: tuple[Side, Side] | None
+    ) -> None:
         """Moved placements are only a difference with exact: a plan that shrank, or grew
         within the tolerance, has moved its tensors too. A golden file keeps only the digest,
         so only two programs say which tensors changed."""
@@ -338,7 +358,7 @@ class _Compare:
             self.changes.append(Change(method, "placements", "digest", a, b, self.exact, detail))
 
 
-def _window(delegate: dict) -> dict | None:
+def _window(delegate: GoldenDelegate) -> dict | None:
     """A delegate's window with its size (its payload's buffers), None without one."""
     window = delegate.get("window")
     if window is None:
@@ -350,23 +370,35 @@ def _window(delegate: dict) -> dict | None:
     }
 
 
-def _placement_detail(a: list[Planned], b: list[Planned], clock_a: list[int], clock_b: list[int]) -> dict:
+def _placement_detail(a: list[Planned], b: list[Planned], clock_a: list[int], clock_b: list[int]) -> PlacementsDetail:
     """What changed, tensor by tensor (paired by identity, pair_tensors; lifetimes on the
     clock of _timelines): counts of each kind of change, and the largest changed tensors first."""
     pairs, removed, added = pair_tensors(a, b)
-    kinds = {"added": len(added), "removed": len(removed), "moved": 0, "resized": 0, "lifetime": 0}
-    changed = []
+    moved = resized = lifetime = 0
+    changed: list[PlacementChange] = []
     for x, y in pairs:
         facts_x, facts_y = facts(x, clock_a), facts(y, clock_b)
         if facts_x == facts_y:
             continue
-        kinds["moved"] += facts_x[:3] != facts_y[:3]
-        kinds["resized"] += x.row["nbytes"] != y.row["nbytes"]
-        kinds["lifetime"] += facts_x[4] != facts_y[4]
+        moved += facts_x[:3] != facts_y[:3]
+        resized += x.row["nbytes"] != y.row["nbytes"]
+        lifetime += facts_x[4] != facts_y[4]
         changed.append({"value": y.row["value"], "source": y.source, "a": x.row, "b": y.row})
     changed += [{"value": x.row["value"], "source": x.source, "a": x.row, "b": None} for x in removed]
     changed += [{"value": y.row["value"], "source": y.source, "a": None, "b": y.row} for y in added]
     changed.sort(
-        key=lambda row: (-max((r or {}).get("nbytes", 0) for r in (row["a"], row["b"])), row["b"] is None, row["value"])
+        key=lambda row: (
+            -max(r["nbytes"] if r is not None else 0 for r in (row["a"], row["b"])),
+            row["b"] is None,
+            row["value"],
+        )
     )
-    return {"changed": len(changed), **kinds, "largest": changed[:LARGEST_SHOWN]}
+    return {
+        "changed": len(changed),
+        "added": len(added),
+        "removed": len(removed),
+        "moved": moved,
+        "resized": resized,
+        "lifetime": lifetime,
+        "largest": changed[:LARGEST_SHOWN],
+    }

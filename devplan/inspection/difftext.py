@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import re
 import textwrap
+from typing import Any, Mapping
 
+from devplan.documents import GoldenPeak
 from devplan.units import counted, exact_size_text, natural_key, size_text
 
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
@@ -176,14 +178,14 @@ def _peak_values(change) -> str:
     return f"moved from {where_peak(a)}, {size_text(a['bytes'])}, to {where_peak(b)}, {size_text(b['bytes'])}"
 
 
-def where_peak(peak: dict) -> str:
+def where_peak(peak: Mapping[str, Any]) -> str:
     """'#12 aten::addmm.out (h.0.mlp.c_fc (Conv1D) addmm)': a peak's instruction and its source."""
     where = (peak["source"] or "").strip()  # ExecuTorch's default programs keep no stacktrace
     source = f" ({where})" if where else ""
     return f"#{peak['instruction']} {peak['op']}{source}"
 
 
-def peak_text(peak: dict, blocks: int = 3) -> str:
+def peak_text(peak: GoldenPeak, blocks: int = 3) -> str:
     """'#40 aten::addmm.out (h.0.mlp.c_fc (Conv1D) addmm) holds 54.2 KiB: h.0.mlp 36.0 KiB, ...',
     the largest `blocks` blocks."""
     largest = sorted(peak["modules"].items(), key=lambda item: (-item[1], natural_key(item[0])))[:blocks]

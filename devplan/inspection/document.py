@@ -7,8 +7,24 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import AbstractSet
+from typing import AbstractSet, Final
 
+from devplan.documents import (
+    CompileSpec,
+    ExternalData,
+    InspectDocument,
+    InspectedBuffer,
+    InspectedDelegate,
+    InspectedFile,
+    InspectedInstruction,
+    InspectedMethod,
+    InspectedOperator,
+    InspectedTensor,
+    NamedData,
+    PayloadBuffer,
+    Role,
+    Segment,
+)
 from devplan.errors import DevplanError
 from devplan.inspection.bounds import BufferBounds, buffer_bounds, device_bounds
 from devplan.inspection.own_memory import working_memory
@@ -21,7 +37,7 @@ from devplan.pte.header import is_program
 from devplan.pte.reader import delegate_data_outside, external_key, ints, text
 from devplan.spec import CPU, Device
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 # Value kinds as the document spells them, by KernelTypes union code.
 _VALUE_KINDS = {
@@ -40,7 +56,7 @@ _VALUE_KINDS = {
 }
 
 
-def document(pte: PteFile, name: str, method: str | None = None) -> dict:
+def document(pte: PteFile, name: str, method: str | None = None) -> InspectDocument:
     """The inspection document of a read program (a devplan.pte.PteFile); name is the file's
     basename. method keeps only that method; an unknown name is a DevplanError."""
     program = pte.program
@@ -49,24 +65,26 @@ def document(pte: PteFile, name: str, method: str | None = None) -> dict:
     if method is not None and method not in names:
         listed = ", ".join(names) or "none"
         raise DevplanError(f"{pte.name}: no method {method!r}; the program's methods are: {listed}")
+    file: InspectedFile = {
+        "name": name,
+        "size": int(pte.size),
+        "program_version": int(program.version or 0),
+        "segments": _segments(pte),
+        "constant_bytes": _constant_bytes(program) + sum(_named_segments(program).values()),
+        "named_data": _named_data(program),
+    }
+    # only where the program keeps weights in a .ptd, so that other documents stay as they were
+    if (external := external_weights(pte)) is not None:
+        file["external"] = external
     return {
         "schema_version": SCHEMA_VERSION,
         "format": "ET12",
-        "file": {
-            "name": name,
-            "size": int(pte.size),
-            "program_version": int(program.version or 0),
-            "segments": _segments(pte),
-            "constant_bytes": _constant_bytes(program) + sum(_named_segments(program).values()),
-            "named_data": _named_data(program),
-            # only where the program keeps weights in a .ptd, so that other documents stay as they were
-            **({"external": external} if (external := external_weights(pte)) is not None else {}),
-        },
+        "file": file,
         "methods": [_method(pte, view) for view in views if method is None or view.name == method],
     }
 
 
-def _segments(pte) -> list[dict]:
+def _segments(pte) -> list[Segment]:
     # Segment offsets count from the segment base; the document gives file offsets.
     base = pte.header.segment_base_offset if pte.header is not None else 0
     return [
@@ -84,7 +102,7 @@ def _constant_bytes(program) -> int:
     return sum(len(buffer.storage) for buffer in program.constantBuffer or () if buffer.storage is not None)
 
 
-def external_weights(pte: PteFile) -> dict | None:
+def external_weights(pte: PteFile) -> ExternalData | None:
     """The weights the program keeps in a .ptd data file (its EXTERNAL tensors, and named data
     its delegates read that it does not hold): how many keys it names and, when the .ptd was
     given, its name and the bytes it stores; None for a program holding all its weights."""
@@ -119,7 +137,7 @@ def external_note(pte: PteFile) -> str | None:
     )
 
 
-def _named_data(program) -> list[dict]:
+def _named_data(program) -> list[NamedData]:
     """Weights a backend keeps by key in segments of their own (ExecuTorch's XNNPACK and other
     delegates), each with its segment and that segment's size."""
     return [
@@ -137,17 +155,17 @@ def _named_segments(program) -> dict[int, int]:
     return {entry["segment"]: entry["size"] for entry in _named_data(program)}
 
 
-def _method(pte, view: MethodView) -> dict:
+def _method(pte, view: MethodView) -> InspectedMethod:
     origins = [
         where
         for index, chain in enumerate(pte.program.executionPlan[view.plan_index].chains or ())
         for where in chain_origins(pte, view.plan_index, index, len(chain.instructions or ()))
     ]
-    operators = [
+    operators: list[InspectedOperator] = [
         {"index": index, "name": name, "overload": overload} for index, (name, overload) in enumerate(view.operators)
     ]
     writers = view.first_writers
-    instruction_rows = []
+    instruction_rows: list[InspectedInstruction] = []
     for row, where in zip(view.instructions, origins):
         instruction_rows.append(
             {
@@ -192,7 +210,7 @@ def _method(pte, view: MethodView) -> dict:
         peak(buffer, [t for t in tensors if t["mem_id"] == buffer["mem_id"]], instruction_rows, modules)
         for buffer in buffers
     ]
-    return {
+    entry: InspectedMethod = {
         "name": view.name,
         "inputs": list(view.inputs),
         "outputs": list(view.outputs),
@@ -203,16 +221,19 @@ def _method(pte, view: MethodView) -> dict:
             "delegates": len(delegates),
         },
         "values": dict(sorted(Counter(_VALUE_KINDS.get(kind, f"kind({kind})") for kind in view.kinds).items())),
-        # only for a method that runs nothing (a constant method), so that other documents stay as they were
-        **({"returns": _returns(view)} if not view.instructions and view.outputs else {}),
-        "buffers": buffers,
-        "devices": device_bounds(buffers, [bounds.live for _, bounds in rows], delegates),
-        "peak": peaks,
-        "tensors": tensors,
-        "instructions": instruction_rows,
-        "operators": operators,
-        "delegates": delegates,
     }
+    # only for a method that runs nothing (a constant method), so that other documents stay as they were
+    if not view.instructions and view.outputs:
+        entry["returns"] = _returns(view)
+    # the keys in this order, after returns: the document's order is its text's
+    entry["buffers"] = buffers
+    entry["devices"] = device_bounds(buffers, [bounds.live for _, bounds in rows], delegates)
+    entry["peak"] = peaks
+    entry["tensors"] = tensors
+    entry["instructions"] = instruction_rows
+    entry["operators"] = operators
+    entry["delegates"] = delegates
+    return entry
 
 
 def _returns(view: MethodView) -> list:
@@ -233,13 +254,15 @@ def _name_tensors(tensors, instructions, writers, origins, inputs, outputs) -> N
         t["source"] = tensor_source(t, instructions, writers.get(t["value"]), names, position)
 
 
-def _module_of(tensor: dict, instructions: list[dict], writers: dict[int, int]) -> str | None:
+def _module_of(
+    tensor: InspectedTensor, instructions: list[InspectedInstruction], writers: dict[int, int]
+) -> str | None:
     """The module whose instruction wrote the tensor's bytes."""
     at = writers.get(tensor["value"], tensor["held"][0] if tensor["held"] else None)
     return instructions[at]["module"] if at is not None and at < len(instructions) else None
 
 
-def _tensor(view: MethodView, index: int, tensor, inputs: set[int], outputs: set[int]) -> dict:
+def _tensor(view: MethodView, index: int, tensor, inputs: set[int], outputs: set[int]) -> InspectedTensor:
     lifetime = view.lifetimes.get(index)
     return {
         "value": index,
@@ -256,10 +279,12 @@ def _tensor(view: MethodView, index: int, tensor, inputs: set[int], outputs: set
         "held": list(lifetime) if lifetime is not None else None,
         "role": _role(index, tensor.constant or tensor.data > 0, index in view.state, inputs, outputs),
         "constant": tensor.constant or tensor.data > 0,
+        "source": "",  # named once every tensor is made (_name_tensors)
+        "module": None,  # the module of the instruction that writes it (_module_of)
     }
 
 
-def _role(index: int, constant: bool, state: bool, inputs: set[int], outputs: set[int]) -> str:
+def _role(index: int, constant: bool, state: bool, inputs: set[int], outputs: set[int]) -> Role:
     if index in inputs and index in outputs:
         return "input+output"
     if index in inputs:
@@ -275,26 +300,17 @@ def _buffer(
     mem_id: int,
     size: int,
     device: Device,
-    tensors: list[dict],
+    tensors: list[InspectedTensor],
     written: AbstractSet[int],
     read: AbstractSet[int],
     windows: list[dict],
-) -> tuple[dict, BufferBounds]:
+) -> tuple[InspectedBuffer, BufferBounds]:
     """One buffer: its size, the bytes in use at its busiest instruction, and its lower bound,
     delegates' windows (their payloads' buffers, alive while they run) counted with the
     tensors; with those bounds, whose live intervals the device totals add up."""
     placed = [t for t in tensors if t["mem_id"] == mem_id]
     bounds = buffer_bounds([t for t in placed if t["lifetime"] is not None], size, windows, written, read)
-    # a sound plan keeps apart, at its busiest, at least the bytes its bound says must be
-    problem = (
-        {
-            "problem": f"unsound plan: peak {bounds.peak} bytes is below the {bounds.exact_bound} that must be "
-            f"apart at once (live tensors or delegate windows share bytes)"
-        }
-        if bounds.peak < bounds.exact_bound
-        else {}
-    )
-    row = {
+    row: InspectedBuffer = {
         "mem_id": mem_id,
         "size": size,
         "device": str(device),
@@ -302,12 +318,17 @@ def _buffer(
         "peak": bounds.peak,
         "peak_instruction": bounds.peak_instruction,
         "lower_bound": bounds.lower_bound,
-        **problem,
     }
+    # a sound plan keeps apart, at its busiest, at least the bytes its bound says must be
+    if bounds.peak < bounds.exact_bound:
+        row["problem"] = (
+            f"unsound plan: peak {bounds.peak} bytes is below the {bounds.exact_bound} that must be "
+            f"apart at once (live tensors or delegate windows share bytes)"
+        )
     return row, bounds
 
 
-def _windows(pte, view: MethodView, delegates: list[dict]) -> list[dict]:
+def _windows(pte, view: MethodView, delegates: list[InspectedDelegate]) -> list[dict]:
     """The delegate windows of a method, each as a pseudo-tensor of its buffer: the payload's
     buffer bytes at the window's offset, held from the delegate's first call to its last."""
     found = []
@@ -358,8 +379,8 @@ def _payload_problem(pte, view: MethodView, index: int) -> str:
     return "it is not an ET12 program; the program is damaged"
 
 
-def _delegate(pte, view: MethodView, delegate, calls: list[int]) -> dict:
-    specs = [{"key": key, "value": _spec_value(value)} for key, value in delegate.specs]
+def _delegate(pte, view: MethodView, delegate, calls: list[int]) -> InspectedDelegate:
+    specs: list[CompileSpec] = [{"key": key, "value": _spec_value(value)} for key, value in delegate.specs]
     target = next((spec["value"] for spec in specs if spec["key"] == "target_device"), None)
     payload, window = pte.delegate_payload(view.plan_index, delegate.index), delegate.window
     return {
@@ -377,7 +398,7 @@ def _delegate(pte, view: MethodView, delegate, calls: list[int]) -> dict:
     }
 
 
-def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[dict] | None:
+def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[PayloadBuffer] | None:
     """The planned buffers of a payload that is itself an ET12 program (devplan's delegates
     are): memory the delegate holds on its device besides the method's own buffers. Worked
     out once for all the delegates sharing a payload (the reader hands them one program)."""
@@ -389,10 +410,10 @@ def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[d
     except DevplanError:
         return None  # nested past what devplan reads
     found = inner.memo(("buffers",), lambda: _planned_buffers(inner))
-    return None if found is None else [dict(buffer) for buffer in found]  # each delegate's entry is its own
+    return None if found is None else [buffer.copy() for buffer in found]  # each delegate's entry is its own
 
 
-def _planned_buffers(inner) -> list[dict] | None:
+def _planned_buffers(inner) -> list[PayloadBuffer] | None:
     try:
         return [
             {

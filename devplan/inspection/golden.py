@@ -14,27 +14,40 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any, Final, Mapping, cast
 
 from devplan import schemacheck
+from devplan.documents import (
+    GoldenBuffer,
+    GoldenDelegate,
+    GoldenDocument,
+    GoldenMethod,
+    GoldenPayloadBuffer,
+    GoldenPeak,
+    InspectDocument,
+    InspectedMethod,
+    PayloadBuffer,
+    Peak,
+    Placement,
+)
 from devplan.errors import DevplanError
 from devplan.files import STDIO, is_stdout, read_input
 from devplan.jsontext import repeated
 from devplan.units import natural_key, size_text
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 # what a golden file says it is, under "document"; `format` is the program's format in every
 # document ("ET12" in inspect's), so golden files written before say it under "format" and still read
-DOCUMENT = "devplan-golden"
+DOCUMENT: Final = "devplan-golden"
 # a golden file is a few dozen lines; anything near this is not one
 MAX_GOLDEN_BYTES = 16 << 20
-_PLACEMENT_KEYS = ("value", "mem_id", "offset", "nbytes", "lifetime", "device")
 # the sizes in bytes that a golden file also gives in a human form, under the key and TEXT
 SIZES = frozenset({"size", "lower_bound", "constant_bytes", "payload_size", "bytes"})
 TEXT = "_text"
 _VERBATIM = frozenset({"modules", "returns"})  # keys are the model's block names; values a method's own
 
 
-def golden_document(doc: dict) -> dict:
+def golden_document(doc: InspectDocument) -> GoldenDocument:
     """The golden document of an inspection document (the whole one: --section trims away
     the tensors that the placement digest is made of)."""
     if any(key not in method for method in doc["methods"] for key in ("buffers", "tensors", "operators", "delegates")):
@@ -50,28 +63,33 @@ def golden_document(doc: dict) -> dict:
     }
 
 
-def _method(method: dict) -> dict:
+def _method(method: InspectedMethod) -> GoldenMethod:
     rows = placements(method)
-    delegates = [
+    delegates: list[GoldenDelegate] = [
         {
             "index": d["index"],
             "id": d["id"],
             "target_device": d["target_device"],
             "payload_size": d["payload_size"],
-            "payload_buffers": d["payload_buffers"],
+            "payload_buffers": _payload_buffers(d["payload_buffers"]),
             "window": d["window"],
         }
         for d in method["delegates"]
     ]
     peaks = {peak["mem_id"]: peak for peak in method.get("peak", ())}
-    buffers = [
-        {
-            **{key: b[key] for key in ("mem_id", "device", "size", "lower_bound", "tensors")},
-            **({"peak": peak_brief(peaks[b["mem_id"]])} if b["mem_id"] in peaks else {}),
+    buffers: list[GoldenBuffer] = []
+    for b in method["buffers"]:
+        buffer: GoldenBuffer = {
+            "mem_id": b["mem_id"],
+            "device": b["device"],
+            "size": b["size"],
+            "lower_bound": b["lower_bound"],
+            "tensors": b["tensors"],
         }
-        for b in method["buffers"]
-    ]
-    return {
+        if b["mem_id"] in peaks:
+            buffer["peak"] = peak_brief(peaks[b["mem_id"]])
+        buffers.append(buffer)
+    golden: GoldenMethod = {
         "name": method["name"],
         "counts": {
             "instructions": method["counts"]["instructions"],
@@ -81,19 +99,38 @@ def _method(method: dict) -> dict:
         },
         "buffers": buffers,
         "devices": {
-            d["device"]: {key: d[key] for key in ("buffers", "size", "lower_bound")} for d in method["devices"]
+            d["device"]: {"buffers": d["buffers"], "size": d["size"], "lower_bound": d["lower_bound"]}
+            for d in method["devices"]
         },
         "operators": sorted(
             {f"{op['name']}.{op['overload']}" if op["overload"] else op["name"] for op in method["operators"]}
         ),
         "delegates": delegates,
         "placements": {"count": len(rows), "sha256": placement_digest(rows)},
-        # a constant method's values (what an LLM runner reads), only where there is one
-        **({"returns": method["returns"]} if "returns" in method else {}),
     }
+    # a constant method's values (what an LLM runner reads), only where there is one
+    if "returns" in method:
+        golden["returns"] = method["returns"]
+    return golden
 
 
-def peak_brief(peak: dict) -> dict:
+def _payload_buffers(found: list[PayloadBuffer] | None) -> list[GoldenPayloadBuffer] | None:
+    """A delegate's payload buffers as a golden file keeps them: all the inspection says."""
+    if found is None:
+        return None
+    return [
+        {
+            "method": b["method"],
+            "mem_id": b["mem_id"],
+            "device": b["device"],
+            "size": b["size"],
+            "lower_bound": b["lower_bound"],
+        }
+        for b in found
+    ]
+
+
+def peak_brief(peak: Peak) -> GoldenPeak:
     """A buffer's busiest instruction (its number, op and where in the model it came from), the
     bytes held there, and each block's share of them: what a reviewer reads when the size grows."""
     return {
@@ -105,19 +142,28 @@ def peak_brief(peak: dict) -> dict:
     }
 
 
-def placements(method: dict) -> list[dict]:
+def placements(method: InspectedMethod) -> list[Placement]:
     """Where each planned tensor of an inspection document's method lives, by value index."""
     return [
-        {key: tensor[key] for key in _PLACEMENT_KEYS} for tensor in method["tensors"] if tensor["mem_id"] is not None
+        {
+            "value": tensor["value"],
+            "mem_id": tensor["mem_id"],
+            "offset": tensor["offset"],
+            "nbytes": tensor["nbytes"],
+            "lifetime": tensor["lifetime"],
+            "device": tensor["device"],
+        }
+        for tensor in method["tensors"]
+        if tensor["mem_id"] is not None
     ]
 
 
-def placement_digest(rows: list[dict]) -> str:
+def placement_digest(rows: list[Placement]) -> str:
     text = json.dumps(rows, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def golden_text(golden: dict) -> str:
+def golden_text(golden: GoldenDocument) -> str:
     """The file's text as a pull request's diff shows it: each size in bytes with its human form
     beside it ("size": 1536, "size_text": "1.5 KiB"), sources as written (no \\u00b7 escapes),
     keys sorted naturally (a peak's blocks h.2 before h.10) and a final newline, so a rewrite of
@@ -173,11 +219,11 @@ def _without_text(golden: dict) -> dict:
     return golden
 
 
-def is_golden(document: dict) -> bool:
+def is_golden(document: Mapping[str, Any]) -> bool:
     return DOCUMENT in (document.get("document"), document.get("format"))
 
 
-def read_golden(path: str | os.PathLike) -> dict:
+def read_golden(path: str | os.PathLike) -> GoldenDocument:
     """A golden file's document, from standard input for "-" (as --update writes standard output
     for it); a missing, damaged or foreign file is a DevplanError saying how to write one."""
     stdin = os.fspath(path) == STDIO
@@ -189,7 +235,7 @@ def read_golden(path: str | os.PathLike) -> dict:
     return parse_golden(read_input(path, limit=MAX_GOLDEN_BYTES, hint=rewrite, name=name), name, rewrite)
 
 
-def parse_golden(text: bytes, name: str, rewrite: str) -> dict:
+def parse_golden(text: bytes, name: str, rewrite: str) -> GoldenDocument:
     """The golden document in `text`, checked as read_golden checks a file's (`name` names it)."""
     try:
         golden = json.loads(text.decode(), parse_constant=_no_constant, object_pairs_hook=_once)
@@ -214,7 +260,7 @@ def parse_golden(text: bytes, name: str, rewrite: str) -> dict:
     found = found or _method_twice(golden["methods"]) or _text_disagrees(golden)
     if found is not None:
         raise DevplanError(f"{name}: not a valid golden file: {found}; {rewrite}")
-    return _without_text(golden)
+    return cast(GoldenDocument, _without_text(golden))  # as the schema checked it
 
 
 def _once(pairs: list) -> dict:

@@ -14,6 +14,7 @@ from rich.columns import Columns
 from rich.console import Group
 from rich.text import Text
 
+from devplan.documents import InspectedBuffer, InspectedMethod, InspectedTensor
 from devplan.inspection.sources import top_module
 from devplan.units import size_text
 
@@ -52,7 +53,9 @@ class Occupant:
     group: int  # glyph number: the tensor's own, or its group's (see _groups)
 
 
-def layout_chart(method: dict, buffer: dict, width: int = 80, rows: int = 16, exact_bytes: bool = False) -> Group:
+def layout_chart(
+    method: InspectedMethod, buffer: InspectedBuffer, width: int = 80, rows: int = 16, exact_bytes: bool = False
+) -> Group:
     """The chart of one buffer of one method, with its legend, fitted to width columns."""
     occupants, names = _occupants(method, buffer["mem_id"])
     instruction_count = method["counts"]["instructions"]
@@ -100,7 +103,7 @@ def band_size(size: int, rows: int) -> int:
     return three_quarters if three_quarters >= needed else power
 
 
-def _occupants(method: dict, mem_id: int) -> tuple[list[Occupant], list[str] | None]:
+def _occupants(method: InspectedMethod, mem_id: int) -> tuple[list[Occupant], list[str] | None]:
     """The tensors to draw, and the names of their groups when glyphs stand for groups."""
     placed = [t for t in method["tensors"] if t["mem_id"] == mem_id and t["lifetime"] is not None and t["nbytes"] > 0]
     placed.sort(key=lambda t: t["value"])
@@ -121,7 +124,7 @@ def _occupants(method: dict, mem_id: int) -> tuple[list[Occupant], list[str] | N
     return occupants, names
 
 
-def _groups(placed: list[dict]) -> tuple[list[int], list[str] | None]:
+def _groups(placed: list[InspectedTensor]) -> tuple[list[int], list[str] | None]:
     """A glyph number per tensor: its own while glyphs last; beyond, one per block of the
     model (top-level module) that made them, in the order they start, or, for programs
     without sources or with more blocks than glyphs, one per run of instructions in which
@@ -135,8 +138,10 @@ def _groups(placed: list[dict]) -> tuple[list[int], list[str] | None]:
         return [number[block] for block in blocks], names
     span = math.ceil((max(t["held"][0] for t in placed) + 1) / BANDS)
     bands = sorted({t["held"][0] // span for t in placed})
-    number = {band: i for i, band in enumerate(bands)}
-    return [number[t["held"][0] // span] for t in placed], [f"made in #{b * span}-{b * span + span - 1}" for b in bands]
+    of_band = {band: i for i, band in enumerate(bands)}
+    return [of_band[t["held"][0] // span] for t in placed], [
+        f"made in #{b * span}-{b * span + span - 1}" for b in bands
+    ]
 
 
 def _columns(instruction_count: int, available: int) -> list[tuple[int, int]]:

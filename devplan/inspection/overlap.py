@@ -5,9 +5,10 @@ grow with the square of the program (a 10,000-tensor program took 20 s)."""
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from typing import Any, Mapping, Sequence
 
 
-def storages(timed: list[dict]) -> list[int]:
+def storages(timed: Sequence[Mapping[str, Any]]) -> list[int]:
     """For each tensor, a representative of its storage: tensors whose bytes meet while both
     hold them (views, in-place results, slices of one storage), and those they meet in turn,
     share one. Found in n log n by a sweep over the instructions in which each byte range
@@ -133,7 +134,7 @@ class Coverage:
             self.length[node] = self.length[2 * node] + self.length[2 * node + 1]
 
 
-def busiest(held: list[dict], steps=None):
+def busiest(held: Sequence[Mapping[str, Any]], steps=None):
     """Bytes in use (aliases counted once) by tensors holding [offset, offset + nbytes) from
     held[0] to held[1]: at each instruction of `steps` (every instruction where given, else
     each instruction at which some tensor starts holding bytes), as (instruction, bytes)."""

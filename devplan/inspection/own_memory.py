@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from devplan.documents import WorkingMemory
+from devplan.documents import InspectedDelegate, InspectedMethod, WorkingMemory
 from devplan.errors import DevplanError
 from devplan.planning.budget import BACKENDS
 from devplan.pte import xnnpack
@@ -30,17 +30,17 @@ def working_memory(backend: str, payload: bytes) -> WorkingMemory | None:
     return {"bytes": found.nbytes, "values": found.values, "bound": "upper"}
 
 
-def device_of(delegate: dict) -> str:
+def device_of(delegate: InspectedDelegate) -> str:
     """Where a delegate runs: its target device, else the host (ExecuTorch's backends' default)."""
     return delegate["target_device"] or "cpu"
 
 
-def outside(method: dict) -> list[dict]:
+def outside(method: InspectedMethod) -> list[InspectedDelegate]:
     """The method's delegates whose working memory is outside its plan, in index order."""
     return [d for d in method["delegates"] if d.get("working_memory") is not None]
 
 
-def backend_bytes(method: dict, device: str, budget: str) -> int:
+def backend_bytes(method: InspectedMethod, device: str, budget: str) -> int:
     """The working memory of the method's delegates on `device` whose backends allocate it
     themselves; a delegate whose payload does not say is refused, since `budget` cannot count it."""
     total = 0
@@ -56,7 +56,7 @@ def backend_bytes(method: dict, device: str, budget: str) -> int:
     return total
 
 
-def outside_text(method_name: str, delegate: dict, sized: Callable[[int], str] = exact_size_text) -> str:
+def outside_text(method_name: str, delegate: InspectedDelegate, sized: Callable[[int], str] = exact_size_text) -> str:
     """One line: which delegate, that its memory is outside the plan, and how much where known."""
     memory, device = delegate["working_memory"], device_of(delegate)
     head = (

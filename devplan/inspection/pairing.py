@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from devplan.documents import InspectedMethod, InspectedTensor, Placement
 from devplan.inspection.golden import placements
 from devplan.inspection.sources import source_identity
 
@@ -20,14 +21,14 @@ class Planned:
     the file and line), `form` (shape and dtype), `source` (the document's, for people) and
     whether the identity names a source (else it is only the kernel that wrote it)."""
 
-    row: dict
+    row: Placement
     identity: str
     form: tuple
     source: str
     sourced: bool
 
 
-def planned(method: dict) -> list[Planned]:
+def planned(method: InspectedMethod) -> list[Planned]:
     """The planned tensors of an inspection document's method, in value order."""
     inputs = {value: i for i, value in enumerate(method["inputs"])}
     outputs = {value: i for i, value in enumerate(method["outputs"])}
@@ -39,7 +40,7 @@ def planned(method: dict) -> list[Planned]:
     return found
 
 
-def instruction_marks(method: dict) -> list[tuple]:
+def instruction_marks(method: InspectedMethod) -> list[tuple]:
     """Each instruction of an inspection document's method as what it runs, where it came from
     (without file and line) and how many alike ran before it: what stays of it when the graph
     gains or loses ops elsewhere."""
@@ -73,7 +74,7 @@ def timelines(a: list[tuple], b: list[tuple]) -> tuple[list[int], list[int]]:
 _NAMED = ("parameter ", "buffer ", "constant ")
 
 
-def _identity(tensor: dict, inputs: dict[int, int], outputs: dict[int, int]) -> tuple[str, bool]:
+def _identity(tensor: InspectedTensor, inputs: dict[int, int], outputs: dict[int, int]) -> tuple[str, bool]:
     """A weight the program names by its name; an input or output by its position; any other
     tensor by where it was made (module path and op), or the kernel that wrote it."""
     source, value = tensor["source"], tensor["value"]

@@ -3,11 +3,17 @@ instruction, largest first, and how much of the peak each top-level module of th
 
 from __future__ import annotations
 
+from devplan.documents import InspectedBuffer, InspectedInstruction, InspectedTensor, Peak, PeakTensor
 from devplan.inspection.sources import top_module
 from devplan.units import natural_key
 
 
-def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: dict[int, str]) -> dict:
+def peak(
+    buffer: InspectedBuffer,
+    placed: list[InspectedTensor],
+    instructions: list[InspectedInstruction],
+    modules: dict[int, str],
+) -> Peak:
     """`placed`: the buffer's tensors; `modules`: value -> the module path it came from."""
     at = buffer["peak_instruction"]
     alive = (
@@ -17,7 +23,8 @@ def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: di
     )
     alive.sort(key=lambda t: (-t["nbytes"], t["value"]))
     covered: list[tuple[int, int]] = []
-    rows, shares = [], {}
+    rows: list[PeakTensor] = []
+    shares: dict[str, int] = {}
     for t in alive:
         start, end = t["offset"], t["offset"] + t["nbytes"]
         own = t["nbytes"] - sum(max(0, min(end, b) - max(start, a)) for a, b in covered)  # aliases count once
@@ -52,7 +59,7 @@ def peak(buffer: dict, placed: list[dict], instructions: list[dict], modules: di
     }
 
 
-def _block(tensor: dict, modules: dict[int, str]) -> str:
+def _block(tensor: InspectedTensor, modules: dict[int, str]) -> str:
     """The top-level module a held tensor's bytes count against; inputs and state (held for
     every instruction, whichever module updates them) each make one block of their own."""
     if tensor["role"].startswith("input"):

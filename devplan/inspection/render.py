@@ -15,6 +15,14 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from devplan.documents import (
+    InspectDocument,
+    InspectedDelegate,
+    InspectedInstruction,
+    InspectedMethod,
+    InspectedTensor,
+    Segment,
+)
 from devplan.inspection.layout import layout_chart
 from devplan.inspection.own_memory import outside, outside_text
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
@@ -23,7 +31,7 @@ from devplan.units import counted, exact_size_text, size_text
 
 
 def render(
-    doc: dict,
+    doc: InspectDocument,
     console: Console,
     sections: Sequence[str] = DEFAULT_SECTIONS,
     exact_bytes: bool = False,
@@ -47,21 +55,23 @@ def render(
             _VIEWS[section](method, console, exact_bytes)
 
 
-def _with_shapes(method: dict) -> dict:
+def _with_shapes(method: InspectedMethod) -> InspectedMethod:
     """The method with its instructions' tensor arguments as vN:dtype[shape]."""
     described = {t["value"]: f"v{t['value']}:{t['dtype']}[{'×'.join(map(str, t['shape']))}]" for t in method["tensors"]}
 
     def shaped(argument: str) -> str:
         return re.sub(r"v(\d+)", lambda match: described.get(int(match[1]), match[0]), argument)
 
-    rows = [{**row, "arguments": [shaped(argument) for argument in row["arguments"]]} for row in method["instructions"]]
+    rows: list[InspectedInstruction] = [
+        {**row, "arguments": [shaped(argument) for argument in row["arguments"]]} for row in method["instructions"]
+    ]
     return {**method, "instructions": rows}
 
 
 SEGMENTS_INLINE = 4  # segments the summary lists on its line; more are a count, and -s segments lists them
 
 
-def _segments(segments: list[dict], console: Console, exact_bytes: bool) -> None:
+def _segments(segments: list[Segment], console: Console, exact_bytes: bool) -> None:
     if not segments:
         console.print(Text("segments: none", style="dim"))
         return
@@ -71,7 +81,7 @@ def _segments(segments: list[dict], console: Console, exact_bytes: bool) -> None
     table.print(console)
 
 
-def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
+def _summary(doc: InspectDocument, console: Console, exact_bytes: bool) -> None:
     file = doc["file"]
     console.print(Rule(Text(file["name"], style="bold"), align="left"))
     grid = Table.grid(padding=(0, 2))
@@ -118,7 +128,15 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
         _pair(
             grid,
             method["name"],
-            ", ".join(counted(counts[noun + "s"], noun) for noun in ("value", "instruction", "operator", "delegate")),
+            ", ".join(
+                counted(count, noun)
+                for noun, count in (
+                    ("value", counts["values"]),
+                    ("instruction", counts["instructions"]),
+                    ("operator", counts["operators"]),
+                    ("delegate", counts["delegates"]),
+                )
+            ),
         )
         _pair(grid, "", "values: " + ", ".join(f"{count} {kind}" for kind, count in method["values"].items()))
         _pair(grid, "", f"inputs {_value_list(method['inputs'])} -> outputs {_value_list(method['outputs'])}")
@@ -127,7 +145,7 @@ def _summary(doc: dict, console: Console, exact_bytes: bool) -> None:
     console.print(grid)
 
 
-def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
+def _buffers(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
     if not method["buffers"]:
         console.print(Text("buffers: none (no planned memory)", style="dim"))
         return
@@ -176,7 +194,7 @@ def _buffers(method: dict, console: Console, exact_bytes: bool) -> None:
 PEAK_ROWS = 10  # tensors listed at a peak; --json has them all
 
 
-def _peak(method: dict, console: Console, exact_bytes: bool) -> None:
+def _peak(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
     if not method["peak"]:
         console.print(Text("peak: no planned buffers", style="dim"))
         return
@@ -235,7 +253,7 @@ def _percent(share: float) -> str:
     return "<1%" if share < 0.005 else f"{100 * share:.0f}%"
 
 
-def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
+def _tensors(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
     if not method["tensors"]:
         console.print(Text("tensors: none", style="dim"))
         return
@@ -269,7 +287,7 @@ def _tensors(method: dict, console: Console, exact_bytes: bool) -> None:
     table.print(console)
 
 
-def _shape(tensor: dict) -> str | tuple[str, ...]:
+def _shape(tensor: InspectedTensor) -> str | tuple[str, ...]:
     """Sizes as pieces that fold after each ×; a dynamic shape is its upper bound, shown as ≤."""
     if not tensor["shape"]:
         return "scalar"
@@ -277,7 +295,7 @@ def _shape(tensor: dict) -> str | tuple[str, ...]:
     return ("≤",) + pieces if tensor["dynamic"] else pieces
 
 
-def _life(tensor: dict) -> str | tuple[str, str]:
+def _life(tensor: InspectedTensor) -> str | tuple[str, str]:
     """Instructions that use the tensor, and, for a view, those through which its bytes are held."""
     (first, last), held = tensor["lifetime"] or (None, None), tensor["held"]
     if first is None:
@@ -285,7 +303,7 @@ def _life(tensor: dict) -> str | tuple[str, str]:
     return (f"{first}-{last} ", f"held {held[0]}-{held[1]}") if held != [first, last] else f"{first}-{last}"
 
 
-def _instructions(method: dict, console: Console, exact_bytes: bool) -> None:
+def _instructions(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
     if not method["instructions"]:
         console.print(Text("instructions: none", style="dim"))
         return
@@ -319,7 +337,7 @@ def _instructions(method: dict, console: Console, exact_bytes: bool) -> None:
     console.print(text, end="")
 
 
-def _call_parts(row: dict, delegates: dict[int, dict]) -> tuple[str, str]:
+def _call_parts(row: InspectedInstruction, delegates: dict[int, InspectedDelegate]) -> tuple[str, str]:
     """An instruction as (what it runs, shown bold; its arguments)."""
     args, shown = row["args"], row["arguments"]
     if row["kind"] == "kernel":
@@ -344,7 +362,7 @@ def _returns(args: list[int]) -> int:
     return 0
 
 
-def _delegates(method: dict, console: Console, exact_bytes: bool) -> None:
+def _delegates(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
     if not method["delegates"]:
         console.print(Text("delegates: none", style="dim"))
         return
@@ -379,7 +397,7 @@ def _delegates(method: dict, console: Console, exact_bytes: bool) -> None:
     table.print(console)
 
 
-def _layout(method: dict, console: Console, exact_bytes: bool) -> None:
+def _layout(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
     if not method["buffers"]:
         console.print(Text("layout: no planned buffers", style="dim"))
         return

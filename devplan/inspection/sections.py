@@ -4,6 +4,9 @@ the document each one needs, so that --section trims --json the same way it trim
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import cast
+
+from devplan.documents import InspectDocument, InspectedMethod
 
 SECTIONS = ("summary", "segments", "buffers", "peak", "tensors", "instructions", "delegates", "layout")
 # The overview: what a program holds and where its memory goes. Per-value and
@@ -30,9 +33,12 @@ def resolve(names: Iterable[str]) -> tuple[str, ...]:
     return SECTIONS if ALL in chosen else tuple(section for section in SECTIONS if section in chosen)
 
 
-def only(doc: dict, sections: Iterable[str]) -> dict:
+def only(doc: InspectDocument, sections: Iterable[str]) -> InspectDocument:
     """doc with each method keeping only the lists that the sections need."""
     keep = {key for section in sections for key in _METHOD_LISTS[section]}
     dropped = {key for keys in _METHOD_LISTS.values() for key in keys} - keep
-    methods = [{key: value for key, value in method.items() if key not in dropped} for method in doc["methods"]]
+    methods = [
+        cast(InspectedMethod, {key: value for key, value in method.items() if key not in dropped})
+        for method in doc["methods"]
+    ]
     return {**doc, "methods": methods}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 
+from devplan.documents import InspectedInstruction, InspectedTensor
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.frames import Where
 
@@ -43,7 +44,9 @@ def top_module(path: str | None) -> str:
     return ".".join(parts[: numbered + 1] if numbered is not None else parts[:2])
 
 
-def tensor_source(tensor: dict, instructions: list[dict], writer: int | None, names: dict, position: dict) -> str:
+def tensor_source(
+    tensor: InspectedTensor, instructions: list[InspectedInstruction], writer: int | None, names: dict, position: dict
+) -> str:
     """What a person calls this tensor: its role and the user's name, or where it was made."""
     value = tensor["value"]
     if value in names:
@@ -65,7 +68,7 @@ def tensor_source(tensor: dict, instructions: list[dict], writer: int | None, na
     return f"output {position[value]}, {made}" if role == "output" else made
 
 
-def _made_by(row: dict) -> str:
+def _made_by(row: InspectedInstruction) -> str:
     return row["source"] or f"#{row['index']} {row['op'] or row['kind']}"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from html import escape
 
+from devplan.documents import InspectDocument, InspectedBuffer, InspectedMethod, InspectedTensor
 from devplan.inspection.layout import band_size
 from devplan.inspection.sources import top_module
 from devplan.units import natural_key, size_text
@@ -32,7 +33,7 @@ SECOND_SHADE = "#a6d96a"  # activations of every other block of the model, so th
 BOUND, PEAK = "#1f77b4", "#e15759"  # the lower bound's and the peak's lines
 
 
-def layout_svg(doc: dict) -> str:
+def layout_svg(doc: InspectDocument) -> str:
     charts = [(method, buffer) for method in doc["methods"] for buffer in method["buffers"]]
     height = TOP + len(charts) * (HEIGHT + GAP) - 40
     parts = [
@@ -49,7 +50,7 @@ def layout_svg(doc: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _chart(method: dict, buffer: dict, top: int) -> list[str]:
+def _chart(method: InspectedMethod, buffer: InspectedBuffer, top: int) -> list[str]:
     steps = max(1, method["counts"]["instructions"])
     size = max(1, buffer["size"])
     x = lambda step: LEFT + step * WIDTH / steps
@@ -95,7 +96,7 @@ def _chart(method: dict, buffer: dict, top: int) -> list[str]:
     return parts
 
 
-def _block_labels(tensors: list[dict], x, baseline: int) -> list[str]:
+def _block_labels(tensors: list[InspectedTensor], x, baseline: int) -> list[str]:
     """Each block of the model named under the instructions where its tensors are made, on a
     bracket, in two alternating rows so that neighbours do not meet: what a reader needs
     without hovering. A name wider than its bracket is cut to its last two parts (h.3), or
@@ -151,7 +152,7 @@ def _nice_step(rough: float) -> int:
     return next(step * power for step in (1, 2, 5, 10) if step * power >= rough)
 
 
-def _marks(buffer: dict, x, y, top: int) -> list[str]:
+def _marks(buffer: InspectedBuffer, x, y, top: int) -> list[str]:
     """The lower bound and the peak's bytes as horizontal lines, the peak's instruction as a
     vertical one, each labelled at the right where the labels cannot meet."""
     right = LEFT + WIDTH + 6

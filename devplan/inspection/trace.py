@@ -14,12 +14,13 @@ from __future__ import annotations
 import heapq
 import json
 
+from devplan.documents import InspectDocument, InspectedMethod, InspectedTensor
 from devplan.inspection.overlap import busiest
 
 STEP = 1000  # trace microseconds per instruction
 
 
-def memory_trace(doc: dict) -> dict:
+def memory_trace(doc: InspectDocument) -> dict:
     events: list[dict] = []
     for pid, method in enumerate(doc["methods"], start=1):
         events += _method(pid, method)
@@ -30,11 +31,11 @@ def memory_trace(doc: dict) -> dict:
     }
 
 
-def trace_json(doc: dict) -> str:
+def trace_json(doc: InspectDocument) -> str:
     return json.dumps(memory_trace(doc), sort_keys=True, separators=(",", ":")) + "\n"
 
 
-def _method(pid: int, method: dict) -> list[dict]:
+def _method(pid: int, method: InspectedMethod) -> list[dict]:
     events = [_name("process_name", pid, 0, f"method {method['name']}"), _name("thread_name", pid, 0, "instructions")]
     for row in method["instructions"]:
         name = row["op"] or (f"delegate {row['delegate']}" if row["delegate"] is not None else row["kind"])
@@ -95,7 +96,7 @@ def _method(pid: int, method: dict) -> list[dict]:
     return events
 
 
-def _counter(pid: int, label: str, held: list[dict], steps: int) -> list[dict]:
+def _counter(pid: int, label: str, held: list[InspectedTensor], steps: int) -> list[dict]:
     """Bytes in use at each instruction (aliases counted once), and zero once the method ends.
     One sweep adds and removes each tensor's bytes once."""
     points = list(busiest(held, range(steps)))

@@ -22,7 +22,7 @@ from devplan.pte.reader import text
 from devplan.runtime import run
 from testbed.lowerings import executorch_lowered_external, executorch_xnnpack_external
 from tests.compile.test_cli import assert_one_line_error, devplan as run_devplan
-from tests.inspect.runner import invoke
+from tests.inspection.runner import invoke
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "samples" / "mlp.pt2"

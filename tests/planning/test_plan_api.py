@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from planning_cases import placed_from
 
 from devplan.errors import DevplanError
 from devplan.planning import ALGORITHMS, Interval, lower_bound, plan, verify
+from tests.planning.planning_cases import placed_from
 
 
 def test_greedy_size_beats_first_fit_in_order_of_appearance():

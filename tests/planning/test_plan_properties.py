@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 from hypothesis import given, settings, strategies as st
-from planning_cases import align, interval_sets, placed_from, reference_greedy
 
 from devplan.planning import ALGORITHMS, Interval, lower_bound, plan, verify
+from tests.planning.planning_cases import align, interval_sets, placed_from, reference_greedy
 
 SINGLE = [name for name in ALGORITHMS if name != "best"]
 alignments = st.sampled_from([1, 8, 16, 64])

@@ -7,13 +7,13 @@ from dataclasses import replace
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
-from planning_cases import brute_force_clash
 
 import devplan
 from devplan.errors import DevplanError
 from devplan.planning import Placed, PlanError, verify
 from devplan.planning.verify import verify_devices
 from devplan.spec import CPU, Device
+from tests.planning.planning_cases import brute_force_clash
 
 
 def test_two_live_tensors_sharing_bytes_are_named_with_the_instruction_where_they_meet():

@@ -42,7 +42,8 @@ from devplan.errors import DevplanError
 from testbed import models
 from testbed.lowerings import executorch_lowered
 from testbed.models import run_executorch
-from tests.compile import test_io_conventions, test_llm_sweep, test_module_sweep, test_more_ops
+from tests.compile import test_io_conventions, test_module_sweep, test_more_ops
+from tests.llm import test_llm_sweep
 from tests.tiers import tiered
 
 RUNS = 2

@@ -1,8 +1,8 @@
-"""The LLM blocks of tests.compile.test_llm_sweep (static shapes) compiled with each delegate
+"""The LLM blocks of tests.llm.test_llm_sweep (static shapes) compiled with each delegate
 setting of test_delegate_sweep and run by devplan's reference runtime with host memory
 standing in for CUDA: two runs on one loaded method, so KV-cache buffer updates of the first
 run show in the second, compared with eager (two calls on a fresh deep copy) at rtol=1e-4,
-atol=1e-5. A few dynamic-sequence cases of tests.compile.test_llm_dynamic run with everything
+atol=1e-5. A few dynamic-sequence cases of tests.llm.test_llm_dynamic run with everything
 delegated at sequence lengths 16, 3 and 7.
 
 Every failure fails, its message starting with what went wrong: DEVPLAN_REFUSED (a
@@ -25,8 +25,8 @@ from devplan.errors import DevplanError, first_line
 from devplan.pte import read_pte
 from devplan.runtime import HostAllocator, LoadedMethod, registered
 from testbed.models import eager_outputs
-from tests.compile import test_llm_dynamic as dynamic
-from tests.compile.test_llm_sweep import CASES
+from tests.llm import test_llm_dynamic as dynamic
+from tests.llm.test_llm_sweep import CASES
 from tests.runtime.test_delegate_sweep import SETTINGS, _check_document
 from tests.tiers import tiered
 

@@ -13,7 +13,7 @@ import torch
 import devplan
 from devplan.cli.reports_ci import _command
 from devplan.errors import DevplanError
-from tests.inspect.runner import invoke
+from tests.inspection.runner import invoke
 
 COMMAND = re.compile(r"::(error|notice) file=(?P<file>[^,:]+),title=(?P<title>[^:]+)::(?P<message>.+)")
 

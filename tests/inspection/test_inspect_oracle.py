@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from tests.inspect.lowered import NAMES as MODELS
-from tests.inspect.runner import invoke
+from tests.inspection.lowered import NAMES as MODELS
+from tests.inspection.runner import invoke
 
 
 def executorch_program(path):

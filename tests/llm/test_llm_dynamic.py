@@ -28,7 +28,7 @@ from devplan.pte import read_pte
 from devplan.runtime import LoadedMethod
 from testbed.executorch import executorch_pte
 from testbed.models import eager_outputs
-from tests.compile.test_llm_sweep import (
+from tests.llm.test_llm_sweep import (
     DIM,
     HEAD_DIM,
     HEADS,

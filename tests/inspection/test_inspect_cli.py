@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from devplan.cli import app
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
-from tests.inspect.runner import invoke, run_devplan
+from tests.inspection.runner import invoke, run_devplan
 
 
 def headings(text: str) -> set[str]:

@@ -10,7 +10,7 @@ import pytest
 
 import devplan
 from devplan.errors import DevplanError
-from tests.inspect.runner import REPO, invoke
+from tests.inspection.runner import REPO, invoke
 
 
 def method_of(doc: dict, name: str = "forward") -> dict:

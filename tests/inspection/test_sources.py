@@ -15,7 +15,7 @@ import torch
 
 import devplan
 from testbed import hf_models
-from tests.inspect.runner import invoke, run_devplan
+from tests.inspection.runner import invoke, run_devplan
 
 
 def _gpt2(layers: int = 2):

@@ -13,7 +13,7 @@ import devplan
 from devplan.errors import DevplanError
 from devplan.inspection.diff import Tolerance, parse_tolerance
 from tests.compile.test_cli import assert_one_line_error
-from tests.inspect.runner import invoke, run_devplan
+from tests.inspection.runner import invoke, run_devplan
 
 
 class Net(nn.Module):

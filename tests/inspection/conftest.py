@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from testbed import programs
-from tests.inspect import lowered as lowered_programs
+from tests.inspection import lowered as lowered_programs
 
 
 @pytest.fixture(scope="session")

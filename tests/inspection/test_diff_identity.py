@@ -13,7 +13,7 @@ from torch import nn
 import devplan
 from devplan.inspection.diff import side
 from devplan.inspection.pairing import pair_tensors
-from tests.inspect.runner import invoke
+from tests.inspection.runner import invoke
 
 
 class Net(nn.Module):

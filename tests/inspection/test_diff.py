@@ -19,7 +19,7 @@ from devplan.units import exact_size_text
 from testbed.lowerings import executorch_lowered
 from testbed.models import export, transformer
 from tests.compile.test_cli import ROOT, assert_one_line_error
-from tests.inspect.runner import REPO, invoke, run_devplan
+from tests.inspection.runner import REPO, invoke, run_devplan
 
 
 @pytest.fixture(scope="module")

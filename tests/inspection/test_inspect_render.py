@@ -14,7 +14,7 @@ import devplan
 from devplan.inspection.render import render
 from devplan.inspection.sections import SECTIONS
 from devplan.units import exact_size_text
-from tests.inspect.lowered import NAMES
+from tests.inspection.lowered import NAMES
 
 CHART_ROW = re.compile(r"^\s*(\d+(?:\.\d+)?) (B|KiB|MiB) │(.*)$")
 LEGEND_ENTRY = re.compile(r"(\S) v(\d+) (\d+)\.\.(\d+) ")

@@ -12,7 +12,7 @@ import pytest
 
 from devplan.planning import Interval, lower_bound
 from testbed.programs import one_offset_program
-from tests.inspect.runner import invoke
+from tests.inspection.runner import invoke
 
 TENSORS = 30_000
 

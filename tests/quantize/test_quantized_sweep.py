@@ -23,7 +23,7 @@ import devplan
 import devplan.runtime
 from testbed.executorch import executorch_pte
 from testbed.models import pt2e_quantize, run_executorch
-from tests.compile.test_quantized import QUANTIZED_KERNELS, assert_calls_quantized_kernels, assert_weights_stay_int8
+from tests.quantize.test_quantized import QUANTIZED_KERNELS, assert_calls_quantized_kernels, assert_weights_stay_int8
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 

@@ -1,0 +1,101 @@
+"""`devplan compile --json` and `CompileResult.summary()` (compile.schema.json)."""
+
+from typing import Literal, Optional
+
+from typing_extensions import NotRequired, TypedDict
+
+from devplan.documents.common import WorkingMemory
+
+
+class ExternalFile(TypedDict):
+    size: int
+    keys: int
+
+
+class CompiledFile(TypedDict):
+    name: str
+    size: int
+    constant_bytes: int
+    external: NotRequired[ExternalFile]
+
+
+class CompiledCounts(TypedDict):
+    values: int
+    instructions: int
+    operators: int
+    delegates: int
+
+
+class CompiledBuffer(TypedDict):
+    mem_id: int
+    device: str
+    size: int
+    lower_bound: int
+    tensors: int
+
+
+class CompiledWindow(TypedDict):
+    mem_id: int
+    offset: int
+    size: int
+
+
+class CompiledDelegate(TypedDict):
+    index: int
+    id: str
+    target_device: str
+    payload_size: int
+    working_memory: NotRequired[Optional[WorkingMemory]]
+    window: Optional[CompiledWindow]
+
+
+class CompiledMethod(TypedDict):
+    name: str
+    planner: str
+    counts: CompiledCounts
+    buffers: list[CompiledBuffer]
+    delegates: list[CompiledDelegate]
+
+
+class Folding(TypedDict):
+    subgraphs: int
+    shared_inputs: int
+    constant_bytes_added: int
+    run_bytes_removed: int
+
+
+class QuantizationError(TypedDict):
+    sqnr_db: Optional[float]
+    max_abs_diff: float
+    argmax_agreement: Optional[float]
+
+
+class QuantizedWeights(TypedDict):
+    float_bytes: int
+    quantized_bytes: int
+
+
+QuantizeMode = Literal["dynamic-int8", "int8", "dynamic-int4"]
+
+
+class Quantization(TypedDict):
+    mode: QuantizeMode
+    samples: int
+    calibration: Literal["file", "seeded"]
+    error: QuantizationError
+    float_ops: dict[str, int]
+    weights: QuantizedWeights
+
+
+class Timings(TypedDict):
+    seconds: float
+    stages: dict[str, float]
+
+
+class CompileSummary(TypedDict):
+    schema_version: Literal[1]
+    file: CompiledFile
+    methods: list[CompiledMethod]
+    folding: Folding
+    quantization: NotRequired[Quantization]
+    timings: Timings
