@@ -19,9 +19,9 @@ MODES: dict[str, dict[str, object]] = {
 # what each mode's quantizer takes; dynamic-int4 linear layers alone, since XNNPACK packs only
 # 2-D weights as 4-bit (ExecuTorch's convert_to_qc4w refuses a convolution's)
 TAKES = {
-    "dynamic-int8": "linear and convolution layers",
-    "int8": "linear and convolution layers, add, mul, cat, pooling",
-    "dynamic-int4": "linear layers",
+    "dynamic-int8": "linear and convolution layers, embedding tables",
+    "int8": "linear and convolution layers, add, mul, cat, pooling, embedding tables",
+    "dynamic-int4": "linear layers (embedding tables in 8 bits)",
 }
 NEEDS_DATA = {"int8"}  # activations' ranges are observed, so they must come from real inputs
 

@@ -23,6 +23,7 @@ from devplan.documents import Quantization, QuantizeMode
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.files import read_input
+from devplan.passes.quantize_embeddings import annotate_embeddings, fuse_embeddings
 from devplan.quantization import MODES, TAKES
 
 SAMPLES = 4  # seeded samples when no --calibration is given
@@ -98,6 +99,7 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
             args, kwargs = _call(ep, sample)
             prepared(*args, **kwargs)
         converted = pt2e.convert_pt2e(prepared)
+        fuse_embeddings(converted)
         # the largest sample as the example: export takes a size of 1 as fixed, not dynamic
         args, kwargs = _call(
             ep, max(samples, key=lambda sample: sum(t.numel() for t in sample if isinstance(t, torch.Tensor)))
@@ -130,17 +132,20 @@ def xnnpack_quantizer(mode: str):
     """ExecuTorch's XNNPACKQuantizer for `mode`, except that the scalars of integer add and
     mul stay numbers: ExecuTorch 1.5.1 makes every such scalar a float tensor before it
     annotates, and integer arithmetic on one (BERT's position ids) then indexes with floats;
-    and that dynamic-int8 takes a convolution a ReLU follows: ExecuTorch's conv pattern leaves
+    that dynamic-int8 takes a convolution a ReLU follows: ExecuTorch's conv pattern leaves
     it to conv_relu, a static-only pattern, so in its dynamic modes it stayed float (half of
-    ResNet-18's weights, every first convolution of a block)."""
+    ResNet-18's weights, every first convolution of a block); and that every mode stores
+    embedding tables in 8 bits a row (passes/quantize_embeddings.py)."""
     xnnpack = import_module(QUANTIZER, "--quantize")
     config = xnnpack.get_symmetric_quantization_config(**MODES[mode])
+    rows = xnnpack.get_symmetric_quantization_config(is_per_channel=True).weight  # 8 bits, whatever the mode
 
     class Quantizer(xnnpack.XNNPACKQuantizer):  # type: ignore[name-defined]  # imported at run time
         def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
             model = super().annotate(model)
             if mode == "dynamic-int8":
                 _annotate_convs_before_relu(model, config)
+            annotate_embeddings(model, rows)
             return model
 
         def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -159,6 +159,37 @@ def test_quantized_program_is_a_fraction_of_the_float_ones_size(mode, ratio):
     assert report["float_ops"] == ({} if mode == "int8" else {"aten::relu": 1})  # int8 takes linear-relu whole
 
 
+class _TinyLM(nn.Module):
+    """A vocabulary table most of whose bytes are the embedding's, as a small LLM's or BERT's."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.proj = nn.Embedding(2000, 64), nn.Linear(64, 64)
+
+    def forward(self, ids):
+        return self.proj(self.embed(ids)).relu()
+
+
+@pytest.mark.parametrize("mode", tiered(["dynamic-int8", "dynamic-int4"], ["dynamic-int8"]))
+def test_embedding_tables_are_stored_in_8_bits_and_gathered_quantized(mode):
+    """Found on BERT and Llama: XNNPACK's quantizer takes no embedding, so the vocabulary
+    stayed float and the quantized program was over 0.35x the float one's file. Tables are now
+    8-bit rows gathered by embedding_byte (no float table at run time either)."""
+    torch.manual_seed(0)
+    module = _TinyLM().eval()
+    inputs = (torch.randint(0, 2000, (1, 16)),)
+    ep = torch.export.export(module, inputs)
+    result = compiled(ep, quantize=mode)
+    float_size = len(devplan.compile(ep, backends=["xnnpack"]).data)
+    assert len(result.data) <= 0.35 * float_size, (len(result.data), float_size)
+    assert "quantized_decomposed::embedding_byte.out" in {k.op for k in result.planned.method.kernels}
+    assert "aten::embedding" not in result.summary()["quantization"]["float_ops"]
+    assert planned_bytes(result.data) < 2000 * 64 * 4  # the table is never dequantized whole
+    import executorch.kernels.quantized  # noqa: F401  # ExecuTorch's runtime's embedding_byte and dequantize kernels
+
+    assert_as_executorchs(result, executorchs_program(ep, mode, [inputs]), inputs)
+
+
 def test_dynamic_int8_takes_the_convolutions_a_relu_follows():
     """ExecuTorch's conv pattern leaves such a convolution to conv_relu, a static-only pattern,
     so its dynamic config kept them float (ResNet-18's file 0.55x the float one's); devplan's
@@ -248,7 +279,7 @@ def test_a_model_with_no_op_the_quantizer_takes_is_refused():
     ep = torch.export.export(nn.Sequential(nn.ReLU(), nn.Tanh()), (torch.randn(2, 8),))
     _refused(ep, "the XNNPACK quantizer takes none of this program's ops", quantize="dynamic-int8")
     conv = torch.export.export(nn.Conv2d(3, 4, 3).eval(), (torch.randn(1, 3, 8, 8),))
-    _refused(conv, r"takes none .* \(in dynamic-int4 it quantizes linear layers\)", quantize="dynamic-int4")
+    _refused(conv, r"takes none .* \(in dynamic-int4 it quantizes linear layers \(embedding tables in 8 bits\)\)", quantize="dynamic-int4")
 
 
 def test_an_export_already_quantized_is_refused():
