@@ -16,6 +16,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict, cast
+
+if TYPE_CHECKING:
+    from devplan.compiler import CompileResult
+    from devplan.inspection.diff import Diff, Tolerance
 
 UPDATE_VARIABLE = "DEVPLAN_UPDATE_GOLDEN"
 
@@ -32,6 +37,17 @@ class GoldenSession:
     used: set[str] = field(default_factory=set)  # goldens read or written, resolved
 
 
+class SeenState(TypedDict):
+    """What an xdist worker sends its controller of what it saw (Seen.to_json), as JSON."""
+
+    partial: list[str]
+    collected: dict[str, list[str]]
+    passed: list[tuple[str, str]]  # lists of two after the trip through JSON
+    used: list[str]
+    written: list[str]
+    smaller: list[tuple[str, str]]
+
+
 @dataclass
 class Seen:
     """What the plugin learns of a run to find the goldens no test reads: the tests collected
@@ -45,7 +61,7 @@ class Seen:
     used: set[str] = field(default_factory=set)
     unused: list[str] = field(default_factory=list)
 
-    def to_json(self, golden: GoldenSession | None) -> dict:
+    def to_json(self, golden: GoldenSession | None) -> SeenState:
         return {
             "partial": sorted(self.partial),
             "collected": self.collected,
@@ -55,15 +71,15 @@ class Seen:
             "smaller": golden.smaller if golden else [],
         }
 
-    def merge(self, found: dict, golden: GoldenSession | None) -> None:
+    def merge(self, found: SeenState, golden: GoldenSession | None) -> None:
         self.partial.update(found["partial"])
         for path, names in found["collected"].items():
             self.collected.setdefault(path, []).extend(names)
-        self.passed.update(tuple(pair) for pair in found["passed"])
+        self.passed.update((module, test) for module, test in found["passed"])
         self.used.update(found["used"])
         if golden is not None:
             golden.written += found["written"]
-            golden.smaller += [tuple(pair) for pair in found["smaller"]]
+            golden.smaller += [(path, what) for path, what in found["smaller"]]
 
     def unused_goldens(self, folder: str, suffix: str) -> list[str]:
         """The golden files of the fixture's naming (FOLDER/<test file>/<test>[.N]SUFFIX beside a
@@ -103,7 +119,11 @@ def update_requested() -> bool:
 
 
 def assert_matches_golden(
-    pte, golden: str | os.PathLike, update: bool | None = None, tolerance=None, exact: bool = False
+    pte: str | os.PathLike | bytes | CompileResult,
+    golden: str | os.PathLike,
+    update: bool | None = None,
+    tolerance: Tolerance | str | None = None,
+    exact: bool = False,
 ) -> None:
     """Raise AssertionError, with the diff's text, unless the program (a .pte path, its bytes,
     or a CompileResult) plans as the golden file records; with update, write the golden file
@@ -123,7 +143,7 @@ def assert_matches_golden(
             f"{golden}: no golden file yet; rerun with pytest --devplan-update-golden "
             f"(or {UPDATE_VARIABLE}=1) to write it"
         )
-    program = getattr(pte, "data", pte)
+    program = cast("str | os.PathLike | bytes", getattr(pte, "data", pte))  # a CompileResult's program
     try:
         if update:
             result = check_golden(program, golden, update=True, tolerance=tolerance, exact=exact)
@@ -147,7 +167,9 @@ def assert_matches_golden(
             session.smaller.append((os.fspath(golden), shrunk))
 
 
-def _force_regen(program, golden: str | os.PathLike, tolerance, exact: bool) -> None:
+def _force_regen(
+    program: str | os.PathLike | bytes, golden: str | os.PathLike, tolerance: Tolerance | str | None, exact: bool
+) -> None:
     """--devplan-force-regen: a golden that differs, or is missing, is written as the program
     plans now and its test fails, so that no run accepts a change without a commit saying so."""
     from devplan.inspection.check import check_golden
@@ -165,7 +187,7 @@ def _force_regen(program, golden: str | os.PathLike, tolerance, exact: bool) -> 
     )
 
 
-def _shrunk(diff) -> str:
+def _shrunk(diff: Diff) -> str:
     """The sizes that are smaller now than the golden records ('' if none): a passing check
     whose golden would otherwise go stale, letting the program grow back unnoticed."""
     from devplan.inspection.difftext import SIZED
@@ -174,5 +196,5 @@ def _shrunk(diff) -> str:
     return "; ".join(
         f"{c.method + ' ' if c.method else ''}{c.subject} {c.fact} {size_text(c.a)} -> {size_text(c.b)}"
         for c in diff.changes
-        if c.fact in SIZED and not c.fails and c.b < c.a
+        if c.fact in SIZED and not c.fails and isinstance(c.a, int) and isinstance(c.b, int) and c.b < c.a
     )

@@ -163,8 +163,7 @@ def program_source(path: Path, data: Path | None = None):
     """A program argument: its path, or for - or with a .ptd `data` file, the program read
     (standard input once: check reads its program twice, and standard input can be read only once)."""
     from devplan.files import STDIO, read_input
-    from devplan.pte import read_pte
-    from devplan.pte.reader import MAX_PROGRAM_BYTES
+    from devplan.pte import MAX_PROGRAM_BYTES, read_pte
 
     if str(path) != STDIO:
         return path if data is None else read_pte(path, data=data)

@@ -276,8 +276,7 @@ def _stdin_side(data: Path | None):
     program, told apart by their first byte."""
     from devplan.files import read_input
     from devplan.inspection.golden import parse_golden
-    from devplan.pte import read_pte
-    from devplan.pte.reader import MAX_PROGRAM_BYTES
+    from devplan.pte import MAX_PROGRAM_BYTES, read_pte
 
     piped = read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program or a golden file")
     if piped.lstrip()[:1] == b"{":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from rich.console import Console
 from rich.text import Text
 
 from devplan.documents import CompiledDelegate, CompileSummary, Quantization, RunDocument
@@ -128,7 +129,7 @@ def check_lines(
 _VERDICT = re.compile(r"^\s*(FAIL)\b")
 
 
-def print_verdicts(lines: list[str], console) -> None:
+def print_verdicts(lines: list[str], console: Console) -> None:
     """check's lines on `console`, each FAIL in bold red where the console shows colour (a
     terminal, without NO_COLOR: see app.console); the text itself is the same everywhere."""
     for line in lines:

@@ -47,15 +47,18 @@ def inspect(
 def _payload_program(pte, method: str | None, delegate: int):
     from devplan.errors import DevplanError
     from devplan.pte.header import is_program
-    from devplan.pte.reader import text
+    from devplan.pte.program_view import program_view
 
-    names = [text(plan.name) for plan in pte.program.executionPlan or ()]
+    program = program_view(pte)
+    names = list(program.method_names)
     if method is not None and method not in names:
-        raise DevplanError(f"{pte.name}: no method {method!r}; the program's methods are: {', '.join(names) or 'none'}")
-    plan_index = names.index(method) if method is not None else 0
-    if not is_program(pte.delegate_payload(plan_index, delegate)):
         raise DevplanError(
-            f"{pte.name} delegate {delegate}: the payload is not an ET12 program but the backend's "
+            f"{program.name}: no method {method!r}; the program's methods are: {', '.join(names) or 'none'}"
+        )
+    plan_index = names.index(method) if method is not None else 0
+    if not is_program(program.payload(plan_index, delegate)):
+        raise DevplanError(
+            f"{program.name} delegate {delegate}: the payload is not an ET12 program but the backend's "
             f"own format; devplan shows programs only (devplan's DevplanDelegate payloads are)"
         )
-    return pte.delegate_program(plan_index, delegate)
+    return program.payload_program(plan_index, delegate)

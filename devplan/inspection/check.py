@@ -17,7 +17,7 @@ from devplan.inspection.diff import Diff, Tolerance, diff
 from devplan.inspection.golden import golden_document, golden_text, peak_brief, read_golden, refuse_replacing
 from devplan.inspection.own_memory import BACKENDS, backend_bytes, device_of, outside
 from devplan.planning.budget import budget_key, checked_budgets
-from devplan.pte.reader import PteFile
+from devplan.pte import PteFile
 from devplan.units import exact_size_text
 
 SCHEMA_VERSION: Final = 1  # of check_document; docs/check-json.md

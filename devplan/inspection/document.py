@@ -23,7 +23,6 @@ from devplan.documents import (
     NamedData,
     PayloadBuffer,
     Role,
-    Segment,
 )
 from devplan.errors import DevplanError
 from devplan.inspection.bounds import BufferBounds, buffer_bounds, device_bounds
@@ -31,90 +30,50 @@ from devplan.inspection.own_memory import working_memory
 from devplan.inspection.peak import peak
 from devplan.inspection.sources import argument_text, chain_origins, source_text, tensor_source
 from devplan.pte import PteFile
-from devplan.pte.decode import MethodView, methods
-from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.decode import Delegate, MethodView
 from devplan.pte.header import is_program
-from devplan.pte.reader import delegate_data_outside, external_key, ints, text
+from devplan.pte.program_view import ProgramView, program_view
 from devplan.spec import CPU, Device
 
 SCHEMA_VERSION: Final = 1
-
-# Value kinds as the document spells them, by KernelTypes union code.
-_VALUE_KINDS = {
-    KernelTypes.NONE: "none",
-    KernelTypes.Null: "null",
-    KernelTypes.Int: "int",
-    KernelTypes.Bool: "bool",
-    KernelTypes.Double: "double",
-    KernelTypes.Tensor: "tensor",
-    KernelTypes.String: "string",
-    KernelTypes.IntList: "int_list",
-    KernelTypes.DoubleList: "double_list",
-    KernelTypes.BoolList: "bool_list",
-    KernelTypes.TensorList: "tensor_list",
-    KernelTypes.OptionalTensorList: "optional_tensor_list",
-}
 
 
 def document(pte: PteFile, name: str, method: str | None = None) -> InspectDocument:
     """The inspection document of a read program (a devplan.pte.PteFile); name is the file's
     basename. method keeps only that method; an unknown name is a DevplanError."""
-    program = pte.program
-    views = methods(pte)
+    program = program_view(pte)
+    views = program.methods
     names = [view.name for view in views]
     if method is not None and method not in names:
         listed = ", ".join(names) or "none"
-        raise DevplanError(f"{pte.name}: no method {method!r}; the program's methods are: {listed}")
+        raise DevplanError(f"{program.name}: no method {method!r}; the program's methods are: {listed}")
     file: InspectedFile = {
         "name": name,
-        "size": int(pte.size),
-        "program_version": int(program.version or 0),
-        "segments": _segments(pte),
-        "constant_bytes": _constant_bytes(program) + sum(_named_segments(program).values()),
+        "size": program.size,
+        "program_version": program.version,
+        "segments": [{"index": s.index, "offset": s.offset, "size": s.size} for s in program.segments],
+        "constant_bytes": program.constant_bytes + sum(program.named_segments.values()),
         "named_data": _named_data(program),
     }
     # only where the program keeps weights in a .ptd, so that other documents stay as they were
-    if (external := external_weights(pte)) is not None:
+    if (external := external_weights(program)) is not None:
         file["external"] = external
     return {
         "schema_version": SCHEMA_VERSION,
         "format": "ET12",
         "file": file,
-        "methods": [_method(pte, view) for view in views if method is None or view.name == method],
+        "methods": [_method(program, view) for view in views if method is None or view.name == method],
     }
 
 
-def _segments(pte) -> list[Segment]:
-    # Segment offsets count from the segment base; the document gives file offsets.
-    base = pte.header.segment_base_offset if pte.header is not None else 0
-    return [
-        {"index": index, "offset": base + int(segment.offset), "size": int(segment.size)}
-        for index, segment in enumerate(pte.program.segments or ())
-    ]
-
-
-def _constant_bytes(program) -> int:
-    """Bytes the file spends on constant tensor data: the constant segment when the program
-    uses one (alignment padding included), else the inline constant buffers."""
-    constant_segment = program.constantSegment
-    if constant_segment is not None and ints(constant_segment.offsets):
-        return int(program.segments[constant_segment.segmentIndex].size)
-    return sum(len(buffer.storage) for buffer in program.constantBuffer or () if buffer.storage is not None)
-
-
-def external_weights(pte: PteFile) -> ExternalData | None:
+def external_weights(program: ProgramView) -> ExternalData | None:
     """The weights the program keeps in a .ptd data file (its EXTERNAL tensors, and named data
     its delegates read that it does not hold): how many keys it names and, when the .ptd was
     given, its name and the bytes it stores; None for a program holding all its weights."""
-    keys = {
-        key
-        for plan in pte.program.executionPlan or ()
-        for value in plan.values or ()
-        if (key := external_key(value.val)) is not None
-    } | set(delegate_data_outside(pte))
+    keys = program.external_keys
     if not keys:
         return None
-    data = pte.external
+    data = program.external
     return {
         "keys": len(keys),
         "data": None if data is None else os.path.basename(data.name),
@@ -126,40 +85,30 @@ def external_note(pte: PteFile) -> str | None:
     """One line saying that the program's weights are outside it, when they are and no .ptd
     was given: what inspect, check and diff say instead of needing them; or that a .ptd was
     given to a program that keeps every weight inside it."""
-    external = external_weights(pte)
-    if external is None and pte.external is not None:  # a .ptd given for the wrong program, most likely
-        return f"{pte.name} names no external weights; --data {pte.external.name} is not read"
+    program = program_view(pte)
+    external = external_weights(program)
+    if external is None and program.external is not None:  # a .ptd given for the wrong program, most likely
+        return f"{program.name} names no external weights; --data {program.external.name} is not read"
     if external is None or external["data"] is not None:
         return None
     return (
-        f"{pte.name}: weights external: {external['keys']} {'key' if external['keys'] == 1 else 'keys'} in a .ptd "
+        f"{program.name}: weights external: {external['keys']} {'key' if external['keys'] == 1 else 'keys'} in a .ptd "
         f"data file not given (--data FILE.ptd checks them against it)"
     )
 
 
-def _named_data(program) -> list[NamedData]:
+def _named_data(program: ProgramView) -> list[NamedData]:
     """Weights a backend keeps by key in segments of their own (ExecuTorch's XNNPACK and other
     delegates), each with its segment and that segment's size."""
-    return [
-        {
-            "key": text(entry.key),
-            "segment": int(entry.segmentIndex),
-            "size": int(program.segments[entry.segmentIndex].size),
-        }
-        for entry in program.namedData or ()
-    ]
+    return [{"key": datum.key, "segment": datum.segment, "size": datum.size} for datum in program.named_data]
 
 
-def _named_segments(program) -> dict[int, int]:
-    """segment index -> size, for the segments named data lives in (keys may share one)."""
-    return {entry["segment"]: entry["size"] for entry in _named_data(program)}
-
-
-def _method(pte, view: MethodView) -> InspectedMethod:
+def _method(program: ProgramView, view: MethodView) -> InspectedMethod:
+    lengths = Counter(row.chain for row in view.instructions)  # each chain's instructions
     origins = [
         where
-        for index, chain in enumerate(pte.program.executionPlan[view.plan_index].chains or ())
-        for where in chain_origins(pte, view.plan_index, index, len(chain.instructions or ()))
+        for index in range(view.chains)
+        for where in chain_origins(program, view.plan_index, index, lengths[index])
     ]
     operators: list[InspectedOperator] = [
         {"index": index, "name": name, "overload": overload} for index, (name, overload) in enumerate(view.operators)
@@ -187,8 +136,8 @@ def _method(pte, view: MethodView) -> InspectedMethod:
     for row in view.instructions:
         if row.delegate is not None:
             calls.setdefault(row.delegate, []).append(row.index)
-    delegates = [_delegate(pte, view, delegate, calls.get(delegate.index, [])) for delegate in view.delegates]
-    windows = _windows(pte, view, delegates)
+    delegates = [_delegate(program, view, delegate, calls.get(delegate.index, [])) for delegate in view.delegates]
+    windows = _windows(program, view, delegates)
     rows = [
         _buffer(
             mem_id,
@@ -220,7 +169,7 @@ def _method(pte, view: MethodView) -> InspectedMethod:
             "operators": len(operators),
             "delegates": len(delegates),
         },
-        "values": dict(sorted(Counter(_VALUE_KINDS.get(kind, f"kind({kind})") for kind in view.kinds).items())),
+        "values": dict(sorted(Counter(view.kind(value) for value in range(len(view.kinds))).items())),
     }
     # only for a method that runs nothing (a constant method), so that other documents stay as they were
     if not view.instructions and view.outputs:
@@ -328,7 +277,7 @@ def _buffer(
     return row, bounds
 
 
-def _windows(pte, view: MethodView, delegates: list[InspectedDelegate]) -> list[dict]:
+def _windows(program: ProgramView, view: MethodView, delegates: list[InspectedDelegate]) -> list[dict]:
     """The delegate windows of a method, each as a pseudo-tensor of its buffer: the payload's
     buffer bytes at the window's offset, held from the delegate's first call to its last."""
     found = []
@@ -338,7 +287,7 @@ def _windows(pte, view: MethodView, delegates: list[InspectedDelegate]) -> list[
             continue
         where = f"{view.where}: delegate {d['index']}"
         if buffers is None:  # the payload is what is wrong, not where its window lies
-            raise DevplanError(f"{where}'s payload cannot be read: {_payload_problem(pte, view, d['index'])}")
+            raise DevplanError(f"{where}'s payload cannot be read: {_payload_problem(program, view, d['index'])}")
         if len(buffers) != 1:
             raise DevplanError(
                 f"{where}'s payload plans {len(buffers)} buffers, where a payload given a memory window "
@@ -368,21 +317,21 @@ def _windows(pte, view: MethodView, delegates: list[InspectedDelegate]) -> list[
     return found
 
 
-def _payload_problem(pte, view: MethodView, index: int) -> str:
+def _payload_problem(program: ProgramView, view: MethodView, index: int) -> str:
     """Why a delegate's payload is no program devplan reads."""
     try:
-        inner = pte.delegate_program(view.plan_index, index)
+        inner = program.payload_program(view.plan_index, index)
         document(inner, inner.name)
     except DevplanError as error:
         text = str(error)  # named after its delegate already
-        return text.partition(": ")[2] if text.startswith(f"{pte.name} delegate ") else text
+        return text.partition(": ")[2] if text.startswith(f"{program.name} delegate ") else text
     return "it is not an ET12 program; the program is damaged"
 
 
-def _delegate(pte, view: MethodView, delegate, calls: list[int]) -> InspectedDelegate:
+def _delegate(program: ProgramView, view: MethodView, delegate: Delegate, calls: list[int]) -> InspectedDelegate:
     specs: list[CompileSpec] = [{"key": key, "value": _spec_value(value)} for key, value in delegate.specs]
     target = next((spec["value"] for spec in specs if spec["key"] == "target_device"), None)
-    payload, window = pte.delegate_payload(view.plan_index, delegate.index), delegate.window
+    payload, window = program.payload(view.plan_index, delegate.index), delegate.window
     return {
         "index": delegate.index,
         "id": delegate.id,
@@ -391,14 +340,16 @@ def _delegate(pte, view: MethodView, delegate, calls: list[int]) -> InspectedDel
         "payload_size": len(payload),
         "location": delegate.location,
         "payload_index": delegate.payload_index,
-        "payload_buffers": _payload_buffers(pte, view.plan_index, delegate.index, payload),
+        "payload_buffers": _payload_buffers(program, view.plan_index, delegate.index, payload),
         "working_memory": working_memory(delegate.id, payload),
         "window": {"mem_id": window[0], "offset": window[1]} if window else None,
         "calls": calls,
     }
 
 
-def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[PayloadBuffer] | None:
+def _payload_buffers(
+    program: ProgramView, plan_index: int, index: int, payload: bytes | memoryview
+) -> list[PayloadBuffer] | None:
     """The planned buffers of a payload that is itself an ET12 program (devplan's delegates
     are): memory the delegate holds on its device besides the method's own buffers. Worked
     out once for all the delegates sharing a payload (the reader hands them one program)."""
@@ -406,7 +357,7 @@ def _payload_buffers(pte, plan_index: int, index: int, payload: bytes) -> list[P
     if not is_program(payload):
         return None
     try:
-        inner = pte.delegate_program(plan_index, index)
+        inner = program.payload_program(plan_index, index)
     except DevplanError:
         return None  # nested past what devplan reads
     found = inner.memo(("buffers",), lambda: _planned_buffers(inner))

@@ -17,7 +17,7 @@ from devplan.pte.header import is_program
 from devplan.units import counted, exact_size_text, printable
 
 
-def working_memory(backend: str, payload: bytes) -> WorkingMemory | None:
+def working_memory(backend: str, payload: bytes | memoryview) -> WorkingMemory | None:
     """A delegate's document entry `working_memory`: None when its payload is an ET12 program
     (devplan plans its buffers: payload_buffers or a window), else the memory its backend
     allocates itself: `bytes` (an upper bound, `bound` "upper") and `values` counted from its

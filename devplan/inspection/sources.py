@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING
 
 from devplan.documents import InspectedInstruction, InspectedTensor
-from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.frames import Where
 
+if TYPE_CHECKING:
+    from devplan.pte.decode import MethodView
+    from devplan.pte.program_view import ProgramView
 
-def chain_origins(pte, plan_index: int, chain_index: int, count: int) -> list[Where | None]:
+
+def chain_origins(program: ProgramView, plan_index: int, chain_index: int, count: int) -> list[Where | None]:
     """One Where per instruction of a chain; None for all when the chain has no stacktrace or
     one that does not match its instructions."""
-    origins = pte.stacktrace(plan_index, chain_index)
+    origins = program.stacktrace(plan_index, chain_index)
     return origins if origins is not None and len(origins) == count else [None] * count
 
 
@@ -72,29 +76,29 @@ def _made_by(row: InspectedInstruction) -> str:
     return row["source"] or f"#{row['index']} {row['op'] or row['kind']}"
 
 
-def argument_text(view, index: int, written) -> str:
-    """An argument as the call reads it (`view` a devplan.pte.decode.MethodView): a tensor or
-    a number some instruction computes as vN, numbers, lists and None as their values."""
+def argument_text(view: MethodView, index: int, written) -> str:
+    """An argument as the call reads it: a tensor or a number some instruction computes as vN,
+    numbers, lists and None as their values."""
     if not 0 <= index < len(view.kinds):
         return f"v{index}?"
-    kind = view.kinds[index]
-    if kind == KernelTypes.Tensor or index in written:
+    kind = view.kind(index)
+    if kind == "tensor" or index in written:
         return f"v{index}"
-    if kind in (KernelTypes.Null, KernelTypes.NONE):
+    if kind in ("null", "none"):
         return "None"
-    if kind == KernelTypes.IntList:  # items are Int values: their numbers, or vN when computed at run time
+    if kind == "int_list":  # items are Int values: their numbers, or vN when computed at run time
         # (a list among the items, which only damage puts there, is named, never followed)
         return (
             "["
             + ", ".join(
                 f"v{item}"
-                if 0 <= item < len(view.kinds) and view.kinds[item] == KernelTypes.IntList
+                if 0 <= item < len(view.kinds) and view.kind(item) == "int_list"
                 else argument_text(view, item, written)
                 for item in view.lists[index]
             )
             + "]"
         )
-    if kind in (KernelTypes.TensorList, KernelTypes.OptionalTensorList):
+    if kind in ("tensor_list", "optional_tensor_list"):
         return "[" + ", ".join("None" if item < 0 else f"v{item}" for item in view.lists[index]) + "]"
     return repr(view.scalars[index])
 

@@ -3,8 +3,8 @@ storages, its instructions with their arguments, its buffers with their devices 
 delegates with their windows, checked once so that every reader can do arithmetic on them;
 and what follows from them that more than one reader asks (which values the method names,
 when each is touched, which are written). inspect (and so check, diff and golden files) and
-the runtime's loader read programs through these views; what each then concludes (a lower
-bound, an arena) stays its own."""
+the runtime's loader read programs through these views, and through program_view.py's view of
+the program as a whole; what each then concludes (a lower bound, an arena) stays its own."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import bisect
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from devplan import dtypes
 from devplan.errors import DevplanError
@@ -20,21 +20,12 @@ from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
+from devplan.pte.kinds import INSTRUCTION_KINDS, LISTS, REFERENCE_LISTS, TENSOR_LISTS, value_kind
 from devplan.pte.reader import PteFile, external_key, ints, text
 from devplan.pte.window import read_window
 from devplan.spec import CPU, Device
 
 MAX_TENSOR_BYTES = 1 << 56  # far beyond any device's memory; larger sizes come from damage
-INSTRUCTION_KINDS = {
-    InstructionArguments.KernelCall: "kernel",
-    InstructionArguments.DelegateCall: "delegate",
-    InstructionArguments.MoveCall: "move",
-    InstructionArguments.JumpFalseCall: "jump_false",
-    InstructionArguments.FreeCall: "free",
-}
-TENSOR_LISTS = (KernelTypes.TensorList, KernelTypes.OptionalTensorList)
-_REFERENCE_LISTS = (*TENSOR_LISTS, KernelTypes.IntList)  # lists whose items are value indices
-_LISTS = (*_REFERENCE_LISTS, KernelTypes.BoolList, KernelTypes.DoubleList)
 
 
 class Tensor(NamedTuple):
@@ -90,7 +81,7 @@ class Delegate(NamedTuple):
     id: str
     specs: tuple[tuple[str, bytes], ...]  # compile specs, raw
     window: tuple[int, int] | None  # (mem_id, offset) of its payload's buffer in the method's
-    location: str  # "inline" or "segment"
+    location: Literal["inline", "segment"]
     payload_index: int
 
 
@@ -126,6 +117,10 @@ class MethodView:
         CPU default says nothing: writers that add the table for other reasons leave it.)"""
         return tensor.said_device or self.buffer_devices.get(tensor.mem_id, CPU)
 
+    def kind(self, value: int) -> str:
+        """What value `value` is, by name (devplan.pte.kinds.VALUE_KINDS): "tensor", "int_list", ..."""
+        return value_kind(self.kinds[value])
+
     def items(self, value: int) -> tuple[int, ...]:
         """The tensors a tensor-list value holds (none for any other value)."""
         return tuple(i for i in self.lists.get(value, ()) if i >= 0) if self.kinds[value] in TENSOR_LISTS else ()
@@ -139,7 +134,7 @@ class MethodView:
             if row.kind in ("kernel", "delegate", "move"):
                 found.update(row.args)
         for value in list(found):
-            if 0 <= value < len(self.kinds) and self.kinds[value] in _REFERENCE_LISTS:
+            if 0 <= value < len(self.kinds) and self.kinds[value] in REFERENCE_LISTS:
                 found.update(self.lists.get(value, ()))
         return frozenset(found)
 
@@ -311,11 +306,11 @@ def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
         kinds.append(kind)
         if val is None and kind not in (KernelTypes.NONE, KernelTypes.Null):
             raise DevplanError(f"{where}: value {index} has a type but no content; the program is damaged")
-        if kind in _LISTS and val.items is None:  # ExecuTorch's runtime refuses to load it ("Missing list")
+        if kind in LISTS and val.items is None:  # ExecuTorch's runtime refuses to load it ("Missing list")
             raise DevplanError(f"{where}: value {index} is a list without its items; the program is damaged")
         if kind == KernelTypes.Tensor:
             tensors[index] = _tensor(where, index, val, sizes)
-        elif kind in _REFERENCE_LISTS:
+        elif kind in REFERENCE_LISTS:
             lists[index] = tuple(ints(val.items))
         elif kind in _SCALARS:
             scalars[index] = _SCALARS[kind](val)

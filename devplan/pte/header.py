@@ -32,7 +32,7 @@ _HEADER = struct.Struct("<4sIQQ")
 _DATA_SIZE = struct.Struct("<Q")
 
 
-def is_program(data: bytes) -> bool:
+def is_program(data: bytes | memoryview) -> bool:
     """Whether `data` carries the ET12 file identifier, as a .pte program (or a delegate
     payload that is one) does; a cheap look before reading it."""
     return data[4:8] == FILE_IDENTIFIER

@@ -13,6 +13,7 @@ from devplan.ops import BACKEND_ID
 from devplan.pte import PteFile
 from devplan.pte.decode import MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.program_view import program_view
 from devplan.runtime.program_validation import check_every_method
 from devplan.spec import CPU
 
@@ -21,14 +22,15 @@ _SLACK = 1 << 20  # bytes a buffer may hold beyond twice what its tensors reach 
 
 def check_program(pte: PteFile) -> None:
     """Refuse what ExecuTorch's runtime refuses of a whole program, whichever method is run."""
-    if pte.program.version:  # ExecuTorch's runtime reads schema version 0 only
+    program = program_view(pte)
+    if program.version:  # ExecuTorch's runtime reads schema version 0 only
         raise DevplanError(
-            f"{pte.name}: program schema version {pte.program.version}; ExecuTorch's runtime (and "
+            f"{program.name}: program schema version {program.version}; ExecuTorch's runtime (and "
             f"devplan's) reads version 0; the program is damaged or made for a newer runtime"
         )
-    if pte.constants_unlisted:
+    if program.constants_unlisted:
         raise DevplanError(
-            f"{pte.name}: the constant segment lists no offsets (every writer lists at least 0); the program is damaged"
+            f"{program.name}: the constant segment lists no offsets (every writer lists at least 0); the program is damaged"
         )
     check_every_method(pte)
 

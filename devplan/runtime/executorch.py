@@ -16,7 +16,8 @@ import torch
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.pte.decode import methods
-from devplan.pte.reader import PteFile, delegate_data_outside
+from devplan.pte.program_view import program_view
+from devplan.pte.reader import PteFile
 from devplan.runtime.executor import method_view
 
 # ExecuTorch's kernel libraries beside the portable one (whose prim ops, dim order ops and
@@ -47,7 +48,7 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
             f"{pte.name}: the program keeps {len(kept)} weights in a .ptd data file (key "
             f"{kept[0]!r}); pass it: devplan run PROGRAM.pte --executorch --data FILE.ptd"
         )
-    outside = delegate_data_outside(pte)
+    outside = program_view(pte).outside
     if outside and pte.external is None:  # ExecuTorch's XNNPACK backend crashes without them
         key, where = next(iter(outside.items()))
         raise DevplanError(

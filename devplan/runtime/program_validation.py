@@ -11,6 +11,7 @@ from __future__ import annotations
 from devplan.errors import DevplanError
 from devplan.pte import PteFile
 from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.program_view import program_view
 from devplan.pte.reader import ints, text
 
 # ExecuTorch's ScalarType codes, Byte (0) to UInt64 (29); its validation refuses any other
@@ -60,9 +61,10 @@ def check_planned_total(pte: PteFile, limit: int) -> None:
     runtime allocates only the method it runs (found by the second fuzz run: `run --method
     batch5` of a program whose forward claimed 266 TB): all of them count against `limit`, the
     run's --max-memory."""
+    program = program_view(pte)
     sizes = {
-        text(plan.name): sum(max(size, 0) for size in ints(plan.nonConstBufferSizes)[1:])
-        for plan in pte.program.executionPlan or ()
+        name: sum(max(size, 0) for size in planned[1:])
+        for name, planned in zip(program.method_names, program.planned_sizes)
     }
     if len(sizes) < 2:
         return  # the method run: its arenas are counted as they are allocated, each named
