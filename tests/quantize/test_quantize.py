@@ -279,7 +279,11 @@ def test_a_model_with_no_op_the_quantizer_takes_is_refused():
     ep = torch.export.export(nn.Sequential(nn.ReLU(), nn.Tanh()), (torch.randn(2, 8),))
     _refused(ep, "the XNNPACK quantizer takes none of this program's ops", quantize="dynamic-int8")
     conv = torch.export.export(nn.Conv2d(3, 4, 3).eval(), (torch.randn(1, 3, 8, 8),))
-    _refused(conv, r"takes none .* \(in dynamic-int4 it quantizes linear layers \(embedding tables in 8 bits\)\)", quantize="dynamic-int4")
+    _refused(
+        conv,
+        r"takes none .* \(in dynamic-int4 it quantizes linear layers \(embedding tables in 8 bits\)\)",
+        quantize="dynamic-int4",
+    )
 
 
 def test_an_export_already_quantized_is_refused():
