@@ -37,8 +37,8 @@ def pytest_addoption(parser) -> None:
         "--devplan-force-regen",
         action="store_true",
         dest="devplan_force_regen",
-        help="compare, and rewrite each golden file that differs or is missing, failing its test: the files "
-        "to review and commit, with no run that passes having accepted them",
+        help="compare, and rewrite each golden file that differs or is missing, failing its test once it has "
+        "checked all its goldens: the files to review and commit, with no run that passes having accepted them",
     )
     group.addoption(
         "--devplan-strict-goldens",
@@ -82,6 +82,30 @@ def pytest_collection_finish(session) -> None:
     seen = session.config.stash[_KEY]
     for item in session.items:
         seen.collected.setdefault(os.fspath(item.path), []).append(_golden_name(item.name))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Under --devplan-force-regen a test goes on past each golden it rewrites, so that one run
+    rewrites every golden of a test that checks several; the test fails at its end, saying
+    each (beside its own failure, if it has one)."""
+    from devplan import testing
+
+    found = testing.session
+    if found is None or not found.force_regen:
+        return (yield)
+    found.pending = []
+    try:
+        result = yield
+    except BaseException as error:
+        if found.pending and hasattr(error, "add_note"):  # Python 3.11's notes, which pytest shows
+            error.add_note(testing.rewritten(found.pending))
+        raise
+    finally:
+        told, found.pending = found.pending, None
+    if told:
+        pytest.fail(testing.rewritten(told), pytrace=False)
+    return result
 
 
 @pytest.hookimpl(wrapper=True)

@@ -30,6 +30,9 @@ class GoldenSession:
     written: list[str] = field(default_factory=list)  # goldens rewritten
     smaller: list[tuple[str, str]] = field(default_factory=list)  # (golden, what shrank) of passing checks
     used: set[str] = field(default_factory=set)  # goldens read or written, resolved
+    # under --devplan-force-regen, while a test runs: what each golden it rewrote says, its
+    # failure held to the test's end so that the test rewrites every golden it checks
+    pending: list[str] | None = None
 
 
 @dataclass
@@ -158,10 +161,23 @@ def _force_regen(program, golden: str | os.PathLike, tolerance, exact: bool) -> 
         return
     check_golden(program, golden, update=True)
     session.written.append(os.fspath(golden))
-    raise AssertionError(
+    told = (
         f"{golden}: {'written' if result is None else 'rewritten'} by --devplan-force-regen, "
         f"as the program plans now; review the change and commit it"
         + (f"\n{result.diff.text()}" if result is not None else "")
+    )
+    if session.pending is None:  # outside a test's call (a fixture's setup): it fails here
+        raise AssertionError(told)
+    session.pending.append(told)  # the plugin fails the test at its end, once its other goldens are rewritten too
+
+
+def rewritten(told: list[str]) -> str:
+    """A test's failure under --devplan-force-regen: what each golden it rewrote says."""
+    if len(told) == 1:
+        return told[0]
+    return (
+        f"{len(told)} golden files rewritten by --devplan-force-regen; review the changes and commit them\n\n"
+        + "\n\n".join(told)
     )
 
 

@@ -201,13 +201,35 @@ def test_force_regen_rewrites_what_differs_and_fails(tmp_path, model):
     assert (
         "rewritten by --devplan-force-regen, as the program plans now; review the change and commit it" in regen.stdout
     )
-    assert "wrote 2 golden file(s):" in regen.stdout and golden.read_text() != before
-    # a test stops at its first failure: the next run rewrites its second golden
-    second = pytest_in(project, "--devplan-force-regen")
-    assert second.returncode == 1 and "1 failed, 1 passed" in second.stdout, second.stdout
-    assert "\n  golden/test_plan/test_twice[small].2.golden.json" in second.stdout, second.stdout
+    assert golden.read_text() != before
+    # a test that checks two goldens rewrites both before it fails, so one run regenerates them all
+    assert "wrote 3 golden file(s):" in regen.stdout, regen.stdout
+    for name in ("test_model.golden.json", "test_twice[small].golden.json", "test_twice[small].2.golden.json"):
+        assert f"\n  golden/test_plan/{name}" in regen.stdout, (name, regen.stdout)
+    assert "2 golden files rewritten by --devplan-force-regen; review the changes" in regen.stdout, regen.stdout
+    again = pytest_in(project, "--devplan-force-regen")
+    assert again.returncode == 0 and "2 passed" in again.stdout and "devplan goldens" not in again.stdout, again.stdout
     after = pytest_in(project)
     assert after.returncode == 0 and "2 passed" in after.stdout, after.stdout
+
+
+FAILS_AFTER = """
+def test_then_fails(devplan_golden):
+    devplan_golden("build/model.pte")
+    assert False, "the test's own failure"
+"""
+
+
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
+def test_force_regen_keeps_the_tests_own_failure(tmp_path, model):
+    """A test failing after force-regen rewrote its golden fails with its own error, the
+    golden's rewrite said beside it."""
+    project = _named_project(tmp_path, model["delegated"])
+    (project / "test_plan.py").write_text(FAILS_AFTER)
+    regen = pytest_in(project, "--devplan-force-regen")
+    assert regen.returncode == 1 and "1 failed" in regen.stdout, regen.stdout
+    assert "the test's own failure" in regen.stdout and "written by --devplan-force-regen" in regen.stdout
+    assert (project / "golden" / "test_plan" / "test_then_fails.golden.json").exists()
 
 
 def test_one_update_flag_name_everywhere():
