@@ -12,6 +12,7 @@ the plugin lists the goldens written, and those whose program now plans smaller,
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -68,10 +69,33 @@ class Seen:
             golden.written += found["written"]
             golden.smaller += [tuple(pair) for pair in found["smaller"]]
 
-    def unused_goldens(self, folder: str, suffix: str) -> list[str]:
-        """The golden files of the fixture's naming (FOLDER/<test file>/<test>[.N]SUFFIX beside a
-        test file that ran) that no test read: a passing test's golden it no longer asks for, or
-        one named after no test of its file where the whole file ran."""
+    def unused_goldens(
+        self, folder: str, suffix: str, whole: list[str] | None = None, left_out: list[str] | None = None
+    ) -> list[str]:
+        """The golden files under a FOLDER beside a test file that ran that no test read. Of the
+        fixture's naming (FOLDER/<test file>/<test>[.N]SUFFIX): a passing test's golden it no
+        longer asks for, or one named after no test of its file where the whole file ran. Any
+        other devplan golden under FOLDER (named by path, or in the folder of a test file since
+        removed) where the run took the tests below FOLDER's folder whole: `whole` are the paths
+        the run was given whole (a folder, a file; none of -k, path::test), none below it were
+        `left_out` (--ignore) and no test below it was deselected; a golden named by path also needs every test below it to have passed
+        (one that failed or was skipped may be the one that reads it)."""
+        found = self._fixture_named(folder, suffix)
+        for base in sorted({Path(module).parent for module in self.collected}):
+            kept = base / folder
+            if not kept.is_dir() or not self._whole(base, whole or [], left_out or []):
+                continue
+            for golden in sorted(kept.rglob("*.json")):
+                if str(golden.resolve()) in self.used or str(golden) in found or not _is_golden_file(golden):
+                    continue
+                module = base / f"{golden.parent.name}.py" if golden.parent.parent == kept else None
+                if module is not None and os.fspath(module) in self.collected and golden.name.endswith(suffix):
+                    continue  # the fixture's naming, judged above
+                if (module is not None and not module.exists()) or self._all_passed(base):
+                    found.append(str(golden))
+        return sorted(found)
+
+    def _fixture_named(self, folder: str, suffix: str) -> list[str]:
         found = []
         for module, names in sorted(self.collected.items()):
             kept = Path(module).parent / folder / Path(module).stem
@@ -90,6 +114,33 @@ class Seen:
                 if (module, owner) in self.passed if owner is not None else module not in self.partial:
                     found.append(str(golden))
         return found
+
+    def _whole(self, base: Path, whole: list[str], left_out: list[str]) -> bool:
+        """Whether the run took every test below `base`: it was given `base` or a folder above
+        it, and neither left out a path below it nor deselected any of its tests."""
+        given = any(Path(path) == base or Path(path) in base.parents for path in whole)
+        return given and not any(Path(path).is_relative_to(base) for path in [*left_out, *self.partial])
+
+    def _all_passed(self, base: Path) -> bool:
+        return all(
+            (module, name) in self.passed
+            for module, names in self.collected.items()
+            if Path(module).is_relative_to(base)
+            for name in names
+        )
+
+
+def _is_golden_file(path: Path) -> bool:
+    """Whether `path` holds a devplan golden document (a folder of goldens may hold other JSON)."""
+    from devplan.inspection.golden import MAX_GOLDEN_BYTES, is_golden
+
+    try:
+        if path.stat().st_size > MAX_GOLDEN_BYTES:
+            return False
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(document, dict) and is_golden(document)
 
 
 session: GoldenSession | None = None
