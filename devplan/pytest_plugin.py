@@ -143,7 +143,11 @@ def pytest_sessionfinish(session) -> None:
         workeroutput["devplan"] = seen.to_json(testing.session)
         return
     seen.unused = seen.unused_goldens(
-        GOLDEN_FOLDER, SUFFIX, whole=_given_whole(session.config), left_out=_left_out(session.config)
+        GOLDEN_FOLDER,
+        SUFFIX,
+        whole=_given_whole(session.config),
+        left_out=_left_out(session.config),
+        test_files=tuple(session.config.getini("python_files")),
     )
     if seen.unused and session.config.getoption("devplan_strict_goldens") and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

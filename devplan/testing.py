@@ -16,6 +16,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 
 UPDATE_VARIABLE = "DEVPLAN_UPDATE_GOLDEN"
@@ -70,16 +71,24 @@ class Seen:
             golden.smaller += [tuple(pair) for pair in found["smaller"]]
 
     def unused_goldens(
-        self, folder: str, suffix: str, whole: list[str] | None = None, left_out: list[str] | None = None
+        self,
+        folder: str,
+        suffix: str,
+        whole: list[str] | None = None,
+        left_out: list[str] | None = None,
+        test_files: tuple[str, ...] = ("test_*.py", "*_test.py"),
     ) -> list[str]:
-        """The golden files under a FOLDER beside a test file that ran that no test read. Of the
-        fixture's naming (FOLDER/<test file>/<test>[.N]SUFFIX): a passing test's golden it no
-        longer asks for, or one named after no test of its file where the whole file ran. Any
-        other devplan golden under FOLDER (named by path, or in the folder of a test file since
-        removed) where the run took the tests below FOLDER's folder whole: `whole` are the paths
-        the run was given whole (a folder, a file; none of -k, path::test), none below it were
-        `left_out` (--ignore) and no test below it was deselected; a golden named by path also needs every test below it to have passed
-        (one that failed or was skipped may be the one that reads it)."""
+        """The golden files under a FOLDER beside a test file that ran that no test read.
+
+        Of the fixture's naming (FOLDER/<test file>/<test>[.N]SUFFIX): a passing test's golden it
+        no longer asks for, or one named after no test of its file where the whole file ran.
+
+        Any other devplan golden under FOLDER, where the run took every test below FOLDER's
+        folder (it was given that folder or one above it in `whole`, the paths given without
+        -k or path::test; it left out no path below it, `left_out`, --ignore; and deselected
+        none of its tests): one in the folder of a test file since removed (FOLDER/<a name of
+        `test_files` that no file has>/...SUFFIX), or, where every test below it passed, one
+        named by path (a test that failed or was skipped may be the one that reads it)."""
         found = self._fixture_named(folder, suffix)
         for base in sorted({Path(module).parent for module in self.collected}):
             kept = base / folder
@@ -88,10 +97,13 @@ class Seen:
             for golden in sorted(kept.rglob("*.json")):
                 if str(golden.resolve()) in self.used or str(golden) in found or not _is_golden_file(golden):
                     continue
-                module = base / f"{golden.parent.name}.py" if golden.parent.parent == kept else None
-                if module is not None and os.fspath(module) in self.collected and golden.name.endswith(suffix):
+                fixture = golden.parent.parent == kept and golden.name.endswith(suffix)
+                module = base / f"{golden.parent.name}.py"
+                if fixture and os.fspath(module) in self.collected:
                     continue  # the fixture's naming, judged above
-                if (module is not None and not module.exists()) or self._all_passed(base):
+                # a removed test file's golden no test can read; one named by path, a test that did not pass may
+                removed = fixture and not module.exists() and any(fnmatch(module.name, name) for name in test_files)
+                if removed or self._all_passed(base):
                     found.append(str(golden))
         return sorted(found)
 

@@ -207,18 +207,20 @@ def test_every_golden_under_the_folder_that_no_test_read_is_reported(tmp_path, m
     assert pytest_in(project, "--devplan-update-golden").returncode == 0
     golden = project / "golden"
     (golden / "test_gone").mkdir()
+    (golden / "models").mkdir()  # a folder of goldens named by path, not a test file's
     shutil.copy(golden / "model.json", golden / "old.json")
+    shutil.copy(golden / "model.json", golden / "models" / "big.golden.json")
     shutil.copy(golden / "model.json", golden / "test_gone" / "test_x.golden.json")
     (golden / "notes.json").write_text('{"not": "a devplan golden"}\n')
 
     listed = pytest_in(project)
     assert listed.returncode == 0 and "2 passed" in listed.stdout, listed.stdout
-    assert "2 golden file(s) no test read" in listed.stdout, listed.stdout
-    for name in ("old.json", "test_gone/test_x.golden.json"):
+    assert "3 golden file(s) no test read" in listed.stdout, listed.stdout
+    for name in ("models/big.golden.json", "old.json", "test_gone/test_x.golden.json"):
         assert f"\n  golden/{name}\n" in listed.stdout, (name, listed.stdout)
     assert "notes.json" not in listed.stdout and "golden/model.json" not in listed.stdout, listed.stdout
     strict = pytest_in(project, "--devplan-strict-goldens", "-n", "2")  # under xdist too
-    assert strict.returncode == 1 and "2 golden file(s) no test read" in strict.stdout, strict.stdout
+    assert strict.returncode == 1 and "3 golden file(s) no test read" in strict.stdout, strict.stdout
     # one test file named: others beside it, not run, may read any of them
     one = pytest_in(project, "--devplan-strict-goldens", "test_plan.py")
     assert one.returncode == 0 and "no test read" not in one.stdout, one.stdout
@@ -230,7 +232,8 @@ def test_every_golden_under_the_folder_that_no_test_read_is_reported(tmp_path, m
     (project / "test_later.py").write_text('import pytest\n\n\ndef test_later():\n    pytest.skip("not here")\n')
     skipped = pytest_in(project, "--devplan-strict-goldens")
     assert skipped.returncode == 1 and "1 golden file(s) no test read" in skipped.stdout, skipped.stdout
-    assert "\n  golden/test_gone/test_x.golden.json\n" in skipped.stdout and "old.json" not in skipped.stdout
+    assert "\n  golden/test_gone/test_x.golden.json\n" in skipped.stdout, skipped.stdout
+    assert "old.json" not in skipped.stdout and "big.golden.json" not in skipped.stdout, skipped.stdout
 
 
 @pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
