@@ -3,7 +3,8 @@ tools' conventions (syrupy, pytest-regressions): the `devplan_golden` fixture na
 file from the test's id, `--devplan-update-golden` rewrites goldens and passes,
 `--devplan-force-regen` rewrites those that differ and fails (so CI never accepts a change
 silently), and the terminal summary lists the goldens written, those whose program now plans
-smaller, and those no test read (`--devplan-strict-goldens` fails the run for them).
+smaller, and those under a golden/ folder that no test read, whatever their names, where the
+run took the tests beside it whole (`--devplan-strict-goldens` fails the run for them).
 
     def test_model_plan(devplan_golden):
         devplan_golden("build/model.pte")   # golden/test_plan/test_model_plan.golden.json, beside this file"""
@@ -37,15 +38,15 @@ def pytest_addoption(parser) -> None:
         "--devplan-force-regen",
         action="store_true",
         dest="devplan_force_regen",
-        help="compare, and rewrite each golden file that differs or is missing, failing its test: the files "
-        "to review and commit, with no run that passes having accepted them",
+        help="compare, and rewrite each golden file that differs or is missing, failing its test once it has "
+        "checked all its goldens: the files to review and commit, with no run that passes having accepted them",
     )
     group.addoption(
         "--devplan-strict-goldens",
         action="store_true",
         dest="devplan_strict_goldens",
-        help="fail the run when a golden file of the devplan_golden fixture is read by no test that ran "
-        "(a test renamed or removed); without it they are listed",
+        help="fail the run when a devplan golden file under a golden/ folder beside the tests is read by no "
+        "test (a test renamed or removed) where the run took those tests whole; without it they are listed",
     )
 
 
@@ -72,6 +73,21 @@ def _named_alone(config) -> set[str]:
     return {os.path.abspath(arg.split("::")[0]) for arg in config.args if "::" in arg}
 
 
+def _given_whole(config) -> list[str]:
+    """The paths the run was given whole (test folders and files, not path::test), absolute;
+    none where it was given modules (--pyargs) or told to leave out paths by pattern (--ignore-glob)."""
+    if config.getoption("ignore_glob", None) or config.getoption("pyargs", False):
+        return []
+    here = config.invocation_params.dir
+    return [os.path.abspath(here / arg) for arg in config.args if "::" not in arg]
+
+
+def _left_out(config) -> list[str]:
+    """The paths --ignore leaves out, absolute: a folder holding one is not run whole."""
+    here = config.invocation_params.dir
+    return [os.path.abspath(here / path) for path in config.getoption("ignore", None) or ()]
+
+
 def pytest_deselected(items) -> None:
     for item in items:  # -k, -m: the file's other tests did not run
         item.config.stash[_KEY].partial.add(os.fspath(item.path))
@@ -82,6 +98,30 @@ def pytest_collection_finish(session) -> None:
     seen = session.config.stash[_KEY]
     for item in session.items:
         seen.collected.setdefault(os.fspath(item.path), []).append(_golden_name(item.name))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Under --devplan-force-regen a test goes on past each golden it rewrites, so that one run
+    rewrites every golden of a test that checks several; the test fails at its end, saying
+    each (beside its own failure, if it has one)."""
+    from devplan import testing
+
+    found = testing.session
+    if found is None or not found.force_regen:
+        return (yield)
+    found.pending = []
+    try:
+        result = yield
+    except BaseException as error:
+        if found.pending and hasattr(error, "add_note"):  # Python 3.11's notes, which pytest shows
+            error.add_note(testing.rewritten(found.pending))
+        raise
+    finally:
+        told, found.pending = found.pending, None
+    if told:
+        pytest.fail(testing.rewritten(told), pytrace=False)
+    return result
 
 
 @pytest.hookimpl(wrapper=True)
@@ -102,7 +142,13 @@ def pytest_sessionfinish(session) -> None:
     if workeroutput is not None:  # an xdist worker: the controller merges and reports
         workeroutput["devplan"] = seen.to_json(testing.session)
         return
-    seen.unused = seen.unused_goldens(GOLDEN_FOLDER, SUFFIX)
+    seen.unused = seen.unused_goldens(
+        GOLDEN_FOLDER,
+        SUFFIX,
+        whole=_given_whole(session.config),
+        left_out=_left_out(session.config),
+        test_files=tuple(session.config.getini("python_files")),
+    )
     if seen.unused and session.config.getoption("devplan_strict_goldens") and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -12,9 +12,11 @@ the plugin lists the goldens written, and those whose program now plans smaller,
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, cast
 
@@ -35,6 +37,9 @@ class GoldenSession:
     written: list[str] = field(default_factory=list)  # goldens rewritten
     smaller: list[tuple[str, str]] = field(default_factory=list)  # (golden, what shrank) of passing checks
     used: set[str] = field(default_factory=set)  # goldens read or written, resolved
+    # under --devplan-force-regen, while a test runs: what each golden it rewrote says, its
+    # failure held to the test's end so that the test rewrites every golden it checks
+    pending: list[str] | None = None
 
 
 class SeenState(TypedDict):
@@ -81,10 +86,44 @@ class Seen:
             golden.written += found["written"]
             golden.smaller += [(path, what) for path, what in found["smaller"]]
 
-    def unused_goldens(self, folder: str, suffix: str) -> list[str]:
-        """The golden files of the fixture's naming (FOLDER/<test file>/<test>[.N]SUFFIX beside a
-        test file that ran) that no test read: a passing test's golden it no longer asks for, or
-        one named after no test of its file where the whole file ran."""
+    def unused_goldens(
+        self,
+        folder: str,
+        suffix: str,
+        whole: list[str] | None = None,
+        left_out: list[str] | None = None,
+        test_files: tuple[str, ...] = ("test_*.py", "*_test.py"),
+    ) -> list[str]:
+        """The golden files under a FOLDER beside a test file that ran that no test read.
+
+        Of the fixture's naming (FOLDER/<test file>/<test>[.N]SUFFIX): a passing test's golden it
+        no longer asks for, or one named after no test of its file where the whole file ran.
+
+        Any other devplan golden under FOLDER, where the run took every test below FOLDER's
+        folder (it was given that folder or one above it in `whole`, the paths given without
+        -k or path::test; it left out no path below it, `left_out`, --ignore; and deselected
+        none of its tests): one in the folder of a test file since removed (FOLDER/<a name of
+        `test_files` that no file has>/...SUFFIX), or, where every test below it passed, one
+        named by path (a test that failed or was skipped may be the one that reads it)."""
+        found = self._fixture_named(folder, suffix)
+        for base in sorted({Path(module).parent for module in self.collected}):
+            kept = base / folder
+            if not kept.is_dir() or not self._whole(base, whole or [], left_out or []):
+                continue
+            for golden in sorted(kept.rglob("*.json")):
+                if str(golden.resolve()) in self.used or str(golden) in found or not _is_golden_file(golden):
+                    continue
+                fixture = golden.parent.parent == kept and golden.name.endswith(suffix)
+                module = base / f"{golden.parent.name}.py"
+                if fixture and os.fspath(module) in self.collected:
+                    continue  # the fixture's naming, judged above
+                # a removed test file's golden no test can read; one named by path, a test that did not pass may
+                removed = fixture and not module.exists() and any(fnmatch(module.name, name) for name in test_files)
+                if removed or self._all_passed(base):
+                    found.append(str(golden))
+        return sorted(found)
+
+    def _fixture_named(self, folder: str, suffix: str) -> list[str]:
         found = []
         for module, names in sorted(self.collected.items()):
             kept = Path(module).parent / folder / Path(module).stem
@@ -103,6 +142,33 @@ class Seen:
                 if (module, owner) in self.passed if owner is not None else module not in self.partial:
                     found.append(str(golden))
         return found
+
+    def _whole(self, base: Path, whole: list[str], left_out: list[str]) -> bool:
+        """Whether the run took every test below `base`: it was given `base` or a folder above
+        it, and neither left out a path below it nor deselected any of its tests."""
+        given = any(Path(path) == base or Path(path) in base.parents for path in whole)
+        return given and not any(Path(path).is_relative_to(base) for path in [*left_out, *self.partial])
+
+    def _all_passed(self, base: Path) -> bool:
+        return all(
+            (module, name) in self.passed
+            for module, names in self.collected.items()
+            if Path(module).is_relative_to(base)
+            for name in names
+        )
+
+
+def _is_golden_file(path: Path) -> bool:
+    """Whether `path` holds a devplan golden document (a folder of goldens may hold other JSON)."""
+    from devplan.inspection.golden import MAX_GOLDEN_BYTES, is_golden
+
+    try:
+        if path.stat().st_size > MAX_GOLDEN_BYTES:
+            return False
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(document, dict) and is_golden(document)
 
 
 session: GoldenSession | None = None
@@ -180,10 +246,23 @@ def _force_regen(
         return
     check_golden(program, golden, update=True)
     session.written.append(os.fspath(golden))
-    raise AssertionError(
+    told = (
         f"{golden}: {'written' if result is None else 'rewritten'} by --devplan-force-regen, "
         f"as the program plans now; review the change and commit it"
         + (f"\n{result.diff.text()}" if result is not None else "")
+    )
+    if session.pending is None:  # outside a test's call (a fixture's setup): it fails here
+        raise AssertionError(told)
+    session.pending.append(told)  # the plugin fails the test at its end, once its other goldens are rewritten too
+
+
+def rewritten(told: list[str]) -> str:
+    """A test's failure under --devplan-force-regen: what each golden it rewrote says."""
+    if len(told) == 1:
+        return told[0]
+    return (
+        f"{len(told)} golden files rewritten by --devplan-force-regen; review the changes and commit them\n\n"
+        + "\n\n".join(told)
     )
 
 

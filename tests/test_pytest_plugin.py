@@ -5,6 +5,7 @@ subprocess (the plugin comes from devplan's `pytest11` entry point, as it would 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -186,6 +187,55 @@ def test_the_fixture_names_each_golden_from_the_test_and_reports_those_no_test_r
     assert picked.returncode == 0 and "no test read" not in picked.stdout, picked.stdout
 
 
+ANY_NAMES = """
+def test_model(devplan_golden):
+    devplan_golden("build/model.pte", "golden/model.json")
+
+
+def test_named(devplan_golden):
+    devplan_golden("build/model.pte")
+"""
+
+
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
+def test_every_golden_under_the_folder_that_no_test_read_is_reported(tmp_path, model):
+    """Not only the fixture's names: a golden a test named by path, or one in the folder of a
+    test file since removed, is reported where the run covered the folder's tests whole (a
+    test that did not run through might be the one that reads a golden named by path)."""
+    project = _named_project(tmp_path, model["plain"])
+    (project / "test_plan.py").write_text(ANY_NAMES)
+    assert pytest_in(project, "--devplan-update-golden").returncode == 0
+    golden = project / "golden"
+    (golden / "test_gone").mkdir()
+    (golden / "models").mkdir()  # a folder of goldens named by path, not a test file's
+    shutil.copy(golden / "model.json", golden / "old.json")
+    shutil.copy(golden / "model.json", golden / "models" / "big.golden.json")
+    shutil.copy(golden / "model.json", golden / "test_gone" / "test_x.golden.json")
+    (golden / "notes.json").write_text('{"not": "a devplan golden"}\n')
+
+    listed = pytest_in(project)
+    assert listed.returncode == 0 and "2 passed" in listed.stdout, listed.stdout
+    assert "3 golden file(s) no test read" in listed.stdout, listed.stdout
+    for name in ("models/big.golden.json", "old.json", "test_gone/test_x.golden.json"):
+        assert f"\n  golden/{name}\n" in listed.stdout, (name, listed.stdout)
+    assert "notes.json" not in listed.stdout and "golden/model.json" not in listed.stdout, listed.stdout
+    strict = pytest_in(project, "--devplan-strict-goldens", "-n", "2")  # under xdist too
+    assert strict.returncode == 1 and "3 golden file(s) no test read" in strict.stdout, strict.stdout
+    # one test file named: others beside it, not run, may read any of them
+    one = pytest_in(project, "--devplan-strict-goldens", "test_plan.py")
+    assert one.returncode == 0 and "no test read" not in one.stdout, one.stdout
+    picked = pytest_in(project, "--devplan-strict-goldens", "-k", "model")
+    assert picked.returncode == 0 and "no test read" not in picked.stdout, picked.stdout
+    ignored = pytest_in(project, "--devplan-strict-goldens", "--ignore", "build")
+    assert ignored.returncode == 0 and "no test read" not in ignored.stdout, ignored.stdout
+    # a test that was skipped may read a golden named by path; none reads a removed file's
+    (project / "test_later.py").write_text('import pytest\n\n\ndef test_later():\n    pytest.skip("not here")\n')
+    skipped = pytest_in(project, "--devplan-strict-goldens")
+    assert skipped.returncode == 1 and "1 golden file(s) no test read" in skipped.stdout, skipped.stdout
+    assert "\n  golden/test_gone/test_x.golden.json\n" in skipped.stdout, skipped.stdout
+    assert "old.json" not in skipped.stdout and "big.golden.json" not in skipped.stdout, skipped.stdout
+
+
 @pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_force_regen_rewrites_what_differs_and_fails(tmp_path, model):
     project = _named_project(tmp_path, model["plain"])
@@ -201,13 +251,35 @@ def test_force_regen_rewrites_what_differs_and_fails(tmp_path, model):
     assert (
         "rewritten by --devplan-force-regen, as the program plans now; review the change and commit it" in regen.stdout
     )
-    assert "wrote 2 golden file(s):" in regen.stdout and golden.read_text() != before
-    # a test stops at its first failure: the next run rewrites its second golden
-    second = pytest_in(project, "--devplan-force-regen")
-    assert second.returncode == 1 and "1 failed, 1 passed" in second.stdout, second.stdout
-    assert "\n  golden/test_plan/test_twice[small].2.golden.json" in second.stdout, second.stdout
+    assert golden.read_text() != before
+    # a test that checks two goldens rewrites both before it fails, so one run regenerates them all
+    assert "wrote 3 golden file(s):" in regen.stdout, regen.stdout
+    for name in ("test_model.golden.json", "test_twice[small].golden.json", "test_twice[small].2.golden.json"):
+        assert f"\n  golden/test_plan/{name}" in regen.stdout, (name, regen.stdout)
+    assert "2 golden files rewritten by --devplan-force-regen; review the changes" in regen.stdout, regen.stdout
+    again = pytest_in(project, "--devplan-force-regen")
+    assert again.returncode == 0 and "2 passed" in again.stdout and "devplan goldens" not in again.stdout, again.stdout
     after = pytest_in(project)
     assert after.returncode == 0 and "2 passed" in after.stdout, after.stdout
+
+
+FAILS_AFTER = """
+def test_then_fails(devplan_golden):
+    devplan_golden("build/model.pte")
+    assert False, "the test's own failure"
+"""
+
+
+@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
+def test_force_regen_keeps_the_tests_own_failure(tmp_path, model):
+    """A test failing after force-regen rewrote its golden fails with its own error, the
+    golden's rewrite said beside it."""
+    project = _named_project(tmp_path, model["delegated"])
+    (project / "test_plan.py").write_text(FAILS_AFTER)
+    regen = pytest_in(project, "--devplan-force-regen")
+    assert regen.returncode == 1 and "1 failed" in regen.stdout, regen.stdout
+    assert "the test's own failure" in regen.stdout and "written by --devplan-force-regen" in regen.stdout
+    assert (project / "golden" / "test_plan" / "test_then_fails.golden.json").exists()
 
 
 def test_one_update_flag_name_everywhere():

@@ -96,3 +96,36 @@ def test_the_samples_leave_the_checkout_alone(tmp_path, monkeypatch):
     _, stale = _samples(checkout, README.read_text())
     assert not stale, stale
     assert {name: (checkout / name).read_bytes() for name in users} == users
+
+
+def _plugin_flags() -> set[str]:
+    """The flags devplan's pytest plugin adds, as pytest would be told them."""
+    from devplan import pytest_plugin
+
+    class Group:
+        def __init__(self) -> None:
+            self.flags: set[str] = set()
+
+        def addoption(self, *names: str, **_) -> None:
+            self.flags.update(names)
+
+    group = Group()
+    pytest_plugin.pytest_addoption(type("Parser", (), {"getgroup": lambda self, name: group})())
+    return group.flags
+
+
+def test_the_ci_job_runs_the_projects_tests_strictly_and_says_how_to_update():
+    """Issue 37: the README's GitHub Actions job shows the pytest plugin as CI uses it: the
+    project's tests with --devplan-strict-goldens, and how to accept a change with
+    --devplan-update-golden; every plugin flag the README names is one the plugin adds."""
+    text = README.read_text()
+    ci = text[text.index("\n## CI\n") :]
+    ci = ci[: ci.index("\n## ", 1)]
+    job = re.search(r"```yaml\n(.*?)```", ci, re.DOTALL)
+    assert job is not None, ci
+    runs = [line.split("run:", 1)[1].strip() for line in job[1].splitlines() if line.strip().startswith("run:")]
+    assert any(run.startswith("python -m pytest") and "--devplan-strict-goldens" in run.split() for run in runs), runs
+    after = " ".join(ci[job.end() :].split())
+    assert "python -m pytest --devplan-update-golden" in after, after
+    named = set(re.findall(r"--devplan-[a-z-]+", text))
+    assert named and named <= _plugin_flags(), named - _plugin_flags()

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from devplan.cli.app import Budgets, Command, app, echo_json
+from devplan.cli.app import Budgets, Command, app, console, echo_json
 from devplan.errors import DevplanError
 from devplan.jsontext import repeated
 from devplan.metadata import runner_value
@@ -330,13 +330,15 @@ def compile_command(
         echo_json(summary, err=to_stdout)
         return
     from devplan.cli.reports import compile_lines
+    from devplan.inspection.difftext import wrapped
 
-    for line in compile_lines(
+    lines = compile_lines(
         summary,
         [m["name"] for m in summary["methods"] if m["name"] not in ("forward", *methods)],
         "standard output" if to_stdout else str(target),
         str(external_constants) if external_constants is not None else None,
-    ):
+    )
+    for line in wrapped(lines, console(stderr=to_stdout).width):  # as check's lines: at the console's width
         echo(line)
 
 

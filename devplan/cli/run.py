@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from devplan.cli.app import Command, app, echo_json, program_source
+from devplan.cli.app import Command, app, console, echo_json, program_source
 from devplan.errors import DevplanError
 
 
@@ -138,8 +138,9 @@ def run_command(
         echo_json(report)
         return
     from devplan.cli.reports import run_lines
+    from devplan.inspection.difftext import wrapped
 
-    for line in run_lines(report):
+    for line in wrapped(run_lines(report), console().width):  # as check's lines: at the console's width
         typer.echo(line)
 
 

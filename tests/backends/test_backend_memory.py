@@ -23,11 +23,12 @@ CNN = ROOT / "samples" / "cnn.pt2"
 
 @pytest.fixture(scope="module")
 def cnn(tmp_path_factory) -> tuple[Path, str]:
-    """The CNN sample compiled whole into XNNPACK by the CLI: the program, and the summary printed."""
+    """The CNN sample compiled whole into XNNPACK by the CLI: the program, and the summary printed
+    (each line as it reads unwrapped: the CLI wraps them at the console's width)."""
     program = tmp_path_factory.mktemp("xnnpack") / "cnn.pte"
     result = run_devplan("compile", CNN, "-o", program, "--backend", "xnnpack")
     assert result.returncode == 0, result.stderr
-    return program, result.stdout
+    return program, re.sub(r"\n {8}(?=\S)", " ", result.stdout)
 
 
 def _working(program) -> list[dict]:

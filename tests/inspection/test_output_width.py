@@ -1,7 +1,7 @@
-"""Output as a CI log or a narrow terminal shows it (issue 37, item 5): check's and diff's lines
-wrap at the console's width (rich's: the terminal's, COLUMNS, or 80 in a pipe), inspect's lines
-carry no padding past their text, and the summary folds a long list of segments into a count
-that `-s segments` lists."""
+"""Output as a CI log or a narrow terminal shows it (issue 37, item 5): check's, diff's,
+compile's and run's lines wrap at the console's width (rich's: the terminal's, COLUMNS, or 80
+in a pipe), inspect's lines carry no padding past their text, and the summary folds a long
+list of segments into a count that `-s segments` lists."""
 
 from __future__ import annotations
 
@@ -91,3 +91,23 @@ def test_a_long_path_is_never_cut(programs, tmp_path):
         env={"COLUMNS": "60", "NO_COLOR": "1"},
     )
     assert shown.exit_code == 0 and f"\n        {golden}:\n" in shown.stdout, shown.stdout  # on a line of its own
+
+
+def test_compile_and_run_lines_wrap_at_the_consoles_width(tmp_path, monkeypatch):
+    """compile's summary and run's outputs follow the console's width as check's lines do:
+    within 60 columns at 60, none ending in a space, and unwrapped where the console is wide."""
+    monkeypatch.chdir(tmp_path)  # short names: a word (a path) is never cut, however long
+    shutil.copy(ROOT / "samples" / "two_io.pt2", "two_io.pt2")
+    compile_args = ["compile", "two_io.pt2", "-o", "two_io.pte", "--delegate", "cuda:0=aten::linear"]
+    shown: dict[tuple[int, str], list[str]] = {}
+    for columns in (200, 60):
+        for args in (compile_args, ["run", "two_io.pte", "--devices-on-host"]):
+            printed = CliRunner().invoke(app, args, env={"COLUMNS": str(columns), "NO_COLOR": "1"})
+            assert printed.exit_code == 0, printed.output
+            shown[columns, args[0]] = printed.stdout.splitlines()
+    for command in ("compile", "run"):
+        narrow, wide = shown[60, command], shown[200, command]
+        assert max(map(len, narrow)) <= 60 and len(narrow) > len(wide), narrow
+        assert not [line for line in narrow + wide if line.endswith(" ")], narrow + wide
+        assert not [line for line in wide if line.startswith(" " * 8)], wide  # nothing wrapped at 200
+    assert max(map(len, shown[200, "compile"])) > 80  # not wrapped at 80 whatever the console
