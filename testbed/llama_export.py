@@ -153,13 +153,16 @@ def export_hf_llama(
             strict=True,
         )
     torch.export.save(ep, folder / "model.pt2")
+    # the runner's keys as optimum-executorch's save_config_to_constant_methods writes them from
+    # the model's config and its export's max_seq_len; it writes no get_max_context_len, which the
+    # runner then takes from get_max_seq_len (export_llama writes both)
     metadata = {
         "get_max_seq_len": max_seq,
         "get_max_context_len": max_seq,
-        "get_vocab_size": VOCAB,
+        "get_vocab_size": config.vocab_size,
         "get_n_layers": config.num_hidden_layers,
-        "use_kv_cache": True,
-        "use_sdpa_with_kv_cache": False,
+        "use_kv_cache": model.generation_config.use_cache,
+        "use_sdpa_with_kv_cache": "custom_sdpa" in config._attn_implementation,
         "enable_dynamic_shape": True,
         **(metadata or {}),
     }
