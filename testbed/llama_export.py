@@ -19,6 +19,9 @@ import torch
 # ExecuTorch's custom ops (llama::custom_sdpa, llama::update_cache) register in this module
 CUSTOM_OPS = "executorch.extension.llm.custom_ops.custom_ops"
 VOCAB = 512
+# words export_llama's model loader reads in a checkpoint's path as a pre-quantized checkpoint
+# (examples/models/llama/model.py): its linears are swapped for quantized ones before the weights
+PREQUANTIZED_WORDS = ("int8", "8da4w")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,12 @@ def export_llama(
     holds (so devplan compiles the quantized model ExecuTorch lowers)."""
     import importlib
 
+    if any(word in str(folder) for word in PREQUANTIZED_WORDS):
+        raise ValueError(
+            f"{folder}: ExecuTorch's export_llama takes a checkpoint whose path holds "
+            f"{' or '.join(PREQUANTIZED_WORDS)} as already quantized (and quantizes its linears again "
+            f"at load); export from a folder named otherwise"
+        )
     from executorch.examples.models.llama import export_llama_lib
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
