@@ -16,7 +16,9 @@ programs. Each is loaded by ExecuTorch's TextLLMRunner, which greedily generates
 tokens after one prompt, --repeats times; reported per program: the planned (non-constant)
 bytes of forward, the file's bytes, the median decode tokens per second from the runner's own
 stats, and whether the tokens equal those of ExecuTorch's first program of the example. Ratios
-are devplan's / ExecuTorch's, portable to portable and XNNPACK to XNNPACK, taken in this one run."""
+are devplan's / ExecuTorch's, portable to portable and XNNPACK to XNNPACK, taken in this one run,
+in one Markdown table after the rows: an example's pair of programs a row. With more than one
+example, each runs in a fresh process of this script."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import functools
 import importlib
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -69,10 +72,47 @@ def main() -> None:
         default=[f"{e}:{p}" for e, p in EXAMPLES],
         help="the examples to run (default: all), e.g. export_llama:8da4w",
     )
+    parser.add_argument("--rows-to", type=Path, help=argparse.SUPPRESS)  # one example's rows, for run_apart
     args = parser.parse_args()
     chosen = {tuple(text.split(":", 1)) for text in args.examples}
     if chosen - set(EXAMPLES):
         parser.error(f"--examples: choose among {', '.join(f'{e}:{p}' for e, p in EXAMPLES)}")
+    if len(chosen) > 1:
+        rows = run_apart(args, chosen)
+    else:
+        rows = measure(args, chosen)
+        if args.rows_to:
+            args.rows_to.write_text(json.dumps(rows))
+            return
+    report(rows, args)
+
+
+def run_apart(args: argparse.Namespace, chosen: set) -> list[dict]:
+    """Each example measured in a fresh process of this script, so that one's torch state never
+    reaches the next's and the runner's own printing (the tokens, its stats) stays out of the
+    table."""
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, precision in EXAMPLES:
+            if (name, precision) not in chosen:
+                continue
+            out = Path(scratch) / f"{name}-{precision}.json"
+            size = ["--dim", str(args.dim), "--layers", str(args.layers), "--tokens", str(args.tokens)]
+            command = [sys.executable, __file__, *size, "--repeats", str(args.repeats), "--examples"]
+            done = subprocess.run(
+                [*command, f"{name}:{precision}", "--rows-to", str(out)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            if done.returncode:
+                sys.exit(f"{name}:{precision} failed:\n{done.stderr[-4000:]}")
+            rows += json.loads(out.read_text())
+    return rows
+
+
+def measure(args: argparse.Namespace, chosen: set) -> list[dict]:
+    """The rows of the chosen examples, measured in this process."""
     importlib.import_module(CUSTOM_OPS)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -80,7 +120,7 @@ def main() -> None:
         for (name, precision), (export, portable_too) in EXAMPLES.items():
             if (name, precision) not in chosen:
                 continue
-            folder = Path(scratch) / f"{name}-{precision}"
+            folder = Path(scratch) / f"{name}-{precision}".replace("8da4w", "quantized")  # PREQUANTIZED_WORDS
             folder.mkdir()
             size = dict(dim=args.dim, layers=args.layers, max_seq=2 * args.tokens, metadata=SPECIAL)
             programs = {}
@@ -120,6 +160,10 @@ def main() -> None:
                         "same_tokens": pieces == reference,
                     }
                 )
+    return rows
+
+
+def report(rows: list[dict], args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
@@ -134,16 +178,31 @@ def main() -> None:
             f"{row['same_tokens']}"
         )
     print("backend B: XNNPACK's own working memory beside the plan (its intermediates summed, an upper bound)")
-    for name, precision in sorted(chosen):
+    print()
+    print(side_by_side(rows, args))
+
+
+def side_by_side(rows: list[dict], args: argparse.Namespace) -> str:
+    """The closing table in Markdown: per example, devplan's program against ExecuTorch's of the
+    same export (portable to portable, XNNPACK to XNNPACK), each figure devplan / ExecuTorch (ratio)."""
+    lines = [
+        f"Llama dim {args.dim}, {args.layers} layers, {args.tokens} tokens after the prompt, median of {args.repeats} runs",
+        "",
+        "| example | programs | planned bytes | file bytes | decode tokens/s | same tokens |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for (name, precision), _ in EXAMPLES.items():
         mine = {r["program"]: r for r in rows if (r["export"], r["precision"]) == (name, precision)}
         for ours, theirs in (("devplan", "ET"), ("devplan+xnnpack", "ET+xnnpack")):
-            if ours in mine:
-                a, b = mine[ours], mine[theirs]
-                print(
-                    f"{name} {precision}: {ours}/{theirs} planned bytes {a['planned_bytes'] / b['planned_bytes']:.3f}, "
-                    f"file bytes {a['file_bytes'] / b['file_bytes']:.3f}, "
-                    f"tokens/s {a['decode_tokens_per_s'] / b['decode_tokens_per_s']:.2f}"
-                )
+            if ours not in mine:
+                continue
+            a, b = mine[ours], mine[theirs]
+            cells = [f"{a[key]:,} / {b[key]:,} ({a[key] / b[key]:.2f}x)" for key in ("planned_bytes", "file_bytes")]
+            speed = a["decode_tokens_per_s"] / b["decode_tokens_per_s"]
+            cells.append(f"{a['decode_tokens_per_s']} / {b['decode_tokens_per_s']} ({speed:.2f}x)")
+            same = "yes" if a["same_tokens"] and b["same_tokens"] else "NO"
+            lines.append(f"| {name} {precision} | {ours} / {theirs} | {' | '.join(cells)} | {same} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

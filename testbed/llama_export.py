@@ -19,6 +19,9 @@ import torch
 # ExecuTorch's custom ops (llama::custom_sdpa, llama::update_cache) register in this module
 CUSTOM_OPS = "executorch.extension.llm.custom_ops.custom_ops"
 VOCAB = 512
+# words export_llama's model loader reads in a checkpoint's path as a pre-quantized checkpoint
+# (examples/models/llama/model.py): its linears are swapped for quantized ones before the weights
+PREQUANTIZED_WORDS = ("int8", "8da4w")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,12 @@ def export_llama(
     holds (so devplan compiles the quantized model ExecuTorch lowers)."""
     import importlib
 
+    if any(word in str(folder) for word in PREQUANTIZED_WORDS):
+        raise ValueError(
+            f"{folder}: ExecuTorch's export_llama takes a checkpoint whose path holds "
+            f"{' or '.join(PREQUANTIZED_WORDS)} as already quantized (and quantizes its linears again "
+            f"at load); export from a folder named otherwise"
+        )
     from executorch.examples.models.llama import export_llama_lib
     from executorch.examples.models.llama.llama_transformer import construct_transformer
     from executorch.examples.models.llama.model_args import ModelArgs
@@ -153,13 +162,16 @@ def export_hf_llama(
             strict=True,
         )
     torch.export.save(ep, folder / "model.pt2")
+    # the runner's keys as optimum-executorch's save_config_to_constant_methods writes them from
+    # the model's config and its export's max_seq_len; it writes no get_max_context_len, which the
+    # runner then takes from get_max_seq_len (export_llama writes both)
     metadata = {
         "get_max_seq_len": max_seq,
         "get_max_context_len": max_seq,
-        "get_vocab_size": VOCAB,
+        "get_vocab_size": config.vocab_size,
         "get_n_layers": config.num_hidden_layers,
-        "use_kv_cache": True,
-        "use_sdpa_with_kv_cache": False,
+        "use_kv_cache": model.generation_config.use_cache,
+        "use_sdpa_with_kv_cache": "custom_sdpa" in config._attn_implementation,
         "enable_dynamic_shape": True,
         **(metadata or {}),
     }

@@ -255,3 +255,37 @@ def test_quantize_quick_reports_error_bytes_and_times_against_float_and_executor
     assert row["max_diff"] <= 1e-4  # the same computation as ExecuTorch's program
     with pytest.raises(SystemExit, match="unknown model"):
         quantize.main(["--models", "alexnet"])
+
+
+def test_llm_runner_table_sets_each_example_against_executorchs_program() -> None:
+    """benchmarks/llm_runner.py's closing table: a row per example and pair of programs, each
+    figure devplan's / ExecuTorch's with their ratio (the runs themselves are minutes: not here)."""
+    import argparse
+
+    from benchmarks.llm_runner import side_by_side
+
+    def row(export: str, precision: str, program: str, planned: int, speed: float, same: bool = True) -> dict:
+        return {
+            "export": export,
+            "precision": precision,
+            "program": program,
+            "planned_bytes": planned,
+            "file_bytes": 1000,
+            "decode_tokens_per_s": speed,
+            "same_tokens": same,
+        }
+
+    rows = [
+        row("export_llama", "8da4w", "ET+xnnpack", 4000, 100.0),
+        row("export_llama", "8da4w", "devplan+xnnpack", 2000, 110.0),
+        row("transformers_recipe", "fp32", "ET", 3000, 50.0),
+        row("transformers_recipe", "fp32", "devplan", 1500, 50.0, same=False),
+    ]
+    table = side_by_side(rows, argparse.Namespace(dim=64, layers=2, tokens=8, repeats=1)).splitlines()
+    assert table[2].startswith("| example | programs | planned bytes | file bytes | decode tokens/s |")
+    assert table[4:] == [
+        "| export_llama 8da4w | devplan+xnnpack / ET+xnnpack | 2,000 / 4,000 (0.50x) | 1,000 / 1,000 (1.00x) "
+        "| 110.0 / 100.0 (1.10x) | yes |",
+        "| transformers_recipe fp32 | devplan / ET | 1,500 / 3,000 (0.50x) | 1,000 / 1,000 (1.00x) "
+        "| 50.0 / 50.0 (1.00x) | NO |",
+    ]

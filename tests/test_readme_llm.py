@@ -1,8 +1,9 @@
-"""The README's LLM example runs as printed (issue 35): the python block after
-`<!-- llm-example -->`, in a folder holding only a tokenizer.json, exports a transformers Llama,
-compiles it with `llm=True` and generates with ExecuTorch's TextLLMRunner; the program's
-constant methods are what the export says, and the runner's greedy tokens are its own
-lowering's of the same export."""
+"""The README's LLM examples run as printed (issue 35): each python block after an
+`<!-- llm-example... -->` marker (transformers' recipe and export_llama, fp32 and 8da4w), in a
+folder holding only a tokenizer.json, exports a Llama, compiles it with `llm=True` and generates
+with ExecuTorch's TextLLMRunner; the program's constant methods are what the export says, the
+runner's greedy tokens are those of ExecuTorch's own program of the same export, and the
+program passes `check --max-ratio 1.05`."""
 
 from __future__ import annotations
 
@@ -50,37 +51,60 @@ def constant_returns(path: Path) -> dict:
     return {m["name"]: m["returns"] for m in devplan.inspect(path.read_bytes())["methods"] if "returns" in m}
 
 
-@pytest.mark.sweep  # a fresh process that exports, compiles and generates: about a minute
-def test_the_readmes_llm_example_runs_as_printed(tmp_path):
+def same_as_executorch(folder: Path, done: subprocess.CompletedProcess) -> dict:
+    """The block's program against ExecuTorch's own (executorch.pte) of the same export: the
+    runner's greedy tokens equal, the block's output ends with them, and the program passes the
+    README's CI gate; the constant methods devplan wrote."""
+    import devplan
 
-    done = run_example(tmp_path, "llm-example")
+    want, _ = generate(folder / "executorch.pte", folder / "tokenizer.json", "the quick brown fox", new_tokens=16)
+    got, _ = generate(folder / "llama.pte", folder / "tokenizer.json", "the quick brown fox", new_tokens=16)
+    assert got == want and len(got) == 16
+    assert done.stdout.strip().splitlines()[-1].endswith("".join(got).strip())  # the example echoes the prompt
+    checks = devplan.check(folder / "llama.pte", max_ratio=1.05)
+    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+    return constant_returns(folder / "llama.pte")
+
+
+# transformers' recipe: the fp32 block, and the 8da4w block (torchao before the export, XNNPACK)
+@pytest.mark.sweep  # a fresh process that exports, compiles and generates: about a minute each
+@pytest.mark.parametrize("marker", ["llm-example", "llm-example-8da4w"])
+def test_the_readmes_transformers_examples_run_as_printed(tmp_path, marker):
+    done = run_example(tmp_path, marker)
     returns = constant_returns(tmp_path / "llama.pte")
-    # ExecuTorch's own lowering of the same export, with the same constant methods
+    # ExecuTorch's own lowering of the same export, with the same constant methods, XNNPACK
+    # taking the 8da4w linears as ExecuTorch's LLM recipe lowers them
+    import torchao.quantization  # noqa: F401  (the 8da4w export's torchao ops, for torch.export.load)
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
+    quantized = 'backends=["xnnpack"]' in example(marker)
+    assert quantized == marker.endswith("8da4w")
     metadata = {
         name: value[0] if len(value) == 1 and name != "get_eos_ids" else value for name, value in returns.items()
     }
-    lowered = to_edge_transform_and_lower(torch.export.load(tmp_path / "llama.pt2"), constant_methods=metadata)
+    lowered = to_edge_transform_and_lower(
+        torch.export.load(tmp_path / "llama.pt2"),
+        partitioner=[XnnpackPartitioner()] if quantized else [],
+        constant_methods=metadata,
+    )
     (tmp_path / "executorch.pte").write_bytes(lowered.to_executorch().buffer)
-    want, _ = generate(tmp_path / "executorch.pte", tmp_path / "tokenizer.json", "the quick brown fox", new_tokens=16)
-    got, _ = generate(tmp_path / "llama.pte", tmp_path / "tokenizer.json", "the quick brown fox", new_tokens=16)
-    assert got == want and len(got) == 16
-    assert done.stdout.strip().splitlines()[-1].endswith("".join(got).strip())  # the example echoes the prompt
+    same_as_executorch(tmp_path, done)
     assert returns["get_vocab_size"] == [512] and returns["get_n_layers"] == [2] and returns["use_kv_cache"] == [True]
     assert returns["get_max_seq_len"] == [64] and returns["get_eos_ids"] == [2]
 
 
-@pytest.mark.sweep  # export_llama twice (the example's export, and ExecuTorch's program) and XNNPACK: minutes
-def test_the_readmes_export_llama_example_runs_as_printed(tmp_path):
-    """The export_llama block (8da4w with XNNPACK): its program generates the tokens of
-    export_llama's own program of the same checkpoint and flags, --llm wrote the metadata that
-    export_llama writes, and the program passes the README's CI gate."""
-    import devplan
-
-    done = run_example(tmp_path, "llm-example-export-llama")
-    command = re.search(r"subprocess\.run\(\s*(\[.*?\])", example("llm-example-export-llama"), re.DOTALL).group(1)
+# export_llama: the 8da4w block (XNNPACK, 8-bit embeddings) and the fp32 block
+@pytest.mark.sweep  # export_llama twice (the example's export, and ExecuTorch's program): minutes each
+@pytest.mark.parametrize("marker", ["llm-example-export-llama", "llm-example-export-llama-fp32"])
+def test_the_readmes_export_llama_examples_run_as_printed(tmp_path, marker):
+    """The export_llama block's program generates the tokens of export_llama's own program of
+    the same checkpoint and flags, --llm wrote the metadata that export_llama writes, and the
+    program passes the README's CI gate."""
+    done = run_example(tmp_path, marker)
+    command = re.search(r"subprocess\.run\(\s*(\[.*?\])", example(marker), re.DOTALL).group(1)
     flags = [flag for flag in eval(command, {"sys": sys}) if flag != "--export_only"]  # the example's own export
+    assert ("8da4w" in flags) == (marker == "llm-example-export-llama")
     subprocess.run(
         [*flags, "--metadata", '{"get_bos_id": 1, "get_eos_ids": [2]}', "--output_name", "executorch.pte"],
         cwd=tmp_path,
@@ -88,10 +112,5 @@ def test_the_readmes_export_llama_example_runs_as_printed(tmp_path):
         capture_output=True,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
-    assert constant_returns(tmp_path / "llama.pte") == constant_returns(tmp_path / "executorch.pte")
-    want, _ = generate(tmp_path / "executorch.pte", tmp_path / "tokenizer.json", "the quick brown fox", new_tokens=16)
-    got, _ = generate(tmp_path / "llama.pte", tmp_path / "tokenizer.json", "the quick brown fox", new_tokens=16)
-    assert got == want and len(got) == 16
-    assert done.stdout.strip().splitlines()[-1].endswith("".join(got).strip())
-    checks = devplan.check(tmp_path / "llama.pte", max_ratio=1.05)
-    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+    returns = same_as_executorch(tmp_path, done)
+    assert returns == constant_returns(tmp_path / "executorch.pte")

@@ -41,7 +41,7 @@ BACKENDS = {"executorch_8da4w": ["xnnpack"], "transformers_8da4w": ["xnnpack"]}
 
 @pytest.fixture(scope="module", params=list(EXPORTS))
 def llama(request, tmp_path_factory):
-    folder = tmp_path_factory.mktemp(request.param)
+    folder = tmp_path_factory.mktemp("llama")  # never a name export_llama reads as pre-quantized
     exported = EXPORTS[request.param](folder, metadata=SPECIAL)
     importlib.import_module(CUSTOM_OPS)
     importlib.import_module("executorch.exir.passes._quant_patterns_and_replacements")  # quantized embeddings
@@ -120,3 +120,11 @@ def test_check_max_ratio_passes(llama):
     _, result, _, _ = llama
     checks = devplan.check(result.data, max_ratio=1.05)
     assert checks and all(c.ok for c in checks), [c for c in checks if not c.ok]
+
+
+def test_export_llama_refuses_a_folder_it_would_read_as_pre_quantized(tmp_path):
+    """export_llama takes a checkpoint whose path holds "8da4w" or "int8" as quantized already
+    and swaps its linears before loading it: a Llama of width 256 exported from such a folder
+    failed in torch.export (the benchmark's), one of width 64 passed unnoticed (this corpus's)."""
+    with pytest.raises(ValueError, match="already quantized"):
+        export_llama(tmp_path / "export_llama-8da4w", qmode="8da4w")
