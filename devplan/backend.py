@@ -8,15 +8,18 @@ from __future__ import annotations
 import json
 import operator
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from devplan.errors import DevplanError, first_line
 from devplan.extras import BACKENDS, import_module
 from devplan.jsontext import loads
-from devplan.ops import BACKEND_ID, NUMBER_OPS
 from devplan.spec import Device
+
+if TYPE_CHECKING:
+    import torch
+
+# devplan's own delegate backend: its payload is an ET12 program for the delegate's device
+BACKEND_ID = "DevplanDelegate"
 
 TARGET_DEVICE = "target_device"  # the compile spec key ExecuTorch reads a delegate's device from
 
@@ -44,6 +47,10 @@ class Backend:
         return cls(device, ops)
 
     def takes(self, node: torch.fx.Node) -> bool:
+        import torch  # here, not at the top: options (which parse backends) stay torch-free to import
+
+        from devplan.ops import NUMBER_OPS
+
         if node.op != "call_function":
             return False
         if node.target is operator.getitem:  # picks a result of a multi-output op: goes where the op goes
@@ -70,6 +77,8 @@ class Adopted:
 
 
 def _op_name(name: str) -> str:
+    import torch  # as in Backend.takes
+
     short = name.strip().removeprefix("aten::").removeprefix("aten.").split(".")[0]
     if not hasattr(torch.ops.aten, short):
         raise DevplanError(f"unknown op {name.strip()!r}; name aten ops as aten::linear")

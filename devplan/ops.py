@@ -100,8 +100,6 @@ SAME_BYTES = frozenset(
 )
 
 
-# devplan's own delegate backend: its payload is an ET12 program for the delegate's device
-BACKEND_ID = "DevplanDelegate"
 # ExecuTorch's copies between the host and a device (self, out) -> out
 TO_DEVICE, TO_HOST = "et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"
 

@@ -155,3 +155,14 @@ def test_contributings_map_names_every_room():
     assert [room for room in rooms if room not in layout] == []
     packages = [tests, *(p for p in folders if any(p.glob("*.py")))]
     assert [p.name for p in packages if not (p / "__init__.py").exists()] == []
+
+
+def test_options_import_no_torch():
+    """Issue 38's leaf: parsing a command's options (backends, budgets, delegates) loads no
+    torch, which alone takes seconds to import; devplan.backend imports it where a node is read."""
+    import subprocess
+    import sys
+
+    probe = "import sys, devplan.options; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]", run.stdout[:300]

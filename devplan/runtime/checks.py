@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from devplan.backend import BACKEND_ID
 from devplan.errors import DevplanError
-from devplan.ops import BACKEND_ID
 from devplan.pte import PteFile
 from devplan.pte.decode import MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes

@@ -18,8 +18,8 @@ from typing import Any, Sequence
 
 import torch
 
+from devplan.backend import BACKEND_ID
 from devplan.errors import DevplanError, first_line
-from devplan.ops import BACKEND_ID
 from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import Delegate, MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
