@@ -2,8 +2,9 @@
 Llama-3-style model of ExecuTorch's examples, exported by ExecuTorch's export_llama pipeline
 with a KV cache and its sdpa and update_cache custom ops; and a transformers Llama through
 transformers' ExecuTorch recipe (a static cache, input_ids and cache_position). devplan compiles
-each export with the same constant methods as ExecuTorch's own program of it (an 8da4w-quantized
-export with XNNPACK, as ExecuTorch's LLM recipe lowers it). `TextLLMRunner` loads both programs
+each export (also one with ExecuTorch's quantized embeddings) with the same constant methods as
+ExecuTorch's own program of it; the 8da4w recipe with XNNPACK is README's examples, run as
+printed by tests/test_readme_llm.py. `TextLLMRunner` loads both programs
 and must generate the same 32 tokens greedily; devplan's program must plan no more bytes, the
 KV cache included, and pass `check --max-ratio 1.05`."""
 
@@ -29,14 +30,9 @@ EXPORTS = {
     "transformers_recipe": export_hf_llama,
     # ExecuTorch's quantized embedding (quantized_decomposed::embedding_byte), as export_llama -E 8,0 makes it
     "executorch_quantized_embedding": functools.partial(export_llama, embedding_quantize="8,0"),
-    # ExecuTorch's LLM quantization recipe (export_llama -X -qmode 8da4w -G 32 -E 8,0): torchao's 8-bit
-    # dynamic activations and 4-bit weights in the linears, which XNNPACK's quantized kernels run
-    "executorch_8da4w": functools.partial(export_llama, xnnpack=True, qmode="8da4w", embedding_quantize="8,0"),
-    # the same quantization of a transformers Llama before the recipe's export is README's example, run as
-    # printed against ExecuTorch's program of it by tests/test_readme_llm.py (suite time: one such export here)
+    # ExecuTorch's LLM quantization recipe (8da4w, XNNPACK), by export_llama and by transformers' recipe, is
+    # README's examples, run as printed against ExecuTorch's program of the same export by tests/test_readme_llm.py
 }
-# compiled as ExecuTorch lowers them; the others on portable kernels
-BACKENDS = {"executorch_8da4w": ["xnnpack"]}
 
 
 @pytest.fixture(scope="module", params=list(EXPORTS))
@@ -49,7 +45,6 @@ def llama(request, tmp_path_factory):
         exported.pt2,
         folder / "devplan.pte",
         constant_methods=exported.metadata,
-        backends=BACKENDS.get(request.param, []),
     )
     return exported, result, word_tokenizer(folder), request.param
 
@@ -86,7 +81,7 @@ def test_cli_compiles_the_same_program(llama, tmp_path):
     import subprocess
     import sys
 
-    exported, result, _, name = llama
+    exported, result, _, _ = llama
     (tmp_path / "llm.json").write_text(json.dumps(exported.metadata))
     out = tmp_path / "cli.pte"
     done = subprocess.run(
@@ -104,7 +99,6 @@ def test_cli_compiles_the_same_program(llama, tmp_path):
             "quantized_decomposed",
             "--metadata",
             str(tmp_path / "llm.json"),
-            *(f"--backend={backend}" for backend in BACKENDS.get(name, [])),
         ],
         capture_output=True,
         text=True,
