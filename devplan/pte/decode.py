@@ -291,15 +291,20 @@ def method(pte: PteFile, plan_index: int) -> MethodView:
     return pte.memo(("decoded", plan_index), lambda: _decode(pte, plan_index, pte.program.executionPlan[plan_index]))
 
 
+def negative_buffer(sizes) -> tuple[int, int] | None:
+    """The first planned buffer (its mem_id and size) whose size is negative; buffer 0 is
+    reserved and never read, by ExecuTorch either."""
+    return next(((mem_id, size) for mem_id, size in enumerate(sizes[1:], start=1) if size < 0), None)
+
+
 def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
     name = text(plan.name)
     where = f"{pte.name}: method {name}"
     if plan.nonConstBufferSizes is None:  # every tensor's place is read against it; ExecuTorch refuses it too
         raise DevplanError(f"{where} has no non_const_buffer_sizes table; the program is damaged")
     sizes = tuple(ints(plan.nonConstBufferSizes))
-    for mem_id, size in enumerate(sizes[1:], start=1):  # 0 is reserved and never read, by ExecuTorch either
-        if size < 0:
-            raise DevplanError(f"{where}: buffer {mem_id} has a negative size ({size}); the program is damaged")
+    if negative := negative_buffer(sizes):
+        raise DevplanError(f"{where}: buffer {negative[0]} has a negative size ({negative[1]}); the program is damaged")
     kinds, tensors, lists, scalars = [], {}, {}, {}
     for index, value in enumerate(plan.values or ()):
         kind, val = int(value.valType), value.val

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from devplan.errors import DevplanError
 from devplan.pte import PteFile
+from devplan.pte.decode import negative_buffer
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.program_view import program_view
 from devplan.pte.reader import ints, text
@@ -24,12 +25,11 @@ def check_every_method(pte: PteFile) -> None:
     any method as it loads the program."""
     for plan in pte.program.executionPlan or ():
         where = f"{pte.name}: method {text(plan.name)}"
-        for mem_id, size in enumerate(ints(plan.nonConstBufferSizes)[1:], start=1):  # 0: reserved, unread
-            if size < 0:
-                raise DevplanError(
-                    f"{where}: buffer {mem_id} has a negative size ({size}), so ExecuTorch's runtime "
-                    f"refuses the whole program, whichever method is run; the program is damaged"
-                )
+        if negative := negative_buffer(ints(plan.nonConstBufferSizes)):
+            raise DevplanError(
+                f"{where}: buffer {negative[0]} has a negative size ({negative[1]}), so ExecuTorch's runtime "
+                f"refuses the whole program, whichever method is run; the program is damaged"
+            )
         values, inputs = plan.values or (), set(ints(plan.inputs))
         for index, value in enumerate(values):
             if value.valType == KernelTypes.Tensor and value.val is not None:
