@@ -101,7 +101,6 @@ def run_command(
     from devplan.runtime import HostAllocator, LoadedMethod, registered
     from devplan.runtime.allocator import peaks, reset_peaks
     from devplan.runtime.memory import Memory
-    from devplan.runtime.program_validation import check_planned_total
     from devplan.runtime.report import device_memory, run_document
 
     # one limit for the inputs, read or made, and all the program's memory
@@ -121,7 +120,6 @@ def run_command(
         with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
             devices = {d for view in methods(pte) for d in view.buffer_devices.values()}
             reset_peaks(devices)
-            check_planned_total(pte, memory.limit)  # ExecuTorch's runtime allocates every method's buffers
             loaded = LoadedMethod(pte, method, memory=memory, cuda_graphs=cuda_graphs)
             try:
                 given = given if given is not None else loaded.sample_inputs(seed)

@@ -65,6 +65,8 @@ class LoadedMethod:
         method's arenas, unplanned tensors and constants copied to a device may take in all,
         its delegates' included (they share the caller's `memory`). `cuda_graphs`: a payload
         whose buffers are in CUDA memory replays its steps as a CUDA graph (graphs.py)."""
+        self.memory = memory or Memory(max_memory)
+        check_planned_total(pte, self.memory.limit)  # ExecuTorch's runtime allocates every method's buffers
         # once per file (a refused file is refused again each time it is asked)
         pte.memo(("runnable",), lambda: check_program(pte))
         view = method_view(pte, name)
@@ -77,7 +79,6 @@ class LoadedMethod:
         self.lent = set(lent or ())
         self.cuda_graphs = cuda_graphs
         self.graph_steps: GraphSteps | None = None
-        self.memory = memory or Memory(max_memory)
         self.delegates: list[LoadedMethod] = []
         self.work = 0  # tensor elements the last call read and wrote
         try:
@@ -394,7 +395,6 @@ def run(
     """Run `method` of a .pte `runs` times on the same loaded method; the outputs of each run.
     `data`: the .ptd holding the weights the program keeps outside it."""
     pte = read_pte(source, data=data)
-    check_planned_total(pte, MAX_MEMORY)
     loaded = LoadedMethod(pte, method)
     try:
         return [loaded.execute(inputs) for _ in range(runs)]
