@@ -153,9 +153,10 @@ class _Functional:
 
     def __call__(self, *args, **kwargs):
         outs = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
-        given = {a.name: value for a, value in zip(self._schema.arguments, args)}
-        for a, value in zip(self._schema.arguments, args):  # torch crashes on a dtype code it does not define
-            if str(a.real_type).startswith("ScalarType") and isinstance(value, int) and value not in CODE_TO_NAME:
+        given = {**{a.name: value for a, value in zip(self._schema.arguments, args)}, **kwargs}
+        for a in self._schema.arguments:  # torch crashes on a dtype code it does not define (a ScalarType?'s too)
+            value = given.get(a.name)
+            if "ScalarType" in str(a.real_type) and isinstance(value, int) and value not in CODE_TO_NAME:
                 raise ValueError(f"{a.name} is {value}, no ScalarType code")
         if given.get("quant_min", 0) > given.get("quant_max", 0):  # ExecuTorch's kernels abort on it
             raise ValueError(f"quant_min {given['quant_min']} is greater than quant_max {given['quant_max']}")

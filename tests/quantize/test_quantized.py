@@ -138,10 +138,20 @@ def test_an_op_no_library_defines_is_named_in_one_line(tmp_path):
     assert not (tmp_path / "c.pte").exists()
 
 
-def test_a_dtype_code_torch_does_not_define_is_refused_not_a_crash():
-    """Found by issue 29's fuzz run: a changed byte made quantize_per_tensor's dtype argument a
-    number no ScalarType has, and torch's functional quantize, reading its dtype table past the
-    end, crashed the process (SIGSEGV); devplan's runtime refuses it in one line."""
+@pytest.mark.parametrize(
+    "op_name, argument, code",
+    [
+        # issue 29's fuzz run: torch's functional quantize read its dtype table past the end (SIGSEGV)
+        ("quantized_decomposed::quantize_per_tensor", "dtype", 50),
+        # issue 36's 100k run: a changed byte pointed dequantize's keyword-only `out_dtype` (a
+        # ScalarType?) at an int value of -19, which torch's functional dequantize read as a dtype
+        ("quantized_decomposed::dequantize_per_tensor", "out_dtype", -19),
+    ],
+)
+def test_a_dtype_code_torch_does_not_define_is_refused_not_a_crash(op_name, argument, code):
+    """A dtype argument (optional or keyword-only too) holding a number no ScalarType has:
+    torch's functional quantized ops crash the process on it; devplan's runtime refuses it in
+    one line."""
     import copy
 
     from devplan.errors import DevplanError
@@ -152,9 +162,7 @@ def test_a_dtype_code_torch_does_not_define_is_refused_not_a_crash():
     program = copy.deepcopy(pte.program)
     plan = program.executionPlan[0]
     op = next(
-        i
-        for i, o in enumerate(plan.operators)
-        if (o.name.decode() if isinstance(o.name, bytes) else o.name) == "quantized_decomposed::quantize_per_tensor"
+        i for i, o in enumerate(plan.operators) if (o.name.decode() if isinstance(o.name, bytes) else o.name) == op_name
     )
     call = next(
         i.instrArgs
@@ -162,7 +170,11 @@ def test_a_dtype_code_torch_does_not_define_is_refused_not_a_crash():
         for i in c.instructions
         if hasattr(i.instrArgs, "opIndex") and i.instrArgs.opIndex == op
     )
-    dtype_position = [a.name for a in QUANTIZED["quantized_decomposed::quantize_per_tensor"].arguments].index("dtype")
-    plan.values[call.args[dtype_position]].val.intVal = 50  # past torch's table: it reads whatever lies there
-    with pytest.raises(DevplanError, match=r"dtype is 50, no ScalarType code"):
+    position = [a.name for a in QUANTIZED[op_name].arguments].index(argument)
+    dtype = [a.name for a in QUANTIZED[op_name].arguments].index("dtype")
+    value = copy.deepcopy(plan.values[call.args[dtype]])  # an int value, whatever the argument held
+    value.val.intVal = code
+    plan.values.append(value)
+    call.args[position] = len(plan.values) - 1
+    with pytest.raises(DevplanError, match=rf"{argument} is {code}, no ScalarType code"):
         devplan.runtime.run(dumps_pte(program, pte.segments), list(args))
