@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Callable, Mapping, cast
 
@@ -41,6 +41,7 @@ from devplan.passes.adopt import adopt_delegates
 from devplan.passes.backends import lower_to_backends
 from devplan.passes.delegates import Group, delegate_groups
 from devplan.passes.device_results import results_on_device
+from devplan.passes.fold import fold_constants
 from devplan.passes.partition import partition
 from devplan.passes.quantize import QuantizeReport, quantize
 from devplan.passes.split import from_exported
@@ -274,6 +275,8 @@ def _plan_program(
     if len(own) < len(options.delegates):
         low = stage("adopt", adopt_delegates, low)
     for pass_name, graph_pass in GRAPH_PASSES:
+        if pass_name == "fold" and options.fold != "auto":
+            graph_pass = partial(fold_constants, policy=options.fold)
         low = stage(pass_name, graph_pass, low)
     folding = dict(low.folding)
     if options.delegates:

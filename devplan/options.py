@@ -14,6 +14,10 @@ from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT
 from devplan.planning.planner import ALGORITHMS
 from devplan.quantization import quantized_delegates
 
+# --fold: auto folds a constant subgraph where the bytes say so, all every one (as ExecuTorch's
+# const-prop does), none nothing
+FOLDING = ("auto", "all", "none")
+
 
 @dataclass(frozen=True)
 class CompileOptions:
@@ -22,6 +26,7 @@ class CompileOptions:
     budgets: tuple[tuple[str, int], ...] = ()  # (buffer mem_id or device, bytes)
     inplace: bool = True  # results over inputs that die with them; cat pieces in place
     reorder: bool = True  # instructions in the order that holds the fewest bytes at once
+    fold: str = "auto"  # constant folding, one of FOLDING (passes/fold.py)
     # backends taking ops, in turn: devplan's own, to run on their device, and ExecuTorch's
     # partitioners (--backend, --partitioner), whose backends compile their groups
     delegates: tuple["Backend | Partitioner", ...] = ()
@@ -53,6 +58,8 @@ class CompileOptions:
             raise DevplanError(
                 f"unknown memory planning algorithm {self.planner!r}; use one of: {', '.join(ALGORITHMS)}"
             )
+        if self.fold not in FOLDING:
+            raise DevplanError(f"--fold {self.fold}: use one of: {', '.join(FOLDING)}")
         if self.dump_dir is not None and self.dump_dir.exists() and not self.dump_dir.is_dir():
             raise DevplanError(f"--dump-dir {self.dump_dir}: is a file; name a folder (it is made if missing)")
         for name in self.kernels:

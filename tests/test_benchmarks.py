@@ -15,6 +15,7 @@ from benchmarks import (
     compile_vs_executorch,
     device_plan_vs_executorch,
     dynamic_vs_executorch,
+    fold_sweep,
     moe_vs_executorch,
     plan_vs_executorch,
     quantized_vs_executorch,
@@ -289,3 +290,16 @@ def test_llm_runner_table_sets_each_example_against_executorchs_program() -> Non
         "| transformers_recipe fp32 | devplan / ET | 1,500 / 3,000 (0.50x) | 1,000 / 1,000 (1.00x) "
         "| 50.0 / 50.0 (1.00x) | NO |",
     ]
+
+
+def test_fold_sweep_sets_each_policy_against_executorchs_const_prop(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("transformers")
+    assert fold_sweep.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    (row,) = table_rows(out, fold_sweep.HEADERS)
+    cells = dict(zip(fold_sweep.HEADERS, map(int, row)))
+    assert (cells["hidden"], cells["tokens"], cells["batch"], cells["buckets"]) == (32, 8, 2, 16)
+    # folding everything stores the repeated position tables: the smallest arena, under const-prop's
+    assert cells["all"] < cells["auto"] < cells["none"] and cells["all"] <= cells["ET"]
+    assert all(cells[f"{p} total"] > cells[p] for p in ("ET", *fold_sweep.POLICIES))
+    assert "all <= ET: 1 of 1" in out

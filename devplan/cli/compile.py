@@ -28,6 +28,13 @@ def _given_order(ctx: typer.Context, names) -> list[str]:
     return [name for name in ctx.meta.get("devplan_order", []) if name in names]
 
 
+def _folding(incomplete: str) -> list[str]:
+    """Shell completion's values for --fold."""
+    from devplan.options import FOLDING
+
+    return [name for name in FOLDING if name.startswith(incomplete)]
+
+
 def _planners(incomplete: str) -> list[str]:
     """Shell completion's values for --planner."""
     from devplan.planning.planner import ALGORITHMS
@@ -85,6 +92,16 @@ def compile_command(
         ),
     ] = "best",
     budget: Budgets = None,
+    fold: Annotated[
+        str,
+        typer.Option(
+            "--fold",
+            metavar="HOW",
+            autocompletion=_folding,
+            help="Constant folding: auto (a constant subgraph folded where the bytes say so), all (every "
+            "one, as ExecuTorch's const-prop: a smaller arena, a larger file), or none.",
+        ),
+    ] = "auto",
     inplace: Annotated[
         bool,
         typer.Option(
@@ -309,6 +326,7 @@ def compile_command(
             budgets=budgets,
             inplace=inplace,
             reorder=reorder,
+            fold=fold,
             delegates=backends,
             device_io=device_io,
             source=source,

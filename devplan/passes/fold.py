@@ -35,7 +35,7 @@ _KEPT_QUANTIZED = ("quantized_decomposed::dequantize_",)
 SHARED_FOLD_CAP = 1 << 20
 
 
-def fold_constants(low: Lowered) -> Lowered:
+def fold_constants(low: Lowered, policy: str = "auto") -> Lowered:
     """Replace each constant-only subgraph whose result is used at run time by a stored
     constant. When nothing else reads its inputs, it is folded if the result is no larger
     than they are (the constant bytes never grow). When the run reads them too (a projection
@@ -43,13 +43,19 @@ def fold_constants(low: Lowered) -> Lowered:
     added: it is folded when it is no larger than the weights it is computed from nor
     SHARED_FOLD_CAP, and the bytes the run needs at once to compute it (`_run_peak`) exceed
     the bytes it adds; a subgraph whose result is too large (a repeat) has its inputs
-    considered in its place. `low.folding` says what was folded and what it cost.
+    considered in its place. `low.folding` says what was folded and what it cost. That is
+    `policy` auto; all folds every subgraph whatever its bytes, as ExecuTorch's const-prop
+    does (a repeat of a position table stored, not planned); none folds nothing.
 
     Every step on the way is bounded before it is evaluated, from the node's fake value (shape
     and dtype): a result larger than both the constants it is computed from and
     SHARED_FOLD_CAP stays a run-time op, and so does everything computed from it. So
     compile-time work is bounded by what the program stores, never by shapes a small file can
     name (`w.expand(10**6, 10**4).contiguous()` from one weight)."""
+    if policy == "none":
+        return replace(
+            low, folding={"subgraphs": 0, "shared_inputs": 0, "constant_bytes_added": 0, "run_bytes_removed": 0}
+        )
     gm = low.gm
     values: dict[torch.fx.Node, torch.Tensor] = {}
     cone: dict[torch.fx.Node, set[torch.fx.Node]] = {}
@@ -85,7 +91,9 @@ def fold_constants(low: Lowered) -> Lowered:
         closed = all(user in inside for n in inside - {node} for user in n.users)
         leaves = [n for n in inside if n.op != "call_function"]
         leaf_bytes = sum(values[leaf].nbytes for leaf in leaves)
-        if closed and leaves:
+        if policy == "all":
+            shared += not closed and bool(leaves)
+        elif closed and leaves:
             if result.nbytes > leaf_bytes:
                 continue
         else:

@@ -207,3 +207,51 @@ def test_constant_subgraph_too_large_to_fold_stays_a_run_time_op(how):
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[-1]) <= 64  # the weight, not a folded copy of anything
     assert peak is not None and peak < 2**30, peak
+
+
+# ------------------------------------------------------------------------------- --fold
+
+
+class RepeatedTable(torch.nn.Module):
+    """DeBERTa's relative keys in small: a position table projected by the weight the input
+    meets too, then repeated over the batch; the repeat outweighs the weights it comes from."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj, self.table = torch.nn.Linear(16, 16), torch.nn.Parameter(torch.randn(32, 16))
+
+    def forward(self, x):
+        keys = self.proj(self.table).unsqueeze(0).repeat(x.shape[0], 1, 1)
+        return torch.bmm(self.proj(x), keys.transpose(1, 2))
+
+
+@pytest.mark.parametrize("fold", ["auto", "all", "none"])
+def test_fold_policy_runs_as_eager(fold):
+    torch.manual_seed(0)
+    module, args = RepeatedTable().eval().requires_grad_(False), (torch.randn(4, 8, 16),)
+    _matches_eager(module, args, {}, devplan.compile(torch.export.export(module, args, strict=False), fold=fold))
+
+
+def test_fold_all_stores_what_auto_leaves_to_run_time_and_none_folds_nothing():
+    """--fold all stores the repeated table (a smaller arena, a larger file), as ExecuTorch's
+    const-prop does; auto leaves the repeat to run time; none folds not even the projection."""
+    from testbed.executorch import planned_bytes
+
+    torch.manual_seed(0)
+    module, args = RepeatedTable().eval().requires_grad_(False), (torch.randn(4, 8, 16),)
+    auto, every, none = (
+        devplan.compile(torch.export.export(module, args, strict=False), fold=fold) for fold in ("auto", "all", "none")
+    )
+    ops = lambda result: [k.op for k in result.planned.method.kernels]  # noqa: E731
+    assert "aten::repeat.out" in ops(auto) and "aten::repeat.out" not in ops(every)
+    assert planned_bytes(every.data) < planned_bytes(auto.data) and every.constant_bytes > auto.constant_bytes
+    assert none.summary()["folding"]["subgraphs"] == 0 and ops(none).count("aten::linear.out") == 2
+
+
+def test_an_unknown_fold_policy_is_refused_in_one_line():
+    from devplan.errors import DevplanError
+
+    with pytest.raises(DevplanError, match="--fold most: use one of: auto, all, none"):
+        devplan.compile(
+            torch.export.export(TransposedWeight().eval(), (torch.randn(4, 32),), strict=False), fold="most"
+        )

@@ -1,0 +1,109 @@
+"""Constant folding against ExecuTorch's const-prop, over sizes: DeBERTa-v2 (relative positions
+projected by the key weights and repeated over the batch) at each hidden size, token count,
+padded batch and position-bucket count, compiled by devplan with `--fold auto`, `all` and
+`none` and lowered by ExecuTorch with const-prop (`do_quant_fusion_and_const_prop=True`).
+
+    python benchmarks/fold_sweep.py [--hidden 32,128] [--tokens 8,64] [--batch 1,2] [--buckets 16,64] [--quick] [--json]
+
+Each configuration is exported once (2 layers, 2 heads, transformers' DebertaV2Model with
+random weights; a batch of 2 pads its second sequence, as a served batch does). Per policy:
+the planned arena (non-constant bytes) and arena plus constant bytes; `auto <= ET` and
+`all <= ET`: the arena at most const-prop's; `auto <= none` and `all <= none`: arena plus
+constants at most not folding's. Below the table: how many configurations meet each."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+import devplan  # noqa: E402
+from benchmarks.harness import table  # noqa: E402
+from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
+
+POLICIES = ("auto", "all", "none")
+HEADERS = (
+    "hidden",
+    "tokens",
+    "batch",
+    "buckets",
+    "ET",
+    "ET total",
+    *(f"{p}{s}" for p in POLICIES for s in ("", " total")),
+)
+CHECKS = ("auto <= ET", "all <= ET", "auto <= none", "all <= none")
+
+
+def deberta(hidden: int, tokens: int, batch: int, buckets: int) -> torch.export.ExportedProgram:
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    config = DebertaV2Config(
+        vocab_size=128,
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=64,
+        relative_attention=True,
+        position_buckets=buckets,
+        pos_att_type=["p2c", "c2p"],
+    )
+    torch.manual_seed(0)
+    module = DebertaV2Model(config).eval()
+    ids = torch.randint(3, 128, (batch, tokens))
+    kwargs = {}
+    if batch > 1:
+        mask = torch.ones(batch, tokens, dtype=torch.long)
+        mask[1, tokens // 2 :] = 0
+        kwargs = {"attention_mask": mask}
+    with torch.no_grad():
+        return torch.export.export(module, (ids,), kwargs, strict=False)
+
+
+def measure(hidden: int, tokens: int, batch: int, buckets: int) -> dict:
+    row: dict = {"hidden": hidden, "tokens": tokens, "batch": batch, "buckets": buckets}
+    theirs = executorch_pte(deberta(hidden, tokens, batch, buckets), const_prop=True)
+    row["ET"] = planned_bytes(theirs)
+    row["ET total"] = row["ET"] + devplan.inspect(theirs)["file"]["constant_bytes"]
+    for policy in POLICIES:  # a fresh export each: compiling edits the graph it is given
+        result = devplan.compile(deberta(hidden, tokens, batch, buckets), fold=policy)
+        row[policy] = planned_bytes(result.data)
+        row[f"{policy} total"] = row[policy] + result.constant_bytes
+    for policy in ("auto", "all"):
+        row[f"{policy} <= ET"] = row[policy] <= row["ET"]
+        row[f"{policy} <= none"] = row[f"{policy} total"] <= row["none total"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sizes = lambda text: [int(n) for n in text.split(",")]  # noqa: E731
+    parser.add_argument("--hidden", type=sizes, default=[32, 128], help="hidden sizes (default 32,128)")
+    parser.add_argument("--tokens", type=sizes, default=[8, 64], help="tokens per sequence (default 8,64)")
+    parser.add_argument("--batch", type=sizes, default=[1, 2], help="batch sizes; 2 pads its second (default 1,2)")
+    parser.add_argument("--buckets", type=sizes, default=[16, 64], help="position buckets (default 16,64)")
+    parser.add_argument(
+        "--quick", action="store_true", help="one configuration: hidden 32, 8 tokens, batch 2, 16 buckets"
+    )
+    parser.add_argument("--json", action="store_true", help="print the rows as one JSON document")
+    args = parser.parse_args(argv)
+    grid = [(32, 8, 2, 16)] if args.quick else itertools.product(args.hidden, args.tokens, args.batch, args.buckets)
+    rows = [measure(*config) for config in grid]
+    met = {check: sum(row[check] for row in rows) for check in CHECKS}
+    if args.json:
+        print(json.dumps({"rows": rows, "met": met}, indent=2))
+        return 0
+    print("planned arena and arena + constants (bytes) of devplan's --fold policies and ExecuTorch's const-prop")
+    print(table(HEADERS, [[row[key] for key in HEADERS] for row in rows]))
+    print("\n" + "; ".join(f"{check}: {count} of {len(rows)}" for check, count in met.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
