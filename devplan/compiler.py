@@ -163,7 +163,8 @@ def compile(
     turn, to run them on its device; with `device_io`, inputs only they read are planned on
     their device and their results are returned from there. `reorder` runs the instructions
     in the order that holds the fewest bytes at once, `inplace` lets results take the bytes of
-    inputs that die with them. `source` keeps, per instruction, the module, op and line it came
+    inputs that die with them; `fold` ('auto', 'all' or 'none') chooses which constant
+    subgraphs are computed here and stored. `source` keeps, per instruction, the module, op and line it came
     from, and the user's names of inputs and weights (ET12's stacktrace). `budgets` maps a
     buffer's mem_id or a device to the bytes it may plan; `kernels` names modules to import
     first, for the op libraries they register; `external_constants` is a path where the weights
