@@ -59,7 +59,9 @@ def same_as_executorch(folder: Path, done: subprocess.CompletedProcess) -> dict:
 
     want, _ = generate(folder / "executorch.pte", folder / "tokenizer.json", "the quick brown fox", new_tokens=16)
     got, _ = generate(folder / "llama.pte", folder / "tokenizer.json", "the quick brown fox", new_tokens=16)
-    assert got == want and len(got) == 16
+    # the examples' weights are random and unseeded (as a user's first run is): a run may reach the
+    # end-of-sequence token before 16 (CI's once did after 4), both programs alike
+    assert got == want and (len(got) == 16 or got[-1] == "</s>"), (got, want)
     assert done.stdout.strip().splitlines()[-1].endswith("".join(got).strip())  # the example echoes the prompt
     checks = devplan.check(folder / "llama.pte", max_ratio=1.05)
     assert all(c.ok for c in checks), [c for c in checks if not c.ok]
