@@ -26,6 +26,7 @@ import torch  # noqa: E402
 import devplan  # noqa: E402
 from benchmarks.harness import table  # noqa: E402
 from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
+from testbed.hf_models import deberta_v2  # noqa: E402
 
 POLICIES = ("auto", "all", "none")
 HEADERS = (
@@ -41,29 +42,9 @@ CHECKS = ("auto <= ET", "all <= ET", "auto <= none", "all <= none")
 
 
 def deberta(hidden: int, tokens: int, batch: int, buckets: int) -> torch.export.ExportedProgram:
-    from transformers import DebertaV2Config, DebertaV2Model
-
-    config = DebertaV2Config(
-        vocab_size=128,
-        hidden_size=hidden,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=2 * hidden,
-        max_position_embeddings=64,
-        relative_attention=True,
-        position_buckets=buckets,
-        pos_att_type=["p2c", "c2p"],
-    )
-    torch.manual_seed(0)
-    module = DebertaV2Model(config).eval()
-    ids = torch.randint(3, 128, (batch, tokens))
-    kwargs = {}
-    if batch > 1:
-        mask = torch.ones(batch, tokens, dtype=torch.long)
-        mask[1, tokens // 2 :] = 0
-        kwargs = {"attention_mask": mask}
+    module, args, kwargs = deberta_v2(hidden, tokens, batch, buckets)
     with torch.no_grad():
-        return torch.export.export(module, (ids,), kwargs, strict=False)
+        return torch.export.export(module, args, kwargs, strict=False)
 
 
 def measure(hidden: int, tokens: int, batch: int, buckets: int) -> dict:

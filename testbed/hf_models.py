@@ -395,6 +395,34 @@ def wav2vec2() -> HFCase:
     return _build(Wav2Vec2Model, config), (torch.randn(1, 1600),), {}
 
 
+def deberta_v2(hidden: int = 32, tokens: int = SEQ, batch: int = 1, buckets: int = 16, padded_from=None) -> HFCase:
+    """DeBERTa-v2 with relative positions (2 layers, 2 heads), apart from FAMILIES: the folding
+    tests and benchmarks/fold_sweep.py size it. Its position table is projected by the key
+    weights and repeated over the batch; a batch of more than one pads its second sequence from
+    token `padded_from` (default: half way), as a served batch is."""
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    config = DebertaV2Config(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=64,
+        relative_attention=True,
+        position_buckets=buckets,
+        pos_att_type=["p2c", "c2p"],
+    )
+    torch.manual_seed(SEED)
+    module = DebertaV2Model(config).eval()
+    ids = _tokens(batch, tokens)
+    if batch == 1:
+        return module, (ids,), {}
+    mask = torch.ones(batch, tokens, dtype=torch.long)
+    mask[1, tokens // 2 if padded_from is None else padded_from :] = 0
+    return module, (ids,), {"attention_mask": mask}
+
+
 def _randomize_batch_norm(module: nn.Module) -> nn.Module:
     # fresh batch norms (mean 0, var 1) are identities in eval mode and would hide folding mistakes
     torch.manual_seed(SEED + 1)

@@ -136,34 +136,12 @@ def test_a_constant_subgraph_of_shared_weights_is_folded_when_the_arena_gains():
     _matches_eager(module, args, {}, result)
 
 
-def _deberta(batch: int):
-    from transformers import DebertaV2Config, DebertaV2Model
-
-    config = DebertaV2Config(
-        vocab_size=128,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        relative_attention=True,
-        position_buckets=16,
-        pos_att_type=["p2c", "c2p"],
-    )
-    torch.manual_seed(0)
-    module = DebertaV2Model(config).eval()
-    ids = torch.randint(3, 128, (batch, 8))
-    if batch == 1:
-        return module, (ids,), {}
-    mask = torch.ones(batch, 8, dtype=torch.long)
-    mask[1, 5:] = 0  # the second sequence is padded
-    return module, (ids,), {"attention_mask": mask}
-
-
 @pytest.mark.parametrize("batch", [pytest.param(1, marks=pytest.mark.sweep), 2], ids=["one", "padded_batch"])
 def test_deberta_relative_positions_are_folded(batch):
     pytest.importorskip("transformers")
-    module, args, kwargs = _deberta(batch)
+    from testbed.hf_models import deberta_v2
+
+    module, args, kwargs = deberta_v2(batch=batch, padded_from=5)
     ep = torch.export.export(module, args, kwargs, strict=False)
     result = devplan.compile(ep)
     ours, theirs = _against_executorch_const_prop(ep, result)
