@@ -36,6 +36,7 @@ from devplan.ir.planned import PlannedMethod
 from devplan.ir.role import PROGRAM, Role
 from devplan.llm import llm_metadata
 from devplan.options import CompileOptions
+from devplan.parallel import cores
 from devplan.passes import GRAPH_PASSES, method_passes
 from devplan.passes.adopt import adopt_delegates
 from devplan.passes.backends import lower_to_backends
@@ -271,7 +272,7 @@ def _plan_program(
         ep, report = quantized.program, quantized.report
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
-        ep = stage("backends", lower_to_backends, ep, options.delegates)
+        ep = stage("backends", lower_to_backends, ep, options.delegates, options.jobs or cores())
     low = stage("split", from_exported, ep)
     if len(own) < len(options.delegates):
         low = stage("adopt", adopt_delegates, low)

@@ -46,6 +46,8 @@ class CompileOptions:
     # tuples, gives the inputs it calibrates on and measures the error on
     quantize: str | None = None
     calibration: Path | tuple | None = None
+    # processes compiling the backends' partitions at once (None: one per core this process may use)
+    jobs: int | None = None
     # each stage's result checked (devplan/wellformed.py): with --debug, and in the tests, whose
     # conftest sets DEVPLAN_CHECK_STAGES for every compile they make, in-process or not
     checks: bool = field(default_factory=lambda: os.environ.get("DEVPLAN_CHECK_STAGES") == "1")
@@ -60,6 +62,8 @@ class CompileOptions:
             )
         if self.fold not in FOLDING:
             raise DevplanError(f"--fold {self.fold}: use one of: {', '.join(FOLDING)}")
+        if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):
+            raise DevplanError(f"--jobs {self.jobs}: give a number of processes from 1 up, e.g. 2")
         if self.dump_dir is not None and self.dump_dir.exists() and not self.dump_dir.is_dir():
             raise DevplanError(f"--dump-dir {self.dump_dir}: is a file; name a folder (it is made if missing)")
         for name in self.kernels:

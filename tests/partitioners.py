@@ -6,6 +6,9 @@ names them)."""
 from __future__ import annotations
 
 import operator
+import os
+import signal
+import time
 
 import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
@@ -60,6 +63,16 @@ class RaisingBackend(AddsTo):
         super().__init__("FailsToCompile")
 
 
+class InProcesses(AddsTo):
+    def __init__(self) -> None:
+        super().__init__("NamesItsProcess")
+
+
+class DiesInAWorker(AddsTo):
+    def __init__(self) -> None:
+        super().__init__("DiesOutsideTheTest")
+
+
 class TakesState(AddsTo):
     """Tags the adds and the buffers they update, so that the delegate would own state."""
 
@@ -89,3 +102,27 @@ class FailsToCompile(BackendDetails):
     @staticmethod
     def preprocess(edge_program, compile_specs):
         raise ValueError("this backend cannot compile anything")
+
+
+class NamesItsProcess(BackendDetails):
+    """A payload naming the process whose preprocess made it: which partitions --jobs gave to
+    other processes."""
+
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        time.sleep(0.5)  # long enough that every process takes a partition before none are left
+        return PreprocessResult(processed_bytes=str(os.getpid()).encode())
+
+
+_TEST_PROCESS = os.getpid()
+
+
+class DiesOutsideTheTest(BackendDetails):
+    """A preprocess that kills any process but the one that imported it: a --jobs worker crashing."""
+
+    @staticmethod
+    def preprocess(edge_program, compile_specs):
+        if os.getpid() != _TEST_PROCESS:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.5)  # as NamesItsProcess: the worker takes a partition
+        return PreprocessResult(processed_bytes=b"made in the test process")

@@ -154,6 +154,18 @@ def compile_command(
             show_default=False,
         ),
     ] = None,
+    jobs: Annotated[
+        Optional[int],
+        typer.Option(
+            "--jobs",
+            "-j",
+            metavar="N",
+            min=1,
+            help="Processes compiling --backend and --partitioner partitions at once (default: one per "
+            "core). The program is the same bytes whatever N.",
+            show_default=False,
+        ),
+    ] = None,
     device_io: Annotated[
         bool,
         typer.Option(
@@ -328,6 +340,7 @@ def compile_command(
             reorder=reorder,
             fold=fold,
             delegates=backends,
+            jobs=jobs,
             device_io=device_io,
             source=source,
             dump_dir=dump_dir,

@@ -6,6 +6,7 @@ pipeline. Only this stage imports ExecuTorch (the `devplan[executorch]` extra)."
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -16,16 +17,18 @@ from devplan.backend import Backend, Partitioner
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.ir.lowered import ForeignCall
+from devplan.parallel import forked_map
 from devplan.pte.writer import SEGMENT_ALIGNMENT
 
 
 def lower_to_backends(
-    ep: torch.export.ExportedProgram, delegates: tuple[Backend | Partitioner, ...]
+    ep: torch.export.ExportedProgram, delegates: tuple[Backend | Partitioner, ...], jobs: int = 1
 ) -> torch.export.ExportedProgram:
     """`ep` with every group the partitioners among `delegates` take compiled by its
     backend: ExecuTorch's edge program, its ops turned back into ATen ops and each delegate
     call into a call_module of a ForeignCall. A partitioner never takes the ops of devplan's
-    own backends given before it; those after it take what it left."""
+    own backends given before it; those after it take what it left. The backends' preprocess
+    runs on `jobs` processes, one partition at a time each."""
     partitioners = [d for d in delegates if isinstance(d, Partitioner)]
     exir = import_module("executorch.exir", partitioners[0].label)
     made = []
@@ -34,7 +37,8 @@ def lower_to_backends(
         made.append((p, _Guarded(p.make(), p.label, earlier)))
     config = exir.EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)
     try:
-        with torch.no_grad():  # ExecuTorch's state write-back would otherwise trip autograd
+        # no_grad: ExecuTorch's state write-back would otherwise trip autograd
+        with torch.no_grad(), _preprocess_on(jobs, partitioners[0].label), _provenance_shared():
             edge = exir.to_edge_transform_and_lower(
                 ep, partitioner=[guarded for _, guarded in made], compile_config=config
             )
@@ -47,6 +51,60 @@ def lower_to_backends(
     lowered = edge.exported_program()
     _adopt(lowered.graph_module)
     return lowered
+
+
+@contextlib.contextmanager
+def _preprocess_on(jobs: int, label: str):
+    """ExecuTorch's lowering with each backend that keeps ExecuTorch's own
+    preprocess_multimethod (a preprocess per partition, nothing shared among them) running
+    its partitions on `jobs` processes; the payloads are the same bytes as one process makes."""
+    details = import_module("executorch.exir.backend.backend_details", label).BackendDetails
+    serial = details.__dict__["preprocess_multimethod"]
+    if jobs > 1:
+        details.preprocess_multimethod = classmethod(functools.partial(_preprocess_all, jobs=jobs))
+    try:
+        yield
+    finally:
+        details.preprocess_multimethod = serial
+
+
+@contextlib.contextmanager
+def _provenance_shared():
+    """torch's NodeSource with its provenance chain shared, not deep-copied: each pass of
+    ExecuTorch's lowering (some twenty per XNNPACK partition) records every new node's source
+    by copying the whole chain of sources before it, a cost that grows with every pass (a
+    seventh of an XNNPACK compile). No pass changes a recorded source, so sharing the chain
+    keeps the same provenance, and the same debug handles ExecuTorch derives from it."""
+    source = torch.fx.traceback.NodeSource
+    deep = source.__init__
+
+    def shared(self, node, pass_name: str = "", action=None) -> None:
+        deep(self, None, pass_name, action)
+        if node:
+            self.node_info = source.NodeInfo(name=node.name, target=str(node.target), graph_id=id(node.graph))
+            self.from_node = list(node.meta.get("from_node") or ())
+
+    source.__init__ = shared
+    try:
+        yield
+    finally:
+        source.__init__ = deep
+
+
+def _preprocess_all(cls, edge_programs: dict, compile_specs: dict, *, jobs: int) -> dict:
+    """BackendDetails.preprocess_multimethod's results, the partitions shared among processes."""
+    work = [
+        (cls, program, specs)
+        for method, programs in edge_programs.items()
+        for program, specs in zip(programs, compile_specs[method], strict=True)
+    ]
+    results = iter(forked_map(_preprocess_one, work, jobs, cost=lambda w: len(w[1].graph.nodes)))
+    return {method: [next(results) for _ in programs] for method, programs in edge_programs.items()}
+
+
+def _preprocess_one(work: tuple):
+    cls, program, specs = work
+    return cls.preprocess(program, specs)
 
 
 def _blame(guarded: list["_Guarded"]) -> str:
