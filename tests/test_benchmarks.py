@@ -12,6 +12,7 @@ import pytest
 
 import devplan
 from benchmarks import (
+    compile_speed,
     compile_vs_executorch,
     device_plan_vs_executorch,
     dynamic_vs_executorch,
@@ -303,3 +304,16 @@ def test_fold_sweep_sets_each_policy_against_executorchs_const_prop(capsys: pyte
     assert cells["all"] < cells["auto"] < cells["none"] and cells["all"] <= cells["ET"]
     assert all(cells[f"{p} total"] > cells[p] for p in ("ET", *fold_sweep.POLICIES))
     assert "all <= ET: 1 of 1" in out
+
+
+def test_compile_speed_sets_devplan_with_xnnpack_against_executorchs_lowering(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("transformers")
+    assert compile_speed.main(["--quick", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["rows"]
+    assert row["model"] == "gpt2_tiny" and row["partitions"] > 1
+    assert math.isclose(row["ratio"], row["devplan_seconds"] / row["executorch_seconds"])
+    assert math.isclose(row["jobs_1_ratio"], row["jobs_1_seconds"] / row["executorch_seconds"])
+    assert "process_ratio" not in row and set(doc["geomean"]) == {"ratio", "jobs_1_ratio"}
