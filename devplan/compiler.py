@@ -170,8 +170,9 @@ def compile(
     buffer's mem_id or a device to the bytes it may plan; `kernels` names modules to import
     first, for the op libraries they register; `external_constants` is a path where the weights
     are written instead, as ExecuTorch's .ptd data file, which the program's tensors name by key
-    (one copy for every method; the runtime loads the program with it); `alignment`, `planner`,
-    `dump_dir`."""
+    (one copy for every method; the runtime loads the program with it); `jobs` is how many
+    processes preprocess the backends' partitions (default one per core; the same bytes
+    whatever it is); `alignment`, `planner`, `dump_dir`."""
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
     import_kernels(options.kernels)

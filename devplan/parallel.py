@@ -33,7 +33,7 @@ def forked_map(
     is raised here as a RuntimeError with its first line; a worker that dies without answering
     is one too."""
     jobs = max(1, min(jobs, len(items)))
-    if jobs == 1 or not hasattr(os, "fork"):
+    if jobs == 1 or sys.platform != "linux":  # elsewhere fork is unsafe once threads run (macOS) or missing
         return [fn(item) for item in items]
     # the queue: indices in a pipe every process reads one at a time (reads of a few bytes are atomic)
     queue, feed = os.pipe()
@@ -82,13 +82,19 @@ def _fork(fn: Callable, items: Sequence, queue: int, feed: int) -> tuple[int, in
         if torch is not None:
             torch.set_num_threads(1)
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends the worker; the parent reports it
-        answer: tuple[str, object]
+        result: tuple[str, object]
         try:
-            answer = ("ok", _take(fn, items, queue))
+            result = ("ok", _take(fn, items, queue))
         except BaseException as error:  # noqa: BLE001 - told to the parent, which raises it
-            answer = ("error", first_line(error))
+            result = ("error", first_line(error))
+        try:
+            answer = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as error:  # a lambda, a lock: what a pipe cannot carry
+            answer = pickle.dumps(
+                ("error", f"a result cannot be sent between processes ({first_line(error)}); run with --jobs 1")
+            )
         with os.fdopen(writer, "wb") as pipe:
-            pickle.dump(answer, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+            pipe.write(answer)
         sys.stdout.flush()
         sys.stderr.flush()
     except BaseException:  # noqa: BLE001 - a worker must never return into the parent's code

@@ -75,6 +75,16 @@ def test_a_worker_that_dies_is_named_with_its_signal():
     assert _children() <= before
 
 
+def _unsendable(x: int):
+    time.sleep(0.5)  # so that the worker takes an item too
+    return lambda: x
+
+
+def test_a_result_no_pipe_can_carry_is_an_error_that_says_so():
+    with pytest.raises(RuntimeError, match="cannot be sent between processes .*; run with --jobs 1"):
+        forked_map(_unsendable, [1, 2], jobs=2)
+
+
 def test_when_this_process_fails_the_workers_are_stopped_not_awaited():
     before = _children()
     start = time.monotonic()
