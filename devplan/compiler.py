@@ -3,7 +3,7 @@
 per method (forward, then --method's):
 load [-> llm] [-> quantize] [-> backends: ExecuTorch's partitioners and preprocess] -> split (from_exported)
      [-> adopt: the backends' delegates as foreign calls]
-     -> GRAPH_PASSES (decompose, permutes, fold, views, sizes), each Lowered -> Lowered
+     -> GRAPH_PASSES (decompose, permutes, broadcasts, fold, views, sizes), each Lowered -> Lowered
      [-> partition -> each delegate_group: results_on_device, lower_method (as a payload), to_program, dumps_pte]
      -> lower_method: build_method -> method_passes (copies, alias, compact, [place,] concat, schedule,
                       inplace), each Method -> Method -> plan_method
@@ -15,18 +15,21 @@ then every planned method, constant methods too -> to_program -> pte_image (the 
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from dataclasses import dataclass, field, replace
-from functools import cached_property, partial
+from functools import cached_property
 from pathlib import Path
 from typing import Callable, Mapping, cast
+
+import torch
 
 from devplan.backend import Backend
 from devplan.documents import CompiledFile, CompiledMethod, CompileSummary, Folding
 from devplan.dump import stage_text
 from devplan.emit.build import build_method, constant_method
-from devplan.emit.program import ExternalWeights, to_program
+from devplan.emit.program import ExternalWeights, stored_size, to_program
 from devplan.errors import DevplanError, InternalError
 from devplan.files import write_atomic
 from devplan.gate.load import import_kernels, load
@@ -42,7 +45,7 @@ from devplan.passes.adopt import adopt_delegates
 from devplan.passes.backends import lower_to_backends
 from devplan.passes.delegates import Group, delegate_groups
 from devplan.passes.device_results import results_on_device
-from devplan.passes.fold import fold_constants
+from devplan.passes.fold import read_constants
 from devplan.passes.partition import partition
 from devplan.passes.quantize import QuantizeReport, quantize
 from devplan.passes.split import from_exported
@@ -62,7 +65,9 @@ class CompileResult:
     constant_bytes: int
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
-    folding: dict[str, int] = field(default_factory=dict)  # fold_constants' choice (passes/fold.py), all methods'
+    # fold_constants' record (passes/fold.py), all methods' summed, and under "choices" each
+    # method's policies planned (arena, constant bytes) and the one kept
+    folding: dict = field(default_factory=dict)
     methods: tuple[PlannedMethod, ...] = ()  # every method's plan, in the program's order (forward first)
     # with external_constants: the .ptd as the pieces written, and how many keys it holds
     external: Spread | None = None
@@ -91,7 +96,13 @@ class CompileResult:
             "schema_version": 1,
             "file": file,
             "methods": [_method_summary(planned) for planned in self.methods or (self.planned,)],
-            "folding": cast(Folding, {key: int(self.folding.get(key, 0)) for key in _FOLDING}),
+            "folding": cast(
+                Folding,
+                {
+                    **{key: int(self.folding.get(key, 0)) for key in _FOLDING},
+                    "choices": list(self.folding.get("choices", [])),
+                },
+            ),
             "timings": {
                 "seconds": round(self.seconds, 3),
                 "stages": {name: round(seconds, 4) for name, seconds in self.stage_seconds.items()},
@@ -191,6 +202,7 @@ def compile(
     if options.llm:  # read once, from the loaded export, which forward then compiles
         sources["forward"], constants = _llm(model, constants, stage)
     folding: dict[str, int] = {}
+    fold_choices: list[dict] = []
     planned = []
     quantization = None
     for name, source in sources.items():  # forward's stages keep their plain names
@@ -204,7 +216,8 @@ def compile(
                 error.args = (f"{os.fspath(given)}: {error}",)
             raise
         planned.append(plan)
-        folding = {key: folding.get(key, 0) + folded.get(key, 0) for key in {*folding, *folded}}
+        folding = {key: folding.get(key, 0) + folded.get(key, 0) for key in _FOLDING}
+        fold_choices += folded["choices"]
     planned += [stage(f"{name}.plan", plan_method, constant_method(name, value)) for name, value in constants.items()]
     external = ExternalWeights() if options.external_constants is not None else None
     program, segments = stage("emit", to_program, *planned, source=options.source, external=external)
@@ -230,7 +243,7 @@ def compile(
         stored,
         time.perf_counter() - start,
         stage.seconds,
-        folding,
+        {**folding, "choices": fold_choices},
         tuple(planned),
         data,
         external.count if external is not None else 0,
@@ -277,17 +290,81 @@ def _plan_program(
     low = stage("split", from_exported, ep)
     if len(own) < len(options.delegates):
         low = stage("adopt", adopt_delegates, low)
-    for pass_name, graph_pass in GRAPH_PASSES:
-        if pass_name == "fold" and options.fold != "auto":
-            graph_pass = partial(fold_constants, policy=options.fold)
+    fold_at = [pass_name for pass_name, _ in GRAPH_PASSES].index("fold")
+    for pass_name, graph_pass in GRAPH_PASSES[:fold_at]:
         low = stage(pass_name, graph_pass, low)
-    folding = dict(low.folding)
+    if options.fold != "auto":
+        plan, folding = _folded(low, options.fold, options, stage, own, name)
+        return plan, {**folding, "choices": [_choice(name, options.fold, plan, folding, True)]}, report
+    # auto: each policy planned, the one whose arena plus constants is least kept (the smaller
+    # arena where they tie); a policy that folds what another did is not planned again, nor none
+    # where one folds without growing the constants. Each is planned under the stages' own
+    # names, its timings and dumps kept only for the one kept.
+    tried: dict[tuple[int, ...], tuple[str, PlannedMethod, dict, Stages]] = {}
+    for policy in FOLD_POLICIES:
+        if policy == "none" and any(f["constant_bytes_added"] <= 0 for _, _, f, _ in tried.values()):
+            continue  # a folding that stores no more than it replaces only drops run-time values: none cannot beat it
+        quiet = replace(stage, dump_dir=None, seconds={})
+        folded = quiet("fold", dict(GRAPH_PASSES)["fold"], _copied(low), policy=policy)
+        same = tuple(folded.folding.get(key, 0) for key in _FOLDING)
+        if same not in tried:
+            tried[same] = (policy, *_folded(folded, None, options, quiet, own, name), quiet)
+    policy, plan, folding, kept = min(tried.values(), key=lambda t: (_cost(t[1], t[2]), _arena(t[1])))
+    choices = [_choice(name, p, planned, f, p == policy) for p, planned, f, _ in tried.values()]
+    if stage.dump_dir is None:
+        stage.seconds.update(kept.seconds)
+    else:  # its stages again, dumped (the same results: a compile is deterministic)
+        plan, folding = _folded(low, policy, options, stage, own, name)
+    return plan, {**folding, "choices": choices}, report
+
+
+# the policies --fold auto plans, the local rule first: it is kept where all cost the same
+FOLD_POLICIES = ("local", "all", "none")
+
+
+def _folded(
+    low: Lowered, policy: str | None, options: CompileOptions, stage: "Stages", own: tuple, name: str
+) -> tuple[PlannedMethod, dict]:
+    """The graph folded by `policy` (None: folded already), through the rest of the graph stages
+    and its delegates' payloads to its plan; with what folding stored."""
+    if policy is not None:
+        low = stage("fold", dict(GRAPH_PASSES)["fold"], low, policy=policy)
+    fold_at = [pass_name for pass_name, _ in GRAPH_PASSES].index("fold")
+    for pass_name, graph_pass in GRAPH_PASSES[fold_at + 1 :]:
+        low = stage(pass_name, graph_pass, low)
+    folding = {**low.folding, "stored": stored_size(read_constants(low))}
     if options.delegates:
         low = stage("partition", partition, low, own)
         # the recursion: each delegate's group is lowered by the program's own stages, as a payload
         payloads = {group.call: _payload(group, options, stage.within(group.call)) for group in delegate_groups(low)}
         low = replace(low, payloads={**low.payloads, **payloads})
-    return lower_method(low, options, stage, name=name), folding, report
+    return lower_method(low, options, stage, name=name), folding
+
+
+def _arena(plan: PlannedMethod) -> int:
+    return sum(buffer.size for buffer in plan.buffers)
+
+
+def _cost(plan: PlannedMethod, folding: dict) -> int:
+    return _arena(plan) + folding["stored"]
+
+
+def _choice(method: str, policy: str, plan: PlannedMethod, folding: dict, chosen: bool) -> dict:
+    return {
+        "method": method,
+        "policy": policy,
+        "arena": _arena(plan),
+        "constant_bytes": folding["stored"],
+        "chosen": chosen,
+    }
+
+
+def _copied(low: Lowered) -> Lowered:
+    """The program with a graph of its own, for a pass that edits it in place; the weights shared."""
+    graph = torch.fx.Graph()
+    graph._codegen = copy.deepcopy(low.gm.graph._codegen)
+    graph.output(graph.graph_copy(low.gm.graph, {}))
+    return replace(low, gm=torch.fx.GraphModule(low.gm, graph))
 
 
 def _payload(group: Group, options: CompileOptions, stage: "Stages") -> Payload:

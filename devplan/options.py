@@ -14,9 +14,10 @@ from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT
 from devplan.planning.planner import ALGORITHMS
 from devplan.quantization import quantized_delegates
 
-# --fold: auto folds a constant subgraph where the bytes say so, all every one (as ExecuTorch's
-# const-prop does), none nothing
-FOLDING = ("auto", "all", "none")
+# --fold: local folds a constant subgraph where its own bytes say so, all every one (as
+# ExecuTorch's const-prop does), none nothing; auto plans each of them and keeps the one whose
+# arena plus constants is least (compiler.py)
+FOLDING = ("auto", "local", "all", "none")
 
 
 @dataclass(frozen=True)

@@ -298,12 +298,18 @@ def test_fold_sweep_sets_each_policy_against_executorchs_const_prop(capsys: pyte
     assert fold_sweep.main(["--quick"]) == 0
     out = capsys.readouterr().out
     (row,) = table_rows(out, fold_sweep.HEADERS)
-    cells = dict(zip(fold_sweep.HEADERS, map(int, row)))
+    cells = {key: cell if key == "kept" else int(cell) for key, cell in zip(fold_sweep.HEADERS, row)}
     assert (cells["hidden"], cells["tokens"], cells["batch"], cells["buckets"]) == (32, 8, 2, 16)
-    # folding everything stores the repeated position tables: the smallest arena, under const-prop's
-    assert cells["all"] < cells["auto"] < cells["none"] and cells["all"] <= cells["ET"]
+    # auto keeps the policy of least arena plus constants, under const-prop's arena and not folding's total
+    kept = cells["kept"]
+    assert kept in ("local", "all", "none") and (cells["auto"], cells["auto total"]) == (
+        cells[kept],
+        cells[f"{kept} total"],
+    )
+    assert cells["auto total"] == min(cells[f"{p} total"] for p in ("local", "all", "none"))
+    assert cells["all"] <= cells["local"] < cells["none"] and cells["auto"] <= cells["ET"]
     assert all(cells[f"{p} total"] > cells[p] for p in ("ET", *fold_sweep.POLICIES))
-    assert "all <= ET: 1 of 1" in out
+    assert "auto <= ET: 1 of 1; auto <= none: 1 of 1" in out
 
 
 def test_compile_speed_sets_devplan_with_xnnpack_against_executorchs_lowering(

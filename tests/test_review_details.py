@@ -120,6 +120,7 @@ def test_counts_agree_with_their_nouns(programs):
             }
         ],
         "file": {"constant_bytes": 0, "size": 100},
+        "folding": {"choices": []},
         "timings": {"seconds": 1.5},
     }
     first = compile_lines(summary, [], "m.pte", None)[0]

@@ -98,8 +98,9 @@ def compile_command(
             "--fold",
             metavar="HOW",
             autocompletion=_folding,
-            help="Constant folding: auto (a constant subgraph folded where the bytes say so), all (every "
-            "one, as ExecuTorch's const-prop: a smaller arena, a larger file), or none.",
+            help="Constant folding: auto (plans local, all and none and keeps the least arena plus "
+            "constants; the summary says which), local (a subgraph folded where its own bytes say so), all "
+            "(every one, as ExecuTorch's const-prop: a smaller arena, a larger file), or none.",
         ),
     ] = "auto",
     inplace: Annotated[

@@ -10,7 +10,7 @@ import re
 from rich.console import Console
 from rich.text import Text
 
-from devplan.documents import CompiledDelegate, CompileSummary, Quantization, RunDocument
+from devplan.documents import CompiledDelegate, CompileSummary, FoldChoice, Quantization, RunDocument
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.difftext import WIDTH, cause_lines, change_lines, outcome, peak_text, wrapped
 from devplan.units import counted, exact_size_text, printable, size_text
@@ -33,6 +33,7 @@ def compile_lines(
                 f"  buffer {b['mem_id']} ({b['device']}): {exact_size_text(b['size'])} planned, "
                 f"lower bound {exact_size_text(b['lower_bound'])}, ratio {ratio:.3f}, {counted(b['tensors'], 'tensor')}"
             )
+        lines.extend(_fold_lines([c for c in summary["folding"]["choices"] if c["method"] == shown["name"]]))
         for device, backend in sorted({(d["target_device"], d["id"]) for d in shown["delegates"]}):
             mine = [d for d in shown["delegates"] if (d["target_device"], d["id"]) == (device, backend)]
             windows = [d["window"] for d in mine if d["window"]]
@@ -62,6 +63,19 @@ def compile_lines(
         f"{summary['timings']['seconds']:.2f} s (loading the model to writing the program)"
     )
     return lines
+
+
+def _fold_lines(choices: list[FoldChoice]) -> list[str]:
+    """The folding policy a method kept, its arena plus constants, and what each other one planned."""
+    kept = [c for c in choices if c["chosen"]]
+    if not kept:
+        return []
+    cost = lambda c: size_text(c["arena"] + c["constant_bytes"])  # noqa: E731
+    others = ", ".join(f"{c['policy']} {cost(c)}" for c in choices if not c["chosen"])
+    return [
+        f"  folding {kept[0]['policy']}: arena {size_text(kept[0]['arena'])} + constants "
+        f"{size_text(kept[0]['constant_bytes'])} = {cost(kept[0])}" + (f" (against {others})" if others else "")
+    ]
 
 
 def _own_memory(delegates: list[CompiledDelegate]) -> str:

@@ -57,11 +57,20 @@ class CompiledMethod(TypedDict):
     delegates: list[CompiledDelegate]
 
 
+class FoldChoice(TypedDict):
+    method: str
+    policy: Literal["local", "all", "none"]
+    arena: int
+    constant_bytes: int
+    chosen: bool
+
+
 class Folding(TypedDict):
     subgraphs: int
     shared_inputs: int
     constant_bytes_added: int
     run_bytes_removed: int
+    choices: list[FoldChoice]
 
 
 class QuantizationError(TypedDict):

@@ -54,6 +54,14 @@ from devplan.spec import CPU, Device, TensorSpec
 CONSTANT_ALIGNMENT = 16
 
 
+def stored_size(tensors) -> int:
+    """The bytes a program's constant segment takes for these tensors: equal ones once, each aligned."""
+    blob = _Blob()
+    for tensor in tensors:
+        blob.add(tensor)
+    return blob.size
+
+
 class _Blob:
     """One data segment of deduplicated, aligned tensors, held as the tensors' own bytes (never
     copied: a compile holds its weights once); item 0 is the format's empty placeholder. Equal

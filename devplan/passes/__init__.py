@@ -11,6 +11,7 @@ from devplan.ir.lowered import Lowered
 from devplan.ir.method import Method
 from devplan.ir.role import PROGRAM, Role
 from devplan.passes.alias import alias_views
+from devplan.passes.broadcasts import read_broadcasts_once
 from devplan.passes.compact import compact
 from devplan.passes.concat import write_cats_in_place
 from devplan.passes.copies import insert_copies
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 GRAPH_PASSES: tuple[tuple[str, Callable[[Lowered], Lowered]], ...] = (
     ("decompose", decompose),
     ("permutes", merge_permutes),
+    ("broadcasts", read_broadcasts_once),
     ("fold", fold_constants),
     ("views", view_dynamic_copies),
     ("sizes", hoist_sizes),

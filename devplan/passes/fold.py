@@ -35,7 +35,7 @@ _KEPT_QUANTIZED = ("quantized_decomposed::dequantize_",)
 SHARED_FOLD_CAP = 1 << 20
 
 
-def fold_constants(low: Lowered, policy: str = "auto") -> Lowered:
+def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
     """Replace each constant-only subgraph whose result is used at run time by a stored
     constant. When nothing else reads its inputs, it is folded if the result is no larger
     than they are (the constant bytes never grow). When the run reads them too (a projection
@@ -44,7 +44,7 @@ def fold_constants(low: Lowered, policy: str = "auto") -> Lowered:
     SHARED_FOLD_CAP, and the bytes the run needs at once to compute it (`_run_peak`) exceed
     the bytes it adds; a subgraph whose result is too large (a repeat) has its inputs
     considered in its place. `low.folding` says what was folded and what it cost. That is
-    `policy` auto; all folds every subgraph whatever its bytes, as ExecuTorch's const-prop
+    `policy` local; all folds every subgraph whatever its bytes, as ExecuTorch's const-prop
     does (a repeat of a position table stored, not planned); none folds nothing.
 
     Every step on the way is bounded before it is evaluated, from the node's fake value (shape
@@ -152,12 +152,17 @@ def _run_peak(inside: set[torch.fx.Node], values) -> int:
 
 def _stored_bytes(low: Lowered) -> int:
     """Bytes of the constants the graph reads (weights and folded results), each once."""
+    return sum(t.nbytes for t in read_constants(low))
+
+
+def read_constants(low: Lowered) -> list[torch.Tensor]:
+    """The constants the graph reads: weights and folded results, each once."""
     gm = low.gm
     read = [
         low.constants[n.name] for n in gm.graph.nodes if n.op == "placeholder" and n.name in low.constants and n.users
     ]
     read += [getattr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr" and n.users]
-    return sum(t.nbytes for t in read if isinstance(t, torch.Tensor))
+    return [t for t in read if isinstance(t, torch.Tensor)]
 
 
 def _nbytes(value) -> int:

@@ -180,7 +180,7 @@ def test_a_bug_in_a_stage_is_one_internal_error_line(tmp_path, monkeypatch, caps
     import devplan.cli
     import devplan.compiler
 
-    def broken(low):
+    def broken(low, **how):
         node = next(iter(low.gm.graph.nodes))  # noqa: F841 - the node the error line names
         raise ValueError("deliberately broken")
 

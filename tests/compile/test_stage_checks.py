@@ -61,8 +61,8 @@ def _method_pass(monkeypatch, stage: str, broken) -> None:
 def test_the_graph_lint_names_a_pass_that_uses_a_node_before_defining_it(exported, monkeypatch):
     run = dict(devplan.passes.GRAPH_PASSES)["fold"]
 
-    def broken(low):
-        low = run(low)
+    def broken(low, **how):
+        low = run(low, **how)
         relu = next(n for n in low.gm.graph.nodes if "relu" in str(n.target))
         next(iter(low.gm.graph.nodes)).prepend(relu)  # before the placeholders it reads
         return low

@@ -1,5 +1,7 @@
 """Constant folding: work that depends only on weights is done at compile time."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -136,19 +138,33 @@ def test_a_constant_subgraph_of_shared_weights_is_folded_when_the_arena_gains():
     _matches_eager(module, args, {}, result)
 
 
-@pytest.mark.parametrize("batch", [pytest.param(1, marks=pytest.mark.sweep), 2], ids=["one", "padded_batch"])
-def test_deberta_relative_positions_are_folded(batch):
+# benchmarks/fold_sweep.py's grid: hidden size, tokens, batch (2 pads its second), position buckets
+FOLD_GRID = list(itertools.product((32, 128), (8, 64), (1, 2), (16, 64)))
+
+
+@pytest.mark.parametrize(
+    "hidden,tokens,batch,buckets",
+    [pytest.param(*size, marks=() if size == (32, 8, 2, 64) else pytest.mark.sweep) for size in FOLD_GRID],
+    ids=["h{}-t{}-b{}-k{}".format(*size) for size in FOLD_GRID],
+)
+def test_deberta_folding_holds_across_sizes(hidden, tokens, batch, buckets):
+    """--fold auto on DeBERTa-v2 at every size of the sweep: an arena no larger than ExecuTorch
+    const-prop's (nor arena plus constants), arena plus constants no larger than not folding's,
+    the same outputs as eager on both runtimes."""
     pytest.importorskip("transformers")
+    from testbed.executorch import planned_bytes
     from testbed.hf_models import deberta_v2
 
-    module, args, kwargs = deberta_v2(batch=batch, padded_from=5)
-    ep = torch.export.export(module, args, kwargs, strict=False)
-    result = devplan.compile(ep)
-    ours, theirs = _against_executorch_const_prop(ep, result)
-    print(
-        f"deberta batch {batch}: devplan (arena, constants) {ours}, executorch const-prop {theirs}, "
-        f"folding {result.summary()['folding']}"
-    )
+    module, args, kwargs = deberta_v2(hidden, tokens, batch, buckets)
+    export = lambda: torch.export.export(module, args, kwargs, strict=False)  # noqa: E731  # compiling edits it
+    result, unfolded = devplan.compile(export()), devplan.compile(export(), fold="none")
+    _against_executorch_const_prop(export(), result)
+    total = lambda r: planned_bytes(r.data) + r.constant_bytes  # noqa: E731
+    assert total(result) <= total(unfolded), (total(result), total(unfolded))
+    choices = result.summary()["folding"]["choices"]
+    kept = [c for c in choices if c["chosen"]]
+    assert len(kept) == 1 and kept[0]["arena"] == planned_bytes(result.data)
+    assert kept[0]["constant_bytes"] == result.constant_bytes
     _matches_eager(module, args, kwargs, result)
 
 
@@ -192,7 +208,7 @@ def test_constant_subgraph_too_large_to_fold_stays_a_run_time_op(how):
 
 class RepeatedTable(torch.nn.Module):
     """DeBERTa's relative keys in small: a position table projected by the weight the input
-    meets too, then repeated over the batch; the repeat outweighs the weights it comes from."""
+    meets too, then repeated over the batch."""
 
     def __init__(self):
         super().__init__()
@@ -203,33 +219,58 @@ class RepeatedTable(torch.nn.Module):
         return torch.bmm(self.proj(x), keys.transpose(1, 2))
 
 
-@pytest.mark.parametrize("fold", ["auto", "all", "none"])
+class RepeatedWeight(torch.nn.Module):
+    """A weight repeated to the input's rows: the repeat outweighs the weight it comes from."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(8, 16))
+
+    def forward(self, x):
+        return torch.relu(x) * self.weight.repeat(x.shape[0] // 8, 1)
+
+
+@pytest.mark.parametrize("fold", ["auto", "local", "all", "none"])
 def test_fold_policy_runs_as_eager(fold):
     torch.manual_seed(0)
     module, args = RepeatedTable().eval().requires_grad_(False), (torch.randn(4, 8, 16),)
     _matches_eager(module, args, {}, devplan.compile(torch.export.export(module, args, strict=False), fold=fold))
 
 
-def test_fold_all_stores_what_auto_leaves_to_run_time_and_none_folds_nothing():
-    """--fold all stores the repeated table (a smaller arena, a larger file), as ExecuTorch's
-    const-prop does; auto leaves the repeat to run time; none folds not even the projection."""
+def test_fold_all_stores_what_local_leaves_to_run_time_and_none_folds_nothing():
+    """--fold all stores the repeated weight (a smaller arena, a larger file), as ExecuTorch's
+    const-prop does; local leaves the repeat to run time; none folds nothing; auto plans the
+    three and keeps the least arena plus constants, saying so."""
     from testbed.executorch import planned_bytes
 
     torch.manual_seed(0)
-    module, args = RepeatedTable().eval().requires_grad_(False), (torch.randn(4, 8, 16),)
-    auto, every, none = (
-        devplan.compile(torch.export.export(module, args, strict=False), fold=fold) for fold in ("auto", "all", "none")
+    module, args = RepeatedWeight().eval().requires_grad_(False), (torch.randn(64, 16),)
+    auto, local, every, none = (
+        devplan.compile(torch.export.export(module, args, strict=False), fold=fold)
+        for fold in ("auto", "local", "all", "none")
     )
     ops = lambda result: [k.op for k in result.planned.method.kernels]  # noqa: E731
-    assert "aten::repeat.out" in ops(auto) and "aten::repeat.out" not in ops(every)
-    assert planned_bytes(every.data) < planned_bytes(auto.data) and every.constant_bytes > auto.constant_bytes
-    assert none.summary()["folding"]["subgraphs"] == 0 and ops(none).count("aten::linear.out") == 2
+    assert "aten::repeat.out" in ops(local) and "aten::repeat.out" not in ops(every)
+    assert planned_bytes(every.data) < planned_bytes(local.data) and every.constant_bytes > local.constant_bytes
+    assert none.summary()["folding"]["subgraphs"] == 0 and "aten::repeat.out" in ops(none)
+    total = lambda result: planned_bytes(result.data) + result.constant_bytes  # noqa: E731
+    assert total(auto) == min(total(r) for r in (local, every, none))
+    choices = {c["policy"]: c for c in auto.summary()["folding"]["choices"]}
+    assert set(choices) == {"local", "all"}  # local stores no more than it replaces here: none cannot beat it
+    cost = lambda c: c["arena"] + c["constant_bytes"]  # noqa: E731
+    assert [p for p, c in choices.items() if c["chosen"]] == [min(choices, key=lambda p: cost(choices[p]))]
+    for policy, result in (("local", local), ("all", every)):
+        assert (choices[policy]["arena"], choices[policy]["constant_bytes"]) == (
+            planned_bytes(result.data),
+            result.constant_bytes,
+        )
+    _matches_eager(module, args, {}, auto)
 
 
 def test_an_unknown_fold_policy_is_refused_in_one_line():
     from devplan.errors import DevplanError
 
-    with pytest.raises(DevplanError, match="--fold most: use one of: auto, all, none"):
+    with pytest.raises(DevplanError, match="--fold most: use one of: auto, local, all, none"):
         devplan.compile(
             torch.export.export(TransposedWeight().eval(), (torch.randn(4, 32),), strict=False), fold="most"
         )
