@@ -33,6 +33,7 @@ import torch  # noqa: E402
 
 import devplan  # noqa: E402
 from benchmarks.harness import choose, geometric_mean, table  # noqa: E402
+from testbed.device_corpus import Logits  # noqa: E402
 
 QUICK = ("gpt2_tiny",)
 DEFAULT = ("gpt2", "vit", "mobilenet")
@@ -111,18 +112,6 @@ MODELS = {
     "vit_b16": lambda: _vit(768, 12, 12, 224),
     "qwen2_0_5b": _qwen2_0_5b,
 }
-
-
-class Logits(torch.nn.Module):
-    """The model's logits alone: an export whose outputs are plain tensors loads in a process
-    that has not imported the model's transformers module (which registers its output class)."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model(x).logits
 
 
 def export(name: str) -> torch.export.ExportedProgram:

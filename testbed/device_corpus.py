@@ -36,7 +36,7 @@ def llama() -> Case:
         use_cache=False,
     )
     model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa").eval()
-    return _Logits(model), (torch.randint(3, 1000, (1, TOKENS)),)
+    return Logits(model), (torch.randint(3, 1000, (1, TOKENS)),)
 
 
 def vit() -> Case:
@@ -102,15 +102,17 @@ def batchnorm() -> Case:
     return BatchNormNet().eval(), (torch.randn(4, 3, 128, 128),)
 
 
-class _Logits(nn.Module):
-    """A causal LM returning its logits tensor alone."""
+class Logits(nn.Module):
+    """A transformers model returning its logits tensor alone (a causal LM's, a classifier's):
+    an export whose outputs are plain tensors loads in a process that has not imported the
+    model's transformers module (which registers its output class)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: Tensor) -> Tensor:
-        return self.model(input_ids=input_ids).logits
+    def forward(self, inputs: Tensor) -> Tensor:
+        return self.model(inputs).logits
 
 
 class _Hidden(nn.Module):
