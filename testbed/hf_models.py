@@ -423,6 +423,33 @@ def deberta_v2(hidden: int = 32, tokens: int = SEQ, batch: int = 1, buckets: int
     return module, (ids,), {"attention_mask": mask}
 
 
+def deberta(hidden: int = 32, tokens: int = SEQ, batch: int = 1, buckets: int = 16, padded_from=None) -> HFCase:
+    """DeBERTa (v1) with relative positions (2 layers, 2 heads), as deberta_v2 is sized: its
+    relative keys and queries broadcast over the batch in its matmuls rather than being
+    repeated; `buckets` is its max_relative_positions."""
+    from transformers import DebertaConfig, DebertaModel
+
+    config = DebertaConfig(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=64,
+        relative_attention=True,
+        max_relative_positions=buckets,
+        pos_att_type=["p2c", "c2p"],
+    )
+    torch.manual_seed(SEED)
+    module = DebertaModel(config).eval()
+    ids = _tokens(batch, tokens)
+    if batch == 1:
+        return module, (ids,), {}
+    mask = torch.ones(batch, tokens, dtype=torch.long)
+    mask[1, tokens // 2 if padded_from is None else padded_from :] = 0
+    return module, (ids,), {"attention_mask": mask}
+
+
 def _randomize_batch_norm(module: nn.Module) -> nn.Module:
     # fresh batch norms (mean 0, var 1) are identities in eval mode and would hide folding mistakes
     torch.manual_seed(SEED + 1)

@@ -298,8 +298,14 @@ def test_fold_sweep_sets_each_policy_against_executorchs_const_prop(capsys: pyte
     assert fold_sweep.main(["--quick"]) == 0
     out = capsys.readouterr().out
     (row,) = table_rows(out, fold_sweep.HEADERS)
-    cells = {key: cell if key == "kept" else int(cell) for key, cell in zip(fold_sweep.HEADERS, row)}
-    assert (cells["hidden"], cells["tokens"], cells["batch"], cells["buckets"]) == (32, 8, 2, 16)
+    cells = {key: cell if key in ("model", "kept") else int(cell) for key, cell in zip(fold_sweep.HEADERS, row)}
+    assert (cells["model"], cells["hidden"], cells["tokens"], cells["batch"], cells["buckets"]) == (
+        "deberta_v2",
+        32,
+        8,
+        2,
+        16,
+    )
     # auto keeps the policy of least arena plus constants, under const-prop's arena and not folding's total
     kept = cells["kept"]
     assert kept in ("local", "all", "none") and (cells["auto"], cells["auto total"]) == (

@@ -138,24 +138,32 @@ def test_a_constant_subgraph_of_shared_weights_is_folded_when_the_arena_gains():
     _matches_eager(module, args, {}, result)
 
 
-# benchmarks/fold_sweep.py's grid: hidden size, tokens, batch (2 pads its second), position buckets
-FOLD_GRID = list(itertools.product((32, 128), (8, 64), (1, 2), (16, 64)))
+# benchmarks/fold_sweep.py's grid: model, hidden size, tokens, batch (2 pads its second), position
+# buckets; DeBERTa v1 at its corners
+FOLD_GRID = [
+    *itertools.product(["deberta_v2"], (32, 128), (8, 64), (1, 2), (16, 64)),
+    ("deberta", 32, 8, 2, 16),
+    ("deberta", 128, 64, 2, 64),
+]
 
 
 @pytest.mark.parametrize(
-    "hidden,tokens,batch,buckets",
-    [pytest.param(*size, marks=() if size == (32, 8, 2, 64) else pytest.mark.sweep) for size in FOLD_GRID],
-    ids=["h{}-t{}-b{}-k{}".format(*size) for size in FOLD_GRID],
+    "model,hidden,tokens,batch,buckets",
+    [
+        pytest.param(*size, marks=() if size == ("deberta_v2", 32, 8, 2, 64) else pytest.mark.sweep)
+        for size in FOLD_GRID
+    ],
+    ids=["{}-h{}-t{}-b{}-k{}".format(*size) for size in FOLD_GRID],
 )
-def test_deberta_folding_holds_across_sizes(hidden, tokens, batch, buckets):
-    """--fold auto on DeBERTa-v2 at every size of the sweep: an arena no larger than ExecuTorch
+def test_deberta_folding_holds_across_sizes(model, hidden, tokens, batch, buckets):
+    """--fold auto on DeBERTa-v2 at every size of the sweep, and on DeBERTa: an arena no larger than ExecuTorch
     const-prop's (nor arena plus constants), arena plus constants no larger than not folding's,
     the same outputs as eager on both runtimes."""
     pytest.importorskip("transformers")
     from testbed.executorch import planned_bytes
-    from testbed.hf_models import deberta_v2
+    from testbed.hf_models import deberta, deberta_v2
 
-    module, args, kwargs = deberta_v2(hidden, tokens, batch, buckets)
+    module, args, kwargs = (deberta if model == "deberta" else deberta_v2)(hidden, tokens, batch, buckets)
     export = lambda: torch.export.export(module, args, kwargs, strict=False)  # noqa: E731  # compiling edits it
     result, unfolded = devplan.compile(export()), devplan.compile(export(), fold="none")
     _against_executorch_const_prop(export(), result)
