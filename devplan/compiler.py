@@ -30,7 +30,7 @@ from devplan.documents import CompiledFile, CompiledMethod, CompileSummary, Fold
 from devplan.dump import stage_text
 from devplan.emit.build import build_method, constant_method
 from devplan.emit.program import ExternalWeights, stored_size, to_program
-from devplan.errors import DevplanError, InternalError
+from devplan.errors import BudgetExceeded, DevplanError, InternalError
 from devplan.files import write_atomic
 from devplan.gate.load import import_kernels, load
 from devplan.inspection.own_memory import working_memory
@@ -301,6 +301,7 @@ def _plan_program(
     # where one folds without growing the constants. Each is planned under the stages' own
     # names, its timings and dumps kept only for the one kept.
     tried: dict[tuple[int, ...], tuple[str, PlannedMethod, dict, Stages]] = {}
+    over: list[BudgetExceeded] = []  # a policy whose plan is over a --budget is not kept
     for policy in FOLD_POLICIES:
         if policy == "none" and any(f["constant_bytes_added"] <= 0 for _, _, f, _ in tried.values()):
             continue  # a folding that stores no more than it replaces only drops run-time values: none cannot beat it
@@ -308,7 +309,12 @@ def _plan_program(
         folded = quiet("fold", dict(GRAPH_PASSES)["fold"], _copied(low), policy=policy)
         same = tuple(folded.folding.get(key, 0) for key in _FOLDING)
         if same not in tried:
-            tried[same] = (policy, *_folded(folded, None, options, quiet, own, name), quiet)
+            try:
+                tried[same] = (policy, *_folded(folded, None, options, quiet, own, name), quiet)
+            except BudgetExceeded as error:
+                over.append(error)
+    if not tried:
+        raise over[0]  # the local rule's
     policy, plan, folding, kept = min(tried.values(), key=lambda t: (_cost(t[1], t[2]), _arena(t[1])))
     choices = [_choice(name, p, planned, f, p == policy) for p, planned, f, _ in tried.values()]
     if stage.dump_dir is None:

@@ -282,3 +282,24 @@ def test_an_unknown_fold_policy_is_refused_in_one_line():
         devplan.compile(
             torch.export.export(TransposedWeight().eval(), (torch.randn(4, 32),), strict=False), fold="most"
         )
+
+
+def test_auto_keeps_a_policy_within_the_budget():
+    """wav2vec2: not folding stores least (its weight-norm branch folded costs the file more than
+    the arena saves) but plans the larger arena; under a budget between the two, auto keeps the
+    folding that fits, and with a budget none fits it refuses as the local rule's plan would."""
+    pytest.importorskip("transformers")
+    from devplan.errors import BudgetExceeded
+    from testbed.executorch import planned_bytes
+    from testbed.hf_models import FAMILIES
+
+    module, args, kwargs = FAMILIES["wav2vec2"]()
+    export = lambda: torch.export.export(module, args, kwargs, strict=False)  # noqa: E731
+    free = {c["policy"]: c for c in devplan.compile(export()).summary()["folding"]["choices"]}
+    assert free["none"]["chosen"] and free["local"]["arena"] < free["none"]["arena"]
+    budget = (free["local"]["arena"] + free["none"]["arena"]) // 2
+    fits = devplan.compile(export(), budgets={"1": budget})
+    assert planned_bytes(fits.data) == free["local"]["arena"] <= budget
+    assert [c["policy"] for c in fits.summary()["folding"]["choices"] if c["chosen"]] == ["local"]
+    with pytest.raises(BudgetExceeded):
+        devplan.compile(export(), budgets={"1": free["local"]["arena"] - 1024})
