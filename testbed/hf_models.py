@@ -402,25 +402,9 @@ def deberta_v2(hidden: int = 32, tokens: int = SEQ, batch: int = 1, buckets: int
     token `padded_from` (default: half way), as a served batch is."""
     from transformers import DebertaV2Config, DebertaV2Model
 
-    config = DebertaV2Config(
-        vocab_size=VOCAB,
-        hidden_size=hidden,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=2 * hidden,
-        max_position_embeddings=64,
-        relative_attention=True,
-        position_buckets=buckets,
-        pos_att_type=["p2c", "c2p"],
-    )
+    config = DebertaV2Config(**_relative_sizes(hidden), position_buckets=buckets)
     torch.manual_seed(SEED)
-    module = DebertaV2Model(config).eval()
-    ids = _tokens(batch, tokens)
-    if batch == 1:
-        return module, (ids,), {}
-    mask = torch.ones(batch, tokens, dtype=torch.long)
-    mask[1, tokens // 2 if padded_from is None else padded_from :] = 0
-    return module, (ids,), {"attention_mask": mask}
+    return _padded_batch(DebertaV2Model(config).eval(), tokens, batch, padded_from)
 
 
 def deberta(hidden: int = 32, tokens: int = SEQ, batch: int = 1, buckets: int = 16, padded_from=None) -> HFCase:
@@ -429,7 +413,14 @@ def deberta(hidden: int = 32, tokens: int = SEQ, batch: int = 1, buckets: int = 
     repeated; `buckets` is its max_relative_positions."""
     from transformers import DebertaConfig, DebertaModel
 
-    config = DebertaConfig(
+    config = DebertaConfig(**_relative_sizes(hidden), max_relative_positions=buckets)
+    torch.manual_seed(SEED)
+    return _padded_batch(DebertaModel(config).eval(), tokens, batch, padded_from)
+
+
+def _relative_sizes(hidden: int) -> dict:
+    """The DeBERTa configurations' shared sizes: 2 layers, 2 heads, both relative terms."""
+    return dict(
         vocab_size=VOCAB,
         hidden_size=hidden,
         num_hidden_layers=2,
@@ -437,11 +428,13 @@ def deberta(hidden: int = 32, tokens: int = SEQ, batch: int = 1, buckets: int = 
         intermediate_size=2 * hidden,
         max_position_embeddings=64,
         relative_attention=True,
-        max_relative_positions=buckets,
         pos_att_type=["p2c", "c2p"],
     )
-    torch.manual_seed(SEED)
-    module = DebertaModel(config).eval()
+
+
+def _padded_batch(module: nn.Module, tokens: int, batch: int, padded_from) -> HFCase:
+    """The module on a batch of token ids; past one sequence, the second padded from token
+    `padded_from` (default: half way)."""
     ids = _tokens(batch, tokens)
     if batch == 1:
         return module, (ids,), {}
