@@ -10,6 +10,7 @@ import contextlib
 import functools
 
 import torch
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import create_op_support
 
@@ -38,7 +39,13 @@ def lower_to_backends(
     config = exir.EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)
     try:
         # no_grad: ExecuTorch's state write-back would otherwise trip autograd
-        with torch.no_grad(), _preprocess_on(jobs, partitioners[0].label), _provenance_shared():
+        with (
+            torch.no_grad(),
+            _preprocess_on(jobs, partitioners[0].label),
+            _provenance_shared(),
+            _code_on_demand(),
+            _decompositions_where_needed(partitioners[0].label),
+        ):
             edge = exir.to_edge_transform_and_lower(
                 ep, partitioner=[guarded for _, guarded in made], compile_config=config
             )
@@ -89,6 +96,77 @@ def _provenance_shared():
         yield
     finally:
         source.__init__ = deep
+
+
+@contextlib.contextmanager
+def _code_on_demand():
+    """GraphModules whose Python code is written when they are first called, not at every
+    recompile: ExecuTorch's passes recompile each graph they touch (thousands of times in an
+    XNNPACK lowering, a sixth of its time) and call few of them. torch's own lazy
+    GraphModule; the graphs, and so the payloads, are the same."""
+    graph_module = torch.fx.GraphModule
+    new = graph_module.__new__
+
+    def lazy(cls, *args, **kwargs):
+        return new(_CodeOnDemand if cls is graph_module else cls, *args, **kwargs)
+
+    graph_module.__new__ = lazy
+    try:
+        yield
+    finally:
+        graph_module.__new__ = new
+
+
+class _CodeOnDemand(_LazyGraphModule):
+    """torch's lazy GraphModule, its code also written when what only that writes is read
+    (torch.export of a graph reads its input spec)."""
+
+    def __getattr__(self, name: str):
+        if name in ("_code", "_in_spec", "_out_spec") and self._needs_recompile():
+            self.real_recompile()
+            return getattr(self, name)
+        return super().__getattr__(name)
+
+
+@contextlib.contextmanager
+def _decompositions_where_needed(label: str):
+    """ExecuTorch's last decomposition on its way to an edge program, the one after it sets
+    aside the ops a partitioner keeps, skipped where the graph calls none of the table's ops
+    (the usual case, a tenth of an XNNPACK lowering): the shortcut ExecuTorch takes itself on
+    its other path there. Every other decomposition runs as it does."""
+    program_module = import_module("executorch.exir.program._program", label)
+    set_aside = getattr(program_module, _SET_ASIDE)
+
+    def then_where_needed(name, program, partitioners):
+        kept = set_aside(name, program, partitioners)
+
+        def once(decomp_table=None, *args, **kwargs):
+            del program.run_decompositions  # the method again, for every later call
+            if decomp_table and not args and not kwargs and not _calls_any(program.graph_module, decomp_table):
+                return program
+            return program.run_decompositions(decomp_table, *args, **kwargs)
+
+        program.run_decompositions = once
+        return kept
+
+    setattr(program_module, _SET_ASIDE, then_where_needed)
+    try:
+        yield
+    finally:
+        setattr(program_module, _SET_ASIDE, set_aside)
+
+
+_SET_ASIDE = "_replace_aten_ops_with_transformed_ops"  # ExecuTorch's: the kept ops out of the table's reach
+
+
+def _calls_any(gm: torch.fx.GraphModule, ops) -> bool:
+    """Whether a graph or a graph nested in it calls one of `ops` (an edge op by its ATen op)."""
+    return any(
+        node.op == "call_function" and getattr(node.target, "_op", node.target) in ops
+        for module in gm.modules()
+        if isinstance(module, torch.fx.GraphModule)
+        for node in module.graph.nodes
+    )
 
 
 def _preprocess_all(cls, edge_programs: dict, compile_specs: dict, *, jobs: int) -> dict:
