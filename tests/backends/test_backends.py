@@ -25,6 +25,7 @@ from testbed.models import CORPUS, STATEFUL, eager_outputs, eager_runs, export, 
 from tests.tiers import tiered
 
 ROOT = Path(__file__).resolve().parents[2]
+SHARE_BY = "name"  # a model's tests share its export and ExecuTorch's program (tests/conftest.py)
 FAST = ("conv_bn_relu", "accumulator")  # a convolution and a stateful model; the rest in the full suite
 
 
@@ -253,6 +254,21 @@ def test_the_program_is_the_same_bytes_whatever_the_jobs():
     ep = export("transformer_encoder")[0]
     one, two = (devplan.compile(copy.deepcopy(ep), backends=["xnnpack"], jobs=jobs).data for jobs in (1, 2))
     assert one == two
+
+
+def test_the_lowering_leaves_torch_and_executorch_as_it_found_them():
+    """What devplan changes for the length of ExecuTorch's lowering (graph code on demand, the
+    last decomposition skipped where nothing is left) is put back, after a lowering and after a
+    failed one: later GraphModules write their code, and ExecuTorch's own lowering is its own."""
+    import executorch.exir.program._program as program
+
+    before = (torch.fx.GraphModule.__new__, program._replace_aten_ops_with_transformed_ops)
+    devplan.compile(export("transformer_encoder")[0], backends=["xnnpack"])
+    with pytest.raises(DevplanError):
+        devplan.compile(export("accumulator")[0], delegates=[Partitioner.parse_class("tests.partitioners:TakesState")])
+    assert (torch.fx.GraphModule.__new__, program._replace_aten_ops_with_transformed_ops) == before
+    made = torch.fx.symbolic_trace(torch.nn.Linear(2, 2))
+    assert type(made).__mro__[1] is torch.fx.GraphModule and "linear" in made.code
 
 
 def test_a_partition_that_takes_state_is_refused():

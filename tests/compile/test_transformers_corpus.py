@@ -60,6 +60,7 @@ from testbed.lowerings import by_program, released_after_module
 from testbed.models import eager_runs, run_executorch
 
 pytestmark = pytest.mark.sweep
+SHARE_BY = "name"  # a family's tests share its export and compile (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 RTOL, ATOL = 1e-4, 1e-5

@@ -30,6 +30,7 @@ from testbed.models import CORPUS, eager_outputs
 from tests.compile.test_module_sweep import CASES, XFAIL
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
+SHARE_BY = "model"  # a model's settings share its export (tests/conftest.py)
 
 HEAVY = "aten::linear,aten::convolution,aten::addmm,aten::mm,aten::bmm"
 ELEMENTWISE = "aten::relu,aten::add,aten::mul"

@@ -31,6 +31,7 @@ from tests.runtime.test_delegate_sweep import SETTINGS, _check_document
 from tests.tiers import tiered
 
 RUNS = 2
+SHARE_BY = "name"  # a case's settings share its export (tests/conftest.py)
 RTOL, ATOL = 1e-4, 1e-5
 DYNAMIC = (
     "sdpa_is_causal",
