@@ -3,6 +3,8 @@
 import argparse
 import os
 
+import pytest
+
 # every compile the tests make, in this process or a child, checks each stage's result
 # (devplan/wellformed.py), so that a pass breaking the IR fails where it breaks it
 os.environ["DEVPLAN_CHECK_STAGES"] = "1"
@@ -20,8 +22,6 @@ def pytest_collection_modifyitems(items):
     process, for itself. A test taking a module-scoped fixture goes with that fixture's other
     tests; in a module that names a parameter in SHARE_BY, a test goes with the others of its
     value (the model whose export and compile they share)."""
-    import pytest
-
     for item in items:
         group = _fixture_group(item) or _parameter_group(item)
         if group is not None:
@@ -40,7 +40,7 @@ def _fixture_group(item) -> str | None:
 
 
 def _parameter_group(item) -> str | None:
-    by = getattr(item.module, "SHARE_BY", None)
+    by = getattr(getattr(item, "module", None), "SHARE_BY", None)
     callspec = getattr(item, "callspec", None)
     if by is None or callspec is None or by not in callspec.params:
         return None
