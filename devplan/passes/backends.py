@@ -133,16 +133,16 @@ def _decompositions_where_needed(label: str):
     """ExecuTorch's last decomposition on its way to an edge program, the one after it sets
     aside the ops a partitioner keeps, skipped where the graph calls none of the table's ops
     (the usual case, a tenth of an XNNPACK lowering): the shortcut ExecuTorch takes itself on
-    its other path there. Every other decomposition runs as it does."""
+    its other path there, with its own check of the graph. Every other decomposition runs as it does."""
     program_module = import_module("executorch.exir.program._program", label)
-    set_aside = getattr(program_module, _SET_ASIDE)
+    set_aside, calls_any = getattr(program_module, _SET_ASIDE), program_module.contains_any_call_fn_target_op
 
     def then_where_needed(name, program, partitioners):
         kept = set_aside(name, program, partitioners)
 
         def once(decomp_table=None, *args, **kwargs):
             del program.run_decompositions  # the method again, for every later call
-            if decomp_table and not args and not kwargs and not _calls_any(program.graph_module, decomp_table):
+            if decomp_table and not args and not kwargs and not calls_any(program.graph_module, decomp_table):
                 return program
             return program.run_decompositions(decomp_table, *args, **kwargs)
 
@@ -157,16 +157,6 @@ def _decompositions_where_needed(label: str):
 
 
 _SET_ASIDE = "_replace_aten_ops_with_transformed_ops"  # ExecuTorch's: the kept ops out of the table's reach
-
-
-def _calls_any(gm: torch.fx.GraphModule, ops) -> bool:
-    """Whether a graph or a graph nested in it calls one of `ops` (an edge op by its ATen op)."""
-    return any(
-        node.op == "call_function" and getattr(node.target, "_op", node.target) in ops
-        for module in gm.modules()
-        if isinstance(module, torch.fx.GraphModule)
-        for node in module.graph.nodes
-    )
 
 
 def _preprocess_all(cls, edge_programs: dict, compile_specs: dict, *, jobs: int) -> dict:
