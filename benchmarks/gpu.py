@@ -6,7 +6,10 @@ TorchCudaAllocator, against eager PyTorch on the same GPU, each measured in a fr
     python benchmarks/gpu.py measure DIR [--json F]  # on the GPU machine, from the source tree
 
 prepare compiles each model (--delegate cuda:0 --device-io) and saves the program, its inputs,
-the CPU program's outputs and the module's weights. measure runs, per model, three children:
+the CPU program's outputs and the module's weights; with --alignments 16,256 (the default) a
+second program per model is planned at 256 bytes (NAME.a256.pte, a row of its own): torch's
+cuDNN and cuBLASLt calls choose kernels by how their pointers are aligned (up to 32 and 256
+bytes), where eager's tensors come from the caching allocator at 512. measure runs, per model, three children:
 devplan with CUDA graphs, devplan without them (which also attributes the bytes each kernel
 allocated beyond the plan, by operator), and eager PyTorch (the module on the GPU, under
 no_grad). It prints, per model: the device's planned bytes, the constants devplan copied
@@ -33,7 +36,7 @@ import torch  # noqa: E402
 RUNS = 50
 
 
-def prepare(folder: Path) -> None:
+def prepare(folder: Path, alignments: list[int]) -> None:
     import devplan
     from testbed.device_corpus import DEVICE_CORPUS
 
@@ -42,7 +45,9 @@ def prepare(folder: Path) -> None:
         module, args = build()
         ep = torch.export.export(module, args)
         (expected,) = devplan.run(devplan.compile(ep).data, list(args))
-        devplan.compile(ep, folder / f"{name}.pte", delegates=["cuda:0"], device_io=True)
+        for alignment in alignments:
+            pte = folder / (f"{name}.pte" if alignment == 16 else f"{name}.a{alignment}.pte")
+            devplan.compile(ep, pte, delegates=["cuda:0"], device_io=True, alignment=alignment)
         torch.save({"args": list(args), "expected": expected[0], "state": module.state_dict()}, folder / f"{name}.pt")
         print(f"prepared {name}", flush=True)
 
@@ -60,7 +65,7 @@ def _median_ms(call) -> float:
     return statistics.median(times) * 1e3
 
 
-def child_devplan(folder: Path, name: str, graphs: bool) -> dict:
+def child_devplan(folder: Path, program: str, graphs: bool) -> dict:
     import logging
 
     from devplan.pte import read_pte
@@ -71,11 +76,11 @@ def child_devplan(folder: Path, name: str, graphs: bool) -> dict:
 
     logging.getLogger("devplan").addHandler(logging.StreamHandler())  # why a delegate runs without a graph
     logging.getLogger("devplan").setLevel(logging.DEBUG)
-    saved = torch.load(folder / f"{name}.pt", weights_only=False)
+    saved = torch.load(folder / f"{_model(program)}.pt", weights_only=False)
     cuda = Device.parse("cuda:0")
     torch.cuda.init()
     torch.cuda.reset_peak_memory_stats()
-    loaded = LoadedMethod(read_pte(folder / f"{name}.pte"), cuda_graphs=graphs)
+    loaded = LoadedMethod(read_pte(folder / f"{program}.pte"), cuda_graphs=graphs)
     (first,) = loaded.execute(saved["args"])
     ms = _median_ms(lambda: loaded.execute(saved["args"]))
     (last,) = loaded.execute(saved["args"])
@@ -85,6 +90,11 @@ def child_devplan(folder: Path, name: str, graphs: bool) -> dict:
     if not graphs:
         result["allocating_ops"] = _allocating_ops(loaded, saved["args"])
     return result
+
+
+def _model(program: str) -> str:
+    """The model a program's file stem names (gpt.a256 -> gpt)."""
+    return program.partition(".")[0]
 
 
 def _allocating_ops(loaded, args) -> dict:
@@ -151,13 +161,16 @@ def _child(*args: str) -> dict:
 
 
 def measure(folder: Path, json_path: Path | None) -> None:
-    rows = {}
+    rows: dict[str, dict] = {}
+    eager: dict[str, dict] = {}
     for pte in sorted(folder.glob("*.pte")):
-        name = pte.stem
+        name, model = pte.stem, _model(pte.stem)
+        if model not in eager:
+            eager[model] = _child("eager", str(folder), model)
         rows[name] = {
             "graphs": _child("devplan", str(folder), name, "1"),
             "steps": _child("devplan", str(folder), name, "0"),
-            "eager": _child("eager", str(folder), name),
+            "eager": eager[model],
         }
         print(json.dumps({name: rows[name]}), flush=True)
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
@@ -221,8 +234,14 @@ def main() -> None:
     parser.add_argument("step", choices=("prepare", "measure"))
     parser.add_argument("folder", type=Path)
     parser.add_argument("--json", type=Path, help="also write every measurement to this file")
+    parser.add_argument(
+        "--alignments", default="16,256", help="prepare: the plans' alignments, a program each (16: NAME.pte)"
+    )
     options = parser.parse_args()
-    prepare(options.folder) if options.step == "prepare" else measure(options.folder, options.json)
+    if options.step == "prepare":
+        prepare(options.folder, [int(a) for a in options.alignments.split(",")])
+    else:
+        measure(options.folder, options.json)
 
 
 if __name__ == "__main__":

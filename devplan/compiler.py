@@ -290,23 +290,31 @@ def _plan_program(
     low = stage("split", from_exported, ep)
     if len(own) < len(options.delegates):
         low = stage("adopt", adopt_delegates, low)
-    fold_at = [pass_name for pass_name, _ in GRAPH_PASSES].index("fold")
-    for pass_name, graph_pass in GRAPH_PASSES[:fold_at]:
+    before, fold, _ = _around_fold()
+    for pass_name, graph_pass in before:
         low = stage(pass_name, graph_pass, low)
     if options.fold != "auto":
         plan, folding = _folded(low, options.fold, options, stage, own, name)
         return plan, {**folding, "choices": [_choice(name, options.fold, plan, folding, True)]}, report
-    # auto: each policy planned, the one whose arena plus constants is least kept (the smaller
-    # arena where they tie); a policy that folds what another did is not planned again, nor none
-    # where one folds without growing the constants. Each is planned under the stages' own
-    # names, its timings and dumps kept only for the one kept.
+    plan, folding = _fold_auto(low, options, stage, own, name)
+    return plan, folding, report
+
+
+def _fold_auto(
+    low: Lowered, options: CompileOptions, stage: "Stages", own: tuple, name: str
+) -> tuple[PlannedMethod, dict]:
+    """--fold auto: each policy planned, the one whose arena plus constants is least kept (the
+    smaller arena where they tie); a policy that folds what another did is not planned again, nor
+    none where one folds without growing the constants. Each is planned under the stages' own
+    names, its timings and dumps kept only for the one kept."""
+    _, fold, _ = _around_fold()
     tried: dict[tuple[int, ...], tuple[str, PlannedMethod, dict, Stages]] = {}
     over: list[BudgetExceeded] = []  # a policy whose plan is over a --budget is not kept
     for policy in FOLD_POLICIES:
         if policy == "none" and any(f["constant_bytes_added"] <= 0 for _, _, f, _ in tried.values()):
             continue  # a folding that stores no more than it replaces only drops run-time values: none cannot beat it
         quiet = replace(stage, dump_dir=None, seconds={})
-        folded = quiet("fold", dict(GRAPH_PASSES)["fold"], _copied(low), policy=policy)
+        folded = quiet("fold", fold, _copied(low), policy=policy)
         same = tuple(folded.folding.get(key, 0) for key in _FOLDING)
         if same not in tried:
             try:
@@ -321,7 +329,7 @@ def _plan_program(
         stage.seconds.update(kept.seconds)
     else:  # its stages again, dumped (the same results: a compile is deterministic)
         plan, folding = _folded(low, policy, options, stage, own, name)
-    return plan, {**folding, "choices": choices}, report
+    return plan, {**folding, "choices": choices}
 
 
 # the policies --fold auto plans, the local rule first: it is kept where all cost the same
@@ -333,10 +341,10 @@ def _folded(
 ) -> tuple[PlannedMethod, dict]:
     """The graph folded by `policy` (None: folded already), through the rest of the graph stages
     and its delegates' payloads to its plan; with what folding stored."""
+    _, fold, after = _around_fold()
     if policy is not None:
-        low = stage("fold", dict(GRAPH_PASSES)["fold"], low, policy=policy)
-    fold_at = [pass_name for pass_name, _ in GRAPH_PASSES].index("fold")
-    for pass_name, graph_pass in GRAPH_PASSES[fold_at + 1 :]:
+        low = stage("fold", fold, low, policy=policy)
+    for pass_name, graph_pass in after:
         low = stage(pass_name, graph_pass, low)
     folding = {**low.folding, "stored": stored_size(read_constants(low))}
     if options.delegates:
@@ -345,6 +353,13 @@ def _folded(
         payloads = {group.call: _payload(group, options, stage.within(group.call)) for group in delegate_groups(low)}
         low = replace(low, payloads={**low.payloads, **payloads})
     return lower_method(low, options, stage, name=name), folding
+
+
+def _around_fold() -> tuple[tuple, Callable[..., Lowered], tuple]:
+    """GRAPH_PASSES split at fold: the passes before it, fold, the passes after it (read when
+    called, so that a test's replacement of the tuple is what runs)."""
+    at = [pass_name for pass_name, _ in GRAPH_PASSES].index("fold")
+    return GRAPH_PASSES[:at], GRAPH_PASSES[at][1], GRAPH_PASSES[at + 1 :]
 
 
 def _arena(plan: PlannedMethod) -> int:

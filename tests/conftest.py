@@ -16,6 +16,7 @@ def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", dest="devplan_update_golden", help=argparse.SUPPRESS)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(items):
     """Tests that share work run on one worker (pytest-xdist's loadgroup, pyproject.toml): each
     worker would otherwise build a module-scoped fixture, or a model a module caches per

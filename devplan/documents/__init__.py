@@ -39,6 +39,7 @@ from devplan.documents.diff import (
     Placement,
     PlacementChange,
     PlacementsDetail,
+    SizedWindow,
     Tolerance,
 )
 from devplan.documents.golden import (
@@ -123,6 +124,7 @@ __all__ = [
     "PlacementsDetail",
     "ModuleChange",
     "PeakDetail",
+    "SizedWindow",
     "Change",
     "DiffFiles",
     "DiffDocument",

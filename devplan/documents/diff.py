@@ -5,6 +5,7 @@ from typing import Any, Literal, Optional
 from typing_extensions import NotRequired, TypedDict
 
 from devplan.documents.common import FileName
+from devplan.documents.inspect import Window
 
 
 class Tolerance(TypedDict):
@@ -48,6 +49,12 @@ class PeakDetail(TypedDict):
     moved: bool
     modules: list[ModuleChange]
     more: int
+
+
+class SizedWindow(Window):
+    """A delegate's window with the bytes its payload's buffers take: a and b of a window change."""
+
+    size: int
 
 
 class Change(TypedDict):

@@ -6,12 +6,23 @@ take, at the alignment the plan kept), and per device what is alive there at onc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Mapping
+from typing import AbstractSet, Any, Mapping, TypedDict
 
 from devplan.documents import DeviceTotal, InspectedBuffer, InspectedDelegate, InspectedTensor
 from devplan.inspection.overlap import LatestWrites, busiest, storages
 from devplan.planning.bounds import lower_bound
 from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT, Interval, align_up
+
+
+class HeldWindow(TypedDict):
+    """A delegate's window as its buffer holds it: the payload's bytes at the window's offset,
+    from the delegate's first call to its last; `bound` is the payload's own lower bound."""
+
+    mem_id: int
+    offset: int
+    nbytes: int
+    bound: int
+    held: list[int]
 
 
 @dataclass(frozen=True)
@@ -26,7 +37,7 @@ class BufferBounds:
 def buffer_bounds(
     timed: list[InspectedTensor],
     size: int,
-    windows: list[dict],
+    windows: list[HeldWindow],
     written: AbstractSet[int],
     read: AbstractSet[int],
 ) -> BufferBounds:
@@ -47,7 +58,7 @@ def buffer_bounds(
 
 
 def _lower_bound(
-    timed: list[InspectedTensor], sharing: list[int], size: int, windows: list[dict]
+    timed: list[InspectedTensor], sharing: list[int], size: int, windows: list[HeldWindow]
 ) -> tuple[int, tuple[Interval, ...], int]:
     """The planner's lower bound (aligned bytes alive at the busiest instruction) for the
     storages this buffer holds, inferred from where tensors sit, and each delegate window at
@@ -65,7 +76,7 @@ def _lower_bound(
         pool = pools.setdefault(sharing[i], [start, end, first, last])
         pool[:] = [min(pool[0], start), max(pool[1], end), min(pool[2], first), max(pool[3], last)]
     spans = [(start, end - start, first, last) for start, end, first, last in pools.values()]
-    spans += [(w["offset"], w["bound"], *w["held"]) for w in windows]
+    spans += [(w["offset"], w["bound"], w["held"][0], w["held"][1]) for w in windows]
     alignment = MAX_ALIGNMENT
     while alignment > DEFAULT_ALIGNMENT and any(start % alignment for start, *_ in spans):
         alignment //= 2

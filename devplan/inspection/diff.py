@@ -31,6 +31,7 @@ from devplan.documents import (
     PeakDetail,
     PlacementChange,
     PlacementsDetail,
+    SizedWindow,
 )
 from devplan.errors import DevplanError
 from devplan.files import open_input
@@ -358,16 +359,16 @@ class _Compare:
             self.changes.append(Change(method, "placements", "digest", a, b, self.exact, detail))
 
 
-def _window(delegate: GoldenDelegate) -> dict | None:
+def _window(delegate: GoldenDelegate) -> SizedWindow | None:
     """A delegate's window with its size (its payload's buffers), None without one."""
     window = delegate.get("window")
     if window is None:
         return None
-    return {
-        "mem_id": window["mem_id"],
-        "offset": window["offset"],
-        "size": sum(b["size"] for b in delegate["payload_buffers"] or ()),
-    }
+    return SizedWindow(
+        mem_id=window["mem_id"],
+        offset=window["offset"],
+        size=sum(b["size"] for b in delegate["payload_buffers"] or ()),
+    )
 
 
 def _placement_detail(a: list[Planned], b: list[Planned], clock_a: list[int], clock_b: list[int]) -> PlacementsDetail:

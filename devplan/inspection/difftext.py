@@ -15,7 +15,7 @@ import re
 import textwrap
 from typing import Any, Mapping
 
-from devplan.documents import GoldenPeak
+from devplan.documents import GoldenPeak, SizedWindow
 from devplan.units import counted, exact_size_text, natural_key, size_text
 
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
@@ -204,7 +204,7 @@ def _blocks(detail: dict) -> list[str]:
     return lines
 
 
-def _window(window: dict | None) -> str:
+def _window(window: SizedWindow | None) -> str:
     return f"buffer {window['mem_id']} @{window['offset']} ({size_text(window['size'])})" if window else "none"
 
 

@@ -25,7 +25,7 @@ from devplan.documents import (
     Role,
 )
 from devplan.errors import DevplanError
-from devplan.inspection.bounds import BufferBounds, buffer_bounds, device_bounds
+from devplan.inspection.bounds import BufferBounds, HeldWindow, buffer_bounds, device_bounds
 from devplan.inspection.own_memory import working_memory
 from devplan.inspection.peak import peak
 from devplan.inspection.sources import argument_text, chain_origins, source_text, tensor_source
@@ -252,7 +252,7 @@ def _buffer(
     tensors: list[InspectedTensor],
     written: AbstractSet[int],
     read: AbstractSet[int],
-    windows: list[dict],
+    windows: list[HeldWindow],
 ) -> tuple[InspectedBuffer, BufferBounds]:
     """One buffer: its size, the bytes in use at its busiest instruction, and its lower bound,
     delegates' windows (their payloads' buffers, alive while they run) counted with the
@@ -277,10 +277,10 @@ def _buffer(
     return row, bounds
 
 
-def _windows(program: ProgramView, view: MethodView, delegates: list[InspectedDelegate]) -> list[dict]:
+def _windows(program: ProgramView, view: MethodView, delegates: list[InspectedDelegate]) -> list[HeldWindow]:
     """The delegate windows of a method, each as a pseudo-tensor of its buffer: the payload's
     buffer bytes at the window's offset, held from the delegate's first call to its last."""
-    found = []
+    found: list[HeldWindow] = []
     for d in delegates:
         window, buffers = d["window"], d["payload_buffers"]
         if window is None or not d["calls"]:
@@ -306,13 +306,13 @@ def _windows(program: ProgramView, view: MethodView, delegates: list[InspectedDe
                 f"{window['mem_id']}, offset {window['offset']}) leaves; the program is damaged"
             )
         found.append(
-            {
-                "mem_id": window["mem_id"],
-                "offset": window["offset"],
-                "nbytes": nbytes,
-                "bound": buffers[0]["lower_bound"],
-                "held": [min(d["calls"]), max(d["calls"])],
-            }
+            HeldWindow(
+                mem_id=window["mem_id"],
+                offset=window["offset"],
+                nbytes=nbytes,
+                bound=buffers[0]["lower_bound"],
+                held=[min(d["calls"]), max(d["calls"])],
+            )
         )
     return found
 

@@ -95,6 +95,8 @@ def schema_op(name: str):
     op = torch_op(name)
     if name in _PRECONDITIONS and op is not None:
         return _Checked(op._schema, op, _PRECONDITIONS[name])
+    if op is not None and _dtype_arguments(op._schema):
+        return _Checked(op._schema, op, functools.partial(_known_dtypes, op._schema))
     if name in IN_PLACE and op is not None:  # on a GPU, torch's generated out kernel would allocate
         return OnDevice(op._schema, op, IN_PLACE[name])
     if op is not None and (op.namespace not in TORCH_NAMESPACES or name in QUANTIZED_EMBEDDINGS):
@@ -115,6 +117,22 @@ def _linear_bias(input, weight, bias=None, *, out) -> None:
             f"bias is {bias.dtype}{list(bias.shape)}; ExecuTorch's linear kernel takes a 1-D bias of "
             f"{weight.shape[0]} or 1 elements of the output's dtype ({out.dtype})"
         )
+
+
+def _dtype_arguments(schema: torch._C.FunctionSchema) -> list[tuple[int, str]]:
+    """(position, name) of each ScalarType argument (an optional one too)."""
+    return [(i, a.name) for i, a in enumerate(schema.arguments) if "ScalarType" in str(a.real_type)]
+
+
+def _known_dtypes(schema: torch._C.FunctionSchema, *args, **kwargs) -> None:
+    """torch's kernels read a dtype code it does not define past the end of their tables and
+    crash the process (sum.IntList_out's dtype of -19, dequantize's out_dtype), so a number no
+    ScalarType has is refused first. A check at each call, as a value an earlier instruction
+    writes may be read as a dtype."""
+    for position, name in _dtype_arguments(schema):
+        value = args[position] if position < len(args) else kwargs.get(name)
+        if isinstance(value, int) and value not in CODE_TO_NAME:
+            raise ValueError(f"{name} is {value}, no ScalarType code")
 
 
 # what ExecuTorch's kernels refuse (InvalidArgument) where torch's ops run: a linear's bias,
@@ -154,10 +172,7 @@ class _Functional:
     def __call__(self, *args, **kwargs):
         outs = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
         given = {**{a.name: value for a, value in zip(self._schema.arguments, args)}, **kwargs}
-        for a in self._schema.arguments:  # torch crashes on a dtype code it does not define (a ScalarType?'s too)
-            value = given.get(a.name)
-            if "ScalarType" in str(a.real_type) and isinstance(value, int) and value not in CODE_TO_NAME:
-                raise ValueError(f"{a.name} is {value}, no ScalarType code")
+        _known_dtypes(self._schema, *args, **kwargs)
         if given.get("quant_min", 0) > given.get("quant_max", 0):  # ExecuTorch's kernels abort on it
             raise ValueError(f"quant_min {given['quant_min']} is greater than quant_max {given['quant_max']}")
         results = self.functional(*args, **kwargs)

@@ -21,6 +21,7 @@ from devplan.pte.fb.EValue import EValueT
 from devplan.pte.fb.FreeCall import FreeCallT
 from devplan.pte.fb.Instruction import InstructionT
 from devplan.pte.fb.InstructionArguments import InstructionArguments
+from devplan.pte.fb.Int import IntT
 from devplan.pte.fb.JumpFalseCall import JumpFalseCallT
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.MoveCall import MoveCallT
@@ -706,3 +707,35 @@ def test_a_linear_bias_executorchs_kernel_refuses_is_refused():
         devplan.run(bad, list(args))
     assert executorch_refuses(bad, args)
     assert devplan.run(data, list(args))  # the program as compiled runs
+
+
+@pytest.mark.parametrize("code", [-19, 99])
+def test_a_dtype_code_torch_does_not_define_is_refused_for_every_kernel(code, tmp_path):
+    """sum.IntList_out's optional dtype given a number no ScalarType has: torch's own kernel
+    reads its dtype table past the end and crashes the process (SIGSEGV at -19); devplan's
+    runtime refuses it in one line, in a fresh process as `devplan run` would."""
+
+    def change(plan):
+        index = next(
+            i
+            for i, o in enumerate(plan.operators)
+            if (o.name.decode() if isinstance(o.name, bytes) else o.name) == "aten::sum"
+        )
+        call = next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == index)
+        value = EValueT()
+        value.valType, value.val = KernelTypes.Int, IntT()
+        value.val.intVal = code
+        plan.values.append(value)
+        call.args[3] = len(plan.values) - 1  # self, dim, keepdim, dtype
+
+    path = tmp_path / "bad.pte"
+    path.write_bytes(damaged(compiled(), change))
+    torch.save(list(ARGS), tmp_path / "args.pt")
+    script = "import sys, torch, devplan; devplan.run(sys.argv[1], torch.load(sys.argv[2]))"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path), str(tmp_path / "args.pt")], capture_output=True, text=True
+    )
+    assert done.returncode == 1 and f"dtype is {code}, no ScalarType code" in done.stderr, (
+        done.returncode,
+        done.stderr[-2000:],
+    )
