@@ -95,8 +95,8 @@ def schema_op(name: str):
     op = torch_op(name)
     if name in _PRECONDITIONS and op is not None:
         return _Checked(op._schema, op, _PRECONDITIONS[name])
-    if op is not None and _dtype_arguments(op._schema):
-        return _Checked(op._schema, op, functools.partial(_known_dtypes, op._schema))
+    if op is not None and (dtypes := _dtype_arguments(op._schema)):
+        return _Checked(op._schema, op, functools.partial(_known_dtypes, dtypes))
     if name in IN_PLACE and op is not None:  # on a GPU, torch's generated out kernel would allocate
         return OnDevice(op._schema, op, IN_PLACE[name])
     if op is not None and (op.namespace not in TORCH_NAMESPACES or name in QUANTIZED_EMBEDDINGS):
@@ -124,12 +124,12 @@ def _dtype_arguments(schema: torch._C.FunctionSchema) -> list[tuple[int, str]]:
     return [(i, a.name) for i, a in enumerate(schema.arguments) if "ScalarType" in str(a.real_type)]
 
 
-def _known_dtypes(schema: torch._C.FunctionSchema, *args, **kwargs) -> None:
+def _known_dtypes(dtypes: list[tuple[int, str]], *args, **kwargs) -> None:
     """torch's kernels read a dtype code it does not define past the end of their tables and
     crash the process (sum.IntList_out's dtype of -19, dequantize's out_dtype), so a number no
     ScalarType has is refused first. A check at each call, as a value an earlier instruction
-    writes may be read as a dtype."""
-    for position, name in _dtype_arguments(schema):
+    writes may be read as a dtype. `dtypes`: the op's _dtype_arguments."""
+    for position, name in dtypes:
         value = args[position] if position < len(args) else kwargs.get(name)
         if isinstance(value, int) and value not in CODE_TO_NAME:
             raise ValueError(f"{name} is {value}, no ScalarType code")
@@ -172,7 +172,7 @@ class _Functional:
     def __call__(self, *args, **kwargs):
         outs = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
         given = {**{a.name: value for a, value in zip(self._schema.arguments, args)}, **kwargs}
-        _known_dtypes(self._schema, *args, **kwargs)
+        _known_dtypes(_dtype_arguments(self._schema), *args, **kwargs)
         if given.get("quant_min", 0) > given.get("quant_max", 0):  # ExecuTorch's kernels abort on it
             raise ValueError(f"quant_min {given['quant_min']} is greater than quant_max {given['quant_max']}")
         results = self.functional(*args, **kwargs)
