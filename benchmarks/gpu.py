@@ -9,10 +9,10 @@ prepare compiles each model (--delegate cuda:0 --device-io) and saves the progra
 the CPU program's outputs and the module's weights; with --alignments 16,256 (the default) a
 second program per model is planned at 256 bytes (NAME.a256.pte, a row of its own): torch's
 cuDNN and cuBLASLt calls choose kernels by how their pointers are aligned (up to 32 and 256
-bytes), where eager's tensors come from the caching allocator at 512. measure runs, per model, three children:
-devplan with CUDA graphs, devplan without them (which also attributes the bytes each kernel
-allocated beyond the plan, by operator), and eager PyTorch (the module on the GPU, under
-no_grad). It prints, per model: the device's planned bytes, the constants devplan copied
+bytes), where eager's tensors come from the caching allocator at 512. measure runs, per
+program, three children: devplan with CUDA graphs, devplan without them (which also
+attributes the bytes each kernel allocated beyond the plan, by operator), and eager PyTorch
+(the module on the GPU, under no_grad; once per model). It prints, per program: the device's planned bytes, the constants devplan copied
 there, the allocator's measured peak (torch.cuda.max_memory_allocated over load and runs),
 eager's steady peak above its weights, the ratios, and the median time of a run of each
 (inputs from the host, outputs back to it, as a user's call does), and whether devplan's
@@ -93,7 +93,7 @@ def child_devplan(folder: Path, program: str, graphs: bool) -> dict:
 
 
 def _model(program: str) -> str:
-    """The model a program's file stem names (gpt.a256 -> gpt)."""
+    """The model a program's file stem names (convnet.a256 -> convnet)."""
     return program.partition(".")[0]
 
 
