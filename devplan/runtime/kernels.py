@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -168,11 +168,15 @@ class _Functional:
 
     _schema: torch._C.FunctionSchema
     functional: Any
+    dtypes: list[tuple[int, str]] = field(init=False)  # its _dtype_arguments, found once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dtypes", _dtype_arguments(self._schema))
 
     def __call__(self, *args, **kwargs):
         outs = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
         given = {**{a.name: value for a, value in zip(self._schema.arguments, args)}, **kwargs}
-        _known_dtypes(_dtype_arguments(self._schema), *args, **kwargs)
+        _known_dtypes(self.dtypes, *args, **kwargs)
         if given.get("quant_min", 0) > given.get("quant_max", 0):  # ExecuTorch's kernels abort on it
             raise ValueError(f"quant_min {given['quant_min']} is greater than quant_max {given['quant_max']}")
         results = self.functional(*args, **kwargs)
