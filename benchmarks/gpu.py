@@ -16,7 +16,8 @@ attributes the bytes each kernel allocated beyond the plan, by operator), and ea
 there, the allocator's measured peak (torch.cuda.max_memory_allocated over load and runs),
 eager's steady peak above its weights, the ratios, and the median time of a run of each
 (inputs from the host, outputs back to it, as a user's call does), and whether devplan's
-outputs match the CPU program's."""
+outputs match the CPU program's; then, per program, the CUDA kernels that took most GPU time in
+devplan's run and in eager's (torch.profiler, 10 runs), to say where a time ratio comes from."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 RUNS = 50
+TOP_KERNELS = 8
 
 
 def prepare(folder: Path, alignments: list[int]) -> None:
@@ -65,6 +67,29 @@ def _median_ms(call) -> float:
     return statistics.median(times) * 1e3
 
 
+def _kernel_times(call, runs: int = 10) -> list[dict]:
+    """The CUDA kernels a run launches, most GPU time first, per run: which kernels cuDNN and
+    torch's elementwise ops chose for these pointers (the names carry layout conversions and
+    vector widths), where a row's time against eager's needs explaining. A profiler that fails
+    gives one entry saying so rather than costing the row its measurement."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as trace:
+            for _ in range(runs):
+                call()
+            torch.cuda.synchronize()
+        kernels = [e for e in trace.key_averages() if e.device_type == DeviceType.CUDA]
+    except Exception as error:  # the measurement matters more than its explanation
+        return [{"error": f"{type(error).__name__}: {error}"}]
+    kernels.sort(key=lambda e: -e.self_device_time_total)
+    return [
+        {"kernel": e.key[:140], "us": round(e.self_device_time_total / runs, 1), "calls": e.count / runs}
+        for e in kernels[:TOP_KERNELS]
+    ]
+
+
 def child_devplan(folder: Path, program: str, graphs: bool) -> dict:
     import logging
 
@@ -86,7 +111,8 @@ def child_devplan(folder: Path, program: str, graphs: bool) -> dict:
     (last,) = loaded.execute(saved["args"])
     row = device_memory(loaded, {cuda: torch.cuda.max_memory_allocated()})[0]
     error = max(float((out - saved["expected"]).abs().max()) for out in (first, last))
-    result = {**row, "ms": ms, "max_abs_error": error, "graph": captured(loaded)}
+    kernels = _kernel_times(lambda: loaded.execute(saved["args"]))
+    result = {**row, "ms": ms, "max_abs_error": error, "graph": captured(loaded), "kernels": kernels}
     if not graphs:
         result["allocating_ops"] = _allocating_ops(loaded, saved["args"])
     return result
@@ -149,6 +175,7 @@ def child_eager(folder: Path, name: str) -> dict:
         "peak_above_weights": peak,
         "ms": _median_ms(call),
         "max_abs_error": float((out - saved["expected"]).abs().max()),
+        "kernels": _kernel_times(call),
     }
 
 
@@ -218,6 +245,11 @@ def measure(folder: Path, json_path: Path | None) -> None:
         )
     if ratios:
         print(f"planned / eager peak, geomean: {statistics.geometric_mean(ratios):.3f}")
+    for name, r in rows.items():
+        for side, child in (("devplan (graph)", r["graphs"]), ("eager", r["eager"])):
+            print(f"\n{name}, {side}: GPU us per run, calls per run, kernel")
+            for k in child.get("kernels", []):
+                print(f"  {k['error']}" if "error" in k else f"  {k['us']:9.1f} {k['calls']:5.1f}  {k['kernel']}")
     if json_path is not None:
         json_path.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
 
