@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Mapping, cast
 
 import torch
+from torch.utils import _pytree as pytree
 
 from devplan.backend import Backend
 from devplan.documents import CompiledFile, CompiledMethod, CompileSummary, Folding
@@ -288,6 +289,7 @@ def _plan_program(
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
         ep = stage("backends", lower_to_backends, ep, options.delegates, options.jobs or cores())
     low = stage("split", from_exported, ep)
+    options = _aligned_to_elements(options, low)
     if len(own) < len(options.delegates):
         low = stage("adopt", adopt_delegates, low)
     before, fold, _ = _around_fold()
@@ -298,6 +300,23 @@ def _plan_program(
         return plan, {**folding, "choices": [_choice(name, options.fold, plan, folding, True)]}, report
     plan, folding = _fold_auto(low, options, stage, own, name)
     return plan, folding, report
+
+
+def _aligned_to_elements(options: CompileOptions, low: Lowered) -> CompileOptions:
+    """`options` with an alignment no smaller than the widest element the graph holds: the
+    planner puts tensors at multiples of the alignment, and a tensor starts at a multiple of its
+    element size or no runtime can read it (an int64 at byte 12 under --alignment 4). One floor
+    for the whole graph, so a delegate's window sits where its payload's widest tensor can."""
+    widest = max(
+        (
+            leaf.dtype.itemsize
+            for node in low.gm.graph.nodes
+            for leaf in pytree.tree_leaves(node.meta.get("val"))
+            if isinstance(leaf, torch.Tensor)
+        ),
+        default=1,
+    )
+    return options if options.alignment >= widest else replace(options, alignment=widest)
 
 
 def _fold_auto(

@@ -78,7 +78,10 @@ def compile_command(
     alignment: Annotated[
         int,
         typer.Option(
-            "--alignment", metavar="BYTES", help="Alignment of every planned tensor's offset (a power of two)."
+            "--alignment",
+            metavar="BYTES",
+            help="Alignment of every planned tensor's offset (a power of two; never below the widest element the "
+            "program holds, so an int64 starts at a multiple of 8).",
         ),
     ] = DEFAULT_ALIGNMENT,
     planner: Annotated[

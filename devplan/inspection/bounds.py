@@ -11,7 +11,7 @@ from typing import AbstractSet, Any, Mapping, TypedDict
 from devplan.documents import DeviceTotal, InspectedBuffer, InspectedDelegate, InspectedTensor
 from devplan.inspection.overlap import LatestWrites, busiest, storages
 from devplan.planning.bounds import lower_bound
-from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT, Interval, align_up
+from devplan.planning.model import MAX_ALIGNMENT, Interval, align_up
 
 
 class HeldWindow(TypedDict):
@@ -66,7 +66,7 @@ def _lower_bound(
     them are one storage (a view, an in-place result, a slice of a larger tensor); a storage
     counts the bytes it spans for as long as any member holds them, which no placement of
     those storages beats. The alignment is the one the plan kept: the largest power of two
-    from 16 to 4096 dividing every storage's offset whose bound the buffer meets (a program
+    up to 4096 dividing every storage's offset whose bound the buffer meets (a program
     planned with --alignment 256 is measured at 256, not at 16). Returns the bound, the
     intervals at that alignment, and the bound unaligned."""
 
@@ -78,7 +78,7 @@ def _lower_bound(
     spans = [(start, end - start, first, last) for start, end, first, last in pools.values()]
     spans += [(w["offset"], w["bound"], w["held"][0], w["held"][1]) for w in windows]
     alignment = MAX_ALIGNMENT
-    while alignment > DEFAULT_ALIGNMENT and any(start % alignment for start, *_ in spans):
+    while alignment > 1 and any(start % alignment for start, *_ in spans):
         alignment //= 2
 
     def at(alignment: int) -> list[Interval]:
@@ -88,7 +88,7 @@ def _lower_bound(
         ]
 
     bound = lower_bound(at(alignment), alignment=1).get(1, 0)
-    while alignment > DEFAULT_ALIGNMENT and bound > size:
+    while alignment > 1 and bound > size:
         alignment //= 2
         bound = lower_bound(at(alignment), alignment=1).get(1, 0)
     # unaligned, the bound is bytes that must be apart at some instruction: a peak below it

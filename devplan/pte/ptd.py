@@ -87,6 +87,7 @@ def ptd_image(entries: list[Entry], tensors: list) -> Spread:
     for (offset, size), tensor in zip(placed, tensors):
         parts += [bytes(base + offset - written), tensor]
         written = base + offset + size
+    parts.append(bytes(max(base - written, 0)))  # no tensor: the file still reaches its segment base
     return Spread.of(part for part in parts if memoryview(part).nbytes)
 
 

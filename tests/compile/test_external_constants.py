@@ -19,7 +19,7 @@ from devplan.errors import DevplanError
 from devplan.pte import read_pte
 from devplan.pte.ptd import Entry, Layout, ptd_image, read_ptd
 from devplan.pte.reader import text
-from devplan.runtime import run
+from devplan.runtime import HostAllocator, registered, run
 from testbed.lowerings import executorch_lowered_external, executorch_xnnpack_external
 from tests.compile.test_cli import assert_one_line_error, devplan as run_devplan
 from tests.inspection.runner import invoke
@@ -222,6 +222,21 @@ def test_entries_name_their_segments():
     read = read_ptd(image)
     assert read.entries["a"].segment == read.entries["b"].segment == 0 and len(read.segments) == 1
     assert np.frombuffer(read.data("b"), dtype=np.float32).tolist() == [0.0, 1.0]
+
+
+def test_a_program_with_no_weights_left_gets_a_ptd_devplan_reads_back(tmp_path):
+    """With every op delegated to cuda:0 the weights go into the payloads and no constant is
+    left for the .ptd: the file devplan writes holds no key and reaches its segment base, as
+    ExecuTorch's serializer writes an empty one (devplan's was 88 bytes, its header placing the
+    data at byte 128, and every command refused it as damaged)."""
+    ep, module = _block()
+    pte, ptd = _pair(tmp_path, ep, delegates=["cuda:0"])
+    assert read_ptd(ptd).entries == {} and ptd.stat().st_size == 128
+    (x,) = ep.example_inputs[0]
+    with registered("cuda", HostAllocator()):
+        (got,) = run(pte, [x], data=ptd)[0]
+    assert torch.allclose(got, module(x), atol=1e-6)
+    assert run_devplan("check", str(pte), "--data", str(ptd)).returncode == 0
 
 
 def test_damaged_data_files_are_refused_in_one_line(tmp_path):
