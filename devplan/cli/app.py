@@ -127,11 +127,16 @@ def console(stderr: bool = False):
 
     from rich.console import Console
 
-    return Console(
+    made = Console(
         highlight=False,
         file=cast("IO[str]", _Trimmed(sys.stderr if stderr else sys.stdout)),
         color_system=None if os.environ.get("NO_COLOR") else "auto",
     )
+    made.width = max(made.width, MIN_WIDTH)  # at COLUMNS=0 rich printed nothing at all
+    return made
+
+
+MIN_WIDTH = 40  # columns: a narrower terminal (or COLUMNS) gets lines this wide, wrapped by the terminal
 
 
 class _Trimmed:

@@ -83,9 +83,14 @@ def narrowest(header: str, natural: int) -> int:
     return min(natural, max(len(header), 8)) if header in WRAPPING else natural
 
 
+MIN_FOLD = 10
+
+
 def fold(pieces: tuple[str, ...], width: int) -> list[str]:
     """Lines of at most `width` characters, breaking between pieces, and inside a piece only
-    when it alone is wider."""
+    when it alone is wider. A width under MIN_FOLD (a terminal a few columns wide, or none)
+    folds at MIN_FOLD: at 0 a piece never got shorter and the loop never ended."""
+    width = max(width, MIN_FOLD)
     lines = [""]
     for piece in pieces:
         if lines[-1] and len(lines[-1]) + len(piece) > width:

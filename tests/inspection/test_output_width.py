@@ -111,3 +111,28 @@ def test_compile_and_run_lines_wrap_at_the_consoles_width(tmp_path, monkeypatch)
         assert not [line for line in narrow + wide if line.endswith(" ")], narrow + wide
         assert not [line for line in wide if line.startswith(" " * 8)], wide  # nothing wrapped at 200
     assert max(map(len, shown[200, "compile"])) > 80  # not wrapped at 80 whatever the console
+
+
+@pytest.mark.parametrize("columns", [0, 1, 4])
+def test_a_terminal_a_few_columns_wide_still_gets_every_table(programs, columns):
+    """At 4 columns or fewer, `inspect -s tensors` never returned (a cell folded at width 0 or
+    less never got shorter), and at 0 every command printed nothing. Each finishes and prints
+    its tables at devplan's narrowest width (a child process with a timeout, so that a loop
+    fails the test instead of hanging it)."""
+    import os
+    import subprocess
+    import sys
+
+    from devplan.inspection.tables import MIN_FOLD, fold
+
+    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1"}
+    shown = {}
+    for args in (["inspect", programs["delegated"], "-s", "all"], ["check", programs["plain"]]):
+        done = subprocess.run(
+            [sys.executable, "-m", "devplan", *map(str, args)], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert done.returncode == 0 and not done.stderr, (args, done.stderr)
+        shown[args[0]] = done.stdout
+    assert "\ntensors\n" in shown["inspect"] and "delegate_0" in shown["inspect"], shown["inspect"]
+    assert shown["check"].startswith("ok"), shown["check"]
+    assert fold(("x" * 25,), columns - 4) == ["x" * MIN_FOLD, "x" * MIN_FOLD, "x" * 5]
