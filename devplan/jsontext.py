@@ -1,10 +1,12 @@
 """JSON from the user's options (--metadata, --constant-method, --partitioner's keyword
 arguments), read with its nesting bounded first: Python's json module recurses once per level
-and ends in a RecursionError (an internal error) on a few thousand brackets."""
+and ends in a RecursionError (an internal error) on a few thousand brackets; and the numbers
+devplan's documents give, which JSON must be able to hold."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from devplan.errors import DevplanError
@@ -47,3 +49,14 @@ def repeated(pairs: list) -> object | None:
             return key
         seen.add(key)
     return None
+
+
+def number(value):
+    """A value as a JSON document holds it: a float JSON has no number for (NaN, the infinities,
+    a constant method's or a run's output may be one) as the string protobuf's JSON mapping
+    writes for it, "NaN", "Infinity" or "-Infinity"; a list item by item; anything else as it
+    is. Python's json writes bare NaN tokens that strict parsers refuse, devplan's golden reader
+    among them, and NaN never equals itself where a golden file compares values."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    return [number(item) for item in value] if isinstance(value, list) else value

@@ -29,6 +29,7 @@ from devplan.inspection.bounds import BufferBounds, HeldWindow, buffer_bounds, d
 from devplan.inspection.own_memory import working_memory
 from devplan.inspection.peak import peak
 from devplan.inspection.sources import argument_text, chain_origins, source_text, tensor_source
+from devplan.jsontext import number
 from devplan.pte import PteFile
 from devplan.pte.decode import Delegate, MethodView
 from devplan.pte.header import is_program
@@ -189,8 +190,9 @@ def _returns(view: MethodView) -> list:
     """What a method of no instructions returns, one entry per output: what an LLM runner reads
     from a constant method (get_max_seq_len, use_kv_cache, get_eos_ids; a list is one output per
     item, as ExecuTorch writes it). A number, bool, string, or list of doubles or bools as its
-    value; anything else (a tensor, an int list of value indices) as None."""
-    return [view.scalars.get(value) for value in view.outputs]
+    value (NaN and the infinities as jsontext.number writes them); anything else (a tensor, an
+    int list of value indices) as None."""
+    return [number(view.scalars.get(value)) for value in view.outputs]
 
 
 def _name_tensors(tensors, instructions, writers, origins, inputs, outputs) -> None:

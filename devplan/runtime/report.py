@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from devplan.documents import DeviceMemory, RunDocument, TensorSummary, ValueSummary
+from devplan.jsontext import number
 
 SCHEMA_VERSION: Final = 1
 
@@ -60,16 +61,17 @@ def device_memory(method, peaks: dict) -> list[DeviceMemory]:
 
 
 def describe(value) -> TensorSummary | ValueSummary:
-    """A tensor as dtype, shape and value range; anything else as itself."""
+    """A tensor as dtype, shape and value range; anything else as itself (NaN and the
+    infinities as jsontext.number writes them, so that --json stays JSON)."""
     import torch
 
     if not isinstance(value, torch.Tensor):
-        return {"value": value}
+        return {"value": number(value)}
     data = value.double() if value.numel() else torch.zeros(1, dtype=torch.float64)
     return {
         "dtype": str(value.dtype).removeprefix("torch."),
         "shape": list(value.shape),
-        "min": float(data.min()),
-        "max": float(data.max()),
-        "mean": float(data.mean()),
+        "min": number(float(data.min())),
+        "max": number(float(data.max())),
+        "mean": number(float(data.mean())),
     }

@@ -66,3 +66,46 @@ def test_a_changed_value_fails_the_golden_check(program, tmp_path):
     run = cli("check", changed, "--golden", golden)
     assert run.returncode == 1 and "returns values: [128] -> [64]" in run.stdout, run.stdout
     assert not devplan.diff(program, changed).ok
+
+
+def _strict(text: str):
+    def refuse(token):
+        raise ValueError(f"{token} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_nan_and_infinite_values_are_json_a_golden_file_holds(tmp_path):
+    """A constant method of NaN (or an infinity) wrote bare NaN tokens: `check --update` wrote a
+    golden file that `check --golden` then refused as "not a golden file", and `inspect --json`
+    and `run --json` printed what no strict parser reads. They are the strings protobuf's JSON
+    mapping writes, and the golden check passes on the file it wrote."""
+    from tests.test_schemas import validate
+
+    program = tmp_path / "nan.pte"
+    program.write_bytes(_program(eps=float("nan"), big=float("inf"), low=[float("-inf"), 1.5]))
+    golden = tmp_path / "nan.golden.json"
+    assert cli("check", program, "--golden", golden, "--update").returncode == 0
+    again = cli("check", program, "--golden", golden)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert {m["name"]: m.get("returns") for m in _strict(golden.read_text())["methods"]}["eps"] == ["NaN"]
+    document = _strict(cli("inspect", program, "--json").stdout)
+    returns = {m["name"]: m["returns"] for m in document["methods"] if "returns" in m}
+    assert (returns["eps"], returns["big"], returns["low"]) == (["NaN"], ["Infinity"], ["-Infinity", 1.5])
+    validate("inspect", document)
+    ran = _strict(cli("run", program, "-m", "eps", "--json").stdout)
+    assert ran["runs"] == [[{"value": "NaN"}]]
+    validate("run", ran)
+
+
+def test_a_run_whose_outputs_are_nan_prints_json(tmp_path):
+    from tests.test_schemas import validate
+
+    ep = torch.export.export(torch.nn.Linear(4, 4), (torch.randn(1, 4),))
+    program, inputs = tmp_path / "linear.pte", tmp_path / "nan.pt"
+    devplan.compile(ep, program)
+    torch.save([torch.full((1, 4), float("nan"))], inputs)
+    ran = _strict(cli("run", program, "-i", inputs, "--json").stdout)
+    (summary,) = ran["runs"][0]
+    assert (summary["min"], summary["max"], summary["mean"]) == ("NaN", "NaN", "NaN")
+    validate("run", ran)
