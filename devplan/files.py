@@ -9,12 +9,14 @@
     refuse_one_stream(outputs)           nor share standard output with another output
     stdout_to_stderr()                   what is printed meanwhile goes to standard error
     is_stdout(path)                      "-", or a path naming what standard output is
+    present(path)                        whether a path names something, a name no lookup takes refused
 
 "-" is standard input or output. Refusals are DevplanErrors: one line naming the path and what to do."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import mmap
 import os
@@ -189,6 +191,22 @@ def _mode_for(found: os.stat_result | None) -> int:
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def present(path: str | os.PathLike) -> bool:
+    """Path.exists(), but a name the system cannot look up at all (a component over 255 bytes:
+    ENAMETOOLONG) is refused in one line: Path.exists raises it, an internal error."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a link to itself names nothing, as Path.exists says
+            return False
+        raise DevplanError(
+            f"{os.fspath(path)}: cannot look it up ({error.strerror or error}); check the path"
+        ) from None
+    return True
 
 
 def open_input(path: str | os.PathLike, *, hint: str, name: str | None = None) -> BinaryIO:

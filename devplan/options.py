@@ -9,6 +9,7 @@ from pathlib import Path
 
 from devplan.backend import Backend, Partitioner
 from devplan.errors import DevplanError
+from devplan.files import present
 from devplan.planning.budget import checked_budgets
 from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT
 from devplan.planning.planner import ALGORITHMS
@@ -65,7 +66,7 @@ class CompileOptions:
             raise DevplanError(f"--fold {self.fold}: use one of: {', '.join(FOLDING)}")
         if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):
             raise DevplanError(f"--jobs {self.jobs}: give a number of processes from 1 up, e.g. 2")
-        if self.dump_dir is not None and self.dump_dir.exists() and not self.dump_dir.is_dir():
+        if self.dump_dir is not None and present(self.dump_dir) and not self.dump_dir.is_dir():
             raise DevplanError(f"--dump-dir {self.dump_dir}: is a file; name a folder (it is made if missing)")
         for name in self.kernels:
             if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):

@@ -687,3 +687,27 @@ def test_a_huge_buffer_in_another_method_counts_against_max_memory(tmp_path):
         "method forward: 281,474,976,710,656",
         "--max-memory",
     )
+
+
+LONG = "c" * 300  # a path component over the 255 bytes a file name may take
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["compile", f"{LONG}.pt2"],
+        ["compile", str(MLP), "--method", f"p={LONG}.pt2"],
+        ["compile", str(MLP), "-o", "out.pte", "--dump-dir", LONG],
+        ["diff", f"{LONG}.pte", "PROGRAM"],
+        ["check", "PROGRAM", "--golden", f"{LONG}.json"],
+    ],
+    ids=["compile", "method", "dump-dir", "diff", "golden"],
+)
+def test_a_name_too_long_to_look_up_is_one_line(args, tmp_path, monkeypatch):
+    """Path.exists raises on a name the system cannot look up (ENAMETOOLONG): each of these was
+    an internal error (exit 3); inspect, run and --data already said so in one line."""
+    import devplan
+
+    monkeypatch.chdir(tmp_path)
+    devplan.compile(MLP, "program.pte")
+    _one_line(invoke(*[arg.replace("PROGRAM", "program.pte") for arg in args]), LONG, "cannot look it up")

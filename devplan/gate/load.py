@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from devplan.errors import DevplanError, first_line
-from devplan.files import open_input, stdout_to_stderr
+from devplan.files import open_input, present, stdout_to_stderr
 from devplan.gate.archive import check_archive
 from devplan.pte.header import is_program
 from devplan.spec import INT32_MAX
@@ -176,7 +176,7 @@ def check_input(path: str | os.PathLike) -> Path:
     anything else looks at it: `devplan compile X.pte` is told the input is a program, not
     that its output would overwrite it."""
     path = Path(path)
-    if not path.exists():
+    if not present(path):
         raise DevplanError(f"{path}: no such file; pass a .pt2 written by torch.export.save")
     if path.is_dir():
         raise DevplanError(f"{path}: is a directory; pass a .pt2 file")

@@ -34,7 +34,7 @@ from devplan.documents import (
     SizedWindow,
 )
 from devplan.errors import DevplanError
-from devplan.files import open_input
+from devplan.files import open_input, present
 from devplan.inspection import inspect
 from devplan.inspection.difftext import WIDTH, diff_text
 from devplan.inspection.golden import golden_document, is_golden, read_golden
@@ -175,7 +175,7 @@ def looks_like_golden(path: Path) -> bool:
     """A golden file: named .json (so a missing one is reported as a golden file), or JSON inside."""
     if path.suffix == ".json":
         return True
-    if not path.exists():
+    if not present(path):
         return False  # the program reader names the path and the problem
     # a pipe or device is refused here: reading it could block or never end
     with open_input(path, hint="pass a .pte program or a golden .json file") as file:

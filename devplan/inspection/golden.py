@@ -31,7 +31,7 @@ from devplan.documents import (
     Placement,
 )
 from devplan.errors import DevplanError
-from devplan.files import STDIO, is_stdout, read_input
+from devplan.files import STDIO, is_stdout, present, read_input
 from devplan.jsontext import repeated
 from devplan.units import natural_key, size_text
 
@@ -229,7 +229,7 @@ def read_golden(path: str | os.PathLike) -> GoldenDocument:
     stdin = os.fspath(path) == STDIO
     path = Path(path)
     rewrite = f"write it with `devplan check PROGRAM.pte --golden {path} --update`"
-    if not stdin and not path.exists() and not path.is_symlink():
+    if not stdin and not present(path) and not path.is_symlink():
         raise DevplanError(f"{path}: no such golden file; {rewrite}")
     name = "<stdin>" if stdin else os.fspath(path)
     return parse_golden(read_input(path, limit=MAX_GOLDEN_BYTES, hint=rewrite, name=name), name, rewrite)
