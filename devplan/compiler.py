@@ -32,7 +32,7 @@ from devplan.dump import stage_text
 from devplan.emit.build import build_method, constant_method
 from devplan.emit.program import ExternalWeights, stored_size, to_program
 from devplan.errors import BudgetExceeded, DevplanError, InternalError
-from devplan.files import write_atomic
+from devplan.files import refuse_overwrite, write_atomic
 from devplan.gate.load import import_kernels, load
 from devplan.inspection.own_memory import working_memory
 from devplan.ir.lowered import Lowered, Payload
@@ -188,8 +188,10 @@ def compile(
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
     import_kernels(options.kernels)
-    stage = Stages(options.dump_dir, on_stage, checks=options.checks)
     files = {"forward": model, **_named(methods, "method")}  # as given: errors name the file
+    kept = (*files.values(), options.calibration, options.external_constants, output)
+    kept = tuple(path for path in kept if isinstance(path, (str, os.PathLike)))  # not a program or inputs given
+    stage = Stages(options.dump_dir, on_stage, checks=options.checks, kept=kept)
     sources = dict(files)
     constants = _named(constant_methods, "constant method")
     if options.quantize is not None and methods:
@@ -450,6 +452,7 @@ class Stages:
     seconds: dict[str, float] = field(default_factory=dict)
     prefix: str = ""
     checks: bool = False  # each result checked (devplan/wellformed.py), so a broken pass is named by its stage
+    kept: tuple = ()  # the files the compile reads and writes, which no dump may replace
 
     def __call__(self, name: str, fn, *args, **kwargs):
         name = self.prefix + name
@@ -466,7 +469,7 @@ class Stages:
             raise InternalError.of(name, error) from error
         self.seconds[name] = time.perf_counter() - began
         if self.dump_dir is not None:  # the write stage returns nothing: what it wrote where
-            _dump(self.dump_dir, len(self.seconds), name, result if result is not None else args[0])
+            _dump(self.dump_dir, len(self.seconds), name, result if result is not None else args[0], self.kept)
         if self.checks:
             try:
                 check_stage(result)
@@ -479,8 +482,11 @@ class Stages:
         return replace(self, prefix=f"{self.prefix}{prefix}.")
 
 
-def _dump(folder: Path, step: int, name: str, result) -> None:
-    """One readable file per stage (devplan/dump.py), so that a regression shows as a file diff."""
-
+def _dump(folder: Path, step: int, name: str, result, kept: tuple) -> None:
+    """One readable file per stage (devplan/dump.py), so that a regression shows as a file diff;
+    never over one of the compile's own files (a model named 01-load.txt in the folder was
+    replaced by its dump)."""
+    path = folder / f"{step:02d}-{name}.txt"
+    refuse_overwrite(path, kept, "--dump-dir")
     # devplan names these files: a link planted as one of them is replaced, never written through
-    write_atomic(folder / f"{step:02d}-{name}.txt", stage_text(result, name).encode(), follow_links=False, parents=True)
+    write_atomic(path, stage_text(result, name).encode(), follow_links=False, parents=True)

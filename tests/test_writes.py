@@ -7,6 +7,7 @@ import json
 import os
 import resource
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -154,6 +155,21 @@ def test_a_link_planted_in_the_dump_folder_is_not_followed(tmp_path):
     devplan.compile(MLP, dump_dir=dump)
     assert victim.read_text() == "keep me"
     assert not (dump / "01-load.txt").is_symlink() and (dump / "01-load.txt").read_text() != "keep me"
+
+
+@pytest.mark.parametrize("role", ["model", "output"])
+def test_a_dump_never_replaces_the_compiles_own_files(tmp_path, role):
+    """A model named 01-load.txt in the dump folder was replaced by the dump of the stage that
+    loaded it (the compile went on and exited 0), and so was an output of that name."""
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    model = dump / "01-load.txt" if role == "model" else tmp_path / "mlp.pt2"
+    output = dump / "01-load.txt" if role == "output" else tmp_path / "out.pte"
+    shutil.copy(MLP, model)
+    before = model.read_bytes()
+    run = cli("compile", model, "-o", output, "--dump-dir", dump)
+    assert_one_line_error(run, "--dump-dir would overwrite", "01-load.txt")
+    assert model.read_bytes() == before and not (role == "model" and output.exists())
 
 
 def test_a_fifo_or_device_to_read_is_refused_without_hanging(tmp_path, program):
