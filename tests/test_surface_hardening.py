@@ -311,9 +311,14 @@ def _golden_edited(edit) -> str:
         ),
         (
             "peak field",
-            lambda d: d["methods"][0]["buffers"][0].update(peak={"bytes": 1, "extra": 2}),
+            lambda d: d["methods"][0]["buffers"][0]["peak"].update(extra=2),
             'methods[0].buffers[0].peak has an unknown field "extra"',
         ),
+        # a peak without one of its fields was an internal error (KeyError) in check and diff
+        *[
+            (f"peak {key}", lambda d, key=key: d["methods"][0]["buffers"][0]["peak"].pop(key), f'peak has no "{key}"')
+            for key in ("op", "source", "modules")
+        ],
     ],
 )
 def test_a_golden_file_with_a_method_twice_or_an_unknown_field_is_refused(case, edit, needle, tmp_path):
@@ -328,6 +333,21 @@ def test_a_golden_file_with_a_method_twice_or_an_unknown_field_is_refused(case, 
     if case != "method twice":  # the schema says which fields exist
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(json.loads(golden.read_text()), schema)
+
+
+def test_a_damaged_golden_file_is_told_to_go_before_update_writes_it_again(tmp_path):
+    """The advice for a golden file that is not JSON was `--update`, which refuses to replace
+    what is not a golden file: the advice says to remove it first, and following it works."""
+    import devplan
+
+    golden = tmp_path / "cut.golden.json"
+    golden.write_text((GOLDEN / "two_io_cuda.golden.json").read_text()[:200])
+    devplan.compile(ROOT / "samples" / "two_io.pt2", tmp_path / "p.pte")
+    message = _one_line(invoke("diff", str(golden), str(golden)), "not a golden file", "once the file is removed")
+    assert f"--golden {golden} --update" in message
+    _one_line(invoke("check", str(tmp_path / "p.pte"), "--golden", str(golden), "--update"), "not a devplan golden")
+    golden.unlink()
+    assert invoke("check", str(tmp_path / "p.pte"), "--golden", str(golden), "--update").exit_code == 0
 
 
 def test_a_golden_file_with_a_key_twice_is_refused(tmp_path):

@@ -23,12 +23,12 @@ class GoldenCounts(TypedDict):
     delegates: int
 
 
-class GoldenPeak(TypedDict, total=False):
+class GoldenPeak(TypedDict):
     instruction: int
     op: str
     source: Optional[str]
     bytes: int
-    bytes_text: str
+    bytes_text: NotRequired[str]
     modules: dict[str, int]
 
 

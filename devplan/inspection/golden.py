@@ -235,6 +235,11 @@ def read_golden(path: str | os.PathLike) -> GoldenDocument:
     return parse_golden(read_input(path, limit=MAX_GOLDEN_BYTES, hint=rewrite, name=name), name, rewrite)
 
 
+# --update replaces a golden file only (refuse_replacing): a file that is none, a damaged one
+# among them, must go first, or the advice to write it again would be refused in turn
+_REMOVED = "once the file is removed (--update replaces only a golden file)"
+
+
 def parse_golden(text: bytes, name: str, rewrite: str) -> GoldenDocument:
     """The golden document in `text`, checked as read_golden checks a file's (`name` names it)."""
     try:
@@ -247,9 +252,9 @@ def parse_golden(text: bytes, name: str, rewrite: str) -> GoldenDocument:
             if type(error) is ValueError
             else type(error).__name__
         )
-        raise DevplanError(f"{name}: not a golden file ({why}); {rewrite}") from None
+        raise DevplanError(f"{name}: not a golden file ({why}); {rewrite} {_REMOVED}") from None
     if not isinstance(golden, dict) or not is_golden(golden):
-        raise DevplanError(f'{name}: not a devplan golden file (no "document": "{DOCUMENT}"); {rewrite}')
+        raise DevplanError(f'{name}: not a devplan golden file (no "document": "{DOCUMENT}"); {rewrite} {_REMOVED}')
     version = golden.get("schema_version")
     if type(version) is not int or version != SCHEMA_VERSION:
         raise DevplanError(
