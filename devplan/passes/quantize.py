@@ -95,9 +95,17 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
                 f"--quantize {mode}: the XNNPACK quantizer takes none of this program's ops "
                 f"(in {mode} it quantizes {TAKES[mode]})"
             )
-        for sample in samples:
+        for index, sample in enumerate(samples):
             args, kwargs = _call(ep, sample)
-            prepared(*args, **kwargs)
+            try:
+                prepared(*args, **kwargs)
+            except RuntimeError as error:  # an observer given NaN or an infinity has no range to quantize to
+                if "is not finite" not in str(error):
+                    raise
+                raise DevplanError(
+                    f"--calibration: on sample {index} the model computes NaN or infinite values where "
+                    f"{mode} measures them ({first_line(error)}); calibrate on the inputs it will run on"
+                ) from None
         converted = pt2e.convert_pt2e(prepared)
         fuse_embeddings(converted)
         # the largest sample as the example: export takes a size of 1 as fixed, not dynamic

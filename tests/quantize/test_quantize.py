@@ -302,6 +302,11 @@ def test_an_export_already_quantized_is_refused():
             r"sample 1, input 'input' is float32 \[3, 64\]; the program takes float32 \[4, 64\]",
         ),
         ([(torch.randn(4, 64, dtype=torch.float64),)], r"input 'input' is float64 \[4, 64\]"),
+        # an observer's histogram of NaN was an internal error in the quantize stage (exit 3)
+        (
+            [(torch.randn(4, 64),), (torch.full((4, 64), float("nan")),)],
+            r"on sample 1 the model computes NaN or infinite values where int8 measures them",
+        ),
     ],
 )
 def test_calibration_inputs_of_the_wrong_count_shape_or_dtype_are_refused(samples, match):
