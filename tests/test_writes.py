@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 import devplan
 from devplan.errors import DevplanError
@@ -369,3 +370,37 @@ def test_what_a_kernels_module_prints_goes_to_standard_error(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout[4:8] == b"ET12" and b"hello" not in run.stdout
     assert all(f"hello from {who}".encode() in run.stderr for who in ("python", "C", "printf"))
+
+
+@pytest.mark.parametrize(
+    "args, report",
+    [
+        (["run", "{program}", "--save", "-", "--json"], "json"),
+        (["run", "{program}", "--save", "-"], "text"),
+        (["inspect", "{program}", "--svg", "-", "-s", "summary"], "text"),
+        (["inspect", "{program}", "--svg", "-", "--json"], "json"),
+        (["inspect", "{program}", "--trace", "-", "--json"], "json"),
+    ],
+)
+def test_a_file_on_standard_output_sends_the_report_to_standard_error(program, args, report):
+    """An output on standard output (-) had the report printed after it on the same stream: a
+    saved archive or a drawing followed by JSON or text that no reader of either could split.
+    The report goes to standard error, as compile -o - sends its summary."""
+    done = subprocess.run(
+        [sys.executable, "-m", "devplan", *[arg.format(program=program) for arg in args]],
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    if "--save" in args:
+        (saved,) = torch.load(io.BytesIO(done.stdout))
+        assert saved.shape[0] > 0
+    elif "--svg" in args:
+        assert done.stdout.decode().rstrip().endswith("</svg>")
+    else:
+        assert isinstance(json.loads(done.stdout), (dict, list))
+    said = done.stderr.decode()
+    if report == "json":
+        assert json.loads(said)["file"]["name"] == program.name, said
+    else:
+        assert ("output 0: float32" if args[0] == "run" else program.name) in said, said

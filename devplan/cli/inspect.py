@@ -77,7 +77,8 @@ def inspect_command(
             "--svg",
             metavar="FILE.svg",
             help="Also draw each buffer's layout over time as an SVG picture "
-            "(each block of the model named under its instructions; hover a rectangle to name its tensor).",
+            "(each block of the model named under its instructions; hover a rectangle to name its tensor). "
+            "- writes standard output, and the view goes to standard error.",
             show_default=False,
         ),
     ] = None,
@@ -87,7 +88,8 @@ def inspect_command(
             "--trace",
             metavar="FILE.json",
             help="Also write the plan as a Chrome trace for ui.perfetto.dev or "
-            "chrome://tracing: instructions, bytes in use per buffer, one slice per tensor (1 ms per instruction).",
+            "chrome://tracing: instructions, bytes in use per buffer, one slice per tensor (1 ms per instruction). "
+            "- writes standard output, and the view goes to standard error.",
             show_default=False,
         ),
     ] = None,
@@ -99,7 +101,7 @@ def inspect_command(
     peak (tensors, sources, the model's blocks), tensors with offsets, lifetimes
     and sources, instructions with every argument, delegates, and a chart of
     each buffer's memory over time."""
-    from devplan.files import refuse_one_stream, refuse_overwrite, write_atomic
+    from devplan.files import is_stdout, refuse_one_stream, refuse_overwrite, write_atomic
     from devplan.inspection import inspect
 
     refuse_overwrite(svg, [program, data], "--svg")
@@ -116,8 +118,10 @@ def inspect_command(
         from devplan.inspection.trace import trace_json
 
         write_atomic(trace, trace_json(doc).encode())
+    # a drawing on standard output leaves it no room for the view (as compile -o -)
+    to_stderr = any(path is not None and is_stdout(path) for path in (svg, trace))
     if json_output:
-        echo_json(inspect_sections.only(doc, chosen) if section else doc)
+        echo_json(inspect_sections.only(doc, chosen) if section else doc, err=to_stderr)
         return
     # Imported only once there is something to draw, so a bad file fails fast.
     from devplan.inspection.render import render
@@ -126,4 +130,4 @@ def inspect_command(
     chosen = chosen or inspect_sections.DEFAULT_SECTIONS
     # only the lists the views draw from are made printable (a large program's instructions take seconds)
     kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
-    render(printable_tree(kept), console(), chosen, exact_bytes=exact_bytes, shapes=shapes)
+    render(printable_tree(kept), console(stderr=to_stderr), chosen, exact_bytes=exact_bytes, shapes=shapes)

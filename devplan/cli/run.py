@@ -37,7 +37,11 @@ def run_command(
     method: Annotated[str, typer.Option("--method", "-m", metavar="NAME", help="The method to run.")] = "forward",
     save: Annotated[
         Optional[Path],
-        typer.Option("--save", metavar="FILE.pt", help="Also save the last run's outputs with torch.save."),
+        typer.Option(
+            "--save",
+            metavar="FILE.pt",
+            help="Also save the last run's outputs with torch.save (- writes standard output, and the summary goes to standard error).",
+        ),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the outputs' summaries as JSON.")] = False,
     devices_on_host: Annotated[
@@ -95,7 +99,7 @@ def run_command(
 
     import torch
 
-    from devplan.files import refuse_overwrite, write_atomic
+    from devplan.files import is_stdout, refuse_overwrite, write_atomic
     from devplan.pte import read_pte
     from devplan.pte.decode import methods
     from devplan.runtime import HostAllocator, LoadedMethod, registered
@@ -132,14 +136,16 @@ def run_command(
         torch.save(results[-1], buffer)
         write_atomic(save, buffer.getvalue())
     report = run_document(program.name, method, results, held)
+    # the outputs saved on standard output leave it no room for the report (as compile -o -)
+    to_stderr = save is not None and is_stdout(save)
     if json_output:
-        echo_json(report)
+        echo_json(report, err=to_stderr)
         return
     from devplan.cli.reports import run_lines
     from devplan.inspection.difftext import wrapped
 
     for line in wrapped(run_lines(report), console().width):  # as check's lines: at the console's width
-        typer.echo(line)
+        typer.echo(line, err=to_stderr)
 
 
 def _memory_limit(text: str) -> int:
