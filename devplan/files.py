@@ -6,7 +6,7 @@
     open_input(path, hint=...)           a regular file opened for reading, without blocking on a pipe
     map_input(path, name=..., limit=..., hint=...)  a regular file as a private copy-on-write mapping
     refuse_overwrite(output, inputs, option)  an output must not be one of the command's inputs
-    refuse_one_stream(outputs)           nor share standard output with another output
+    refuse_shared_output(outputs)        nor share standard output or a file with another output
     stdout_to_stderr()                   what is printed meanwhile goes to standard error
     is_stdout(path)                      "-", or a path naming what standard output is
     present(path)                        whether a path names something, a name no lookup takes refused
@@ -299,18 +299,21 @@ def refuse_overwrite(output: str | os.PathLike | None, inputs: Iterable[str | os
             raise DevplanError(f"{output}: {option} would overwrite the input {source}; pass {option} another name")
 
 
-def refuse_one_stream(outputs: Mapping[str, str | os.PathLike | None]) -> None:
-    """Refuse two outputs (option: path) on standard output: their bytes would run together into
-    one stream no reader can split (a program followed by its .ptd)."""
-    taken: str | None = None
+def refuse_shared_output(outputs: Mapping[str, str | os.PathLike | None]) -> None:
+    """Refuse two outputs (option: path) on standard output, or on one file: their bytes would run
+    together into one stream no reader can split (a program followed by its .ptd), or the second
+    write would replace the first without a word."""
+    taken: dict[str, tuple[str, str]] = {}  # standard output or a file (real path) -> (option, path)
     for option, path in outputs.items():
-        if path is None or not is_stdout(path):
+        if path is None:
             continue
-        if taken is not None:
+        where = STDIO if is_stdout(path) else os.path.realpath(path)
+        if where in taken:
+            said = "standard output" if where == STDIO else f"the file {taken[where][1]}"
             raise DevplanError(
-                f"{path}: {option} would write standard output, which {taken} writes; pass {option} a file"
+                f"{path}: {option} would write {said}, which {taken[where][0]} writes; pass {option} another file"
             )
-        taken = option
+        taken[where] = (option, os.fspath(path))
 
 
 @contextlib.contextmanager

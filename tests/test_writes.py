@@ -349,8 +349,24 @@ def test_a_file_is_read_in_steps_under_an_address_space_limit(program):
 def test_two_outputs_on_standard_output_are_refused(program, args, option):
     """A program followed by its .ptd on one stream: no reader can split them."""
     run = cli(*[arg.format(program=program) for arg in args])
-    assert_one_line_error(run, f"{option} would write standard output", f"pass {option} a file")
+    assert_one_line_error(run, f"{option} would write standard output", f"pass {option} another file")
     assert run.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args, option, first",
+    [
+        (["compile", str(MLP), "-o", "{out}", "--external-constants", "{out}"], "--external-constants", "-o"),
+        (["inspect", "{program}", "--svg", "{out}", "--trace", "{out}"], "--trace", "--svg"),
+    ],
+)
+def test_two_outputs_on_one_file_are_refused(program, tmp_path, args, option, first):
+    """`inspect --svg F --trace F` exited 0 with F holding only the trace (the drawing replaced
+    without a word), and `compile -o F --external-constants F` called F an input."""
+    out = tmp_path / "same.out"
+    run = cli(*[arg.format(program=program, out=out) for arg in args])
+    assert_one_line_error(run, f"{option} would write the file {out}, which {first} writes")
+    assert not out.exists()
 
 
 def test_what_a_kernels_module_prints_goes_to_standard_error(tmp_path):

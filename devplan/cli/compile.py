@@ -294,7 +294,7 @@ def compile_command(
     seconds taken."""
     from devplan.backend import Backend, Partitioner
     from devplan.compiler import compile
-    from devplan.files import is_stdout, refuse_one_stream, refuse_overwrite
+    from devplan.files import is_stdout, refuse_overwrite, refuse_shared_output
     from devplan.gate.load import check_input
     from devplan.planning import parse_budget
 
@@ -326,8 +326,8 @@ def compile_command(
     # every file the compile reads is an input no output may replace (the metadata can be rebuilt only by hand)
     read = [model, *methods.values(), metadata, calibration]
     refuse_overwrite(target, read, "-o")
-    refuse_overwrite(external_constants, [*read, target], "--external-constants")
-    refuse_one_stream({"-o": target, "--external-constants": external_constants})
+    refuse_overwrite(external_constants, read, "--external-constants")
+    refuse_shared_output({"-o": target, "--external-constants": external_constants})
     # the program on standard output leaves it no room for the summary, which goes to stderr
     to_stdout = is_stdout(target)
     echo = functools.partial(typer.echo, err=to_stdout)

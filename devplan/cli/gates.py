@@ -61,11 +61,11 @@ JUnit = Annotated[
 def _report_outputs(json_output: bool, report_format: ReportFormat, junit: Path | None, inputs: list) -> None:
     """Refuse --json with another --format, and a --junit file that is an input or standard
     output (where the report goes)."""
-    from devplan.files import refuse_one_stream, refuse_overwrite
+    from devplan.files import refuse_overwrite, refuse_shared_output
 
     if json_output and report_format is not ReportFormat.text:
         raise DevplanError(f"--json and --format {report_format.value}: pick one")
-    refuse_one_stream({"the report": STDIO, "--junit": junit})
+    refuse_shared_output({"the report": STDIO, "--junit": junit})
     refuse_overwrite(junit, inputs, "--junit")
 
 

@@ -101,12 +101,12 @@ def inspect_command(
     peak (tensors, sources, the model's blocks), tensors with offsets, lifetimes
     and sources, instructions with every argument, delegates, and a chart of
     each buffer's memory over time."""
-    from devplan.files import is_stdout, refuse_one_stream, refuse_overwrite, write_atomic
+    from devplan.files import is_stdout, refuse_overwrite, refuse_shared_output, write_atomic
     from devplan.inspection import inspect
 
     refuse_overwrite(svg, [program, data], "--svg")
     refuse_overwrite(trace, [program, data], "--trace")
-    refuse_one_stream({"--svg": svg, "--trace": trace})
+    refuse_shared_output({"--svg": svg, "--trace": trace})
     source = program_source(program, data)
     doc = inspect(noting_external(source) if data is not None else source, method=method, delegate=delegate)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
