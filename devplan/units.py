@@ -9,7 +9,17 @@ from fractions import Fraction
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB")
 # what a size given on the command line may be counted in, in any case
-UNITS = {"b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20, "gb": 10**9, "gib": 2**30}
+UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "kib": 2**10,
+    "mb": 10**6,
+    "mib": 2**20,
+    "gb": 10**9,
+    "gib": 2**30,
+    "tb": 10**12,
+    "tib": 2**40,
+}
 
 
 def size_bytes(text: str) -> Fraction | None:

@@ -731,3 +731,21 @@ def test_a_name_too_long_to_look_up_is_one_line(args, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     devplan.compile(MLP, "program.pte")
     _one_line(invoke(*[arg.replace("PROGRAM", "program.pte") for arg in args]), LONG, "cannot look it up")
+
+
+def test_the_words_of_a_few_refusals(tmp_path):
+    """From a hostile run over the options: a .ptd given as the program is named as one (it was
+    "damaged or not a .pte"), a --method of no file is refused as NAME=VALUE with a --method
+    example (it named the current folder, or gave a --constant-method example), and sizes take
+    the TiB that --max-memory's help implies."""
+    import devplan
+    from devplan.units import size_bytes
+
+    devplan.compile(MLP, tmp_path / "p.pte", external_constants=tmp_path / "p.ptd")
+    _one_line(invoke("inspect", str(tmp_path / "p.ptd")), "p.ptd: not an ET12 program but a .ptd data file", "--data")
+    for given in ("x=", "=mlp.pt2"):
+        _one_line(
+            invoke("compile", str(MLP), "-o", str(tmp_path / "q.pte"), "--method", given),
+            f"--method {given}: write it as NAME=VALUE, e.g. --method decode=decode.pt2",
+        )
+    assert (size_bytes("1TiB"), size_bytes("2 TB")) == (2**40, 2 * 10**12)

@@ -377,11 +377,16 @@ def compile_command(
         echo(line)
 
 
+# an example of each NAME=VALUE option, for the line that refuses one written otherwise
+_EXAMPLES = {"--method": "decode=decode.pt2", "--constant-method": "get_max_seq_len=128"}
+
+
 def _name_value(text: str, option: str, parse):
-    """NAME=VALUE of a repeatable option, the value parsed by `parse`."""
+    """NAME=VALUE of a repeatable option, the value parsed by `parse`; a --method names a file
+    (given none, it named the current folder)."""
     name, equals, value = text.partition("=")
-    if not equals or not name:
-        raise DevplanError(f"{option} {text}: write it as NAME=VALUE, e.g. {option} get_max_seq_len=128")
+    if not equals or not name or (option == "--method" and not value):
+        raise DevplanError(f"{option} {text}: write it as NAME=VALUE, e.g. {option} {_EXAMPLES[option]}")
     return name, parse(value)
 
 

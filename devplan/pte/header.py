@@ -68,6 +68,11 @@ def check_container(data: bytes | memoryview, name: str) -> ExtendedHeader | Non
         )
     if size < HEADER_OFFSET:
         raise DevplanError(f"{name}: truncated: {size} bytes cannot hold a FlatBuffer's 8-byte start; {_DAMAGED}")
+    if data[4:8] == b"FT01":  # pte/ptd.py's FILE_IDENTIFIER: the weights, not the program
+        raise DevplanError(
+            f"{name}: not an ET12 program but a .ptd data file (weights kept outside a program); "
+            "pass the program, with --data for this file"
+        )
     if not is_program(data):
         raise DevplanError(f"{name}: not an ET12 program (file identifier {data[4:8]!r}); {_DAMAGED}")
     if data[HEADER_OFFSET : HEADER_OFFSET + 4] != HEADER_MAGIC:
