@@ -213,7 +213,8 @@ def compile_command(
             metavar="NAME=VALUE",
             help="Add a method NAME that returns VALUE and runs "
             "nothing, as ExecuTorch's LLM runner reads them (get_max_seq_len=128, use_kv_cache=true, "
-            "get_eos_ids=[128001,128009]): a JSON int, float, true/false, list of ints, or else a string. "
+            "get_eos_ids=[128001,128009]): a JSON int (within 64 bits), float, true/false, or list of them; "
+            "text that is not JSON is a string (null and objects are refused). "
             "Repeatable.",
             show_default=False,
         ),
