@@ -195,6 +195,12 @@ def buffer_facts(c: BufferCheck) -> list[str]:
     return facts
 
 
+def _statistic(value: float | str) -> str:
+    """A run's statistic as run prints it: six digits, or the word JSON holds for NaN and the
+    infinities ("NaN", "Infinity", "-Infinity")."""
+    return value if isinstance(value, str) else f"{value:.6g}"
+
+
 def run_lines(report: RunDocument) -> list[str]:
     """run's outputs, each a value or a tensor's dtype, shape and range (per run when several)."""
     lines = []
@@ -205,8 +211,8 @@ def run_lines(report: RunDocument) -> list[str]:
             lines.append(
                 f"{prefix}output {index}: {out['value']!r}"
                 if "value" in out
-                else f"{prefix}output {index}: {out['dtype']} {tuple(out['shape'])}  min {out['min']:.6g}  "
-                f"max {out['max']:.6g}  mean {out['mean']:.6g}"
+                else f"{prefix}output {index}: {out['dtype']} {tuple(out['shape'])}  min {_statistic(out['min'])}  "
+                f"max {_statistic(out['max'])}  mean {_statistic(out['mean'])}"
             )
     for row in report.get("memory", ()):
         if row["peak"] is not None:  # what a device really held, beside what the plan said it would

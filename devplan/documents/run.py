@@ -19,9 +19,9 @@ class DeviceMemory(TypedDict):
 class TensorSummary(TypedDict):
     dtype: str
     shape: list[int]
-    min: float
-    max: float
-    mean: float
+    min: float | str  # "NaN", "Infinity" or "-Infinity" where JSON has no number (jsontext.number)
+    max: float | str
+    mean: float | str
 
 
 @final

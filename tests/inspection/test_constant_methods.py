@@ -109,3 +109,5 @@ def test_a_run_whose_outputs_are_nan_prints_json(tmp_path):
     (summary,) = ran["runs"][0]
     assert (summary["min"], summary["max"], summary["mean"]) == ("NaN", "NaN", "NaN")
     validate("run", ran)
+    text = cli("run", program, "-i", inputs)
+    assert text.returncode == 0 and "min NaN  max NaN  mean NaN" in text.stdout, text.stderr
