@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from devplan.errors import DevplanError
 
 FILE_IDENTIFIER = b"ET12"
+DATA_FILE_IDENTIFIER = b"FT01"  # a .ptd's (pte/ptd.py): weights a program keeps outside it
 HEADER_MAGIC = b"eh00"
 # Length written by ExecuTorch 1.5.1; older writers stopped before segment data size.
 HEADER_LENGTH = 32
@@ -68,7 +69,7 @@ def check_container(data: bytes | memoryview, name: str) -> ExtendedHeader | Non
         )
     if size < HEADER_OFFSET:
         raise DevplanError(f"{name}: truncated: {size} bytes cannot hold a FlatBuffer's 8-byte start; {_DAMAGED}")
-    if data[4:8] == b"FT01":  # pte/ptd.py's FILE_IDENTIFIER: the weights, not the program
+    if data[4:8] == DATA_FILE_IDENTIFIER:
         raise DevplanError(
             f"{name}: not an ET12 program but a .ptd data file (weights kept outside a program); "
             "pass the program, with --data for this file"

@@ -27,10 +27,10 @@ import flatbuffers
 
 from devplan import dtypes
 from devplan.errors import DevplanError
+from devplan.pte.header import DATA_FILE_IDENTIFIER
 from devplan.pte.verify import verify_flat_tensor
 from devplan.pte.writer import SEGMENT_ALIGNMENT, Spread
 
-FILE_IDENTIFIER = b"FT01"
 HEADER_MAGIC = b"FH01"
 HEADER_OFFSET = 8
 HEADER_LENGTH = 40
@@ -113,7 +113,7 @@ def _flatbuffer(entries: list[Entry], placed: list[tuple[int, int]]) -> bytes:
             )
         table.namedData.append(named)
     builder = flatbuffers.Builder(1024)
-    builder.Finish(table.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    builder.Finish(table.Pack(builder), file_identifier=DATA_FILE_IDENTIFIER)
     return bytes(builder.Output())
 
 
@@ -188,7 +188,7 @@ def read_ptd(source: "str | os.PathLike | bytes | PtdFile", name: str | None = N
 def _header(data: bytes | memoryview, name: str) -> tuple[int, int, int]:
     """(where the FlatBuffer ends, the segment base, the segment data size), checked."""
     start = bytes(data[:HEADER_PADDED])
-    if len(data) < HEADER_OFFSET + HEADER_LENGTH or start[4:8] != FILE_IDENTIFIER:
+    if len(data) < HEADER_OFFSET + HEADER_LENGTH or start[4:8] != DATA_FILE_IDENTIFIER:
         found = start[4:8] if len(data) >= HEADER_OFFSET else b""
         what = "a program (.pte)" if found == b"ET12" else f"file identifier {found!r}"
         raise DevplanError(f"{name}: not an ExecuTorch FlatTensor data file ({what}, not b'FT01'); {_HINT}")
