@@ -6,14 +6,10 @@ TorchCudaAllocator, against eager PyTorch on the same GPU, each measured in a fr
     python benchmarks/gpu.py measure DIR [--json F]  # on the GPU machine, from the source tree
 
 prepare compiles each model (--delegate cuda:0 --device-io) and saves the program, its inputs,
-the CPU program's outputs and the module's weights; with --alignments 16,256 (the default) a
-second program per model is planned at 256 bytes (NAME.a256.pte, a row of its own): torch's
-cuDNN and cuBLASLt calls choose kernels by how their pointers are aligned (up to 32 and 256
-bytes), where eager's tensors come from the caching allocator at 512. measure runs, per
-program, three children: devplan with CUDA graphs, devplan without them (which also
-attributes the bytes each kernel allocated beyond the plan, by operator), and eager PyTorch
-(the module on the GPU, under no_grad; once per model). It prints, per program: the device's planned bytes, the constants devplan copied
-there, the allocator's measured peak (torch.cuda.max_memory_allocated over load and runs),
+the CPU program's outputs and the module's weights. measure runs, per program, three
+children: devplan with CUDA graphs, devplan without them (which also attributes the bytes each
+kernel allocated beyond the plan, by operator), and eager PyTorch (the module on the GPU, under
+no_grad). It prints, per program: the device's planned bytes, the constants devplan copied there, the allocator's measured peak (torch.cuda.max_memory_allocated over load and runs),
 eager's steady peak above its weights, the ratios, and the median time of a run of each
 (inputs from the host, outputs back to it, as a user's call does), and whether devplan's
 outputs match the CPU program's; then, per program, the CUDA kernels that took most GPU time in
@@ -34,11 +30,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-RUNS = 50
+RUNS = 100
 TOP_KERNELS = 8
 
 
-def prepare(folder: Path, alignments: list[int]) -> None:
+def prepare(folder: Path) -> None:
     import devplan
     from testbed.device_corpus import DEVICE_CORPUS
 
@@ -47,9 +43,7 @@ def prepare(folder: Path, alignments: list[int]) -> None:
         module, args = build()
         ep = torch.export.export(module, args)
         (expected,) = devplan.run(devplan.compile(ep).data, list(args))
-        for alignment in alignments:
-            pte = folder / (f"{name}.pte" if alignment == 16 else f"{name}.a{alignment}.pte")
-            devplan.compile(ep, pte, delegates=["cuda:0"], device_io=True, alignment=alignment)
+        devplan.compile(ep, folder / f"{name}.pte", delegates=["cuda:0"], device_io=True)
         torch.save({"args": list(args), "expected": expected[0], "state": module.state_dict()}, folder / f"{name}.pt")
         print(f"prepared {name}", flush=True)
 
@@ -101,7 +95,7 @@ def child_devplan(folder: Path, program: str, graphs: bool) -> dict:
 
     logging.getLogger("devplan").addHandler(logging.StreamHandler())  # why a delegate runs without a graph
     logging.getLogger("devplan").setLevel(logging.DEBUG)
-    saved = torch.load(folder / f"{_model(program)}.pt", weights_only=False)
+    saved = torch.load(folder / f"{program}.pt", weights_only=False)
     cuda = Device.parse("cuda:0")
     torch.cuda.init()
     torch.cuda.reset_peak_memory_stats()
@@ -116,11 +110,6 @@ def child_devplan(folder: Path, program: str, graphs: bool) -> dict:
     if not graphs:
         result["allocating_ops"] = _allocating_ops(loaded, saved["args"])
     return result
-
-
-def _model(program: str) -> str:
-    """The model a program's file stem names (convnet.a256 -> convnet)."""
-    return program.partition(".")[0]
 
 
 def _allocating_ops(loaded, args) -> dict:
@@ -189,15 +178,12 @@ def _child(*args: str) -> dict:
 
 def measure(folder: Path, json_path: Path | None) -> None:
     rows: dict[str, dict] = {}
-    eager: dict[str, dict] = {}
     for pte in sorted(folder.glob("*.pte")):
-        name, model = pte.stem, _model(pte.stem)
-        if model not in eager:
-            eager[model] = _child("eager", str(folder), model)
+        name = pte.stem
         rows[name] = {
             "graphs": _child("devplan", str(folder), name, "1"),
             "steps": _child("devplan", str(folder), name, "0"),
-            "eager": eager[model],
+            "eager": _child("eager", str(folder), name),
         }
         print(json.dumps({name: rows[name]}), flush=True)
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}")
@@ -266,12 +252,9 @@ def main() -> None:
     parser.add_argument("step", choices=("prepare", "measure"))
     parser.add_argument("folder", type=Path)
     parser.add_argument("--json", type=Path, help="also write every measurement to this file")
-    parser.add_argument(
-        "--alignments", default="16,256", help="prepare: the plans' alignments, a program each (16: NAME.pte)"
-    )
     options = parser.parse_args()
     if options.step == "prepare":
-        prepare(options.folder, [int(a) for a in options.alignments.split(",")])
+        prepare(options.folder)
     else:
         measure(options.folder, options.json)
 

@@ -19,14 +19,14 @@ from tests.runtime.test_device_arena import two_blocks
 
 @pytest.fixture(scope="module")
 def blocks(tmp_path_factory):
-    """Two cuda:0 delegates whose working memory is a window at byte 512 of the device buffer,
+    """Two cuda:0 delegates whose working memory is a window at byte 1024 of the device buffer,
     and the same program with both windows moved to byte 0, over tensors alive at their calls."""
     folder = tmp_path_factory.mktemp("windows")
     data = two_blocks().data
-    assert data.count(b"mem_id=2,offset=512") == 2
+    assert data.count(b"mem_id=2,offset=1024") == 2
     paths = {"good": folder / "blocks.pte", "moved": folder / "moved.pte"}
     paths["good"].write_bytes(data)
-    paths["moved"].write_bytes(data.replace(b"mem_id=2,offset=512", b"mem_id=2,offset=000"))
+    paths["moved"].write_bytes(data.replace(b"mem_id=2,offset=1024", b"mem_id=2,offset=0000"))
     return paths
 
 
@@ -34,19 +34,20 @@ def test_a_moved_delegate_window_fails_diff_and_the_golden_check(blocks, tmp_pat
     result = devplan.diff(blocks["good"], blocks["moved"])
     windows = [c for c in result.changes if c.fact == "window"]
     assert not result.ok and [(c.subject, c.fails) for c in windows] == [("delegate 0", True), ("delegate 1", True)]
-    assert windows[0].a == {"mem_id": 2, "offset": 512, "size": 1024} and windows[0].b["offset"] == 0
-    assert "FAIL  delegate 0 window: buffer 2 @512 (1.0 KiB) -> buffer 2 @0 (1.0 KiB)" in result.text()
+    assert windows[0].a == {"mem_id": 2, "offset": 1024, "size": 1024} and windows[0].b["offset"] == 0
+    assert "FAIL  delegate 0 window: buffer 2 @1024 (1.0 KiB) -> buffer 2 @0 (1.0 KiB)" in result.text()
     golden = tmp_path / "blocks.golden.json"
     assert invoke("check", str(blocks["good"]), "--golden", str(golden), "--update").exit_code == 0
     assert not devplan.diff(golden, blocks["moved"]).ok  # a golden file as either side
     assert not devplan.diff(blocks["moved"], golden).ok
     checked = invoke("check", str(blocks["moved"]), "--golden", str(golden), "--tolerance", "50%")
-    assert checked.exit_code == 1 and "delegate 0 window: buffer 2 @512" in checked.stdout
+    assert checked.exit_code == 1 and "delegate 0 window: buffer 2 @1024" in checked.stdout
 
 
 def test_a_peak_below_the_bytes_that_must_be_apart_is_flagged_and_fails_check(blocks):
     (good, moved) = (devplan.inspect(blocks[name])["methods"][0]["buffers"][1] for name in ("good", "moved"))
-    assert "problem" not in good and good["peak"] == good["lower_bound"]
+    # the good plan is as small as its bound at CUDA's 512-byte alignment; its live bytes are fewer
+    assert "problem" not in good and good["peak"] <= good["lower_bound"] == good["size"]
     assert moved["peak"] < moved["lower_bound"] and moved["problem"].startswith("unsound plan: peak 1024 bytes")
     text = invoke("inspect", str(blocks["moved"]), "--section", "buffers")
     assert text.exit_code == 0 and "buffer 2 (cuda:0): unsound plan: peak 1024 bytes" in text.stdout

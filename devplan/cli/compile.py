@@ -81,7 +81,7 @@ def compile_command(
             "--alignment",
             metavar="BYTES",
             help="Alignment of every planned tensor's offset (a power of two; never below the widest element the "
-            "program holds, so an int64 starts at a multiple of 8).",
+            "program holds, so an int64 starts at a multiple of 8; CUDA buffers at least 512, as torch's allocator).",
         ),
     ] = DEFAULT_ALIGNMENT,
     planner: Annotated[

@@ -12,7 +12,7 @@ from devplan.ir.planned import BufferPlan, PlannedMethod
 from devplan.planning.bounds import lower_bound
 from devplan.planning.budget import BACKENDS, budget_key, check_budget
 from devplan.planning.lifetimes import lifetimes, storages
-from devplan.planning.model import DEFAULT_ALIGNMENT, Interval
+from devplan.planning.model import DEFAULT_ALIGNMENT, DEVICE_ALIGNMENT, Interval, align_up
 from devplan.planning.planner import plan
 from devplan.planning.verify import Placed, verify, verify_devices
 from devplan.spec import CPU, Device, TensorSpec
@@ -54,9 +54,15 @@ def plan_method(
         len(method.values) + d: (method.delegates[d], min(s), max(s)) for d, s in steps.items()
     }  # keys apart from values
     ids = mem_ids([spec.device for spec in specs.values()] + [d.device for d, *_ in windows.values()]) or {}
+    aligned = {m: max(alignment, DEVICE_ALIGNMENT.get(d.type, 1)) for d, m in ids.items()}
     storage, span = storages(method, alive)
-    intervals = [Interval(root, specs[root].nbytes, *span[root], group=ids[specs[root].device]) for root in span]
-    planned_windows = [Interval(key, d.arena, first, last, ids[d.device]) for key, (d, first, last) in windows.items()]
+    # sizes rounded to their buffer's alignment, so every offset the planner sums from them is one
+    group = {root: ids[specs[root].device] for root in span}
+    intervals = [Interval(r, align_up(specs[r].nbytes, aligned[group[r]]), *span[r], group=group[r]) for r in span]
+    planned_windows = [
+        Interval(key, align_up(d.arena, aligned[ids[d.device]]), first, last, ids[d.device])
+        for key, (d, first, last) in windows.items()
+    ]
     placement = plan(intervals + planned_windows, alignment=alignment, algorithm=algorithm)
     bounds = lower_bound(
         intervals + [replace(w, size=windows[w.key][0].arena_bound) for w in planned_windows], alignment=alignment
@@ -78,7 +84,7 @@ def plan_method(
     placed += [
         Placed(names[w.key], w.group, placement.offsets[w.key], w.size, w.first, w.last) for w in planned_windows
     ]
-    verify(placed, placement.sizes, alignment)
+    verify(placed, placement.sizes, alignment, aligned)
     if budgets:
         _check_budgets(budgets, ids, placement.sizes, intervals + planned_windows, alignment, names)
     planned = {

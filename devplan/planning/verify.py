@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from devplan.errors import DevplanError
@@ -47,13 +48,19 @@ class Placed:
         return f"{self.name} [{self.offset}, {self.end})"
 
 
-def verify(placed: Sequence[Placed], sizes: Mapping[int, int], alignment: int) -> None:
+def verify(
+    placed: Sequence[Placed],
+    sizes: Mapping[int, int],
+    alignment: int,
+    by_buffer: Mapping[int, int] = MappingProxyType({}),
+) -> None:
     """Raise PlanError naming the first problem found: a tensor outside its buffer, an offset
-    that is not a multiple of `alignment`, or two tensors of different storage sharing a byte
-    at an instruction where both are alive."""
-    check_alignment(alignment)
+    that is not a multiple of its buffer's alignment (`by_buffer`, else `alignment`), or two
+    tensors of different storage sharing a byte at an instruction where both are alive."""
+    for a in (alignment, *by_buffer.values()):
+        check_alignment(a)
     for tensor in placed:
-        _check_position(tensor, sizes, alignment)
+        _check_position(tensor, sizes, by_buffer.get(tensor.group, alignment))
     by_group: dict[int, list[Placed]] = {}
     for tensor in placed:
         if tensor.size:

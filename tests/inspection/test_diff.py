@@ -67,7 +67,7 @@ def test_a_changed_device_is_named(pair):
     result = invoke("diff", str(pair["two_io"]), str(pair["two_io_cuda"]))
     assert result.exit_code == 1
     for line in (
-        "\n  buffer 2 (cuda:0) added: 512 B",
+        "\n  buffer 2 (cuda:0) added: 1.0 KiB",
         "\n  delegate 0 added: DevplanDelegate on cuda:0",
         "\n  operators removed: aten::linear.out",
     ):

@@ -3,6 +3,8 @@ host/device crossing, per-device buffers, and payloads that are ET12 programs th
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -205,8 +207,8 @@ def test_a_device_budget_holds_the_device_buffer_with_its_delegates_windows_insi
     # the explanation names a delegate's window among what is alive at the device's peak
     with pytest.raises(
         DevplanError,
-        match=rf"memory buffer 2 \(cuda:0\) needs {exact_size_text(outer.size)} but its "
-        rf"budget is {exact_size_text(outer.size - 16)}; the lower bound is .*delegate \d's buffer",
+        match=rf"memory buffer 2 \(cuda:0\) needs {re.escape(exact_size_text(outer.size))} but its "
+        rf"budget is {re.escape(exact_size_text(outer.size - 16))}; the lower bound is .*delegate \d's buffer",
     ):
         compile({"cuda:0": outer.size - 16})
     # a budget by mem_id holds that buffer alone

@@ -70,6 +70,17 @@ def test_misaligned_offset_names_the_tensor_offset_and_alignment():
         verify([Placed("value 2", 1, 40, 8, 0, 0)], {1: 64}, 16)
 
 
+def test_a_buffer_may_ask_for_a_larger_alignment_than_the_programs():
+    cpu, cuda = Placed("value 1", 1, 16, 8, 0, 0), Placed("value 2", 2, 528, 8, 0, 0)
+    verify([cpu, cuda], {1: 64, 2: 1024}, 16)
+    with pytest.raises(
+        PlanError, match="value 2 in buffer 2 starts at offset 528, which is not a multiple of the alignment 512"
+    ):
+        verify([cpu, cuda], {1: 64, 2: 1024}, 16, {2: 512})
+    with pytest.raises(DevplanError, match="alignment"):
+        verify([cpu], {1: 64}, 16, {1: 0})
+
+
 def test_a_slice_may_start_anywhere_in_its_storage_but_the_storage_must_be_aligned():
     whole, row = Placed("h", 1, 32, 60, 0, 4, storage=1), Placed("h[1]", 1, 52, 20, 2, 4, storage=1, within=20)
     verify([whole, row], {1: 96}, 16)

@@ -199,16 +199,16 @@ def test_a_damaged_payload_is_blamed_not_its_window():
     grown = _payload_changed(compiled(delegates=["cuda:0"]), _payload_buffer_grown)
     with pytest.raises(
         DevplanError,
-        match=r"delegate 0's payload plans 80000 bytes of working memory, more than the "
-        r"80 its memory window \(buffer 2, offset 80\) leaves",
+        match=r"delegate 0's payload plans 512000 bytes of working memory, more than the "
+        r"512 its memory window \(buffer 2, offset 1024\) leaves",
     ):
         devplan.inspect(grown)
     with (
         registered("cuda", HostAllocator()),
         pytest.raises(
             DevplanError,
-            match=r"delegate 0: method forward: the payload plans buffer 1 as 80000 bytes on cuda:0, more "
-            r"than the memory window its caller lends it \(80 bytes on cuda:0\); the payload is damaged",
+            match=r"delegate 0: method forward: the payload plans buffer 1 as 512000 bytes on cuda:0, more "
+            r"than the memory window its caller lends it \(512 bytes on cuda:0\); the payload is damaged",
         ),
     ):
         devplan.run(grown, list(BLOCK_ARGS))
