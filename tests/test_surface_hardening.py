@@ -733,6 +733,21 @@ def test_a_name_too_long_to_look_up_is_one_line(args, tmp_path, monkeypatch):
     _one_line(invoke(*[arg.replace("PROGRAM", "program.pte") for arg in args]), LONG, "cannot look it up")
 
 
+def test_a_model_whose_file_name_is_not_utf8_compiles(tmp_path):
+    """A Linux file name may hold any bytes: torch's archive reader takes a name as UTF-8 text,
+    and refused such a model as "cannot load the .pt2 archive ('str' object has no attribute
+    'tell')"; it compiles to a program that runs as the same model under a plain name does."""
+    import os
+    import shutil
+
+    import devplan
+
+    odd = os.fsdecode(bytes(tmp_path) + b"/mlp-\xff.pt2")
+    shutil.copyfile(MLP, odd)
+    assert invoke("compile", odd, "-o", str(tmp_path / "odd.pte")).exit_code == 0
+    assert (tmp_path / "odd.pte").read_bytes() == devplan.compile(MLP).data
+
+
 def test_the_words_of_a_few_refusals(tmp_path):
     """From a hostile run over the options: a .ptd given as the program is named as one (it was
     "damaged or not a .pte"), a --method of no file is refused as NAME=VALUE with a --method

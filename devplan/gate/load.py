@@ -48,8 +48,8 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     logger.handlers, logger.propagate = [catcher], False
     logger.setLevel(logging.WARNING)
     try:
-        with _stand_ins(_unknown_tree_types(path)), _type_hints_once(), _weights_mapped(path):
-            ep = _without_guards(_plain_specs(torch.export.load(path)))
+        with _stand_ins(_unknown_tree_types(path)), _type_hints_once(), _weights_mapped(path), _readable(path) as pt2:
+            ep = _without_guards(_plain_specs(torch.export.load(pt2)))
     except Exception as error:  # torch raises many kinds here; all mean the archive is unusable
         logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
         reason = first_line(logged[0] if logged else error)
@@ -269,6 +269,19 @@ def _weights_mapped(path: Path):
         yield
     finally:
         package._build_file_map = original
+
+
+@contextlib.contextmanager
+def _readable(path: Path):
+    """`path` as torch's archive reader can open it: it takes a name as UTF-8 text, so a name
+    that is not (bytes a Linux file name may hold) is handed over as an open file."""
+    try:
+        str(path).encode()
+    except UnicodeEncodeError:
+        with open(path, "rb") as file:
+            yield file
+        return
+    yield path
 
 
 @contextlib.contextmanager
