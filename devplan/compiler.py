@@ -318,7 +318,8 @@ def _aligned_to_elements(options: CompileOptions, low: Lowered) -> CompileOption
         ),
         default=1,
     )
-    return options if options.alignment >= widest else replace(options, alignment=widest)
+    # unset, every buffer's alignment (16 at least) already holds any element
+    return options if options.alignment is None or options.alignment >= widest else replace(options, alignment=widest)
 
 
 def _fold_auto(

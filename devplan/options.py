@@ -11,7 +11,7 @@ from devplan.backend import Backend, Partitioner
 from devplan.errors import DevplanError
 from devplan.files import present
 from devplan.planning.budget import checked_budgets
-from devplan.planning.model import DEFAULT_ALIGNMENT, MAX_ALIGNMENT
+from devplan.planning.model import MAX_ALIGNMENT
 from devplan.planning.planner import ALGORITHMS
 from devplan.quantization import quantized_delegates
 
@@ -23,7 +23,8 @@ FOLDING = ("auto", "local", "all", "none")
 
 @dataclass(frozen=True)
 class CompileOptions:
-    alignment: int = DEFAULT_ALIGNMENT  # of every planned tensor's offset
+    # of every planned tensor's offset; None: each buffer its device's (16 on the host, 512 on CUDA)
+    alignment: int | None = None
     planner: str = "best"  # planning.ALGORITHMS
     budgets: tuple[tuple[str, int], ...] = ()  # (buffer mem_id or device, bytes)
     inplace: bool = True  # results over inputs that die with them; cat pieces in place
@@ -56,7 +57,9 @@ class CompileOptions:
 
     def __post_init__(self) -> None:
         a = self.alignment
-        if isinstance(a, bool) or not isinstance(a, int) or a < 1 or a & (a - 1) or a > MAX_ALIGNMENT:
+        if a is not None and (
+            isinstance(a, bool) or not isinstance(a, int) or a < 1 or a & (a - 1) or a > MAX_ALIGNMENT
+        ):
             raise DevplanError(f"--alignment {a}: must be a power of two from 1 to {MAX_ALIGNMENT}, e.g. 16")
         if self.planner not in ALGORITHMS:
             raise DevplanError(

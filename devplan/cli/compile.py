@@ -13,7 +13,6 @@ from devplan.cli.app import Budgets, Command, app, console, echo_json
 from devplan.errors import DevplanError
 from devplan.jsontext import repeated
 from devplan.metadata import runner_value
-from devplan.planning.model import DEFAULT_ALIGNMENT
 
 
 def _in_order(ctx: typer.Context, param: typer.CallbackParam, value):
@@ -76,14 +75,17 @@ def compile_command(
         ),
     ] = False,
     alignment: Annotated[
-        int,
+        Optional[int],
         typer.Option(
             "--alignment",
             metavar="BYTES",
-            help="Alignment of every planned tensor's offset (a power of two; never below the widest element the "
-            "program holds, so an int64 starts at a multiple of 8; CUDA buffers at least 512, as torch's allocator).",
+            help="Alignment of every planned tensor's offset, in every buffer (a power of two; never below the "
+            "widest element the program holds, so an int64 starts at a multiple of 8). Default: each buffer its "
+            "device's, 16 on the host and 512 on CUDA (where torch's allocator puts eager's tensors, whose "
+            "kernels choose by it); 16 plans CUDA buffers as ExecuTorch does.",
+            show_default=False,
         ),
-    ] = DEFAULT_ALIGNMENT,
+    ] = None,
     planner: Annotated[
         str,
         typer.Option(

@@ -23,6 +23,7 @@ from devplan.passes.place import on_device
 from devplan.passes.schedule import schedule
 from devplan.passes.sizes import hoist_sizes
 from devplan.passes.views import view_dynamic_copies
+from devplan.planning.model import DEFAULT_ALIGNMENT
 
 if TYPE_CHECKING:
     from devplan.options import CompileOptions
@@ -55,7 +56,7 @@ def method_passes(options: "CompileOptions", role: Role = PROGRAM) -> list[tuple
         ("compact", compact, True),
         ("place", partial(on_device, device=role.home), role.payload),
         ("concat", write_cats_in_place, options.inplace),
-        ("schedule", partial(schedule, alignment=options.alignment), options.reorder),
+        ("schedule", partial(schedule, alignment=options.alignment or DEFAULT_ALIGNMENT), options.reorder),
         ("inplace", partial(reuse_dead_inputs, borrowed_io=role.payload), options.inplace),
     )
     return [(name, run) for name, run, wanted in chosen if wanted]

@@ -30,8 +30,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # the placement algorithms on first use: the CLI reads DEFAULT_ALIGNMENT (planning.model)
-    # for its options without importing numpy, which they need
+    # the placement algorithms on first use: the CLI parses budgets (planning.budget) without
+    # importing numpy, which they need
     if name not in ("ALGORITHMS", "plan"):
         raise AttributeError(f"module 'devplan.planning' has no attribute {name!r}")
     return getattr(importlib.import_module("devplan.planning.planner"), name)

@@ -11,9 +11,10 @@ from devplan.errors import DevplanError
 
 DEFAULT_ALIGNMENT = 16  # bytes, as ExecuTorch's planner aligns
 MAX_ALIGNMENT = 4096  # a page: no device asks for more, and a larger one only inflates the buffers
-# Per device type, the least alignment of a buffer's tensors there. CUDA: torch's caching
-# allocator hands eager tensors 512-byte-aligned blocks, and torch's kernels choose by pointer
-# alignment (on an H200, a conv net's bias add over a 16-byte-aligned plan ran 1.7x as long).
+# Per device type, the alignment of a buffer's tensors there unless --alignment says. CUDA:
+# torch's caching allocator hands eager tensors 512-byte-aligned blocks, and torch's kernels
+# choose by pointer alignment (on an H200, a conv net's bias add over a 16-byte-aligned plan
+# ran 1.7x as long).
 DEVICE_ALIGNMENT = MappingProxyType({"cuda": 512})
 
 
@@ -36,6 +37,11 @@ class Plan:
     offsets: Mapping[int, int]
     sizes: Mapping[int, int]
     algorithm: str
+
+
+def buffer_alignment(device_type: str, alignment: int | None) -> int:
+    """A buffer's alignment: the one asked for, else its device type's (the host's 16)."""
+    return alignment or DEVICE_ALIGNMENT.get(device_type, DEFAULT_ALIGNMENT)
 
 
 def align_up(nbytes: int, alignment: int) -> int:

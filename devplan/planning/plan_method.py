@@ -12,7 +12,7 @@ from devplan.ir.planned import BufferPlan, PlannedMethod
 from devplan.planning.bounds import lower_bound
 from devplan.planning.budget import BACKENDS, budget_key, check_budget
 from devplan.planning.lifetimes import lifetimes, storages
-from devplan.planning.model import DEFAULT_ALIGNMENT, DEVICE_ALIGNMENT, Interval, align_up
+from devplan.planning.model import DEFAULT_ALIGNMENT, Interval, align_up, buffer_alignment
 from devplan.planning.planner import plan
 from devplan.planning.verify import Placed, verify, verify_devices
 from devplan.spec import CPU, Device, TensorSpec
@@ -26,7 +26,7 @@ def mem_ids(devices) -> dict[Device, int]:
 def plan_method(
     method: Method,
     *,
-    alignment: int = DEFAULT_ALIGNMENT,
+    alignment: int | None = None,
     algorithm: str = "best",
     budgets: Sequence[tuple[str, int]] = (),
     home: Device = CPU,
@@ -35,6 +35,7 @@ def plan_method(
     """`home`: where the method's kernels run (the host; a delegate payload's device).
     `borrowed_io` (a delegate payload): inputs and outputs that are storages of their own are
     left unplanned, because the runtime hands the payload its caller's tensors for them.
+    `alignment`: every buffer's; None, each its device's (planning.model.DEVICE_ALIGNMENT).
     `budgets`: (target, bytes) pairs, as CompileOptions holds them: a buffer by mem_id or a
     device (all of its buffers together).
     A delegate's own buffer is planned here too, as a window of the method's buffer on its
@@ -54,7 +55,8 @@ def plan_method(
         len(method.values) + d: (method.delegates[d], min(s), max(s)) for d, s in steps.items()
     }  # keys apart from values
     ids = mem_ids([spec.device for spec in specs.values()] + [d.device for d, *_ in windows.values()]) or {}
-    aligned = {m: max(alignment, DEVICE_ALIGNMENT.get(d.type, 1)) for d, m in ids.items()}
+    aligned = {m: buffer_alignment(d.type, alignment) for d, m in ids.items()}
+    floor = alignment or DEFAULT_ALIGNMENT  # what each buffer's alignment is a multiple of
     storage, span = storages(method, alive)
     # sizes rounded to their buffer's alignment, so every offset the planner sums from them is one
     group = {root: ids[specs[root].device] for root in span}
@@ -63,9 +65,9 @@ def plan_method(
         Interval(key, align_up(d.arena, aligned[ids[d.device]]), first, last, ids[d.device])
         for key, (d, first, last) in windows.items()
     ]
-    placement = plan(intervals + planned_windows, alignment=alignment, algorithm=algorithm)
+    placement = plan(intervals + planned_windows, alignment=floor, algorithm=algorithm)
     bounds = lower_bound(
-        intervals + [replace(w, size=windows[w.key][0].arena_bound) for w in planned_windows], alignment=alignment
+        intervals + [replace(w, size=windows[w.key][0].arena_bound) for w in planned_windows], alignment=floor
     )
     offset = {i: placement.offsets[storage[i]] + spec.alias_offset for i, spec in specs.items()}
     placed = [
@@ -84,9 +86,9 @@ def plan_method(
     placed += [
         Placed(names[w.key], w.group, placement.offsets[w.key], w.size, w.first, w.last) for w in planned_windows
     ]
-    verify(placed, placement.sizes, alignment, aligned)
+    verify(placed, placement.sizes, floor, aligned)
     if budgets:
-        _check_budgets(budgets, ids, placement.sizes, intervals + planned_windows, alignment, names)
+        _check_budgets(budgets, ids, placement.sizes, intervals + planned_windows, floor, names)
     planned = {
         i: replace(spec, lifetime=alive[i], mem_id=ids[spec.device], offset=offset[i]) for i, spec in specs.items()
     }

@@ -390,9 +390,10 @@ def test_an_alignment_below_an_element_size_still_places_every_tensor_on_its_ele
 def test_cuda_buffers_place_every_tensor_and_window_at_512_bytes_and_the_host_keeps_its_16():
     """torch's CUDA kernels choose by pointer alignment, and eager's tensors sit at the caching
     allocator's 512 bytes (on an H200, a conv net's bias add over a 16-byte-aligned plan ran 1.7x
-    as long): a CUDA buffer's tensors, in the program and in its payloads, and the delegates'
-    windows are placed at 512 even at --alignment 16, while host buffers keep 16. Odd sizes, so
-    a 16-byte plan would not land on 512 by chance; the program still matches eager."""
+    as long): by default a CUDA buffer's tensors, in the program and in its payloads, and the
+    delegates' windows are placed at 512, while host buffers keep 16; --alignment 16 plans
+    every buffer at 16, as ExecuTorch does. Odd sizes, so a 16-byte plan would not land on 512
+    by chance; each program still matches eager."""
     from devplan.pte import read_pte
     from devplan.pte.decode import methods
     from devplan.runtime import HostAllocator, registered
@@ -419,10 +420,11 @@ def test_cuda_buffers_place_every_tensor_and_window_at_512_bytes_and_the_host_ke
     args = (r(3, 7),)
     ep = torch.export.export(Odd(), args)
     want = eager_runs(Odd(), [(args, {})])
-    for delegates in (["cuda:0"], ["cuda:0=aten::linear"]):
-        result = devplan.compile(ep, delegates=delegates)
+    for delegates, alignment in [(["cuda:0"], None), (["cuda:0=aten::linear"], None), (["cuda:0"], 16)]:
+        result = devplan.compile(ep, delegates=delegates, alignment=alignment)
         found = offsets(read_pte(result.data), {})
-        assert found["cuda"] and all(o % 512 == 0 for o in found["cuda"]), (delegates, found)
+        assert found["cuda"] and all(o % 16 == 0 for placed in found.values() for o in placed)
+        assert all(o % 512 == 0 for o in found["cuda"]) == (alignment is None), (delegates, alignment, found)
         if delegates == ["cuda:0=aten::linear"]:
             assert any(o % 512 for o in found["cpu"]), found  # the host's tensors stay at 16
         with registered("cuda", HostAllocator()):
