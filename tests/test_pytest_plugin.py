@@ -83,7 +83,7 @@ def test_a_user_project_records_passes_and_fails_with_the_diff(tmp_path):
     assert changed.returncode == 1 and "2 failed" in changed.stdout, changed.stdout
     for line in (
         "golden/model.json: the program no longer plans as recorded",
-        "FAIL  buffer 2 (cuda:0) added: 512 B",
+        "FAIL  buffer 2 (cuda:0) added: 1.0 KiB",
         "FAIL  operators removed: aten::linear.out",
         "model.json -> model.pte: ",
         "helper.json -> model.pte: ",
