@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-ALIGNMENT = 16  # ExecuTorch's planner's, in every buffer
-
 import devplan  # noqa: E402
 from benchmarks.harness import catalogue, choose, export, geometric_mean, table  # noqa: E402
+
+ALIGNMENT = 16  # ExecuTorch's planner's, in every buffer
 
 HEADERS = (
     "model",

@@ -9,7 +9,8 @@ prepare compiles each model (--delegate cuda:0 --device-io) and saves the progra
 the CPU program's outputs and the module's weights. measure runs, per program, three
 children: devplan with CUDA graphs, devplan without them (which also attributes the bytes each
 kernel allocated beyond the plan, by operator), and eager PyTorch (the module on the GPU, under
-no_grad). It prints, per program: the device's planned bytes, the constants devplan copied there, the allocator's measured peak (torch.cuda.max_memory_allocated over load and runs),
+no_grad). It prints, per program: the device's planned bytes, the constants devplan copied
+there, the allocator's measured peak (torch.cuda.max_memory_allocated over load and runs),
 eager's steady peak above its weights, the ratios, and the median time of a run of each
 (inputs from the host, outputs back to it, as a user's call does), and whether devplan's
 outputs match the CPU program's; then, per program, the CUDA kernels that took most GPU time in
