@@ -10,7 +10,7 @@ import re
 from rich.console import Console
 from rich.text import Text
 
-from devplan.documents import CompiledDelegate, CompileSummary, FoldChoice, Quantization, RunDocument
+from devplan.documents import CompiledDelegate, CompileSummary, FoldChoice, Quantization, Reference, RunDocument
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.difftext import WIDTH, cause_lines, change_lines, outcome, peak_text, wrapped
 from devplan.units import counted, exact_size_text, printable, size_text
@@ -221,4 +221,39 @@ def run_lines(report: RunDocument) -> list[str]:
                 f"{size_text(row['constants'])}, peak {size_text(row['peak'])} "
                 f"({size_text(max(row['beyond_plan'], 0))} beyond them)"
             )
+    if "reference" in report:
+        lines += reference_lines(report["reference"])
+    if "latency" in report:
+        timed = report["latency"]
+        lines.append(
+            # the first run is the warm-up, untimed
+            f"latency: median {timed['median_ms']:.3g} ms (min {timed['min_ms']:.3g}, max {timed['max_ms']:.3g}) "
+            f"over {counted(timed['runs'], 'warm run')}"
+        )
+    return lines
+
+
+def reference_lines(reference: Reference) -> list[str]:
+    """The last run's outputs against the reference's: the verdict first, then a line per output."""
+    judged = (
+        f"SQNR at least {reference['min_sqnr_db']:g} dB"
+        if reference["min_sqnr_db"] is not None
+        else f"allclose, atol {reference['atol']:g}, rtol {reference['rtol']:g}"
+    )
+    failed = [output for output in reference["outputs"] if not output["passed"]]
+    verdict = f"FAIL, {len(failed)} of {counted(len(reference['outputs']), 'output')} off" if failed else "ok"
+    lines = [f"against {printable(reference['file']['name'])} ({judged}): {verdict}"]
+    for output in reference["outputs"]:
+        mark = "ok  " if output["passed"] else "FAIL"
+        if output["note"] is not None:
+            lines.append(f"  output {output['index']}: {mark}  {printable(output['note'])}")
+            continue
+        sqnr = "exact" if output["sqnr_db"] is None else f"SQNR {_statistic(output['sqnr_db'])} dB"
+        argmax = output["argmax_agreement"]
+        lines.append(
+            f"  output {output['index']}: {mark}  {sqnr}  max abs {_statistic(output['max_abs'])}  "
+            f"mean abs {_statistic(output['mean_abs'])}"
+            + ("" if output["allclose"] else "  not allclose")
+            + ("" if argmax is None else f"  argmax agreement {argmax:.1%}")
+        )
     return lines

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from devplan.cli.app import Command, app, console, echo_json, program_source
-from devplan.errors import DevplanError
+from devplan.errors import EXIT_FAILED, DevplanError
+
+if TYPE_CHECKING:
+    from devplan.documents import Reference
+    from devplan.runtime.memory import Memory
 
 
 @app.command("run", cls=Command)
@@ -32,7 +37,13 @@ def run_command(
     seed: Annotated[int, typer.Option("--seed", min=0, max=2**63 - 1, help="Seed for the random inputs.")] = 0,
     runs: Annotated[
         int,
-        typer.Option("--runs", min=1, max=10_000, help="Run the method this many times in a row (state carries over)."),
+        typer.Option(
+            "--runs",
+            min=1,
+            max=10_000,
+            help="Run the method this many times in a row (state carries over); from 2 on, also print "
+            "its median, min and max time over the runs after the first (the warm-up).",
+        ),
     ] = 1,
     method: Annotated[str, typer.Option("--method", "-m", metavar="NAME", help="The method to run.")] = "forward",
     save: Annotated[
@@ -79,6 +90,35 @@ def run_command(
             show_default=False,
         ),
     ] = None,
+    reference: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--reference",
+            metavar="FILE",
+            help="Hold the outputs against a reference: the .pt2 model the program was compiled from, "
+            "another .pte (run on the same runtime) or outputs saved with torch.save; per output SQNR, "
+            "max and mean absolute difference, allclose and argmax agreement, and exit 1 where one fails.",
+            show_default=False,
+        ),
+    ] = None,
+    atol: Annotated[
+        float, typer.Option("--atol", min=0, max=1e30, help="With --reference: allclose's absolute tolerance.")
+    ] = 1e-4,
+    rtol: Annotated[
+        float, typer.Option("--rtol", min=0, max=1e30, help="With --reference: allclose's relative tolerance.")
+    ] = 1e-4,
+    min_sqnr: Annotated[
+        Optional[float],
+        typer.Option(
+            "--min-sqnr",
+            metavar="DB",
+            min=-1000,
+            max=1000,
+            help="With --reference: judge each output by its SQNR instead of allclose, failing below DB "
+            "(a quantized program against its float model).",
+            show_default=False,
+        ),
+    ] = None,
     cuda_graphs: Annotated[
         bool,
         typer.Option(
@@ -95,57 +135,101 @@ def run_command(
     Delegates devplan compiled (--delegate) run their payloads on their device; ExecuTorch's
     backends' delegates (--backend) need --executorch."""
     import io
-    from contextlib import nullcontext
 
     import torch
 
     from devplan.files import is_stdout, refuse_overwrite, write_atomic
     from devplan.pte import read_pte
-    from devplan.pte.decode import methods
-    from devplan.runtime import HostAllocator, LoadedMethod, registered
-    from devplan.runtime.allocator import peaks, reset_peaks
+    from devplan.runtime.compare import OutputTolerance, compare_outputs, latency
     from devplan.runtime.memory import Memory
-    from devplan.runtime.report import device_memory, run_document
+    from devplan.runtime.reference import reference_outputs
+    from devplan.runtime.report import run_document
 
+    if reference is None and (min_sqnr is not None or (atol, rtol) != (1e-4, 1e-4)):
+        raise DevplanError("--atol, --rtol and --min-sqnr judge outputs against a reference; add --reference FILE")
     # one limit for the inputs, read or made, and all the program's memory
     memory = Memory(_memory_limit(max_memory))
-    refuse_overwrite(save, [program, data, inputs], "--save")
+    refuse_overwrite(save, [program, data, inputs, reference], "--save")
     pte = read_pte(program_source(program, data))
     given = _load_inputs(inputs, memory) if inputs is not None else None
-    held = None
-    if executorch:
-        from devplan.runtime.executor import method_view, sample_inputs
-        from devplan.runtime.executorch import run_on_executorch
-
-        results = run_on_executorch(
-            pte, method, given if given is not None else sample_inputs(method_view(pte, method), seed, memory), runs
-        )
-    else:
-        with registered("cuda", HostAllocator()) if devices_on_host else nullcontext():
-            devices = {d for view in methods(pte) for d in view.buffer_devices.values()}
-            reset_peaks(devices)
-            loaded = LoadedMethod(pte, method, memory=memory, cuda_graphs=cuda_graphs)
-            try:
-                given = given if given is not None else loaded.sample_inputs(seed)
-                results = [loaded.execute(given) for _ in range(runs)]
-                held = device_memory(loaded, peaks(devices))
-            finally:
-                loaded.release()
+    way = _Runtime(method, seed, executorch, devices_on_host, cuda_graphs)
+    given, results, seconds, held = way.execute(pte, given, runs, memory)
+    compared: Reference | None = None
+    if reference is not None:
+        tolerance = OutputTolerance(atol, rtol, min_sqnr)
+        again = lambda path, inputs, count: way.execute(read_pte(path), inputs, count, Memory(memory.limit))[1]
+        want = reference_outputs(reference, given, runs, again)
+        if len(want) != len(results[-1]):
+            raise DevplanError(
+                f"--reference {reference}: {len(want)} outputs against the program's {len(results[-1])}; "
+                f"pass the model or outputs of this program's method {method}"
+            )
+        outputs = compare_outputs(results[-1], want, tolerance)
+        compared = {
+            "file": {"name": reference.name},
+            "atol": atol,
+            "rtol": rtol,
+            "min_sqnr_db": min_sqnr,
+            "passed": all(output["passed"] for output in outputs),
+            "outputs": outputs,
+        }
     if save is not None:
         buffer = io.BytesIO()
         torch.save(results[-1], buffer)
         write_atomic(save, buffer.getvalue())
-    report = run_document(program.name, method, results, held)
+    report = run_document(program.name, method, results, held, compared, latency(seconds))
     # the outputs saved on standard output leave it no room for the report (as compile -o -)
     to_stderr = save is not None and is_stdout(save)
     if json_output:
         echo_json(report, err=to_stderr)
-        return
-    from devplan.cli.reports import run_lines
-    from devplan.inspection.difftext import wrapped
+    else:
+        from devplan.cli.reports import run_lines
+        from devplan.inspection.difftext import wrapped
 
-    for line in wrapped(run_lines(report), console().width):  # as check's lines: at the console's width
-        typer.echo(line, err=to_stderr)
+        for line in wrapped(run_lines(report), console().width):  # as check's lines: at the console's width
+            typer.echo(line, err=to_stderr)
+    if compared is not None and not compared["passed"]:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@dataclass(frozen=True)
+class _Runtime:
+    """Where and how the program runs: devplan's runtime, or ExecuTorch's (--executorch); a
+    --reference program runs the same way."""
+
+    method: str
+    seed: int
+    executorch: bool
+    devices_on_host: bool
+    cuda_graphs: bool
+
+    def execute(self, pte, given: list | None, runs: int, memory) -> tuple[list, list[list], list[float], list | None]:
+        """(the inputs, each run's outputs, each run's seconds, what each device held or None)."""
+        from contextlib import nullcontext
+
+        from devplan.pte.decode import methods
+        from devplan.runtime import HostAllocator, LoadedMethod, registered
+        from devplan.runtime.allocator import peaks, reset_peaks
+        from devplan.runtime.compare import timed_runs
+        from devplan.runtime.report import device_memory
+
+        if self.executorch:
+            from devplan.runtime.executor import method_view, sample_inputs
+            from devplan.runtime.executorch import run_on_executorch
+
+            if given is None:
+                given = sample_inputs(method_view(pte, self.method), self.seed, memory)
+            return (given, *run_on_executorch(pte, self.method, given, runs), None)
+        with registered("cuda", HostAllocator()) if self.devices_on_host else nullcontext():
+            devices = {d for view in methods(pte) for d in view.buffer_devices.values()}
+            reset_peaks(devices)
+            loaded = LoadedMethod(pte, self.method, memory=memory, cuda_graphs=self.cuda_graphs)
+            try:
+                given = given if given is not None else loaded.sample_inputs(self.seed)
+                results, seconds = timed_runs(lambda: loaded.execute(given), runs)
+                return given, results, seconds, device_memory(loaded, peaks(devices))
+            finally:
+                loaded.release()
 
 
 def _memory_limit(text: str) -> int:
@@ -157,29 +241,12 @@ def _memory_limit(text: str) -> int:
     return int(nbytes)
 
 
-def _load_inputs(path: Path, memory) -> list:
+def _load_inputs(path: Path, memory: Memory) -> list:
     """The --inputs file's tensors, read once into memory: a regular file, whose bytes (what its
     tensors take once loaded) are counted against `memory`'s limit before they are loaded."""
-    import io
-
-    import torch
-
     from devplan.files import read_input
+    from devplan.runtime.saved import saved_tensors
 
     data = read_input(path, limit=memory.limit - memory.taken, hint="pass a file of tensors saved with torch.save")
     memory.take(len(data), f"{path}: the inputs")
-    try:
-        loaded = torch.load(io.BytesIO(data), weights_only=True)
-    except Exception as error:  # torch.load raises pickle, zip and OS errors alike for a bad file
-        raise DevplanError(
-            f"{path}: not a file of tensors saved with torch.save ({type(error).__name__}); "
-            f"save a tensor or a list of tensors with torch.save"
-        ) from None
-    tensors = list(loaded) if isinstance(loaded, (list, tuple)) else [loaded]
-    for index, tensor in enumerate(tensors):
-        if isinstance(tensor, torch.Tensor) and (tensor.layout != torch.strided or tensor.is_meta):
-            raise DevplanError(
-                f"{path}: input {index} is a {str(tensor.layout).removeprefix('torch.')} tensor on "
-                f"{tensor.device.type}; save dense tensors that hold their values (tensor.to_dense())"
-            )
-    return tensors
+    return saved_tensors(str(path), data, "input")

@@ -78,6 +78,9 @@ from devplan.documents.inspect import (
 )
 from devplan.documents.run import (
     DeviceMemory,
+    Latency,
+    OutputComparison,
+    Reference,
     RunDocument,
     TensorSummary,
     ValueSummary,
@@ -102,6 +105,9 @@ __all__ = [
     "DeviceMemory",
     "TensorSummary",
     "ValueSummary",
+    "OutputComparison",
+    "Reference",
+    "Latency",
     "RunDocument",
     "ExternalFile",
     "CompiledFile",

@@ -18,6 +18,7 @@ from devplan.extras import import_module
 from devplan.pte.decode import methods
 from devplan.pte.program_view import program_view
 from devplan.pte.reader import PteFile
+from devplan.runtime.compare import timed_runs
 from devplan.runtime.executor import method_view
 
 # ExecuTorch's kernel libraries beside the portable one (whose prim ops, dim order ops and
@@ -37,8 +38,9 @@ def registered_operators() -> list[str]:
     return sorted(set(portable._get_operator_names()))
 
 
-def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1) -> list[list[Any]]:
-    """The outputs of `runs` calls of method `name`, one loaded method, state carried over."""
+def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1) -> tuple[list[list[Any]], list[float]]:
+    """The outputs of `runs` calls of method `name`, one loaded method, state carried over, and
+    the seconds each call took."""
     method_view(pte, name)
     if pte.external is not None and pte.external.path is None:
         raise DevplanError(f"{pte.external.name}: ExecuTorch's runtime loads a .ptd by its path; pass it as a file")
@@ -59,7 +61,7 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
         return _run(pte, name, inputs, runs)
 
 
-def _run(pte: PteFile, name: str, inputs: list[Any], runs: int) -> list[list[Any]]:
+def _run(pte: PteFile, name: str, inputs: list[Any], runs: int) -> tuple[list[list[Any]], list[float]]:
     runtime = import_module("executorch.runtime", "--executorch")
     for library in KERNEL_LIBRARIES:  # the kernels devplan's runtime takes as registered (ops.REGISTERED)
         import_module(library, "--executorch")
@@ -71,12 +73,11 @@ def _run(pte: PteFile, name: str, inputs: list[Any], runs: int) -> list[list[Any
             pte.path if pte.path is not None else bytes(pte.data), data_path=data_path
         )
         method = program.load_method(name)
-        results = []
-        for _ in range(runs):
-            results.append([o.clone() if isinstance(o, torch.Tensor) else o for o in method.execute(list(inputs))])
+        return timed_runs(
+            lambda: [o.clone() if isinstance(o, torch.Tensor) else o for o in method.execute(list(inputs))], runs
+        )
     except Exception as error:  # ExecuTorch's runtime refused the program or its inputs
         raise DevplanError(f"{pte.name}: ExecuTorch's runtime failed on method {name}: {first_line(error)}") from None
-    return results
 
 
 @contextlib.contextmanager

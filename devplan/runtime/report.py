@@ -4,15 +4,23 @@ from __future__ import annotations
 
 from typing import Final
 
-from devplan.documents import DeviceMemory, RunDocument, TensorSummary, ValueSummary
+from devplan.documents import DeviceMemory, Latency, Reference, RunDocument, TensorSummary, ValueSummary
 from devplan.jsontext import number
 
 SCHEMA_VERSION: Final = 1
 
 
-def run_document(name: str, method: str, results: list[list], memory: list[DeviceMemory] | None = None) -> RunDocument:
+def run_document(
+    name: str,
+    method: str,
+    results: list[list],
+    memory: list[DeviceMemory] | None = None,
+    reference: Reference | None = None,
+    latency: Latency | None = None,
+) -> RunDocument:
     """name: the program's basename; results: the outputs of each run; memory: what each device
-    held (`device_memory`), where the run was devplan's."""
+    held (`device_memory`), where the run was devplan's; reference: the last run's outputs held
+    against a reference's (devplan.runtime.compare); latency: the warm runs' times."""
     document: RunDocument = {
         "schema_version": SCHEMA_VERSION,
         "file": {"name": name},
@@ -21,6 +29,10 @@ def run_document(name: str, method: str, results: list[list], memory: list[Devic
     }
     if memory is not None:
         document["memory"] = memory
+    if reference is not None:
+        document["reference"] = reference
+    if latency is not None:
+        document["latency"] = latency
     return document
 
 

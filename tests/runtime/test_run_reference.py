@@ -1,0 +1,106 @@
+"""Issue 51: `devplan run --reference` holds a program's outputs against the model it was
+compiled from, another program or saved outputs, and exits 1 where one is off; `--runs N`
+times the warm runs. In process: these are about what run computes, not about the process."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+import devplan
+from devplan.errors import EXIT_FAILED, DevplanError
+from tests.inspection.runner import invoke
+from tests.test_schemas import validate
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hidden = torch.nn.Linear(16, 32)
+        self.head = torch.nn.Linear(32, 10)
+
+    def forward(self, x, y):
+        return self.head(torch.relu(self.hidden(x))), (y * 2).sum(-1)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("reference")
+    ep = torch.export.export(Classifier().eval(), (torch.randn(8, 16), torch.randn(8, 4)))
+    torch.export.save(ep, folder / "model.pt2")
+    devplan.compile(folder / "model.pt2", folder / "model.pte")
+    return folder
+
+
+def _run(*args):
+    """In process: a user's error (DevplanError) is the exception, as the entry point would print it."""
+    result = invoke("run", *map(str, args))
+    assert result.exception is None or isinstance(result.exception, (SystemExit, DevplanError)), result.exception
+    return result
+
+
+def test_a_program_matches_the_model_it_was_compiled_from(files):
+    result = _run(files / "model.pte", "--reference", files / "model.pt2", "--json")
+    assert result.exit_code == 0, result.stdout
+    reference = json.loads(result.stdout)["reference"]
+    assert reference["passed"] and [o["index"] for o in reference["outputs"]] == [0, 1]
+    logits, total = reference["outputs"]
+    assert logits["allclose"] and logits["argmax_agreement"] == 1.0 and logits["max_abs"] < 1e-5
+    assert total["argmax_agreement"] is None  # a 1-D output has no classes
+    validate("run", json.loads(result.stdout))
+
+
+def test_a_program_with_one_weight_changed_exits_1(files, tmp_path):
+    broken = bytearray((files / "model.pte").read_bytes())
+    # one of the head's weights, found by its bytes in the file, made 50
+    weight = torch.export.load(files / "model.pt2").state_dict["head.weight"]
+    at = bytes(broken).find(weight.detach().numpy().tobytes()[:16])
+    assert at > 0
+    broken[at : at + 4] = torch.tensor([50.0]).numpy().tobytes()
+    (tmp_path / "broken.pte").write_bytes(bytes(broken))
+    result = _run(tmp_path / "broken.pte", "--reference", files / "model.pt2")
+    assert result.exit_code == EXIT_FAILED, result.stdout
+    text = " ".join(result.stdout.split())  # the lines as one, wherever the console's width wrapped them
+    assert "against model.pt2 (allclose, atol 0.0001, rtol 0.0001): FAIL, 1 of 2 outputs off" in text
+    assert re.search(r"output 0: FAIL SQNR -?[\d.]+ dB max abs [\d.]+ mean abs [\d.]+ not allclose", text), text
+    assert "output 1: ok exact" in text
+
+
+def test_saved_outputs_and_another_program_are_references_too(files, tmp_path):
+    saved = tmp_path / "outputs.pt"
+    assert _run(files / "model.pte", "--save", saved).exit_code == 0
+    assert _run(files / "model.pte", "--reference", saved).exit_code == 0
+    assert _run(files / "model.pte", "--reference", files / "model.pte").exit_code == 0
+    # other inputs, other outputs: judged by SQNR, a bound the outputs miss fails and a loose one passes
+    other = _run(files / "model.pte", "--reference", saved, "--seed", "1", "--min-sqnr", "20", "--json")
+    assert other.exit_code == EXIT_FAILED
+    assert json.loads(other.stdout)["reference"]["outputs"][0]["sqnr_db"] < 20
+    assert _run(files / "model.pte", "--reference", saved, "--seed", "1", "--min-sqnr", "-60").exit_code == 0
+
+
+def test_a_reference_of_another_shape_or_count_is_named(files, tmp_path):
+    torch.save([torch.zeros(8, 3), torch.zeros(8)], tmp_path / "shape.pt")
+    result = _run(files / "model.pte", "--reference", tmp_path / "shape.pt")
+    assert result.exit_code == EXIT_FAILED and "shape (8, 10) against the reference's (8, 3)" in result.stdout
+    torch.save([torch.zeros(8, 10)], tmp_path / "one.pt")
+    result = _run(files / "model.pte", "--reference", tmp_path / "one.pt")
+    assert isinstance(result.exception, DevplanError) and "1 outputs against the program's 2" in str(result.exception)
+
+
+def test_tolerances_without_a_reference_are_refused(files):
+    result = _run(files / "model.pte", "--min-sqnr", "30")
+    assert isinstance(result.exception, DevplanError) and "add --reference FILE" in str(result.exception)
+
+
+def test_runs_print_the_warm_latency(files):
+    once = json.loads(_run(files / "model.pte", "--json").stdout)
+    assert "latency" not in once  # one run is the warm-up alone
+    timed = json.loads(_run(files / "model.pte", "--runs", "4", "--json").stdout)["latency"]
+    validate("run", json.loads(_run(files / "model.pte", "--runs", "4", "--json").stdout))
+    assert timed["runs"] == 3 and 0 < timed["min_ms"] <= timed["median_ms"] <= timed["max_ms"]
+    text = _run(files / "model.pte", "--runs", "3").stdout
+    assert "latency: median" in text and "over 2 warm runs" in text
