@@ -5,16 +5,20 @@ with ExecuTorch's backends' delegates (XNNPACK) included, which devplan's runtim
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import sys
+import types
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Iterator
 
 import torch
 
 from devplan.errors import DevplanError, first_line
-from devplan.extras import import_module
+from devplan.extras import INSTALL, import_module
 from devplan.pte.decode import methods
 from devplan.pte.program_view import program_view
 from devplan.pte.reader import PteFile
@@ -22,20 +26,19 @@ from devplan.runtime.compare import timed_runs
 from devplan.runtime.executor import method_view
 
 # ExecuTorch's kernel libraries beside the portable one (whose prim ops, dim order ops and
-# et_copy register with it) that a devplan program may call: each registers its kernels with
-# the runtime when its Python module is imported
-KERNEL_LIBRARIES = ("executorch.kernels.quantized", "executorch.extension.llm.custom_ops.custom_ops")
+# et_copy register with it) that a devplan program may call: the quantized kernels register
+# when their module is imported; the LLM custom ops when their shared library is loaded (their
+# Python module would load it too, after importing torch's inductor for its compile side)
+QUANTIZED_KERNELS = "executorch.kernels.quantized"
+LLM_KERNELS = ("executorch.extension.llm.custom_ops", "*custom_ops_aot_lib.*")
 # where the core reads them (devplan/ops.py's REGISTERED): the core never imports executorch
 OPERATOR_LIST = Path(__file__).resolve().parents[1] / "executorch_ops.txt"
 
 
 def registered_operators() -> list[str]:
     """The names of the operators ExecuTorch's runtime has a kernel for once its portable
-    library and KERNEL_LIBRARIES are loaded, sorted: what devplan/executorch_ops.txt holds."""
-    portable = import_module("executorch.extension.pybindings.portable_lib", "the operator list")
-    for library in KERNEL_LIBRARIES:
-        import_module(library, "the operator list")
-    return sorted(set(portable._get_operator_names()))
+    library and the quantized and LLM kernels are loaded, sorted: what devplan/executorch_ops.txt holds."""
+    return sorted(set(load_runtime("the operator list").portable._get_operator_names()))
 
 
 def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1) -> tuple[list[list[Any]], list[float]]:
@@ -62,9 +65,7 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
 
 
 def _run(pte: PteFile, name: str, inputs: list[Any], runs: int) -> tuple[list[list[Any]], list[float]]:
-    runtime = import_module("executorch.runtime", "--executorch")
-    for library in KERNEL_LIBRARIES:  # the kernels devplan's runtime takes as registered (ops.REGISTERED)
-        import_module(library, "--executorch")
+    runtime = load_runtime("--executorch").runtime
     try:
         # a mapped file by its path (ExecuTorch's loader maps it too), bytes as they are
         # with its .ptd by path, which ExecuTorch's loader maps
@@ -78,6 +79,48 @@ def _run(pte: PteFile, name: str, inputs: list[Any], runs: int) -> tuple[list[li
         )
     except Exception as error:  # ExecuTorch's runtime refused the program or its inputs
         raise DevplanError(f"{pte.name}: ExecuTorch's runtime failed on method {name}: {first_line(error)}") from None
+
+
+@dataclass(frozen=True)
+class Runtime:
+    runtime: ModuleType  # executorch.runtime
+    portable: ModuleType  # its pybindings, which list the registered operators
+
+
+def load_runtime(who: str) -> Runtime:
+    """ExecuTorch's runtime with the kernels devplan's runtime takes as registered
+    (ops.REGISTERED), without ExecuTorch's compile side: the pybindings import one decorator from
+    executorch.exir, whose package imports all of exir (16 of the 17 s the runtime took to load).
+    While they load, executorch.exir is a bare package, so that only that module runs; it is
+    dropped after, so a later `import executorch.exir` (a compile in the same process) is whole."""
+    if "executorch.exir" in sys.modules:  # already whole: nothing to save
+        return _load_kernels(who)
+    spec = importlib.util.find_spec("executorch.exir") if importlib.util.find_spec("executorch") else None
+    if spec is None or spec.submodule_search_locations is None:
+        import_module("executorch.exir", who)  # not installed: the one line that says how to install it
+    bare = types.ModuleType("executorch.exir")
+    bare.__path__ = list(spec.submodule_search_locations)
+    sys.modules["executorch.exir"] = bare
+    try:
+        return _load_kernels(who)
+    finally:
+        for name in [name for name in sys.modules if name == "executorch.exir" or name.startswith("executorch.exir.")]:
+            del sys.modules[name]
+
+
+def _load_kernels(who: str) -> Runtime:
+    runtime = import_module("executorch.runtime", who)
+    portable = import_module("executorch.extension.pybindings.portable_lib", who)
+    import_module(QUANTIZED_KERNELS, who)
+    package, pattern = LLM_KERNELS
+    if not hasattr(torch.ops.llama, "custom_sdpa"):  # loaded once per process
+        spec = importlib.util.find_spec(package)
+        folders = spec.submodule_search_locations or [] if spec is not None else []
+        found = [library for folder in folders for library in sorted(Path(folder).glob(f"**/{pattern}"))]
+        if not found:
+            raise DevplanError(f"{who}: ExecuTorch's LLM kernels ({package}) are not installed; {INSTALL}")
+        torch.ops.load_library(str(found[0]))
+    return Runtime(runtime, portable)
 
 
 @contextlib.contextmanager
