@@ -34,6 +34,7 @@ from devplan.emit.program import ExternalWeights, stored_size, to_program
 from devplan.errors import BudgetExceeded, DevplanError, InternalError
 from devplan.files import refuse_overwrite, write_atomic
 from devplan.gate.load import import_kernels, load
+from devplan.inspection.kernels import libraries
 from devplan.inspection.own_memory import working_memory
 from devplan.ir.lowered import Lowered, Payload
 from devplan.ir.planned import PlannedMethod
@@ -146,6 +147,8 @@ def _method_summary(planned: PlannedMethod) -> CompiledMethod:
             }
             for i, d in enumerate(method.delegates)
         ],
+        "kernels": libraries(k.op for k in method.kernels if k.delegate is None),
+        "backends": sorted({d.backend for d in method.delegates}),
     }
 
 

@@ -93,6 +93,17 @@ def inspect_command(
             show_default=False,
         ),
     ] = None,
+    oplist: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--oplist",
+            metavar="FILE.yaml",
+            help="Also write ExecuTorch's selective-build operator list (selected_operators.yaml, as its "
+            "gen_oplist writes it for this file): every operator and kernel variant the program's methods call, "
+            "for a runtime build that compiles only those. - writes standard output.",
+            show_default=False,
+        ),
+    ] = None,
     data: DataFile = None,
 ) -> None:
     """Show what a .pte program holds, devplan's or ExecuTorch's.
@@ -106,7 +117,8 @@ def inspect_command(
 
     refuse_overwrite(svg, [program, data], "--svg")
     refuse_overwrite(trace, [program, data], "--trace")
-    refuse_shared_output({"--svg": svg, "--trace": trace})
+    refuse_overwrite(oplist, [program, data], "--oplist")
+    refuse_shared_output({"--svg": svg, "--trace": trace, "--oplist": oplist})
     source = program_source(program, data)
     doc = inspect(noting_external(source) if data is not None else source, method=method, delegate=delegate)
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
@@ -118,8 +130,15 @@ def inspect_command(
         from devplan.inspection.trace import trace_json
 
         write_atomic(trace, trace_json(doc).encode())
+    if oplist is not None:
+        from devplan.inspection.kernels import oplist_yaml
+        from devplan.pte import read_pte
+        from devplan.pte.decode import methods
+
+        read = read_pte(source)  # the program's own methods, as ExecuTorch's tools list them (not a payload's)
+        write_atomic(oplist, oplist_yaml(methods(read), read.name if str(program) == "-" else str(program)).encode())
     # a drawing on standard output leaves it no room for the view (as compile -o -)
-    to_stderr = any(path is not None and is_stdout(path) for path in (svg, trace))
+    to_stderr = any(path is not None and is_stdout(path) for path in (svg, trace, oplist))
     if json_output:
         echo_json(inspect_sections.only(doc, chosen) if section else doc, err=to_stderr)
         return

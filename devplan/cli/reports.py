@@ -13,6 +13,7 @@ from rich.text import Text
 from devplan.documents import CompiledDelegate, CompileSummary, FoldChoice, Quantization, Reference, RunDocument
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.difftext import WIDTH, cause_lines, change_lines, outcome, peak_text, wrapped
+from devplan.inspection.kernels import needs_text
 from devplan.units import counted, exact_size_text, printable, size_text
 
 
@@ -34,6 +35,8 @@ def compile_lines(
                 f"lower bound {exact_size_text(b['lower_bound'])}, ratio {ratio:.3f}, {counted(b['tensors'], 'tensor')}"
             )
         lines.extend(_fold_lines([c for c in summary["folding"]["choices"] if c["method"] == shown["name"]]))
+        if shown["kernels"] or shown["backends"]:  # what the runtime that loads it must have
+            lines.append(f"  needs {printable(needs_text(shown['kernels'], shown['backends'], how=True))}")
         for device, backend in sorted({(d["target_device"], d["id"]) for d in shown["delegates"]}):
             mine = [d for d in shown["delegates"] if (d["target_device"], d["id"]) == (device, backend)]
             windows = [d["window"] for d in mine if d["window"]]

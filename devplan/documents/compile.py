@@ -5,6 +5,7 @@ from typing import Literal, Optional
 from typing_extensions import NotRequired, TypedDict
 
 from devplan.documents.common import WorkingMemory
+from devplan.documents.inspect import KernelLibrary
 
 
 class ExternalFile(TypedDict):
@@ -55,6 +56,8 @@ class CompiledMethod(TypedDict):
     counts: CompiledCounts
     buffers: list[CompiledBuffer]
     delegates: list[CompiledDelegate]
+    kernels: list[KernelLibrary]  # what a runtime must link to load the method (inspect's, from the same table)
+    backends: list[str]
 
 
 class FoldChoice(TypedDict):

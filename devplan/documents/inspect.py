@@ -124,6 +124,11 @@ class InspectedOperator(TypedDict):
     overload: str
 
 
+class KernelLibrary(TypedDict):
+    library: str  # portable, prim, quantized, llm, or custom:NAMESPACE (devplan/inspection/kernels.py)
+    operators: list[str]
+
+
 class CompileSpec(TypedDict):
     key: str
     value: str
@@ -172,6 +177,8 @@ class InspectedMethod(TypedDict):
     instructions: NotRequired[list[InspectedInstruction]]
     operators: NotRequired[list[InspectedOperator]]
     delegates: NotRequired[list[InspectedDelegate]]
+    kernels: list[KernelLibrary]
+    backends: list[str]
 
 
 class InspectDocument(TypedDict):

@@ -26,6 +26,7 @@ from devplan.documents import (
 )
 from devplan.errors import DevplanError
 from devplan.inspection.bounds import BufferBounds, HeldWindow, buffer_bounds, device_bounds
+from devplan.inspection.kernels import backends, kernel_libraries
 from devplan.inspection.own_memory import working_memory
 from devplan.inspection.peak import peak
 from devplan.inspection.sources import argument_text, chain_origins, source_text, tensor_source
@@ -171,6 +172,8 @@ def _method(program: ProgramView, view: MethodView) -> InspectedMethod:
             "delegates": len(delegates),
         },
         "values": dict(sorted(Counter(view.kind(value) for value in range(len(view.kinds))).items())),
+        "kernels": kernel_libraries(view),
+        "backends": backends(view),
     }
     # only for a method that runs nothing (a constant method), so that other documents stay as they were
     if not view.instructions and view.outputs:

@@ -23,6 +23,7 @@ from devplan.documents import (
     InspectedTensor,
     Segment,
 )
+from devplan.inspection.kernels import needs_text
 from devplan.inspection.layout import layout_chart
 from devplan.inspection.own_memory import outside, outside_text
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
@@ -142,6 +143,8 @@ def _summary(doc: InspectDocument, console: Console, exact_bytes: bool) -> None:
         _pair(grid, "", f"inputs {_value_list(method['inputs'])} -> outputs {_value_list(method['outputs'])}")
         if "returns" in method:  # a constant method: what the runner reads, as --constant-method takes it
             _pair(grid, "", "returns " + ", ".join(json.dumps(value) for value in method["returns"]))
+        if method["kernels"] or method["backends"]:
+            _pair(grid, "", "needs " + needs_text(method["kernels"], method["backends"]))
     console.print(grid)
 
 

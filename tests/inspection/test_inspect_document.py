@@ -193,6 +193,17 @@ def test_section_trims_the_json(hand_built):
     result = invoke("inspect", str(hand_built["cuda"]), "--json", "-s", "buffers", "-s", "delegates")
     assert result.exit_code == 0, result.output
     (method,) = json.loads(result.stdout)["methods"]
-    assert set(method) == {"name", "inputs", "outputs", "counts", "values", "devices", "buffers", "delegates"}
+    assert set(method) == {
+        "name",
+        "inputs",
+        "outputs",
+        "counts",
+        "values",
+        "kernels",
+        "backends",
+        "devices",
+        "buffers",
+        "delegates",
+    }
     whole = json.loads(invoke("inspect", str(hand_built["cuda"]), "--json", "-s", "all").stdout)
     assert whole == devplan.inspect(hand_built["cuda"])
