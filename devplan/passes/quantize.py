@@ -31,6 +31,9 @@ SEED = 0
 CALIBRATION_LIMIT = 1 << 30  # bytes of a --calibration file devplan reads
 QUANTIZER = "executorch.backends.xnnpack.quantizer.xnnpack_quantizer"  # the devplan[executorch] extra's
 PT2E = "torchao.quantization.pt2e.quantize_pt2e"
+DUPLICATE = (
+    "executorch.backends.transforms.duplicate_dynamic_quant_chain"  # ExecuTorch's own, as its LLM export runs it
+)
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
                     f"{mode} measures them ({first_line(error)}); calibrate on the inputs it will run on"
                 ) from None
         converted = pt2e.convert_pt2e(prepared)
+        _quantize_per_reader(converted)
         fuse_embeddings(converted)
         # the largest sample as the example: export takes a size of 1 as fixed, not dynamic
         args, kwargs = _call(
@@ -183,6 +187,16 @@ def _annotate_convs_before_relu(model: torch.fx.GraphModule, config) -> None:
         utils._do_annotate_conv(model, config)
     finally:
         utils.is_relu_node = is_relu
+
+
+def _quantize_per_reader(converted: torch.fx.GraphModule) -> None:
+    """Each reader of a dynamically quantized tensor given its own choose_qparams, quantize and
+    dequantize (the same numbers): XNNPACK computes wrong a tensor quantized once and read by
+    a 1x1 stride-1 convolution and by another convolution (a bottleneck block's first
+    convolution and its shortcut: 13 dB against the float model where the eager module has 41;
+    issue 51), which ExecuTorch's own program does too when both are quantized. A no-op for
+    static quantization, whose parameters are constants."""
+    import_module(DUPLICATE, "--quantize").DuplicateDynamicQuantChainPass()(converted)
 
 
 # add.Tensor <-> add.Scalar, mul.Tensor <-> mul.Scalar: the overloads xnnpack_quantizer swaps
