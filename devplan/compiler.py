@@ -39,6 +39,7 @@ from devplan.ir.lowered import Lowered, Payload
 from devplan.ir.planned import PlannedMethod
 from devplan.ir.role import PROGRAM, Role
 from devplan.llm import llm_metadata
+from devplan.measure import measured
 from devplan.options import CompileOptions
 from devplan.parallel import cores
 from devplan.passes import GRAPH_PASSES, method_passes
@@ -48,7 +49,7 @@ from devplan.passes.delegates import Group, delegate_groups
 from devplan.passes.device_results import results_on_device
 from devplan.passes.fold import read_constants
 from devplan.passes.partition import partition
-from devplan.passes.quantize import QuantizeReport, quantize
+from devplan.passes.quantize import QuantizeReport, Reference, quantize
 from devplan.passes.split import from_exported
 from devplan.planning.budget import BACKENDS, budget_key
 from devplan.planning.plan_method import plan_method
@@ -230,12 +231,15 @@ def compile(
 
         stage("budget", check_backend_budgets, bytes(image), dict(options.budgets))
     data = stage("serialize_ptd", external.image) if external is not None else None
+    if data is not None:  # before the program, whose tensors name its keys (and measuring reads them)
+        stage("write_ptd", write_atomic, options.external_constants, data.parts)
+    report = None
+    if quantization is not None:  # what compile reports is what the program written computes
+        report = stage("measure", measured, *quantization, bytes(image), options.external_constants)
     # what the program stores: equal tensors once, each aligned, and the named data that
     # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)
     stored = len(segments[0]) + sum(len(segments[entry.segmentIndex]) for entry in program.namedData or ())
     path = Path(output) if output is not None else None
-    if data is not None:  # before the program, whose tensors name its keys
-        stage("write_ptd", write_atomic, options.external_constants, data.parts)
     if path is not None:
         told = None if on_written is None else lambda done: on_written(done, image.size)
         stage("write", write_atomic, path, image.parts, on_written=told)
@@ -250,7 +254,7 @@ def compile(
         tuple(planned),
         data,
         external.count if external is not None else 0,
-        quantization,
+        report,
     )
 
 
@@ -278,15 +282,15 @@ def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
 
 def _plan_program(
     model, options: CompileOptions, stage: "Stages", name: str
-) -> tuple[PlannedMethod, dict, QuantizeReport | None]:
+) -> tuple[PlannedMethod, dict, tuple[QuantizeReport, Reference] | None]:
     """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
     payloads compiled on the way, to its plan; with what folding chose and, with --quantize,
-    what quantizing cost."""
+    what quantizing cost and the float model's outputs to measure the program against."""
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     report = None
     if options.quantize is not None:  # before the backends: XNNPACK's takes the quantized ops
         quantized = stage("quantize", quantize, ep, options.quantize, options.calibration)
-        ep, report = quantized.program, quantized.report
+        ep, report = quantized.program, (quantized.report, quantized.reference)
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
         ep = stage("backends", lower_to_backends, ep, options.delegates, options.jobs or cores())

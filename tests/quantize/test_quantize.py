@@ -226,6 +226,49 @@ def test_a_bottleneck_resnet_in_dynamic_int8_is_right_on_executorchs_runtime():
     assert planned_bytes(result.data) <= planned_bytes(theirs)
 
 
+def test_a_program_that_parts_from_the_eager_estimate_is_a_warning_naming_where(monkeypatch):
+    """Issue 51: the summary is the written program's, run on ExecuTorch's runtime. A program
+    broken on purpose (the block inputs quantized once again, as before the fix) is measured
+    as it runs, and compile says it parts from the eager module, and at which delegate."""
+    from devplan.cli.reports import quantization_lines
+
+    monkeypatch.setattr("devplan.passes.quantize._quantize_per_reader", lambda converted: None)
+    ep, _ = exported("resnet_bottleneck", "tiny")
+    report = compiled(ep, quantize="dynamic-int8").summary()["quantization"]
+    assert report["measured_on"] == "executorch"
+    assert report["error"]["sqnr_db"] < 20 < 40 < report["eager_error"]["sqnr_db"]  # measured: 12.4 and 41.2
+    assert "far from the eager quantized module" in report["warning"]
+    assert "they part at output 0, written by delegate 1 (XnnpackBackend" in report["warning"]
+    assert any(line.startswith("  warning: the program computes far") for line in quantization_lines(report))
+
+
+def test_where_no_runtime_can_run_the_program_the_summary_says_it_is_the_eager_estimate(monkeypatch):
+    from devplan.cli.reports import quantization_lines
+
+    def missing(name: str, who: str):
+        raise DevplanError(f"{who}: cannot import {name}")
+
+    monkeypatch.setattr("devplan.measure.import_module", missing)
+    ep, _ = _wide_mlp()
+    report = compiled(ep, quantize="dynamic-int8").summary()["quantization"]
+    assert report["measured_on"] == "eager" and report["error"] == report["eager_error"] and report["warning"] is None
+    assert "  measured on the eager quantized module (an estimate)" in "\n".join(quantization_lines(report))
+
+
+def test_a_program_that_fails_on_its_runtime_is_said_to(monkeypatch):
+    """As ExecuTorch's own dynamic-int8 programs of some convolutions fail XNNPACK's shape
+    propagation: compile writes it, and says so."""
+
+    def failing(pte, name, inputs, runs=1):
+        raise DevplanError("the program written: ExecuTorch's runtime failed on method forward: 0x1")
+
+    monkeypatch.setattr("devplan.measure.run_on_executorch", failing)
+    ep, _ = _wide_mlp()
+    report = compiled(ep, quantize="dynamic-int8").summary()["quantization"]
+    assert report["measured_on"] == "eager"
+    assert report["warning"].startswith("the program written fails on ExecuTorch's runtime: ")
+
+
 def test_an_eval_mode_dropout_is_not_reported_as_a_float_op():
     """It computes nothing (ExecuTorch's lowering drops it), so nothing stayed float there."""
     ep = torch.export.export(nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1), nn.ReLU()).eval(), (torch.randn(2, 8),))
@@ -243,6 +286,7 @@ def test_the_text_summary_the_json_and_the_dump_say_what_quantizing_cost(tmp_pat
     validate("compile", json.loads(json.dumps(summary)))
     (dumped,) = tmp_path.glob("*-quantize.txt")
     assert '"sqnr_db"' in dumped.read_text() and "quantized_decomposed" in dumped.read_text()
+    assert summary["quantization"]["measured_on"] == "executorch" and summary["quantization"]["warning"] is None
     lines = compile_lines(summary, [], "p.pte", None)
     cost = next(line for line in lines if line.startswith("quantized dynamic-int8 (XNNPACK): on 4 seeded samples"))
     assert "SQNR" in cost and "argmax agreement" in cost
