@@ -32,7 +32,7 @@ from devplan.dump import stage_text
 from devplan.emit.build import build_method, constant_method
 from devplan.emit.program import ExternalWeights, stored_size, to_program
 from devplan.errors import BudgetExceeded, DevplanError, InternalError
-from devplan.files import refuse_overwrite, write_atomic
+from devplan.files import is_stdout, refuse_overwrite, write_atomic
 from devplan.gate.load import import_kernels, load
 from devplan.inspection.own_memory import working_memory
 from devplan.ir.lowered import Lowered, Payload
@@ -231,18 +231,20 @@ def compile(
 
         stage("budget", check_backend_budgets, bytes(image), dict(options.budgets))
     data = stage("serialize_ptd", external.image) if external is not None else None
-    if data is not None:  # before the program, whose tensors name its keys (and measuring reads them)
-        stage("write_ptd", write_atomic, options.external_constants, data.parts)
-    report = None
-    if quantization is not None:  # what compile reports is what the program written computes
-        report = stage("measure", measured, *quantization, bytes(image), options.external_constants)
     # what the program stores: equal tensors once, each aligned, and the named data that
     # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)
     stored = len(segments[0]) + sum(len(segments[entry.segmentIndex]) for entry in program.namedData or ())
     path = Path(output) if output is not None else None
+    if data is not None:  # before the program, whose tensors name its keys
+        stage("write_ptd", write_atomic, options.external_constants, data.parts)
     if path is not None:
         told = None if on_written is None else lambda done: on_written(done, image.size)
         stage("write", write_atomic, path, image.parts, on_written=told)
+    report = None
+    if quantization is not None:  # what compile reports is what the program written computes
+        # the file as written, mapped; the bytes when there is none to read back (standard output)
+        written = path if path is not None and not is_stdout(path) else bytes(image)
+        report = stage("measure", measured, *quantization, written, options.external_constants)
     return CompileResult(
         image,
         path,
