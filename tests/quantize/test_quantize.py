@@ -213,19 +213,23 @@ def _sqnr(want: torch.Tensor, got: torch.Tensor) -> float:
     return float(10 * torch.log10(want.square().sum() / (want - got).square().sum()))
 
 
-def test_a_bottleneck_resnet_in_dynamic_int8_is_right_on_executorchs_runtime():
+# measured (devplan's, ExecuTorch's own, on ExecuTorch's runtime): tiny 42.6 and 46.0 dB (13.1
+# before); real (hidden 32-64-128-256, 128x128) 35.6 and 39.3 dB (7.1 before, in 5 delegates)
+@pytest.mark.parametrize("size,floor", tiered([("tiny", 40), ("real", 30)], fast=[("tiny", 40)]))
+def test_a_bottleneck_resnet_in_dynamic_int8_is_right_on_executorchs_runtime(size, floor):
     """Issue 51: a block's input, dynamically quantized once, was read by its 1x1 shortcut and by
     its first 1x1 convolution (the one a ReLU follows, which devplan's quantizer takes): XNNPACK
     then computes one of them wrong (13.1 dB against the float model where the eager quantized
-    module says 41.2). ExecuTorch's own program is at 46.0 dB; devplan's, the convolution taken,
-    must be as close and no larger."""
-    ep, inputs = exported("resnet_bottleneck", "tiny")
+    module says 41.2). Devplan's program, the convolution taken, is as close as ExecuTorch's
+    own, in one delegate as theirs, and plans no more."""
+    ep, inputs = exported("resnet_bottleneck", size)
     result = compiled(ep, quantize="dynamic-int8")
     want = ep.module()(*inputs).logits
-    assert _sqnr(want, run_executorch(result.data, inputs)[0][0]) > 40  # measured: 42.6 (13.1 before)
+    assert _sqnr(want, run_executorch(result.data, inputs)[0][0]) > floor
     with patterns_exported_once():
         theirs = executorch_quantized_edge(ep, "dynamic-int8", [inputs], own=True).to_executorch().buffer
-    assert _sqnr(want, run_executorch(theirs, inputs)[0][0]) > 40  # measured: 46.0
+    assert _sqnr(want, run_executorch(theirs, inputs)[0][0]) > floor
+    assert result.summary()["methods"][0]["counts"]["delegates"] == 1
     assert planned_bytes(result.data) <= planned_bytes(theirs)
 
 
