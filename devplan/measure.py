@@ -26,12 +26,12 @@ RUNTIMES = {"executorch": "ExecuTorch's runtime", "devplan": "devplan's runtime"
 
 
 def measured(
-    report: QuantizeReport, reference: Reference, image: bytes, data: str | os.PathLike | None
+    report: QuantizeReport, reference: Reference, written: str | os.PathLike | bytes, data: str | os.PathLike | None
 ) -> QuantizeReport:
-    """`report` with its error measured by running the program `image` (its weights in the
-    .ptd `data`, if any) on the reference's samples, and a warning where it parts from the
-    eager estimate or fails to run."""
-    pte = read_pte(image, name="the program written", data=data)
+    """`report` with its error measured by running the program `written` (its path, or its
+    bytes; its weights in the .ptd `data`, if any) on the reference's samples, and a warning
+    where it parts from the eager estimate or fails to run."""
+    pte = read_pte(written, data=data)
     (forward,) = [view for view in methods(pte) if view.name == "forward"]
     on = _runtime_for(forward)
     if on == "eager":

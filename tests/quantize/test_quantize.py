@@ -267,7 +267,7 @@ def test_a_program_that_fails_on_its_runtime_is_said_to(monkeypatch):
     propagation: compile writes it, and says so."""
 
     def failing(pte, name, inputs, runs=1):
-        raise DevplanError("the program written: ExecuTorch's runtime failed on method forward: 0x1")
+        raise DevplanError("p.pte: ExecuTorch's runtime failed on method forward: 0x1")
 
     monkeypatch.setattr("devplan.measure.run_on_executorch", failing)
     ep, _ = _wide_mlp()
