@@ -1,9 +1,10 @@
 """--quantize: a float export quantized by ExecuTorch's XNNPACK quantizer through torch's PT2E
 flow (prepare_pt2e on `ep.module()`, calibrate, convert_pt2e, torch.export.export again), so
-that ExecuTorch's XNNPACK backend, implied, takes the quantized ops. What it cost is measured
-on the way: the quantized module's outputs against the float model's on the calibration
-inputs (or seeded samples), and the ops the quantizer left in float. Only this stage imports
-the quantizer (the `devplan[executorch]` extra)."""
+that ExecuTorch's XNNPACK backend, implied, takes the quantized ops. What it cost is estimated
+on the way: the eager quantized module's outputs against the float model's on the calibration
+inputs (or seeded samples), and the ops the quantizer left in float; the compile then measures
+the program it writes on the same samples (devplan/measure.py). Only this stage imports the
+quantizer (the `devplan[executorch]` extra)."""
 
 from __future__ import annotations
 
@@ -168,7 +169,9 @@ def xnnpack_quantizer(mode: str):
     annotates, and integer arithmetic on one (BERT's position ids) then indexes with floats;
     that dynamic-int8 takes a convolution a ReLU follows: ExecuTorch's conv pattern leaves
     it to conv_relu, a static-only pattern, so in its dynamic modes it stayed float (half of
-    ResNet-18's weights, every first convolution of a block); and that every mode stores
+    ResNet-18's weights, every first convolution of a block), which XNNPACK computes right once
+    each reader quantizes for itself (_quantize_per_reader; on ExecuTorch's runtime, the
+    bottleneck ResNet of tests/quantize/test_quantize.py); and that every mode stores
     embedding tables in 8 bits a row (passes/quantize_embeddings.py)."""
     xnnpack = import_module(QUANTIZER, "--quantize")
     config = xnnpack.get_symmetric_quantization_config(**MODES[mode])
