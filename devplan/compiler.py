@@ -32,7 +32,7 @@ from devplan.dump import stage_text
 from devplan.emit.build import build_method, constant_method
 from devplan.emit.program import ExternalWeights, stored_size, to_program
 from devplan.errors import BudgetExceeded, DevplanError, InternalError
-from devplan.files import refuse_overwrite, write_atomic
+from devplan.files import is_stdout, refuse_overwrite, write_atomic
 from devplan.gate.load import import_kernels, load
 from devplan.inspection.kernels import libraries
 from devplan.inspection.own_memory import working_memory
@@ -40,6 +40,7 @@ from devplan.ir.lowered import Lowered, Payload
 from devplan.ir.planned import PlannedMethod
 from devplan.ir.role import PROGRAM, Role
 from devplan.llm import llm_metadata
+from devplan.measure import measured
 from devplan.options import CompileOptions
 from devplan.parallel import cores
 from devplan.passes import GRAPH_PASSES, method_passes
@@ -49,7 +50,7 @@ from devplan.passes.delegates import Group, delegate_groups
 from devplan.passes.device_results import results_on_device
 from devplan.passes.fold import read_constants
 from devplan.passes.partition import partition
-from devplan.passes.quantize import QuantizeReport, quantize
+from devplan.passes.quantize import QuantizeReport, Reference, quantize
 from devplan.passes.split import from_exported
 from devplan.planning.budget import BACKENDS, budget_key
 from devplan.planning.plan_method import plan_method
@@ -242,6 +243,11 @@ def compile(
     if path is not None:
         told = None if on_written is None else lambda done: on_written(done, image.size)
         stage("write", write_atomic, path, image.parts, on_written=told)
+    report = None
+    if quantization is not None:  # what compile reports is what the program written computes
+        # the file as written, mapped; the bytes when there is none to read back (standard output)
+        written = path if path is not None and not is_stdout(path) else bytes(image)
+        report = stage("measure", measured, *quantization, written, options.external_constants)
     return CompileResult(
         image,
         path,
@@ -253,7 +259,7 @@ def compile(
         tuple(planned),
         data,
         external.count if external is not None else 0,
-        quantization,
+        report,
     )
 
 
@@ -281,15 +287,15 @@ def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
 
 def _plan_program(
     model, options: CompileOptions, stage: "Stages", name: str
-) -> tuple[PlannedMethod, dict, QuantizeReport | None]:
+) -> tuple[PlannedMethod, dict, tuple[QuantizeReport, Reference] | None]:
     """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
     payloads compiled on the way, to its plan; with what folding chose and, with --quantize,
-    what quantizing cost."""
+    what quantizing cost and the float model's outputs to measure the program against."""
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     report = None
     if options.quantize is not None:  # before the backends: XNNPACK's takes the quantized ops
         quantized = stage("quantize", quantize, ep, options.quantize, options.calibration)
-        ep, report = quantized.program, quantized.report
+        ep, report = quantized.program, (quantized.report, quantized.reference)
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
         ep = stage("backends", lower_to_backends, ep, options.delegates, options.jobs or cores())

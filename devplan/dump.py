@@ -18,7 +18,7 @@ def stage_text(result, stage: str = "") -> str:
     facts; serialize's bytes by digest; the written file by name."""
     from devplan.ir.lowered import Lowered
     from devplan.ir.planned import PlannedMethod
-    from devplan.passes.quantize import Quantized
+    from devplan.passes.quantize import Quantized, QuantizeReport
     from devplan.pte.writer import Spread
 
     if isinstance(result, Lowered):
@@ -27,6 +27,8 @@ def stage_text(result, stage: str = "") -> str:
         return str(result.gm.graph)
     if isinstance(result, Quantized):  # what quantizing cost, then the quantized graph
         return json.dumps(result.report.summary(), indent=1) + "\n" + stage_text(result.program, stage)
+    if isinstance(result, QuantizeReport):  # measure: what the written program computes
+        return json.dumps(result.summary(), indent=1) + "\n"
     if hasattr(result, "graph_module"):  # ExportedProgram
         return str(result.graph_module.graph)
     if hasattr(result, "graph"):  # GraphModule

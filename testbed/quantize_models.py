@@ -36,6 +36,17 @@ def resnet18() -> HFCase:
     )
 
 
+def resnet_bottleneck(hidden_sizes: tuple[int, ...] = (16, 32), size: int = 64) -> HFCase:
+    """Issue 51's ResNet: transformers' default block (bottleneck: 1x1, 3x3, 1x1 convolutions
+    and a 1x1 shortcut reading the block's input), its batch norms fresh, as a new user's."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    config = ResNetConfig(
+        embedding_size=16, hidden_sizes=list(hidden_sizes), depths=[1] * len(hidden_sizes), num_labels=10
+    )
+    return _build(ResNetForImageClassification, config, attn=None), (torch.randn(1, 3, size, size),), {}
+
+
 def vit() -> HFCase:
     from transformers import ViTConfig, ViTModel
 
@@ -83,6 +94,7 @@ def llama() -> HFCase:
 # name -> size -> builder
 MODELS: dict[str, dict[str, Callable[[], HFCase]]] = {
     "resnet": {"tiny": hf_models.resnet, "real": resnet18},
+    "resnet_bottleneck": {"tiny": resnet_bottleneck, "real": lambda: resnet_bottleneck((32, 64, 128, 256), 128)},
     "mobilenet_v3": {"tiny": mobilenet_v3, "real": lambda: mobilenet_v3("small")},
     "vit": {"tiny": hf_models.vit, "real": vit},
     "bert": {"tiny": hf_models.bert, "real": bert},
@@ -120,9 +132,10 @@ def executorch_quantized(ep: torch.export.ExportedProgram, mode: str, samples: l
     return executorch_quantized_edge(ep, mode, samples).to_executorch().buffer
 
 
-def executorch_quantized_edge(ep: torch.export.ExportedProgram, mode: str, samples: list[tuple]):
+def executorch_quantized_edge(ep: torch.export.ExportedProgram, mode: str, samples: list[tuple], own: bool = False):
     """executorch_quantized's EdgeProgramManager, before to_executorch: its delegates' graphs
-    say which ops ExecuTorch's program computes in float."""
+    say which ops ExecuTorch's program computes in float. `own`: ExecuTorch's XNNPACKQuantizer
+    as it ships, without devplan's departures (passes/quantize.py's xnnpack_quantizer)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -133,13 +146,25 @@ def executorch_quantized_edge(ep: torch.export.ExportedProgram, mode: str, sampl
         return pytree.tree_unflatten(list(sample), ep.call_spec.in_spec)
 
     with torch.no_grad():
-        prepared = prepare_pt2e(ep.module(), xnnpack_quantizer(mode))
+        prepared = prepare_pt2e(ep.module(), _shipped_quantizer(mode) if own else xnnpack_quantizer(mode))
         for sample in samples:
             args, kwargs = call(sample)
             prepared(*args, **kwargs)
         args, kwargs = call(samples[0])
         quantized = torch.export.export(convert_pt2e(prepared), args, kwargs, strict=False)
         return to_edge_transform_and_lower(quantized, partitioner=[XnnpackPartitioner()])
+
+
+def _shipped_quantizer(mode: str):
+    """ExecuTorch's quantizer for dynamic-int8 or int8, every op it has a pattern for."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    from devplan.quantization import MODES
+
+    return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(**MODES[mode]))
 
 
 def float_computed(edge, op: str) -> int:

@@ -98,6 +98,13 @@ def _own_memory(delegates: list[CompiledDelegate]) -> str:
     return f"; working memory outside the plan, allocated by the backend{amount}{told}"
 
 
+_MEASURED_ON = {
+    "executorch": "by running the program written on ExecuTorch's runtime",
+    "devplan": "by running the program written on devplan's runtime",
+    "eager": "on the eager quantized module (an estimate): no runtime here could run the program written",
+}
+
+
 def quantization_lines(report: Quantization) -> list[str]:
     """--quantize's cost: the error against the float model on the samples, the weights' bytes
     before and after, and the ops left in float (the quantizer had no pattern for them)."""
@@ -112,8 +119,11 @@ def quantization_lines(report: Quantization) -> list[str]:
     weights = report["weights"]
     lines = [
         f"quantized {report['mode']} (XNNPACK): on {inputs} against the float model, {', '.join(facts)}",
+        f"  measured {_MEASURED_ON[report['measured_on']]}",
         f"  weights {exact_size_text(weights['quantized_bytes'])}, float {exact_size_text(weights['float_bytes'])}",
     ]
+    if report["warning"] is not None:
+        lines.append(f"  warning: {printable(report['warning'])}")
     if report["float_ops"]:
         ops = ", ".join(f"{op} x{count}" for op, count in report["float_ops"].items())
         lines.append(f"  stayed float (no quantizer pattern for them in {report['mode']}): {printable(ops)}")

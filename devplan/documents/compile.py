@@ -95,6 +95,11 @@ class Quantization(TypedDict):
     samples: int
     calibration: Literal["file", "seeded"]
     error: QuantizationError
+    # where `error` was measured: the written program on ExecuTorch's runtime or devplan's,
+    # or the eager quantized module (an estimate) when neither could run it
+    measured_on: Literal["executorch", "devplan", "eager"]
+    eager_error: QuantizationError
+    warning: Optional[str]
     float_ops: dict[str, int]
     weights: QuantizedWeights
 

@@ -1,9 +1,10 @@
 """--quantize: a float export quantized by ExecuTorch's XNNPACK quantizer through torch's PT2E
 flow (prepare_pt2e on `ep.module()`, calibrate, convert_pt2e, torch.export.export again), so
-that ExecuTorch's XNNPACK backend, implied, takes the quantized ops. What it cost is measured
-on the way: the quantized module's outputs against the float model's on the calibration
-inputs (or seeded samples), and the ops the quantizer left in float. Only this stage imports
-the quantizer (the `devplan[executorch]` extra)."""
+that ExecuTorch's XNNPACK backend, implied, takes the quantized ops. What it cost is estimated
+on the way: the eager quantized module's outputs against the float model's on the calibration
+inputs (or seeded samples), and the ops the quantizer left in float; the compile then measures
+the program it writes on the same samples (devplan/measure.py). Only this stage imports the
+quantizer (the `devplan[executorch]` extra)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, cast
+from typing import Any, Literal, Sequence, cast
 
 import torch
 import torch.utils._pytree as pytree
 
-from devplan.documents import Quantization, QuantizeMode
+from devplan.documents import Quantization, QuantizationError, QuantizeMode
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.files import read_input
@@ -31,23 +32,46 @@ SEED = 0
 CALIBRATION_LIMIT = 1 << 30  # bytes of a --calibration file devplan reads
 QUANTIZER = "executorch.backends.xnnpack.quantizer.xnnpack_quantizer"  # the devplan[executorch] extra's
 PT2E = "torchao.quantization.pt2e.quantize_pt2e"
+DUPLICATE = (
+    "executorch.backends.transforms.duplicate_dynamic_quant_chain"  # ExecuTorch's own, as its LLM export runs it
+)
+
+
+@dataclass(frozen=True)
+class Error:
+    """The quantized outputs against the float model's (every float output, all samples
+    together)."""
+
+    sqnr_db: float | None  # None when the outputs are equal, or the float ones all zeros
+    max_abs_diff: float
+    argmax_agreement: float | None  # of a 2-D first output (a classifier's logits), else None
+
+    def summary(self) -> QuantizationError:
+        return {"sqnr_db": self.sqnr_db, "max_abs_diff": self.max_abs_diff, "argmax_agreement": self.argmax_agreement}
+
+
+# where `error` was measured: the written program on ExecuTorch's runtime or on devplan's, or
+# (neither could run it) the eager quantized module, an estimate
+MeasuredOn = Literal["executorch", "devplan", "eager"]
 
 
 @dataclass(frozen=True)
 class QuantizeReport:
     """What quantizing cost, measured on `samples` inputs (from --calibration or seeded):
-    the quantized module's outputs against the float model's (every float output, all
-    samples together), and the ops the quantizer took no pattern for, by op."""
+    the quantized outputs against the float model's, and the ops the quantizer took no
+    pattern for, by op. The quantize stage measures the eager quantized module; the compile
+    then measures the program it writes (devplan/measure.py) and keeps both."""
 
     mode: str
     samples: int
     calibrated: bool  # the samples were --calibration's, not seeded
-    sqnr_db: float | None  # None when the outputs are equal, or the float ones all zeros
-    max_abs_diff: float
-    argmax_agreement: float | None  # of a 2-D first output (a classifier's logits), else None
+    error: Error
     float_ops: tuple[tuple[str, int], ...]  # (op, how many), most first
     float_weight_bytes: int
     quantized_weight_bytes: int
+    eager: Error  # the eager quantized module's, the estimate
+    measured_on: MeasuredOn = "eager"
+    warning: str | None = None  # the program computes far from the estimate, or fails to run
 
     def summary(self) -> Quantization:
         """compile --json's `quantization` (docs/compile-json.md)."""
@@ -55,22 +79,32 @@ class QuantizeReport:
             "mode": cast(QuantizeMode, self.mode),
             "samples": self.samples,
             "calibration": "file" if self.calibrated else "seeded",
-            "error": {
-                "sqnr_db": self.sqnr_db,
-                "max_abs_diff": self.max_abs_diff,
-                "argmax_agreement": self.argmax_agreement,
-            },
+            "error": self.error.summary(),
+            "measured_on": self.measured_on,
+            "eager_error": self.eager.summary(),
+            "warning": self.warning,
             "float_ops": dict(self.float_ops),
             "weights": {"float_bytes": self.float_weight_bytes, "quantized_bytes": self.quantized_weight_bytes},
         }
 
 
 @dataclass(frozen=True)
+class Reference:
+    """What the program is measured against: the samples, flat, and the float model's float
+    outputs on each."""
+
+    samples: tuple[tuple, ...]
+    want: tuple[tuple[torch.Tensor, ...], ...]
+
+
+@dataclass(frozen=True)
 class Quantized:
-    """The quantize stage's result: the quantized program and what quantizing cost."""
+    """The quantize stage's result: the quantized program, what quantizing cost, and the
+    float model's outputs to measure the written program against."""
 
     program: torch.export.ExportedProgram
     report: QuantizeReport
+    reference: Reference
 
 
 def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | tuple | None") -> Quantized:
@@ -107,6 +141,7 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
                     f"{mode} measures them ({first_line(error)}); calibrate on the inputs it will run on"
                 ) from None
         converted = pt2e.convert_pt2e(prepared)
+        _quantize_per_reader(converted)
         fuse_embeddings(converted)
         # the largest sample as the example: export takes a size of 1 as fixed, not dynamic
         args, kwargs = _call(
@@ -120,20 +155,12 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
             raise DevplanError(
                 f"--quantize {mode}: exporting the quantized module failed: {first_line(error)}"
             ) from None
-        measured = _error(ep, float_module, converted, samples)  # (SQNR, max abs difference, argmax agreement)
-    sqnr, largest, agreement = measured
+        want = tuple(_float_outputs(float_module, ep, sample) for sample in samples)
+        eager = error_of(want, [_float_outputs(converted, ep, sample) for sample in samples])
     report = QuantizeReport(
-        mode,
-        len(samples),
-        calibration is not None,
-        sqnr,
-        largest,
-        agreement,
-        float_ops,
-        _weight_bytes(ep),
-        _weight_bytes(program),
+        mode, len(samples), calibration is not None, eager, float_ops, _weight_bytes(ep), _weight_bytes(program), eager
     )
-    return Quantized(program, report)
+    return Quantized(program, report, Reference(tuple(tuple(sample) for sample in samples), want))
 
 
 def xnnpack_quantizer(mode: str):
@@ -142,7 +169,9 @@ def xnnpack_quantizer(mode: str):
     annotates, and integer arithmetic on one (BERT's position ids) then indexes with floats;
     that dynamic-int8 takes a convolution a ReLU follows: ExecuTorch's conv pattern leaves
     it to conv_relu, a static-only pattern, so in its dynamic modes it stayed float (half of
-    ResNet-18's weights, every first convolution of a block); and that every mode stores
+    ResNet-18's weights, every first convolution of a block), which XNNPACK computes right once
+    each reader quantizes for itself (_quantize_per_reader; on ExecuTorch's runtime, the
+    bottleneck ResNet of tests/quantize/test_quantize.py); and that every mode stores
     embedding tables in 8 bits a row (passes/quantize_embeddings.py)."""
     xnnpack = import_module(QUANTIZER, "--quantize")
     config = xnnpack.get_symmetric_quantization_config(**MODES[mode])
@@ -183,6 +212,16 @@ def _annotate_convs_before_relu(model: torch.fx.GraphModule, config) -> None:
         utils._do_annotate_conv(model, config)
     finally:
         utils.is_relu_node = is_relu
+
+
+def _quantize_per_reader(converted: torch.fx.GraphModule) -> None:
+    """Each reader of a dynamically quantized tensor given its own choose_qparams, quantize and
+    dequantize (the same numbers): XNNPACK computes wrong a tensor quantized once and read by
+    a 1x1 stride-1 convolution and by another convolution (a bottleneck block's first
+    convolution and its shortcut: 13 dB against the float model where the eager module has 41;
+    issue 51), which ExecuTorch's own program does too when both are quantized. A no-op for
+    static quantization, whose parameters are constants."""
+    import_module(DUPLICATE, "--quantize").DuplicateDynamicQuantChainPass()(converted)
 
 
 # add.Tensor <-> add.Scalar, mul.Tensor <-> mul.Scalar: the overloads xnnpack_quantizer swaps
@@ -410,32 +449,28 @@ def _identity(node: torch.fx.Node) -> bool:
     return train is False
 
 
-def _error(
-    ep: torch.export.ExportedProgram,
-    float_module: torch.nn.Module,
-    quantized: torch.nn.Module,
-    samples: Sequence[tuple],
-) -> tuple[float | None, float, float | None]:
-    """(SQNR in dB, max abs difference, argmax agreement) of the quantized module's float
-    outputs against the float model's, over every sample; the quantized module computes what
-    XNNPACK's quantized kernels compute, to float rounding."""
+def _float_outputs(module: torch.nn.Module, ep: torch.export.ExportedProgram, sample: tuple) -> tuple:
+    args, kwargs = _call(ep, sample)
+    return tuple(t for t in pytree.tree_leaves(module(*args, **kwargs)) if _is_float(t))
+
+
+def error_of(want: Sequence[Sequence[torch.Tensor]], got: Sequence[Sequence[torch.Tensor]]) -> Error:
+    """The error of `got`'s float outputs against `want`'s, sample by sample, over every
+    sample: SQNR in dB, max abs difference and argmax agreement."""
     signal = noise = 0.0
     largest = 0.0
     agree = rows = 0
-    for sample in samples:
-        args, kwargs = _call(ep, sample)
-        want = [t for t in pytree.tree_leaves(float_module(*args, **kwargs)) if _is_float(t)]
-        got = [t for t in pytree.tree_leaves(quantized(*args, **kwargs)) if _is_float(t)]
-        for w, g in zip(want, got):
+    for wants, gots in zip(want, got):
+        for w, g in zip(wants, gots):
             w, g = w.double(), g.double()
             signal += float(w.square().sum())
             noise += float((w - g).square().sum())
             largest = max(largest, float((w - g).abs().max())) if w.numel() else largest
-        if want and want[0].dim() == 2:  # a classifier's logits: does the top class stay?
-            agree += int((want[0].argmax(-1) == got[0].argmax(-1)).sum())
-            rows += want[0].shape[0]
+        if wants and wants[0].dim() == 2:  # a classifier's logits: does the top class stay?
+            agree += int((wants[0].argmax(-1) == gots[0].argmax(-1)).sum())
+            rows += wants[0].shape[0]
     sqnr = round(10 * math.log10(signal / noise), 2) if noise and signal else None  # JSON has no infinities
-    return sqnr, largest, (agree / rows if rows else None)
+    return Error(sqnr, largest, agree / rows if rows else None)
 
 
 def _is_float(value) -> bool:
