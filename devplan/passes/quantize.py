@@ -253,9 +253,15 @@ def _sizes(ep: torch.export.ExportedProgram, name: str, spec) -> Sizes:
                 f"--quantize: input {name!r} has a dimension of size {size.node.expr}; export it with "
                 f"a dimension of its own (a Dim) there, or static shapes"
             )
-        bounds = ep.range_constraints[size.node.expr]
-        sizes.append((int(bounds.lower), int(bounds.upper) if bounds.upper.is_finite else None))
+        sizes.append(_range(ep, size))
     return sizes
+
+
+def _range(ep: torch.export.ExportedProgram, size: torch.SymInt) -> tuple[int, int | None]:
+    """The least and the most a dynamic size may be (None: unbounded). torch's unbounded is
+    int_oo, which sympy takes as finite (for its integer reasoning) but no int can hold."""
+    bounds = ep.range_constraints[size.node.expr]
+    return int(bounds.lower), int(bounds.upper) if bounds.upper.is_Integer else None
 
 
 def _sizes_text(sizes: Sizes) -> str:
@@ -275,15 +281,8 @@ def _dynamic_shapes(ep: torch.export.ExportedProgram, module: torch.nn.Module, s
         shapes = {}
         for index, size in enumerate(spec.shape if isinstance(spec, torch.Tensor) else ()):
             if not isinstance(size, int):
-                bounds = ep.range_constraints[size.node.expr]
-                dims.setdefault(
-                    size.node.expr,
-                    torch.export.Dim(
-                        str(size.node.expr),
-                        min=int(bounds.lower),
-                        max=int(bounds.upper) if bounds.upper.is_finite else None,
-                    ),
-                )
+                low, high = _range(ep, size)
+                dims.setdefault(size.node.expr, torch.export.Dim(str(size.node.expr), min=low, max=high))
                 shapes[index] = dims[size.node.expr]
         flat.append(shapes or None)
     if not dims:
