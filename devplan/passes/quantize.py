@@ -80,7 +80,7 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
     names, specs = _user_inputs(ep)
     sizes = [_sizes(ep, name, spec) for name, spec in zip(names, specs)]
     samples = (
-        _checked_samples(_calibration_samples(calibration), names, specs, sizes)
+        _checked_samples(_calibration_samples(calibration), names, specs, sizes, _tables(ep))
         if calibration is not None
         else _seeded_samples(specs, sizes)
     )
@@ -291,9 +291,11 @@ def _dynamic_shapes(ep: torch.export.ExportedProgram, module: torch.nn.Module, s
     return {**dict(zip(inspect.signature(module.forward).parameters, args)), **kwargs}
 
 
-def _checked_samples(samples: list[tuple], names: list[str], specs: list, sizes: list[Sizes]) -> list[tuple]:
-    """Each sample with as many inputs as the program takes, each of its dtype and of sizes
-    its dimensions may take."""
+def _checked_samples(
+    samples: list[tuple], names: list[str], specs: list, sizes: list[Sizes], tables: dict[str, "_Table"]
+) -> list[tuple]:
+    """Each sample with as many inputs as the program takes, each a plain tensor of its dtype
+    and of sizes its dimensions may take, and an input that indexes a table within its rows."""
     if not samples:
         raise DevplanError("--calibration: holds no inputs; save a list of at least one input tuple")
     for index, sample in enumerate(samples):
@@ -303,19 +305,81 @@ def _checked_samples(samples: list[tuple], names: list[str], specs: list, sizes:
                 f"{len(names)} ({', '.join(names)})"
             )
         for name, value, spec, allowed in zip(names, sample, specs, sizes):
-            if not isinstance(spec, torch.Tensor):
-                continue  # a number the program was specialized to: export checks it
-            if not isinstance(value, torch.Tensor) or value.dtype != spec.dtype or not _fits(value.shape, allowed):
-                got = (
-                    f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
-                    if isinstance(value, torch.Tensor)
-                    else type(value).__name__
-                )
-                raise DevplanError(
-                    f"--calibration: sample {index}, input {name!r} is {got}; the program takes "
-                    f"{str(spec.dtype).removeprefix('torch.')} {_sizes_text(allowed)}"
-                )
+            if isinstance(spec, torch.Tensor):  # else a number the program was specialized to: export checks it
+                _check_input(f"--calibration: sample {index}, input {name!r}", value, spec, allowed, tables.get(name))
     return samples
+
+
+def _check_input(who: str, value, spec: torch.Tensor, allowed: Sizes, table: "_Table | None") -> None:
+    """One tensor input of a sample (`who` names it): a dense tensor in this process's memory
+    (a sparse, nested or meta tensor has no sizes or values the model can run on), of the
+    program's dtype and sizes, and, where it indexes a table, within the table's rows."""
+    if isinstance(value, torch.Tensor) and (
+        value.is_nested or value.layout != torch.strided or value.device.type != "cpu"
+    ):
+        raise DevplanError(
+            f"{who} is {_tensor_kind(value)}; the program takes dense tensors in memory: save each "
+            f"input as a plain CPU tensor (.to_dense(), .cpu())"
+        )
+    if not isinstance(value, torch.Tensor) or value.dtype != spec.dtype or not _fits(value.shape, allowed):
+        got = (
+            f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
+            if isinstance(value, torch.Tensor)
+            else type(value).__name__
+        )
+        raise DevplanError(
+            f"{who} is {got}; the program takes {str(spec.dtype).removeprefix('torch.')} {_sizes_text(allowed)}"
+        )
+    if table is not None and value.numel():
+        low, high = int(value.min()), int(value.max())
+        if low < 0 or high >= table.rows:
+            raise DevplanError(
+                f"{who} holds the index {low if low < 0 else high}, outside the {table.rows} rows "
+                f"node {table.node} indexes (0 to {table.rows - 1}); calibrate on indices the model takes"
+            )
+
+
+def _tensor_kind(value: torch.Tensor) -> str:
+    if value.is_nested:
+        return "a nested tensor"
+    if value.layout != torch.strided:
+        return f"a {str(value.layout).removeprefix('torch.')} tensor"
+    return f"a tensor on device {value.device}"
+
+
+@dataclass(frozen=True)
+class _Table:
+    """What an integer input indexes: the op's node, and how many rows the indices may pick."""
+
+    node: str
+    rows: int
+
+
+# op -> (its table, the dimension it indexes, its indices) among the op's arguments
+_INDEXING = {
+    torch.ops.aten.embedding.default: lambda args: (args[0], 0, args[1]),
+    torch.ops.aten.index_select.default: lambda args: (args[0], args[1], args[2]),
+}
+
+
+def _tables(ep: torch.export.ExportedProgram) -> dict[str, _Table]:
+    """The tables the program's inputs index (token ids an embedding's), by input: an index
+    outside the table fails the op, so a calibration sample must hold none. Indices reach the
+    op through views (a reshape of the ids); an input indexing two tables is held to the smaller."""
+    inputs = set(ep.graph_signature.user_inputs)
+    tables: dict[str, _Table] = {}
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target not in _INDEXING:
+            continue
+        table, dim, indices = _INDEXING[node.target](node.args)
+        while isinstance(indices, torch.fx.Node) and getattr(indices.target, "is_view", False):
+            indices = indices.args[0]
+        value = table.meta.get("val") if isinstance(table, torch.fx.Node) else None
+        rows = value.shape[dim] if isinstance(value, torch.Tensor) and isinstance(dim, int) else None
+        if isinstance(indices, torch.fx.Node) and indices.name in inputs and isinstance(rows, int):
+            if indices.name not in tables or rows < tables[indices.name].rows:
+                tables[indices.name] = _Table(node.name, rows)
+    return tables
 
 
 def _fits(shape: torch.Size, allowed: Sizes) -> bool:

@@ -334,6 +334,41 @@ def test_calibration_inputs_of_the_wrong_count_shape_or_dtype_are_refused(sample
     _refused(ep, match, quantize="int8", calibration=samples)
 
 
+@pytest.mark.parametrize(
+    "make,kind",
+    [
+        (lambda: torch.randn(4, 64).to_sparse(), "a sparse_coo tensor"),
+        (lambda: torch.randn(4, 64).to_sparse_csr(), "a sparse_csr tensor"),
+        (lambda: torch.empty(4, 64, device="meta"), "a tensor on device meta"),
+        (lambda: torch.nested.nested_tensor([torch.randn(4, 64), torch.randn(3, 64)]), "a nested tensor"),
+    ],
+    ids=["sparse-coo", "sparse-csr", "meta", "nested"],
+)
+def test_a_calibration_tensor_that_holds_no_dense_values_is_refused_naming_the_sample(tmp_path, make, kind):
+    """Each passed the dtype and shape check and ended in an internal error (exit 3) as the
+    model ran on it (issue 52, finding 5)."""
+    ep, _ = _wide_mlp()
+    torch.save([(torch.randn(4, 64),), (make(),)], tmp_path / "c.pt")
+    message = _refused(ep, f"sample 1, input 'input' is {kind}", quantize="int8", calibration=tmp_path / "c.pt")
+    assert "save each input as a plain CPU tensor" in message
+
+
+@pytest.mark.parametrize("token", [10**6, -5, 2000])
+def test_token_ids_outside_the_embedding_table_are_refused_naming_the_sample(tmp_path, token):
+    """Ids past the table's 2,000 rows, or negative, indexed outside it: an internal error
+    (exit 3) as the model ran on them (issue 52, finding 5)."""
+    ep = torch.export.export(_TinyLM().eval(), (torch.randint(0, 2000, (1, 16)),))
+    ids = torch.randint(0, 2000, (1, 16))
+    ids[0, 3] = token
+    torch.save([(torch.randint(0, 2000, (1, 16)),), (ids,)], tmp_path / "c.pt")
+    _refused(
+        ep,
+        rf"sample 1, input 'ids' holds the index {token}, outside the 2000 rows node embedding indexes \(0 to 1999\)",
+        quantize="int8",
+        calibration=tmp_path / "c.pt",
+    )
+
+
 def test_a_calibration_file_that_is_not_a_list_of_inputs_is_refused(tmp_path):
     ep, _ = _wide_mlp()
     torch.save({"x": torch.randn(4, 64)}, tmp_path / "c.pt")
