@@ -90,6 +90,7 @@ QuantizeMode = Literal["dynamic-int8", "int8", "dynamic-int4"]
 class Quantization(TypedDict):
     mode: QuantizeMode
     samples: int
+    samples_given: int
     calibration: Literal["file", "seeded"]
     error: QuantizationError
     float_ops: dict[str, int]

@@ -14,7 +14,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import torch
 import torch.utils._pytree as pytree
@@ -29,18 +29,24 @@ from devplan.quantization import MODES, TAKES
 SAMPLES = 4  # seeded samples when no --calibration is given
 SEED = 0
 CALIBRATION_LIMIT = 1 << 30  # bytes of a --calibration file devplan reads
+# the most --calibration inputs quantizing runs, the file's first: observers' ranges settle
+# within tens, and each input runs the model three times (calibrating with its observers, 90 ms
+# for a small MLP's in int8, then the float and the quantized model for the error), so 100,000
+# ran for hours
+CALIBRATION_SAMPLES = 100
 QUANTIZER = "executorch.backends.xnnpack.quantizer.xnnpack_quantizer"  # the devplan[executorch] extra's
 PT2E = "torchao.quantization.pt2e.quantize_pt2e"
 
 
 @dataclass(frozen=True)
 class QuantizeReport:
-    """What quantizing cost, measured on `samples` inputs (from --calibration or seeded):
-    the quantized module's outputs against the float model's (every float output, all
-    samples together), and the ops the quantizer took no pattern for, by op."""
+    """What quantizing cost, measured on `samples` inputs (from --calibration, the first
+    `given` holds, or seeded): the quantized module's outputs against the float model's (every
+    float output, all samples together), and the ops the quantizer took no pattern for, by op."""
 
     mode: str
     samples: int
+    given: int  # the inputs --calibration holds (or the seeded samples): more than `samples` when bounded
     calibrated: bool  # the samples were --calibration's, not seeded
     sqnr_db: float | None  # None when the outputs are equal, or the float ones all zeros
     max_abs_diff: float
@@ -54,6 +60,7 @@ class QuantizeReport:
         return {
             "mode": cast(QuantizeMode, self.mode),
             "samples": self.samples,
+            "samples_given": self.given,
             "calibration": "file" if self.calibrated else "seeded",
             "error": {
                 "sqnr_db": self.sqnr_db,
@@ -73,17 +80,22 @@ class Quantized:
     report: QuantizeReport
 
 
-def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | tuple | None") -> Quantized:
+def quantize(
+    ep: torch.export.ExportedProgram,
+    mode: str,
+    calibration: "Path | tuple | None",
+    on_sample: Callable[[int, int], None] | None = None,
+) -> Quantized:
     """`ep` quantized as `mode` says, calibrated on `calibration` (a file of input tuples or
-    the tuples themselves) or, for a dynamic mode without it, on seeded samples."""
+    the tuples themselves; the first CALIBRATION_SAMPLES) or, for a dynamic mode without it, on
+    seeded samples; `on_sample` is told the samples calibrated on so far and how many there are."""
     _refuse_quantized(ep)
     names, specs = _user_inputs(ep)
     sizes = [_sizes(ep, name, spec) for name, spec in zip(names, specs)]
-    samples = (
-        _checked_samples(_calibration_samples(calibration), names, specs, sizes, _tables(ep))
-        if calibration is not None
-        else _seeded_samples(specs, sizes)
-    )
+    given = _calibration_samples(calibration) if calibration is not None else _seeded_samples(specs, sizes)
+    samples = given[:CALIBRATION_SAMPLES]
+    if calibration is not None:
+        _checked_samples(samples, names, specs, sizes, _tables(ep))
     pt2e = import_module(PT2E, "--quantize")
     quantizer = xnnpack_quantizer(mode)
     float_module = ep.module()
@@ -106,6 +118,8 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
                     f"--calibration: on sample {index} the model computes NaN or infinite values where "
                     f"{mode} measures them ({first_line(error)}); calibrate on the inputs it will run on"
                 ) from None
+            if on_sample is not None:
+                on_sample(index + 1, len(samples))
         converted = pt2e.convert_pt2e(prepared)
         fuse_embeddings(converted)
         # the largest sample as the example: export takes a size of 1 as fixed, not dynamic
@@ -125,6 +139,7 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
     report = QuantizeReport(
         mode,
         len(samples),
+        len(given),
         calibration is not None,
         sqnr,
         largest,
@@ -293,7 +308,7 @@ def _dynamic_shapes(ep: torch.export.ExportedProgram, module: torch.nn.Module, s
 
 def _checked_samples(
     samples: list[tuple], names: list[str], specs: list, sizes: list[Sizes], tables: dict[str, "_Table"]
-) -> list[tuple]:
+) -> None:
     """Each sample with as many inputs as the program takes, each a plain tensor of its dtype
     and of sizes its dimensions may take, and an input that indexes a table within its rows."""
     if not samples:
@@ -307,7 +322,6 @@ def _checked_samples(
         for name, value, spec, allowed in zip(names, sample, specs, sizes):
             if isinstance(spec, torch.Tensor):  # else a number the program was specialized to: export checks it
                 _check_input(f"--calibration: sample {index}, input {name!r}", value, spec, allowed, tables.get(name))
-    return samples
 
 
 def _check_input(who: str, value, spec: torch.Tensor, allowed: Sizes, table: "_Table | None") -> None:

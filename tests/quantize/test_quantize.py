@@ -369,6 +369,29 @@ def test_token_ids_outside_the_embedding_table_are_refused_naming_the_sample(tmp
     )
 
 
+def test_a_hundred_thousand_calibration_inputs_run_a_bounded_first_few_and_say_so(monkeypatch):
+    """100,000 inputs ran for minutes with nothing shown (issue 52, finding 5): quantizing runs
+    the first CALIBRATION_SAMPLES (100; 3 here, to keep the test fast), tells on_calibrated (the
+    terminal's progress) each one, and the report says how many of how many."""
+    from devplan.cli.reports import quantization_lines
+    from devplan.passes import quantize
+
+    assert quantize.CALIBRATION_SAMPLES == 100
+    monkeypatch.setattr(quantize, "CALIBRATION_SAMPLES", 3)
+    ep, (inputs,) = _wide_mlp()
+    told: list[tuple[int, int]] = []
+    result = compiled(
+        ep,
+        quantize="int8",
+        calibration=[(inputs,)] * 100_000,
+        on_calibrated=lambda done, total: told.append((done, total)),
+    )
+    report = result.summary()["quantization"]
+    assert (report["samples"], report["samples_given"]) == (3, 100_000)
+    assert told == [(1, 3), (2, 3), (3, 3)]
+    assert "on the first 3 of 100,000 calibration inputs" in quantization_lines(report)[0]
+
+
 def test_a_calibration_file_that_is_not_a_list_of_inputs_is_refused(tmp_path):
     ep, _ = _wide_mlp()
     torch.save({"x": torch.randn(4, 64)}, tmp_path / "c.pt")
