@@ -6,8 +6,9 @@ torch.export.load reads (GraphModule.recompile), and again unlifting it (`ep.mod
 --quantize and ExecuTorch's lowering call). It writes the archive's names into that source
 unescaped: a value's name as a variable (`add = torch.ops.aten.add.Tensor(x, y)`) or an op's
 keyword, a weight's path as attribute lookups (`getattr(self, "NAME")`), a keyword input as a
-dict key (`{'NAME': NAME}`). A name with a quote, a newline or a bracket in it is code, so only
-names in the grammar torch itself writes pass: a value is a Python identifier, a path is
+dict key (`{'NAME': NAME}`); torch.export.unflatten and the quantizers look modules up by the
+paths of a node's module stack. A name with a quote, a newline or a bracket in it is code, so
+only names in the grammar torch itself writes pass: a value is a Python identifier, a path is
 components of letters, digits and `_` joined by `.`. Each check returns what is wrong with a
 name, or None; devplan.gate.allowlist names the field and refuses."""
 
@@ -23,7 +24,7 @@ _PATH = re.compile(rf"{_COMPONENT}(\.{_COMPONENT})*")
 # a module's path in the call graph or a node's module stack: "" is the root, "@N" its Nth call
 _MODULE = re.compile(rf"({_COMPONENT}(\.{_COMPONENT})*)?(@\d+)?")
 _STACK_KEY = re.compile(r"[A-Za-z0-9_.@]*")  # L__self__seq.0, or an id, each with its "@N"
-STACK_DELIMITER = ";"  # between a node's module stack entries, as torch's serializer joins them
+_STACK_DELIMITER = ";"  # between a node's module stack entries, as torch's serializer joins them
 
 
 def value(name: str) -> str | None:
@@ -51,7 +52,7 @@ def module(name: str) -> str | None:
 def module_stack(text: str) -> str | None:
     """A node's nn_module_stack: entries `key,path,type` joined by ';'; the key and the
     module's path must be names (the type, a class's qualified name, is never looked up)."""
-    for entry in text.split(STACK_DELIMITER):
+    for entry in text.split(_STACK_DELIMITER):
         key, _, rest = entry.partition(",")
         where = rest.partition(",")[0]
         if not _STACK_KEY.fullmatch(key) or not _MODULE.fullmatch(where):
