@@ -165,6 +165,7 @@ def compile(
     constant_methods: Mapping[str, object] | None = None,
     on_stage: Callable[[str], None] | None = None,
     on_written: Callable[[int, int], None] | None = None,
+    on_calibrated: Callable[[int, int], None] | None = None,
     **choices,
 ) -> CompileResult:
     """Compile a .pt2 path or an ExportedProgram to an ET12 program, as its method `forward`.
@@ -174,7 +175,8 @@ def compile(
     ExecuTorch's LLM runner reads them (get_max_seq_len, use_kv_cache, get_eos_ids). Writes
     `output` when given (atomically); nothing is written when any stage fails. `on_stage` is
     told each stage's name as it starts, `on_written` the bytes of `output` written so far and
-    the file's size as they go out. `options` (a
+    the file's size as they go out, `on_calibrated` (with `quantize`) the inputs calibrated on so
+    far and how many there are. `options` (a
     CompileOptions) or keywords of the same names choose: `delegates` are backends ('cuda:0',
     'cuda:0=aten::linear,aten::relu', or Backend objects), each taking the ops it supports, in
     turn, to run them on its device; with `device_io`, inputs only they read are planned on
@@ -215,7 +217,7 @@ def compile(
     for name, source in sources.items():  # forward's stages keep their plain names
         try:
             plan, folded, quantization = _plan_program(
-                source, options, stage if name == "forward" else stage.within(name), name
+                source, options, stage if name == "forward" else stage.within(name), name, on_calibrated
             )
         except DevplanError as error:  # a graph stage names the node or op; the line names the file too
             given = files[name]
@@ -286,7 +288,7 @@ def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
 
 
 def _plan_program(
-    model, options: CompileOptions, stage: "Stages", name: str
+    model, options: CompileOptions, stage: "Stages", name: str, on_calibrated: Callable[[int, int], None] | None
 ) -> tuple[PlannedMethod, dict, tuple[QuantizeReport, Reference] | None]:
     """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
     payloads compiled on the way, to its plan; with what folding chose and, with --quantize,
@@ -294,7 +296,7 @@ def _plan_program(
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     report = None
     if options.quantize is not None:  # before the backends: XNNPACK's takes the quantized ops
-        quantized = stage("quantize", quantize, ep, options.quantize, options.calibration)
+        quantized = stage("quantize", quantize, ep, options.quantize, options.calibration, on_calibrated)
         ep, report = quantized.program, (quantized.report, quantized.reference)
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first

@@ -360,6 +360,7 @@ def compile_command(
             calibration=calibration,
             on_stage=progress.stage,
             on_written=progress.written,
+            on_calibrated=progress.calibrated,
         )
     if quiet:
         return

@@ -1,5 +1,6 @@
-"""What a running compile shows a person watching it: the stage it is in and, while the
-program file goes out, the bytes written of the file's size, as rich's progress display on
+"""What a running compile shows a person watching it: the stage it is in, the inputs
+--quantize has calibrated on of how many, and, while the program file goes out, the bytes
+written of the file's size, as rich's progress display on
 stderr. Nothing at all when stderr is not a terminal (a pipe, a file, CI's log) or with
 --quiet, so that scripts read only what they asked for."""
 
@@ -14,8 +15,8 @@ from devplan.units import size_text
 
 
 class CompileProgress:
-    """A context manager whose `stage` and `written` are compile's on_stage and on_written;
-    without a console they do nothing."""
+    """A context manager whose `stage`, `calibrated` and `written` are compile's on_stage,
+    on_calibrated and on_written; without a console they do nothing."""
 
     def __init__(self, console: Console | None) -> None:
         self._progress = Progress(
@@ -41,6 +42,11 @@ class CompileProgress:
 
     def stage(self, name: str) -> None:
         self._update(f"devplan compile: {name}", completed=0, total=None)
+
+    def calibrated(self, done: int, total: int) -> None:
+        self._update(
+            f"devplan compile: quantize, calibrating on input {done:,} of {total:,}", completed=done, total=total
+        )
 
     def written(self, done: int, total: int) -> None:
         self._update(f"devplan compile: write {size_text(done)} of {size_text(total)}", completed=done, total=total)

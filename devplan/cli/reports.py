@@ -115,7 +115,9 @@ def quantization_lines(report: Quantization) -> list[str]:
     ]
     if error["argmax_agreement"] is not None:
         facts.append(f"argmax agreement {error['argmax_agreement']:.1%}")
-    inputs = f"{report['samples']} {'calibration inputs' if report['calibration'] == 'file' else 'seeded samples'}"
+    inputs = f"{report['samples']:,} {'calibration inputs' if report['calibration'] == 'file' else 'seeded samples'}"
+    if report["samples_given"] > report["samples"]:  # --calibration held more than quantizing runs
+        inputs = f"the first {report['samples']:,} of {report['samples_given']:,} calibration inputs"
     weights = report["weights"]
     lines = [
         f"quantized {report['mode']} (XNNPACK): on {inputs} against the float model, {', '.join(facts)}",

@@ -93,6 +93,7 @@ QuantizeMode = Literal["dynamic-int8", "int8", "dynamic-int4"]
 class Quantization(TypedDict):
     mode: QuantizeMode
     samples: int
+    samples_given: int
     calibration: Literal["file", "seeded"]
     error: QuantizationError
     # where `error` was measured: the written program on ExecuTorch's runtime or devplan's,

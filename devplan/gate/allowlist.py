@@ -13,7 +13,9 @@ rather than refusing what is known to be dangerous, devplan accepts only what to
   each of its type (`check_document`);
 - the strings torch evaluates or looks up: every symbolic expression (`expr_str`) and range
   constraint in the small grammar of devplan.gate.expressions, node targets as operator names, node
-  metadata by known keys, namedtuple fields as identifiers.
+  metadata by known keys, namedtuple fields as identifiers;
+- the names torch writes into the Python source it generates and runs (values, weights' and
+  modules' paths, the call's inputs, module stacks) in the grammar of devplan.gate.names.
 
 Everything here raises `Unexpected`, which devplan.gate.archive turns into its one-line refusal.
 """
@@ -27,7 +29,7 @@ import re
 import types
 import typing
 
-from devplan.gate import expressions
+from devplan.gate import expressions, names
 
 MODEL = "model"  # torch.export.save names its one program so
 FIXED = {  # member (under the archive's folder) -> whether torch.export.load needs it
@@ -209,6 +211,50 @@ def _metadata_keys(allowed: set[str]):
     return check
 
 
+_node_metadata_keys = _metadata_keys(NODE_METADATA)
+
+
+def _node_metadata(metadata: dict, where: str) -> None:
+    """A node's metadata by known keys, its module stack's paths names."""
+    _node_metadata_keys(metadata, where)
+    stack = metadata.get("nn_module_stack")
+    wrong = names.module_stack(stack) if isinstance(stack, str) else None
+    if wrong:
+        raise Unexpected(f"{where}['nn_module_stack']", f"{shown(wrong)}{_NAMES}")
+
+
+# torch writes the archive's names into the Python source it generates and runs (devplan.gate.names)
+_NAMES = " (torch writes names into Python code it runs: letters, digits and '_', paths joined by '.')"
+
+
+def _name(check):
+    """A rule holding a name to `check`, one of devplan.gate.names'."""
+
+    def rule(name: str, where: str) -> None:
+        wrong = check(name)
+        if wrong:
+            raise Unexpected(where, f"is {shown(name)!r}, {wrong}{_NAMES}")
+
+    return rule
+
+
+def _each(check):
+    """A rule holding each name of a list, or each key of an object, to `check`."""
+    one = _name(check)
+
+    def rule(items, where: str) -> None:
+        for item in items or ():  # forward_arg_names may be null
+            one(item, where)
+
+    return rule
+
+
+def _signature_keywords(in_spec: str, where: str) -> None:
+    wrong = names.keywords(in_spec)
+    if wrong:
+        raise Unexpected(where, f"{shown(wrong)}{_NAMES}")
+
+
 def _identifiers(names: list, where: str) -> None:
     """namedtuple field names: torch builds a namedtuple class of them."""
     for name in names:
@@ -216,12 +262,49 @@ def _identifiers(names: list, where: str) -> None:
             raise Unexpected(where, f"holds {shown(name)!r}, which is no field name")
 
 
+# the name fields torch writes into the Python it generates, by their grammar (devplan.gate.names)
+_NAMES_BY_GRAMMAR = {
+    names.value: (  # values, as variables
+        ("TensorArgument", "name"),
+        ("SymIntArgument", "as_name"),
+        ("SymFloatArgument", "as_name"),
+        ("SymBoolArgument", "as_name"),
+        ("CustomObjArgument", "name"),
+        ("TokenArgument", "name"),
+        ("GraphArgument", "name"),
+        ("Node", "name"),
+        ("InputToConstantInputSpec", "name"),
+        ("UserInputMutationSpec", "user_input_name"),
+        ("GradientToUserInputSpec", "user_input_name"),
+    ),
+    names.keyword_argument: (("NamedArgument", "name"),),
+    names.path: (  # the weights, buffers, constants and objects the program reads, as attribute lookups
+        ("InputToParameterSpec", "parameter_name"),
+        ("InputToBufferSpec", "buffer_name"),
+        ("InputToTensorConstantSpec", "tensor_constant_name"),
+        ("InputToCustomObjSpec", "custom_obj_name"),
+        ("ParameterMutationSpec", "parameter_name"),
+        ("BufferMutationSpec", "buffer_name"),
+        ("GradientToParameterSpec", "parameter_name"),
+    ),
+    names.module: (("ModuleCallEntry", "fqn"),),
+}
+
 # (schema class, field) -> a check of that field's value, after its type is checked
 _RULES = {
     ("SymExpr", "expr_str"): _expression,
     ("ExportedProgram", "range_constraints"): _range_constraints,
     ("Node", "target"): _target,
-    ("Node", "metadata"): _metadata_keys(NODE_METADATA),
+    ("Node", "metadata"): _node_metadata,
     ("GraphModule", "metadata"): _metadata_keys(PROGRAM_METADATA),
     ("NamedTupleDef", "field_names"): _identifiers,
+    **{field: _name(check) for check, fields in _NAMES_BY_GRAMMAR.items() for field in fields},
+    ("Graph", "tensor_values"): _each(names.value),
+    ("Graph", "sym_int_values"): _each(names.value),
+    ("Graph", "sym_float_values"): _each(names.value),
+    ("Graph", "sym_bool_values"): _each(names.value),
+    ("Graph", "custom_obj_values"): _each(names.value),
+    ("PayloadConfig", "config"): _each(names.path),
+    ("ModuleCallSignature", "forward_arg_names"): _each(names.value),
+    ("ModuleCallSignature", "in_spec"): _signature_keywords,
 }

@@ -15,7 +15,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence, cast
+from typing import Any, Callable, Literal, Sequence, cast
 
 import torch
 import torch.utils._pytree as pytree
@@ -30,6 +30,11 @@ from devplan.quantization import MODES, TAKES
 SAMPLES = 4  # seeded samples when no --calibration is given
 SEED = 0
 CALIBRATION_LIMIT = 1 << 30  # bytes of a --calibration file devplan reads
+# the most --calibration inputs quantizing runs, the file's first: observers' ranges settle
+# within tens, and each input runs the model three times (calibrating with its observers, 90 ms
+# for a small MLP's in int8, then the float and the quantized model for the error), so 100,000
+# ran for hours
+CALIBRATION_SAMPLES = 100
 QUANTIZER = "executorch.backends.xnnpack.quantizer.xnnpack_quantizer"  # the devplan[executorch] extra's
 PT2E = "torchao.quantization.pt2e.quantize_pt2e"
 DUPLICATE = (
@@ -57,13 +62,14 @@ MeasuredOn = Literal["executorch", "devplan", "eager"]
 
 @dataclass(frozen=True)
 class QuantizeReport:
-    """What quantizing cost, measured on `samples` inputs (from --calibration or seeded):
-    the quantized outputs against the float model's, and the ops the quantizer took no
-    pattern for, by op. The quantize stage measures the eager quantized module; the compile
-    then measures the program it writes (devplan/measure.py) and keeps both."""
+    """What quantizing cost, measured on `samples` inputs (from --calibration, the first
+    `given` holds, or seeded): the quantized outputs against the float model's, and the ops the
+    quantizer took no pattern for, by op. The quantize stage measures the eager quantized module;
+    the compile then measures the program it writes (devplan/measure.py) and keeps both."""
 
     mode: str
     samples: int
+    given: int  # the inputs --calibration holds (or the seeded samples): more than `samples` when bounded
     calibrated: bool  # the samples were --calibration's, not seeded
     error: Error
     float_ops: tuple[tuple[str, int], ...]  # (op, how many), most first
@@ -78,6 +84,7 @@ class QuantizeReport:
         return {
             "mode": cast(QuantizeMode, self.mode),
             "samples": self.samples,
+            "samples_given": self.given,
             "calibration": "file" if self.calibrated else "seeded",
             "error": self.error.summary(),
             "measured_on": self.measured_on,
@@ -107,17 +114,22 @@ class Quantized:
     reference: Reference
 
 
-def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | tuple | None") -> Quantized:
+def quantize(
+    ep: torch.export.ExportedProgram,
+    mode: str,
+    calibration: "Path | tuple | None",
+    on_sample: Callable[[int, int], None] | None = None,
+) -> Quantized:
     """`ep` quantized as `mode` says, calibrated on `calibration` (a file of input tuples or
-    the tuples themselves) or, for a dynamic mode without it, on seeded samples."""
+    the tuples themselves; the first CALIBRATION_SAMPLES) or, for a dynamic mode without it, on
+    seeded samples; `on_sample` is told the samples calibrated on so far and how many there are."""
     _refuse_quantized(ep)
     names, specs = _user_inputs(ep)
     sizes = [_sizes(ep, name, spec) for name, spec in zip(names, specs)]
-    samples = (
-        _checked_samples(_calibration_samples(calibration), names, specs, sizes)
-        if calibration is not None
-        else _seeded_samples(specs, sizes)
-    )
+    given = _calibration_samples(calibration) if calibration is not None else _seeded_samples(specs, sizes)
+    samples = given[:CALIBRATION_SAMPLES]
+    if calibration is not None:
+        _checked_samples(samples, names, specs, sizes, _tables(ep))
     pt2e = import_module(PT2E, "--quantize")
     quantizer = xnnpack_quantizer(mode)
     float_module = ep.module()
@@ -140,6 +152,8 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
                     f"--calibration: on sample {index} the model computes NaN or infinite values where "
                     f"{mode} measures them ({first_line(error)}); calibrate on the inputs it will run on"
                 ) from None
+            if on_sample is not None:
+                on_sample(index + 1, len(samples))
         converted = pt2e.convert_pt2e(prepared)
         _quantize_per_reader(converted)
         fuse_embeddings(converted)
@@ -158,7 +172,15 @@ def quantize(ep: torch.export.ExportedProgram, mode: str, calibration: "Path | t
         want = tuple(_float_outputs(float_module, ep, sample) for sample in samples)
         eager = error_of(want, [_float_outputs(converted, ep, sample) for sample in samples])
     report = QuantizeReport(
-        mode, len(samples), calibration is not None, eager, float_ops, _weight_bytes(ep), _weight_bytes(program), eager
+        mode,
+        len(samples),
+        len(given),
+        calibration is not None,
+        eager,
+        float_ops,
+        _weight_bytes(ep),
+        _weight_bytes(program),
+        eager,
     )
     return Quantized(program, report, Reference(tuple(tuple(sample) for sample in samples), want))
 
@@ -292,9 +314,15 @@ def _sizes(ep: torch.export.ExportedProgram, name: str, spec) -> Sizes:
                 f"--quantize: input {name!r} has a dimension of size {size.node.expr}; export it with "
                 f"a dimension of its own (a Dim) there, or static shapes"
             )
-        bounds = ep.range_constraints[size.node.expr]
-        sizes.append((int(bounds.lower), int(bounds.upper) if bounds.upper.is_finite else None))
+        sizes.append(_range(ep, size))
     return sizes
+
+
+def _range(ep: torch.export.ExportedProgram, size: torch.SymInt) -> tuple[int, int | None]:
+    """The least and the most a dynamic size may be (None: unbounded). torch's unbounded is
+    int_oo, which sympy takes as finite (for its integer reasoning) but no int can hold."""
+    bounds = ep.range_constraints[size.node.expr]
+    return int(bounds.lower), int(bounds.upper) if bounds.upper.is_Integer else None
 
 
 def _sizes_text(sizes: Sizes) -> str:
@@ -314,15 +342,8 @@ def _dynamic_shapes(ep: torch.export.ExportedProgram, module: torch.nn.Module, s
         shapes = {}
         for index, size in enumerate(spec.shape if isinstance(spec, torch.Tensor) else ()):
             if not isinstance(size, int):
-                bounds = ep.range_constraints[size.node.expr]
-                dims.setdefault(
-                    size.node.expr,
-                    torch.export.Dim(
-                        str(size.node.expr),
-                        min=int(bounds.lower),
-                        max=int(bounds.upper) if bounds.upper.is_finite else None,
-                    ),
-                )
+                low, high = _range(ep, size)
+                dims.setdefault(size.node.expr, torch.export.Dim(str(size.node.expr), min=low, max=high))
                 shapes[index] = dims[size.node.expr]
         flat.append(shapes or None)
     if not dims:
@@ -331,9 +352,11 @@ def _dynamic_shapes(ep: torch.export.ExportedProgram, module: torch.nn.Module, s
     return {**dict(zip(inspect.signature(module.forward).parameters, args)), **kwargs}
 
 
-def _checked_samples(samples: list[tuple], names: list[str], specs: list, sizes: list[Sizes]) -> list[tuple]:
-    """Each sample with as many inputs as the program takes, each of its dtype and of sizes
-    its dimensions may take."""
+def _checked_samples(
+    samples: list[tuple], names: list[str], specs: list, sizes: list[Sizes], tables: dict[str, "_Table"]
+) -> None:
+    """Each sample with as many inputs as the program takes, each a plain tensor of its dtype
+    and of sizes its dimensions may take, and an input that indexes a table within its rows."""
     if not samples:
         raise DevplanError("--calibration: holds no inputs; save a list of at least one input tuple")
     for index, sample in enumerate(samples):
@@ -343,19 +366,80 @@ def _checked_samples(samples: list[tuple], names: list[str], specs: list, sizes:
                 f"{len(names)} ({', '.join(names)})"
             )
         for name, value, spec, allowed in zip(names, sample, specs, sizes):
-            if not isinstance(spec, torch.Tensor):
-                continue  # a number the program was specialized to: export checks it
-            if not isinstance(value, torch.Tensor) or value.dtype != spec.dtype or not _fits(value.shape, allowed):
-                got = (
-                    f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
-                    if isinstance(value, torch.Tensor)
-                    else type(value).__name__
-                )
-                raise DevplanError(
-                    f"--calibration: sample {index}, input {name!r} is {got}; the program takes "
-                    f"{str(spec.dtype).removeprefix('torch.')} {_sizes_text(allowed)}"
-                )
-    return samples
+            if isinstance(spec, torch.Tensor):  # else a number the program was specialized to: export checks it
+                _check_input(f"--calibration: sample {index}, input {name!r}", value, spec, allowed, tables.get(name))
+
+
+def _check_input(who: str, value, spec: torch.Tensor, allowed: Sizes, table: "_Table | None") -> None:
+    """One tensor input of a sample (`who` names it): a dense tensor in this process's memory
+    (a sparse, nested or meta tensor has no sizes or values the model can run on), of the
+    program's dtype and sizes, and, where it indexes a table, within the table's rows."""
+    if isinstance(value, torch.Tensor) and (
+        value.is_nested or value.layout != torch.strided or value.device.type != "cpu"
+    ):
+        raise DevplanError(
+            f"{who} is {_tensor_kind(value)}; the program takes dense tensors in memory: save each "
+            f"input as a plain CPU tensor (.to_dense(), .cpu())"
+        )
+    if not isinstance(value, torch.Tensor) or value.dtype != spec.dtype or not _fits(value.shape, allowed):
+        got = (
+            f"{str(value.dtype).removeprefix('torch.')} {list(value.shape)}"
+            if isinstance(value, torch.Tensor)
+            else type(value).__name__
+        )
+        raise DevplanError(
+            f"{who} is {got}; the program takes {str(spec.dtype).removeprefix('torch.')} {_sizes_text(allowed)}"
+        )
+    if table is not None and value.numel():
+        low, high = int(value.min()), int(value.max())
+        if low < 0 or high >= table.rows:
+            raise DevplanError(
+                f"{who} holds the index {low if low < 0 else high}, outside the {table.rows} rows "
+                f"node {table.node} indexes (0 to {table.rows - 1}); calibrate on indices the model takes"
+            )
+
+
+def _tensor_kind(value: torch.Tensor) -> str:
+    if value.is_nested:
+        return "a nested tensor"
+    if value.layout != torch.strided:
+        return f"a {str(value.layout).removeprefix('torch.')} tensor"
+    return f"a tensor on device {value.device}"
+
+
+@dataclass(frozen=True)
+class _Table:
+    """What an integer input indexes: the op's node, and how many rows the indices may pick."""
+
+    node: str
+    rows: int
+
+
+# op -> (its table, the dimension it indexes, its indices) among the op's arguments
+_INDEXING = {
+    torch.ops.aten.embedding.default: lambda args: (args[0], 0, args[1]),
+    torch.ops.aten.index_select.default: lambda args: (args[0], args[1], args[2]),
+}
+
+
+def _tables(ep: torch.export.ExportedProgram) -> dict[str, _Table]:
+    """The tables the program's inputs index (token ids an embedding's), by input: an index
+    outside the table fails the op, so a calibration sample must hold none. Indices reach the
+    op through views (a reshape of the ids); an input indexing two tables is held to the smaller."""
+    inputs = set(ep.graph_signature.user_inputs)
+    tables: dict[str, _Table] = {}
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target not in _INDEXING:
+            continue
+        table, dim, indices = _INDEXING[node.target](node.args)
+        while isinstance(indices, torch.fx.Node) and getattr(indices.target, "is_view", False):
+            indices = indices.args[0]
+        value = table.meta.get("val") if isinstance(table, torch.fx.Node) else None
+        rows = value.shape[dim] if isinstance(value, torch.Tensor) and isinstance(dim, int) else None
+        if isinstance(indices, torch.fx.Node) and indices.name in inputs and isinstance(rows, int):
+            if indices.name not in tables or rows < tables[indices.name].rows:
+                tables[indices.name] = _Table(node.name, rows)
+    return tables
 
 
 def _fits(shape: torch.Size, allowed: Sizes) -> bool:

@@ -34,6 +34,15 @@ def test_the_progress_names_the_stage_and_the_bytes_written():
     assert "devplan compile: write 3.0 MiB of 8.0 MiB" in screen.getvalue()
 
 
+def test_the_progress_counts_the_inputs_quantizing_calibrates_on():
+    """--quantize on 100,000 calibration inputs showed nothing for minutes (issue 52, finding 5)."""
+    console, screen = _terminal()
+    with compile_progress(False, console) as progress:
+        progress.stage("quantize")
+        progress.calibrated(12, 1_000)
+    assert "devplan compile: quantize, calibrating on input 12 of 1,000" in screen.getvalue()
+
+
 def test_nothing_is_shown_off_a_terminal_or_when_quiet():
     piped = io.StringIO()
     console, screen = _terminal()

@@ -337,6 +337,22 @@ def test_a_dynamic_export_stays_dynamic_and_calibrates_within_its_range():
     )
 
 
+def test_an_unbounded_dynamic_dimension_stays_unbounded_through_quantizing():
+    """torch's default Dim has no maximum (int_oo), which the quantize stage took for a number:
+    an internal error (exit 3) on a valid export (issue 52, finding 3). It quantizes, calibrates
+    at any batch, stays unbounded (a bound would have compiled), and the compile refuses it as it
+    refuses an unbounded float program: no upper bound to plan for."""
+    batch = torch.export.Dim("batch")
+    ep = torch.export.export(
+        Masked().eval(),
+        (torch.randn(4, 8),),
+        {"mask": torch.ones(4, 8)},
+        dynamic_shapes={"x": {0: batch}, "mask": {0: batch}},
+    )
+    samples = [(torch.randn(n, 8), torch.ones(n, 8)) for n in (2, 40)]
+    _refused(ep, "has no upper bound to plan for", quantize="dynamic-int8", calibration=samples)
+
+
 def _refused(ep, match: str, **choices) -> str:
     with pytest.raises(DevplanError, match=match) as caught:
         compiled(ep, **choices)
@@ -383,6 +399,64 @@ def test_an_export_already_quantized_is_refused():
 def test_calibration_inputs_of_the_wrong_count_shape_or_dtype_are_refused(samples, match):
     ep, _ = _wide_mlp()
     _refused(ep, match, quantize="int8", calibration=samples)
+
+
+@pytest.mark.parametrize(
+    "make,kind",
+    [
+        (lambda: torch.randn(4, 64).to_sparse(), "a sparse_coo tensor"),
+        (lambda: torch.randn(4, 64).to_sparse_csr(), "a sparse_csr tensor"),
+        (lambda: torch.empty(4, 64, device="meta"), "a tensor on device meta"),
+        (lambda: torch.nested.nested_tensor([torch.randn(4, 64), torch.randn(3, 64)]), "a nested tensor"),
+    ],
+    ids=["sparse-coo", "sparse-csr", "meta", "nested"],
+)
+def test_a_calibration_tensor_that_holds_no_dense_values_is_refused_naming_the_sample(tmp_path, make, kind):
+    """Each passed the dtype and shape check and ended in an internal error (exit 3) as the
+    model ran on it (issue 52, finding 5)."""
+    ep, _ = _wide_mlp()
+    torch.save([(torch.randn(4, 64),), (make(),)], tmp_path / "c.pt")
+    message = _refused(ep, f"sample 1, input 'input' is {kind}", quantize="int8", calibration=tmp_path / "c.pt")
+    assert "save each input as a plain CPU tensor" in message
+
+
+@pytest.mark.parametrize("token", [10**6, -5, 2000])
+def test_token_ids_outside_the_embedding_table_are_refused_naming_the_sample(tmp_path, token):
+    """Ids past the table's 2,000 rows, or negative, indexed outside it: an internal error
+    (exit 3) as the model ran on them (issue 52, finding 5)."""
+    ep = torch.export.export(_TinyLM().eval(), (torch.randint(0, 2000, (1, 16)),))
+    ids = torch.randint(0, 2000, (1, 16))
+    ids[0, 3] = token
+    torch.save([(torch.randint(0, 2000, (1, 16)),), (ids,)], tmp_path / "c.pt")
+    _refused(
+        ep,
+        rf"sample 1, input 'ids' holds the index {token}, outside the 2000 rows node embedding indexes \(0 to 1999\)",
+        quantize="int8",
+        calibration=tmp_path / "c.pt",
+    )
+
+
+def test_a_hundred_thousand_calibration_inputs_run_a_bounded_first_few_and_say_so(monkeypatch):
+    """100,000 inputs ran for minutes with nothing shown (issue 52, finding 5): quantizing runs
+    the first CALIBRATION_SAMPLES (100; 3 here, to keep the test fast), tells on_calibrated (the
+    terminal's progress) each one, and the report says how many of how many."""
+    from devplan.cli.reports import quantization_lines
+    from devplan.passes import quantize
+
+    assert quantize.CALIBRATION_SAMPLES == 100
+    monkeypatch.setattr(quantize, "CALIBRATION_SAMPLES", 3)
+    ep, (inputs,) = _wide_mlp()
+    told: list[tuple[int, int]] = []
+    result = compiled(
+        ep,
+        quantize="int8",
+        calibration=[(inputs,)] * 100_000,
+        on_calibrated=lambda done, total: told.append((done, total)),
+    )
+    report = result.summary()["quantization"]
+    assert (report["samples"], report["samples_given"]) == (3, 100_000)
+    assert told == [(1, 3), (2, 3), (3, 3)]
+    assert "on the first 3 of 100,000 calibration inputs" in quantization_lines(report)[0]
 
 
 def test_a_calibration_file_that_is_not_a_list_of_inputs_is_refused(tmp_path):
