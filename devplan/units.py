@@ -63,6 +63,19 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+# what GitHub's runner reads as a workflow command in a line of a job's output (its lines end
+# at CR, LF or both): `::` after the line's leading whitespace, or the legacy `##[` anywhere
+_COMMAND = re.compile(r"((?:\A|[\r\n])[^\S\r\n]*):(?=:)|##\[")
+
+
+def inert(text: str) -> str:
+    """`text` as no line of it can command a GitHub runner: the colon starting a line's `::`
+    and the second # of `##[` written as JSON's escapes, visible in text and read back as the
+    same name from JSON (where a line never starts with `:`). Every line devplan prints passes
+    here, but for its own `--format github` annotations."""
+    return _COMMAND.sub(lambda m: m.group(1) + "\\u003a" if m.group(1) is not None else "#\\u0023[", text)
+
+
 def printable_tree(value):
     """`value` (a document of dicts, lists and scalars) with every string made printable.
     Strings that are printable already, and lists of numbers, are kept as they are: a

@@ -17,6 +17,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from devplan.errors import EXIT_OK
+from devplan.units import inert, printable
 
 
 class Command(TyperCommand):
@@ -141,7 +142,8 @@ MIN_WIDTH = 40  # columns: a narrower terminal (or COLUMNS) gets lines this wide
 
 class _Trimmed:
     """A text stream that writes each line without its trailing spaces (kept before a style's
-    closing escape sequence, they are dropped from there too)."""
+    closing escape sequence, they are dropped from there too), and inert (units.inert): a name
+    in a view cannot command a GitHub runner."""
 
     _TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")
 
@@ -151,12 +153,12 @@ class _Trimmed:
     def write(self, text: str) -> int:
         *lines, self._pending = (self._pending + text).split("\n")
         for line in lines:
-            self._stream.write(self._TRAILING.sub(r"\1", line) + "\n")
+            self._stream.write(inert(self._TRAILING.sub(r"\1", line)) + "\n")
         return len(text)
 
     def flush(self) -> None:
         if self._pending:
-            self._stream.write(self._pending)
+            self._stream.write(inert(self._pending))
             self._pending = ""
         self._stream.flush()
 
@@ -193,8 +195,14 @@ def noting_external(pte):
 
     note = external_note(pte)
     if note is not None:
-        typer.echo(f"note: {note}", err=True)
+        echo(f"note: {printable(note)}", err=True)
     return pte
+
+
+def echo(text: str, err: bool = False, nl: bool = True) -> None:
+    """What a command prints outside its views (JSON, reports, notes), inert as the console's
+    lines are: only check's and diff's --format github annotations are printed otherwise."""
+    typer.echo(inert(text), nl=nl, err=err)
 
 
 def echo_json(document: Mapping[str, Any], err: bool = False) -> None:
@@ -205,9 +213,9 @@ def echo_json(document: Mapping[str, Any], err: bool = False) -> None:
     for piece in json.JSONEncoder(sort_keys=True, indent=2).iterencode(document):
         pieces.append(piece)
         if len(pieces) == 1 << 16:
-            typer.echo("".join(pieces), nl=False, err=err)
+            echo("".join(pieces), nl=False, err=err)
             pieces.clear()
-    typer.echo("".join(pieces), err=err)
+    echo("".join(pieces), err=err)
 
 
 Budgets = Annotated[

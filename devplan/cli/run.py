@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from devplan.cli.app import Command, app, console, echo_json, program_source
+from devplan.cli.app import Command, app, console, echo, echo_json, program_source
 from devplan.errors import DevplanError
 
 
@@ -145,7 +145,7 @@ def run_command(
     from devplan.inspection.difftext import wrapped
 
     for line in wrapped(run_lines(report), console().width):  # as check's lines: at the console's width
-        typer.echo(line, err=to_stderr)
+        echo(line, err=to_stderr)
 
 
 def _memory_limit(text: str) -> int:
