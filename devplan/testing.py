@@ -111,7 +111,7 @@ class Seen:
             if not kept.is_dir() or not self._whole(base, whole or [], left_out or []):
                 continue
             for golden in sorted(kept.rglob("*.json")):
-                if str(golden.resolve()) in self.used or str(golden) in found or not _is_golden_file(golden):
+                if self._was_read(golden) or str(golden) in found or not _is_golden_file(golden):
                     continue
                 fixture = golden.parent.parent == kept and golden.name.endswith(suffix)
                 module = base / f"{golden.parent.name}.py"
@@ -128,7 +128,7 @@ class Seen:
         for module, names in sorted(self.collected.items()):
             kept = Path(module).parent / folder / Path(module).stem
             for golden in sorted(kept.glob(f"*{suffix}")) if kept.is_dir() else ():
-                if str(golden.resolve()) in self.used:
+                if self._was_read(golden) or not golden.is_file():  # a FIFO, a device, a broken link: no golden
                     continue
                 owner = next(
                     (
@@ -142,6 +142,10 @@ class Seen:
                 if (module, owner) in self.passed if owner is not None else module not in self.partial:
                     found.append(str(golden))
         return found
+
+    def _was_read(self, golden: Path) -> bool:
+        # realpath, not Path.resolve: a link to itself raises there (RuntimeError, Python 3.11)
+        return os.path.realpath(golden) in self.used
 
     def _whole(self, base: Path, whole: list[str], left_out: list[str]) -> bool:
         """Whether the run took every test below `base`: it was given `base` or a folder above
@@ -159,14 +163,16 @@ class Seen:
 
 
 def _is_golden_file(path: Path) -> bool:
-    """Whether `path` holds a devplan golden document (a folder of goldens may hold other JSON)."""
+    """Whether `path` holds a devplan golden document (a folder of goldens may hold other JSON).
+    Read as a golden is, a regular file within its bound: a link to /dev/zero never ends, a
+    FIFO blocks, a link to itself cannot be opened."""
+    from devplan.errors import DevplanError
+    from devplan.files import read_input
     from devplan.inspection.golden import MAX_GOLDEN_BYTES, is_golden
 
     try:
-        if path.stat().st_size > MAX_GOLDEN_BYTES:
-            return False
-        document = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):
+        document = json.loads(read_input(path, limit=MAX_GOLDEN_BYTES, hint="a golden is a regular file"))
+    except (DevplanError, ValueError, RecursionError):
         return False
     return isinstance(document, dict) and is_golden(document)
 

@@ -1,16 +1,53 @@
 """The pytest plugin's list of goldens no test read, in process (tests/test_pytest_plugin.py
 runs it end to end): what it reads of a golden/ folder, and how it prints what it found
-(issue 52, item 2d)."""
+(issue 52, items 2d and 6)."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from types import SimpleNamespace
 
 import pytest
 
 from devplan import pytest_plugin, testing
 from devplan.testing import Seen
+
+GOLDEN = '{"document": "devplan-golden"}\n'
+
+
+@pytest.fixture
+def alarm():
+    """A scan that hangs (a FIFO opened for reading) fails here instead of holding the suite."""
+
+    def hung(signum, frame):
+        raise TimeoutError("the scan hung")
+
+    before = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, before)
+
+
+def test_the_unused_golden_scan_reads_only_regular_files(tmp_path, alarm):
+    """A link to /dev/zero under golden/ took 5.9 GB then MemoryError, a FIFO hung, a link to
+    itself crashed pytest; none is a golden. A golden reached through a link still counts."""
+    test = tmp_path / "test_x.py"
+    test.write_text("")
+    kept = tmp_path / "golden"
+    (kept / "test_x").mkdir(parents=True)
+    (kept / "old.json").write_text(GOLDEN)
+    (kept / "linked.json").symlink_to(kept / "old.json")
+    (kept / "zero.json").symlink_to("/dev/zero")
+    os.mkfifo(kept / "fifo.json")
+    (kept / "loop.json").symlink_to("loop.json")
+    os.mkfifo(kept / "test_x" / "test_gone.golden.json")
+    (kept / "test_x" / "test_loop.golden.json").symlink_to("test_loop.golden.json")
+    seen = Seen(collected={str(test): ["test_a"]}, passed={(str(test), "test_a")})
+    unused = seen.unused_goldens("golden", ".golden.json", whole=[str(tmp_path)])
+    assert unused == [str(kept / "linked.json"), str(kept / "old.json")]
 
 
 class _Reporter:
