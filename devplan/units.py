@@ -32,13 +32,14 @@ def size_bytes(text: str) -> Fraction | None:
 
 
 def size_text(nbytes: int, exact: bool = False) -> str:
-    """'3.4 KiB' style (binary units, one decimal), or the exact count as 'N B' when exact."""
+    """'3.4 KiB' style (binary units, one decimal rounded half to even, as a float prints it),
+    or the exact count as 'N B' when exact. Counted in integers: a size given on the command
+    line (--budget cpu=<400 digits>TiB) is past what a float holds."""
     if exact or abs(nbytes) < 1024:
         return f"{nbytes} B"
-    value, unit = nbytes / 1024, 0
-    while abs(value) >= 1024 and unit < len(_UNITS) - 1:
-        value, unit = value / 1024, unit + 1
-    return f"{value:.1f} {_UNITS[unit]}"
+    unit = min((abs(nbytes).bit_length() - 1) // 10, len(_UNITS))  # 1: KiB
+    tenths = round(Fraction(abs(nbytes) * 10, 1024**unit))
+    return f"{'-' if nbytes < 0 else ''}{tenths // 10}.{tenths % 10} {_UNITS[unit - 1]}"
 
 
 def exact_size_text(nbytes: int) -> str:
