@@ -169,16 +169,15 @@ class _Trimmed:
 def program_source(path: Path, data: Path | None = None):
     """A program argument: its path, or for - or with a .ptd `data` file, the program read
     (standard input once: check reads its program twice, and standard input can be read only once)."""
-    from devplan.files import STDIO, read_input
-    from devplan.pte import MAX_PROGRAM_BYTES, read_pte
+    import sys
+
+    from devplan.files import STDIO
+    from devplan.pte import read_pte
+    from devplan.pte.reader import read_piped
 
     if str(path) != STDIO:
         return path if data is None else read_pte(path, data=data)
-    return read_pte(
-        read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program"),
-        name="<stdin>",
-        data=data,
-    )
+    return read_pte(read_piped(sys.stdin.buffer, "<stdin>", "pipe in a .pte program"), name="<stdin>", data=data)
 
 
 def read_noting_external(path: Path, data: Path | None):

@@ -283,11 +283,14 @@ def _diff_side(path: Path, data: Path | None):
 def _stdin_side(data: Path | None):
     """- as diff reads it: a golden file's JSON (as `check --golden - --update` writes it) or a
     program, told apart by their first byte."""
-    from devplan.files import read_input
-    from devplan.inspection.golden import parse_golden
-    from devplan.pte import MAX_PROGRAM_BYTES, read_pte
+    import sys
 
-    piped = read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program or a golden file")
+    from devplan.inspection.golden import MAX_GOLDEN_BYTES, parse_golden
+    from devplan.pte import read_pte
+    from devplan.pte.reader import read_piped
+
+    hint = "pipe in a .pte program or a golden file"
+    piped = read_piped(sys.stdin.buffer, "<stdin>", hint, json_limit=MAX_GOLDEN_BYTES)
     if piped.lstrip()[:1] == b"{":
         return parse_golden(piped, "<stdin>", "write it with `devplan check PROGRAM.pte --golden - --update`")
     return noting_external(read_pte(piped, name="<stdin>", data=data))
