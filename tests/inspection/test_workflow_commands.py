@@ -7,31 +7,19 @@ output in every format, and only devplan's own `--format github` annotations may
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 import devplan
+from testbed.damage import workflow_commands as commands
 from tests.inspection.runner import invoke
 
 ROOT = Path(__file__).resolve().parents[2]
-# devplan's own annotations (reports_ci._command): their properties hold no colon or comma
-OWN = re.compile(r"::(error|notice) file=[^:,]*,title=[^:,]*::")
 # 12 bytes, as aten::linear's in the program: a newline, a command, the legacy marker
 OPERATOR = b"\n::x ##[a]::"
 MODULE = b"::l\n##[y"  # 8 bytes, as layers.0's
-
-
-def commands(output: str) -> list[str]:
-    """The lines of `output` (ending at CR, LF or both, as the runner reads them) that the
-    runner would take as workflow commands, devplan's own annotations left out."""
-    return [
-        line
-        for line in re.split(r"\r\n|\r|\n", output)
-        if (line.lstrip().startswith("::") and not OWN.match(line)) or "##[" in line
-    ]
 
 
 @pytest.fixture(scope="module")
