@@ -231,7 +231,11 @@ def devplan_golden(request):
             pte = Path(_shown(os.path.normpath(base / pte), here))  # build/model.pte, not tests/../build/model.pte
             if not pte.exists():  # the test's own setup, not devplan, is what to fix: no traceback into devplan
                 pytest.fail(
-                    f"{pte}: no such program; build it before this test runs (devplan compile MODEL.pt2 -o {pte})",
+                    inert(
+                        printable(
+                            f"{pte}: no such program; build it before this test runs (devplan compile MODEL.pt2 -o {pte})"
+                        )
+                    ),
                     pytrace=False,
                 )
         try:

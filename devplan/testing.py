@@ -20,6 +20,8 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, cast
 
+from devplan.units import inert, printable
+
 if TYPE_CHECKING:
     from devplan.compiler import CompileResult
     from devplan.inspection.diff import Diff, Tolerance
@@ -212,7 +214,7 @@ def assert_matches_golden(
         session.used.add(str(Path(golden).resolve()))
     if not update and not regen and not Path(golden).exists():
         raise AssertionError(
-            f"{golden}: no golden file yet; rerun with pytest --devplan-update-golden "
+            f"{_shown(golden)}: no golden file yet; rerun with pytest --devplan-update-golden "
             f"(or {UPDATE_VARIABLE}=1) to write it"
         )
     program = cast("str | os.PathLike | bytes", getattr(pte, "data", pte))  # a CompileResult's program
@@ -225,12 +227,12 @@ def assert_matches_golden(
         else:
             result = check_golden(program, golden, tolerance=tolerance, exact=exact)
     except DevplanError as error:  # a damaged file: devplan's one line, no traceback into devplan
-        raise Unreadable(str(error)) from None
+        raise Unreadable(inert(str(error))) from None
     if not result.ok:
         raise AssertionError(
-            f"{golden}: the program no longer plans as recorded; if that is intended, "
+            f"{_shown(golden)}: the program no longer plans as recorded; if that is intended, "
             f"rerun with pytest --devplan-update-golden (or {UPDATE_VARIABLE}=1)\n"
-            f"{result.diff.text()}"
+            f"{inert(result.diff.text())}"
         )
     if session is not None:
         if result.updated:
@@ -253,13 +255,19 @@ def _force_regen(
     check_golden(program, golden, update=True)
     session.written.append(os.fspath(golden))
     told = (
-        f"{golden}: {'written' if result is None else 'rewritten'} by --devplan-force-regen, "
+        f"{_shown(golden)}: {'written' if result is None else 'rewritten'} by --devplan-force-regen, "
         f"as the program plans now; review the change and commit it"
-        + (f"\n{result.diff.text()}" if result is not None else "")
+        + (f"\n{inert(result.diff.text())}" if result is not None else "")
     )
     if session.pending is None:  # outside a test's call (a fixture's setup): it fails here
         raise AssertionError(told)
     session.pending.append(told)  # the plugin fails the test at its end, once its other goldens are rewritten too
+
+
+def _shown(golden: str | os.PathLike) -> str:
+    """A golden's path in a failure pytest prints: a newline in it would start a line of its
+    own, and a CI runner reads `::` or `##[` there as a workflow command."""
+    return inert(printable(os.fspath(golden)))
 
 
 def rewritten(told: list[str]) -> str:

@@ -78,3 +78,33 @@ def test_the_unused_goldens_names_are_printed_escaped(tmp_path, monkeypatch):
     ]
     shown = "\n".join(reporter.lines)
     assert not re.search(r"^\s*::|##\[", shown, re.M), shown
+
+
+def test_a_golden_failure_prints_no_command(tmp_path, monkeypatch):
+    """What a failing golden check says, which pytest prints: the golden's path and the diff's
+    names escaped, no line a workflow command (pytest prints E before an assertion's lines,
+    which leaves `##[`; a failure without its traceback, as the fixture's, has no prefix)."""
+    import json
+
+    from devplan.testing import Unreadable, assert_matches_golden
+    from testbed.damage import workflow_commands
+    from testbed.small_programs import compiled
+
+    monkeypatch.setattr(testing, "session", None)  # this run's own summary is not the test's to write into
+    program = compiled()
+    missing = tmp_path / "a\n::add-mask::x.json"
+    with pytest.raises(AssertionError) as absent:
+        assert_matches_golden(program, missing, update=False)
+    golden = tmp_path / "##[group]g.json"
+    assert_matches_golden(program, golden, update=True)
+    document = json.loads(golden.read_text())
+    document["methods"][0]["operators"].append("##[group]op\n::set-output name=a::b")
+    golden.write_text(json.dumps(document))
+    with pytest.raises(AssertionError) as differs:
+        assert_matches_golden(program, golden, update=False)
+    golden.write_text('{"document": "devplan-golden", "schema_version": 1, "methods": [{"name": "##[x"}]}')
+    with pytest.raises(Unreadable) as unreadable:
+        assert_matches_golden(program, golden, update=False)
+    for failure in (absent, differs, unreadable):
+        assert workflow_commands(str(failure.value)) == [], str(failure.value)
+    assert str(absent.value).startswith(f"{tmp_path}/a\\n::add-mask::x.json: no golden file yet")
