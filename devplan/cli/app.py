@@ -86,7 +86,7 @@ def _print_version(value: bool) -> None:
     if value:
         from devplan import __version__
 
-        typer.echo(f"devplan {__version__}")
+        echo(f"devplan {__version__}")
         raise typer.Exit(EXIT_OK)
 
 
