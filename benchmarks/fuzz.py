@@ -16,7 +16,8 @@ ExecuTorch's, so a mutant `check` passed is the one compared).
 Per program and overall: mutants, command runs that worked (exit 0) or were refused (exit 1 or
 a one-line DevplanError, exit 2), code runs (an archive mutant after which the marker file
 exists), exit 3s (an exception the CLI reports as an internal error), tracebacks (printed on
-the way, as by a logging error), hangs (a command over 5 s), the slowest mutant (all its
+the way, as by a logging error), commands (a printed line a CI runner would take as a workflow
+command), hangs (a command over 5 s), the slowest mutant (all its
 commands), and the peak resident memory of this process.
 Then, on a sample of mutants that devplan's `run` took with exit 0, ExecuTorch's own runtime
 loads and runs the same bytes with the same inputs in worker processes (a crash or a hang
@@ -117,6 +118,7 @@ HEADERS = (
     "code runs",
     "exit 3",
     "tracebacks",
+    "commands",
     "hangs",
     "slowest s",
     "run ok",
@@ -124,7 +126,7 @@ HEADERS = (
     "ET refused",
     "ET crashed",
 )
-COUNTS = ("mutants", "ok", "refused", "code_runs", "exit_3", "tracebacks", "hangs", "run_ok")
+COUNTS = ("mutants", "ok", "refused", "code_runs", "exit_3", "tracebacks", "commands", "hangs", "run_ok")
 WORKER_TIMEOUT_S = 60  # for one mutant in ExecuTorch's runtime
 IMPORT_TIMEOUT_S = 600  # for a worker's imports, before its first mutant: minutes on a busy machine
 _WORKER = r"""
@@ -191,6 +193,8 @@ def _kind(result: str) -> str:
         return result
     if result.startswith("Hang"):
         return "hangs"
+    if result.startswith("workflow command: "):
+        return "commands"
     return "tracebacks" if result.startswith("Traceback: ") else "exit_3"
 
 
@@ -234,6 +238,7 @@ def fuzz(case: Case, count: int, seed: int, folder: Path, keep: Path | None) -> 
         "code_runs": 0,
         "exit_3": 0,
         "tracebacks": 0,
+        "commands": 0,
         "hangs": 0,
         "slowest_seconds": 0.0,
         "slowest_mutant": None,
@@ -358,6 +363,7 @@ def table(rows: Sequence[dict]) -> str:
             str(r["code_runs"]),
             str(r["exit_3"]),
             str(r["tracebacks"]),
+            str(r["commands"]),
             str(r["hangs"]),
             f"{r['slowest_seconds']:.2f}",
             f"{r['run_ok']:,}",
@@ -519,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         total["executorch_crashed"] = sum(r.get("executorch_crashed", 0) for r in rows)
     seconds = time.perf_counter() - began
     passed = (
-        total["code_runs"] == total["exit_3"] == total["tracebacks"] == total["hangs"] == 0
+        total["code_runs"] == total["exit_3"] == total["tracebacks"] == total["commands"] == total["hangs"] == 0
         and peak_mb < 1024
         and total.get("executorch_refused", 0) == 0
     )
@@ -543,6 +549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "\nok / refused: command runs (4 a program mutant, 5 a multi_method one, 1 an archive's) that exited 0 / were refused in one "
         "line (exit 1 or 2); code runs: archive mutants after which their marker file existed; exit 3: "
         "exceptions the CLI reports as internal errors; tracebacks: printed on the way (a logging error); "
+        "commands: printed lines a CI runner would take as workflow commands; "
         "slowest: one mutant's commands; run ok: mutants `devplan run` took (xnnpack_ptd: `check`, as devplan's "
         "runtime leaves XNNPACK to ExecuTorch's); compared / ET refused: "
         "distinct ones of those run by ExecuTorch's runtime / refused there (xnnpack_ptd: crashed or hung, "
@@ -557,7 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\npeak memory {peak_mb:.0f} MB; {seconds:.0f} s; seed {args.seed}")
     print(
         f"{'PASS' if passed else 'FAIL'}: {total['mutants']:,} mutants of {len(rows)} programs and archives, "
-        f"{total['code_runs']} code runs, {total['exit_3']} exit 3s, {total['tracebacks']} tracebacks, "
+        f"{total['code_runs']} code runs, {total['exit_3']} exit 3s, {total['tracebacks']} tracebacks, {total['commands']} workflow commands, "
         f"{total['hangs']} hangs over 5 s, slowest mutant {total['slowest_seconds']:.2f} s, "
         f"peak {peak_mb:.0f} MB, {total.get('executorch_refused', 0)} of {total.get('compared', 0)} "
         f"mutants devplan ran refused by ExecuTorch's runtime"

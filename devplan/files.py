@@ -269,12 +269,13 @@ def read_input(path: str | os.PathLike, *, limit: int, hint: str, name: str | No
     return data
 
 
-def read_bounded(stream: BinaryIO, limit: int) -> bytes:
+def read_bounded(stream: BinaryIO, limit: int, read: bytes = b"") -> bytes:
     """What `stream` holds, or its first `limit` + 1 bytes when it holds more (for the caller to
     refuse), read _READ_STEP bytes at a time: read(n) allocates n bytes before reading any, so
     asking for the whole limit at once (16 GiB for a program) fails under an address-space
-    limit, however small the input."""
+    limit, however small the input. `read` is what was read of it already, counted in."""
     kept = io.BytesIO()  # grows with what is read; getvalue() hands over its bytes without a copy
+    kept.write(read)
     while kept.tell() <= limit:
         chunk = stream.read(min(_READ_STEP, limit + 1 - kept.tell()))
         if not chunk:

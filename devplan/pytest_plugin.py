@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from devplan.testing import Seen
+from devplan.units import inert, printable
 
 GOLDEN_FOLDER = "golden"  # beside the test file: golden/<its module>/<its test>.golden.json
 SUFFIX = ".golden.json"
@@ -172,26 +173,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         return
     terminalreporter.section("devplan goldens")
     shown = functools.partial(_shown, here=config.invocation_params.dir)
+    # names from the project (a golden's file name) escaped, and no line a CI runner's command
+    write = lambda text, **markup: terminalreporter.write_line(inert(printable(text)), **markup)  # noqa: E731
     if found.written:
-        terminalreporter.write_line(f"wrote {len(found.written)} golden file(s):")
+        write(f"wrote {len(found.written)} golden file(s):")
         for path in found.written:
-            terminalreporter.write_line(f"  {shown(path)}")
+            write(f"  {shown(path)}")
     if found.smaller:
-        terminalreporter.write_line(
+        write(
             f"{len(found.smaller)} program(s) now plan smaller than their golden; rerun "
             f"with --devplan-update-golden to record it, so growth back is caught:"
         )
         for path, what in found.smaller:
-            terminalreporter.write_line(f"  {shown(path)}: {what}")
+            write(f"  {shown(path)}: {what}")
     if unused:
         strict = config.getoption("devplan_strict_goldens")
-        terminalreporter.write_line(
+        write(
             f"{len(unused)} golden file(s) no test read (a test renamed or removed); "
             f"delete them{'' if strict else ', or run with --devplan-strict-goldens to fail'}:",
             red=strict,
         )
         for path in unused:
-            terminalreporter.write_line(f"  {shown(path)}")
+            write(f"  {shown(path)}")
 
 
 def _shown(path: str | os.PathLike, here: Path) -> str:
@@ -228,7 +231,11 @@ def devplan_golden(request):
             pte = Path(_shown(os.path.normpath(base / pte), here))  # build/model.pte, not tests/../build/model.pte
             if not pte.exists():  # the test's own setup, not devplan, is what to fix: no traceback into devplan
                 pytest.fail(
-                    f"{pte}: no such program; build it before this test runs (devplan compile MODEL.pt2 -o {pte})",
+                    inert(
+                        printable(
+                            f"{pte}: no such program; build it before this test runs (devplan compile MODEL.pt2 -o {pte})"
+                        )
+                    ),
                     pytrace=False,
                 )
         try:

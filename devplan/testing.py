@@ -20,6 +20,8 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, cast
 
+from devplan.units import inert, printable
+
 if TYPE_CHECKING:
     from devplan.compiler import CompileResult
     from devplan.inspection.diff import Diff, Tolerance
@@ -111,7 +113,7 @@ class Seen:
             if not kept.is_dir() or not self._whole(base, whole or [], left_out or []):
                 continue
             for golden in sorted(kept.rglob("*.json")):
-                if str(golden.resolve()) in self.used or str(golden) in found or not _is_golden_file(golden):
+                if self._was_read(golden) or str(golden) in found or not _is_golden_file(golden):
                     continue
                 fixture = golden.parent.parent == kept and golden.name.endswith(suffix)
                 module = base / f"{golden.parent.name}.py"
@@ -128,7 +130,7 @@ class Seen:
         for module, names in sorted(self.collected.items()):
             kept = Path(module).parent / folder / Path(module).stem
             for golden in sorted(kept.glob(f"*{suffix}")) if kept.is_dir() else ():
-                if str(golden.resolve()) in self.used:
+                if self._was_read(golden) or not golden.is_file():  # a FIFO, a device, a broken link: no golden
                     continue
                 owner = next(
                     (
@@ -142,6 +144,10 @@ class Seen:
                 if (module, owner) in self.passed if owner is not None else module not in self.partial:
                     found.append(str(golden))
         return found
+
+    def _was_read(self, golden: Path) -> bool:
+        # realpath, not Path.resolve: a link to itself raises there (RuntimeError, Python 3.11)
+        return os.path.realpath(golden) in self.used
 
     def _whole(self, base: Path, whole: list[str], left_out: list[str]) -> bool:
         """Whether the run took every test below `base`: it was given `base` or a folder above
@@ -159,14 +165,16 @@ class Seen:
 
 
 def _is_golden_file(path: Path) -> bool:
-    """Whether `path` holds a devplan golden document (a folder of goldens may hold other JSON)."""
+    """Whether `path` holds a devplan golden document (a folder of goldens may hold other JSON).
+    Read as a golden is, a regular file within its bound: a link to /dev/zero never ends, a
+    FIFO blocks, a link to itself cannot be opened."""
+    from devplan.errors import DevplanError
+    from devplan.files import read_input
     from devplan.inspection.golden import MAX_GOLDEN_BYTES, is_golden
 
     try:
-        if path.stat().st_size > MAX_GOLDEN_BYTES:
-            return False
-        document = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):
+        document = json.loads(read_input(path, limit=MAX_GOLDEN_BYTES, hint="a golden is a regular file"))
+    except (DevplanError, ValueError, RecursionError):
         return False
     return isinstance(document, dict) and is_golden(document)
 
@@ -206,7 +214,7 @@ def assert_matches_golden(
         session.used.add(str(Path(golden).resolve()))
     if not update and not regen and not Path(golden).exists():
         raise AssertionError(
-            f"{golden}: no golden file yet; rerun with pytest --devplan-update-golden "
+            f"{_shown(golden)}: no golden file yet; rerun with pytest --devplan-update-golden "
             f"(or {UPDATE_VARIABLE}=1) to write it"
         )
     program = cast("str | os.PathLike | bytes", getattr(pte, "data", pte))  # a CompileResult's program
@@ -219,12 +227,12 @@ def assert_matches_golden(
         else:
             result = check_golden(program, golden, tolerance=tolerance, exact=exact)
     except DevplanError as error:  # a damaged file: devplan's one line, no traceback into devplan
-        raise Unreadable(str(error)) from None
+        raise Unreadable(inert(str(error))) from None
     if not result.ok:
         raise AssertionError(
-            f"{golden}: the program no longer plans as recorded; if that is intended, "
+            f"{_shown(golden)}: the program no longer plans as recorded; if that is intended, "
             f"rerun with pytest --devplan-update-golden (or {UPDATE_VARIABLE}=1)\n"
-            f"{result.diff.text()}"
+            f"{inert(result.diff.text())}"
         )
     if session is not None:
         if result.updated:
@@ -247,13 +255,19 @@ def _force_regen(
     check_golden(program, golden, update=True)
     session.written.append(os.fspath(golden))
     told = (
-        f"{golden}: {'written' if result is None else 'rewritten'} by --devplan-force-regen, "
+        f"{_shown(golden)}: {'written' if result is None else 'rewritten'} by --devplan-force-regen, "
         f"as the program plans now; review the change and commit it"
-        + (f"\n{result.diff.text()}" if result is not None else "")
+        + (f"\n{inert(result.diff.text())}" if result is not None else "")
     )
     if session.pending is None:  # outside a test's call (a fixture's setup): it fails here
         raise AssertionError(told)
     session.pending.append(told)  # the plugin fails the test at its end, once its other goldens are rewritten too
+
+
+def _shown(golden: str | os.PathLike) -> str:
+    """A golden's path in a failure pytest prints: a newline in it would start a line of its
+    own, and a CI runner reads `::` or `##[` there as a workflow command."""
+    return inert(printable(os.fspath(golden)))
 
 
 def rewritten(told: list[str]) -> str:

@@ -32,13 +32,14 @@ def size_bytes(text: str) -> Fraction | None:
 
 
 def size_text(nbytes: int, exact: bool = False) -> str:
-    """'3.4 KiB' style (binary units, one decimal), or the exact count as 'N B' when exact."""
+    """'3.4 KiB' style (binary units, one decimal rounded half to even, as a float prints it),
+    or the exact count as 'N B' when exact. Counted in integers: a size given on the command
+    line (--budget cpu=<400 digits>TiB) is past what a float holds."""
     if exact or abs(nbytes) < 1024:
         return f"{nbytes} B"
-    value, unit = nbytes / 1024, 0
-    while abs(value) >= 1024 and unit < len(_UNITS) - 1:
-        value, unit = value / 1024, unit + 1
-    return f"{value:.1f} {_UNITS[unit]}"
+    unit = min((abs(nbytes).bit_length() - 1) // 10, len(_UNITS))  # 1: KiB
+    tenths = round(Fraction(abs(nbytes) * 10, 1024**unit))
+    return f"{'-' if nbytes < 0 else ''}{tenths // 10}.{tenths % 10} {_UNITS[unit - 1]}"
 
 
 def exact_size_text(nbytes: int) -> str:
@@ -61,6 +62,19 @@ def printable(text: str) -> str:
     """Names from a file may hold newlines or terminal escape sequences: written as escapes,
     they can neither split a line of output nor clear or recolour the user's terminal."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+# what GitHub's runner reads as a workflow command in a line of a job's output (its lines end
+# at CR, LF or both): `::` after the line's leading whitespace, or the legacy `##[` anywhere
+_COMMAND = re.compile(r"((?:\A|[\r\n])[^\S\r\n]*):(?=:)|##\[")
+
+
+def inert(text: str) -> str:
+    """`text` as no line of it can command a GitHub runner: the colon starting a line's `::`
+    and the second # of `##[` written as JSON's escapes, visible in text and read back as the
+    same name from JSON (where a line never starts with `:`). Every line devplan prints passes
+    here, but for its own `--format github` annotations."""
+    return _COMMAND.sub(lambda m: m.group(1) + "\\u003a" if m.group(1) is not None else "#\\u0023[", text)
 
 
 def printable_tree(value):

@@ -1,7 +1,8 @@
 """Damaged copies of a program for fuzz tests (a few bytes overwritten at random places, or the
-file cut short), changed copies of a .pt2 archive (its JSON fields and member names), and what
-the `devplan` command makes of one: shared by the fuzz tests in CI (tests/pte/test_fuzz.py)
-and the long run in benchmarks/fuzz.py."""
+file cut short), changed copies of a .pt2 archive (its JSON fields and member names), programs
+and golden files whose names are hostile (workflow commands, line breaks, quotes, 100,000
+characters, bytes that are not UTF-8), and what the `devplan` command makes of one: shared by
+the fuzz tests in CI (tests/pte/test_fuzz.py) and the long run in benchmarks/fuzz.py."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import io
 import json
 import math
 import random
+import re
 import signal
 import zipfile
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
@@ -253,6 +256,101 @@ def archive_mutant(members: Members, rng: random.Random, marker: Path) -> Member
     return members
 
 
+# ------------------------------------------------------------------ hostile names
+
+# what a name from a file may hold against the lines devplan prints: GitHub's workflow commands
+# (`::` after a line's whitespace, the legacy `##[` anywhere) and their %-escapes, the line
+# breaks the runner and Python's splitlines honour, quotes, a terminal escape
+NAME_PIECES = (
+    "::add-mask::x",
+    "::set-output name=a::b",
+    "::stop-commands::t",
+    "##[group]",
+    "%0A::warning::w",
+    "%25",
+    " ",
+    "\n",
+    "\r",
+    "\u2028",
+    "\x85",
+    "'",
+    '"',
+    "\x1b[31m",
+    "aten::relu",
+)
+# devplan's own annotations (--format github): the one output that may be a workflow command
+_OWN_ANNOTATION = re.compile(r"::(error|notice) file=[^:,]*,title=[^:,]*::")
+
+
+def workflow_commands(output: str) -> list[str]:
+    """The lines of `output` (ending at CR, LF or both, as GitHub's runner reads them) that the
+    runner would take as workflow commands, devplan's own annotations left out."""
+    return [
+        line
+        for line in re.split(r"\r\n|\r|\n", output)
+        if (line.lstrip().startswith("::") and not _OWN_ANNOTATION.match(line)) or "##[" in line
+    ]
+
+
+def hostile_name(rng: random.Random) -> str:
+    """1 to 6 pieces of NAME_PIECES; one time in ten repeated past 100,000 characters."""
+    name = "".join(rng.choice(NAME_PIECES) for _ in range(rng.randint(1, 6)))
+    return name * (100_000 // len(name) + 1) if rng.random() < 0.1 else name
+
+
+def renamed_program(program: bytes, names: Sequence[bytes], rng: random.Random) -> bytes:
+    """`program` with one of `names` it holds (an operator's, a module's) hostile: as many bytes,
+    so that the FlatBuffer's layout holds, cut where it may leave bytes that are not UTF-8."""
+    old = rng.choice([name for name in names if name in program])
+    new = (hostile_name(rng).encode() * len(old))[: len(old)]
+    return program.replace(old, b"\xff" + new[1:] if rng.random() < 0.2 else new)
+
+
+def renamed_golden(document: dict, rng: random.Random) -> bytes:
+    """A golden document's JSON with 1 to 3 of its names hostile (a method's, an operator's, a
+    buffer's device, its peak's op, source and blocks); one time in ten, a name's bytes are not UTF-8."""
+    document = json.loads(json.dumps(document))
+    places = _name_places(document)
+    for _ in range(rng.randint(1, 3)):
+        container, key = rng.choice(places)
+        if isinstance(container, dict) and key not in ("name", "device", "op", "source"):  # a block: its key
+            container[hostile_name(rng)] = container.pop(key, 0)
+        else:
+            container[key] = hostile_name(rng)
+    text = json.dumps(document, indent=2).encode()
+    return text.replace(b"aten::", b"\xff::", 1) if rng.random() < 0.1 else text
+
+
+def _name_places(document: dict) -> list[tuple[object, object]]:
+    """(container, key) of every name in a golden document."""
+    places: list[tuple[object, object]] = []
+    for method in document["methods"]:
+        places += [(method, "name"), *((method["operators"], i) for i in range(len(method["operators"])))]
+        for buffer in method["buffers"]:
+            places.append((buffer, "device"))
+            if buffer.get("peak"):
+                peak = buffer["peak"]
+                places += [(peak, "op"), (peak, "source"), *((peak["modules"], name) for name in list(peak["modules"]))]
+    return places
+
+
+def name_commands(program: Path, golden: Path) -> list[tuple[Path, list[str]]]:
+    """What reads names, in every format: (the path outcome puts first, the command)."""
+    formats = [[], ["--json"], ["--format", "markdown"], ["--format", "github"]]
+    return [
+        (program, ["inspect"]),
+        (program, ["inspect", "--json"]),
+        *((program, ["check", "--golden", str(golden), *shown]) for shown in formats),
+        *((golden, ["diff", str(program), *shown]) for shown in formats),
+    ]
+
+
+def name_file(folder: Path, rng: random.Random, suffix: str) -> Path:
+    """A file in `folder` whose name is hostile (as a file name can be: no / and within 255 bytes)."""
+    name = hostile_name(rng).replace("/", "_").encode()[:200].decode(errors="ignore")
+    return folder / f"{name}{suffix}"
+
+
 class Hang(Exception):
     pass
 
@@ -274,17 +372,18 @@ def _command():
 
 def outcome(path, command: list[str]) -> str:
     """'ok', 'refused', or what escaped. The command runs as `devplan.cli.main` runs it (click
-    outside standalone mode, so its exit code comes back), its output thrown away: exit 0 is
-    ok, exit 1 (check's failed buffer) or a DevplanError (exit 2) refused, anything else
-    escaped: an exception (exit 3 from the CLI), a command over LIMIT_S seconds ("Hang"), or a
-    traceback that something printed on the way ("Traceback: ", its last line)."""
+    outside standalone mode, so its exit code comes back), its output kept to be read: exit 0
+    is ok, exit 1 (check's failed buffer) or a DevplanError (exit 2) refused, anything else
+    escaped: an exception (exit 3 from the CLI), a command over LIMIT_S seconds ("Hang"), a
+    traceback that something printed on the way ("Traceback: ", its last line), or a line a CI
+    runner would take as a workflow command ("workflow command: ", the line)."""
     from devplan.errors import DevplanError
 
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(LIMIT_S)
-    stderr = io.StringIO()
+    stdout, stderr = io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             code = _command().main([command[0], str(path), *command[1:]], prog_name="devplan", standalone_mode=False)
         result = "ok" if not code else "refused"  # check exits 1 when a buffer fails
     except DevplanError:
@@ -297,4 +396,6 @@ def outcome(path, command: list[str]) -> str:
     printed = stderr.getvalue()
     if "Traceback" in printed or "Logging error" in printed:
         return f"Traceback: {printed.strip().splitlines()[-1]}"
+    if commanding := workflow_commands(stdout.getvalue() + printed):
+        return f"workflow command: {commanding[0][:200]!r}"
     return result

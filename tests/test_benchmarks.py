@@ -196,11 +196,11 @@ def test_fuzz_quick_counts_add_up() -> None:
     for row in rows:
         unmutated = row["unmutated"].split()  # one outcome per command the program's mutants met
         assert len(unmutated) == (1 if row in archives else 4 if row["program"] != "multi_method" else 5), row
-        outcomes = row["ok"] + row["refused"] + row["exit_3"] + row["tracebacks"] + row["hangs"]
+        outcomes = row["ok"] + row["refused"] + row["exit_3"] + row["tracebacks"] + row["commands"] + row["hangs"]
         assert outcomes == len(unmutated) * row["mutants"], row
         assert unmutated[:3] == ["ok"] * min(3, len(unmutated))  # the inputs themselves work
     assert total["mutants"] == sum(row["mutants"] for row in rows) >= 600
-    assert total["code_runs"] == total["exit_3"] == total["tracebacks"] == total["hangs"] == 0
+    assert total["code_runs"] == total["exit_3"] == total["tracebacks"] == total["commands"] == total["hangs"] == 0
     assert 0 < total["compared"] <= 60
     assert report["passed"] == (run.returncode == 0) and report["peak_mb"] < 1024
 

@@ -17,6 +17,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from devplan.errors import EXIT_OK
+from devplan.units import inert, printable
 
 
 class Command(TyperCommand):
@@ -85,7 +86,7 @@ def _print_version(value: bool) -> None:
     if value:
         from devplan import __version__
 
-        typer.echo(f"devplan {__version__}")
+        echo(f"devplan {__version__}")
         raise typer.Exit(EXIT_OK)
 
 
@@ -141,7 +142,8 @@ MIN_WIDTH = 40  # columns: a narrower terminal (or COLUMNS) gets lines this wide
 
 class _Trimmed:
     """A text stream that writes each line without its trailing spaces (kept before a style's
-    closing escape sequence, they are dropped from there too)."""
+    closing escape sequence, they are dropped from there too), and inert (units.inert): a name
+    in a view cannot command a GitHub runner."""
 
     _TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")
 
@@ -151,12 +153,12 @@ class _Trimmed:
     def write(self, text: str) -> int:
         *lines, self._pending = (self._pending + text).split("\n")
         for line in lines:
-            self._stream.write(self._TRAILING.sub(r"\1", line) + "\n")
+            self._stream.write(inert(self._TRAILING.sub(r"\1", line)) + "\n")
         return len(text)
 
     def flush(self) -> None:
         if self._pending:
-            self._stream.write(self._pending)
+            self._stream.write(inert(self._pending))
             self._pending = ""
         self._stream.flush()
 
@@ -167,16 +169,15 @@ class _Trimmed:
 def program_source(path: Path, data: Path | None = None):
     """A program argument: its path, or for - or with a .ptd `data` file, the program read
     (standard input once: check reads its program twice, and standard input can be read only once)."""
-    from devplan.files import STDIO, read_input
-    from devplan.pte import MAX_PROGRAM_BYTES, read_pte
+    import sys
+
+    from devplan.files import STDIO
+    from devplan.pte import read_pte
+    from devplan.pte.reader import read_piped
 
     if str(path) != STDIO:
         return path if data is None else read_pte(path, data=data)
-    return read_pte(
-        read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program"),
-        name="<stdin>",
-        data=data,
-    )
+    return read_pte(read_piped(sys.stdin.buffer, "<stdin>", "pipe in a .pte program"), name="<stdin>", data=data)
 
 
 def read_noting_external(path: Path, data: Path | None):
@@ -193,8 +194,14 @@ def noting_external(pte):
 
     note = external_note(pte)
     if note is not None:
-        typer.echo(f"note: {note}", err=True)
+        echo(f"note: {printable(note)}", err=True)
     return pte
+
+
+def echo(text: str, err: bool = False, nl: bool = True) -> None:
+    """What a command prints outside its views (JSON, reports, notes), inert as the console's
+    lines are: only check's and diff's --format github annotations are printed otherwise."""
+    typer.echo(inert(text), nl=nl, err=err)
 
 
 def echo_json(document: Mapping[str, Any], err: bool = False) -> None:
@@ -205,9 +212,9 @@ def echo_json(document: Mapping[str, Any], err: bool = False) -> None:
     for piece in json.JSONEncoder(sort_keys=True, indent=2).iterencode(document):
         pieces.append(piece)
         if len(pieces) == 1 << 16:
-            typer.echo("".join(pieces), nl=False, err=err)
+            echo("".join(pieces), nl=False, err=err)
             pieces.clear()
-    typer.echo("".join(pieces), err=err)
+    echo("".join(pieces), err=err)
 
 
 Budgets = Annotated[

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from devplan.cli.app import Budgets, Command, app, console, echo_json
+from devplan.cli.app import Budgets, Command, app, console, echo, echo_json
 from devplan.errors import DevplanError
 from devplan.jsontext import repeated
 from devplan.metadata import runner_value
@@ -333,7 +333,7 @@ def compile_command(
     refuse_shared_output({"-o": target, "--external-constants": external_constants})
     # the program on standard output leaves it no room for the summary, which goes to stderr
     to_stdout = is_stdout(target)
-    echo = functools.partial(typer.echo, err=to_stdout)
+    shown = functools.partial(echo, err=to_stdout)
     from devplan.cli.progress import compile_progress
 
     with compile_progress(quiet or json_output) as progress:
@@ -378,7 +378,7 @@ def compile_command(
         str(external_constants) if external_constants is not None else None,
     )
     for line in wrapped(lines, console(stderr=to_stdout).width):  # as check's lines: at the console's width
-        echo(line)
+        shown(line)
 
 
 # an example of each NAME=VALUE option, for the line that refuses one written otherwise

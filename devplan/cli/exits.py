@@ -105,7 +105,7 @@ def _internal(error: Exception, debug: bool) -> None:
 
     from devplan import __version__
     from devplan.errors import InternalError
-    from devplan.units import printable
+    from devplan.units import inert, printable
 
     cause = error.__cause__ if isinstance(error, InternalError) and error.__cause__ else error
     where = (
@@ -123,9 +123,11 @@ def _internal(error: Exception, debug: bool) -> None:
             f.write(text)
         kept = f"traceback in {log}; rerun with --debug to print it"
     print(
-        printable(
-            f"devplan: internal error {where} (devplan {__version__}): {type(cause).__name__}: "
-            f"{first_line(cause)}; {kept}; please report it"
+        inert(
+            printable(
+                f"devplan: internal error {where} (devplan {__version__}): {type(cause).__name__}: "
+                f"{first_line(cause)}; {kept}; please report it"
+            )
         ),
         file=sys.stderr,
     )
@@ -133,7 +135,7 @@ def _internal(error: Exception, debug: bool) -> None:
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
-    from devplan.units import printable
+    from devplan.units import inert, printable
 
-    print(f"devplan: error: {printable(message)}", file=sys.stderr)
+    print(f"devplan: error: {inert(printable(message))}", file=sys.stderr)
     sys.exit(code)

@@ -10,7 +10,17 @@ from typing import Annotated, Optional
 import typer
 
 from devplan import SCHEMAS
-from devplan.cli.app import Budgets, Command, DataFile, app, console, echo_json, noting_external, read_noting_external
+from devplan.cli.app import (
+    Budgets,
+    Command,
+    DataFile,
+    app,
+    console,
+    echo,
+    echo_json,
+    noting_external,
+    read_noting_external,
+)
 from devplan.errors import EXIT_FAILED, DevplanError
 from devplan.files import STDIO
 
@@ -162,9 +172,9 @@ def check_command(
         from devplan.cli import reports_ci
 
         if report_format is ReportFormat.markdown:
-            typer.echo(reports_ci.check_markdown(checks, matched, str(golden), name), nl=False, err=to_stderr)
+            echo(reports_ci.check_markdown(checks, matched, str(golden), name), nl=False, err=to_stderr)
         else:
-            typer.echo(
+            typer.echo(  # devplan's own workflow commands: the one output not made inert
                 "".join(line + "\n" for line in reports_ci.check_github(checks, matched, str(golden), str(program))),
                 nl=False,
                 err=to_stderr,
@@ -240,16 +250,15 @@ def diff_command(
         # FAIL and ok are a gate's words: without --tolerance or --exact the changes are listed as they are
         gated = tolerance is not None or exact
         text = result.text(labels=gated, width=console().width)  # wrapped as rich would, at the console's width
-        typer.echo("".join(printable(line) + "\n" for line in text.splitlines()), nl=False)
+        # names are escaped in the text already: its line breaks are devplan's own
+        echo("".join(printable(line) + "\n" for line in text.rstrip("\n").split("\n")), nl=False)
     else:
         from devplan.cli import reports_ci
 
-        typer.echo(
-            reports_ci.diff_markdown(result)
-            if report_format is ReportFormat.markdown
-            else "".join(line + "\n" for line in reports_ci.diff_github(result, changed)),
-            nl=False,
-        )
+        if report_format is ReportFormat.markdown:
+            echo(reports_ci.diff_markdown(result), nl=False)
+        else:  # devplan's own workflow commands: the one output not made inert
+            typer.echo("".join(line + "\n" for line in reports_ci.diff_github(result, changed)), nl=False)
     if junit is not None:
         from devplan.cli.reports_ci import diff_junit
         from devplan.files import write_atomic
@@ -274,11 +283,14 @@ def _diff_side(path: Path, data: Path | None):
 def _stdin_side(data: Path | None):
     """- as diff reads it: a golden file's JSON (as `check --golden - --update` writes it) or a
     program, told apart by their first byte."""
-    from devplan.files import read_input
-    from devplan.inspection.golden import parse_golden
-    from devplan.pte import MAX_PROGRAM_BYTES, read_pte
+    import sys
 
-    piped = read_input(STDIO, limit=MAX_PROGRAM_BYTES, name="<stdin>", hint="pipe in a .pte program or a golden file")
+    from devplan.inspection.golden import MAX_GOLDEN_BYTES, parse_golden
+    from devplan.pte import read_pte
+    from devplan.pte.reader import read_piped
+
+    hint = "pipe in a .pte program or a golden file"
+    piped = read_piped(sys.stdin.buffer, "<stdin>", hint, json_limit=MAX_GOLDEN_BYTES)
     if piped.lstrip()[:1] == b"{":
         return parse_golden(piped, "<stdin>", "write it with `devplan check PROGRAM.pte --golden - --update`")
     return noting_external(read_pte(piped, name="<stdin>", data=data))

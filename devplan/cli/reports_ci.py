@@ -14,7 +14,7 @@ from devplan.documents import PeakDetail
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.diff import Change, Diff
 from devplan.inspection.difftext import change_label, change_values, outcome, peak_text, signed_size
-from devplan.units import printable, size_text
+from devplan.units import inert, printable, size_text
 
 _MARK = {True: "✅ ok", False: "❌ FAIL"}
 _MARKDOWN_SPECIAL = "\\|<`*"  # what would end a table cell, open HTML or a code span, or start emphasis
@@ -169,8 +169,8 @@ def _command(kind: str, file: str, title: str, message: str) -> str:
 
 def _data(text: str) -> str:
     # escaped first, CR and LF cannot start a command of their own; then printable escapes
-    # the terminal controls that names from files may hold
-    return printable(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
+    # the terminal controls that names from files may hold, and inert a legacy ##[ command
+    return inert(printable(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")))
 
 
 def _property(text: str) -> str:

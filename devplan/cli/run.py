@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from devplan.cli.app import Command, app, console, echo_json, program_source
+from devplan.cli.app import Command, app, console, echo, echo_json, program_source
 from devplan.errors import EXIT_FAILED, DevplanError
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ def run_command(
         from devplan.inspection.difftext import wrapped
 
         for line in wrapped(run_lines(report), console().width):  # as check's lines: at the console's width
-            typer.echo(line, err=to_stderr)
+            echo(line, err=to_stderr)
     if compared is not None and not compared["passed"]:
         raise typer.Exit(EXIT_FAILED)
 

@@ -73,6 +73,12 @@ def parse_tolerance(text: str) -> Tolerance:
     """'2%', '0.5%', '4KiB', '4096' -> Tolerance."""
     percent = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", text)
     if percent:
+        try:  # the document states it as a float; bytes have no such bound (units.size_text counts in integers)
+            float(Fraction(percent.group(1)))
+        except OverflowError:
+            raise DevplanError(
+                f"--tolerance {text!r}: a percentage too large to compare sizes by; write one such as 2%"
+            ) from None
         return Tolerance(percent=Fraction(percent.group(1)))
     nbytes = size_bytes(text)
     if nbytes is None or nbytes.denominator != 1:

@@ -16,7 +16,7 @@ import textwrap
 from typing import Any, Mapping
 
 from devplan.documents import GoldenPeak, SizedWindow
-from devplan.units import counted, exact_size_text, natural_key, size_text
+from devplan.units import counted, exact_size_text, natural_key, printable, size_text
 
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 
@@ -55,9 +55,12 @@ def diff_text(d, labels: bool = True, width: int = WIDTH) -> str:
 
 
 def verdict(d, labels: bool = True) -> str:
+    # the files' names escaped here, before the text's lines are joined: a newline in one
+    # would start a line of its own
+    sides = f"{printable(d.a)} -> {printable(d.b)}"
     if not labels:
-        return f"{d.a} -> {d.b}: {counted(len(d.changes), 'change') if d.changes else 'the programs plan the same'}"
-    return f"{d.a} -> {d.b}: {outcome(d)}"
+        return f"{sides}: {counted(len(d.changes), 'change') if d.changes else 'the programs plan the same'}"
+    return f"{sides}: {outcome(d)}"
 
 
 def outcome(d) -> str:
@@ -105,12 +108,13 @@ def change_lines(d, labels: bool = True, width: int = WIDTH) -> list[str]:
 def wrapped(lines: list[str], width: int = WIDTH) -> list[str]:
     """Long lines (operator lists, sources) wrap under their first rather than run past `width`
     columns, never between a number and its unit nor inside a word (a path stays whole, for
-    grep and for the terminal to wrap)."""
+    grep and for the terminal to wrap). Names are escaped first (units.printable): textwrap
+    would make a newline in one a space, and break the line there."""
     return [
         part.replace(_UNIT_SPACE, " ")
         for line in lines
         for part in textwrap.wrap(
-            _SIZE.sub(rf"\1{_UNIT_SPACE}\2", line),
+            _SIZE.sub(rf"\1{_UNIT_SPACE}\2", printable(line)),
             max(width, 40),
             subsequent_indent=_INDENT,
             break_on_hyphens=False,

@@ -33,7 +33,7 @@ from devplan.documents import (
 from devplan.errors import DevplanError
 from devplan.files import STDIO, is_stdout, present, read_input
 from devplan.jsontext import repeated
-from devplan.units import natural_key, size_text
+from devplan.units import inert, natural_key, size_text
 
 SCHEMA_VERSION: Final = 1
 # what a golden file says it is, under "document"; `format` is the program's format in every
@@ -167,8 +167,9 @@ def golden_text(golden: GoldenDocument) -> str:
     """The file's text as a pull request's diff shows it: each size in bytes with its human form
     beside it ("size": 1536, "size_text": "1.5 KiB"), sources as written (no \\u00b7 escapes),
     keys sorted naturally (a peak's blocks h.2 before h.10) and a final newline, so a rewrite of
-    the same plan is byte-identical."""
-    return json.dumps(_readable(golden), indent=2, ensure_ascii=False) + "\n"
+    the same plan is byte-identical. Inert (units.inert): printed with --golden - --update, no
+    name in it may command a CI runner; JSON reads the same names back."""
+    return inert(json.dumps(_readable(golden), indent=2, ensure_ascii=False) + "\n")
 
 
 def _readable(value, key: str | None = None):

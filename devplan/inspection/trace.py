@@ -16,6 +16,7 @@ import json
 
 from devplan.documents import InspectDocument, InspectedMethod, InspectedTensor
 from devplan.inspection.overlap import busiest
+from devplan.units import inert
 
 STEP = 1000  # trace microseconds per instruction
 
@@ -32,7 +33,8 @@ def memory_trace(doc: InspectDocument) -> dict:
 
 
 def trace_json(doc: InspectDocument) -> str:
-    return json.dumps(memory_trace(doc), sort_keys=True, separators=(",", ":")) + "\n"
+    # inert: printed with --trace -, and the same trace as JSON reads it
+    return inert(json.dumps(memory_trace(doc), sort_keys=True, separators=(",", ":")) + "\n")
 
 
 def _method(pid: int, method: InspectedMethod) -> list[dict]:

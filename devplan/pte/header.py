@@ -62,6 +62,36 @@ def check_container(data: bytes | memoryview, name: str) -> ExtendedHeader | Non
     size, data = len(data), bytes(data[: HEADER_OFFSET + HEADER_LENGTH])
     if size == 0:
         raise DevplanError(f"{name}: empty file; expected an ExecuTorch .pte program")
+    _check_identifier(data, size, name)
+    if data[HEADER_OFFSET : HEADER_OFFSET + 4] != HEADER_MAGIC:
+        return None
+    return _parse_header(data, size, name)
+
+
+HEAD_BYTES = HEADER_OFFSET + HEADER_LENGTH  # what tells a program's size: its identifier and extended header
+# a FlatBuffer's offsets are 32-bit signed: a program without segments is at most this long
+MAX_FLATBUFFER_BYTES = (1 << 31) - 1
+
+
+def program_bound(head: bytes, name: str) -> int | None:
+    """The most bytes a program can hold whose first bytes are `head` (its first HEAD_BYTES, or
+    all of a shorter one), so that a stream is read no further; refused at once where they
+    cannot begin a program (/dev/zero's zeros). None where its header does not say (an older
+    writer's, without the segment data size)."""
+    if len(head) < HEAD_BYTES:
+        return len(head)  # all of it: check_container says what is wrong with it
+    _check_identifier(head, len(head), name)
+    if head[HEADER_OFFSET : HEADER_OFFSET + 4] != HEADER_MAGIC:
+        return MAX_FLATBUFFER_BYTES
+    _, length, program_size, base = _HEADER.unpack_from(head, HEADER_OFFSET)
+    if length < HEADER_LENGTH:
+        return None
+    (data_size,) = _DATA_SIZE.unpack_from(head, HEADER_OFFSET + HEADER_MIN_LENGTH)
+    return max(program_size, base + data_size, len(head))
+
+
+def _check_identifier(data: bytes, size: int, name: str) -> None:
+    """Refuse a file of `size` bytes whose first bytes `data` are not an ET12 program's start."""
     if data.startswith(_ZIP_MAGIC):
         raise DevplanError(
             f"{name}: not an ET12 program (file identifier {data[:4]!r}, a zip archive); "
@@ -76,9 +106,6 @@ def check_container(data: bytes | memoryview, name: str) -> ExtendedHeader | Non
         )
     if not is_program(data):
         raise DevplanError(f"{name}: not an ET12 program (file identifier {data[4:8]!r}); {_DAMAGED}")
-    if data[HEADER_OFFSET : HEADER_OFFSET + 4] != HEADER_MAGIC:
-        return None
-    return _parse_header(data, size, name)
 
 
 def _parse_header(data: bytes, size: int, name: str) -> ExtendedHeader:

@@ -5,17 +5,17 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, replace
-from typing import Callable, Hashable, TypeVar
+from typing import BinaryIO, Callable, Hashable, TypeVar
 
 from devplan import dtypes
 from devplan.errors import DevplanError
-from devplan.files import map_input
+from devplan.files import map_input, read_bounded
 from devplan.pte import xnnpack
 from devplan.pte.fb.BackendDelegateDataReference import BackendDelegateDataReferenceT
 from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.fb.TensorDataLocation import TensorDataLocation
-from devplan.pte.header import HEADER_OFFSET, ExtendedHeader, check_container
+from devplan.pte.header import HEAD_BYTES, HEADER_OFFSET, ExtendedHeader, check_container, program_bound
 from devplan.pte.ptd import PtdFile, key_text, read_ptd
 from devplan.pte.unpack import unpack_program
 from devplan.pte.verify import verify_program
@@ -191,6 +191,29 @@ def read_pte(
     every key there, of the tensor's dtype and shape and at least its size."""
     pte = source if isinstance(source, PteFile) else _read_program(source, name)
     return pte if data is None else _with_data(pte, read_ptd(data))
+
+
+def read_piped(stream: BinaryIO, name: str, hint: str, json_limit: int | None = None) -> bytes:
+    """A program from a stream (standard input), read no further than its first bytes allow:
+    refused at once where they cannot begin one, and past the size its header accounts for
+    (else 16 GiB of /dev/zero were read before the refusal). With `json_limit`, a stream that
+    starts as a JSON object (a golden file, for diff) is read up to that many bytes instead."""
+    try:
+        head = read_bounded(stream, HEAD_BYTES - 1)
+        limit, bound = _piped_limit(head, name, json_limit)
+        data = read_bounded(stream, limit, read=head)
+    except OSError as error:
+        raise DevplanError(f"{name}: cannot read ({error.strerror or error}); {hint}") from None
+    if len(data) > limit:
+        raise DevplanError(f"{name}: more than the {limit} bytes {bound}; {hint}")
+    return data
+
+
+def _piped_limit(head: bytes, name: str, json_limit: int | None) -> tuple[int, str]:
+    """How much of a stream that starts with `head` to read, and what sets that bound."""
+    if json_limit is not None and head and head.lstrip()[:1] in (b"{", b""):
+        return json_limit, "devplan reads of a golden file"
+    return min(program_bound(head, name) or MAX_PROGRAM_BYTES, MAX_PROGRAM_BYTES), "its header accounts for"
 
 
 def _read_program(source: "str | os.PathLike | bytes | memoryview", name: str | None) -> PteFile:

@@ -1,8 +1,10 @@
 """Bounded fuzzing in CI: byte-flipped and truncated copies of programs (devplan's, one with a
 delegate, ExecuTorch's) through inspect, inspect --json, check and run in this process, and
-changed copies of .pt2 archives (JSON fields and member names) through compile. Each either
-works or is refused as bad input (exit 2); nothing else escapes, nothing prints a traceback,
-no code from an archive runs and nothing takes more than a few seconds."""
+changed copies of .pt2 archives (JSON fields and member names) through compile, and programs
+and golden files with hostile names through inspect, check and diff in every format. Each
+either works or is refused as bad input (exit 2); nothing else escapes, nothing prints a
+traceback or a line a CI runner would take as a workflow command, no code from an archive runs
+and nothing takes more than a few seconds."""
 
 from __future__ import annotations
 
@@ -108,5 +110,38 @@ def test_mutants_of_the_new_surfaces_work_or_are_refused(which, tmp_path):
             path.write_bytes(damaged)
             ptd.write_bytes(damaged_data)
         run_commands(path, commands, number, escaped, seen)
+    assert not escaped, escaped[:5]
+    assert seen >= {"ok", "refused"}
+
+
+# issue 52's names: a program's and a golden file's names, and their files' names, hostile
+NAME_MUTANTS = 8  # each through 10 commands and formats: seconds
+
+
+def test_hostile_names_print_no_workflow_command(tmp_path):
+    """inspect, check --golden and diff in every format over programs and golden files whose
+    names (and file names) hold workflow commands, line breaks, quotes, 100,000 characters or
+    bytes that are not UTF-8: each works or is refused, and no line printed is a command."""
+    import json
+
+    from devplan.inspection.check import check_golden
+    from testbed.damage import name_commands, name_file, renamed_golden, renamed_program
+    from testbed.small_programs import compiled
+
+    program = compiled()
+    check_golden(program, tmp_path / "plain.golden.json", update=True)
+    golden = json.loads((tmp_path / "plain.golden.json").read_text())
+    rng, escaped, seen = random.Random(17), [], set()
+    for number in range(NAME_MUTANTS):
+        folder = tmp_path / str(number)
+        folder.mkdir()
+        program_path, golden_path = name_file(folder, rng, ".pte"), name_file(folder, rng, ".golden.json")
+        program_path.write_bytes(renamed_program(program, [b"aten::linear", b"aten::relu", b"proj"], rng))
+        golden_path.write_bytes(renamed_golden(golden, rng))
+        for path, command in name_commands(program_path, golden_path):
+            result = outcome(path, command)
+            seen.add(result if result in ("ok", "refused") else "escaped")
+            if result not in ("ok", "refused"):
+                escaped.append((number, command, result))
     assert not escaped, escaped[:5]
     assert seen >= {"ok", "refused"}
