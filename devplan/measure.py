@@ -67,7 +67,10 @@ def _runtime_for(forward: MethodView) -> MeasuredOn:
 
 
 def _outputs(pte: PteFile, on: MeasuredOn, sample: tuple) -> list:
-    return run_on_executorch(pte, "forward", list(sample))[0] if on == "executorch" else run(pte, sample)[0]
+    if on == "executorch":
+        results, _ = run_on_executorch(pte, "forward", list(sample))
+        return results[0]
+    return run(pte, sample)[0]
 
 
 def _is_float(value) -> bool:

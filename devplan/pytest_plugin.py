@@ -210,18 +210,20 @@ def _golden_name(test: str) -> str:
 
 @pytest.fixture
 def devplan_golden(request):
-    """A callable (pte, golden=None, tolerance=None, exact=False) that asserts the program plans
-    as the golden file records, or writes the file under --devplan-update-golden. The golden
+    """A callable (pte, golden=None, tolerance=None, exact=False, runtime=None) that asserts the
+    program plans as the golden file records, or writes the file under --devplan-update-golden,
+    and with `runtime` (a selected_operators.yaml, read from the test file's folder like the
+    golden) that the runtime build it names can load the program. The golden
     file is golden/<test file>/<test>.golden.json beside the test file (a second call in one test:
     <test>.2.golden.json); a path given instead is read, like the program's, from the test
     file's folder, so both move with the test whatever folder pytest runs from."""
-    from devplan.testing import Unreadable, assert_matches_golden
+    from devplan.testing import Unreadable, assert_fits_runtime, assert_matches_golden
 
     base = request.path.parent
     here = request.config.invocation_params.dir
     calls = [0]
 
-    def check(pte, golden=None, *, tolerance=None, exact: bool = False) -> None:
+    def check(pte, golden=None, *, tolerance=None, exact: bool = False, runtime=None) -> None:
         __tracebackhide__ = True
         calls[0] += 1
         if golden is None:
@@ -242,6 +244,8 @@ def devplan_golden(request):
             assert_matches_golden(
                 pte, Path(_shown(os.path.normpath(base / golden), here)), tolerance=tolerance, exact=exact
             )
+            if runtime is not None:
+                assert_fits_runtime(pte, Path(_shown(os.path.normpath(base / runtime), here)))
         except Unreadable as error:  # a damaged program or golden file: devplan's one line says what to do
             pytest.fail(str(error), pytrace=False)
 

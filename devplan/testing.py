@@ -192,6 +192,24 @@ def update_requested() -> bool:
     return (session is not None and session.update) or os.environ.get(UPDATE_VARIABLE, "") not in ("", "0")
 
 
+def assert_fits_runtime(pte: str | os.PathLike | bytes | CompileResult, build: str | os.PathLike) -> None:
+    """Raise AssertionError, naming each operator, kernel variant and backend it lacks, unless the
+    runtime build whose selective-build list is `build` (selected_operators.yaml) can load the
+    program: `devplan check --runtime` as an assertion."""
+    from devplan.errors import DevplanError
+    from devplan.inspection.runtime_build import check_runtime
+
+    __tracebackhide__ = True
+    try:
+        verdict = check_runtime(cast("str | os.PathLike | bytes", getattr(pte, "data", pte)), build)
+    except DevplanError as error:
+        raise Unreadable(inert(str(error))) from None
+    if not verdict["ok"]:
+        lines = [f"{_shown(build)}: the runtime build lacks what the program needs"]
+        lines += [f"  {m['method']} needs {m['kind']} {m['name']}: {m['detail']}" for m in verdict["missing"]]
+        raise AssertionError(inert("\n".join(printable(line) for line in lines)))
+
+
 def assert_matches_golden(
     pte: str | os.PathLike | bytes | CompileResult,
     golden: str | os.PathLike,

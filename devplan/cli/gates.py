@@ -124,6 +124,18 @@ def check_command(
             "--json", help=f"Print the checks as JSON (keys: {SCHEMAS}check.schema.json in the installed package)."
         ),
     ] = False,
+    runtime: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--runtime",
+            metavar="BUILD.yaml",
+            help="Fail when the runtime build this program ships on lacks an operator, kernel variant "
+            "(dtype and dim order) or backend it needs: the build's selective-build list, "
+            "selected_operators.yaml as ExecuTorch's gen_oplist writes it (or one merged from several models); "
+            "backends are checked where its build_features names those the build links.",
+            show_default=False,
+        ),
+    ] = None,
     data: DataFile = None,
     report_format: Format = ReportFormat.text,
     junit: JUnit = None,
@@ -134,9 +146,10 @@ def check_command(
     Each buffer is checked against a --budget naming its mem_id and, with --max-ratio, against
     its lower bound; each device a --budget names, against the total of its buffers, those
     its delegates plan there included. With --golden, the program is also compared with its
-    golden file (--update writes it)."""
+    golden file (--update writes it); with --runtime, held to the runtime build it ships on."""
     from devplan.files import is_stdout, refuse_overwrite
     from devplan.inspection.check import check, check_document, check_golden
+    from devplan.inspection.runtime_build import check_runtime
     from devplan.planning import parse_budget
 
     if golden is None and (update or tolerance is not None or exact):
@@ -147,7 +160,7 @@ def check_command(
         refuse_overwrite(golden, [program, data], "--golden")
     elif str(golden) == str(program) == STDIO:
         raise DevplanError("-: standard input can be read once; pass the program or the --golden file as a file")
-    _report_outputs(json_output, report_format, junit, [program, data, golden])
+    _report_outputs(json_output, report_format, junit, [program, data, golden, runtime])
     source = read_noting_external(program, data)
     checks = check(
         source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio, method=method
@@ -157,8 +170,9 @@ def check_command(
         if golden is not None
         else None
     )
+    built = check_runtime(source, runtime, method) if runtime is not None else None
     name = source.name if str(program) == STDIO else program.name
-    report = check_document(name, checks, matched)
+    report = check_document(name, checks, matched, built)
     # a golden file written to standard output leaves it no room for the report, which goes to stderr
     to_stderr = update and is_stdout(golden)
     if json_output:
@@ -167,15 +181,18 @@ def check_command(
         from devplan.cli.reports import check_lines, print_verdicts
 
         shown = console(stderr=to_stderr)
-        print_verdicts(check_lines(checks, matched, str(golden), name, shown.width), shown)
+        print_verdicts(check_lines(checks, matched, str(golden), name, shown.width, built), shown)
     else:
         from devplan.cli import reports_ci
 
         if report_format is ReportFormat.markdown:
-            echo(reports_ci.check_markdown(checks, matched, str(golden), name), nl=False, err=to_stderr)
+            echo(reports_ci.check_markdown(checks, matched, str(golden), name, built), nl=False, err=to_stderr)
         else:
             typer.echo(  # devplan's own workflow commands: the one output not made inert
-                "".join(line + "\n" for line in reports_ci.check_github(checks, matched, str(golden), str(program))),
+                "".join(
+                    line + "\n"
+                    for line in reports_ci.check_github(checks, matched, str(golden), str(program), built, str(runtime))
+                ),
                 nl=False,
                 err=to_stderr,
             )
@@ -183,7 +200,7 @@ def check_command(
         from devplan.cli.reports_ci import check_junit
         from devplan.files import write_atomic
 
-        write_atomic(junit, check_junit(checks, matched, str(golden), name, str(program)))
+        write_atomic(junit, check_junit(checks, matched, str(golden), name, str(program), built, str(runtime)))
     if not report["ok"]:
         raise typer.Exit(EXIT_FAILED)
 

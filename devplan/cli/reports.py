@@ -10,7 +10,15 @@ import re
 from rich.console import Console
 from rich.text import Text
 
-from devplan.documents import CompiledDelegate, CompileSummary, FoldChoice, Quantization, Reference, RunDocument
+from devplan.documents import (
+    CheckedRuntime,
+    CompiledDelegate,
+    CompileSummary,
+    FoldChoice,
+    Quantization,
+    Reference,
+    RunDocument,
+)
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.difftext import WIDTH, cause_lines, change_lines, outcome, peak_text, wrapped
 from devplan.inspection.kernels import needs_text
@@ -133,11 +141,16 @@ def quantization_lines(report: Quantization) -> list[str]:
 
 
 def check_lines(
-    checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str, width: int = WIDTH
+    checks: list[BufferCheck],
+    matched: GoldenCheck | None,
+    golden: str,
+    name: str,
+    width: int = WIDTH,
+    runtime: CheckedRuntime | None = None,
 ) -> list[str]:
     """check's verdicts: one line per buffer (and per device a budget names), what a failing
-    one holds at its peak, then the golden file's verdict and what changed, each within
-    `width` columns (the console's)."""
+    one holds at its peak, the golden file's verdict and what changed, then the runtime build's
+    verdict and what it lacks, each within `width` columns (the console's)."""
     lines = []
     for c in checks:
         mark = "note" if c.working_memory is not None else "ok  " if c.ok else "FAIL"
@@ -149,10 +162,25 @@ def check_lines(
         lines.append(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
         if matched.diff is not None:
             lines += [*cause_lines(matched.diff, width), *change_lines(matched.diff, width=width)]
+    if runtime is not None:
+        lines += runtime_lines(runtime)
     lines = wrapped(lines, width)
     if matched is not None and not matched.ok:  # how to accept the change: a command, whole to copy
         lines.append(f"  to accept this plan: devplan check {name} --golden {golden} --update")
     return [printable(line) for line in lines]
+
+
+def runtime_lines(runtime: CheckedRuntime) -> list[str]:
+    """The runtime build's verdict, then each thing a method needs that it lacks."""
+    unchecked = "" if runtime["backends_checked"] else "; backends not checked (the list names none in build_features)"
+    name = runtime["file"]["name"]
+    if runtime["ok"]:
+        return [f"ok    runtime build {name}: has every operator and kernel variant the program needs{unchecked}"]
+    lacks = runtime["missing"]
+    return [
+        f"FAIL  runtime build {name}: lacks {counted(len(lacks), 'thing')} the program needs{unchecked}",
+        *(f"        {m['method']} needs {m['kind']} {m['name']}: {m['detail']}" for m in lacks),
+    ]
 
 
 _VERDICT = re.compile(r"^\s*(FAIL)\b")

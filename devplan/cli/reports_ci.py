@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from typing import cast
 
 from devplan.cli.reports import buffer_facts, buffer_name
-from devplan.documents import PeakDetail
+from devplan.documents import CheckedRuntime, PeakDetail
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.diff import Change, Diff
 from devplan.inspection.difftext import change_label, change_values, outcome, peak_text, signed_size
@@ -23,9 +23,16 @@ _MARKDOWN_SPECIAL = "\\|<`*"  # what would end a table cell, open HTML or a code
 # Markdown
 
 
-def check_markdown(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str) -> str:
-    """A heading with the verdict, a table of the buffers, then the golden file's changes."""
-    ok = all(c.ok for c in checks) and (matched is None or matched.ok)
+def check_markdown(
+    checks: list[BufferCheck],
+    matched: GoldenCheck | None,
+    golden: str,
+    name: str,
+    runtime: CheckedRuntime | None = None,
+) -> str:
+    """A heading with the verdict, a table of the buffers, the golden file's changes, then what
+    the runtime build lacks."""
+    ok = all(c.ok for c in checks) and (matched is None or matched.ok) and (runtime is None or runtime["ok"])
     lines = [f"### devplan check {_code(name)}: {'ok' if ok else 'FAIL'}", ""]
     if checks:
         lines += ["| | buffer | size | limits |", "| --- | --- | ---: | --- |"]
@@ -44,6 +51,13 @@ def check_markdown(checks: list[BufferCheck], matched: GoldenCheck | None, golde
         verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
         lines += ["", f"#### {_MARK[matched.ok]} golden {_code(golden)}: {_cell(verdict)}", ""]
         lines += _changes_markdown(matched.diff) if matched.diff is not None else []
+    if runtime is not None:
+        verdict = "has what the program needs" if runtime["ok"] else f"lacks {len(runtime['missing'])}"
+        lines += ["", f"#### {_MARK[runtime['ok']]} runtime build {_code(runtime['file']['name'])}: {verdict}", ""]
+        lines += [
+            f"- {_cell(m['method'])} needs {m['kind']} {_code(m['name'])}: {_cell(m['detail'])}"
+            for m in runtime["missing"]
+        ]
     return _joined(lines)
 
 
@@ -109,14 +123,26 @@ def _joined(lines: list[str]) -> str:
 # GitHub's workflow commands
 
 
-def check_github(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, program: str) -> list[str]:
+def check_github(
+    checks: list[BufferCheck],
+    matched: GoldenCheck | None,
+    golden: str,
+    program: str,
+    runtime: CheckedRuntime | None = None,
+    build: str = "",
+) -> list[str]:
     """An error on the program per failing buffer; on the golden file, an error per difference
-    and a notice per change allowed."""
+    and a notice per change allowed; on the runtime build's list (`build`, its path), an error
+    per thing it lacks."""
     lines = [
         _command("error", program, f"devplan check: {buffer_name(c)}", _buffer_message(c)) for c in checks if not c.ok
     ]
     if matched is not None and matched.diff is not None:
         lines += diff_github(matched.diff, golden)
+    for m in runtime["missing"] if runtime is not None else ():
+        lines.append(
+            _command("error", build, f"devplan check: {m['method']} needs {m['kind']} {m['name']}", m["detail"])
+        )
     return lines
 
 
@@ -180,8 +206,17 @@ def _property(text: str) -> str:
 # JUnit XML
 
 
-def check_junit(checks: list[BufferCheck], matched: GoldenCheck | None, golden: str, name: str, program: str) -> bytes:
-    """A test suite of the buffers (one test case each), and one of the golden file's changes."""
+def check_junit(
+    checks: list[BufferCheck],
+    matched: GoldenCheck | None,
+    golden: str,
+    name: str,
+    program: str,
+    runtime: CheckedRuntime | None = None,
+    build: str = "",
+) -> bytes:
+    """A test suite of the buffers (one test case each), one of the golden file's changes, and
+    one of the runtime build's verdict (a failing case per thing it lacks)."""
     root = ET.Element("testsuites", name=f"devplan check {printable(name)}")
     suite = _suite(root, f"devplan check {name}")
     for c in checks:
@@ -192,6 +227,12 @@ def check_junit(checks: list[BufferCheck], matched: GoldenCheck | None, golden: 
             _changes_junit(suite, "devplan.golden", matched.diff, golden)
         else:  # --update: the golden file was written, which passes
             _case(suite, "devplan.golden", f"wrote it from {name}", golden, None)
+    if runtime is not None:
+        suite = _suite(root, f"runtime build {runtime['file']['name']}")
+        for m in runtime["missing"]:
+            _case(suite, "devplan.runtime", f"{m['method']} needs {m['kind']} {m['name']}", build, m["detail"])
+        if runtime["ok"]:
+            _case(suite, "devplan.runtime", "has what the program needs", build, None)
     return _xml(root)
 
 

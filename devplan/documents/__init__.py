@@ -8,6 +8,8 @@ from devplan.documents.check import (
     CheckDocument,
     CheckedBuffer,
     CheckedGolden,
+    CheckedRuntime,
+    MissingKernel,
 )
 from devplan.documents.common import (
     FileName,
@@ -102,6 +104,8 @@ __all__ = [
     "WorkingMemory",
     "CheckedBuffer",
     "CheckedGolden",
+    "MissingKernel",
+    "CheckedRuntime",
     "CheckDocument",
     "DeviceMemory",
     "TensorSummary",

@@ -33,9 +33,24 @@ class CheckedGolden(TypedDict):
     diff: Optional[DiffDocument]  # the schema says: diff.schema.json
 
 
+class MissingKernel(TypedDict):
+    method: str
+    kind: Literal["operator", "kernel", "backend"]
+    name: str
+    detail: str
+
+
+class CheckedRuntime(TypedDict):
+    file: FileName
+    ok: bool
+    backends_checked: bool  # the build list names the backends it links (build_features)
+    missing: list[MissingKernel]
+
+
 class CheckDocument(TypedDict):
     schema_version: Literal[1]
     file: FileName
     ok: bool
     buffers: list[CheckedBuffer]
     golden: Optional[CheckedGolden]
+    runtime: NotRequired[CheckedRuntime]  # with --runtime only

@@ -35,8 +35,11 @@ def value(name: str) -> str | None:
 
 
 def keyword_argument(name: str) -> str | None:
-    """An op argument's name, written as a keyword of the call (`from` and `self` are real ones)."""
-    return None if _IDENTIFIER.fullmatch(name) else "which is not a Python identifier that torch can write as a keyword"
+    """An op argument's name, written as a keyword of the call (`from` and `self` are real ones);
+    empty for a positional argument of a Python callable (`operator.getitem`), never written."""
+    if name == "" or _IDENTIFIER.fullmatch(name):
+        return None
+    return "which is not a Python identifier that torch can write as a keyword"
 
 
 def path(name: str) -> str | None:

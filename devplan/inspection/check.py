@@ -9,7 +9,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Final, Mapping, cast
 
-from devplan.documents import CheckDocument, CheckedBuffer, CheckedGolden, GoldenPeak, WorkingMemory
+from devplan.documents import CheckDocument, CheckedBuffer, CheckedGolden, CheckedRuntime, GoldenPeak, WorkingMemory
 from devplan.errors import BudgetExceeded, DevplanError
 from devplan.files import STDIO, refuse_overwrite, write_atomic
 from devplan.inspection import inspect
@@ -231,13 +231,19 @@ def check_golden(
     return GoldenCheck(os.fspath(golden), False, diff(compared, doc, tolerance=tolerance, exact=exact, method=method))
 
 
-def check_document(name: str, checks: list[BufferCheck], golden: GoldenCheck | None = None) -> CheckDocument:
-    """`devplan check --json` (docs/check-json.md): the budget checks, and the golden's verdict."""
+def check_document(
+    name: str, checks: list[BufferCheck], golden: GoldenCheck | None = None, runtime: CheckedRuntime | None = None
+) -> CheckDocument:
+    """`devplan check --json` (docs/check-json.md): the budget checks, the golden's verdict and,
+    with --runtime, what the runtime build lacks (devplan/inspection/runtime_build.py)."""
     rows = [cast(CheckedBuffer, asdict(c) | {"ratio": round(c.ratio, 6), "ok": c.ok}) for c in checks]
-    return {
+    document: CheckDocument = {
         "schema_version": SCHEMA_VERSION,
         "file": {"name": name},
-        "ok": all(c.ok for c in checks) and (golden is None or golden.ok),
+        "ok": all(c.ok for c in checks) and (golden is None or golden.ok) and (runtime is None or runtime["ok"]),
         "buffers": rows,
         "golden": golden.document() if golden is not None else None,
     }
+    if runtime is not None:
+        document["runtime"] = runtime
+    return document

@@ -10,8 +10,10 @@ KV cache included, and pass `check --max-ratio 1.05`."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
+import io
 import re
 
 import pytest
@@ -20,6 +22,8 @@ pytest.importorskip("executorch.extension.llm.runner")
 
 import devplan  # noqa: E402
 from devplan import inspect  # noqa: E402
+from devplan.inspection.kernels import oplist_yaml  # noqa: E402
+from devplan.pte.decode import methods  # noqa: E402
 from testbed.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, generate, word_tokenizer  # noqa: E402
 
 PROMPT = "the quick brown fox"
@@ -122,3 +126,21 @@ def test_export_llama_refuses_a_folder_it_would_read_as_pre_quantized(tmp_path):
     failed in torch.export (the benchmark's), one of width 64 passed unnoticed (this corpus's)."""
     with pytest.raises(ValueError, match="already quantized"):
         export_llama(tmp_path / "export_llama-8da4w", qmode="8da4w")
+
+
+def test_the_program_names_the_llm_kernels_it_needs_and_lists_them_as_executorch_does(llama, tmp_path):
+    """Issue 57: an LLM program says it needs ExecuTorch's LLM custom ops (and, with a quantized
+    embedding, its quantized kernels), and --oplist writes what gen_oplist writes for it."""
+    exported, result, _, name = llama
+    (forward,) = [m for m in inspect(result.path)["methods"] if m["name"] == "forward"]
+    libraries = {row["library"]: row["operators"] for row in forward["kernels"]}
+    if name != "transformers_recipe":  # export_llama's model code calls the custom ops
+        assert {"llama::custom_sdpa.out", "llama::update_cache.out"} <= set(libraries["llm"])
+    if name == "executorch_quantized_embedding":
+        assert any(op.startswith("quantized_decomposed::embedding_byte.") for op in libraries["quantized"])
+    gen_oplist = pytest.importorskip("executorch.codegen.tools.gen_oplist").gen_oplist
+    for program in (result.path, exported.pte):
+        listed = tmp_path / f"{program.stem}.yaml"
+        with contextlib.redirect_stdout(io.StringIO()):
+            gen_oplist(output_path=str(listed), model_file_path=str(program))
+        assert oplist_yaml(methods(devplan.read_pte(program)), str(program)) == listed.read_text()

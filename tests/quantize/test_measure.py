@@ -14,7 +14,7 @@ from devplan.passes.quantize import Error, QuantizeReport, Reference
 
 
 def _report(eager: Error) -> QuantizeReport:
-    return QuantizeReport("dynamic-int8", 2, False, eager, (), 0, 0, eager)
+    return QuantizeReport("dynamic-int8", 2, 2, False, eager, (), 0, 0, eager)
 
 
 def _reference(module: nn.Module, samples: list[tuple]) -> Reference:
