@@ -55,8 +55,8 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
     and dtype): a result larger than both the constants it is computed from and
     SHARED_FOLD_CAP stays a run-time op, and so does everything computed from it. So are all
     of them together (`_Held`): the pass holds every result it computes until it has chosen
-    what to store, so past the program's own constant bytes (or SHARED_FOLD_CAP) it computes
-    nothing more. So compile-time work is bounded by what the program stores, never by shapes
+    what to store, so past twice the program's own constant bytes (or SHARED_FOLD_CAP) it
+    computes and stores nothing more. So compile-time work is bounded by what the program stores, never by shapes
     or steps a small file can name (`w.expand(10**6, 10**4).contiguous()` from one weight,
     or `w.expand(2**18)` then 3,000 adds)."""
     if policy == "none":
@@ -99,10 +99,11 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
         leaves = [n for n in inside if n.op != "call_function"]
         leaf_bytes = sum(values[leaf].nbytes for leaf in leaves)
         if policy == "all":
-            shared += not closed and bool(leaves)
+            shares = not closed and bool(leaves)
         elif closed and leaves:
             if result.nbytes > leaf_bytes:
                 continue
+            shares = False
         else:
             private = sum(values[leaf].nbytes for leaf in leaves if all(user in inside for user in leaf.users))
             if result.nbytes > min(leaf_bytes if leaves else SHARED_FOLD_CAP, SHARED_FOLD_CAP):
@@ -113,7 +114,10 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
                 continue
             if _run_peak(inside, values) <= result.nbytes - private:
                 continue
-            shared += bool(leaves)
+            shares = bool(leaves)
+        if not held.stores(node, result):
+            continue  # its stored copy would take the pass past its bound: left to run time
+        shared += shares
         folded += 1
         removed += sum(
             values[n].nbytes
@@ -141,14 +145,16 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
 
 class _Held:
     """The bytes of the storages the pass's results have made, each counted once (a view of a
-    weight or of an earlier result makes none), against the most it may hold: the bytes the
-    program stores, or SHARED_FOLD_CAP when its weights are fewer. The first step past it is
-    logged (`--debug` shows it); it and all computed from it are left to run time."""
+    weight or of an earlier result makes none; storing a view whole copies it), against the
+    most it may hold: twice the bytes the program stores (every weight computed from another
+    and stored, a transpose then a scale of each, takes that), or SHARED_FOLD_CAP when its
+    weights are fewer. The first step past it is logged (`--debug` shows it); it and all
+    computed from it are left to run time."""
 
     def __init__(self, stored: list[torch.Tensor]) -> None:
         self.storages = {t.untyped_storage().data_ptr() for t in stored}
         self.stored = sum(t.nbytes for t in stored)
-        self.most = max(self.stored, SHARED_FOLD_CAP)
+        self.most = max(2 * self.stored, SHARED_FOLD_CAP)
         self.bytes = 0
         self.full = False
 
@@ -161,14 +167,27 @@ class _Held:
         """Whether computing the node's result stays within the bound (a view's makes no bytes;
         one that copies after all is counted once made, and the steps after it stop)."""
         viewed = node.target is operator.getitem or getattr(node.target, "is_view", False)
-        if self.bytes + (0 if viewed else _result_bytes(node)) <= self.most:
+        return self._fits(node, "computing", 0 if viewed else _result_bytes(node))
+
+    def stores(self, node: torch.fx.Node, result: torch.Tensor) -> bool:
+        """Whether storing the node's result stays within the bound, counting its bytes when
+        it is a view that storing copies (an expand of a weight, stored whole), as held."""
+        copied = 0 if result.is_contiguous() else result.nbytes
+        if not self._fits(node, "storing", copied):
+            return False
+        self.bytes += copied
+        return True
+
+    def _fits(self, node: torch.fx.Node, doing: str, nbytes: float) -> bool:
+        if self.bytes + nbytes <= self.most:
             return True
         if not self.full:
             self.full = True
             _log.info(
-                "fold: node %s and what is computed from it run at run time: computing it would "
-                "hold more than %s of folded results (the program stores %s)",
+                "fold: node %s runs at run time, and so may others: %s it would hold more than %s "
+                "of folded results (the program stores %s)",
                 node.name,
+                doing,
                 size_text(self.most),
                 size_text(self.stored),
             )
