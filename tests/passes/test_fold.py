@@ -225,6 +225,33 @@ def test_constant_subgraph_too_large_to_fold_stays_a_run_time_op(how):
     assert peak is not None and peak < 2**30, peak
 
 
+class Adds(torch.nn.Module):
+    """A 4-byte weight expanded to 1 MiB, then 1 added 3 times: each step within its own bound."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(1))
+
+    def forward(self, x):
+        y = self.w.expand(2**18)
+        for _ in range(3):
+            y = y + 1
+        return x + y
+
+
+def test_the_step_past_the_pass_bound_is_named_and_left_to_run_time(caplog):
+    """The first add holds 1 MiB (SHARED_FOLD_CAP, the program storing 4 bytes); the second
+    would hold more, so it is left to run time with what is computed from it, and the log
+    (`--debug` prints it) names it; the program still runs as eager."""
+    torch.manual_seed(0)
+    module, args = Adds().eval().requires_grad_(False), (torch.randn(2**18),)
+    with caplog.at_level("INFO", logger="devplan.fold"):
+        result = devplan.compile(torch.export.export(module, args, strict=False), fold="all")
+    assert "fold: node add_1 runs at run time" in caplog.text and "more than 1.0 MiB" in caplog.text
+    assert [k.op for k in result.planned.method.kernels].count("aten::add.Scalar_out") == 2  # add_1 and add_2
+    _matches_eager(module, args, {}, result)
+
+
 # ------------------------------------------------------------------------------- --fold
 
 
