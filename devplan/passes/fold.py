@@ -37,6 +37,12 @@ _KEPT_QUANTIZED = ("quantized_decomposed::dequantize_",)
 # result to the file, which is worth it only when the run saves more than that, and never
 # past this many bytes (an expand or repeat of a weight stays a run-time op).
 SHARED_FOLD_CAP = 1 << 20
+# What the pass may hold in all is twice the bytes the program stores, but never less than
+# this: a small model computes from its weights more than twice their bytes, each step within
+# SHARED_FOLD_CAP (a 2-layer int4-quantized Llama's weights made float hold 5.4 times them),
+# and its folding stays as it was; a large one's weights that grow so are left to run time
+# step by step.
+HELD_FLOOR = 16 * SHARED_FOLD_CAP
 
 
 def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
@@ -55,7 +61,7 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
     and dtype): a result larger than both the constants it is computed from and
     SHARED_FOLD_CAP stays a run-time op, and so does everything computed from it. So are all
     of them together (`_Held`): the pass holds every result it computes until it has chosen
-    what to store, so past twice the program's own constant bytes (or SHARED_FOLD_CAP) it
+    what to store, so past twice the program's own constant bytes (or HELD_FLOOR) it
     computes and stores nothing more. So compile-time work is bounded by what the program stores, never by shapes
     or steps a small file can name (`w.expand(10**6, 10**4).contiguous()` from one weight,
     or `w.expand(2**18)` then 3,000 adds)."""
@@ -147,14 +153,14 @@ class _Held:
     """The bytes of the storages the pass's results have made, each counted once (a view of a
     weight or of an earlier result makes none; storing a view whole copies it), against the
     most it may hold: twice the bytes the program stores (every weight computed from another
-    and stored, a transpose then a scale of each, takes that), or SHARED_FOLD_CAP when its
+    and stored, a transpose then a scale of each, takes that), or HELD_FLOOR when its
     weights are fewer. The first step past it is logged (`--debug` shows it); it and all
     computed from it are left to run time."""
 
     def __init__(self, stored: list[torch.Tensor]) -> None:
         self.storages = {t.untyped_storage().data_ptr() for t in stored}
         self.stored = sum(t.nbytes for t in stored)
-        self.most = max(2 * self.stored, SHARED_FOLD_CAP)
+        self.most = max(2 * self.stored, HELD_FLOOR)
         self.bytes = 0
         self.full = False
 

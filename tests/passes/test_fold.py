@@ -214,9 +214,10 @@ print(result.constant_bytes)
 def test_constant_subgraph_too_large_to_fold_stays_a_run_time_op(how):
     """Folding checks each step's result size (its fake value) before evaluating it: a step
     larger than the constants it comes from is left to run time, and so is one that would
-    take the results held so far, or stored, past twice the bytes the program stores (each of
-    2,000 steps was within its own bound, and together they held 2 GiB), so compiling a tiny export whose
-    constants would make 2 GiB neither takes the time nor the memory."""
+    take the results held so far, or stored, past twice the bytes the program stores or
+    HELD_FLOOR (each of 2,000 steps was within its own bound, and together they held 2 GiB),
+    so compiling a tiny export whose constants would make 2 GiB neither takes the time nor
+    the memory."""
     from testbed.peak import run_measured
 
     done, peak = run_measured(["-c", _HUGE_FROM_SMALL, how], capture_output=True, text=True, timeout=300)
@@ -226,7 +227,7 @@ def test_constant_subgraph_too_large_to_fold_stays_a_run_time_op(how):
 
 
 class Adds(torch.nn.Module):
-    """A 4-byte weight expanded to 1 MiB, then 1 added 3 times: each step within its own bound."""
+    """A 4-byte weight expanded to 1 MiB, then 1 added 20 times: each step within its own bound."""
 
     def __init__(self):
         super().__init__()
@@ -234,21 +235,21 @@ class Adds(torch.nn.Module):
 
     def forward(self, x):
         y = self.w.expand(2**18)
-        for _ in range(3):
+        for _ in range(20):
             y = y + 1
         return x + y
 
 
 def test_the_step_past_the_pass_bound_is_named_and_left_to_run_time(caplog):
-    """The first add holds 1 MiB (SHARED_FOLD_CAP, the program storing 4 bytes); the second
+    """The first 16 adds hold 16 MiB (HELD_FLOOR, the program storing 4 bytes); the 17th
     would hold more, so it is left to run time with what is computed from it, and the log
     (`--debug` prints it) names it; the program still runs as eager."""
     torch.manual_seed(0)
     module, args = Adds().eval().requires_grad_(False), (torch.randn(2**18),)
     with caplog.at_level("INFO", logger="devplan.fold"):
         result = devplan.compile(torch.export.export(module, args, strict=False), fold="all")
-    assert "fold: node add_1 runs at run time" in caplog.text and "more than 1.0 MiB" in caplog.text
-    assert [k.op for k in result.planned.method.kernels].count("aten::add.Scalar_out") == 2  # add_1 and add_2
+    assert "fold: node add_16 runs at run time" in caplog.text and "more than 16.0 MiB" in caplog.text
+    assert [k.op for k in result.planned.method.kernels].count("aten::add.Scalar_out") == 4  # add_16 to add_19
     _matches_eager(module, args, {}, result)
 
 
