@@ -59,10 +59,10 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
 
     Every step on the way is bounded before it is evaluated, from the node's fake value (shape
     and dtype): a result larger than both the constants it is computed from and
-    SHARED_FOLD_CAP stays a run-time op, and so does everything computed from it. So are all
-    of them together (`_Held`): the pass holds every result it computes until it has chosen
-    what to store, so past twice the program's own constant bytes (or HELD_FLOOR) it
-    computes and stores nothing more. So compile-time work is bounded by what the program stores, never by shapes
+    SHARED_FOLD_CAP stays a run-time op, and so does everything computed from it. So is their
+    sum (`_Held`): the pass holds every result it computes until it has chosen what to store,
+    so past twice the program's own constant bytes (or HELD_FLOOR) it computes and stores
+    nothing more. So compile-time work is bounded by what the program stores, never by shapes
     or steps a small file can name (`w.expand(10**6, 10**4).contiguous()` from one weight,
     or `w.expand(2**18)` then 3,000 adds)."""
     if policy == "none":
