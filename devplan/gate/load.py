@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from devplan.errors import DevplanError, first_line
 from devplan.files import open_input, present, stdout_to_stderr
 from devplan.gate.archive import check_archive
+from devplan.gate.results import check_results
 from devplan.pte.header import is_program
 from devplan.spec import INT32_MAX
 
@@ -74,6 +75,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
             f"re-export the model with torch.export.save"
         )
     _check_sizes(ep, path)
+    check_results(ep, path)
     return ep
 
 

@@ -3,6 +3,7 @@ weight, a scale folded into a bias), so that it is stored rather than planned an
 
 from __future__ import annotations
 
+import logging
 import operator
 from dataclasses import replace
 
@@ -10,6 +11,9 @@ import torch
 
 from devplan.errors import DevplanError, first_line
 from devplan.ir.lowered import Lowered
+from devplan.units import size_text
+
+_log = logging.getLogger("devplan.fold")
 
 _NONDETERMINISTIC = {
     "aten::rand",
@@ -33,6 +37,12 @@ _KEPT_QUANTIZED = ("quantized_decomposed::dequantize_",)
 # result to the file, which is worth it only when the run saves more than that, and never
 # past this many bytes (an expand or repeat of a weight stays a run-time op).
 SHARED_FOLD_CAP = 1 << 20
+# What the pass may hold in all is twice the bytes the program stores, but never less than
+# this: a small model computes from its weights more than twice their bytes, each step within
+# SHARED_FOLD_CAP (a 2-layer int4-quantized Llama's weights made float hold 5.4 times them),
+# and its folding stays as it was; a large one's weights that grow so are left to run time
+# step by step.
+HELD_FLOOR = 16 * SHARED_FOLD_CAP
 
 
 def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
@@ -49,14 +59,18 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
 
     Every step on the way is bounded before it is evaluated, from the node's fake value (shape
     and dtype): a result larger than both the constants it is computed from and
-    SHARED_FOLD_CAP stays a run-time op, and so does everything computed from it. So
-    compile-time work is bounded by what the program stores, never by shapes a small file can
-    name (`w.expand(10**6, 10**4).contiguous()` from one weight)."""
+    SHARED_FOLD_CAP stays a run-time op, and so does everything computed from it. So is their
+    sum (`_Held`): the pass holds every result it computes until it has chosen what to store,
+    so past twice the program's own constant bytes (or HELD_FLOOR) it computes and stores
+    nothing more. So compile-time work is bounded by what the program stores, never by shapes
+    or steps a small file can name (`w.expand(10**6, 10**4).contiguous()` from one weight,
+    or `w.expand(2**18)` then 3,000 adds)."""
     if policy == "none":
         return low  # its folding record stays empty: the summary counts nothing folded
     gm = low.gm
     values: dict[torch.fx.Node, torch.Tensor] = {}
     cone: dict[torch.fx.Node, set[torch.fx.Node]] = {}
+    held = _Held.of(low)
     for node in gm.graph.nodes:
         if node.op == "placeholder" and node.name in low.constants:
             values[node], cone[node] = low.constants[node.name], {node}
@@ -65,7 +79,7 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
         elif node.op == "call_function" and _foldable(node, values):
             inside = {node}.union(*(cone[n] for n in node.all_input_nodes))
             leaf_bytes = sum(_nbytes(values[n]) for n in inside if n.op != "call_function")
-            if _result_bytes(node) > max(leaf_bytes, SHARED_FOLD_CAP):
+            if _result_bytes(node) > max(leaf_bytes, SHARED_FOLD_CAP) or not held.admits(node):
                 continue  # too large to compute here: left to run time
             args, kwargs = torch.fx.map_arg((node.args, node.kwargs), values.__getitem__)
             try:
@@ -76,6 +90,7 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
                     f"({first_line(error)}); re-export the model with torch.export"
                 ) from None
             cone[node] = inside
+            held.add(values[node])
     before = _stored_bytes(low)
     folded = shared = removed = 0
     candidates = [node for node in values if node.op == "call_function" and any(u not in values for u in node.users)]
@@ -90,10 +105,11 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
         leaves = [n for n in inside if n.op != "call_function"]
         leaf_bytes = sum(values[leaf].nbytes for leaf in leaves)
         if policy == "all":
-            shared += not closed and bool(leaves)
+            shares = not closed and bool(leaves)
         elif closed and leaves:
             if result.nbytes > leaf_bytes:
                 continue
+            shares = False
         else:
             private = sum(values[leaf].nbytes for leaf in leaves if all(user in inside for user in leaf.users))
             if result.nbytes > min(leaf_bytes if leaves else SHARED_FOLD_CAP, SHARED_FOLD_CAP):
@@ -104,7 +120,10 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
                 continue
             if _run_peak(inside, values) <= result.nbytes - private:
                 continue
-            shared += bool(leaves)
+            shares = bool(leaves)
+        if not held.stores(node, result):
+            continue  # its stored copy would take the pass past its bound: left to run time
+        shared += shares
         folded += 1
         removed += sum(
             values[n].nbytes
@@ -128,6 +147,63 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
         "run_bytes_removed": removed,
     }
     return replace(low, folding=folding)
+
+
+class _Held:
+    """The bytes of the storages the pass's results have made, each counted once (a view of a
+    weight or of an earlier result makes none; storing a view whole copies it), against the
+    most it may hold: twice the bytes the program stores (every weight computed from another
+    and stored, a transpose then a scale of each, takes that), or HELD_FLOOR when its
+    weights are fewer. The first step past it is logged (`--debug` shows it); it and all
+    computed from it are left to run time."""
+
+    def __init__(self, stored: list[torch.Tensor]) -> None:
+        self.storages = {t.untyped_storage().data_ptr() for t in stored}
+        self.stored = sum(t.nbytes for t in stored)
+        self.most = max(2 * self.stored, HELD_FLOOR)
+        self.bytes = 0
+        self.full = False
+
+    @classmethod
+    def of(cls, low: Lowered) -> "_Held":
+        stored = [*low.constants.values(), *low.gm.buffers()]
+        return cls([t for t in stored if isinstance(t, torch.Tensor)])
+
+    def admits(self, node: torch.fx.Node) -> bool:
+        """Whether computing the node's result stays within the bound (a view's makes no bytes;
+        one that copies after all is counted once made, and the steps after it stop)."""
+        viewed = node.target is operator.getitem or getattr(node.target, "is_view", False)
+        return self._fits(node, "computing", 0 if viewed else _result_bytes(node))
+
+    def stores(self, node: torch.fx.Node, result: torch.Tensor) -> bool:
+        """Whether storing the node's result stays within the bound, counting its bytes when
+        it is a view that storing copies (an expand of a weight, stored whole), as held."""
+        copied = 0 if result.is_contiguous() else result.nbytes
+        if not self._fits(node, "storing", copied):
+            return False
+        self.bytes += copied
+        return True
+
+    def _fits(self, node: torch.fx.Node, doing: str, nbytes: float) -> bool:
+        if self.bytes + nbytes <= self.most:
+            return True
+        if not self.full:
+            self.full = True
+            _log.info(
+                "fold: node %s runs at run time, and so may others: %s it would hold more than %s "
+                "of folded results (the program stores %s)",
+                node.name,
+                doing,
+                size_text(self.most),
+                size_text(self.stored),
+            )
+        return False
+
+    def add(self, value) -> None:
+        for tensor in torch.utils._pytree.tree_leaves(value):
+            if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().data_ptr() not in self.storages:
+                self.storages.add(tensor.untyped_storage().data_ptr())
+                self.bytes += tensor.untyped_storage().nbytes()
 
 
 def _run_peak(inside: set[torch.fx.Node], values) -> int:

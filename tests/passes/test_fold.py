@@ -182,7 +182,9 @@ _HUGE_FROM_SMALL = """
 import sys, torch, devplan
 
 class Huge(torch.nn.Module):
-    '''A 32-byte weight whose constant-only subgraph makes 2 GiB before it is reduced.'''
+    '''A 32-byte weight whose constant-only subgraph makes 2 GiB before it is reduced: in one
+    step, or (adds) in 2,000 steps of 1 MiB each; or (expands) 1,200 views of it 1 MiB each,
+    which --fold all (auto plans it too) stores whole.'''
     def __init__(self):
         super().__init__()
         self.w = torch.nn.Parameter(torch.randn(1, 8))
@@ -190,6 +192,14 @@ class Huge(torch.nn.Module):
     def forward(self, x):
         if sys.argv[1] == "expand":
             big = self.w.expand(2 ** 26, 8).contiguous()
+        elif sys.argv[1] == "adds":
+            big = self.w.expand(2 ** 15, 8)
+            for _ in range(2000):
+                big = big + 1
+        elif sys.argv[1] == "expands":
+            big = x.expand(2 ** 15, 8)
+            for _ in range(1200):
+                big = big + self.w.expand(2 ** 15, 8)
         else:
             big = self.w.repeat(2 ** 26, 1)
         return x + big.sum(0)
@@ -200,17 +210,47 @@ print(result.constant_bytes)
 """
 
 
-@pytest.mark.parametrize("how", [pytest.param("expand", marks=pytest.mark.sweep), "repeat"])
+@pytest.mark.parametrize("how", [pytest.param("expand", marks=pytest.mark.sweep), "repeat", "adds", "expands"])
 def test_constant_subgraph_too_large_to_fold_stays_a_run_time_op(how):
     """Folding checks each step's result size (its fake value) before evaluating it: a step
-    larger than the constants it comes from is left to run time, so compiling a tiny export
-    whose constants would make 2 GiB neither takes the time nor the memory."""
+    larger than the constants it comes from is left to run time, and so is one that would
+    take the results held so far, or stored, past twice the bytes the program stores or
+    HELD_FLOOR (each of 2,000 steps was within its own bound, and together they held 2 GiB),
+    so compiling a tiny export whose constants would make 2 GiB neither takes the time nor
+    the memory."""
     from testbed.peak import run_measured
 
     done, peak = run_measured(["-c", _HUGE_FROM_SMALL, how], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[-1]) <= 64  # the weight, not a folded copy of anything
     assert peak is not None and peak < 2**30, peak
+
+
+class Adds(torch.nn.Module):
+    """A 4-byte weight expanded to 1 MiB, then 1 added 20 times: each step within its own bound."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(1))
+
+    def forward(self, x):
+        y = self.w.expand(2**18)
+        for _ in range(20):
+            y = y + 1
+        return x + y
+
+
+def test_the_step_past_the_pass_bound_is_named_and_left_to_run_time(caplog):
+    """The first 16 adds hold 16 MiB (HELD_FLOOR, the program storing 4 bytes); the 17th
+    would hold more, so it is left to run time with what is computed from it, and the log
+    (`--debug` prints it) names it; the program still runs as eager."""
+    torch.manual_seed(0)
+    module, args = Adds().eval().requires_grad_(False), (torch.randn(2**18),)
+    with caplog.at_level("INFO", logger="devplan.fold"):
+        result = devplan.compile(torch.export.export(module, args, strict=False), fold="all")
+    assert "fold: node add_16 runs at run time" in caplog.text and "more than 16.0 MiB" in caplog.text
+    assert [k.op for k in result.planned.method.kernels].count("aten::add.Scalar_out") == 4  # add_16 to add_19
+    _matches_eager(module, args, {}, result)
 
 
 # ------------------------------------------------------------------------------- --fold
