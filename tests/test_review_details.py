@@ -117,6 +117,8 @@ def test_counts_agree_with_their_nouns(programs):
                 "planner": "best",
                 "buffers": [],
                 "delegates": [],
+                "kernels": [],
+                "backends": [],
             }
         ],
         "file": {"constant_bytes": 0, "size": 100},

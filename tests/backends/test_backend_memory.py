@@ -66,7 +66,7 @@ def test_the_working_memory_is_the_intermediates_executorch_serialized(monkeypat
 def test_compile_summary_says_it(cnn):
     program, summary = cnn
     (memory,) = _working(program)
-    line = next(line for line in summary.splitlines() if "XnnpackBackend" in line)
+    line = next(line for line in summary.splitlines() if "delegate" in line and "XnnpackBackend" in line)
     assert "working memory outside the plan, allocated by the backend" in line
     assert f"({memory['bytes']:,} bytes), {memory['values']} intermediates" in line
 
