@@ -16,15 +16,15 @@ from devplan.inspection.kernels import oplist_yaml
 from devplan.pte import read_pte
 from devplan.pte.decode import methods
 from testbed.lowerings import executorch_lowered
-from testbed.models import export
+from testbed.models import CORPUS as MODELS, export
 from testbed.small_programs import xnnpack_program
 from tests.inspection.runner import invoke
 from tests.tiers import tiered
 
 gen_oplist = pytest.importorskip("executorch.codegen.tools.gen_oplist").gen_oplist
 
-# tensor lists (cat), scalars, integer indices, state, convolutions, a transformer block
-CORPUS = ("cat_split_chunk", "embedding", "scalar_arithmetic", "conv_bn_relu", "rolling_cache", "transformer_encoder")
+# every corpus model; the fast tier keeps tensor lists (cat) and integer indices (embedding)
+CORPUS = tuple(MODELS)
 
 
 def executorch_oplist(path) -> str:
@@ -76,3 +76,20 @@ def test_oplist_on_the_command_line(tmp_path):
     assert result.exit_code == 0, result.stdout
     assert out.read_text() == executorch_oplist(program)
     assert "aten::linear.out" in out.read_text()
+
+
+@pytest.mark.sweep  # a transformers model quantized: the full suite runs it
+def test_a_quantized_bert_says_it_needs_embedding_byte(tmp_path):
+    """The issue's case: BERT's embedding tables in 8 bits are gathered by ExecuTorch's quantized
+    kernels, which compile's summary names, and which a build list from --oplist holds."""
+    from testbed.hf_models import bert
+
+    module, args, kwargs = bert()
+    torch.export.save(torch.export.export(module, args, kwargs, strict=False), tmp_path / "bert.pt2")
+    program = tmp_path / "bert.pte"
+    compiled = invoke("compile", str(tmp_path / "bert.pt2"), "-o", str(program), "--quantize", "dynamic-int8")
+    assert compiled.exit_code == 0, compiled.output
+    needs = " ".join(" ".join(compiled.stdout.split()).split(" needs ")[1:])
+    assert "quantized kernels (quantized_ops_lib; in Python, import executorch.kernels.quantized)" in needs
+    assert "quantized_decomposed::embedding_byte" in needs
+    assert devplan_oplist(program) == executorch_oplist(program)
