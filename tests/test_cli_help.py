@@ -83,3 +83,10 @@ def test_devplan_help_lists_the_commands_in_the_order_a_user_meets_them():
     shown = _help(width=80)
     listed = [line.split()[0] for line in shown[shown.index("Commands:") :].splitlines()[1:] if line.strip()]
     assert listed == ["compile", "inspect", "check", "diff", "run"]
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_help_prints_what_a_shell_takes(name):
+    """Issue 55: `pip install "devplan[executorch]"` as help prints it installs the extra; a markup
+    escape leaking into the text (devplan\\[executorch]) installs something else."""
+    assert "\\[" not in _help(name, width=80)

@@ -144,7 +144,7 @@ def compile_command(
             autocompletion=_backends,
             help="Let ExecuTorch's backend NAME (xnnpack) take "
             "the ops it supports, compiled by its own partitioner and preprocess into its delegates; devplan "
-            'plans everything around them. Needs pip install "devplan\\[executorch]". Combines with --delegate '
+            'plans everything around them. Needs pip install "devplan[executorch]". Combines with --delegate '
             "and --partitioner in the order given.",
             show_default=False,
         ),

@@ -77,7 +77,7 @@ def run_command(
         typer.Option(
             "--executorch",
             help="Run on ExecuTorch's own runtime instead (needs pip install "
-            '"devplan\\[executorch]"): any program, those with XNNPACK delegates too.',
+            '"devplan[executorch]"): any program, those with XNNPACK delegates too.',
         ),
     ] = False,
     data: Annotated[
