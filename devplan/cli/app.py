@@ -5,6 +5,7 @@ JSON writer and the console. Each command imports what it runs inside itself, so
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
@@ -215,6 +216,35 @@ def echo_json(document: Mapping[str, Any], err: bool = False) -> None:
             echo("".join(pieces), nl=False, err=err)
             pieces.clear()
     echo("".join(pieces), err=err)
+
+
+class ReportFormat(str, enum.Enum):
+    """How check, diff and run print their report (reports.py, reports_ci.py)."""
+
+    text = "text"
+    markdown = "markdown"
+    github = "github"
+
+
+Format = Annotated[
+    ReportFormat,
+    typer.Option(
+        "--format",
+        help="text (for people), markdown (a table for $GITHUB_STEP_SUMMARY or a pull request "
+        "comment) or github (::error annotations naming the file and the change).",
+        case_sensitive=False,
+    ),
+]
+JUnit = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--junit",
+        metavar="FILE.xml",
+        help="Also write a JUnit XML report: a test case per check (a buffer, a golden file's "
+        "difference, a run's output against its reference), failing where it fails.",
+        show_default=False,
+    ),
+]
 
 
 Budgets = Annotated[

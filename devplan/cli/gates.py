@@ -3,7 +3,6 @@ bound and its golden file) and `devplan diff` (two programs' plans), each exitin
 
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,6 +13,9 @@ from devplan.cli.app import (
     Budgets,
     Command,
     DataFile,
+    Format,
+    JUnit,
+    ReportFormat,
     app,
     console,
     echo,
@@ -36,35 +38,6 @@ Tolerance = Annotated[
 ]
 Exact = Annotated[
     bool, typer.Option("--exact", help="Every change is a difference: sizes that shrank, tensors that moved.")
-]
-
-
-class ReportFormat(str, enum.Enum):
-    """How check and diff print their report (reports.py, reports_ci.py)."""
-
-    text = "text"
-    markdown = "markdown"
-    github = "github"
-
-
-Format = Annotated[
-    ReportFormat,
-    typer.Option(
-        "--format",
-        help="text (for people), markdown (a table for $GITHUB_STEP_SUMMARY or a pull request "
-        "comment) or github (::error annotations naming the file and the change).",
-        case_sensitive=False,
-    ),
-]
-JUnit = Annotated[
-    Optional[Path],
-    typer.Option(
-        "--junit",
-        metavar="FILE.xml",
-        help="Also write a JUnit XML report: a test case per buffer check and "
-        "per golden difference, failing where it fails.",
-        show_default=False,
-    ),
 ]
 
 

@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from typing import cast
 
 from devplan.cli.reports import buffer_facts, buffer_name
-from devplan.documents import CheckedRuntime, PeakDetail
+from devplan.documents import CheckedRuntime, OutputComparison, PeakDetail, Reference
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.diff import Change, Diff
 from devplan.inspection.difftext import change_label, change_values, outcome, peak_text, signed_size
@@ -59,6 +59,36 @@ def check_markdown(
             for m in runtime["missing"]
         ]
     return _joined(lines)
+
+
+def run_markdown(reference: Reference, name: str) -> str:
+    """A heading with the verdict against the reference, then a table of the outputs."""
+    rows = [
+        f"| {_MARK[o['passed']]} | {o['index']} | {_cell(_measure(o['sqnr_db'], ' dB', 'exact'))} | "
+        f"{_cell(_measure(o['max_abs']))} | {_cell(_measure(o['mean_abs']))} | {'yes' if o['allclose'] else 'no'} | "
+        f"{_share(o['argmax_agreement'])} | {_cell(o['note'] or '')} |"
+        for o in reference["outputs"]
+    ]
+    return _joined(
+        [
+            f"### devplan run {_code(name)} against {_code(reference['file']['name'])}: "
+            f"{'ok' if reference['passed'] else 'FAIL'}",
+            "",
+            "| | output | SQNR | max abs | mean abs | allclose | argmax | |",
+            "| --- | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+            *rows,
+        ]
+    )
+
+
+def _share(value: float | None) -> str:
+    return "" if value is None else f"{value:.1%}"
+
+
+def _measure(value: float | str | None, unit: str = "", none: str = "") -> str:
+    if value is None:
+        return none
+    return f"{value:.6g}{unit}" if isinstance(value, float | int) else f"{value}{unit}"
 
 
 def diff_markdown(d: Diff) -> str:
@@ -144,6 +174,26 @@ def check_github(
             _command("error", build, f"devplan check: {m['method']} needs {m['kind']} {m['name']}", m["detail"])
         )
     return lines
+
+
+def run_github(reference: Reference, program: str) -> list[str]:
+    """An error on the program per output that fails against the reference."""
+    return [
+        _command("error", program, f"devplan run: output {o['index']}", _output_message(reference, o))
+        for o in reference["outputs"]
+        if not o["passed"]
+    ]
+
+
+def _output_message(reference: Reference, o: OutputComparison) -> str:
+    if o["note"] is not None:
+        return f"against {reference['file']['name']}: {o['note']}"
+    judged = (
+        f"SQNR {_measure(o['sqnr_db'], ' dB', 'exact')}, under {reference['min_sqnr_db']:g} dB"
+        if reference["min_sqnr_db"] is not None
+        else f"not allclose (atol {reference['atol']:g}, rtol {reference['rtol']:g}): max abs {_measure(o['max_abs'])}"
+    )
+    return f"against {reference['file']['name']}: {judged}"
 
 
 def diff_github(d: Diff, file: str) -> list[str]:
@@ -233,6 +283,21 @@ def check_junit(
             _case(suite, "devplan.runtime", f"{m['method']} needs {m['kind']} {m['name']}", build, m["detail"])
         if runtime["ok"]:
             _case(suite, "devplan.runtime", "has what the program needs", build, None)
+    return _xml(root)
+
+
+def run_junit(reference: Reference, name: str, program: str) -> bytes:
+    """One test suite, a test case per output held against the reference."""
+    root = ET.Element("testsuites", name=f"devplan run {printable(name)}")
+    suite = _suite(root, f"devplan run {name} against {reference['file']['name']}")
+    for o in reference["outputs"]:
+        _case(
+            suite,
+            "devplan.run",
+            f"output {o['index']}",
+            program,
+            None if o["passed"] else _output_message(reference, o),
+        )
     return _xml(root)
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from devplan.cli.app import Command, app, console, echo, echo_json, program_source
+from devplan.cli.app import Command, Format, JUnit, ReportFormat, app, console, echo, echo_json, program_source
 from devplan.errors import EXIT_FAILED, DevplanError
 
 if TYPE_CHECKING:
@@ -119,6 +119,8 @@ def run_command(
             show_default=False,
         ),
     ] = None,
+    report_format: Format = ReportFormat.text,
+    junit: JUnit = None,
     cuda_graphs: Annotated[
         bool,
         typer.Option(
@@ -147,9 +149,16 @@ def run_command(
 
     if reference is None and (min_sqnr is not None or (atol, rtol) != (1e-4, 1e-4)):
         raise DevplanError("--atol, --rtol and --min-sqnr judge outputs against a reference; add --reference FILE")
+    if reference is None and (report_format is not ReportFormat.text or junit is not None):
+        raise DevplanError(
+            "--format markdown|github and --junit report outputs against a reference; add --reference FILE"
+        )
+    if json_output and report_format is not ReportFormat.text:
+        raise DevplanError(f"--json and --format {report_format.value}: pick one")
     # one limit for the inputs, read or made, and all the program's memory
     memory = Memory(_memory_limit(max_memory))
     refuse_overwrite(save, [program, data, inputs, reference], "--save")
+    refuse_overwrite(junit, [program, data, inputs, reference], "--junit")
     pte = read_pte(program_source(program, data))
     given = _load_inputs(inputs, memory) if inputs is not None else None
     way = _Runtime(method, seed, executorch, devices_on_host, cuda_graphs)
@@ -180,8 +189,22 @@ def run_command(
     report = run_document(program.name, method, results, held, compared, latency(seconds))
     # the outputs saved on standard output leave it no room for the report (as compile -o -)
     to_stderr = save is not None and is_stdout(save)
+    if junit is not None and compared is not None:
+        from devplan.cli.reports_ci import run_junit
+
+        write_atomic(junit, run_junit(compared, program.name, str(program)))
     if json_output:
         echo_json(report, err=to_stderr)
+    elif report_format is ReportFormat.markdown and compared is not None:
+        from devplan.cli.reports_ci import run_markdown
+
+        echo(run_markdown(compared, program.name), nl=False, err=to_stderr)
+    elif report_format is ReportFormat.github and compared is not None:
+        from devplan.cli.reports_ci import run_github
+
+        typer.echo(  # devplan's own workflow commands: the one output not made inert
+            "".join(line + "\n" for line in run_github(compared, str(program))), nl=False, err=to_stderr
+        )
     else:
         from devplan.cli.reports import run_lines
         from devplan.inspection.difftext import wrapped

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 import torch
@@ -126,3 +127,27 @@ def test_executorch_runtime_loads_without_its_compile_side():
     count, sdpa, embedding, modules = loaded.split(" ", 3)
     assert int(count) == len(REGISTERED) and sdpa == embedding == "True"
     assert modules == "[]" and exir == "True"
+
+
+def test_the_reference_verdict_in_the_ci_formats(files, tmp_path):
+    saved = tmp_path / "outputs.pt"
+    assert _run(files / "model.pte", "--save", saved).exit_code == 0
+    program = str(files / "model.pte")
+    off = ("--reference", str(saved), "--seed", "1")  # other inputs: output 0 differs, output 1 too
+    github = _run(program, *off, "--format", "github")
+    assert github.exit_code == EXIT_FAILED
+    assert [line.split("::")[1] for line in github.stdout.splitlines()] == [
+        f"error file={program},title=devplan run%3A output 0",
+        f"error file={program},title=devplan run%3A output 1",
+    ]
+    markdown = _run(program, *off, "--format", "markdown").stdout
+    assert (
+        markdown.startswith("### devplan run `model.pte` against `outputs.pt`: FAIL") and "| ❌ FAIL | 0 |" in markdown
+    )
+    junit = tmp_path / "run.xml"
+    assert _run(program, "--reference", str(saved), "--junit", str(junit)).exit_code == 0
+    (suite,) = ET.parse(junit).getroot()
+    assert [case.get("name") for case in suite] == ["output 0", "output 1"]
+    assert all(case.find("failure") is None for case in suite)
+    refused = _run(program, "--format", "github")
+    assert isinstance(refused.exception, DevplanError) and "add --reference FILE" in str(refused.exception)
