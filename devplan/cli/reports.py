@@ -21,7 +21,7 @@ from devplan.documents import (
 )
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.difftext import WIDTH, cause_lines, change_lines, outcome, peak_text, wrapped
-from devplan.inspection.kernels import needs_text
+from devplan.inspection.kernels import how_to_get, needs_text
 from devplan.units import counted, exact_size_text, printable, size_text
 
 
@@ -61,6 +61,20 @@ def compile_lines(
             )
     if "quantization" in summary:
         lines.extend(quantization_lines(summary["quantization"]))
+        gathers = sorted(
+            {
+                op
+                for method in summary["methods"]
+                for row in method["kernels"]
+                for op in row["operators"]
+                if op.startswith("quantized_decomposed::embedding_")
+            }
+        )
+        if gathers:  # devplan's choice, beyond what ExecuTorch's own flow needs: say what it adds
+            lines.append(
+                f"  embedding tables in 8 bits a row, gathered by {', '.join(gathers)}: the runtime needs "
+                f"ExecuTorch's quantized kernels ({how_to_get('quantized')})"
+            )
     file = summary["file"]
     lines.append(f"constants: {exact_size_text(file['constant_bytes'])}")
     if file.get("external") is not None:

@@ -51,6 +51,10 @@ def test_the_compile_summary_names_the_quantized_library_and_embedding_byte(quan
     needs = " ".join(line.strip() for line in summary.splitlines() if "needs" in line or "embedding" in line)
     assert "quantized kernels (quantized_ops_lib; in Python, import executorch.kernels.quantized)" in needs
     assert "embedding_byte" in needs
+    flat = " ".join(summary.split())
+    assert (
+        "embedding tables in 8 bits a row, gathered by quantized_decomposed::embedding_byte.out: the runtime " in flat
+    )
 
 
 def test_a_build_with_what_the_program_needs_passes(quantized):
