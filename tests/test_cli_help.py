@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 
 import pytest
 import typer
@@ -90,3 +91,20 @@ def test_help_prints_what_a_shell_takes(name):
     """Issue 55: `pip install "devplan[executorch]"` as help prints it installs the extra; a markup
     escape leaking into the text (devplan\\[executorch]) installs something else."""
     assert "\\[" not in _help(name, width=80)
+
+
+@pytest.mark.parametrize("width", [80, 140])
+def test_compile_help_groups_its_options_in_panels(width):
+    """Issue 55: compile's 27 options in the groups a user reaches for, on a narrow terminal (click's
+    plain help) and a wide one (rich's panels) alike, no line past the terminal."""
+    shown = _help("compile", width=width)
+    titles = ["Output", "Memory planning", "Devices, backends and kernels", "Quantization", "Methods and LLMs"]
+    titles.append("Diagnostics")
+    found = [title for title in titles if f"\n{title}:\n" in shown or f"─ {title} ─" in shown]
+    assert found == titles, shown
+    if width == 80:  # click's plain help, wrapped by devplan's Command (rich's width is its own)
+        assert max(len(line) for line in shown.splitlines()) <= width
+    (planning,) = [
+        part for part in re.split(r"\n(?=[A-Z][^\n]*:\n)|╭", shown) if part.lstrip("─ ").startswith("Memory planning")
+    ]
+    assert "--budget" in planning and "--fold" in planning and "--quantize" not in planning

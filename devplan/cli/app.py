@@ -38,6 +38,20 @@ class Command(TyperCommand):
             return super(TyperCommand, self).format_help(ctx, formatter)  # click's, past typer's rich one
         return super().format_help(ctx, formatter)
 
+    def format_options(self, ctx, formatter) -> None:
+        """click's plain help (the narrow one) in the panels rich draws on a wide terminal: the
+        arguments, the options of no panel, then each panel's, in the order they first appear."""
+        sections: dict[str, list] = {"Arguments": [], "Options": []}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                panel = "Arguments" if param.param_type_name == "argument" else getattr(param, "rich_help_panel", None)
+                sections.setdefault(panel or "Options", []).append(record)
+        for title, records in sections.items():
+            if records:
+                with formatter.section(title):
+                    formatter.write_dl(records)
+
 
 class Group(TyperGroup):
     """devplan's own options (--version, --debug), with flags as Command shows them, and the
@@ -247,15 +261,12 @@ JUnit = Annotated[
 ]
 
 
+BUDGET_HELP = (
+    "Fail unless a buffer fits, e.g. 1=512KiB or cuda:0=2MiB; "
+    "BUFFER is a mem_id (that buffer) or a device (all of its buffers together, those its "
+    "delegates plan there included); cpu+backends=SIZE adds the working memory ExecuTorch's "
+    "backends allocate themselves (XNNPACK's intermediates, an upper bound). Repeatable."
+)
 Budgets = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--budget",
-        metavar="BUFFER=SIZE",
-        help="Fail unless a buffer fits, e.g. 1=512KiB or cuda:0=2MiB; "
-        "BUFFER is a mem_id (that buffer) or a device (all of its buffers together, those its "
-        "delegates plan there included); cpu+backends=SIZE adds the working memory ExecuTorch's "
-        "backends allocate themselves (XNNPACK's intermediates, an upper bound). Repeatable.",
-        show_default=False,
-    ),
+    Optional[list[str]], typer.Option("--budget", metavar="BUFFER=SIZE", help=BUDGET_HELP, show_default=False)
 ]

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from devplan.cli.app import Budgets, Command, app, console, echo, echo_json
+from devplan.cli.app import BUDGET_HELP, Command, app, console, echo, echo_json
 from devplan.errors import DevplanError
 from devplan.jsontext import repeated
 from devplan.metadata import runner_value
@@ -48,6 +48,15 @@ def _backends(incomplete: str) -> list[str]:
     return [name for name in BACKENDS if name.startswith(incomplete)]
 
 
+# compile --help's panels, in the order a user reaches for them (the model and --help stay in "Options")
+OUTPUT = "Output"
+PLANNING = "Memory planning"
+DEVICES = "Devices, backends and kernels"
+QUANTIZE = "Quantization"
+METHODS = "Methods and LLMs"
+DIAGNOSE = "Diagnostics"
+
+
 @app.command("compile", cls=Command)
 def compile_command(
     ctx: typer.Context,
@@ -59,18 +68,22 @@ def compile_command(
         typer.Option(
             "--output",
             "-o",
+            rich_help_panel=OUTPUT,
             metavar="PROGRAM.pte",
             help="Where to write the program (default: MODEL with .pte); "
             "- writes it to standard output, and the summary to standard error.",
             show_default=False,
         ),
     ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the compile summary as JSON.")] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", rich_help_panel=OUTPUT, help="Print the compile summary as JSON.")
+    ] = False,
     quiet: Annotated[
         bool,
         typer.Option(
             "--quiet",
             "-q",
+            rich_help_panel=OUTPUT,
             help="Print nothing but errors: no summary, and no progress (shown on stderr only when it is a terminal).",
         ),
     ] = False,
@@ -78,6 +91,7 @@ def compile_command(
         Optional[int],
         typer.Option(
             "--alignment",
+            rich_help_panel=PLANNING,
             metavar="BYTES",
             help="Alignment of every planned tensor's offset, in every buffer (a power of two; never below the "
             "widest element the program holds, so an int64 starts at a multiple of 8). Default: each buffer its "
@@ -90,17 +104,22 @@ def compile_command(
         str,
         typer.Option(
             "--planner",
+            rich_help_panel=PLANNING,
             metavar="NAME",
             autocompletion=_planners,
             help="Placement algorithm: best (runs the others but naive and keeps the smallest "
             "plan per buffer), greedy-size, greedy-breadth, greedy-order, hill-climb, or naive (no reuse).",
         ),
     ] = "best",
-    budget: Budgets = None,
+    budget: Annotated[  # app.Budgets, in compile's planning panel
+        Optional[list[str]],
+        typer.Option("--budget", rich_help_panel=PLANNING, metavar="BUFFER=SIZE", help=BUDGET_HELP, show_default=False),
+    ] = None,
     fold: Annotated[
         str,
         typer.Option(
             "--fold",
+            rich_help_panel=PLANNING,
             metavar="HOW",
             autocompletion=_folding,
             help="Constant folding: auto (plans local, all and none and keeps the least arena plus "
@@ -112,6 +131,7 @@ def compile_command(
         bool,
         typer.Option(
             "--inplace/--no-inplace",
+            rich_help_panel=PLANNING,
             help="Let elementwise ops write over an input that dies there, and cat pieces be computed in place.",
         ),
     ] = True,
@@ -119,6 +139,7 @@ def compile_command(
         bool,
         typer.Option(
             "--reorder/--keep-order",
+            rich_help_panel=PLANNING,
             help="Run the instructions in the order that holds the fewest bytes at once "
             "(--keep-order: the exported order).",
         ),
@@ -127,6 +148,7 @@ def compile_command(
         Optional[list[str]],
         typer.Option(
             "--delegate",
+            rich_help_panel=DEVICES,
             metavar="DEVICE[=OPS]",
             callback=_in_order,
             help="Run ops on DEVICE as delegates: cuda:0 takes every op, "
@@ -139,6 +161,7 @@ def compile_command(
         Optional[list[str]],
         typer.Option(
             "--backend",
+            rich_help_panel=DEVICES,
             metavar="NAME",
             callback=_in_order,
             autocompletion=_backends,
@@ -153,6 +176,7 @@ def compile_command(
         Optional[list[str]],
         typer.Option(
             "--partitioner",
+            rich_help_panel=DEVICES,
             metavar="MODULE:CLASS[:JSON]",
             callback=_in_order,
             help="Like --backend, for "
@@ -165,6 +189,7 @@ def compile_command(
         typer.Option(
             "--jobs",
             "-j",
+            rich_help_panel=DEVICES,
             metavar="N",
             min=1,
             help="Processes compiling --backend and --partitioner partitions at once (default: one per "
@@ -176,6 +201,7 @@ def compile_command(
         bool,
         typer.Option(
             "--device-io",
+            rich_help_panel=DEVICES,
             help="With --delegate: plan an input that only one device's delegates read on "
             "that device, and return results from the device their delegate made them on; the caller's "
             "copies in and out replace et_copy ops.",
@@ -185,23 +211,16 @@ def compile_command(
         bool,
         typer.Option(
             "--source/--no-source",
+            rich_help_panel=OUTPUT,
             help="Keep, per instruction, the module, op and source line it came "
             "from, and the names of inputs and weights, in the program's stacktrace (inspect shows them).",
         ),
     ] = True,
-    dump_dir: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--dump-dir",
-            metavar="DIR",
-            help="Write the program after each stage to DIR, one readable file per stage.",
-            show_default=False,
-        ),
-    ] = None,
     method: Annotated[
         Optional[list[str]],
         typer.Option(
             "--method",
+            rich_help_panel=METHODS,
             metavar="NAME=FILE.pt2",
             help="Compile FILE.pt2 into the same program as method NAME "
             "(MODEL.pt2 is forward); weights the methods share are stored once. Repeatable.",
@@ -212,6 +231,7 @@ def compile_command(
         Optional[list[str]],
         typer.Option(
             "--constant-method",
+            rich_help_panel=METHODS,
             metavar="NAME=VALUE",
             help="Add a method NAME that returns VALUE and runs "
             "nothing, as ExecuTorch's LLM runner reads them (get_max_seq_len=128, use_kv_cache=true, "
@@ -225,6 +245,7 @@ def compile_command(
         Optional[Path],
         typer.Option(
             "--metadata",
+            rich_help_panel=METHODS,
             metavar="FILE.json",
             help="Constant methods from a JSON object of NAME: VALUE (--constant-method adds to them and wins).",
             show_default=False,
@@ -234,6 +255,7 @@ def compile_command(
         bool,
         typer.Option(
             "--llm",
+            rich_help_panel=METHODS,
             help="Write the constant methods ExecuTorch's LLM runner reads (vocabulary, "
             "layers, context and token lengths, KV cache, sdpa flavour, dynamic shape) from the "
             "export itself; give only the tokenizer's ids (get_bos_id, get_eos_ids). A value given "
@@ -244,6 +266,7 @@ def compile_command(
         Optional[Path],
         typer.Option(
             "--external-constants",
+            rich_help_panel=OUTPUT,
             metavar="FILE.ptd",
             help="Write the weights to FILE.ptd, ExecuTorch's "
             "FlatTensor data file, instead of the program, each under its name, which the program's tensors "
@@ -256,6 +279,7 @@ def compile_command(
         Optional[list[str]],
         typer.Option(
             "--kernels",
+            rich_help_panel=DEVICES,
             metavar="MODULE",
             help="Import the Python module MODULE before loading, for the op "
             "libraries its import registers: a graph calling custom ops loads only once they exist. "
@@ -268,6 +292,7 @@ def compile_command(
         Optional[str],
         typer.Option(
             "--quantize",
+            rich_help_panel=QUANTIZE,
             metavar="MODE",
             help="Quantize the export first with ExecuTorch's XNNPACK quantizer "
             "(torch's PT2E flow) and let XNNPACK's backend run it (--backend xnnpack is implied): "
@@ -281,10 +306,21 @@ def compile_command(
         Optional[Path],
         typer.Option(
             "--calibration",
+            rich_help_panel=QUANTIZE,
             metavar="FILE.pt",
             help="With --quantize: the inputs to calibrate on and to "
             "measure the error on, a list of input tuples saved with torch.save (without it, dynamic modes "
             "use seeded samples).",
+            show_default=False,
+        ),
+    ] = None,
+    dump_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--dump-dir",
+            rich_help_panel=DIAGNOSE,
+            metavar="DIR",
+            help="Write the program after each stage to DIR, one readable file per stage.",
             show_default=False,
         ),
     ] = None,
