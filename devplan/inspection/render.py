@@ -378,15 +378,18 @@ def _delegates(method: InspectedMethod, console: Console, exact_bytes: bool) -> 
         ("stored", "left"),
         ("planned", "left"),
         ("compile specs", "left"),
+        below="compile specs",  # under each row on a narrow terminal, as the tensors' sources go
     )
     for delegate in method["delegates"]:
         specs = [
             piece for spec in delegate["compile_specs"] for piece in (f"{spec['key']}=", f"{_shorten(spec['value'])}; ")
         ]
         window = delegate.get("window")
-        inside = f" in buffer {window['mem_id']} at {window['offset']}" if window else ""
+        inside = (f" in buffer {window['mem_id']}", f" at {window['offset']}") if window else ()
         buffers = [
-            f"{b['device']} {size_text(b['size'], exact_bytes)}{inside}; " for b in delegate["payload_buffers"] or ()
+            piece
+            for b in delegate["payload_buffers"] or ()
+            for piece in (f"{b['device']} {size_text(b['size'], exact_bytes)}", *inside, "; ")
         ]
         table.add_row(
             str(delegate["index"]),
@@ -394,7 +397,7 @@ def _delegates(method: InspectedMethod, console: Console, exact_bytes: bool) -> 
             delegate["target_device"] or "-",
             size_text(delegate["payload_size"], exact_bytes),
             f"{delegate['location']} {delegate['payload_index']}",
-            tuple(buffers[:-1]) + (buffers[-1][:-2],) if buffers else "-",
+            tuple(buffers[:-1]) if buffers else "-",
             tuple(specs[:-1]) + (specs[-1][:-2],) if specs else "-",
         )
     table.print(console)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.text import Text
 
-WRAPPING = ("source", "life", "compile specs", "shape")  # the order in which they give up width
+WRAPPING = ("source", "life", "compile specs", "shape", "planned")  # the order in which they give up width
 
 
 class PlainTable:

@@ -136,3 +136,21 @@ def test_a_terminal_a_few_columns_wide_still_gets_every_table(programs, columns)
     assert "\ntensors\n" in shown["inspect"] and "delegate_0" in shown["inspect"], shown["inspect"]
     assert shown["check"].startswith("ok"), shown["check"]
     assert fold(("x" * 25,), columns - 4) == ["x" * MIN_FOLD, "x" * MIN_FOLD, "x" * 5]
+
+
+def test_the_delegates_table_fits_80_columns_as_the_others_do(program):
+    """Issue 55: the delegates table of a device program was 141 columns at 80 while every other
+    table wrapped; its compile specs go under each row, as the tensors' sources do."""
+    narrow = CliRunner().invoke(
+        app, ["inspect", str(program), "-s", "delegates"], env={"COLUMNS": "80", "NO_COLOR": "1"}
+    )
+    lines = narrow.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, lines
+    row = lines.index(next(line for line in lines if line.startswith("0  DevplanDelegate")))
+    assert lines[row + 1].startswith("    target_device=cuda:0")
+    wide = CliRunner().invoke(
+        app, ["inspect", str(program), "-s", "delegates"], env={"COLUMNS": "200", "NO_COLOR": "1"}
+    )
+    assert any(
+        line.startswith("0  DevplanDelegate") and "target_device=cuda:0" in line for line in wide.stdout.splitlines()
+    )
