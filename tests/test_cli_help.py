@@ -108,3 +108,10 @@ def test_compile_help_groups_its_options_in_panels(width):
         part for part in re.split(r"\n(?=[A-Z][^\n]*:\n)|╭", shown) if part.lstrip("─ ").startswith("Memory planning")
     ]
     assert "--budget" in planning and "--fold" in planning and "--quantize" not in planning
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_no_help_line_passes_80_columns(name):
+    """Issue 55: inspect's --section line was 95 columns at 80 (its choices as a metavar)."""
+    shown = _help(name, width=80)
+    assert max(len(line) for line in shown.splitlines()) <= 80, shown

@@ -42,8 +42,10 @@ def inspect_command(
         typer.Option(
             "--section",
             "-s",
+            metavar="SECTION",  # the choices, in the help: as a metavar they made a 95-column line
             case_sensitive=False,
-            help="Show this section; repeat for several, 'all' for every one. "
+            help=f"Show this section, one of {', '.join((*inspect_sections.SECTIONS, inspect_sections.ALL))}; "
+            "repeat for several, 'all' for every one. "
             f"Default: {', '.join(inspect_sections.DEFAULT_SECTIONS)}. "
             "With --json, keeps only the lists of each method that these sections need.",
             show_default=False,
