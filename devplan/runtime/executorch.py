@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import re
 import sys
 import types
 from dataclasses import dataclass
@@ -78,7 +79,27 @@ def _run(pte: PteFile, name: str, inputs: list[Any], runs: int) -> tuple[list[li
             lambda: [o.clone() if isinstance(o, torch.Tensor) else o for o in method.execute(list(inputs))], runs
         )
     except Exception as error:  # ExecuTorch's runtime refused the program or its inputs
-        raise DevplanError(f"{pte.name}: ExecuTorch's runtime failed on method {name}: {first_line(error)}") from None
+        raise DevplanError(_in_devplans_words(pte, name, first_line(error))) from None
+
+
+# ExecuTorch numbers the planned buffers from 0 (the program's mem_id 1) and devices by type
+_DEVICE_BUFFER = re.compile(r"Failed to allocate (\d+) bytes for buffer (\d+) on device (\d+):(\d+)")
+
+
+def _in_devplans_words(pte: PteFile, name: str, reason: str) -> str:
+    """ExecuTorch's failure as one line; a device buffer it cannot allocate named as devplan
+    names it (mem_id and device), with what runs the program instead."""
+    found = _DEVICE_BUFFER.search(reason)
+    if found is None:
+        return f"{pte.name}: ExecuTorch's runtime failed on method {name}: {reason}"
+    mem_id = int(found[2]) + 1
+    view = method_view(pte, name)
+    device = view.buffer_devices.get(mem_id, f"device type {found[3]}, index {found[4]}")
+    return (
+        f"{pte.name}: method {name} plans buffer {mem_id} on {device} ({found[1]} bytes), and this ExecuTorch "
+        f"runtime build has no allocator for {device} memory; run it on "
+        f"devplan's runtime: devplan run {pte.name} (with --devices-on-host where the device is missing)"
+    )
 
 
 @dataclass(frozen=True)

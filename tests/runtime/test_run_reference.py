@@ -151,3 +151,17 @@ def test_the_reference_verdict_in_the_ci_formats(files, tmp_path):
     assert all(case.find("failure") is None for case in suite)
     refused = _run(program, "--format", "github")
     assert isinstance(refused.exception, DevplanError) and "add --reference FILE" in str(refused.exception)
+
+
+def test_a_device_buffer_executorch_cannot_allocate_is_named_as_devplan_names_it(tmp_path):
+    """Issue 55: `Failed to allocate 3072 bytes for buffer 1 on device 1:0` is ExecuTorch's
+    numbering; devplan says buffer 2 on cuda:0 and what runs the program."""
+    pytest.importorskip("executorch")
+    program = tmp_path / "cuda.pte"
+    devplan.compile(torch.export.export(Classifier().eval(), (torch.randn(8, 16), torch.randn(8, 4))), program,
+                    delegates=["cuda:0"])  # fmt: skip
+    result = _run(program, "--executorch")
+    assert isinstance(result.exception, DevplanError)
+    said = str(result.exception)
+    assert re.search(r"method forward plans buffer \d+ on cuda:0 \(\d+ bytes\)", said), said
+    assert f"no allocator for cuda:0 memory; run it on devplan's runtime: devplan run {program}" in said
