@@ -88,6 +88,14 @@ def check_command(
     ] = False,
     tolerance: Tolerance = None,
     exact: Exact = False,
+    fail_on_shrink: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-shrink",
+            help="A size that shrank is a difference too, as snapshot tools fail a snapshot to record "
+            "again (without it, a smaller plan passes and the text says how to record it).",
+        ),
+    ] = False,
     method: Annotated[
         Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Check only this method.")
     ] = None,
@@ -125,9 +133,10 @@ def check_command(
     from devplan.inspection.runtime_build import check_runtime
     from devplan.planning import parse_budget
 
-    if golden is None and (update or tolerance is not None or exact):
+    if golden is None and (update or tolerance is not None or exact or fail_on_shrink):
         raise DevplanError(
-            f"{program}: --update, --tolerance and --exact apply to a golden file; add --golden GOLDEN.json"
+            f"{program}: --update, --tolerance, --exact and --fail-on-shrink apply to a golden file; "
+            f"add --golden GOLDEN.json"
         )
     if update:  # the .ptd holds the program's weights: only a recompile would bring them back
         refuse_overwrite(golden, [program, data], "--golden")
@@ -139,7 +148,15 @@ def check_command(
         source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio, method=method
     )
     matched = (
-        check_golden(source, golden, update=update, tolerance=tolerance, exact=exact, method=method)
+        check_golden(
+            source,
+            golden,
+            update=update,
+            tolerance=tolerance,
+            exact=exact,
+            method=method,
+            fail_on_shrink=fail_on_shrink,
+        )
         if golden is not None
         else None
     )

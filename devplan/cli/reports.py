@@ -181,6 +181,8 @@ def check_lines(
     lines = wrapped(lines, width)
     if matched is not None and not matched.ok:  # how to accept the change: a command, whole to copy
         lines.append(f"  to accept this plan: devplan check {name} --golden {golden} --update")
+    elif matched is not None and matched.diff is not None and matched.diff.shrank:  # passed, and better: record it
+        lines.append(f"  the plan shrank; to record it: devplan check {name} --golden {golden} --update")
     return [printable(line) for line in lines]
 
 

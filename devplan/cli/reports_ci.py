@@ -51,6 +51,11 @@ def check_markdown(
         verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
         lines += ["", f"#### {_MARK[matched.ok]} golden {_code(golden)}: {_cell(verdict)}", ""]
         lines += _changes_markdown(matched.diff) if matched.diff is not None else []
+        if matched.ok and matched.diff is not None and matched.diff.shrank:
+            lines += [
+                "",
+                f"The plan shrank; to record it: `devplan check {_cell(name)} --golden {_cell(golden)} --update`",
+            ]
     if runtime is not None:
         verdict = "has what the program needs" if runtime["ok"] else f"lacks {len(runtime['missing'])}"
         lines += ["", f"#### {_MARK[runtime['ok']]} runtime build {_code(runtime['file']['name'])}: {verdict}", ""]

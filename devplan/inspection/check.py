@@ -210,9 +210,10 @@ def check_golden(
     tolerance: "Tolerance | str | None" = None,
     exact: bool = False,
     method: str | None = None,
+    fail_on_shrink: bool = False,
 ) -> GoldenCheck:
-    """Compare a program with its golden file (diff.py: sizes may shrink or grow within
-    `tolerance`), or with `update` write the program's golden file (atomically, through a
+    """Compare a program with its golden file (diff.py: sizes may shrink, unless
+    `fail_on_shrink`, or grow within `tolerance`), or with `update` write the program's golden file (atomically, through a
     link, creating its folder) instead. `source` is a .pte path, its bytes, a read PteFile or a
     CompileResult."""
     if not isinstance(source, PteFile):  # whose data is the whole file it maps
@@ -228,7 +229,8 @@ def check_golden(
         return GoldenCheck(os.fspath(golden), True, None)
     # "-" is standard input, as --update's "-" is standard output
     compared = read_golden(golden) if os.fspath(golden) == STDIO else golden
-    return GoldenCheck(os.fspath(golden), False, diff(compared, doc, tolerance=tolerance, exact=exact, method=method))
+    compared_diff = diff(compared, doc, tolerance=tolerance, exact=exact, method=method, fail_on_shrink=fail_on_shrink)
+    return GoldenCheck(os.fspath(golden), False, compared_diff)
 
 
 def check_document(

@@ -130,6 +130,11 @@ class Diff:
         """No change fails: the programs plan the same, within the tolerance."""
         return not any(change.fails for change in self.changes)
 
+    @property
+    def shrank(self) -> bool:
+        """Some size is smaller on b's side: a plan that improved, which a golden file should record."""
+        return any(isinstance(c.a, int) and isinstance(c.b, int) and c.b < c.a for c in self.changes)
+
     def document(self) -> documents.DiffDocument:
         return {
             "schema_version": SCHEMA_VERSION,
@@ -188,14 +193,23 @@ def looks_like_golden(path: Path) -> bool:
         return file.read(64).lstrip().startswith(b"{")
 
 
-def diff(a, b, *, tolerance: Tolerance | str | None = None, exact: bool = False, method: str | None = None) -> Diff:
+def diff(
+    a,
+    b,
+    *,
+    tolerance: Tolerance | str | None = None,
+    exact: bool = False,
+    method: str | None = None,
+    fail_on_shrink: bool = False,
+) -> Diff:
     """Compare a (the old side: a golden, or yesterday's program) with b. Each is a .pte path
     or bytes, a golden file's path, or an inspection or golden document. `tolerance` ('2%',
     '4KiB' or a Tolerance) lets sizes grow; `exact` makes every change a difference,
-    shrinking and moved placements included; `method` compares that method only."""
+    shrinking and moved placements included; `fail_on_shrink` makes a size that shrank one (a
+    snapshot to record again); `method` compares that method only."""
     rule = parse_tolerance(tolerance) if isinstance(tolerance, str) else tolerance
     left, right = side(a), side(b)
-    compare = _Compare(rule or Tolerance(), exact)
+    compare = _Compare(rule or Tolerance(), exact, fail_on_shrink)
     compare.sized(
         None, "program", "constant_bytes", left.golden["file"]["constant_bytes"], right.golden["file"]["constant_bytes"]
     )
@@ -220,12 +234,12 @@ def _pairs(a: Mapping, b: Mapping) -> list[tuple]:
 class _Compare:
     """Collects the changes between two golden documents, deciding which of them fail."""
 
-    def __init__(self, tolerance: Tolerance, exact: bool) -> None:
-        self.tolerance, self.exact, self.changes = tolerance, exact, []
+    def __init__(self, tolerance: Tolerance, exact: bool, fail_on_shrink: bool = False) -> None:
+        self.tolerance, self.exact, self.fail_on_shrink, self.changes = tolerance, exact, fail_on_shrink, []
 
     def sized(self, method, subject: str, fact: str, a: int, b: int) -> None:
         if a != b:
-            fails = self.exact or (b > a and not self.tolerance.allows(a, b))
+            fails = self.exact or (b > a and not self.tolerance.allows(a, b)) or (b < a and self.fail_on_shrink)
             self.changes.append(Change(method, subject, fact, a, b, fails))
 
     def reported(self, method, subject: str, fact: str, a, b) -> None:

@@ -64,17 +64,17 @@ def verdict(d, labels: bool = True) -> str:
 
 
 def outcome(d) -> str:
-    """'the programs plan the same'; or the changes, all within what the comparison allows;
-    or how many differences, and how many changes beside them it allows."""
+    """'the programs plan the same'; or how many changes, and of them how many fail the
+    comparison and how many it allows (one vocabulary for check and diff, in every format)."""
     rule = f" (tolerance {d.tolerance})" if d.tolerance is not None else " (exact)" if d.exact else ""
     failing = sum(change.fails for change in d.changes)
     allowed = len(d.changes) - failing
     if not d.changes:
         return "the programs plan the same"
     if not failing:
-        return f"{counted(allowed, 'change')}, each within what the comparison allows{rule}"
+        return f"{counted(allowed, 'change')}, each allowed{rule}"
     return (
-        f"{counted(failing, 'difference')}" + (f", and {counted(allowed, 'change')} allowed" if allowed else "") + rule
+        f"{counted(len(d.changes), 'change')}: {failing} failing" + (f", {allowed} allowed" if allowed else "") + rule
     )
 
 

@@ -57,9 +57,9 @@ def test_markdown_names_the_module_that_grew(widened):
         assert result.exit_code == 1, result.output
         text = result.stdout
         heading = text.splitlines()[0]
-        assert heading.startswith("### devplan ") and (heading.endswith(": FAIL") or ": 3 differences" in heading), (
-            heading
-        )
+        assert heading.startswith("### devplan ") and (
+            heading.endswith(": FAIL") or ": 5 changes: 3 failing, 2 allowed" in heading
+        ), heading
         assert "**What grew in forward buffer 1 (cpu)**: 10.0 KiB (10,240 bytes) -> 18.0 KiB" in text
         assert "| wide.0 | 8.0 KiB | 16.0 KiB | +8.0 KiB |" in text
         assert "| ❌ FAIL | forward | buffer 1 (cpu) size | 10.0 KiB (10,240 bytes) -> 18.0 KiB (18,432 bytes)" in text
@@ -70,7 +70,7 @@ def test_markdown_tables_the_buffers_checked(widened):
     text = _check(widened, "--budget", "cpu=16KiB", "--format", "markdown").stdout
     assert text.splitlines()[0] == f"### devplan check `{widened[1].name}`: FAIL"
     assert "| ❌ FAIL | forward cpu, 1 buffer | 18.0 KiB (18,432 bytes) | budget 16.0 KiB, over by 2.0 KiB" in text
-    assert f"#### ❌ FAIL golden `{widened[2]}`: 3 differences" in text
+    assert f"#### ❌ FAIL golden `{widened[2]}`: 5 changes: 3 failing, 2 allowed" in text
 
 
 def test_github_lines_annotate_the_golden_file_with_the_change(widened):
@@ -154,3 +154,30 @@ def test_reports_refuse_what_they_cannot_write(widened, options, error):
     result = _check(widened, *options)
     assert isinstance(result.exception, DevplanError) and error in str(result.exception), result.output
     assert (wide.read_bytes(), golden.read_bytes()) == before
+
+
+def test_a_plan_that_shrank_passes_with_how_to_record_it_or_fails_when_asked(widened, tmp_path):
+    """Issue 55: a smaller plan passed saying only that every change was allowed; it now says how
+    to record it, and --fail-on-shrink fails it as snapshot tools fail a stale snapshot. One
+    vocabulary: 'N changes: F failing, A allowed' in check as in diff."""
+    torch.manual_seed(0)
+    ep = torch.export.export(Tower(64).eval(), (torch.randn(32, 16),))
+    wide, narrow = tmp_path / "naive.pte", tmp_path / "best.pte"  # the same model, planned without reuse and with
+    wide.write_bytes(devplan.compile(ep, planner="naive").data)
+    narrow.write_bytes(devplan.compile(ep).data)
+    golden = tmp_path / "naive.golden.json"
+    assert invoke("check", str(wide), "--golden", str(golden), "--update").exit_code == 0
+    shrank = invoke("check", str(narrow), "--golden", str(golden))
+    assert shrank.exit_code == 0, shrank.stdout
+    flat = " ".join(shrank.stdout.split())
+    assert f"ok golden {golden}: 2 changes, each allowed" in flat
+    assert f"the plan shrank; to record it: devplan check {narrow.name} --golden {golden} --update" in flat
+    markdown = invoke("check", str(narrow), "--golden", str(golden), "--format", "markdown").stdout
+    assert "The plan shrank; to record it:" in markdown
+    strict = invoke("check", str(narrow), "--golden", str(golden), "--fail-on-shrink")
+    assert strict.exit_code == 1
+    assert re.search(r"FAIL golden \S+: 2 changes: 1 failing, 1 allowed", " ".join(strict.stdout.split())), (
+        strict.stdout
+    )
+    plain = invoke("diff", str(wide), str(narrow)).stdout
+    assert plain.startswith("naive.pte -> best.pte: 2 changes\n"), plain  # the count check gives
