@@ -16,7 +16,15 @@ from testbed.quantize_models import CONV_SWEEP, SWEEP_MODES, sweep_failures, swe
 pytest.importorskip("executorch.backends.xnnpack.quantizer.xnnpack_quantizer")
 
 # (model, mode) -> why it fails the acceptance, with the numbers measured
-KNOWN: dict[tuple[str, str], str] = {}
+_XNNPACK_REFUSES = (
+    "dynamic-int8 on ExecuTorch's runtime: devplan's program, ExecuTorch's flow's of the same configuration and its "
+    "flow's with the quantizer as it ships all fail to execute (XNNExecutor: propagating input shapes failed, "
+    "xnn_status_invalid_parameter); measured 2026-11-28, int8 holds (MobileNetV2 41.8 dB, EfficientNet 21.8 dB)"
+)
+KNOWN: dict[tuple[str, str], str] = {
+    ("mobilenet_v2", "dynamic-int8"): "MobileNetV2 " + _XNNPACK_REFUSES,
+    ("efficientnet", "dynamic-int8"): "EfficientNet " + _XNNPACK_REFUSES,
+}
 
 
 def _case(model: str, mode: str):
