@@ -3,6 +3,7 @@ devplan's quantized program against the float XNNPACK program and against ExecuT
 quantized program of the same quantizer configuration.
 
     python benchmarks/quantize.py [--models resnet,vit] [--modes dynamic-int8,int8] [--size real] [--runs 20] [--quick] [--json]
+    python benchmarks/quantize.py --conv-sweep [--models regnet,convnext] [--json]
 
 Models: testbed/quantize_models.py's, at `--size real` (default: ResNet-18, MobileNet-V3-Small,
 a ViT, a BERT encoder and a Llama of width 256, 3-12 MB of float weights, so that the file's
@@ -22,7 +23,16 @@ of a model loaded at once, 3 warm-up runs, then `--runs` rounds each running eve
 in an order rotating by one a round) of the float program, devplan's and ExecuTorch's quantized
 programs, with devplan's over the float program's (below 1: quantizing made it faster) and over
 ExecuTorch's. `max diff` is the largest difference between devplan's and ExecuTorch's outputs on
-the example inputs (0: the same computation)."""
+the example inputs (0: the same computation).
+
+--conv-sweep: issue 51's conv nets (testbed.quantize_models.CONV_SWEEP: transformers' ResNet
+bottleneck and basic, RegNet, ConvNeXt, MobileNetV2, EfficientNet, and a torchvision-style
+ResNet, at 96x96) in dynamic-int8 and int8 (dynamic-int4 takes linear layers alone: a conv
+net's classifier), a row each (testbed.quantize_models.sweep_row): SQNR against the float model
+and argmax agreement on 4 fresh inputs, run on ExecuTorch's runtime, planned bytes and delegates,
+of devplan's program and ExecuTorch's flow's of the same quantizer configuration (and the SQNR of
+ExecuTorch's flow with its quantizer as it ships), and whether the row holds issue 51's
+acceptance (SQNR within 1 dB, argmax kept, planned bytes and delegates no more)."""
 
 from __future__ import annotations
 
@@ -43,7 +53,16 @@ import devplan  # noqa: E402
 from benchmarks.harness import choose, number, table  # noqa: E402
 from testbed.executorch import planned_bytes  # noqa: E402
 from testbed.lowerings import patterns_exported_once  # noqa: E402
-from testbed.quantize_models import MODELS, calibration, executorch_quantized, exported  # noqa: E402
+from testbed.quantize_models import (  # noqa: E402
+    CONV_SWEEP,
+    MODELS,
+    SWEEP_MODES,
+    calibration,
+    executorch_quantized,
+    exported,
+    sweep_failures,
+    sweep_row,
+)
 
 MODES = ("dynamic-int8", "int8", "dynamic-int4")
 CONV_NETS = ("resnet", "mobilenet_v3")  # dynamic-int4 takes linear layers alone: only their classifier
@@ -172,6 +191,64 @@ def measure(name: str, size: str, modes: list[str], runs: int) -> list[dict]:
     return rows
 
 
+SWEEP_HEADERS = (
+    "model",
+    "mode",
+    "SQNR dB",
+    "ET SQNR dB",
+    "ET shipped dB",
+    "argmax",
+    "ET argmax",
+    "planned",
+    "ET planned",
+    "delegates",
+    "ET delegates",
+    "holds",
+)
+SWEEP_KEYS = (
+    "model",
+    "mode",
+    "devplan_sqnr_db",
+    "executorch_sqnr_db",
+    "shipped_sqnr_db",
+    "devplan_argmax",
+    "executorch_argmax",
+    "devplan_planned_bytes",
+    "executorch_planned_bytes",
+    "devplan_delegates",
+    "executorch_delegates",
+    "holds",
+)
+
+
+def conv_sweep(names: list[str], modes: list[str], as_json: bool) -> int:
+    """Issue 51's conv-net sweep: a row per model and mode (sweep_row), and what fails."""
+    import executorch.kernels.quantized  # noqa: F401 - the quantized kernels the programs outside delegates call
+
+    rows = []
+    with patterns_exported_once():
+        for name in names:
+            for mode in modes:
+                row = sweep_row(name, mode)
+                row["failures"] = sweep_failures(row)
+                row["holds"] = "yes" if not row["failures"] else "NO"
+                rows.append(row)
+                gc.collect()
+    if as_json:
+        print(json.dumps({"rows": rows}, indent=2))
+        return 0
+    print(
+        "96x96 inputs; on ExecuTorch's runtime, 4 fresh inputs against the float model; ET: ExecuTorch's own flow "
+        "with devplan's quantizer configuration; ET shipped: with its XNNPACKQuantizer as it ships; planned: "
+        "non-constant bytes; holds: SQNR within 1 dB of ET's, argmax kept, planned bytes and delegates no more"
+    )
+    print(table(SWEEP_HEADERS, [[row[key] for key in SWEEP_KEYS] for row in rows]))
+    for row in rows:
+        if row["failures"]:
+            print(f"{row['model']} {row['mode']}: " + "; ".join(row["failures"]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", help=f"comma-separated model names (default: all of {', '.join(MODELS)})")
@@ -186,7 +263,19 @@ def main(argv: list[str] | None = None) -> int:
         help=f"{', '.join(QUICK)} tiny, {', '.join(QUICK_MODES)}, --runs 5, unless given",
     )
     parser.add_argument("--json", action="store_true", help="print the rows as one JSON document")
+    parser.add_argument(
+        "--conv-sweep",
+        action="store_true",
+        help=f"issue 51's conv nets ({', '.join(CONV_SWEEP)}) against ExecuTorch's flow, a row each (see above)",
+    )
     args = parser.parse_args(argv)
+    if args.conv_sweep:
+        sweep_modes = [m for m in MODES if m in SWEEP_MODES]
+        return conv_sweep(
+            choose(args.models, list(CONV_SWEEP), known=list(CONV_SWEEP)),
+            choose(args.modes, sweep_modes, known=sweep_modes),
+            args.json,
+        )
     names = choose(args.models, QUICK if args.quick else list(MODELS), known=list(MODELS))
     modes = choose(args.modes, QUICK_MODES if args.quick else MODES, known=MODES)
     size = args.size or ("tiny" if args.quick else "real")

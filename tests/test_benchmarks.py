@@ -259,6 +259,20 @@ def test_quantize_quick_reports_error_bytes_and_times_against_float_and_executor
         quantize.main(["--models", "alexnet"])
 
 
+def test_quantize_conv_sweep_prints_a_row_a_model_and_mode_and_whether_it_holds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks import quantize
+
+    assert quantize.main(["--conv-sweep", "--models", "torchvision_resnet", "--modes", "int8"]) == 0
+    (row,) = table_rows(capsys.readouterr().out, quantize.SWEEP_HEADERS)
+    assert row[:2] == ["torchvision_resnet", "int8"] and len(row) == len(quantize.SWEEP_HEADERS)
+    assert float(row[2]) > 30 and float(row[5]) == 1.0 and row[-1] == "yes"
+    assert 0 < int(row[7]) <= int(row[8]) and int(row[9]) == 1
+    with pytest.raises(SystemExit, match="unknown model"):
+        quantize.main(["--conv-sweep", "--models", "resnet"])
+
+
 def test_llm_runner_table_sets_each_example_against_executorchs_program() -> None:
     """benchmarks/llm_runner.py's closing table: a row per example and pair of programs, each
     figure devplan's / ExecuTorch's with their ratio (the runs themselves are minutes: not here)."""
