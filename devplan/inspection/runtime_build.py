@@ -74,21 +74,28 @@ def read_build_list(path: str | os.PathLike) -> BuildList:
     operators = read.get("operators") or {}
     variants = read.get("et_kernel_metadata") or {}
     features = read.get("build_features") or []
-    if not isinstance(variants, dict) or not all(isinstance(v, list) for v in variants.values()):
-        raise DevplanError(f"--runtime {name}: `et_kernel_metadata` is not a table of lists; {hint}")
-    if not isinstance(features, list):
-        raise DevplanError(f"--runtime {name}: `build_features` is not a list; {hint}")
+    # names and kernel keys are strings; anything else (a nested list an alias repeats, which
+    # would render exponentially) is no build list
+    if not isinstance(variants, dict) or not all(
+        isinstance(op, str) and isinstance(keys, list) and all(isinstance(key, str) for key in keys)
+        for op, keys in variants.items()
+    ):
+        raise DevplanError(f"--runtime {name}: `et_kernel_metadata` is not a table of lists of strings; {hint}")
+    if not all(isinstance(op, str) for op in operators):
+        raise DevplanError(f"--runtime {name}: an operator's name is not a string; {hint}")
+    if not isinstance(features, list) or not all(isinstance(feature, str) for feature in features):
+        raise DevplanError(f"--runtime {name}: `build_features` is not a list of names; {hint}")
     return BuildList(
         name=name,
         all_operators=read.get("include_all_operators") is True,
-        operators=frozenset(str(op) for op in operators),
+        operators=frozenset(operators),
         all_overloads=frozenset(
-            str(op).split(".", 1)[0]
+            op.split(".", 1)[0]
             for op, facts in operators.items()
             if isinstance(facts, dict) and facts.get("include_all_overloads") is True
         ),
-        variants={str(op): frozenset(str(key) for key in keys) for op, keys in variants.items()},
-        backends=frozenset(str(feature) for feature in features),
+        variants={op: frozenset(keys) for op, keys in variants.items()},
+        backends=frozenset(features),
     )
 
 

@@ -130,7 +130,16 @@ def test_backends_are_checked_where_the_build_names_them(tmp_path):
 def test_a_build_that_is_not_a_list_is_one_line(tmp_path):
     program = tmp_path / "linear.pte"
     devplan.compile(torch.export.export(torch.nn.Linear(4, 2), (torch.randn(3, 4),)), program)
-    for text, said in (("operators: [a", "not YAML"), ("- 1\n- 2\n", "no `operators` table")):
+    aliases = "a: &a [x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{b}: &{b} [{', '.join(['*' + a] * 8)}]\n" for a, b in zip("abcdefgh", "bcdefghi")
+    )  # 8**9 strings if expanded
+    for text, said in (
+        ("operators: [a", "not YAML"),
+        ("- 1\n- 2\n", "no `operators` table"),
+        (aliases + "operators: {}\net_kernel_metadata: {op: *i}\n", "not a table of lists of strings"),
+        ("operators: {[1, 2]: {}}\n", "not YAML"),
+        ("operators: {1: {}}\n", "an operator's name is not a string"),
+    ):
         (tmp_path / "bad.yaml").write_text(text)
         result = invoke("check", str(program), "--runtime", str(tmp_path / "bad.yaml"))
         assert isinstance(result.exception, DevplanError) and said in str(result.exception)
