@@ -261,6 +261,18 @@ JUnit = Annotated[
 ]
 
 
+def report_outputs(json_output: bool, report_format: ReportFormat, junit: Path | None, inputs: list) -> None:
+    """The report options of check, diff and run: refuse --json with another --format, and a
+    --junit file that is an input or standard output (where the report goes)."""
+    from devplan.errors import DevplanError
+    from devplan.files import STDIO, refuse_overwrite, refuse_shared_output
+
+    if json_output and report_format is not ReportFormat.text:
+        raise DevplanError(f"--json and --format {report_format.value}: pick one")
+    refuse_shared_output({"the report": STDIO, "--junit": junit})
+    refuse_overwrite(junit, inputs, "--junit")
+
+
 BUDGET_HELP = (
     "Fail unless a buffer fits, e.g. 1=512KiB or cuda:0=2MiB; "
     "BUFFER is a mem_id (that buffer) or a device (all of its buffers together, those its "

@@ -22,6 +22,7 @@ from devplan.cli.app import (
     echo_json,
     noting_external,
     read_noting_external,
+    report_outputs,
 )
 from devplan.errors import EXIT_FAILED, DevplanError
 from devplan.files import STDIO
@@ -39,17 +40,6 @@ Tolerance = Annotated[
 Exact = Annotated[
     bool, typer.Option("--exact", help="Every change is a difference: sizes that shrank, tensors that moved.")
 ]
-
-
-def _report_outputs(json_output: bool, report_format: ReportFormat, junit: Path | None, inputs: list) -> None:
-    """Refuse --json with another --format, and a --junit file that is an input or standard
-    output (where the report goes)."""
-    from devplan.files import refuse_overwrite, refuse_shared_output
-
-    if json_output and report_format is not ReportFormat.text:
-        raise DevplanError(f"--json and --format {report_format.value}: pick one")
-    refuse_shared_output({"the report": STDIO, "--junit": junit})
-    refuse_overwrite(junit, inputs, "--junit")
 
 
 @app.command("check", cls=Command)
@@ -142,7 +132,7 @@ def check_command(
         refuse_overwrite(golden, [program, data], "--golden")
     elif str(golden) == str(program) == STDIO:
         raise DevplanError("-: standard input can be read once; pass the program or the --golden file as a file")
-    _report_outputs(json_output, report_format, junit, [program, data, golden, runtime])
+    report_outputs(json_output, report_format, junit, [program, data, golden, runtime])
     source = read_noting_external(program, data)
     checks = check(
         source, budgets=dict(parse_budget(text) for text in budget or ()), max_ratio=max_ratio, method=method
@@ -245,7 +235,7 @@ def diff_command(
             f"--data given {len(data or ())} times; give it once (both programs' .ptd) or twice (A's, then B's)"
         )
     data_a, data_b = (data or [None])[0], (data or [None])[-1]
-    _report_outputs(json_output, report_format, junit, [a, b, *(data or ())])
+    report_outputs(json_output, report_format, junit, [a, b, *(data or ())])
     side_a = _diff_side(a, data_a)
     result = diff(side_a, _diff_side(b, data_b), tolerance=tolerance, exact=exact, method=method)
     # an annotation belongs on the golden file when A is one (what a review changes), else on B

@@ -8,7 +8,18 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from devplan.cli.app import Command, Format, JUnit, ReportFormat, app, console, echo, echo_json, program_source
+from devplan.cli.app import (
+    Command,
+    Format,
+    JUnit,
+    ReportFormat,
+    app,
+    console,
+    echo,
+    echo_json,
+    program_source,
+    report_outputs,
+)
 from devplan.errors import EXIT_FAILED, DevplanError
 
 if TYPE_CHECKING:
@@ -153,12 +164,10 @@ def run_command(
         raise DevplanError(
             "--format markdown|github and --junit report outputs against a reference; add --reference FILE"
         )
-    if json_output and report_format is not ReportFormat.text:
-        raise DevplanError(f"--json and --format {report_format.value}: pick one")
     # one limit for the inputs, read or made, and all the program's memory
     memory = Memory(_memory_limit(max_memory))
     refuse_overwrite(save, [program, data, inputs, reference], "--save")
-    refuse_overwrite(junit, [program, data, inputs, reference], "--junit")
+    report_outputs(json_output, report_format, junit, [program, data, inputs, reference])
     pte = read_pte(program_source(program, data))
     given = _load_inputs(inputs, memory) if inputs is not None else None
     way = _Runtime(method, seed, executorch, devices_on_host, cuda_graphs)
