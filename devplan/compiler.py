@@ -45,6 +45,7 @@ from devplan.options import CompileOptions
 from devplan.parallel import cores
 from devplan.passes import GRAPH_PASSES, method_passes
 from devplan.passes.adopt import adopt_delegates
+from devplan.passes.attention import Attention, chunk_attention
 from devplan.passes.backends import lower_to_backends
 from devplan.passes.delegates import Group, delegate_groups
 from devplan.passes.device_results import results_on_device
@@ -76,6 +77,7 @@ class CompileResult:
     external: Spread | None = None
     external_keys: int = 0
     quantization: QuantizeReport | None = None  # with --quantize: what quantizing cost
+    attention: Mapping[str, tuple[Attention, ...]] = field(default_factory=dict)  # by method: each attention's form
 
     @cached_property
     def data(self) -> bytes:
@@ -98,7 +100,10 @@ class CompileResult:
         summary: CompileSummary = {
             "schema_version": 1,
             "file": file,
-            "methods": [_method_summary(planned) for planned in self.methods or (self.planned,)],
+            "methods": [
+                _method_summary(planned, self.attention.get(planned.method.name, ()))
+                for planned in self.methods or (self.planned,)
+            ],
             "folding": cast(
                 Folding,
                 {
@@ -116,7 +121,7 @@ class CompileResult:
         return summary
 
 
-def _method_summary(planned: PlannedMethod) -> CompiledMethod:
+def _method_summary(planned: PlannedMethod, attention: tuple[Attention, ...]) -> CompiledMethod:
     method = planned.method
     return {
         "name": method.name,
@@ -150,6 +155,9 @@ def _method_summary(planned: PlannedMethod) -> CompiledMethod:
         ],
         "kernels": libraries(k.op for k in method.kernels if k.delegate is None),
         "backends": sorted({d.backend for d in method.delegates}),
+        "attention": [
+            {"node": a.node, "module": a.module, "keys": a.keys, "block": a.block, "why": a.why} for a in attention
+        ],
     }
 
 
@@ -214,9 +222,10 @@ def compile(
     fold_choices: list[dict] = []
     planned = []
     quantization = None
+    attention = {}
     for name, source in sources.items():  # forward's stages keep their plain names
         try:
-            plan, folded, quantization = _plan_program(
+            plan, folded, quantization, attention[name] = _plan_program(
                 source, options, stage if name == "forward" else stage.within(name), name, on_calibrated
             )
         except DevplanError as error:  # a graph stage names the node or op; the line names the file too
@@ -262,6 +271,7 @@ def compile(
         data,
         external.count if external is not None else 0,
         report,
+        attention,
     )
 
 
@@ -289,15 +299,19 @@ def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
 
 def _plan_program(
     model, options: CompileOptions, stage: "Stages", name: str, on_calibrated: Callable[[int, int], None] | None
-) -> tuple[PlannedMethod, dict, tuple[QuantizeReport, Reference] | None]:
+) -> tuple[PlannedMethod, dict, tuple[QuantizeReport, Reference] | None, tuple[Attention, ...]]:
     """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
-    payloads compiled on the way, to its plan; with what folding chose and, with --quantize,
-    what quantizing cost and the float model's outputs to measure the program against."""
+    payloads compiled on the way, to its plan; with what folding chose, with --quantize,
+    what quantizing cost and the float model's outputs to measure the program against, and
+    what became of each attention."""
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     report = None
     if options.quantize is not None:  # before the backends: XNNPACK's takes the quantized ops
         quantized = stage("quantize", quantize, ep, options.quantize, options.calibration, on_calibrated)
         ep, report = quantized.program, (quantized.report, quantized.reference)
+    # before the backends, so that none takes a whole attention's scores into its own memory
+    blocked = stage("attention", chunk_attention, ep, options.attention, options.attention_block)
+    ep, attention = blocked.program, blocked.attention
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
         ep = stage("backends", lower_to_backends, ep, options.delegates, options.jobs or cores())
@@ -310,9 +324,9 @@ def _plan_program(
         low = stage(pass_name, graph_pass, low)
     if options.fold != "auto":
         plan, folding = _folded(low, options.fold, options, stage, own, name)
-        return plan, {**folding, "choices": [_choice(name, options.fold, plan, folding, True)]}, report
+        return plan, {**folding, "choices": [_choice(name, options.fold, plan, folding, True)]}, report, attention
     plan, folding = _fold_auto(low, options, stage, own, name)
-    return plan, folding, report
+    return plan, folding, report, attention
 
 
 def _aligned_to_elements(options: CompileOptions, low: Lowered) -> CompileOptions:

@@ -18,6 +18,7 @@ def stage_text(result, stage: str = "") -> str:
     facts; serialize's bytes by digest; the written file by name."""
     from devplan.ir.lowered import Lowered
     from devplan.ir.planned import PlannedMethod
+    from devplan.passes.attention import Blocked
     from devplan.passes.quantize import Quantized, QuantizeReport
     from devplan.pte.writer import Spread
 
@@ -27,6 +28,9 @@ def stage_text(result, stage: str = "") -> str:
         return str(result.gm.graph)
     if isinstance(result, Quantized):  # what quantizing cost, then the quantized graph
         return json.dumps(result.report.summary(), indent=1) + "\n" + stage_text(result.program, stage)
+    if isinstance(result, Blocked):  # each attention's form, then the graph
+        told = "".join(f"# {a.node} ({a.module}): {a.keys} keys, {_form(a)}\n" for a in result.attention)
+        return told + stage_text(result.program, stage)
     if isinstance(result, QuantizeReport):  # measure: what the written program computes
         return json.dumps(result.summary(), indent=1) + "\n"
     if hasattr(result, "graph_module"):  # ExportedProgram
@@ -148,3 +152,7 @@ def _program_text(program, segments) -> str:
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _form(attention) -> str:
+    return f"blocks of {attention.block}" if attention.block is not None else f"materialized ({attention.why})"

@@ -78,7 +78,7 @@ ELEMENTWISE = frozenset(
     f"aten::{name}"
     for name in (
         "abs ceil clamp cos exp floor gelu hardtanh leaky_relu log neg reciprocal relu round "
-        "rsqrt sigmoid sign sin sqrt tanh trunc add sub mul div pow maximum minimum where "
+        "rsqrt sigmoid sign sin sqrt tanh trunc add sub mul div pow maximum minimum where masked_fill "
         "_native_batch_norm_legit_no_training"
     ).split()
 )

@@ -19,6 +19,9 @@ from devplan.quantization import quantized_delegates
 # ExecuTorch's const-prop does), none nothing; auto plans each of them and keeps the one whose
 # arena plus constants is least (compiler.py)
 FOLDING = ("auto", "local", "all", "none")
+# --attention: auto computes each attention whose scores would outgrow one block of keys a block
+# at a time (passes/attention.py); materialized leaves every attention as the export has it
+ATTENTION = ("auto", "materialized")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class CompileOptions:
     inplace: bool = True  # results over inputs that die with them; cat pieces in place
     reorder: bool = True  # instructions in the order that holds the fewest bytes at once
     fold: str = "auto"  # constant folding, one of FOLDING (passes/fold.py)
+    attention: str = "auto"  # one of ATTENTION
+    attention_block: int = 16 * 2**20  # with auto: the bytes of scores one block of keys may hold
     # backends taking ops, in turn: devplan's own, to run on their device, and ExecuTorch's
     # partitioners (--backend, --partitioner), whose backends compile their groups
     delegates: tuple["Backend | Partitioner", ...] = ()
@@ -67,6 +72,11 @@ class CompileOptions:
             )
         if self.fold not in FOLDING:
             raise DevplanError(f"--fold {self.fold}: use one of: {', '.join(FOLDING)}")
+        if self.attention not in ATTENTION:
+            raise DevplanError(f"--attention {self.attention}: use one of: {', '.join(ATTENTION)}")
+        b = self.attention_block
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+            raise DevplanError(f"--attention-block {b}: give the bytes one block of scores may hold, e.g. 16MiB")
         if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):
             raise DevplanError(f"--jobs {self.jobs}: give a number of processes from 1 up, e.g. 2")
         if self.dump_dir is not None and present(self.dump_dir) and not self.dump_dir.is_dir():

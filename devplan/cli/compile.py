@@ -27,6 +27,22 @@ def _given_order(ctx: typer.Context, names) -> list[str]:
     return [name for name in ctx.meta.get("devplan_order", []) if name in names]
 
 
+def _block_size(text: str) -> int:
+    from devplan.units import size_bytes
+
+    nbytes = size_bytes(text)
+    if nbytes is None or nbytes < 1 or nbytes != int(nbytes):
+        raise DevplanError(f"bad --attention-block {text!r}; give a size such as 16MiB or 4MiB")
+    return int(nbytes)
+
+
+def _attention(incomplete: str) -> list[str]:
+    """Shell completion's values for --attention."""
+    from devplan.options import ATTENTION
+
+    return [name for name in ATTENTION if name.startswith(incomplete)]
+
+
 def _folding(incomplete: str) -> list[str]:
     """Shell completion's values for --fold."""
     from devplan.options import FOLDING
@@ -127,6 +143,29 @@ def compile_command(
             "(every one, as ExecuTorch's const-prop: a smaller arena, a larger file), or none.",
         ),
     ] = "auto",
+    attention: Annotated[
+        str,
+        typer.Option(
+            "--attention",
+            rich_help_panel=PLANNING,
+            metavar="HOW",
+            autocompletion=_attention,
+            help="Scaled-dot-product attention: auto (computed a block of keys at a time, with portable "
+            "kernels, wherever its scores would pass --attention-block: memory that grows with the context, not its "
+            "square) or materialized (the whole score matrix, as the export has it). The summary says "
+            "which each attention got.",
+        ),
+    ] = "auto",
+    attention_block: Annotated[
+        str,
+        typer.Option(
+            "--attention-block",
+            rich_help_panel=PLANNING,
+            metavar="SIZE",
+            help="With --attention auto: the most bytes of scores one block of keys holds (the fewer, "
+            "the less memory and the more instructions).",
+        ),
+    ] = "16MiB",
     inplace: Annotated[
         bool,
         typer.Option(
@@ -382,6 +421,8 @@ def compile_command(
             inplace=inplace,
             reorder=reorder,
             fold=fold,
+            attention=attention,
+            attention_block=_block_size(attention_block),
             delegates=backends,
             jobs=jobs,
             device_io=device_io,

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from devplan.documents import (
     CheckedRuntime,
+    CompiledAttention,
     CompiledDelegate,
     CompileSummary,
     FoldChoice,
@@ -43,6 +44,8 @@ def compile_lines(
                 f"lower bound {exact_size_text(b['lower_bound'])}, ratio {ratio:.3f}, {counted(b['tensors'], 'tensor')}"
             )
         lines.extend(_fold_lines([c for c in summary["folding"]["choices"] if c["method"] == shown["name"]]))
+        if shown["attention"]:
+            lines.append(f"  attention: {attention_text(shown['attention'])}")
         if shown["kernels"] or shown["backends"]:  # what the runtime that loads it must have
             lines.append(f"  needs {printable(needs_text(shown['kernels'], shown['backends'], how=True))}")
         for device, backend in sorted({(d["target_device"], d["id"]) for d in shown["delegates"]}):
@@ -88,6 +91,21 @@ def compile_lines(
         f"{summary['timings']['seconds']:.2f} s (loading the model to writing the program)"
     )
     return lines
+
+
+def attention_text(attention: list[CompiledAttention]) -> str:
+    """How each attention is computed, alike ones counted together: '2 in blocks of 256 of
+    their 2048 keys, 1 materialized (scores within one block)'."""
+    groups: dict[tuple, int] = {}
+    for a in attention:
+        form = (a["block"], a["keys"]) if a["block"] is not None else (None, a["why"])
+        groups[form] = groups.get(form, 0) + 1
+    return ", ".join(
+        f"{count} in blocks of {block} of {'its' if count == 1 else 'their'} {detail} keys"
+        if block is not None
+        else f"{count} materialized ({printable(detail)})"
+        for (block, detail), count in groups.items()
+    )
 
 
 def _fold_lines(choices: list[FoldChoice]) -> list[str]:

@@ -16,6 +16,7 @@ from devplan.documents.common import (
     WorkingMemory,
 )
 from devplan.documents.compile import (
+    CompiledAttention,
     CompiledBuffer,
     CompiledCounts,
     CompiledDelegate,
@@ -117,6 +118,7 @@ __all__ = [
     "ExternalFile",
     "CompiledFile",
     "CompiledCounts",
+    "CompiledAttention",
     "CompiledBuffer",
     "CompiledWindow",
     "CompiledDelegate",

@@ -50,6 +50,14 @@ class CompiledDelegate(TypedDict):
     window: Optional[CompiledWindow]
 
 
+class CompiledAttention(TypedDict):
+    node: str  # the export's scaled_dot_product_attention node
+    module: str
+    keys: int
+    block: Optional[int]  # keys a block when computed in blocks; None: materialized, `why` says why
+    why: str
+
+
 class CompiledMethod(TypedDict):
     name: str
     planner: str
@@ -58,6 +66,7 @@ class CompiledMethod(TypedDict):
     delegates: list[CompiledDelegate]
     kernels: list[KernelLibrary]  # what a runtime must link to load the method (inspect's, from the same table)
     backends: list[str]
+    attention: list[CompiledAttention]
 
 
 class FoldChoice(TypedDict):

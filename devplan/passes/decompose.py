@@ -56,7 +56,7 @@ def decompose(low: Lowered) -> Lowered:
                 or _rank_refusal(node)
                 or _reads_strided_storage(node)
             ):
-                added += _inline(gm, node, _decomposer(node), traces, mode)
+                added += inline(gm, node, _decomposer(node), traces, mode)
         if not added:
             break
         pending = added
@@ -172,7 +172,7 @@ def _number(arg):
     return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
 
-def _inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict, mode) -> list[torch.fx.Node]:
+def inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict, mode) -> list[torch.fx.Node]:
     """Trace fn on the node's fake inputs and splice the resulting ops in place of the node.
     A model repeats the same op on the same shapes many times (one per layer): `traces`
     keeps each trace for the rest of this compile."""
