@@ -22,6 +22,7 @@ FOLDING = ("auto", "local", "all", "none")
 # --attention: auto computes each attention whose scores would outgrow one block of keys a block
 # at a time (passes/attention.py); materialized leaves every attention as the export has it
 ATTENTION = ("auto", "materialized")
+ATTENTION_BLOCK = 8 * 2**20  # --attention-block's default: the bytes of scores one block may hold
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class CompileOptions:
     reorder: bool = True  # instructions in the order that holds the fewest bytes at once
     fold: str = "auto"  # constant folding, one of FOLDING (passes/fold.py)
     attention: str = "auto"  # one of ATTENTION
-    attention_block: int = 16 * 2**20  # with auto: the bytes of scores one block of keys may hold
+    attention_block: int = ATTENTION_BLOCK  # with auto: the bytes of scores one block of keys may hold
     # backends taking ops, in turn: devplan's own, to run on their device, and ExecuTorch's
     # partitioners (--backend, --partitioner), whose backends compile their groups
     delegates: tuple["Backend | Partitioner", ...] = ()
@@ -76,7 +77,7 @@ class CompileOptions:
             raise DevplanError(f"--attention {self.attention}: use one of: {', '.join(ATTENTION)}")
         b = self.attention_block
         if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise DevplanError(f"--attention-block {b}: give the bytes one block of scores may hold, e.g. 16MiB")
+            raise DevplanError(f"--attention-block {b}: give the bytes one block of scores may hold, e.g. 8MiB")
         if self.jobs is not None and (isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 1):
             raise DevplanError(f"--jobs {self.jobs}: give a number of processes from 1 up, e.g. 2")
         if self.dump_dir is not None and present(self.dump_dir) and not self.dump_dir.is_dir():

@@ -32,7 +32,7 @@ def _block_size(text: str) -> int:
 
     nbytes = size_bytes(text)
     if nbytes is None or nbytes < 1 or nbytes != int(nbytes):
-        raise DevplanError(f"bad --attention-block {text!r}; give a size such as 16MiB or 4MiB")
+        raise DevplanError(f"bad --attention-block {text!r}; give a size such as 8MiB or 2MiB")
     return int(nbytes)
 
 
@@ -165,7 +165,7 @@ def compile_command(
             help="With --attention auto: the most bytes of scores one block of keys holds (the fewer, "
             "the less memory and the more instructions).",
         ),
-    ] = "16MiB",
+    ] = "8MiB",  # options.ATTENTION_BLOCK
     inplace: Annotated[
         bool,
         typer.Option(

@@ -45,7 +45,7 @@ class Blocked:
     attention: tuple[Attention, ...]
 
 
-def chunk_attention(ep: ExportedProgram, mode: str = "auto", block_bytes: int = 16 * 2**20) -> Blocked:
+def chunk_attention(ep: ExportedProgram, mode: str, block_bytes: int) -> Blocked:
     """ep with each attention whose scores are larger than `block_bytes` computed in blocks of
     keys whose scores are not (a program of its own: the caller's is left as it was), and what
     became of every attention in it."""
@@ -121,11 +121,11 @@ def _unfused(softmax: torch.fx.Node) -> Attention:
         if capped
         else "the model's own matmul and softmax, not scaled_dot_product_attention"
     )
-    return Attention(softmax.name, _module(softmax), int(softmax.meta["val"].shape[-1]), None, why)
+    return Attention(softmax.name, _module(softmax), _upper(softmax.meta["val"].shape[-1]), None, why)
 
 
 def _keys(node: torch.fx.Node) -> int:
-    return int(node.args[1].meta["val"].shape[-2])
+    return _upper(node.args[1].meta["val"].shape[-2])
 
 
 def _block(node: torch.fx.Node, block_bytes: int) -> tuple[int | None, str]:
@@ -146,7 +146,8 @@ def _block(node: torch.fx.Node, block_bytes: int) -> tuple[int | None, str]:
 
 
 def _upper(size) -> int:
-    """The largest value a size can take."""
+    """The largest value a size can take: from its symbol's range, never int() of it, which
+    would pin a dynamic size to its example's value for every later stage."""
     if not isinstance(size, torch.SymInt):
         return int(size)
     bound = size.node.shape_env.bound_sympy(size.node.expr).upper
