@@ -88,6 +88,16 @@ from devplan.documents.run import (
     TensorSummary,
     ValueSummary,
 )
+from devplan.documents.xnnpack import (
+    XnnConstant,
+    XnnCounts,
+    XnnDelegate,
+    XnnHeader,
+    XnnNode,
+    XnnpackDocument,
+    XnnQuantization,
+    XnnValue,
+)
 
 # the document each schema describes, by the schema's file name
 SCHEMAS = {
@@ -97,6 +107,7 @@ SCHEMAS = {
     "diff": DiffDocument,
     "golden": GoldenDocument,
     "inspect": InspectDocument,
+    "xnnpack": XnnpackDocument,
 }
 
 __all__ = [
@@ -170,5 +181,13 @@ __all__ = [
     "InspectedDelegate",
     "InspectedMethod",
     "InspectDocument",
+    "XnnDelegate",
+    "XnnHeader",
+    "XnnCounts",
+    "XnnNode",
+    "XnnQuantization",
+    "XnnValue",
+    "XnnConstant",
+    "XnnpackDocument",
     "SCHEMAS",
 ]
