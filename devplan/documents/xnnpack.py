@@ -37,6 +37,8 @@ class XnnNode(TypedDict):
     outputs: list[int]
     params: dict[str, Any]  # an integer, a number, a list of integers, or "inf", "-inf", "nan"
     debug_handle: int
+    source: Optional[str]  # where the program says the node's debug handle came from
+    module: Optional[str]
     output_min: Optional[float]
     output_max: Optional[float]
 

@@ -1,7 +1,9 @@
 """`inspect --delegate N` on an ExecuTorch XNNPACK delegate: the document of the graph inside its
 payload (docs/xnnpack-json.md; devplan/pte/xnn_graph.py reads it) and its terminal view. The
 program says where the delegate call came from (its stacktrace); each node keeps the debug
-handle ExecuTorch gave the node it was lowered from, which ExecuTorch's ETRecord maps further."""
+handle ExecuTorch gave the node it was lowered from, which devplan's programs map to the
+user's module and op in the call's frames (devplan/pte/frames.py), and ExecuTorch's own
+programs leave to its ETRecord."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from rich.text import Text
 from devplan.documents import XnnNode, XnnpackDocument, XnnQuantization, XnnValue
 from devplan.inspection.sources import chain_origins, source_text
 from devplan.inspection.tables import PlainTable
+from devplan.pte.frames import Where
 from devplan.pte.program_view import ProgramView
 from devplan.pte.xnn_graph import Node, Quantization, Value, read_graph
 from devplan.units import printable, size_text
@@ -29,6 +32,7 @@ def xnngraph_document(program: ProgramView, plan_index: int, delegate: int) -> X
     graph = read_graph(payload, f"{program.name}: method {method}: delegate {delegate} (XnnpackBackend)")
     where = _call_origin(program, plan_index, delegate)
     keys = {constant.index: constant.key or None for constant in graph.constants}
+    handles = {handle: Where(path, kind, op) for handle, path, kind, op in where.handles} if where is not None else {}
     header = graph.header
     return {
         "schema_version": SCHEMA_VERSION,
@@ -54,7 +58,7 @@ def xnngraph_document(program: ProgramView, plan_index: int, delegate: int) -> X
         "counts": {"nodes": len(graph.nodes), "values": len(graph.values), "constants": len(graph.constants)},
         "inputs": list(graph.inputs),
         "outputs": list(graph.outputs),
-        "nodes": [_node(node) for node in graph.nodes],
+        "nodes": [_node(node, handles.get(node.debug_handle)) for node in graph.nodes],
         "values": [_value(value, keys) for value in graph.values],
         "constants": [
             {"index": c.index, "key": c.key or None, "offset": c.offset, "size": c.size} for c in graph.constants
@@ -77,7 +81,7 @@ def _number(value: float) -> float | str:
     return value if math.isfinite(value) else str(value)
 
 
-def _node(node: Node) -> XnnNode:
+def _node(node: Node, origin: Where | None) -> XnnNode:
     low, high = node.output_range if node.output_range is not None else (-math.inf, math.inf)
     return {
         "index": node.index,
@@ -89,6 +93,8 @@ def _node(node: Node) -> XnnNode:
             for name, value in node.params
         },
         "debug_handle": node.debug_handle,
+        "source": source_text(origin),
+        "module": origin.module if origin is not None else None,
         "output_min": low if math.isfinite(low) else None,  # None: unbounded
         "output_max": high if math.isfinite(high) else None,
     }
@@ -148,6 +154,7 @@ def render_xnngraph(doc: XnnpackDocument, console: Console, exact_bytes: bool = 
         ("inputs", "left"),
         ("outputs", "left"),
         ("handle", "right"),
+        ("source", "left"),
         ("params", "left"),
         below="params",
     )
@@ -161,6 +168,7 @@ def render_xnngraph(doc: XnnpackDocument, console: Console, exact_bytes: bool = 
             tuple(_value_text(values, i) + " " for i in node["inputs"]) or "-",
             tuple(_value_text(values, i) + " " for i in node["outputs"]) or "-",
             str(node["debug_handle"]),
+            node["source"] or "-",
             tuple(params) or "-",
         )
     nodes.print(console)

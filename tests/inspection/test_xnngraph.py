@@ -120,9 +120,16 @@ def test_the_operators_are_the_models(tmp_path):
     assert [node["op"] for node in conv["nodes"]] == ["StaticTranspose", "Conv2d", "StaticTranspose"]
     assert (conv["nodes"][1]["output_min"], conv["nodes"][1]["output_max"]) == (0.0, None)
     assert conv["delegate"]["module"] == "conv"
+    # where the program says each node came from: the conv's handle names the model's conv, the
+    # transposes the lowering added name no node of the model
+    assert [(node["module"], node["source"]) for node in conv["nodes"]] == [
+        (None, None),
+        ("conv", "conv (Conv2d) convolution"),
+        (None, None),
+    ]
     mlp = devplan.inspect(_path(tmp_path, "mlp", program("mlp_static")), delegate=0)
     connected = [node for node in mlp["nodes"] if node["op"] == "FullyConnected"]
-    assert len(connected) == 2
+    assert [node["module"] for node in connected] == ["0", "2"]  # the Sequential's two Linears
     values = {value["id"]: value for value in mlp["values"]}
     weight = values[connected[0]["inputs"][1]]
     assert weight["role"] == "constant" and weight["dtype"] == "qcint8" and weight["key"]
@@ -139,6 +146,7 @@ def test_the_view_and_the_json_say_the_same(tmp_path):
     assert shown.exit_code == 0, shown.output
     assert "3 nodes, 6 values, 2 constants (2 by key in named data" in shown.stdout
     assert "Conv2d" in shown.stdout and "v2:fp32[8×3×3×3]" in shown.stdout and "clamp=[0, inf]" in shown.stdout
+    assert "conv (Conv2d) convolution" in shown.stdout
     printed = json.loads(invoke("inspect", path, "--delegate", "0", "--json").stdout)
     assert printed == json.loads(json.dumps(devplan.inspect(path, delegate=0)))
     refused = run_devplan("inspect", path, "--delegate", "0", "--svg", str(tmp_path / "x.svg"))
