@@ -149,7 +149,8 @@ def check_graph(payload: bytes | memoryview, where: str) -> None:
                 f"{where}: the payload starts with neither XNNPACK's header (XH00) nor its graph's "
                 f"identifier (XN01) but {magic!r}; the XNNPACK payload is damaged"
             )
-        return  # a graph without the header, as older serializers wrote it
+        verify_xnn_graph(bytes(payload), where)  # a graph without the header, as older serializers wrote it
+        return
     offset, size = header.graph_offset, header.graph_size
     graph = bytes(payload[offset : offset + size])
     if len(graph) != size or size < 8:

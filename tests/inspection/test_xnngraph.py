@@ -18,9 +18,11 @@ import pytest
 import torch
 
 import devplan
+from devplan.errors import DevplanError
 from devplan.pte import read_pte
 from devplan.pte.verify import vtable_entry
 from devplan.pte.xnn_fb.XNNGraph import XNNGraph
+from devplan.pte.xnn_graph import read_graph
 from devplan.pte.xnn_verify import XNN_GRAPH_TABLES
 from testbed.models import export, pt2e_quantize
 from tests.compile.test_cli import assert_one_line_error
@@ -181,3 +183,13 @@ def test_a_damaged_payload_is_refused_in_one_line(tmp_path):
     for case, (damaged, needles) in cases.items():
         result = run_devplan("inspect", _path(tmp_path, case, damaged), "--delegate", "0")
         assert_one_line_error(result, *needles, "the XNNPACK payload is damaged")
+
+
+def test_a_graph_without_the_header_is_checked_and_read_the_same():
+    """Older serializers wrote the FlatBuffer alone (its identifier where the header's magic sits)."""
+    payload = bytes(read_pte(program("conv_bn_relu")).delegate_payload(0, 0))
+    graph = _graph_bytes(payload)
+    alone, headed = read_graph(graph, "alone"), read_graph(payload, "headed")
+    assert alone.header is None and (alone.nodes, alone.values) == (headed.nodes, headed.values)
+    with pytest.raises(DevplanError, match="the XNNPACK payload is damaged"):
+        read_graph(graph[: len(graph) // 2], "cut")
