@@ -2,11 +2,11 @@
 graphs with its default planner and with `devplan.executorch.memory_planning_algo` as its
 MemoryPlanningPass's algorithm.
 
-    python benchmarks/planner_plugin.py [--models linear,cnn] [--json]
+    python benchmarks/planner_plugin.py [--models linear,cnn] [--xnnpack] [--json]
 
 For every sample, test-corpus model and transformer stack (2, 8 and 32 layers): ExecuTorch's
 default portable lowering of one export (testbed/executorch.py: alignment 16, inputs, outputs and
-mutable buffers planned), once with its greedy planner and once with devplan's algorithm, nothing
+mutable buffers planned; with --xnnpack, its XNNPACK partitioner first), once with its greedy planner and once with devplan's algorithm, nothing
 else different; the bytes each program's buffers take (`et default`, `with devplan`), their ratio
 (with devplan / et default, geometric mean at the end), whether both programs, run on
 ExecuTorch's runtime, return what the eager module does (twice for a model with state;
@@ -33,7 +33,7 @@ from testbed.models import CORPUS, STATEFUL, eager_outputs, mismatch, run_execut
 HEADERS = ("model", "et default", "with devplan", "ratio", "match eager", "= et default", "")
 
 
-def measure(name: str) -> dict:
+def measure(name: str, xnnpack: bool = False) -> dict:
     module, args = catalogue()[name]()
     ep = torch.export.export(module, args, strict=False)
     runs = 2 if name in STATEFUL else 1  # state carries over between calls, as in eager
@@ -41,7 +41,7 @@ def measure(name: str) -> dict:
     row: dict = {"model": name}
     outputs = {}
     for key, algo in (("et_default", None), ("devplan", memory_planning_algo)):
-        program = executorch_pte(copy.deepcopy(ep), memory_planning_algo=algo)
+        program = executorch_pte(copy.deepcopy(ep), memory_planning_algo=algo, xnnpack=xnnpack)
         row[key] = planned_bytes(program)
         outputs[key] = run_executorch(program, args, runs=runs)
         row[f"{key}_mismatch"] = mismatch("ExecuTorch's runtime", outputs[key], want)
@@ -57,9 +57,10 @@ def measure(name: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", help="comma-separated model names (default: all)")
+    parser.add_argument("--xnnpack", action="store_true", help="lower with ExecuTorch's XNNPACK partitioner")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     options = parser.parse_args(argv)
-    rows = [measure(name) for name in choose(options.models, [*SAMPLES, *CORPUS, *TRANSFORMERS])]
+    rows = [measure(name, options.xnnpack) for name in choose(options.models, [*SAMPLES, *CORPUS, *TRANSFORMERS])]
     ratio = geometric_mean([row["ratio"] for row in rows])
     if options.json:
         print(json.dumps({"rows": rows, "geomean_ratio": ratio}, indent=2))

@@ -7,11 +7,14 @@ from __future__ import annotations
 import torch
 
 
-def executorch_pte(ep: torch.export.ExportedProgram, *, const_prop: bool = False, memory_planning_algo=None) -> bytes:
+def executorch_pte(
+    ep: torch.export.ExportedProgram, *, const_prop: bool = False, memory_planning_algo=None, xnnpack: bool = False
+) -> bytes:
     """Lower `ep` with ExecuTorch's default portable pipeline (alignment 16, inputs, outputs
     and mutable buffers planned) and return the .pte bytes; `const_prop` turns on its
     constant propagation, `memory_planning_algo` is its MemoryPlanningPass's algorithm (its
-    greedy one by default). Mutated buffers keep their initial values, as devplan's do."""
+    greedy one by default), `xnnpack` lets its XNNPACK partitioner take what it can first.
+    Mutated buffers keep their initial values, as devplan's do."""
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
@@ -19,7 +22,10 @@ def executorch_pte(ep: torch.export.ExportedProgram, *, const_prop: bool = False
     # Buffer write-back copies a value computed from grad-requiring parameters into the
     # buffer, which autograd rejects outside no_grad.
     with torch.no_grad():
-        edge = to_edge_transform_and_lower(ep)
+        if xnnpack:
+            from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()] if xnnpack else None)
         signature = edge.exported_program().graph_signature
         mutated = set(signature.buffers_to_mutate.values())
         placeholders = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]

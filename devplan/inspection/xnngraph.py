@@ -19,7 +19,7 @@ from devplan.inspection.tables import PlainTable
 from devplan.pte.frames import Where
 from devplan.pte.program_view import ProgramView
 from devplan.pte.xnn_graph import Node, Quantization, Value, read_graph
-from devplan.units import printable, size_text
+from devplan.units import counted, printable, size_text
 
 SCHEMA_VERSION = 1
 
@@ -132,19 +132,15 @@ def _quantization(q: Quantization) -> XnnQuantization:
 def render_xnngraph(doc: XnnpackDocument, console: Console, exact_bytes: bool = False) -> None:
     """The graph's summary, then its nodes and its values, each value as vID:dtype[shape]."""
     d = doc["delegate"]
-    console.print(
-        Text(
-            f"{doc['file']['name']}: method {d['method']}: delegate {d['index']} ({d['id']}): "
-            f"XNNPACK graph, {size_text(d['payload_size'], exact_bytes)} payload",
-            style="bold",
-        )
-    )
-    console.print(f"from: {d['source'] or '(the program does not say)'}")
+    console.print(Text(f"{doc['file']['name']}: method {d['method']}: delegate {d['index']} ({d['id']})", style="bold"))
+    console.print(f"XNNPACK graph in a {size_text(d['payload_size'], exact_bytes)} payload")
+    console.print(f"called from: {d['source'] or '(the program does not say)'}")
     counts = doc["counts"]
     named = sum(1 for c in doc["constants"] if c["key"] is not None)
     console.print(
-        f"{counts['nodes']} nodes, {counts['values']} values, {counts['constants']} constants "
-        f"({named} by key in named data, {counts['constants'] - named} inside the payload)"
+        f"{counted(counts['nodes'], 'node')}, {counted(counts['values'], 'value')}, "
+        f"{counted(counts['constants'], 'constant')} ({named} by key in named data, "
+        f"{counts['constants'] - named} inside the payload)"
     )
     values = {value["id"]: value for value in doc["values"]}
     nodes = PlainTable(
