@@ -29,12 +29,11 @@ from tests.compile.test_cli import assert_one_line_error
 from tests.inspection.runner import invoke, run_devplan
 from tests.tiers import tiered
 
-SHARE_BY = "name"  # a model's tests share its compile (tests/conftest.py)
 MLP = (torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)), (torch.randn(4, 16),))
 
 
 @functools.lru_cache(maxsize=None)
-def program(name: str) -> bytes:
+def _compiled(name: str) -> bytes:
     """devplan's program of a corpus model, or of the MLP PT2E-quantized, with --backend xnnpack."""
     if name.startswith("mlp_"):
         torch.manual_seed(0)
@@ -43,6 +42,12 @@ def program(name: str) -> bytes:
     else:
         ep = export(name)[0]
     return devplan.compile(ep, backends=["xnnpack"]).data
+
+
+@pytest.fixture(scope="module")
+def program():
+    """The compiles, shared by the module's tests (on one worker: tests/conftest.py groups them)."""
+    return _compiled
 
 
 def _path(tmp_path: Path, name: str, data: bytes) -> str:
@@ -87,7 +92,7 @@ def _graph_bytes(payload: bytes) -> bytes:
 @pytest.mark.parametrize(
     "name", tiered(["conv_bn_relu", "transformer_encoder", "mlp_static", "mlp_dynamic"], ["conv_bn_relu", "mlp_static"])
 )
-def test_the_graph_is_what_executorchs_schema_reads(name, tmp_path):
+def test_the_graph_is_what_executorchs_schema_reads(program, name, tmp_path):
     data = program(name)
     doc = devplan.inspect(_path(tmp_path, name, data), delegate=0)
     assert doc["format"] == "XNNGraph"
@@ -114,7 +119,7 @@ def test_the_graph_is_what_executorchs_schema_reads(name, tmp_path):
     assert {value["key"] for value in doc["values"] if value["key"]} <= named
 
 
-def test_the_operators_are_the_models(tmp_path):
+def test_the_operators_are_the_models(program, tmp_path):
     """A linear layer is a fully connected node with its weight and bias by key; a conv-BN-ReLU
     one convolution (the norm folded into it, the ReLU its output's clamp) between layout
     transposes; a quantized MLP's weights carry a scale per output channel."""
@@ -142,7 +147,7 @@ def test_the_operators_are_the_models(tmp_path):
     assert "per_token_dynamic" in kinds
 
 
-def test_the_view_and_the_json_say_the_same(tmp_path):
+def test_the_view_and_the_json_say_the_same(program, tmp_path):
     path = _path(tmp_path, "conv", program("conv_bn_relu"))
     shown = invoke("inspect", path, "--delegate", "0")
     assert shown.exit_code == 0, shown.output
@@ -167,7 +172,7 @@ def _damaged(data: bytes, at_in_payload: int, packed: bytes) -> bytes:
     return data[:start] + packed + data[start + len(packed) :]
 
 
-def test_a_damaged_payload_is_refused_in_one_line(tmp_path):
+def test_a_damaged_payload_is_refused_in_one_line(program, tmp_path):
     data = program("conv_bn_relu")
     payload = bytes(read_pte(data).delegate_payload(0, 0))
     graph_offset = struct.unpack_from("<I", payload, 10)[0]
@@ -185,7 +190,7 @@ def test_a_damaged_payload_is_refused_in_one_line(tmp_path):
         assert_one_line_error(result, *needles, "the XNNPACK payload is damaged")
 
 
-def test_a_graph_without_the_header_is_checked_and_read_the_same():
+def test_a_graph_without_the_header_is_checked_and_read_the_same(program):
     """Older serializers wrote the FlatBuffer alone (its identifier where the header's magic sits)."""
     payload = bytes(read_pte(program("conv_bn_relu")).delegate_payload(0, 0))
     graph = _graph_bytes(payload)

@@ -17,7 +17,6 @@ from testbed.executorch import executorch_pte, planned_bytes
 from testbed.models import CORPUS, STATEFUL, eager_outputs, export, mismatch, run_executorch
 from tests.tiers import tiered
 
-SHARE_BY = "name"  # a model's tests share its export (tests/conftest.py)
 pytest.importorskip("executorch.exir")
 
 
