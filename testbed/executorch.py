@@ -7,22 +7,32 @@ from __future__ import annotations
 import torch
 
 
-def executorch_pte(ep: torch.export.ExportedProgram, *, const_prop: bool = False) -> bytes:
+def executorch_pte(
+    ep: torch.export.ExportedProgram, *, const_prop: bool = False, memory_planning_algo=None, xnnpack: bool = False
+) -> bytes:
     """Lower `ep` with ExecuTorch's default portable pipeline (alignment 16, inputs, outputs
     and mutable buffers planned) and return the .pte bytes; `const_prop` turns on its
-    constant propagation. Mutated buffers keep their initial values, as devplan's do."""
+    constant propagation, `memory_planning_algo` is its MemoryPlanningPass's algorithm (its
+    greedy one by default), `xnnpack` lets its XNNPACK partitioner take what it can first.
+    Mutated buffers keep their initial values, as devplan's do."""
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
 
     # Buffer write-back copies a value computed from grad-requiring parameters into the
     # buffer, which autograd rejects outside no_grad.
     with torch.no_grad():
-        edge = to_edge_transform_and_lower(ep)
+        if xnnpack:
+            from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()] if xnnpack else None)
         signature = edge.exported_program().graph_signature
         mutated = set(signature.buffers_to_mutate.values())
         placeholders = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]
         config = ExecutorchBackendConfig(
-            passes=[InitializedMutableBufferPass(placeholders)], do_quant_fusion_and_const_prop=const_prop
+            passes=[InitializedMutableBufferPass(placeholders)],
+            do_quant_fusion_and_const_prop=const_prop,
+            memory_planning_pass=MemoryPlanningPass(memory_planning_algo=memory_planning_algo),
         )
         return edge.to_executorch(config).buffer
 

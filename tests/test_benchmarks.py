@@ -19,6 +19,7 @@ from benchmarks import (
     fold_sweep,
     moe_vs_executorch,
     plan_vs_executorch,
+    planner_plugin,
     quantized_vs_executorch,
 )
 from benchmarks.floor import order_free_floor
@@ -343,3 +344,17 @@ def test_compile_speed_sets_devplan_with_xnnpack_against_executorchs_lowering(
     assert math.isclose(row["ratio"], row["devplan_seconds"] / row["executorch_seconds"])
     assert math.isclose(row["jobs_1_ratio"], row["jobs_1_seconds"] / row["executorch_seconds"])
     assert "process_ratio" not in row and set(doc["geomean"]) == {"ratio", "jobs_1_ratio"}
+
+
+def test_planner_plugin_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert planner_plugin.main(["--models", MODEL]) == 0
+    out = capsys.readouterr().out
+    (row,) = table_rows(out, planner_plugin.HEADERS)
+    assert row[0] == MODEL and row[4:6] == ["yes", "yes"]
+    theirs, ours = int(row[1]), int(row[2])
+    assert 0 < ours <= theirs and float(row[3]) == pytest.approx(ours / theirs, rel=2e-3)
+    assert f"geomean with devplan / et default: {row[3]} over 1 models" in out
+    planner_plugin.main(["--models", MODEL, "--json"])
+    document = json.loads(capsys.readouterr().out)
+    assert [r["model"] for r in document["rows"]] == [MODEL]
+    assert document["geomean_ratio"] == pytest.approx(ours / theirs)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+import torch
 import typing_extensions
 
 import devplan
@@ -21,7 +22,7 @@ from tests.inspection.runner import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMAS = ROOT / "docs" / "schemas"
-DOCUMENTS = ("compile", "inspect", "golden", "diff", "check", "run")
+DOCUMENTS = ("compile", "inspect", "golden", "diff", "check", "run", "xnnpack")
 
 
 def validate(name: str, document: dict) -> None:
@@ -54,6 +55,20 @@ def test_compile_inspect_and_golden_documents_validate(programs, tmp_path):
         validate("inspect", doc)
         validate("golden", golden_document(doc))
     validate("inspect", json.loads(invoke("inspect", str(programs["two_io"]), "--json", "-s", "buffers").stdout))
+
+
+def test_an_xnnpack_delegates_document_validates(tmp_path):
+    """A quantized linear's graph: quantization of each kind it has, weights by key, a clamp."""
+    pytest.importorskip("executorch.backends.xnnpack")
+    from testbed.models import pt2e_quantize
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
+    ep = pt2e_quantize(module, (torch.randn(2, 8),), is_per_channel=True)[0]
+    devplan.compile(ep, tmp_path / "q.pte", backends=["xnnpack"])
+    doc = json.loads(invoke("inspect", str(tmp_path / "q.pte"), "--delegate", "0", "--json").stdout)
+    assert {v["quantization"]["kind"] for v in doc["values"] if v["quantization"]} == {"per_tensor", "per_channel"}
+    validate("xnnpack", doc)
 
 
 def test_diff_check_and_run_documents_validate(programs, tmp_path):

@@ -69,7 +69,8 @@ def inspect_command(
             metavar="N",
             min=0,
             help="Show the program inside delegate N's payload "
-            "(of the first method, or of --method) instead: devplan's delegates hold ET12 programs.",
+            "(of the first method, or of --method) instead: devplan's delegates hold ET12 programs; "
+            "of an ExecuTorch XNNPACK delegate, its graph: nodes, values, quantization and weights' keys.",
             show_default=False,
         ),
     ] = None,
@@ -123,6 +124,11 @@ def inspect_command(
     refuse_shared_output({"--svg": svg, "--trace": trace, "--oplist": oplist})
     source = program_source(program, data)
     doc = inspect(noting_external(source) if data is not None else source, method=method, delegate=delegate)
+    if doc["format"] == "XNNGraph":
+        _xnngraph(
+            doc, json_output, exact_bytes, {"--section": section, "--shapes": shapes, "--svg": svg, "--trace": trace}
+        )
+        return
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
     if svg is not None:
         from devplan.inspection.svg import layout_svg
@@ -152,3 +158,22 @@ def inspect_command(
     # only the lists the views draw from are made printable (a large program's instructions take seconds)
     kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
     render(printable_tree(kept), console(stderr=to_stderr), chosen, exact_bytes=exact_bytes, shapes=shapes)
+
+
+def _xnngraph(doc, json_output: bool, exact_bytes: bool, refused: dict) -> None:
+    """An XNNPACK delegate's graph: its document, or its view; the program's views do not apply."""
+    from devplan.errors import DevplanError
+
+    given = [option for option, value in refused.items() if value]
+    if given:
+        raise DevplanError(
+            f"{', '.join(given)} show a program; delegate {doc['delegate']['index']} holds an XNNPACK graph, "
+            "shown whole (leave them out, or --json for its document)"
+        )
+    if json_output:
+        echo_json(doc)
+        return
+    from devplan.inspection.xnngraph import render_xnngraph
+    from devplan.units import printable_tree
+
+    render_xnngraph(printable_tree(doc), console(), exact_bytes=exact_bytes)

@@ -89,6 +89,16 @@ from devplan.documents.run import (
     TensorSummary,
     ValueSummary,
 )
+from devplan.documents.xnnpack import (
+    XnnConstant,
+    XnnCounts,
+    XnnDelegate,
+    XnnHeader,
+    XnnNode,
+    XnnpackDocument,
+    XnnQuantization,
+    XnnValue,
+)
 
 # the document each schema describes, by the schema's file name
 SCHEMAS = {
@@ -98,6 +108,7 @@ SCHEMAS = {
     "diff": DiffDocument,
     "golden": GoldenDocument,
     "inspect": InspectDocument,
+    "xnnpack": XnnpackDocument,
 }
 
 __all__ = [
@@ -172,5 +183,13 @@ __all__ = [
     "InspectedDelegate",
     "InspectedMethod",
     "InspectDocument",
+    "XnnDelegate",
+    "XnnHeader",
+    "XnnCounts",
+    "XnnNode",
+    "XnnQuantization",
+    "XnnValue",
+    "XnnConstant",
+    "XnnpackDocument",
     "SCHEMAS",
 ]

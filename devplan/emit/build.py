@@ -308,6 +308,7 @@ def _emit_delegate(b: _Builder, node: torch.fx.Node, low: Lowered) -> None:
             payload.arena,
             payload.arena_bound,
             named_data=payload.named_data,
+            handles=payload.handles,
         )
     )
     b.kernels.append(Kernel(backend.backend_id, inputs + outs, name, delegate=len(b.delegates) - 1))

@@ -281,7 +281,12 @@ def _stacktrace(method) -> list:
             names.setdefault(first_reader.get(index, 0), []).append((index, *value.name))
     empty, cache = Source(), FrameCache()
     return [
-        frame_list(*astuple(kernel.source or empty), names.get(at, []), cache)  # type: ignore[call-arg]  # Source is frame_list's first seven
+        frame_list(
+            *astuple(kernel.source or empty),  # type: ignore[call-arg]  # Source is frame_list's first seven
+            names.get(at, []),
+            cache,
+            method.delegates[kernel.delegate].handles if kernel.delegate is not None else (),
+        )
         for at, kernel in enumerate(method.kernels)
     ]
 

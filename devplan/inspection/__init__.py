@@ -5,19 +5,41 @@ checks (check.py).
     devplan.inspect("model.pte")                  -> the inspection document (a dict, devplan.documents.InspectDocument)
     devplan.inspect("model.pte", method="forward") -> the same, one method only
     devplan.inspect("model.pte", delegate=0)      -> the program inside delegate 0 of the
-                                                     (first, or named) method
+                                                     (first, or named) method; for an ExecuTorch
+                                                     XNNPACK delegate, its graph's document
+                                                     (devplan.documents.XnnpackDocument)
 
 The package is named for the noun so that `devplan.inspect`, the verb, is always the function."""
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 if TYPE_CHECKING:
-    from devplan.documents import InspectDocument
+    from devplan.documents import InspectDocument, XnnpackDocument
 
 __all__ = ["inspect"]
+
+
+@overload
+def inspect(
+    source: str | os.PathLike | bytes,
+    *,
+    method: str | None = None,
+    delegate: None = None,
+    data: str | os.PathLike | None = None,
+) -> InspectDocument: ...
+
+
+@overload
+def inspect(
+    source: str | os.PathLike | bytes,
+    *,
+    method: str | None = None,
+    delegate: int,
+    data: str | os.PathLike | None = None,
+) -> InspectDocument | XnnpackDocument: ...
 
 
 def inspect(
@@ -26,10 +48,11 @@ def inspect(
     method: str | None = None,
     delegate: int | None = None,
     data: str | os.PathLike | None = None,
-) -> InspectDocument:
+) -> InspectDocument | XnnpackDocument:
     """Read a program (a path, or the file's bytes) and return its inspection document; with
-    `delegate`, the document of the ET12 program that delegate's payload holds; with `data`, the
-    .ptd holding the weights it keeps outside, checked against it."""
+    `delegate`, the document of the ET12 program that delegate's payload holds, or of the graph
+    an ExecuTorch XNNPACK delegate's payload holds; with `data`, the .ptd holding the weights it
+    keeps outside, checked against it."""
     # Imported here so that the CLI can list this package's sections without loading the
     # FlatBuffers bindings for every command.
     from devplan.inspection.document import document
@@ -37,17 +60,22 @@ def inspect(
 
     pte = read_pte(source, data=data)
     if delegate is not None:
-        pte = _payload_program(pte, method, delegate)
-        method = None
+        payload = _payload_program(pte, method, delegate)
+        if not isinstance(payload, tuple):
+            return payload
+        pte, method = payload
     # Messages name the path as given; the document keeps the basename so that it does not
     # depend on where the file happened to be.
     return document(pte, os.path.basename(pte.name), method=method)
 
 
 def _payload_program(pte, method: str | None, delegate: int):
+    """(the payload's program, no method) for an ET12 payload; the graph's document for XNNPACK's."""
     from devplan.errors import DevplanError
+    from devplan.inspection.xnngraph import xnngraph_document
     from devplan.pte.header import is_program
     from devplan.pte.program_view import program_view
+    from devplan.pte.xnnpack import BACKEND_ID
 
     program = program_view(pte)
     names = list(program.method_names)
@@ -57,8 +85,10 @@ def _payload_program(pte, method: str | None, delegate: int):
         )
     plan_index = names.index(method) if method is not None else 0
     if not is_program(program.payload(plan_index, delegate)):
+        if program.methods[plan_index].delegates[delegate].id == BACKEND_ID:
+            return xnngraph_document(program, plan_index, delegate)
         raise DevplanError(
             f"{program.name} delegate {delegate}: the payload is not an ET12 program but the backend's "
-            f"own format; devplan shows programs only (devplan's DevplanDelegate payloads are)"
+            f"own format; devplan shows programs (devplan's DevplanDelegate payloads) and XNNPACK's graphs only"
         )
-    return program.payload_program(plan_index, delegate)
+    return program.payload_program(plan_index, delegate), None

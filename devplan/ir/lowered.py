@@ -18,14 +18,16 @@ class Payload:
     """What a delegate call runs: the payload its backend reads (devplan's own: an ET12
     program planned on the backend's device), the argument nodes it takes at run time (in
     the order the payload takes them; None: all the call's, as the graph has them now), the bytes its one buffer plans on that device, as
-    planned and at the least any plan could (0 for a backend that plans its own), and the
-    named data a backend keeps beside its payload: (key, bytes, alignment)."""
+    planned and at the least any plan could (0 for a backend that plans its own), the
+    named data a backend keeps beside its payload: (key, bytes, alignment), and where the
+    nodes an ExecuTorch backend compiled came from (ForeignCall.handles)."""
 
     data: bytes
     inputs: tuple[torch.fx.Node, ...] | None
     arena: int
     arena_bound: int
     named_data: tuple[tuple[str, bytes, int], ...] = ()
+    handles: tuple[tuple[int, str, str, str], ...] = ()
 
 
 class ForeignCall(torch.nn.Module):
@@ -39,6 +41,7 @@ class ForeignCall(torch.nn.Module):
         processed: bytes,
         compile_specs: tuple[tuple[str, bytes], ...],
         named_data: tuple[tuple[str, bytes, int], ...],
+        handles: tuple[tuple[int, str, str, str], ...] = (),
     ) -> None:
         super().__init__()
         self.backend_id, self.processed, self.compile_specs, self.named_data = (
@@ -47,6 +50,9 @@ class ForeignCall(torch.nn.Module):
             compile_specs,
             named_data,
         )
+        # (debug handle, module path, module class, op) of each node the backend compiled: the
+        # handle is what its payload records per node (XNNPACK's XNode.debug_handle)
+        self.handles = handles
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,7 @@ class Delegate:
     # inside the method's buffer on `device`
     named_data: tuple[tuple[str, bytes, int], ...] = ()  # (key, bytes, alignment) an ExecuTorch backend
     # reads beside its payload (XNNPACK's weights)
+    handles: tuple[tuple[int, str, str, str], ...] = ()  # ForeignCall.handles: kept in the call's frames
 
 
 @dataclass(frozen=True)

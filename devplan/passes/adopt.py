@@ -29,5 +29,5 @@ def adopt_delegates(low: Lowered) -> Lowered:
                 f"device devplan plans for; use cpu or cuda:N"
             ) from None
         backends[node.target] = Adopted(device, call.backend_id, call.compile_specs)
-        payloads[node.target] = Payload(call.processed, None, 0, 0, call.named_data)
+        payloads[node.target] = Payload(call.processed, None, 0, 0, call.named_data, call.handles)
     return replace(low, backends=backends, payloads=payloads)

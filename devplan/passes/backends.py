@@ -349,7 +349,22 @@ def _foreign(lowered) -> ForeignCall:
             f"{_first_op(lowered)}; the backend cannot compile those ops"
         )
     specs = tuple((spec.key, bytes(spec.value)) for spec in lowered.compile_specs)
-    return ForeignCall(lowered.backend_id, bytes(lowered.processed_bytes), specs, tuple(named))
+    return ForeignCall(lowered.backend_id, bytes(lowered.processed_bytes), specs, tuple(named), _handles(lowered))
+
+
+def _handles(lowered) -> tuple[tuple[int, str, str, str], ...]:
+    """(debug handle, module path, module class, op) of the first node of each debug handle in
+    the partition the backend compiled: the handles its payload's nodes record (XNNPACK's),
+    which the program's frames then map to the user's modules (devplan/pte/frames.py)."""
+    found: dict[int, tuple[int, str, str, str]] = {}
+    for node in lowered.original_module.graph.nodes:
+        handle = node.meta.get("debug_handle")
+        if node.op == "call_function" and isinstance(handle, int) and handle not in found:
+            modules = list((node.meta.get("nn_module_stack") or {}).values())
+            path, kind = modules[-1] if modules else ("", "")
+            op = str(getattr(node.target, "_op", node.target))  # an edge op's ATen op
+            found[handle] = (handle, path, str(kind).rpartition(".")[2], op)
+    return tuple(sorted(found.values()))
 
 
 def _where_from(lowered) -> dict:

@@ -6,9 +6,13 @@ reader tells apart by their file name:
     File "<module>", line 0, in transformer.h.3.attn.c_attn (Conv1D)   context: the user's op
     File "<value>", line N, in transformer.h.3.attn.c_attn.weight      context: parameter
 
+    File "<handle>", line N, in conv (Conv2d)                           context: aten.convolution.default
+
 The first says which module (path and class) made the instruction; the second names value N,
 a user input or weight the instruction is the first to read, by its role and the name the
-export's signature gives it. Any other frame is a source line, innermost last."""
+export's signature gives it; the third, on a call of an ExecuTorch backend's delegate, which
+module and op made the node its payload records under debug handle N (XNNPACK's nodes).
+Any other frame is a source line, innermost last."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from devplan.pte.fb.Frame import FrameT
 from devplan.pte.fb.FrameList import FrameListT
 from devplan.pte.fb.Program import Program
 
-MODULE_FILE, VALUE_FILE = "<module>", "<value>"
+MODULE_FILE, VALUE_FILE, HANDLE_FILE = "<module>", "<value>", "<handle>"
 _MODULE = re.compile(r"(.*?) ?\(([^()]*)\)")
 
 
@@ -36,6 +40,7 @@ class Where:
     line: int = 0
     code: str = ""
     names: tuple[tuple[int, str, str], ...] = ()  # (value index, role, the user's name)
+    handles: tuple[tuple[int, str, str, str], ...] = ()  # (debug handle, module, class, op) of a delegate's nodes
 
 
 class FrameCache:
@@ -73,11 +78,13 @@ def frame_list(
     code: str,
     names: list[tuple[int, str, str]],
     cache: FrameCache,
+    handles: tuple[tuple[int, str, str, str], ...] = (),
 ) -> FrameListT:
     frames = [(MODULE_FILE, 0, f"{module} ({kind})" if kind else module, op)] if module or kind or op else []
     if file:
         frames.append((file, line, function, code))
     frames += [(VALUE_FILE, index, name, role) for index, role, name in names]
+    frames += [(HANDLE_FILE, handle, f"{path} ({cls})" if cls else path, name) for handle, path, cls, name in handles]
     return FrameListT(items=[_SharedFrame(cache, *frame) for frame in frames])
 
 
@@ -93,7 +100,7 @@ class _SharedFrame(FrameT):
 def read_frames(frames: list[tuple[str, int, str, str]]) -> Where:
     """(filename, lineno, name, context) of one FrameList, as read, to what they say."""
     module = kind = op = file = code = ""
-    line, names = 0, []
+    line, names, handles = 0, [], []
     for filename, lineno, name, context in frames:
         if filename == MODULE_FILE:
             match = _MODULE.fullmatch(name)
@@ -101,9 +108,12 @@ def read_frames(frames: list[tuple[str, int, str, str]]) -> Where:
             op = context
         elif filename == VALUE_FILE:
             names.append((lineno, context, name))
+        elif filename == HANDLE_FILE:
+            match = _MODULE.fullmatch(name)
+            handles.append((lineno, *((match[1], match[2]) if match else (name, "")), context))
         else:  # a source line; the last one is where the op was called
             file, line, code = filename, lineno, context
-    return Where(module, kind, op, file, line, code, tuple(names))
+    return Where(module, kind, op, file, line, code, tuple(names), tuple(handles))
 
 
 def read_stacktrace(buffer: "bytes | memoryview", plan_index: int, chain_index: int) -> list[Where | None] | None:

@@ -179,36 +179,6 @@ FLAT_TENSOR_TABLES: dict[str, tuple[tuple, ...]] = {
     ),
 }
 FLAT_TENSOR_ROOT = "FlatTensor"
-# The part of ExecuTorch's XNNPACK payload FlatBuffer (XNNGraph) that devplan reads: the keys
-# of its constant data and its values' shapes (xnnpack.py); a quantized value's parameters,
-# and the nodes, are not read, so their vectors are checked as vectors of offsets.
-XNN_GRAPH_TABLES: dict[str, tuple[tuple, ...]] = {
-    "ConstantDataOffset": (_scalar("offset", "Uint64"), _scalar("size", "Uint64"), _string("named_key")),
-    "XNNTensorValue": (
-        _scalar("datatype", "Int16"),
-        _scalar("num_dims", "Uint32"),
-        _scalars("dims", "Uint32"),
-        _scalar("constant_buffer_idx", "Uint32"),
-        _scalar("external_id", "Uint32"),
-        _scalar("flags", "Uint32"),
-        _scalar("id_out", "Uint32"),
-    ),
-    "XNNQuantizedTensorValue": (_table("tensor_value", "XNNTensorValue"),),
-    "XValue": (_union("xvalue_union", "XValueUnion"),),
-    "XNNGraph": (
-        _string("version"),
-        _scalars("xnodes", "Uint32"),
-        _tables("xvalues", "XValue"),
-        _scalar("num_externs", "Uint32"),
-        _scalars("input_ids", "Uint32"),
-        _scalars("output_ids", "Uint32"),
-        _scalars("constant_buffer", "Uint32"),
-        _scalars("mem_buffer_sizes", "Uint32"),
-        _tables("constant_data", "ConstantDataOffset"),
-    ),
-}
-XNN_GRAPH_UNIONS: dict[str, tuple[str, ...]] = {"XValueUnion": ("XNNTensorValue", "XNNQuantizedTensorValue")}
-
 # The schema is not recursive, so real nesting stops at depth 4; the bound guards edits to it.
 _MAX_DEPTH = 32
 # ExecuTorch's runtime verifies a program with FlatBuffers' C++ Verifier at its default
@@ -241,7 +211,6 @@ def vtable_entry(fields: tuple[tuple, ...], name: str) -> int:
 
 _COMPILED = {name: _slots(fields) for name, fields in TABLES.items()}
 _FLAT_TENSOR_COMPILED = {name: _slots(fields) for name, fields in FLAT_TENSOR_TABLES.items()}
-_XNN_GRAPH_COMPILED = {name: _slots(fields) for name, fields in XNN_GRAPH_TABLES.items()}
 
 
 def _where(path) -> str:
@@ -407,17 +376,3 @@ def verify_flat_tensor(data: bytes, start: int, name: str, damaged: str) -> None
     if root < start:
         walker.corrupt(None, f"root offset points to byte {root}, inside the file header")
     walker.table(root, FLAT_TENSOR_ROOT, None, 0)
-
-
-def verify_xnn_graph(data: bytes, name: str) -> None:
-    """Check the fields of an XNNPACK payload's XNNGraph FlatBuffer that devplan reads."""
-    walker = _Walker(
-        data,
-        len(data),
-        name,
-        whole_file=False,
-        compiled=_XNN_GRAPH_COMPILED,
-        damaged="the XNNPACK payload is damaged",
-        unions=XNN_GRAPH_UNIONS,
-    )
-    walker.table(walker.follow(0, None), "XNNGraph", None, 0)

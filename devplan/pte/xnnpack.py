@@ -5,7 +5,9 @@ when one is missing; reading the keys lets devplan name the missing one first.
 Layout, as ExecuTorch's XNNPACK serializer writes it (integers little-endian):
 
     bytes 4..8    b"XH00"
+    bytes 8..10   the header's length (u16): 30
     bytes 10..14  offset of the XNNGraph FlatBuffer (u32), bytes 14..18 its size (u32)
+    bytes 18..22  offset of the constant data after it (u32), bytes 22..30 its size (u64)
 
 XNNGraph's field 8 (constant_data) is a vector of ConstantDataOffset tables, whose field 2
 (named_key) is the key and field 1 (size) the bytes the graph reads there; an empty key means
@@ -24,13 +26,16 @@ from flatbuffers.table import Table
 
 from devplan.errors import DevplanError
 from devplan.pte.ptd import key_text
-from devplan.pte.verify import XNN_GRAPH_TABLES, verify_xnn_graph, vtable_entry
+from devplan.pte.verify import vtable_entry
+from devplan.pte.xnn_verify import XNN_GRAPH_TABLES, verify_xnn_graph
 
 BACKEND_ID = "XnnpackBackend"
 # what ExecuTorch's XNNPACK backend reads at bytes 4..8 of a payload without the XH00 header: the
 # XNNGraph FlatBuffer's file identifier, of either version it reads
 _GRAPH_IDENTIFIERS = (b"XN00", b"XN01")
-_HEADER = struct.Struct("<4s2xII")  # magic at byte 4, then the header length (skipped), offset, size
+# from byte 4: magic, the header's length, the graph's offset and size, the constant data's
+_HEADER = struct.Struct("<4sHIIIQ")
+HEADER_LENGTH = 4 + _HEADER.size
 _CONSTANT_DATA = vtable_entry(XNN_GRAPH_TABLES["XNNGraph"], "constant_data")
 _NAMED_KEY = vtable_entry(XNN_GRAPH_TABLES["ConstantDataOffset"], "named_key")
 _SIZE = vtable_entry(XNN_GRAPH_TABLES["ConstantDataOffset"], "size")
@@ -107,11 +112,27 @@ def named_keys(payload: bytes | memoryview) -> tuple[str, ...]:
 
 def _graph(payload: bytes | memoryview) -> bytes | None:
     """The payload's XNNGraph FlatBuffer, or None when the payload has no XNNPACK header."""
-    head = bytes(payload[4 : 4 + _HEADER.size])
-    if len(head) < _HEADER.size:
+    header = read_header(payload)
+    return bytes(payload[header.graph_offset : header.graph_offset + header.graph_size]) if header else None
+
+
+@dataclass(frozen=True)
+class Header:
+    """Where the payload's graph and its constant bytes lie, as its header says."""
+
+    length: int
+    graph_offset: int
+    graph_size: int
+    constants_offset: int
+    constants_size: int
+
+
+def read_header(payload: bytes | memoryview) -> Header | None:
+    """The payload's XNNPACK header, unchecked; None when it has none (no XH00 at byte 4)."""
+    head = bytes(payload[4:HEADER_LENGTH])
+    if len(head) < _HEADER.size or head[:4] != b"XH00":
         return None
-    magic, offset, size = _HEADER.unpack(head)
-    return bytes(payload[offset : offset + size]) if magic == b"XH00" else None
+    return Header(*_HEADER.unpack(head)[1:])
 
 
 def check_graph(payload: bytes | memoryview, where: str) -> None:
@@ -120,20 +141,35 @@ def check_graph(payload: bytes | memoryview, where: str) -> None:
     the process (SIGABRT, no message) on a log line that is not UTF-8 (found by the fuzz run's
     XNNPACK mode: `run --executorch` died on mutants `check` had passed, a damaged graph's or
     header's magic among them, which it logs as the graph's identifier)."""
-    graph = _graph(payload)
-    if graph is None:
+    header = read_header(payload)
+    if header is None:
         magic = bytes(payload[4:8])
         if magic not in _GRAPH_IDENTIFIERS:  # ExecuTorch logs these bytes as the graph's identifier
             raise DevplanError(
                 f"{where}: the payload starts with neither XNNPACK's header (XH00) nor its graph's "
                 f"identifier (XN01) but {magic!r}; the XNNPACK payload is damaged"
             )
-        return  # a graph without the header, as older serializers wrote it
-    _, offset, size = _HEADER.unpack(bytes(payload[4 : 4 + _HEADER.size]))
-    if len(graph) != size or size < 4:
+        verify_xnn_graph(bytes(payload), where)  # a graph without the header, as older serializers wrote it
+        return
+    offset, size = header.graph_offset, header.graph_size
+    graph = bytes(payload[offset : offset + size])
+    if len(graph) != size or size < 8:
         raise DevplanError(
             f"{where}: the XNNPACK graph claims bytes {offset} to {offset + size} of a "
             f"{len(payload)}-byte payload; the XNNPACK payload is damaged"
+        )
+    # the header before the graph, the constants the graph keeps inside the payload after it
+    # (ExecuTorch's runtime reads them from there, unchecked)
+    constants_end = header.constants_offset + header.constants_size
+    if (
+        not HEADER_LENGTH <= header.length <= offset
+        or header.constants_offset < offset + size
+        or constants_end > len(payload)
+    ):
+        raise DevplanError(
+            f"{where}: the XNNPACK header ({header.length} bytes) puts the graph at bytes {offset} to "
+            f"{offset + size} and the constant data at bytes {header.constants_offset} to {constants_end} "
+            f"of a {len(payload)}-byte payload; the XNNPACK payload is damaged"
         )
     if graph[4:8] not in _GRAPH_IDENTIFIERS:  # logged as the payload's magic, as above
         raise DevplanError(
