@@ -35,33 +35,15 @@ warnings.filterwarnings("ignore")
 
 import devplan  # noqa: E402
 from testbed.executorch import executorch_pte, planned_bytes  # noqa: E402
+from testbed.hf_models import recipe_export  # noqa: E402
 from testbed.peak import run_measured  # noqa: E402
 
 TARGETS = {2048: 8, 8192: 30}  # cache length -> ExecuTorch's default plan over devplan's, at least
 
 
 def _llm(family: str, cache: int):
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
-
-    torch.manual_seed(0)
-    config = AutoConfig.for_model(
-        family, vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
-        num_key_value_heads=2,
-    )  # fmt: skip
-    model = AutoModelForCausalLM.from_config(config).eval()
-    model.generation_config = GenerationConfig(
-        use_cache=True, cache_implementation="static", cache_config={"batch_size": 1, "max_cache_len": cache}
-    )
-    recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=cache)
-    tokens = torch.export.Dim("tokens", max=cache - 1)
-    with torch.no_grad():
-        ep = recipe.export(
-            input_ids=torch.tensor([[1, 2, 3]]),
-            cache_position=torch.arange(3),
-            dynamic_shapes={"input_ids": {1: tokens}, "cache_position": {0: tokens}},
-            strict=True,
-        )
+    sizes = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8)
+    ep = recipe_export(family, cache, num_key_value_heads=2, **sizes)
     prompt = cache - 1
     return ep, [
         (torch.randint(3, 512, (1, prompt)), torch.arange(prompt)),
@@ -156,6 +138,8 @@ def row(name: str, run: bool, runs: int) -> dict:
         "executorch_compile_s": round(theirs_seconds, 2),
     }
     out["ratio"] = round(out["executorch_planned"] / ours_bytes, 2)
+    cache = int(name.rsplit("_", 1)[1]) if name.startswith(("llama", "qwen2")) else None
+    out["target"] = TARGETS.get(cache)  # type: ignore[arg-type]  # a row without a cache has none
     if run:
         for who, program in (("devplan", result.data), ("executorch", theirs)):
             seconds, peak = _measured(program, calls, runs)
@@ -179,7 +163,7 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     rows = []
-    header = f"{'model':<22}{'devplan MiB':>12}{'ET MiB':>10}{'ET/devplan':>11}{'blocks':>8}"
+    header = f"{'model':<22}{'devplan MiB':>12}{'ET MiB':>10}{'ET/devplan':>11}{'target':>8}{'blocks':>8}"
     if args.run:
         header += f"{'prefill s dp/ET':>18}{'peak RSS MiB dp/ET':>20}"
     if not args.json:
@@ -190,7 +174,8 @@ def main() -> None:
         if args.json:
             continue
         line = f"{name:<22}{_mib(r['devplan_planned']):>12}{_mib(r['executorch_planned']):>10}{r['ratio']:>11}"
-        line += f"{','.join(map(str, r['blocks'])) or '-':>8}"
+        target = "-" if r["target"] is None else f"{r['target']}x " + ("ok" if r["ratio"] >= r["target"] else "MISS")
+        line += f"{target:>8}{','.join(map(str, r['blocks'])) or '-':>8}"
         if args.run:
             line += f"{r['devplan_prefill_s']:>9}/{r['executorch_prefill_s']:<8}"
             line += f"{_mib(r['devplan_peak_rss']):>10}/{_mib(r['executorch_peak_rss']):<9}"

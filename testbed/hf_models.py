@@ -522,3 +522,26 @@ def static_cache_decoder() -> tuple[nn.Module, list[dict[str, Tensor]]]:
         {"input_ids": tokens[:, i : i + 1], "cache_position": torch.tensor([i], dtype=torch.long)} for i in range(3)
     ]
     return module, steps
+
+
+def recipe_export(family: str, cache: int, **sizes) -> torch.export.ExportedProgram:
+    """README's LLM recipe: `family` (a transformers model type) from a config of `sizes`
+    (vocab_size, hidden_size, ...), seeded, through transformers' static-cache ExecuTorch
+    module with a `cache`-token cache, exported with the prompt's length dynamic (up to cache - 1)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(family, **sizes)).eval()
+    model.generation_config = GenerationConfig(
+        use_cache=True, cache_implementation="static", cache_config={"batch_size": 1, "max_cache_len": cache}
+    )
+    recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=cache)
+    tokens = torch.export.Dim("tokens", max=cache - 1)
+    with torch.no_grad():
+        return recipe.export(
+            input_ids=torch.tensor([[1, 2, 3]]),
+            cache_position=torch.arange(3),
+            dynamic_shapes={"input_ids": {1: tokens}, "cache_position": {0: tokens}},
+            strict=True,
+        )

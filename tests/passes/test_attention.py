@@ -26,27 +26,8 @@ RTOL, ATOL = 1e-4, 1e-5
 
 def _static_cache_llama():
     """README's recipe, tiny: transformers' static cache, the prompt's length dynamic."""
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
-
-    torch.manual_seed(0)
-    config = AutoConfig.for_model(
-        "llama", vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2,
-    )  # fmt: skip
-    model = AutoModelForCausalLM.from_config(config).eval()
-    model.generation_config = GenerationConfig(
-        use_cache=True, cache_implementation="static", cache_config={"batch_size": 1, "max_cache_len": 32}
-    )
-    recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=32)
-    tokens = torch.export.Dim("tokens", max=31)
-    with torch.no_grad():
-        ep = recipe.export(
-            input_ids=torch.tensor([[1, 2, 3]]),
-            cache_position=torch.arange(3),
-            dynamic_shapes={"input_ids": {1: tokens}, "cache_position": {0: tokens}},
-            strict=True,
-        )
+    sizes = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
+    ep = hf_models.recipe_export("llama", 32, num_key_value_heads=2, **sizes)
     return ep, (torch.randint(3, 128, (1, 20)), torch.arange(20))
 
 
@@ -113,3 +94,28 @@ def test_softcapped_attention_stays_whole_and_the_summary_says_why(tmp_path):
     run = CliRunner().invoke(app, ["compile", str(path), "-o", str(tmp_path / "g.pte"), "--attention-block", "16"])
     assert run.exit_code == 0, run.output
     assert "attention: 2 materialized (softcapping: a tanh on the scores" in " ".join(run.output.split())
+
+
+def test_no_xnnpack_delegate_takes_the_whole_scores_back():
+    """Blocked before the backends partition: no XNNPACK delegate of the ViT holds a whole
+    attention's scores (an intermediate shaped queries x keys, 17 x 17, in its graph as inspect
+    --delegate reads it), as the materialized program's delegates do; it still matches eager on
+    ExecuTorch's runtime."""
+    ep, args = _vit()
+
+    def scores(result) -> list:
+        delegates = range(len(result.summary()["methods"][0]["delegates"]))
+        graphs = [devplan.inspect(result.data, delegate=i) for i in delegates]
+        return [
+            v["shape"]
+            for g in graphs
+            for v in g["values"]
+            if v["role"] == "intermediate" and v["shape"][-2:] == [17, 17]
+        ]
+
+    assert scores(devplan.compile(ep, attention="materialized", backends=["xnnpack"]))
+    result = devplan.compile(ep, attention_block=BLOCK, backends=["xnnpack"])
+    assert result.summary()["methods"][0]["delegates"] and not scores(result)
+    (executorch,) = run_executorch(result.data, args)
+    for got, want in zip(executorch, torch.utils._pytree.tree_leaves(ep.module()(*args))):
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
