@@ -217,6 +217,15 @@ def diff_command(
     ] = None,
     report_format: Format = ReportFormat.text,
     junit: JUnit = None,
+    placements: Annotated[
+        bool,
+        typer.Option(
+            "--placements",
+            help="List the tensors whose placement changed (value ids, offsets, lifetimes) even when the two "
+            "programs come from different compilers (one names the model's modules, the other none, as "
+            "ExecuTorch's default programs), whose value ids are each their own.",
+        ),
+    ] = False,
 ) -> None:
     """Compare two programs' plans, devplan's or ExecuTorch's: exit 0 when they plan the same
     (within --tolerance), 1 when they differ, 2 for bad input.
@@ -224,7 +233,10 @@ def diff_command(
     Per method: buffers added, removed or resized (per device), lower bounds, constant bytes,
     operators, counts, delegates, and the tensors whose placement changed. With --tolerance or
     --exact, each change is labelled FAIL or ok by that gate; without, the changes are listed as
-    they are (growth still exits 1)."""
+    they are (growth still exits 1).
+
+    Where a side names no modules (ExecuTorch's programs), each peak is told by the operators
+    that wrote what it holds, never by module."""
     from devplan.inspection.diff import diff
     from devplan.units import printable
 
@@ -246,7 +258,8 @@ def diff_command(
     elif report_format is ReportFormat.text:
         # FAIL and ok are a gate's words: without --tolerance or --exact the changes are listed as they are
         gated = tolerance is not None or exact
-        text = result.text(labels=gated, width=console().width)  # wrapped as rich would, at the console's width
+        # wrapped as rich would, at the console's width
+        text = result.text(labels=gated, width=console().width, placements=placements)
         # names are escaped in the text already: its line breaks are devplan's own
         echo("".join(printable(line) + "\n" for line in text.rstrip("\n").split("\n")), nl=False)
     else:

@@ -13,7 +13,15 @@ from devplan.cli.reports import buffer_facts, buffer_name
 from devplan.documents import CheckedRuntime, OutputComparison, PeakDetail, Reference
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.diff import Change, Diff
-from devplan.inspection.difftext import change_label, change_values, outcome, peak_text, signed_size
+from devplan.inspection.difftext import (
+    change_label,
+    change_values,
+    outcome,
+    peak_text,
+    share_text,
+    shares,
+    signed_size,
+)
 from devplan.units import inert, printable, size_text
 
 _MARK = {True: "✅ ok", False: "❌ FAIL"}
@@ -118,22 +126,23 @@ def _changes_markdown(d: Diff) -> list[str]:
 
 def _grown_markdown(d: Diff, peak: Change) -> list[str]:
     """'What grew in forward buffer 1 (cpu): 10.0 KiB ... -> 18.0 KiB ..., +8.0 KiB (+80.0%)', where its peak is, and a table of
-    the blocks whose bytes there changed, most changed first."""
+    the blocks (or, where a side names no modules, the operators) whose bytes there changed,
+    most changed first."""
     size = _size_change(d, peak)
     grew = f": {change_values(size)}" if size else ""
+    detail = cast(PeakDetail, peak.detail)  # a "peak" change's
     lines = [
         f"**What grew in {_cell(f'{peak.method} {peak.subject}')}**{_cell(grew)}; peak: {_cell(change_values(peak))}",
         "",
-        "| module | before | after | change |",
+        f"| {detail['by']} | before | after | change |",
         "| --- | ---: | ---: | ---: |",
     ]
-    detail = cast(PeakDetail, peak.detail)  # a "peak" change's
     lines += [
-        f"| {_cell(m['module'])} | {size_text(m['a'])} | {size_text(m['b'])} | {signed_size(m['b'] - m['a'])} |"
-        for m in detail["modules"]
+        f"| {_cell(name)} | {size_text(was)} | {size_text(now)} | {signed_size(now - was)} |"
+        for name, was, now in shares(detail)
     ]
     if detail["more"]:
-        lines.append(f"| and {detail['more']} more blocks | | | |")
+        lines.append(f"| and {detail['more']} more {'operators' if detail['by'] == 'operator' else 'blocks'} | | | |")
     return lines + [""]
 
 
@@ -226,10 +235,7 @@ def _change_message(d: Diff, change: Change) -> str:
     if peak is not None:
         if peak is not change:
             lines.append(f"peak: {change_values(peak)}")
-        lines += [
-            f"{m['module']} {signed_size(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
-            for m in cast(PeakDetail, peak.detail)["modules"]  # a "peak" change's
-        ]
+        lines += [share_text(*share) for share in shares(cast(PeakDetail, peak.detail))]  # a "peak" change's
     return "\n".join(lines)
 
 

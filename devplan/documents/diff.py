@@ -45,9 +45,17 @@ class ModuleChange(TypedDict):
     b: int
 
 
+class OperatorChange(TypedDict):
+    operator: str
+    a: int
+    b: int
+
+
 class PeakDetail(TypedDict):
     moved: bool
+    by: Literal["module", "operator"]
     modules: list[ModuleChange]
+    operators: list[OperatorChange]
     more: int
 
 
