@@ -32,8 +32,19 @@ Tolerance = Annotated[
     typer.Option(
         "--tolerance",
         metavar="T",
-        help="Let sizes grow by up to T and still match: a percentage (2%) or "
-        "bytes (4KiB). Shrinking always matches, unless --exact.",
+        help="Let the planned memory (buffers, lower bounds, device totals) grow by up to T and still "
+        "match: a percentage (2%) or bytes (4KiB); the weights too, unless --weights-tolerance gives theirs. "
+        "Shrinking always matches, unless --exact.",
+        show_default=False,
+    ),
+]
+WeightsTolerance = Annotated[
+    Optional[str],
+    typer.Option(
+        "--weights-tolerance",
+        metavar="T",
+        help="Let the weights (the program's constants, each delegate's payload) grow by up to T and still "
+        "match, apart from --tolerance, which then judges the planned memory alone.",
         show_default=False,
     ),
 ]
@@ -77,6 +88,7 @@ def check_command(
         typer.Option("--update", help="Write (or rewrite) the --golden file from this program instead of comparing."),
     ] = False,
     tolerance: Tolerance = None,
+    weights_tolerance: WeightsTolerance = None,
     exact: Exact = False,
     fail_on_shrink: Annotated[
         bool,
@@ -123,10 +135,10 @@ def check_command(
     from devplan.inspection.runtime_build import check_runtime
     from devplan.planning import parse_budget
 
-    if golden is None and (update or tolerance is not None or exact or fail_on_shrink):
+    if golden is None and (update or tolerance is not None or weights_tolerance is not None or exact or fail_on_shrink):
         raise DevplanError(
-            f"{program}: --update, --tolerance, --exact and --fail-on-shrink apply to a golden file; "
-            f"add --golden GOLDEN.json"
+            f"{program}: --update, --tolerance, --weights-tolerance, --exact and --fail-on-shrink apply to a "
+            f"golden file; add --golden GOLDEN.json"
         )
     if update:  # the .ptd holds the program's weights: only a recompile would bring them back
         refuse_overwrite(golden, [program, data], "--golden")
@@ -146,6 +158,7 @@ def check_command(
             exact=exact,
             method=method,
             fail_on_shrink=fail_on_shrink,
+            weights_tolerance=weights_tolerance,
         )
         if golden is not None
         else None
@@ -171,7 +184,14 @@ def check_command(
             typer.echo(  # devplan's own workflow commands: the one output not made inert
                 "".join(
                     line + "\n"
-                    for line in reports_ci.check_github(checks, matched, str(golden), str(program), built, str(runtime))
+                    for line in reports_ci.check_github(
+                        checks,
+                        matched,
+                        str(golden),
+                        reports_ci.declared(budget or [], str(golden) if golden is not None else None),
+                        built,
+                        str(runtime),
+                    )
                 ),
                 nl=False,
                 err=to_stderr,
@@ -195,6 +215,7 @@ def diff_command(
     ],
     b: Annotated[Path, typer.Argument(metavar="B.pte", help="The new program (or a golden file).", show_default=False)],
     tolerance: Tolerance = None,
+    weights_tolerance: WeightsTolerance = None,
     exact: Exact = False,
     method: Annotated[
         Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Compare only this method.")
@@ -249,7 +270,14 @@ def diff_command(
     data_a, data_b = (data or [None])[0], (data or [None])[-1]
     report_outputs(json_output, report_format, junit, [a, b, *(data or ())])
     side_a = _diff_side(a, data_a)
-    result = diff(side_a, _diff_side(b, data_b), tolerance=tolerance, exact=exact, method=method)
+    result = diff(
+        side_a,
+        _diff_side(b, data_b),
+        tolerance=tolerance,
+        exact=exact,
+        method=method,
+        weights_tolerance=weights_tolerance,
+    )
     # an annotation belongs on the golden file when A is one (what a review changes), else on B
     changed = str(a) if isinstance(side_a, Path) else str(b)
     # names from the files (operators, backend ids, devices) may hold terminal escapes: shown escaped
@@ -257,7 +285,7 @@ def diff_command(
         echo_json(result.document())
     elif report_format is ReportFormat.text:
         # FAIL and ok are a gate's words: without --tolerance or --exact the changes are listed as they are
-        gated = tolerance is not None or exact
+        gated = tolerance is not None or weights_tolerance is not None or exact
         # wrapped as rich would, at the console's width
         text = result.text(labels=gated, width=console().width, placements=placements)
         # names are escaped in the text already: its line breaks are devplan's own

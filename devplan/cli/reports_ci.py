@@ -6,11 +6,15 @@ file for test reporters (`--junit FILE`). Each renders the same results that the
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
-from typing import cast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, cast
 
-from devplan.cli.reports import buffer_facts, buffer_name
+from devplan.cli.reports import buffer_facts, buffer_name, peak_words
 from devplan.documents import CheckedRuntime, OutputComparison, PeakDetail, Reference
+from devplan.errors import DevplanError
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.diff import Change, Diff
 from devplan.inspection.difftext import (
@@ -22,6 +26,7 @@ from devplan.inspection.difftext import (
     shares,
     signed_size,
 )
+from devplan.inspection.own_memory import BACKENDS
 from devplan.units import inert, printable, size_text
 
 _MARK = {True: "✅ ok", False: "❌ FAIL"}
@@ -50,7 +55,7 @@ def check_markdown(
             for c in checks
         ]
         peaks = [
-            f"**{_cell(buffer_name(c))}** at its peak: {_cell(peak_text(c.peak))}  "
+            f"**{_cell(buffer_name(c))}** {peak_words(c)}: {_cell(peak_text(c.peak))}  "
             for c in checks
             if not c.ok and c.peak is not None
         ]
@@ -167,20 +172,68 @@ def _joined(lines: list[str]) -> str:
 # GitHub's workflow commands
 
 
+@dataclass(frozen=True)
+class Declared:
+    """Where check's limits were declared, for the annotations of the buffers that fail them: a
+    file of the pull request, not the .pte (a build artifact it lacks). The workflow file GitHub
+    runs (GITHUB_WORKFLOW_REF), at the line giving the --budget (or --max-ratio); else the
+    golden file; else no file (the annotation is the run's)."""
+
+    workflow: str | None = None  # its path from the repository's root
+    lines: tuple[str, ...] = ()  # the workflow's lines
+    golden: str | None = None
+    budgets: Mapping[str, str] = field(default_factory=dict)  # budget key -> the --budget text giving it
+
+    def at(self, c: BufferCheck) -> tuple[str | None, int | None]:
+        """(file, line) for a failing buffer's annotation."""
+        if self.workflow is None:
+            return self.golden, None
+        key = str(c.mem_id) if c.mem_id is not None else c.device + (BACKENDS if c.backends else "")
+        wanted = [self.budgets[key]] if key in self.budgets and c.budget is not None else []
+        wanted += ["--max-ratio", "devplan check"]
+        found = next((n for text in wanted for n, line in enumerate(self.lines, 1) if text in line), None)
+        return self.workflow, found
+
+
+WORKFLOW_BYTES = 1 << 20  # a workflow file is a few KiB; one past this is not read
+
+
+def declared(budgets: list[str], golden: str | None) -> Declared:
+    """Where the budgets given as `--budget` texts were declared (Declared), read from the
+    workflow file that GITHUB_WORKFLOW_REF names (owner/repo/PATH@ref), found under
+    GITHUB_WORKSPACE (else the current folder); outside GitHub's runner, the golden file."""
+    from devplan.files import read_input
+    from devplan.planning.budget import budget_key, parse_budget
+
+    keys = {budget_key(parse_budget(text)[0]): text for text in budgets}
+    ref = os.environ.get("GITHUB_WORKFLOW_REF", "")
+    path = "/".join(ref.partition("@")[0].split("/")[2:])
+    root = Path(os.environ.get("GITHUB_WORKSPACE") or ".")
+    if not path or ".." in Path(path).parts or not (root / path).is_file():
+        return Declared(golden=golden, budgets=keys)
+    try:
+        text = read_input(root / path, limit=WORKFLOW_BYTES, hint="").decode("utf-8", "replace")
+    except DevplanError:  # unreadable: the annotations go where they would outside the runner
+        return Declared(golden=golden, budgets=keys)
+    return Declared(path, tuple(text.splitlines()), golden, keys)
+
+
 def check_github(
     checks: list[BufferCheck],
     matched: GoldenCheck | None,
     golden: str,
-    program: str,
+    where: Declared,
     runtime: CheckedRuntime | None = None,
     build: str = "",
 ) -> list[str]:
-    """An error on the program per failing buffer; on the golden file, an error per difference
-    and a notice per change allowed; on the runtime build's list (`build`, its path), an error
-    per thing it lacks."""
-    lines = [
-        _command("error", program, f"devplan check: {buffer_name(c)}", _buffer_message(c)) for c in checks if not c.ok
-    ]
+    """An error per failing buffer where its limit was declared (`where`); on the golden file,
+    an error per difference and a notice per change allowed; on the runtime build's list
+    (`build`, its path), an error per thing it lacks."""
+    lines = []
+    for c in checks:
+        if not c.ok:
+            file, line = where.at(c)
+            lines.append(_command("error", file, f"devplan check: {buffer_name(c)}", _buffer_message(c), line))
     if matched is not None and matched.diff is not None:
         lines += diff_github(matched.diff, golden)
     for m in runtime["missing"] if runtime is not None else ():
@@ -224,7 +277,7 @@ def diff_github(d: Diff, file: str) -> list[str]:
 
 
 def _buffer_message(c: BufferCheck) -> str:
-    peak = f"\nat its peak, {peak_text(c.peak)}" if not c.ok and c.peak is not None else ""
+    peak = f"\n{peak_words(c)}, {peak_text(c.peak)}" if not c.ok and c.peak is not None else ""
     return "; ".join(buffer_facts(c)) + peak
 
 
@@ -248,10 +301,12 @@ def _peak_of(d: Diff, change: Change) -> Change | None:
     )
 
 
-def _command(kind: str, file: str, title: str, message: str) -> str:
-    """'::error file=F,title=T::M', escaped as GitHub's toolkit escapes them (its command.ts):
-    a message's %, CR and LF; a property's also : and , (which would end it)."""
-    return f"::{kind} file={_property(file)},title={_property(title)}::{_data(message)}"
+def _command(kind: str, file: str | None, title: str, message: str, line: int | None = None) -> str:
+    """'::error file=F,line=N,title=T::M' (file and line where known), escaped as GitHub's
+    toolkit escapes them (its command.ts): a message's %, CR and LF; a property's also : and ,
+    (which would end it)."""
+    where = (f"file={_property(file)}," if file is not None else "") + (f"line={line}," if line is not None else "")
+    return f"::{kind} {where}title={_property(title)}::{_data(message)}"
 
 
 def _data(text: str) -> str:

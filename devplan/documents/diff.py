@@ -84,6 +84,7 @@ class DiffDocument(TypedDict):
     schema_version: Literal[1]
     files: DiffFiles
     tolerance: Optional[Tolerance]
+    weights_tolerance: Optional[Tolerance]
     exact: bool
     ok: bool
     changes: list[Change]

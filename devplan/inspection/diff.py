@@ -56,6 +56,9 @@ SCHEMA_VERSION: Final = 1
 # counts reported, never failed (but with exact): one more scalar the emitter made, or one
 # more instruction, is no memory; the tensors, operators and buffers that come with it are named
 REPORTED = frozenset({"instructions", "values"})
+# sizes of the weights (the program's constants, a delegate's payload holding its own), judged
+# by the weights' tolerance; every other size is planned memory, judged by the tolerance
+WEIGHTS = frozenset({"constant_bytes", "payload_size"})
 LARGEST_SHOWN = 10
 
 
@@ -80,21 +83,21 @@ class Tolerance:
         return {"percent": float(self.percent) if self.percent is not None else None, "bytes": self.nbytes}
 
 
-def parse_tolerance(text: str) -> Tolerance:
-    """'2%', '0.5%', '4KiB', '4096' -> Tolerance."""
+def parse_tolerance(text: str, flag: str = "--tolerance") -> Tolerance:
+    """'2%', '0.5%', '4KiB', '4096' -> Tolerance; `flag` names it in a refusal."""
     percent = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", text)
     if percent:
         try:  # the document states it as a float; bytes have no such bound (units.size_text counts in integers)
             float(Fraction(percent.group(1)))
         except OverflowError:
             raise DevplanError(
-                f"--tolerance {text!r}: a percentage too large to compare sizes by; write one such as 2%"
+                f"{flag} {text!r}: a percentage too large to compare sizes by; write one such as 2%"
             ) from None
         return Tolerance(percent=Fraction(percent.group(1)))
     nbytes = size_bytes(text)
     if nbytes is None or nbytes.denominator != 1:
         raise DevplanError(
-            f"--tolerance {text!r}: write a percentage such as 2% or a whole number of bytes "
+            f"{flag} {text!r}: write a percentage such as 2% or a whole number of bytes "
             f"such as 4KiB (units: B, KB, KiB, MB, MiB, GB, GiB)"
         )
     return Tolerance(nbytes=int(nbytes))
@@ -133,11 +136,12 @@ class Diff:
     a: str  # the sides' names (file basenames)
     b: str
     changes: tuple[Change, ...]
-    tolerance: Tolerance | None = None
+    tolerance: Tolerance | None = None  # of the planned memory; of the weights too unless weights_tolerance
     exact: bool = False
     # whether both sides number their values alike: one names the model's modules and the other
     # none (ExecuTorch's default programs against devplan's) comes from another compiler
     comparable: bool = True
+    weights_tolerance: Tolerance | None = None
 
     @property
     def ok(self) -> bool:
@@ -154,6 +158,7 @@ class Diff:
             "schema_version": SCHEMA_VERSION,
             "files": {"a": {"name": self.a}, "b": {"name": self.b}},
             "tolerance": self.tolerance.document() if self.tolerance is not None else None,
+            "weights_tolerance": self.weights_tolerance.document() if self.weights_tolerance is not None else None,
             "exact": self.exact,
             "ok": self.ok,
             "changes": [change.document() for change in self.changes],
@@ -221,18 +226,26 @@ def diff(
     exact: bool = False,
     method: str | None = None,
     fail_on_shrink: bool = False,
+    weights_tolerance: Tolerance | str | None = None,
 ) -> Diff:
     """Compare a (the old side: a golden, or yesterday's program) with b. Each is a .pte path
     or bytes, a golden file's path, or an inspection or golden document. `tolerance` ('2%',
-    '4KiB' or a Tolerance) lets sizes grow; `exact` makes every change a difference,
+    '4KiB' or a Tolerance) lets the planned memory grow (buffers, bounds, device totals), and the
+    weights too (the constants, delegates' payloads) unless `weights_tolerance` gives theirs;
+    `exact` makes every change a difference,
     shrinking and moved placements included; `fail_on_shrink` makes a size that shrank one (a
     snapshot to record again); `method` compares that method only."""
     rule = parse_tolerance(tolerance) if isinstance(tolerance, str) else tolerance
+    weights = (
+        parse_tolerance(weights_tolerance, "--weights-tolerance")
+        if isinstance(weights_tolerance, str)
+        else weights_tolerance
+    )
     left, right = side(a), side(b)
     # a side that names no modules would put its whole peak under "(no module)": both are told
     # by the operators that wrote what each peak holds instead
     by_operator = None if left.modules and right.modules else (left.operators or {}, right.operators or {})
-    compare = _Compare(rule or Tolerance(), exact, fail_on_shrink, by_operator)
+    compare = _Compare(rule or Tolerance(), exact, fail_on_shrink, by_operator, weights or rule or Tolerance())
     compare.sized(
         None, "program", "constant_bytes", left.golden["file"]["constant_bytes"], right.golden["file"]["constant_bytes"]
     )
@@ -246,7 +259,7 @@ def diff(
             compare.method(name, x, y)
             programs = left.placements is not None and right.placements is not None
             compare.placements(name, x["placements"], y["placements"], (left, right) if programs else None)
-    return Diff(left.name, right.name, tuple(compare.changes), rule, exact, left.modules == right.modules)
+    return Diff(left.name, right.name, tuple(compare.changes), rule, exact, left.modules == right.modules, weights)
 
 
 def _pairs(a: Mapping, b: Mapping) -> list[tuple]:
@@ -264,13 +277,16 @@ class _Compare:
         fail_on_shrink: bool = False,
         by_operator: tuple[Mapping[str, dict[int, dict[str, int]]], Mapping[str, dict[int, dict[str, int]]]]
         | None = None,
+        weights: Tolerance | None = None,
     ) -> None:
         self.tolerance, self.exact, self.fail_on_shrink, self.changes = tolerance, exact, fail_on_shrink, []
         self.by_operator = by_operator  # each side's peak_operators, where the peaks are told by operator
+        self.weights = weights or tolerance
 
     def sized(self, method, subject: str, fact: str, a: int, b: int) -> None:
         if a != b:
-            fails = self.exact or (b > a and not self.tolerance.allows(a, b)) or (b < a and self.fail_on_shrink)
+            rule = self.weights if fact in WEIGHTS else self.tolerance
+            fails = self.exact or (b > a and not rule.allows(a, b)) or (b < a and self.fail_on_shrink)
             self.changes.append(Change(method, subject, fact, a, b, fails))
 
     def reported(self, method, subject: str, fact: str, a, b) -> None:

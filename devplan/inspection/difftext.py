@@ -69,7 +69,9 @@ def verdict(d, labels: bool = True) -> str:
 def outcome(d) -> str:
     """'the programs plan the same'; or how many changes, and of them how many fail the
     comparison and how many it allows (one vocabulary for check and diff, in every format)."""
-    rule = f" (tolerance {d.tolerance})" if d.tolerance is not None else " (exact)" if d.exact else ""
+    rules = [f"tolerance {d.tolerance}"] if d.tolerance is not None else []
+    rules += [f"weights {d.weights_tolerance}"] if d.weights_tolerance is not None else []
+    rule = f" ({', '.join(rules)})" if rules else " (exact)" if d.exact else ""
     failing = sum(change.fails for change in d.changes)
     allowed = len(d.changes) - failing
     if not d.changes:
