@@ -296,7 +296,8 @@ def diff_command(
         if report_format is ReportFormat.markdown:
             echo(reports_ci.diff_markdown(result), nl=False)
         else:  # devplan's own workflow commands: the one output not made inert
-            typer.echo("".join(line + "\n" for line in reports_ci.diff_github(result, changed)), nl=False)
+            lines = reports_ci.golden_lines(changed) if isinstance(side_a, Path) else {}  # A, a golden file
+            typer.echo("".join(line + "\n" for line in reports_ci.diff_github(result, changed, lines)), nl=False)
     if junit is not None:
         from devplan.cli.reports_ci import diff_junit
         from devplan.files import write_atomic

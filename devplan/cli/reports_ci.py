@@ -26,6 +26,7 @@ from devplan.inspection.difftext import (
     shares,
     signed_size,
 )
+from devplan.inspection.golden_lines import change_line, key_lines
 from devplan.inspection.own_memory import BACKENDS
 from devplan.units import inert, printable, size_text
 
@@ -183,11 +184,13 @@ class Declared:
     lines: tuple[str, ...] = ()  # the workflow's lines
     golden: str | None = None
     budgets: Mapping[str, str] = field(default_factory=dict)  # budget key -> the --budget text giving it
+    golden_lines: Mapping[tuple, tuple[int, str]] = field(default_factory=dict)  # its key_lines
 
     def at(self, c: BufferCheck) -> tuple[str | None, int | None]:
         """(file, line) for a failing buffer's annotation."""
-        if self.workflow is None:
-            return self.golden, None
+        if self.workflow is None:  # the golden file, at the buffer's (or device's) size where it records it
+            subject = f"buffer {c.mem_id} ()" if c.mem_id is not None else f"device {c.device} ()"
+            return self.golden, change_line(self.golden_lines, c.method, subject, "size")
         key = str(c.mem_id) if c.mem_id is not None else c.device + (BACKENDS if c.backends else "")
         wanted = [self.budgets[key]] if key in self.budgets and c.budget is not None else []
         wanted += ["--max-ratio", "devplan check"]
@@ -206,16 +209,31 @@ def declared(budgets: list[str], golden: str | None) -> Declared:
     from devplan.planning.budget import budget_key, parse_budget
 
     keys = {budget_key(parse_budget(text)[0]): text for text in budgets}
+    lines = golden_lines(golden) if golden is not None else {}
     ref = os.environ.get("GITHUB_WORKFLOW_REF", "")
     path = "/".join(ref.partition("@")[0].split("/")[2:])
     root = Path(os.environ.get("GITHUB_WORKSPACE") or ".")
     if not path or ".." in Path(path).parts or not (root / path).is_file():
-        return Declared(golden=golden, budgets=keys)
+        return Declared(golden=golden, budgets=keys, golden_lines=lines)
     try:
         text = read_input(root / path, limit=WORKFLOW_BYTES, hint="").decode("utf-8", "replace")
     except DevplanError:  # unreadable: the annotations go where they would outside the runner
-        return Declared(golden=golden, budgets=keys)
-    return Declared(path, tuple(text.splitlines()), golden, keys)
+        return Declared(golden=golden, budgets=keys, golden_lines=lines)
+    return Declared(path, tuple(text.splitlines()), golden, keys, lines)
+
+
+def golden_lines(path: str) -> dict[tuple, tuple[int, str]]:
+    """The golden file's key_lines, or none where it cannot be read as a file (standard input,
+    a file not there yet): its annotations then name the file alone."""
+    from devplan.files import STDIO, read_input
+    from devplan.inspection.golden import MAX_GOLDEN_BYTES
+
+    if path == STDIO or not Path(path).is_file():
+        return {}
+    try:
+        return key_lines(read_input(path, limit=MAX_GOLDEN_BYTES, hint="").decode("utf-8", "replace"))
+    except DevplanError:
+        return {}
 
 
 def check_github(
@@ -235,7 +253,7 @@ def check_github(
             file, line = where.at(c)
             lines.append(_command("error", file, f"devplan check: {buffer_name(c)}", _buffer_message(c), line))
     if matched is not None and matched.diff is not None:
-        lines += diff_github(matched.diff, golden)
+        lines += diff_github(matched.diff, golden, where.golden_lines)
     for m in runtime["missing"] if runtime is not None else ():
         lines.append(
             _command("error", build, f"devplan check: {m['method']} needs {m['kind']} {m['name']}", m["detail"])
@@ -263,16 +281,18 @@ def _output_message(reference: Reference, o: OutputComparison) -> str:
     return f"against {reference['file']['name']}: {judged}"
 
 
-def diff_github(d: Diff, file: str) -> list[str]:
+def diff_github(d: Diff, file: str, lines_of: Mapping[tuple, tuple[int, str]] | None = None) -> list[str]:
     """An error on `file` per difference, its cause (the blocks that grew at the buffer's peak)
-    in the message, and a notice per change allowed; a peak told in an error is not repeated."""
+    in the message, and a notice per change allowed; a peak told in an error is not repeated.
+    Where `file` is a golden file, `lines_of` (its key_lines) puts each at its fact's line."""
     told = {(c.method, c.subject) for c in d.changes if c.fails and _peak_of(d, c) is not None}
     lines = []
     for change in d.changes:
         if change.fact == "peak" and not change.fails and (change.method, change.subject) in told:
             continue
         title = f"devplan: {change.method + ' ' if change.method else ''}{change_label(change)}"
-        lines.append(_command("error" if change.fails else "notice", file, title, _change_message(d, change)))
+        line = change_line(lines_of, change.method, change.subject, change.fact) if lines_of else None
+        lines.append(_command("error" if change.fails else "notice", file, title, _change_message(d, change), line))
     return lines
 
 

@@ -15,7 +15,9 @@ from devplan.cli.reports_ci import _command
 from devplan.errors import DevplanError
 from tests.inspection.runner import invoke
 
-COMMAND = re.compile(r"::(error|notice) file=(?P<file>[^,:]+),title=(?P<title>[^:]+)::(?P<message>.+)")
+COMMAND = re.compile(
+    r"::(error|notice) file=(?P<file>[^,:]+),(?:line=(?P<line>\d+),)?title=(?P<title>[^:]+)::(?P<message>.+)"
+)
 
 
 class Tower(torch.nn.Module):
@@ -88,6 +90,18 @@ def test_github_lines_annotate_the_golden_file_with_the_change(widened):
     budget = errors[(str(golden), "devplan check%3A forward cpu%2C 1 buffer")]
     assert "budget 16.0 KiB" in budget and "wide.0" in budget, budget
     assert not [m for m in commands if m["file"] == str(wide)]
+    # each at the line of the golden file that records the fact
+    text = golden.read_text().splitlines()
+    for match in commands:
+        line = int(match["line"])
+        fact = {"size": '"size": ', "constant bytes": '"constant_bytes": ', "lower bound": '"lower_bound": '}
+        wanted = next((key for words, key in fact.items() if match["title"].endswith(words)), None)
+        if wanted is not None:
+            assert text[line - 1].strip().startswith(wanted), (match["title"], text[line - 1])
+    size_line = next(m for m in commands if m["title"] == "devplan%3A forward buffer 1 (cpu) size")["line"]
+    devices = [n for n, t in enumerate(text, 1) if t.strip().startswith('"cpu": {')]
+    budget_line = next(m for m in commands if m["title"].startswith("devplan check%3A"))["line"]
+    assert int(budget_line) == devices[0] + 4 and size_line != budget_line  # the device total's size
     diffed = invoke("diff", str(golden), str(wide), "--format", "github").stdout.splitlines()
     assert (
         all(
