@@ -273,3 +273,17 @@ def test_weights_and_working_memory_have_tolerances_of_their_own(widened, tmp_pa
         assert_matches_golden(narrow, golden, update=False, tolerance="2%")
     assert_matches_golden(narrow, golden, update=False, tolerance="2%", weights_tolerance="5%")
     devplan_golden(narrow, golden, tolerance="2%", weights_tolerance="5%")
+
+
+def test_a_golden_file_laid_out_otherwise_gives_no_lines(widened):
+    """Annotations name the golden file alone where its layout is not golden_text's (a file
+    written by hand on one line), or where the fact is not in it."""
+    import json
+
+    from devplan.inspection.golden_lines import change_line, key_lines
+
+    golden = widened[2]
+    assert key_lines(json.dumps(json.loads(golden.read_text()))) == {}
+    lines = key_lines(golden.read_text())
+    assert change_line(lines, "forward", "buffer 1 (cpu)", "size") is not None
+    assert change_line(lines, "backward", "buffer 1 (cpu)", "size") is None
