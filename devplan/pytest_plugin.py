@@ -210,8 +210,9 @@ def _golden_name(test: str) -> str:
 
 @pytest.fixture
 def devplan_golden(request):
-    """A callable (pte, golden=None, tolerance=None, exact=False, runtime=None) that asserts the
-    program plans as the golden file records, or writes the file under --devplan-update-golden,
+    """A callable (pte, golden=None, tolerance=None, exact=False, runtime=None,
+    weights_tolerance=None) that asserts the program plans as the golden file records (within
+    tolerance of the planned memory, and of the weights unless weights_tolerance gives theirs), or writes the file under --devplan-update-golden,
     and with `runtime` (a selected_operators.yaml, read from the test file's folder like the
     golden) that the runtime build it names can load the program. The golden
     file is golden/<test file>/<test>.golden.json beside the test file (a second call in one test:
@@ -223,7 +224,7 @@ def devplan_golden(request):
     here = request.config.invocation_params.dir
     calls = [0]
 
-    def check(pte, golden=None, *, tolerance=None, exact: bool = False, runtime=None) -> None:
+    def check(pte, golden=None, *, tolerance=None, exact: bool = False, runtime=None, weights_tolerance=None) -> None:
         __tracebackhide__ = True
         calls[0] += 1
         if golden is None:
@@ -242,7 +243,11 @@ def devplan_golden(request):
                 )
         try:
             assert_matches_golden(
-                pte, Path(_shown(os.path.normpath(base / golden), here)), tolerance=tolerance, exact=exact
+                pte,
+                Path(_shown(os.path.normpath(base / golden), here)),
+                tolerance=tolerance,
+                exact=exact,
+                weights_tolerance=weights_tolerance,
             )
             if runtime is not None:
                 assert_fits_runtime(pte, Path(_shown(os.path.normpath(base / runtime), here)))

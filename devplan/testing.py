@@ -216,11 +216,13 @@ def assert_matches_golden(
     update: bool | None = None,
     tolerance: Tolerance | str | None = None,
     exact: bool = False,
+    weights_tolerance: Tolerance | str | None = None,
 ) -> None:
     """Raise AssertionError, with the diff's text, unless the program (a .pte path, its bytes,
     or a CompileResult) plans as the golden file records; with update, write the golden file
     (and its folders) instead. update None follows --devplan-update-golden and
-    DEVPLAN_UPDATE_GOLDEN. tolerance ('2%', '4KiB') and exact are those of `devplan check --golden`."""
+    DEVPLAN_UPDATE_GOLDEN. tolerance ('2%', '4KiB': of the planned memory, and of the weights
+    unless weights_tolerance gives theirs) and exact are those of `devplan check --golden`."""
     from devplan.errors import DevplanError
     from devplan.inspection.check import check_golden
 
@@ -238,12 +240,14 @@ def assert_matches_golden(
     program = cast("str | os.PathLike | bytes", getattr(pte, "data", pte))  # a CompileResult's program
     try:
         if update:
-            result = check_golden(program, golden, update=True, tolerance=tolerance, exact=exact)
+            result = check_golden(program, golden, update=True)
         elif regen:
-            _force_regen(program, golden, tolerance, exact)
+            _force_regen(program, golden, tolerance, exact, weights_tolerance)
             return
         else:
-            result = check_golden(program, golden, tolerance=tolerance, exact=exact)
+            result = check_golden(
+                program, golden, tolerance=tolerance, exact=exact, weights_tolerance=weights_tolerance
+            )
     except DevplanError as error:  # a damaged file: devplan's one line, no traceback into devplan
         raise Unreadable(inert(str(error))) from None
     if not result.ok:
@@ -260,14 +264,22 @@ def assert_matches_golden(
 
 
 def _force_regen(
-    program: str | os.PathLike | bytes, golden: str | os.PathLike, tolerance: Tolerance | str | None, exact: bool
+    program: str | os.PathLike | bytes,
+    golden: str | os.PathLike,
+    tolerance: Tolerance | str | None,
+    exact: bool,
+    weights_tolerance: Tolerance | str | None = None,
 ) -> None:
     """--devplan-force-regen: a golden that differs, or is missing, is written as the program
     plans now and its test fails, so that no run accepts a change without a commit saying so."""
     from devplan.inspection.check import check_golden
 
     __tracebackhide__ = True
-    result = check_golden(program, golden, tolerance=tolerance, exact=exact) if Path(golden).exists() else None
+    result = (
+        check_golden(program, golden, tolerance=tolerance, exact=exact, weights_tolerance=weights_tolerance)
+        if Path(golden).exists()
+        else None
+    )
     if result is not None and result.ok:
         return
     check_golden(program, golden, update=True)

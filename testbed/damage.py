@@ -279,7 +279,8 @@ NAME_PIECES = (
     "aten::relu",
 )
 # devplan's own annotations (--format github): the one output that may be a workflow command
-_OWN_ANNOTATION = re.compile(r"::(error|notice) file=[^:,]*,title=[^:,]*::")
+# devplan's own: a file and its line where known (a budget with neither is the run's)
+_OWN_ANNOTATION = re.compile(r"::(error|notice) (?:file=[^:,]*,)?(?:line=\d+,)?title=[^:,]*::")
 
 
 def workflow_commands(output: str) -> list[str]:

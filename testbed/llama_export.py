@@ -119,15 +119,39 @@ def export_hf_llama(
     family: str = "llama",
     qmode: str | None = None,
 ) -> LlamaExport:
+    """A transformers decoder exported as export_hf_decoder exports it, and ExecuTorch's
+    lowering of that export with the constant methods its runner reads, as optimum-executorch
+    writes them from the model's config."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    ep, found = export_hf_decoder(
+        folder, dim=dim, layers=layers, max_seq=max_seq, seed=seed, family=family, qmode=qmode
+    )
+    metadata = {**found, **(metadata or {})}
+    partitioners = [_xnnpack()] if xnnpack else []
+    program = to_edge_transform_and_lower(ep, partitioner=partitioners, constant_methods=metadata).to_executorch()
+    (folder / "executorch.pte").write_bytes(program.buffer)
+    return LlamaExport(folder / "model.pt2", folder / "executorch.pte", metadata)
+
+
+def export_hf_decoder(
+    folder: Path,
+    *,
+    dim: int = 64,
+    layers: int = 2,
+    max_seq: int = 64,
+    seed: int = 0,
+    family: str = "llama",
+    qmode: str | None = None,
+) -> tuple[torch.export.ExportedProgram, dict]:
     """A transformers decoder of `family` (HF_DECODERS; seeded random weights) through
     transformers' ExecuTorch recipe (TorchExportableModuleForDecoderOnlyLM: a static KV cache,
     inputs input_ids and cache_position, one position per token, the prefill length dynamic),
-    and ExecuTorch's lowering of that export with the constant methods its runner reads, as
-    optimum-executorch writes them from the model's config. `qmode` "8da4w" quantizes the linears
-    before the export as optimum-executorch's recipe does (torchao's 8-bit dynamic activations,
-    4-bit weights in groups of 32)."""
+    saved as folder/model.pt2 and returned with the constant methods ExecuTorch's runner reads, as
+    optimum-executorch writes them from the model's config. `qmode` "8da4w" quantizes the
+    linears before the export as optimum-executorch's recipe does (torchao's 8-bit dynamic
+    activations, 4-bit weights in groups of 32). Needs no executorch."""
     import transformers
-    from executorch.exir import to_edge_transform_and_lower
     from transformers import GenerationConfig
     from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
@@ -173,12 +197,8 @@ def export_hf_llama(
         "use_kv_cache": model.generation_config.use_cache,
         "use_sdpa_with_kv_cache": "custom_sdpa" in config._attn_implementation,
         "enable_dynamic_shape": True,
-        **(metadata or {}),
     }
-    partitioners = [_xnnpack()] if xnnpack else []
-    program = to_edge_transform_and_lower(ep, partitioner=partitioners, constant_methods=metadata).to_executorch()
-    (folder / "executorch.pte").write_bytes(program.buffer)
-    return LlamaExport(folder / "model.pt2", folder / "executorch.pte", metadata)
+    return ep, metadata
 
 
 def _quantize_8da4w(model: torch.nn.Module, qmode: str, group_size: int = 32) -> None:

@@ -32,8 +32,19 @@ Tolerance = Annotated[
     typer.Option(
         "--tolerance",
         metavar="T",
-        help="Let sizes grow by up to T and still match: a percentage (2%) or "
-        "bytes (4KiB). Shrinking always matches, unless --exact.",
+        help="Let the planned memory (buffers, lower bounds, device totals) grow by up to T and still "
+        "match: a percentage (2%) or bytes (4KiB); the weights too, unless --weights-tolerance gives theirs. "
+        "Shrinking always matches, unless --exact.",
+        show_default=False,
+    ),
+]
+WeightsTolerance = Annotated[
+    Optional[str],
+    typer.Option(
+        "--weights-tolerance",
+        metavar="T",
+        help="Let the weights (the program's constants, each delegate's payload) grow by up to T and still "
+        "match, apart from --tolerance, which then judges the planned memory alone.",
         show_default=False,
     ),
 ]
@@ -77,6 +88,7 @@ def check_command(
         typer.Option("--update", help="Write (or rewrite) the --golden file from this program instead of comparing."),
     ] = False,
     tolerance: Tolerance = None,
+    weights_tolerance: WeightsTolerance = None,
     exact: Exact = False,
     fail_on_shrink: Annotated[
         bool,
@@ -123,10 +135,10 @@ def check_command(
     from devplan.inspection.runtime_build import check_runtime
     from devplan.planning import parse_budget
 
-    if golden is None and (update or tolerance is not None or exact or fail_on_shrink):
+    if golden is None and (update or tolerance is not None or weights_tolerance is not None or exact or fail_on_shrink):
         raise DevplanError(
-            f"{program}: --update, --tolerance, --exact and --fail-on-shrink apply to a golden file; "
-            f"add --golden GOLDEN.json"
+            f"{program}: --update, --tolerance, --weights-tolerance, --exact and --fail-on-shrink apply to a "
+            f"golden file; add --golden GOLDEN.json"
         )
     if update:  # the .ptd holds the program's weights: only a recompile would bring them back
         refuse_overwrite(golden, [program, data], "--golden")
@@ -146,6 +158,7 @@ def check_command(
             exact=exact,
             method=method,
             fail_on_shrink=fail_on_shrink,
+            weights_tolerance=weights_tolerance,
         )
         if golden is not None
         else None
@@ -171,7 +184,14 @@ def check_command(
             typer.echo(  # devplan's own workflow commands: the one output not made inert
                 "".join(
                     line + "\n"
-                    for line in reports_ci.check_github(checks, matched, str(golden), str(program), built, str(runtime))
+                    for line in reports_ci.check_github(
+                        checks,
+                        matched,
+                        str(golden),
+                        reports_ci.declared(budget or [], str(golden) if golden is not None else None),
+                        built,
+                        str(runtime),
+                    )
                 ),
                 nl=False,
                 err=to_stderr,
@@ -195,6 +215,7 @@ def diff_command(
     ],
     b: Annotated[Path, typer.Argument(metavar="B.pte", help="The new program (or a golden file).", show_default=False)],
     tolerance: Tolerance = None,
+    weights_tolerance: WeightsTolerance = None,
     exact: Exact = False,
     method: Annotated[
         Optional[str], typer.Option("--method", "-m", metavar="NAME", help="Compare only this method.")
@@ -217,6 +238,15 @@ def diff_command(
     ] = None,
     report_format: Format = ReportFormat.text,
     junit: JUnit = None,
+    placements: Annotated[
+        bool,
+        typer.Option(
+            "--placements",
+            help="List the tensors whose placement changed (value ids, offsets, lifetimes) even when the two "
+            "programs come from different compilers (one names the model's modules, the other none, as "
+            "ExecuTorch's default programs), whose value ids are each their own.",
+        ),
+    ] = False,
 ) -> None:
     """Compare two programs' plans, devplan's or ExecuTorch's: exit 0 when they plan the same
     (within --tolerance), 1 when they differ, 2 for bad input.
@@ -224,7 +254,10 @@ def diff_command(
     Per method: buffers added, removed or resized (per device), lower bounds, constant bytes,
     operators, counts, delegates, and the tensors whose placement changed. With --tolerance or
     --exact, each change is labelled FAIL or ok by that gate; without, the changes are listed as
-    they are (growth still exits 1)."""
+    they are (growth still exits 1).
+
+    Where a side names no modules (ExecuTorch's programs), each peak is told by the operators
+    that wrote what it holds, never by module."""
     from devplan.inspection.diff import diff
     from devplan.units import printable
 
@@ -237,7 +270,14 @@ def diff_command(
     data_a, data_b = (data or [None])[0], (data or [None])[-1]
     report_outputs(json_output, report_format, junit, [a, b, *(data or ())])
     side_a = _diff_side(a, data_a)
-    result = diff(side_a, _diff_side(b, data_b), tolerance=tolerance, exact=exact, method=method)
+    result = diff(
+        side_a,
+        _diff_side(b, data_b),
+        tolerance=tolerance,
+        exact=exact,
+        method=method,
+        weights_tolerance=weights_tolerance,
+    )
     # an annotation belongs on the golden file when A is one (what a review changes), else on B
     changed = str(a) if isinstance(side_a, Path) else str(b)
     # names from the files (operators, backend ids, devices) may hold terminal escapes: shown escaped
@@ -245,8 +285,9 @@ def diff_command(
         echo_json(result.document())
     elif report_format is ReportFormat.text:
         # FAIL and ok are a gate's words: without --tolerance or --exact the changes are listed as they are
-        gated = tolerance is not None or exact
-        text = result.text(labels=gated, width=console().width)  # wrapped as rich would, at the console's width
+        gated = tolerance is not None or weights_tolerance is not None or exact
+        # wrapped as rich would, at the console's width
+        text = result.text(labels=gated, width=console().width, placements=placements)
         # names are escaped in the text already: its line breaks are devplan's own
         echo("".join(printable(line) + "\n" for line in text.rstrip("\n").split("\n")), nl=False)
     else:
@@ -255,7 +296,8 @@ def diff_command(
         if report_format is ReportFormat.markdown:
             echo(reports_ci.diff_markdown(result), nl=False)
         else:  # devplan's own workflow commands: the one output not made inert
-            typer.echo("".join(line + "\n" for line in reports_ci.diff_github(result, changed)), nl=False)
+            lines = reports_ci.golden_lines(changed) if isinstance(side_a, Path) else {}  # A, a golden file
+            typer.echo("".join(line + "\n" for line in reports_ci.diff_github(result, changed, lines)), nl=False)
     if junit is not None:
         from devplan.cli.reports_ci import diff_junit
         from devplan.files import write_atomic

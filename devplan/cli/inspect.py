@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,6 +11,7 @@ import typer
 
 from devplan import SCHEMAS
 from devplan.cli.app import Command, DataFile, app, console, echo_json, noting_external, program_source
+from devplan.errors import DevplanError
 from devplan.inspection import sections as inspect_sections
 
 InspectSection = enum.Enum(  # type: ignore[misc]  # members from the sections table
@@ -48,6 +50,27 @@ def inspect_command(
             "repeat for several, 'all' for every one. "
             f"Default: {', '.join(inspect_sections.DEFAULT_SECTIONS)}. "
             "With --json, keeps only the lists of each method that these sections need.",
+            show_default=False,
+        ),
+    ] = None,
+    module: Annotated[
+        Optional[str],
+        typer.Option(
+            "--module",
+            metavar="PREFIX",
+            help="List only the tensors from the module PREFIX and those under it (its path, or the name the "
+            "program gives a weight or a KV cache; '(state)' and '(inputs)' too), and only the instructions "
+            "it made: in tensors, the peak's held tensors, the layout, instructions, and --json's lists of them.",
+            show_default=False,
+        ),
+    ] = None,
+    min_size: Annotated[
+        Optional[str],
+        typer.Option(
+            "--min-size",
+            metavar="SIZE",
+            help="List only the tensors of SIZE or more (4KiB, 1MiB, 4096): in tensors, the peak's held "
+            "tensors, the layout, and --json's lists of them.",
             show_default=False,
         ),
     ] = None,
@@ -122,11 +145,22 @@ def inspect_command(
     refuse_overwrite(trace, [program, data], "--trace")
     refuse_overwrite(oplist, [program, data], "--oplist")
     refuse_shared_output({"--svg": svg, "--trace": trace, "--oplist": oplist})
+    smallest = _min_size(min_size) if min_size is not None else None
     source = program_source(program, data)
     doc = inspect(noting_external(source) if data is not None else source, method=method, delegate=delegate)
     if doc["format"] == "XNNGraph":
         _xnngraph(
-            doc, json_output, exact_bytes, {"--section": section, "--shapes": shapes, "--svg": svg, "--trace": trace}
+            doc,
+            json_output,
+            exact_bytes,
+            {
+                "--section": section,
+                "--shapes": shapes,
+                "--svg": svg,
+                "--trace": trace,
+                "--module": module,
+                "--min-size": min_size,
+            },
         )
         return
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
@@ -147,6 +181,7 @@ def inspect_command(
         write_atomic(oplist, oplist_yaml(methods(read), read.name if str(program) == "-" else str(program)).encode())
     # a drawing on standard output leaves it no room for the view (as compile -o -)
     to_stderr = any(path is not None and is_stdout(path) for path in (svg, trace, oplist))
+    doc = inspect_sections.matching(doc, module, smallest)  # the drawings above have every tensor
     if json_output:
         echo_json(inspect_sections.only(doc, chosen) if section else doc, err=to_stderr)
         return
@@ -155,6 +190,10 @@ def inspect_command(
     from devplan.units import printable_tree
 
     chosen = chosen or inspect_sections.DEFAULT_SECTIONS
+    if module is not None or smallest is not None:  # the lists below are not the whole of them
+        console(stderr=to_stderr).print(
+            _focus(module, smallest, exact_bytes), style="dim", markup=False, soft_wrap=True
+        )
     # only the lists the views draw from are made printable (a large program's instructions take seconds)
     kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
     render(printable_tree(kept), console(stderr=to_stderr), chosen, exact_bytes=exact_bytes, shapes=shapes)
@@ -177,3 +216,22 @@ def _xnngraph(doc, json_output: bool, exact_bytes: bool, refused: dict) -> None:
     from devplan.units import printable_tree
 
     render_xnngraph(printable_tree(doc), console(), exact_bytes=exact_bytes)
+
+
+def _min_size(text: str) -> int:
+    from devplan.units import size_bytes
+
+    nbytes = size_bytes(text)
+    if nbytes is None:
+        raise DevplanError(f"bad --min-size {text!r}; give a size such as 4KiB, 1MiB or 4096")
+    return math.ceil(nbytes)
+
+
+def _focus(module: str | None, smallest: int | None, exact_bytes: bool) -> str:
+    """'listing only the tensors and instructions from layers.1, tensors of 4.0 KiB or more'."""
+    from devplan.units import size_text
+
+    size = f"of {size_text(smallest, exact_bytes)} or more" if smallest is not None else ""
+    if module is None:
+        return f"listing only the tensors {size}"
+    return f"listing only the tensors and instructions from {module}" + (f", tensors {size}" if size else "")

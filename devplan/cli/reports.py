@@ -188,7 +188,7 @@ def check_lines(
         mark = "note" if c.working_memory is not None else "ok  " if c.ok else "FAIL"
         lines.append(f"{mark}  {buffer_name(c)}: {'; '.join(buffer_facts(c))}")
         if not c.ok and c.peak is not None:  # what a reviewer needs to act on: where, and which blocks
-            lines.append(f"        at its peak, {peak_text(c.peak)}")
+            lines.append(f"        {peak_words(c)}, {peak_text(c.peak)}")
     if matched is not None:
         verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
         lines.append(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
@@ -228,6 +228,12 @@ def print_verdicts(lines: list[str], console: Console) -> None:
         if found := _VERDICT.match(line):
             shown.stylize("bold red", *found.span(1))
         console.print(shown, soft_wrap=True)
+
+
+def peak_words(c: BufferCheck) -> str:
+    """How a failing row's peak is introduced: a device's total of several buffers is told at
+    its busiest buffer's peak."""
+    return "at its peak" if c.mem_id is not None or c.buffers == 1 else "at its busiest buffer's peak"
 
 
 def buffer_name(c: BufferCheck) -> str:

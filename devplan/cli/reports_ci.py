@@ -6,14 +6,28 @@ file for test reporters (`--junit FILE`). Each renders the same results that the
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
-from typing import cast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, cast
 
-from devplan.cli.reports import buffer_facts, buffer_name
+from devplan.cli.reports import buffer_facts, buffer_name, peak_words
 from devplan.documents import CheckedRuntime, OutputComparison, PeakDetail, Reference
+from devplan.errors import DevplanError
 from devplan.inspection.check import BufferCheck, GoldenCheck
 from devplan.inspection.diff import Change, Diff
-from devplan.inspection.difftext import change_label, change_values, outcome, peak_text, signed_size
+from devplan.inspection.difftext import (
+    change_label,
+    change_values,
+    outcome,
+    peak_text,
+    share_text,
+    shares,
+    signed_size,
+)
+from devplan.inspection.golden_lines import change_line, key_lines
+from devplan.inspection.own_memory import BACKENDS
 from devplan.units import inert, printable, size_text
 
 _MARK = {True: "✅ ok", False: "❌ FAIL"}
@@ -42,7 +56,7 @@ def check_markdown(
             for c in checks
         ]
         peaks = [
-            f"**{_cell(buffer_name(c))}** at its peak: {_cell(peak_text(c.peak))}  "
+            f"**{_cell(buffer_name(c))}** {peak_words(c)}: {_cell(peak_text(c.peak))}  "
             for c in checks
             if not c.ok and c.peak is not None
         ]
@@ -118,22 +132,23 @@ def _changes_markdown(d: Diff) -> list[str]:
 
 def _grown_markdown(d: Diff, peak: Change) -> list[str]:
     """'What grew in forward buffer 1 (cpu): 10.0 KiB ... -> 18.0 KiB ..., +8.0 KiB (+80.0%)', where its peak is, and a table of
-    the blocks whose bytes there changed, most changed first."""
+    the blocks (or, where a side names no modules, the operators) whose bytes there changed,
+    most changed first."""
     size = _size_change(d, peak)
     grew = f": {change_values(size)}" if size else ""
+    detail = cast(PeakDetail, peak.detail)  # a "peak" change's
     lines = [
         f"**What grew in {_cell(f'{peak.method} {peak.subject}')}**{_cell(grew)}; peak: {_cell(change_values(peak))}",
         "",
-        "| module | before | after | change |",
+        f"| {detail['by']} | before | after | change |",
         "| --- | ---: | ---: | ---: |",
     ]
-    detail = cast(PeakDetail, peak.detail)  # a "peak" change's
     lines += [
-        f"| {_cell(m['module'])} | {size_text(m['a'])} | {size_text(m['b'])} | {signed_size(m['b'] - m['a'])} |"
-        for m in detail["modules"]
+        f"| {_cell(name)} | {size_text(was)} | {size_text(now)} | {signed_size(now - was)} |"
+        for name, was, now in shares(detail)
     ]
     if detail["more"]:
-        lines.append(f"| and {detail['more']} more blocks | | | |")
+        lines.append(f"| and {detail['more']} more {'operators' if detail['by'] == 'operator' else 'blocks'} | | | |")
     return lines + [""]
 
 
@@ -158,22 +173,87 @@ def _joined(lines: list[str]) -> str:
 # GitHub's workflow commands
 
 
+@dataclass(frozen=True)
+class Declared:
+    """Where check's limits were declared, for the annotations of the buffers that fail them: a
+    file of the pull request, not the .pte (a build artifact it lacks). The workflow file GitHub
+    runs (GITHUB_WORKFLOW_REF), at the line giving the --budget (or --max-ratio); else the
+    golden file; else no file (the annotation is the run's)."""
+
+    workflow: str | None = None  # its path from the repository's root
+    lines: tuple[str, ...] = ()  # the workflow's lines
+    golden: str | None = None
+    budgets: Mapping[str, str] = field(default_factory=dict)  # budget key -> the --budget text giving it
+    golden_lines: Mapping[tuple, tuple[int, str]] = field(default_factory=dict)  # its key_lines
+
+    def at(self, c: BufferCheck) -> tuple[str | None, int | None]:
+        """(file, line) for a failing buffer's annotation."""
+        if self.workflow is None:  # the golden file, at the buffer's (or device's) size where it records it
+            subject = f"buffer {c.mem_id} ()" if c.mem_id is not None else f"device {c.device} ()"
+            return self.golden, change_line(self.golden_lines, c.method, subject, "size")
+        key = str(c.mem_id) if c.mem_id is not None else c.device + (BACKENDS if c.backends else "")
+        wanted = [self.budgets[key]] if key in self.budgets and c.budget is not None else []
+        wanted += ["--max-ratio", "devplan check"]
+        found = next((n for text in wanted for n, line in enumerate(self.lines, 1) if text in line), None)
+        return self.workflow, found
+
+
+WORKFLOW_BYTES = 1 << 20  # a workflow file is a few KiB; one past this is not read
+
+
+def declared(budgets: list[str], golden: str | None) -> Declared:
+    """Where the budgets given as `--budget` texts were declared (Declared), read from the
+    workflow file that GITHUB_WORKFLOW_REF names (owner/repo/PATH@ref), found under
+    GITHUB_WORKSPACE (else the current folder); outside GitHub's runner, the golden file."""
+    from devplan.files import read_input
+    from devplan.planning.budget import budget_key, parse_budget
+
+    keys = {budget_key(parse_budget(text)[0]): text for text in budgets}
+    lines = golden_lines(golden) if golden is not None else {}
+    ref = os.environ.get("GITHUB_WORKFLOW_REF", "")
+    path = "/".join(ref.partition("@")[0].split("/")[2:])
+    root = Path(os.environ.get("GITHUB_WORKSPACE") or ".")
+    if not path or ".." in Path(path).parts or not (root / path).is_file():
+        return Declared(golden=golden, budgets=keys, golden_lines=lines)
+    try:
+        text = read_input(root / path, limit=WORKFLOW_BYTES, hint="").decode("utf-8", "replace")
+    except DevplanError:  # unreadable: the annotations go where they would outside the runner
+        return Declared(golden=golden, budgets=keys, golden_lines=lines)
+    return Declared(path, tuple(text.splitlines()), golden, keys, lines)
+
+
+def golden_lines(path: str) -> dict[tuple, tuple[int, str]]:
+    """The golden file's key_lines, or none where it cannot be read as a file (standard input,
+    a file not there yet): its annotations then name the file alone."""
+    from devplan.files import STDIO, read_input
+    from devplan.inspection.golden import MAX_GOLDEN_BYTES
+
+    if path == STDIO or not Path(path).is_file():
+        return {}
+    try:
+        return key_lines(read_input(path, limit=MAX_GOLDEN_BYTES, hint="").decode("utf-8", "replace"))
+    except DevplanError:
+        return {}
+
+
 def check_github(
     checks: list[BufferCheck],
     matched: GoldenCheck | None,
     golden: str,
-    program: str,
+    where: Declared,
     runtime: CheckedRuntime | None = None,
     build: str = "",
 ) -> list[str]:
-    """An error on the program per failing buffer; on the golden file, an error per difference
-    and a notice per change allowed; on the runtime build's list (`build`, its path), an error
-    per thing it lacks."""
-    lines = [
-        _command("error", program, f"devplan check: {buffer_name(c)}", _buffer_message(c)) for c in checks if not c.ok
-    ]
+    """An error per failing buffer where its limit was declared (`where`); on the golden file,
+    an error per difference and a notice per change allowed; on the runtime build's list
+    (`build`, its path), an error per thing it lacks."""
+    lines = []
+    for c in checks:
+        if not c.ok:
+            file, line = where.at(c)
+            lines.append(_command("error", file, f"devplan check: {buffer_name(c)}", _buffer_message(c), line))
     if matched is not None and matched.diff is not None:
-        lines += diff_github(matched.diff, golden)
+        lines += diff_github(matched.diff, golden, where.golden_lines)
     for m in runtime["missing"] if runtime is not None else ():
         lines.append(
             _command("error", build, f"devplan check: {m['method']} needs {m['kind']} {m['name']}", m["detail"])
@@ -201,21 +281,23 @@ def _output_message(reference: Reference, o: OutputComparison) -> str:
     return f"against {reference['file']['name']}: {judged}"
 
 
-def diff_github(d: Diff, file: str) -> list[str]:
+def diff_github(d: Diff, file: str, lines_of: Mapping[tuple, tuple[int, str]] | None = None) -> list[str]:
     """An error on `file` per difference, its cause (the blocks that grew at the buffer's peak)
-    in the message, and a notice per change allowed; a peak told in an error is not repeated."""
+    in the message, and a notice per change allowed; a peak told in an error is not repeated.
+    Where `file` is a golden file, `lines_of` (its key_lines) puts each at its fact's line."""
     told = {(c.method, c.subject) for c in d.changes if c.fails and _peak_of(d, c) is not None}
     lines = []
     for change in d.changes:
         if change.fact == "peak" and not change.fails and (change.method, change.subject) in told:
             continue
         title = f"devplan: {change.method + ' ' if change.method else ''}{change_label(change)}"
-        lines.append(_command("error" if change.fails else "notice", file, title, _change_message(d, change)))
+        line = change_line(lines_of, change.method, change.subject, change.fact) if lines_of else None
+        lines.append(_command("error" if change.fails else "notice", file, title, _change_message(d, change), line))
     return lines
 
 
 def _buffer_message(c: BufferCheck) -> str:
-    peak = f"\nat its peak, {peak_text(c.peak)}" if not c.ok and c.peak is not None else ""
+    peak = f"\n{peak_words(c)}, {peak_text(c.peak)}" if not c.ok and c.peak is not None else ""
     return "; ".join(buffer_facts(c)) + peak
 
 
@@ -226,10 +308,7 @@ def _change_message(d: Diff, change: Change) -> str:
     if peak is not None:
         if peak is not change:
             lines.append(f"peak: {change_values(peak)}")
-        lines += [
-            f"{m['module']} {signed_size(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
-            for m in cast(PeakDetail, peak.detail)["modules"]  # a "peak" change's
-        ]
+        lines += [share_text(*share) for share in shares(cast(PeakDetail, peak.detail))]  # a "peak" change's
     return "\n".join(lines)
 
 
@@ -242,10 +321,12 @@ def _peak_of(d: Diff, change: Change) -> Change | None:
     )
 
 
-def _command(kind: str, file: str, title: str, message: str) -> str:
-    """'::error file=F,title=T::M', escaped as GitHub's toolkit escapes them (its command.ts):
-    a message's %, CR and LF; a property's also : and , (which would end it)."""
-    return f"::{kind} file={_property(file)},title={_property(title)}::{_data(message)}"
+def _command(kind: str, file: str | None, title: str, message: str, line: int | None = None) -> str:
+    """'::error file=F,line=N,title=T::M' (file and line where known), escaped as GitHub's
+    toolkit escapes them (its command.ts): a message's %, CR and LF; a property's also : and ,
+    (which would end it)."""
+    where = (f"file={_property(file)}," if file is not None else "") + (f"line={line}," if line is not None else "")
+    return f"::{kind} {where}title={_property(title)}::{_data(message)}"
 
 
 def _data(text: str) -> str:

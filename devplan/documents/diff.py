@@ -45,9 +45,17 @@ class ModuleChange(TypedDict):
     b: int
 
 
+class OperatorChange(TypedDict):
+    operator: str
+    a: int
+    b: int
+
+
 class PeakDetail(TypedDict):
     moved: bool
+    by: Literal["module", "operator"]
     modules: list[ModuleChange]
+    operators: list[OperatorChange]
     more: int
 
 
@@ -76,6 +84,7 @@ class DiffDocument(TypedDict):
     schema_version: Literal[1]
     files: DiffFiles
     tolerance: Optional[Tolerance]
+    weights_tolerance: Optional[Tolerance]
     exact: bool
     ok: bool
     changes: list[Change]

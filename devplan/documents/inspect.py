@@ -105,6 +105,7 @@ class InspectedTensor(TypedDict):
     constant: bool
     source: str
     module: Optional[str]
+    name: Optional[str]
 
 
 class InspectedInstruction(TypedDict):

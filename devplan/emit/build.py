@@ -30,6 +30,7 @@ from devplan.ir.method import (
 )
 from devplan.metadata import runner_value
 from devplan.ops import NUMBER_OPS, SAME_BYTES, has_kernel, is_view, kernel_name, out_schema, schema_name
+from devplan.pte.frames import torch_placeholder
 from devplan.pte.verify import MAX_TABLES
 from devplan.spec import CPU, INT32_MAX, Device, TensorSpec
 
@@ -169,8 +170,9 @@ _FRAME = re.compile(r'File "(.*?)", line (\d+), in (.*?)\n([^\n]*)')
 
 def source_of(node: torch.fx.Node) -> Source:
     """Where the user's model made `node`: the innermost module of the export's nn_module_stack
-    (path and class), the user's op, and the innermost frame of its stack_trace."""
-    modules = list((node.meta.get("nn_module_stack") or {}).values())
+    (path and class), the user's op, and the innermost frame of its stack_trace. torch's stand-in
+    for no module is none."""
+    modules = [entry for entry in (node.meta.get("nn_module_stack") or {}).values() if not torch_placeholder(entry[0])]
     path, kind = modules[-1] if modules else ("", "")
     kind = kind if isinstance(kind, str) else getattr(kind, "__qualname__", str(kind))
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")

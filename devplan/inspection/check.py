@@ -9,7 +9,15 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Final, Mapping, cast
 
-from devplan.documents import CheckDocument, CheckedBuffer, CheckedGolden, CheckedRuntime, GoldenPeak, WorkingMemory
+from devplan.documents import (
+    CheckDocument,
+    CheckedBuffer,
+    CheckedGolden,
+    CheckedRuntime,
+    GoldenPeak,
+    Peak,
+    WorkingMemory,
+)
 from devplan.errors import BudgetExceeded, DevplanError
 from devplan.files import STDIO, refuse_overwrite, write_atomic
 from devplan.inspection import inspect
@@ -36,7 +44,9 @@ class BufferCheck:
     max_ratio: float | None  # size / lower_bound allowed, if asked
     buffers: int = 1
     problem: str | None = None  # the inspection document's: a plan no runtime can trust
-    peak: GoldenPeak | None = None  # a buffer's busiest instruction and the blocks holding it there (golden.py's)
+    # a buffer's busiest instruction and the blocks holding it there (golden.py's); for a
+    # device's total, its busiest buffer's
+    peak: GoldenPeak | None = None
     backends: int = 0  # a DEVICE+backends row: the bytes of its delegates' own memory in `size`
     # a delegate's row, told and never failed: the memory its backend allocates outside the
     # plan (the inspection document's working_memory; size is its bytes, 0 when not known)
@@ -129,6 +139,7 @@ def check(
         # a device's total is checked when a budget names it, or against the device's bound
         # when it holds several buffers that could have shared bytes
         for device in m["devices"]:
+            busiest = _busiest(m["peak"], device["device"])
             if device["device"] in budgets or device["buffers"] > 1:
                 rows.append(
                     BufferCheck(
@@ -140,6 +151,7 @@ def check(
                         budgets.get(device["device"]),
                         max_ratio,
                         device["buffers"],
+                        peak=busiest,
                     )
                 )
             if (key := device["device"] + BACKENDS) in budgets:  # its delegates' own memory on top
@@ -154,6 +166,7 @@ def check(
                         budgets[key],
                         max_ratio,
                         device["buffers"],
+                        peak=busiest,
                         backends=own,
                     )
                 )
@@ -165,6 +178,13 @@ def check(
             f"budget one of: {', '.join(sorted(named)) or 'none (it plans no memory)'}"
         )
     return checks
+
+
+def _busiest(peaks: list[Peak], device: str) -> GoldenPeak | None:
+    """A device's busiest buffer's peak (its one buffer's, most often): where a budget on the
+    device's total is failed, and which blocks hold it, as a golden failure says."""
+    found = [peak for peak in peaks if peak["device"] == device]
+    return peak_brief(max(found, key=lambda peak: (peak["bytes"], -peak["mem_id"]))) if found else None
 
 
 def check_backend_budgets(program: bytes, budgets: Mapping[str, int]) -> None:
@@ -211,9 +231,11 @@ def check_golden(
     exact: bool = False,
     method: str | None = None,
     fail_on_shrink: bool = False,
+    weights_tolerance: "Tolerance | str | None" = None,
 ) -> GoldenCheck:
     """Compare a program with its golden file (diff.py: sizes may shrink, unless
-    `fail_on_shrink`, or grow within `tolerance`), or with `update` write the program's golden file (atomically, through a
+    `fail_on_shrink`, or grow within `tolerance`, the weights within `weights_tolerance` where
+    given), or with `update` write the program's golden file (atomically, through a
     link, creating its folder) instead. `source` is a .pte path, its bytes, a read PteFile or a
     CompileResult."""
     if not isinstance(source, PteFile):  # whose data is the whole file it maps
@@ -229,7 +251,15 @@ def check_golden(
         return GoldenCheck(os.fspath(golden), True, None)
     # "-" is standard input, as --update's "-" is standard output
     compared = read_golden(golden) if os.fspath(golden) == STDIO else golden
-    compared_diff = diff(compared, doc, tolerance=tolerance, exact=exact, method=method, fail_on_shrink=fail_on_shrink)
+    compared_diff = diff(
+        compared,
+        doc,
+        tolerance=tolerance,
+        exact=exact,
+        method=method,
+        fail_on_shrink=fail_on_shrink,
+        weights_tolerance=weights_tolerance,
+    )
     return GoldenCheck(os.fspath(golden), False, compared_diff)
 
 

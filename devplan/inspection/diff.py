@@ -28,6 +28,7 @@ from devplan.documents import (
     GoldenPlacements,
     InspectDocument,
     ModuleChange,
+    OperatorChange,
     PeakDetail,
     PlacementChange,
     PlacementsDetail,
@@ -38,13 +39,26 @@ from devplan.files import open_input, present
 from devplan.inspection import inspect
 from devplan.inspection.difftext import WIDTH, diff_text
 from devplan.inspection.golden import golden_document, is_golden, read_golden
-from devplan.inspection.pairing import Planned, facts, instruction_marks, pair_tensors, planned, timelines
+from devplan.inspection.pairing import (
+    Planned,
+    facts,
+    golden_names_modules,
+    instruction_marks,
+    names_modules,
+    pair_tensors,
+    peak_operators,
+    planned,
+    timelines,
+)
 from devplan.units import natural_key, size_bytes, size_text
 
 SCHEMA_VERSION: Final = 1
 # counts reported, never failed (but with exact): one more scalar the emitter made, or one
 # more instruction, is no memory; the tensors, operators and buffers that come with it are named
 REPORTED = frozenset({"instructions", "values"})
+# sizes of the weights (the program's constants, a delegate's payload holding its own), judged
+# by the weights' tolerance; every other size is planned memory, judged by the tolerance
+WEIGHTS = frozenset({"constant_bytes", "payload_size"})
 LARGEST_SHOWN = 10
 
 
@@ -69,21 +83,21 @@ class Tolerance:
         return {"percent": float(self.percent) if self.percent is not None else None, "bytes": self.nbytes}
 
 
-def parse_tolerance(text: str) -> Tolerance:
-    """'2%', '0.5%', '4KiB', '4096' -> Tolerance."""
+def parse_tolerance(text: str, flag: str = "--tolerance") -> Tolerance:
+    """'2%', '0.5%', '4KiB', '4096' -> Tolerance; `flag` names it in a refusal."""
     percent = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*", text)
     if percent:
         try:  # the document states it as a float; bytes have no such bound (units.size_text counts in integers)
             float(Fraction(percent.group(1)))
         except OverflowError:
             raise DevplanError(
-                f"--tolerance {text!r}: a percentage too large to compare sizes by; write one such as 2%"
+                f"{flag} {text!r}: a percentage too large to compare sizes by; write one such as 2%"
             ) from None
         return Tolerance(percent=Fraction(percent.group(1)))
     nbytes = size_bytes(text)
     if nbytes is None or nbytes.denominator != 1:
         raise DevplanError(
-            f"--tolerance {text!r}: write a percentage such as 2% or a whole number of bytes "
+            f"{flag} {text!r}: write a percentage such as 2% or a whole number of bytes "
             f"such as 4KiB (units: B, KB, KiB, MB, MiB, GB, GiB)"
         )
     return Tolerance(nbytes=int(nbytes))
@@ -122,8 +136,12 @@ class Diff:
     a: str  # the sides' names (file basenames)
     b: str
     changes: tuple[Change, ...]
-    tolerance: Tolerance | None = None
+    tolerance: Tolerance | None = None  # of the planned memory; of the weights too unless weights_tolerance
     exact: bool = False
+    # whether both sides number their values alike: one names the model's modules and the other
+    # none (ExecuTorch's default programs against devplan's) comes from another compiler
+    comparable: bool = True
+    weights_tolerance: Tolerance | None = None
 
     @property
     def ok(self) -> bool:
@@ -140,14 +158,16 @@ class Diff:
             "schema_version": SCHEMA_VERSION,
             "files": {"a": {"name": self.a}, "b": {"name": self.b}},
             "tolerance": self.tolerance.document() if self.tolerance is not None else None,
+            "weights_tolerance": self.weights_tolerance.document() if self.weights_tolerance is not None else None,
             "exact": self.exact,
             "ok": self.ok,
             "changes": [change.document() for change in self.changes],
         }
 
-    def text(self, labels: bool = True, width: int = WIDTH) -> str:
-        """As a person reads it, in `width` columns; labels=False: without a gate's FAIL and ok."""
-        return diff_text(self, labels, width)
+    def text(self, labels: bool = True, width: int = WIDTH, placements: bool = False) -> str:
+        """As a person reads it, in `width` columns; labels=False: without a gate's FAIL and ok;
+        placements: each changed tensor listed even where the sides come from two compilers."""
+        return diff_text(self, labels, width, placements)
 
 
 @dataclass(frozen=True)
@@ -158,6 +178,8 @@ class Side:
     golden: GoldenDocument
     placements: dict[str, list[Planned]] | None = None
     instructions: dict[str, list[tuple]] | None = None  # instruction_marks, by method
+    operators: dict[str, dict[int, dict[str, int]]] | None = None  # peak_operators, by method
+    modules: bool = True  # whether it names the model's modules (names_modules)
 
 
 def side(source) -> Side:
@@ -168,17 +190,20 @@ def side(source) -> Side:
         doc = source
     elif isinstance(source, (str, os.PathLike)) and looks_like_golden(Path(source)):
         golden = read_golden(source)
-        return Side(os.path.basename(source), golden)
+        return Side(os.path.basename(source), golden, modules=golden_names_modules(golden))
     else:
         doc = inspect(source)
     if is_golden(doc):
-        return Side(doc["file"]["name"], cast(GoldenDocument, doc))
+        golden = cast(GoldenDocument, doc)
+        return Side(doc["file"]["name"], golden, modules=golden_names_modules(golden))
     inspected = cast(InspectDocument, doc)
     return Side(
         inspected["file"]["name"],
         golden_document(inspected),
         {m["name"]: planned(m) for m in inspected["methods"]},
         {m["name"]: instruction_marks(m) for m in inspected["methods"]},
+        {m["name"]: peak_operators(m) for m in inspected["methods"]},
+        names_modules(inspected),
     )
 
 
@@ -201,15 +226,26 @@ def diff(
     exact: bool = False,
     method: str | None = None,
     fail_on_shrink: bool = False,
+    weights_tolerance: Tolerance | str | None = None,
 ) -> Diff:
     """Compare a (the old side: a golden, or yesterday's program) with b. Each is a .pte path
     or bytes, a golden file's path, or an inspection or golden document. `tolerance` ('2%',
-    '4KiB' or a Tolerance) lets sizes grow; `exact` makes every change a difference,
+    '4KiB' or a Tolerance) lets the planned memory grow (buffers, bounds, device totals), and the
+    weights too (the constants, delegates' payloads) unless `weights_tolerance` gives theirs;
+    `exact` makes every change a difference,
     shrinking and moved placements included; `fail_on_shrink` makes a size that shrank one (a
     snapshot to record again); `method` compares that method only."""
     rule = parse_tolerance(tolerance) if isinstance(tolerance, str) else tolerance
+    weights = (
+        parse_tolerance(weights_tolerance, "--weights-tolerance")
+        if isinstance(weights_tolerance, str)
+        else weights_tolerance
+    )
     left, right = side(a), side(b)
-    compare = _Compare(rule or Tolerance(), exact, fail_on_shrink)
+    # a side that names no modules would put its whole peak under "(no module)": both are told
+    # by the operators that wrote what each peak holds instead
+    by_operator = None if left.modules and right.modules else (left.operators or {}, right.operators or {})
+    compare = _Compare(rule or Tolerance(), exact, fail_on_shrink, by_operator, weights or rule or Tolerance())
     compare.sized(
         None, "program", "constant_bytes", left.golden["file"]["constant_bytes"], right.golden["file"]["constant_bytes"]
     )
@@ -223,7 +259,7 @@ def diff(
             compare.method(name, x, y)
             programs = left.placements is not None and right.placements is not None
             compare.placements(name, x["placements"], y["placements"], (left, right) if programs else None)
-    return Diff(left.name, right.name, tuple(compare.changes), rule, exact)
+    return Diff(left.name, right.name, tuple(compare.changes), rule, exact, left.modules == right.modules, weights)
 
 
 def _pairs(a: Mapping, b: Mapping) -> list[tuple]:
@@ -234,12 +270,23 @@ def _pairs(a: Mapping, b: Mapping) -> list[tuple]:
 class _Compare:
     """Collects the changes between two golden documents, deciding which of them fail."""
 
-    def __init__(self, tolerance: Tolerance, exact: bool, fail_on_shrink: bool = False) -> None:
+    def __init__(
+        self,
+        tolerance: Tolerance,
+        exact: bool,
+        fail_on_shrink: bool = False,
+        by_operator: tuple[Mapping[str, dict[int, dict[str, int]]], Mapping[str, dict[int, dict[str, int]]]]
+        | None = None,
+        weights: Tolerance | None = None,
+    ) -> None:
         self.tolerance, self.exact, self.fail_on_shrink, self.changes = tolerance, exact, fail_on_shrink, []
+        self.by_operator = by_operator  # each side's peak_operators, where the peaks are told by operator
+        self.weights = weights or tolerance
 
     def sized(self, method, subject: str, fact: str, a: int, b: int) -> None:
         if a != b:
-            fails = self.exact or (b > a and not self.tolerance.allows(a, b)) or (b < a and self.fail_on_shrink)
+            rule = self.weights if fact in WEIGHTS else self.tolerance
+            fails = self.exact or (b > a and not rule.allows(a, b)) or (b < a and self.fail_on_shrink)
             self.changes.append(Change(method, subject, fact, a, b, fails))
 
     def reported(self, method, subject: str, fact: str, a, b) -> None:
@@ -310,19 +357,29 @@ class _Compare:
             self.sized(method, subject, "lower_bound", x["lower_bound"], y["lower_bound"])
             if "tensors" in x:
                 self.fixed(method, subject, "tensors", x["tensors"], y["tensors"])
-            self.peak(method, subject, x.get("peak"), y.get("peak"))
+            if not prefix:  # a delegate's payload buffers keep no peak
+                self.peak(method, subject, mem_id, x.get("peak"), y.get("peak"))
 
-    def peak(self, method: str, subject: str, a: GoldenPeak | None, b: GoldenPeak | None) -> None:
-        """Where a buffer's peak is and which blocks hold it, when either changed: reported, never
-        failed (the sizes fail), so that a grown buffer says which blocks grew."""
+    def peak(self, method: str, subject: str, mem_id: int, a: GoldenPeak | None, b: GoldenPeak | None) -> None:
+        """Where a buffer's peak is and which blocks hold it (or, where a side names no modules,
+        which operators wrote what it holds), when either changed: reported, never failed (the
+        sizes fail), so that a grown buffer says what grew."""
         if a is None or b is None:
             return
-        modules: list[ModuleChange] = [
-            {"module": module, "a": a["modules"].get(module, 0), "b": b["modules"].get(module, 0)}
-            for module in sorted({*a["modules"], *b["modules"]}, key=natural_key)
-        ]
-        grown = sorted((m for m in modules if m["a"] != m["b"]), key=lambda m: -abs(m["b"] - m["a"]))
+        if self.by_operator is None:
+            x, y = a["modules"], b["modules"]
+        else:
+            x, y = (side.get(method, {}).get(mem_id, {}) for side in self.by_operator)
+        shares = [(name, x.get(name, 0), y.get(name, 0)) for name in sorted({*x, *y}, key=natural_key)]
+        grown = sorted((s for s in shares if s[1] != s[2]), key=lambda s: -abs(s[2] - s[1]))[:LARGEST_SHOWN]
+        modules: list[ModuleChange] = []
+        operators: list[OperatorChange] = []
+        if self.by_operator is None:
+            modules = [{"module": name, "a": was, "b": now} for name, was, now in grown]
+        else:
+            operators = [{"operator": name, "a": was, "b": now} for name, was, now in grown]
         moved = (a["op"], a["source"]) != (b["op"], b["source"])
+        more = sum(s[1] != s[2] for s in shares) - len(grown)
         if grown or moved:
             brief = lambda p: {key: p[key] for key in ("instruction", "op", "source", "bytes")}  # noqa: E731
             self.changes.append(
@@ -333,7 +390,13 @@ class _Compare:
                     brief(a),
                     brief(b),
                     self.exact,
-                    {"moved": moved, "modules": grown[:LARGEST_SHOWN], "more": max(0, len(grown) - LARGEST_SHOWN)},
+                    {
+                        "moved": moved,
+                        "by": "module" if self.by_operator is None else "operator",
+                        "modules": modules,
+                        "operators": operators,
+                        "more": more,
+                    },
                 )
             )
 

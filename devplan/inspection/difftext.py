@@ -48,10 +48,13 @@ _FACTS = {
 }
 
 
-def diff_text(d, labels: bool = True, width: int = WIDTH) -> str:
+def diff_text(d, labels: bool = True, width: int = WIDTH, placements: bool = False) -> str:
     """The verdict line, what caused it, then the changes grouped by method, wrapped within
-    `width` columns; without `labels`, the changes alone, neither passing nor failing."""
-    return "\n".join([verdict(d, labels), *cause_lines(d, width), *change_lines(d, labels, width)]) + "\n"
+    `width` columns; without `labels`, the changes alone, neither passing nor failing. The
+    tensors whose placements changed are listed where both sides number their values alike
+    (d.comparable), or with `placements`."""
+    lines = change_lines(d, labels, width, placements or d.comparable)
+    return "\n".join([verdict(d, labels), *cause_lines(d, width), *lines]) + "\n"
 
 
 def verdict(d, labels: bool = True) -> str:
@@ -66,7 +69,9 @@ def verdict(d, labels: bool = True) -> str:
 def outcome(d) -> str:
     """'the programs plan the same'; or how many changes, and of them how many fail the
     comparison and how many it allows (one vocabulary for check and diff, in every format)."""
-    rule = f" (tolerance {d.tolerance})" if d.tolerance is not None else " (exact)" if d.exact else ""
+    rules = [f"tolerance {d.tolerance}"] if d.tolerance is not None else []
+    rules += [f"weights {d.weights_tolerance}"] if d.weights_tolerance is not None else []
+    rule = f" ({', '.join(rules)})" if rules else " (exact)" if d.exact else ""
     failing = sum(change.fails for change in d.changes)
     allowed = len(d.changes) - failing
     if not d.changes:
@@ -85,8 +90,8 @@ def cause_lines(d, width: int = WIDTH) -> list[str]:
     for change in d.changes:
         if change.fact != "peak":
             continue
-        grew = [m for m in change.detail["modules"] if m["b"] != m["a"]][:2]
-        blocks = ", ".join(f"{m['module']} {signed_size(m['b'] - m['a'])}" for m in grew)
+        grew = [(name, was, now) for name, was, now in shares(change.detail) if now != was][:2]
+        blocks = ", ".join(f"{name} {signed_size(now - was)}" for name, was, now in grew)
         where = f"{change.subject}" + (f" of method {change.method}" if change.method else "")
         lines.append(
             f"  cause: {where}: {blocks + '; ' if blocks else ''}its peak at {where_peak(change.b)}, "
@@ -95,14 +100,21 @@ def cause_lines(d, width: int = WIDTH) -> list[str]:
     return wrapped(lines, width)
 
 
-def change_lines(d, labels: bool = True, width: int = WIDTH) -> list[str]:
+def change_lines(d, labels: bool = True, width: int = WIDTH, placements: bool = True) -> list[str]:
     lines, heading = [], None
     for change in d.changes:
         if change.method != heading and change.method is not None:
             heading = change.method
             lines.append(f"method {heading}")
-        lines += _lines(change, labels)
+        lines += _lines(change, labels, placements)
     return wrapped(lines, width)
+
+
+def shares(detail: Mapping[str, Any]) -> list[tuple[str, int, int]]:
+    """A peak change's blocks, or its operators where a side names no modules: (name, a, b)."""
+    if detail.get("by") == "operator":
+        return [(o["operator"], o["a"], o["b"]) for o in detail["operators"]]
+    return [(m["module"], m["a"], m["b"]) for m in detail["modules"]]
 
 
 def wrapped(lines: list[str], width: int = WIDTH) -> list[str]:
@@ -127,9 +139,12 @@ _SIZE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|bytes)\b")
 _UNIT_SPACE = "\xa0"  # textwrap breaks only at ASCII whitespace
 
 
-def _lines(change, labels: bool = True) -> list[str]:
+def _lines(change, labels: bool = True, placements: bool = True) -> list[str]:
     status = ("FAIL  " if change.fails else "ok    ") if labels else ""
     head = f"  {status}{change_label(change)}: {change_values(change)}"
+    if change.fact == "digest" and not placements and change.detail is not None:
+        # value ids each compiler numbers its own way: pairs of them tell a reader nothing
+        return [head, f"{_INDENT}(the two compilers number their values each its own way; --placements lists them)"]
     if change.fact == "digest":
         return [head, *_largest(change.detail)]
     if change.fact == "peak":
@@ -198,14 +213,20 @@ def peak_text(peak: GoldenPeak, blocks: int = 3) -> str:
 
 
 def _blocks(detail: dict) -> list[str]:
-    """Each block whose bytes at the peak changed, most changed first: 'h.0.mlp +18.0 KiB (18.0 KiB -> 36.0 KiB)'."""
-    lines = [
-        f"{_INDENT}{m['module']} {signed_size(m['b'] - m['a'])} ({size_text(m['a'])} -> {size_text(m['b'])})"
-        for m in detail["modules"]
-    ]
+    """Each block (or operator) whose bytes at the peak changed, most changed first:
+    'h.0.mlp +18.0 KiB (18.0 KiB -> 36.0 KiB)'."""
+    lines = [f"{_INDENT}{share_text(*share)}" for share in shares(detail)]
     if detail["more"]:
-        lines.append(f"{_INDENT}and {detail['more']} more blocks")
+        lines.append(f"{_INDENT}and {detail['more']} more {_noun(detail)}")
     return lines
+
+
+def share_text(name: str, was: int, now: int) -> str:
+    return f"{name} {signed_size(now - was)} ({size_text(was)} -> {size_text(now)})"
+
+
+def _noun(detail: Mapping[str, Any]) -> str:
+    return "operators" if detail.get("by") == "operator" else "blocks"
 
 
 def _window(window: SizedWindow | None) -> str:

@@ -156,10 +156,8 @@ def _method(program: ProgramView, view: MethodView) -> InspectedMethod:
     _name_tensors(tensors, instruction_rows, writers, origins, view.inputs, view.outputs)
     for t in tensors:
         t["module"] = _module_of(t, instruction_rows, writers)
-    modules = {t["value"]: t["module"] for t in tensors}
     peaks = [
-        peak(buffer, [t for t in tensors if t["mem_id"] == buffer["mem_id"]], instruction_rows, modules)
-        for buffer in buffers
+        peak(buffer, [t for t in tensors if t["mem_id"] == buffer["mem_id"]], instruction_rows) for buffer in buffers
     ]
     entry: InspectedMethod = {
         "name": view.name,
@@ -206,6 +204,7 @@ def _name_tensors(tensors, instructions, writers, origins, inputs, outputs) -> N
     position.update({value: i for i, value in enumerate(inputs)})
     for t in tensors:
         t["source"] = tensor_source(t, instructions, writers.get(t["value"]), names, position)
+        t["name"] = (names[t["value"]][1] or None) if t["value"] in names else None
 
 
 def _module_of(
@@ -235,6 +234,7 @@ def _tensor(view: MethodView, index: int, tensor, inputs: set[int], outputs: set
         "constant": tensor.constant or tensor.data > 0,
         "source": "",  # named once every tensor is made (_name_tensors)
         "module": None,  # the module of the instruction that writes it (_module_of)
+        "name": None,  # the user's, where the program names it (_name_tensors)
     }
 
 

@@ -7,6 +7,7 @@ carry the meaning and colours only help, so the chart reads the same under NO_CO
 from __future__ import annotations
 
 import math
+import re
 import string
 from dataclasses import dataclass
 
@@ -15,8 +16,8 @@ from rich.console import Group
 from rich.text import Text
 
 from devplan.documents import InspectedBuffer, InspectedMethod, InspectedTensor
-from devplan.inspection.sources import top_module
-from devplan.units import size_text
+from devplan.inspection.sources import STATE, block_of
+from devplan.units import natural_key, size_text
 
 GLYPHS = string.ascii_uppercase + string.ascii_lowercase + string.digits
 EMPTY = "·"
@@ -60,7 +61,7 @@ def layout_chart(
     occupants, names = _occupants(method, buffer["mem_id"])
     instruction_count = method["counts"]["instructions"]
     title = Text.assemble(
-        (f"buffer {buffer['mem_id']}", "bold"),
+        (f"layout of buffer {buffer['mem_id']}", "bold"),
         f" · {buffer['device']} · {size_text(buffer['size'], exact_bytes)}",
         f" · peak {size_text(buffer['peak'], exact_bytes)}",
         f" at #{buffer['peak_instruction']}" if buffer["peak_instruction"] is not None else "",
@@ -131,17 +132,31 @@ def _groups(placed: list[InspectedTensor]) -> tuple[list[int], list[str] | None]
     they start. The group names, or None for one glyph per tensor."""
     if len(placed) <= len(GLYPHS):
         return list(range(len(placed))), None
-    blocks = [top_module(t.get("module")) for t in placed]
+    blocks = [block_of(t) for t in placed]
     names = list(dict.fromkeys(name for _, name in sorted(zip((t["held"][0] for t in placed), blocks))))
     if len(names) <= len(GLYPHS) and any(t.get("module") for t in placed):
         number = {name: i for i, name in enumerate(names)}
-        return [number[block] for block in blocks], names
+        return [number[block] for block in blocks], [_state_named(placed) if n == STATE else n for n in names]
     span = math.ceil((max(t["held"][0] for t in placed) + 1) / BANDS)
     bands = sorted({t["held"][0] // span for t in placed})
     of_band = {band: i for i, band in enumerate(bands)}
     return [of_band[t["held"][0] // span] for t in placed], [
         f"made in #{b * span}-{b * span + span - 1}" for b in bands
     ]
+
+
+def _state_named(placed: list[InspectedTensor]) -> str:
+    """The state's group by what the program calls its largest buffers, numbers as * and the
+    path cut to its last two parts ('(state) key_cache_*, …', '(state) kv_cache.k_cache, …'):
+    what a person recognises a KV cache by, short enough for the legend's columns."""
+    sizes: dict[str, int] = {}
+    for t in placed:
+        if t["role"] == "state":
+            named = ".".join((t.get("name") or f"v{t['value']}").split(".")[-2:])
+            pattern = re.sub(r"\d+", "*", named)
+            sizes[pattern] = sizes.get(pattern, 0) + t["nbytes"]
+    ordered = sorted(sizes, key=lambda pattern: (-sizes[pattern], natural_key(pattern)))
+    return f"{STATE} {ordered[0]}" + (", …" if len(ordered) > 1 else "")
 
 
 def _columns(instruction_count: int, available: int) -> list[tuple[int, int]]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from devplan.documents import InspectedMethod, InspectedTensor, Placement
+from devplan.documents import GoldenDocument, InspectDocument, InspectedMethod, InspectedTensor, Placement
 from devplan.inspection.golden import placements
-from devplan.inspection.sources import source_identity
+from devplan.inspection.sources import INPUTS, STATE, source_identity
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,47 @@ def planned(method: InspectedMethod) -> list[Planned]:
         identity, sourced = _identity(tensor, inputs, outputs)
         found.append(Planned(row, identity, (tuple(tensor["shape"]), tensor["dtype"]), tensor["source"], sourced))
     return found
+
+
+def peak_operators(method: InspectedMethod) -> dict[int, dict[str, int]]:
+    """Each buffer's bytes at its peak by the operator that wrote them (the kernel of the
+    instruction from which a tensor's bytes are held; inputs and state a share each): what a
+    peak is made of when a program names no modules, in terms both compilers' programs share."""
+    rows, found = method["instructions"], {}
+    for entry in method["peak"]:
+        shares: dict[str, int] = {}
+        for t in entry["tensors"]:
+            at = t["held"][0]
+            name = (
+                INPUTS
+                if t["role"].startswith("input")
+                else STATE
+                if t["role"] == "state"
+                else (rows[at]["op"] or rows[at]["kind"])
+                if at < len(rows)
+                else "(unknown)"
+            )
+            shares[name] = shares.get(name, 0) + t["own_bytes"]
+        found[entry["mem_id"]] = shares
+    return found
+
+
+def names_modules(doc: InspectDocument) -> bool:
+    """Whether a program says which module made what: ExecuTorch's default programs keep no
+    stacktrace, so they name none, and neither does devplan's with --no-source."""
+    return any(row["module"] is not None for m in doc["methods"] for row in m["instructions"])
+
+
+def golden_names_modules(golden: GoldenDocument) -> bool:
+    """Whether a golden file's peaks name a block of the model, not only these stand-ins."""
+    unnamed = {"(no module)", INPUTS, STATE}
+    return any(
+        block not in unnamed
+        for m in golden["methods"]
+        for b in m["buffers"]
+        if "peak" in b
+        for block in b["peak"]["modules"]
+    )
 
 
 def instruction_marks(method: InspectedMethod) -> list[tuple]:

@@ -4,17 +4,12 @@ instruction, largest first, and how much of the peak each top-level module of th
 from __future__ import annotations
 
 from devplan.documents import InspectedBuffer, InspectedInstruction, InspectedTensor, Peak, PeakTensor
-from devplan.inspection.sources import top_module
+from devplan.inspection.sources import block_of
 from devplan.units import natural_key
 
 
-def peak(
-    buffer: InspectedBuffer,
-    placed: list[InspectedTensor],
-    instructions: list[InspectedInstruction],
-    modules: dict[int, str],
-) -> Peak:
-    """`placed`: the buffer's tensors; `modules`: value -> the module path it came from."""
+def peak(buffer: InspectedBuffer, placed: list[InspectedTensor], instructions: list[InspectedInstruction]) -> Peak:
+    """`placed`: the buffer's tensors, each with its module."""
     at = buffer["peak_instruction"]
     alive = (
         [t for t in placed if t["nbytes"] and t["held"] is not None and t["held"][0] <= at <= t["held"][1]]
@@ -39,7 +34,7 @@ def peak(
                 "source": t["source"],
             }
         )
-        block = _block(t, modules)
+        block = block_of(t)
         shares[block] = shares.get(block, 0) + own
     # a method of no instructions still has its inputs alive "at" instruction 0
     row = instructions[at] if at is not None and at < len(instructions) else None
@@ -57,14 +52,6 @@ def peak(
             if size
         ],
     }
-
-
-def _block(tensor: InspectedTensor, modules: dict[int, str]) -> str:
-    """The top-level module a held tensor's bytes count against; inputs and state (held for
-    every instruction, whichever module updates them) each make one block of their own."""
-    if tensor["role"].startswith("input"):
-        return "(inputs)"
-    return "(state)" if tensor["role"] == "state" else top_module(modules.get(tensor["value"]))
 
 
 def _merged(ranges: list[tuple[int, int]], new: tuple[int, int]) -> list[tuple[int, int]]:

@@ -6,13 +6,11 @@ NO_COLOR and pipes lose nothing."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 
 from rich.console import Console
 from rich.rule import Rule
-from rich.table import Table
 from rich.text import Text
 
 from devplan.documents import (
@@ -21,14 +19,14 @@ from devplan.documents import (
     InspectedInstruction,
     InspectedMethod,
     InspectedTensor,
-    Segment,
+    PeakTensor,
 )
-from devplan.inspection.kernels import needs_text
 from devplan.inspection.layout import layout_chart
 from devplan.inspection.own_memory import outside, outside_text
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
+from devplan.inspection.summary import constant_methods, segments_view, summary_view
 from devplan.inspection.tables import PlainTable, fold
-from devplan.units import counted, exact_size_text, size_text
+from devplan.units import size_text
 
 
 def render(
@@ -44,10 +42,13 @@ def render(
     if shapes:
         doc = {**doc, "methods": [_with_shapes(method) for method in doc["methods"]]}
     if "summary" in chosen:
-        _summary(doc, console, exact_bytes)
+        summary_view(doc, console, exact_bytes)
     if "segments" in chosen:
-        _segments(doc["file"]["segments"], console, exact_bytes)
+        segments_view(doc["file"]["segments"], console, exact_bytes)
+    folded = constant_methods(doc)  # the summary's one line says all there is of them
     for method in doc["methods"]:
+        if method["name"] in folded:
+            continue
         per_method = [section for section in chosen if section not in ("summary", "segments")]
         if not per_method:
             continue
@@ -67,85 +68,6 @@ def _with_shapes(method: InspectedMethod) -> InspectedMethod:
         {**row, "arguments": [shaped(argument) for argument in row["arguments"]]} for row in method["instructions"]
     ]
     return {**method, "instructions": rows}
-
-
-SEGMENTS_INLINE = 4  # segments the summary lists on its line; more are a count, and -s segments lists them
-
-
-def _segments(segments: list[Segment], console: Console, exact_bytes: bool) -> None:
-    if not segments:
-        console.print(Text("segments: none", style="dim"))
-        return
-    table = PlainTable("segments", ("#", "right"), ("size", "right"), ("at byte", "right"))
-    for segment in segments:
-        table.add_row(str(segment["index"]), size_text(segment["size"], exact_bytes), str(segment["offset"]))
-    table.print(console)
-
-
-def _summary(doc: InspectDocument, console: Console, exact_bytes: bool) -> None:
-    file = doc["file"]
-    console.print(Rule(Text(file["name"], style="bold"), align="left"))
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    segments = "; ".join(
-        f"#{segment['index']} {size_text(segment['size'], exact_bytes)} at byte {segment['offset']}"
-        for segment in file["segments"]
-    )
-    if len(file["segments"]) > SEGMENTS_INLINE:  # a program of many segments (an LLM's) would take a screen
-        segments = (
-            f"{counted(len(file['segments']), 'segment')}, "
-            f"{size_text(sum(s['size'] for s in file['segments']), exact_bytes)} (-s segments lists them)"
-        )
-    _pair(grid, "file", size_text(file["size"], exact=True) if exact_bytes else exact_size_text(file["size"]))
-    _pair(grid, "format", f"{doc['format']}, program version {file['program_version']}")
-    _pair(grid, "document", f"schema version {doc['schema_version']}")
-    _pair(grid, "methods", ", ".join(method["name"] for method in doc["methods"]) or "none")
-    _pair(grid, "segments", segments or "none")
-    named = file.get("named_data") or []
-    _pair(
-        grid,
-        "constant data",
-        size_text(file["constant_bytes"], exact_bytes)
-        + (
-            f", of which named data {size_text(sum({e['segment']: e['size'] for e in named}.values()), exact_bytes)}"
-            f" under {len(named)} {'key' if len(named) == 1 else 'keys'}"
-            if named
-            else ""
-        ),
-    )
-    external = file.get("external")
-    if external:
-        keys = f"{external['keys']} {'key' if external['keys'] == 1 else 'keys'}"
-        _pair(
-            grid,
-            "external data",
-            f"{keys} in {external['data']}, {size_text(external['bytes'], exact_bytes)}"
-            if external["data"]
-            else f"{keys} in a .ptd data file not given (--data FILE.ptd reads it)",
-        )
-    for method in doc["methods"]:
-        counts = method["counts"]
-        _pair(
-            grid,
-            method["name"],
-            ", ".join(
-                counted(count, noun)
-                for noun, count in (
-                    ("value", counts["values"]),
-                    ("instruction", counts["instructions"]),
-                    ("operator", counts["operators"]),
-                    ("delegate", counts["delegates"]),
-                )
-            ),
-        )
-        _pair(grid, "", "values: " + ", ".join(f"{count} {kind}" for kind, count in method["values"].items()))
-        _pair(grid, "", f"inputs {_value_list(method['inputs'])} -> outputs {_value_list(method['outputs'])}")
-        if "returns" in method:  # a constant method: what the runner reads, as --constant-method takes it
-            _pair(grid, "", "returns " + ", ".join(json.dumps(value) for value in method["returns"]))
-        if method["kernels"] or method["backends"]:
-            _pair(grid, "", "needs " + needs_text(method["kernels"], method["backends"]))
-    console.print(grid)
 
 
 def _buffers(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
@@ -194,7 +116,7 @@ def _buffers(method: InspectedMethod, console: Console, exact_bytes: bool) -> No
             )
 
 
-PEAK_ROWS = 10  # tensors listed at a peak; --json has them all
+PEAK_ROWS = 10  # tensors listed at a peak (a row of state counting each); --json has them all
 
 
 def _peak(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
@@ -221,9 +143,7 @@ def _peak(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
         total = max(entry["bytes"], 1)
         shares = [f"{m['module']} {_percent(m['bytes'] / total)}" for m in entry["modules"]]
         if any(m["module"] not in ("(no module)", "(inputs)", "(state)") for m in entry["modules"]):
-            console.print(
-                Text("  by block: " + ", ".join(shares[:6]) + (f", {len(shares) - 6} more" if len(shares) > 6 else ""))
-            )
+            console.print(Text(_one_line("  by block: ", shares[:BLOCKS], len(shares), console.width)))
         else:
             console.print(Text("  by block: unknown, the program names no modules", style="dim"))
         table = PlainTable(
@@ -233,15 +153,20 @@ def _peak(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
             ("held", "left"),
             ("source", "left"),
         )
-        for t in entry["tensors"][:PEAK_ROWS]:
+        listed = 0
+        for row in _held_rows(entry["tensors"]):
+            if listed >= PEAK_ROWS:
+                break
+            first, last = row[0], row[-1]
             table.add_row(
-                f"v{t['value']}",
-                size_text(t["nbytes"], exact_bytes),
-                f"#{t['held'][0]}-{t['held'][1]}",
-                tuple(re.findall(r"\S+(?: |$)", t["source"])),
+                f"v{first['value']}" + (f"…v{last['value']}" if len(row) > 1 else ""),
+                size_text(sum(t["nbytes"] for t in row), exact_bytes),
+                f"#{first['held'][0]}-{first['held'][1]}",
+                tuple(re.findall(r"\S+(?: |$)", first["source"] + (f" … {last['source']}" if len(row) > 1 else ""))),
             )
+            listed += len(row)
         table.print(console)
-        rest = entry["tensors"][PEAK_ROWS:]
+        rest = entry["tensors"][listed:]
         if rest:
             console.print(
                 Text(
@@ -250,6 +175,31 @@ def _peak(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
                     style="dim",
                 )
             )
+
+
+BLOCKS = 6  # blocks named on the peak's line, as many of them as fit it
+
+
+def _one_line(prefix: str, items: list[str], total: int, width: int) -> str:
+    """prefix and as many of items as fit width (one at least), then how many more of total."""
+    for count in range(len(items), 0, -1):
+        line = prefix + ", ".join(items[:count]) + (f", {total - count} more" if total > count else "")
+        if len(line) <= width or count == 1:
+            return line
+    return prefix.rstrip()
+
+
+def _held_rows(tensors: list[PeakTensor]) -> list[list[PeakTensor]]:
+    """The peak's tensors as the table's rows: a run of state of one size held alike (a KV
+    cache's buffers, two a layer) is one row, so that it leaves the rows to what else is held."""
+    rows: list[list[PeakTensor]] = []
+    for t in tensors:
+        last = rows[-1][-1] if rows else None
+        if last and t["role"] == last["role"] == "state" and (t["nbytes"], t["held"]) == (last["nbytes"], last["held"]):
+            rows[-1].append(t)
+        else:
+            rows.append([t])
+    return rows
 
 
 def _percent(share: float) -> str:
@@ -407,10 +357,10 @@ def _layout(method: InspectedMethod, console: Console, exact_bytes: bool) -> Non
     if not method["buffers"]:
         console.print(Text("layout: no planned buffers", style="dim"))
         return
-    console.print(Text("layout", style="bold"))
-    for buffer in method["buffers"]:
+    for number, buffer in enumerate(method["buffers"]):
+        if number:  # a blank line between charts
+            console.print()
         console.print(layout_chart(method, buffer, width=console.width, exact_bytes=exact_bytes))
-        console.print()
 
 
 # Columns whose text may be long; the rest stay on one line.
@@ -423,16 +373,6 @@ _VIEWS = {
     "delegates": _delegates,
     "layout": _layout,
 }
-
-
-def _pair(grid: Table, key: str, value: str) -> None:
-    """Plain text: names come from the file and may hold '[', which rich would read as markup."""
-    grid.add_row(Text(key), Text(value))
-
-
-def _value_list(values: list[int], brackets: bool = True) -> str:
-    inner = ", ".join(f"v{value}" for value in values)
-    return f"[{inner}]" if brackets else inner
 
 
 def _instruction_ref(index: int | None) -> str:

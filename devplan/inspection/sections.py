@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import cast
 
-from devplan.documents import InspectDocument, InspectedMethod
+from devplan.documents import InspectDocument, InspectedMethod, InspectedTensor
+from devplan.inspection.sources import block_of
 
 SECTIONS = ("summary", "segments", "buffers", "peak", "tensors", "instructions", "delegates", "layout")
 # The overview: what a program holds and where its memory goes. Per-value and
@@ -42,3 +43,43 @@ def only(doc: InspectDocument, sections: Iterable[str]) -> InspectDocument:
         for method in doc["methods"]
     ]
     return {**doc, "methods": methods}
+
+
+def matching(doc: InspectDocument, module: str | None = None, min_size: int | None = None) -> InspectDocument:
+    """doc with each list of tensors (a method's tensors, and those held at each peak) keeping
+    only those from `module` and of `min_size` bytes or more, and its instructions only those
+    `module` made (--module, --min-size); the rest of each method (buffers, the peak's shares
+    by block) stays as it was. A tensor is from PREFIX when its module's path or the name the
+    program gives it (a weight, a KV cache) is PREFIX or lies under it, or when PREFIX is its
+    block ("(state)", "(inputs)")."""
+    if module is None and min_size is None:
+        return doc
+    methods = []
+    for method in doc["methods"]:
+        kept = {t["value"] for t in method.get("tensors", ()) if _wanted(t, module, min_size)}
+        trimmed = dict(method)
+        if "tensors" in method:
+            trimmed["tensors"] = [t for t in method["tensors"] if t["value"] in kept]
+        if "peak" in method:
+            trimmed["peak"] = [
+                {**entry, "tensors": [t for t in entry["tensors"] if t["value"] in kept]} for entry in method["peak"]
+            ]
+        if "instructions" in method and module is not None:
+            trimmed["instructions"] = [row for row in method["instructions"] if _under(row["module"], module)]
+        methods.append(cast(InspectedMethod, trimmed))
+    return {**doc, "methods": methods}
+
+
+def _wanted(tensor: InspectedTensor, module: str | None, min_size: int | None) -> bool:
+    if min_size is not None and tensor["nbytes"] < min_size:
+        return False
+    return (
+        module is None
+        or any(_under(name, module) for name in (tensor["module"], tensor.get("name")))
+        or (block_of(tensor) == module)
+    )
+
+
+def _under(path: str | None, prefix: str) -> bool:
+    """Whether a module path is prefix or lies under it: layers.1 holds layers.1.mlp, not layers.10."""
+    return path is not None and (path == prefix or path.startswith(prefix + "."))

@@ -48,6 +48,17 @@ def top_module(path: str | None) -> str:
     return ".".join(parts[: numbered + 1] if numbered is not None else parts[:2])
 
 
+def block_of(tensor: InspectedTensor) -> str:
+    """The block a tensor's bytes count against: its module's top_module; inputs and state
+    (held for every instruction, whichever module updates them) each make one block of their own."""
+    if tensor["role"].startswith("input"):
+        return INPUTS
+    return STATE if tensor["role"] == "state" else top_module(tensor.get("module"))
+
+
+INPUTS, STATE = "(inputs)", "(state)"
+
+
 def tensor_source(
     tensor: InspectedTensor, instructions: list[InspectedInstruction], writer: int | None, names: dict, position: dict
 ) -> str:

@@ -27,6 +27,15 @@ from devplan.pte.fb.Program import Program
 
 MODULE_FILE, VALUE_FILE, HANDLE_FILE = "<module>", "<value>", "<handle>"
 _MODULE = re.compile(r"(.*?) ?\(([^()]*)\)")
+# what torch's export names a node's module with where it knows none: a node one of its passes
+# made through a metadata hook (torch._export.passes._node_metadata_hook's
+# "_empty_nn_module_stack_from_metadata_hook", as path and class alike); no module of the model
+_TORCH_PLACEHOLDER = re.compile(r"_\w+_hook")
+
+
+def torch_placeholder(name: str) -> bool:
+    """Whether a module path or class name is torch's stand-in for no module."""
+    return _TORCH_PLACEHOLDER.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,8 @@ def read_frames(frames: list[tuple[str, int, str, str]]) -> Where:
         if filename == MODULE_FILE:
             match = _MODULE.fullmatch(name)
             module, kind = (match[1], match[2]) if match else (name, "")
+            if torch_placeholder(module):  # a program devplan wrote before it left these out
+                module = kind = ""
             op = context
         elif filename == VALUE_FILE:
             names.append((lineno, context, name))

@@ -15,7 +15,9 @@ from devplan.cli.reports_ci import _command
 from devplan.errors import DevplanError
 from tests.inspection.runner import invoke
 
-COMMAND = re.compile(r"::(error|notice) file=(?P<file>[^,:]+),title=(?P<title>[^:]+)::(?P<message>.+)")
+COMMAND = re.compile(
+    r"::(error|notice) file=(?P<file>[^,:]+),(?:line=(?P<line>\d+),)?title=(?P<title>[^:]+)::(?P<message>.+)"
+)
 
 
 class Tower(torch.nn.Module):
@@ -83,7 +85,23 @@ def test_github_lines_annotate_the_golden_file_with_the_change(widened):
     size = errors[(str(golden), "devplan%3A forward buffer 1 (cpu) size")]
     assert size.startswith("10.0 KiB (10%2C240 bytes) -> 18.0 KiB".replace("%2C", ","))  # a message keeps its commas
     assert "(+80.0%25)%0Apeak: #" in size and "%0Awide.0 +8.0 KiB (8.0 KiB -> 16.0 KiB)" in size
-    assert (str(wide), "devplan check%3A forward cpu%2C 1 buffer") in errors  # the budget fails on the program
+    # the budget fails on the golden file, a file of the pull request, not on the built program
+    # (issue 55.4), naming the block that holds the peak
+    budget = errors[(str(golden), "devplan check%3A forward cpu%2C 1 buffer")]
+    assert "budget 16.0 KiB" in budget and "wide.0" in budget, budget
+    assert not [m for m in commands if m["file"] == str(wide)]
+    # each at the line of the golden file that records the fact
+    text = golden.read_text().splitlines()
+    for match in commands:
+        line = int(match["line"])
+        fact = {"size": '"size": ', "constant bytes": '"constant_bytes": ', "lower bound": '"lower_bound": '}
+        wanted = next((key for words, key in fact.items() if match["title"].endswith(words)), None)
+        if wanted is not None:
+            assert text[line - 1].strip().startswith(wanted), (match["title"], text[line - 1])
+    size_line = next(m for m in commands if m["title"] == "devplan%3A forward buffer 1 (cpu) size")["line"]
+    devices = [n for n, t in enumerate(text, 1) if t.strip().startswith('"cpu": {')]
+    budget_line = next(m for m in commands if m["title"].startswith("devplan check%3A"))["line"]
+    assert int(budget_line) == devices[0] + 4 and size_line != budget_line  # the device total's size
     diffed = invoke("diff", str(golden), str(wide), "--format", "github").stdout.splitlines()
     assert (
         all(
@@ -181,3 +199,91 @@ def test_a_plan_that_shrank_passes_with_how_to_record_it_or_fails_when_asked(wid
     )
     plain = invoke("diff", str(wide), str(narrow)).stdout
     assert plain.startswith("naive.pte -> best.pte: 2 changes\n"), plain  # the count check gives
+
+
+def test_a_budget_fails_on_the_workflow_line_that_declared_it(widened, tmp_path, monkeypatch):
+    """In GitHub's runner (GITHUB_WORKFLOW_REF names the workflow file), a budget given on the
+    command line fails on the line of the workflow that gives it; with neither that nor a golden
+    file, on no file (the run), never on the .pte, a build artifact the pull request lacks."""
+    _, wide, _ = widened
+    workflow = tmp_path / ".github" / "workflows" / "ci.yml"
+    workflow.parent.mkdir(parents=True)
+    workflow.write_text(
+        "jobs:\n  memory:\n    steps:\n      - run: devplan check model.pte --budget cpu=16KiB --format github\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GITHUB_WORKFLOW_REF", "octo/model/.github/workflows/ci.yml@refs/pull/7/merge")
+    shown = invoke("check", str(wide), "--budget", "cpu=16KiB", "--format", "github").stdout
+    assert shown.startswith("::error file=.github/workflows/ci.yml,line=4,title=devplan check%3A forward cpu"), shown
+    assert "wide.0" in shown  # the block holding the peak
+    monkeypatch.delenv("GITHUB_WORKFLOW_REF")
+    bare = invoke("check", str(wide), "--budget", "cpu=16KiB", "--format", "github").stdout
+    assert bare.startswith("::error title=devplan check%3A forward cpu"), bare
+
+
+def test_a_budget_failure_names_the_block_holding_the_peak(widened):
+    _, wide, _ = widened
+    text = " ".join(invoke("check", str(wide), "--budget", "cpu=16KiB").stdout.split())
+    assert "FAIL forward cpu, 1 buffer: 18.0 KiB" in text and "at its peak, #" in text and "wide.0" in text, text
+    markdown = invoke("check", str(wide), "--budget", "cpu=16KiB", "--format", "markdown").stdout
+    assert "**forward cpu, 1 buffer** at its peak:" in markdown and "wide.0" in markdown, markdown
+
+
+def _grown(golden: dict, weights: float = 1.0, arena: float = 1.0) -> dict:
+    """A golden document with its constants and its buffers' sizes scaled."""
+    import copy
+
+    grown = copy.deepcopy(golden)
+    grown["file"]["constant_bytes"] = round(golden["file"]["constant_bytes"] * weights)
+    for method in grown["methods"]:
+        for buffer in method["buffers"]:
+            buffer["size"] = round(buffer["size"] * arena)
+    return grown
+
+
+def test_weights_and_working_memory_have_tolerances_of_their_own(widened, tmp_path, devplan_golden):
+    """Issue 55.4: a 2.9% weight growth failed a 2% tolerance meant for the arena. --tolerance
+    still lets the planned memory grow (and the weights, where --weights-tolerance is not given);
+    --weights-tolerance lets the weights grow by their own."""
+    from devplan.inspection.golden import golden_document, golden_text
+
+    narrow, _, _ = widened
+    before = golden_document(devplan.inspect(narrow))
+    heavier = _grown(before, weights=1.029)
+    assert not devplan.diff(before, heavier, tolerance="2%").ok  # as before: --tolerance alone judges both
+    assert devplan.diff(before, heavier, tolerance="2%", weights_tolerance="5%").ok
+    assert not devplan.diff(before, heavier, tolerance="5%", weights_tolerance="1%").ok
+    wider = _grown(before, arena=1.029)
+    assert not devplan.diff(before, wider, tolerance="2%", weights_tolerance="5%").ok  # the arena keeps its own
+    assert devplan.diff(before, wider, tolerance="5%", weights_tolerance="0%").ok
+    judged = devplan.diff(before, heavier, tolerance="2%", weights_tolerance="5%")
+    assert judged.document()["weights_tolerance"] == {"percent": 5.0, "bytes": None}
+    assert "(tolerance 2%, weights 5%)" in judged.text().splitlines()[0]
+    # the command line: a golden file that records the lighter program
+    golden = tmp_path / "lighter.golden.json"
+    golden.write_text(golden_text(_grown(before, weights=1 / 1.029)))
+    assert invoke("check", str(narrow), "--golden", str(golden), "--tolerance", "2%").exit_code == 1
+    passed = invoke("check", str(narrow), "--golden", str(golden), "--tolerance", "2%", "--weights-tolerance", "5%")
+    assert passed.exit_code == 0, passed.stdout
+    assert invoke("diff", str(golden), str(narrow), "--tolerance", "2%", "--weights-tolerance", "5%").exit_code == 0
+    # a project's tests: the helper and the pytest plugin's fixture take it too
+    from devplan.testing import assert_matches_golden
+
+    with pytest.raises(AssertionError, match="constant bytes"):
+        assert_matches_golden(narrow, golden, update=False, tolerance="2%")
+    assert_matches_golden(narrow, golden, update=False, tolerance="2%", weights_tolerance="5%")
+    devplan_golden(narrow, golden, tolerance="2%", weights_tolerance="5%")
+
+
+def test_a_golden_file_laid_out_otherwise_gives_no_lines(widened):
+    """Annotations name the golden file alone where its layout is not golden_text's (a file
+    written by hand on one line), or where the fact is not in it."""
+    import json
+
+    from devplan.inspection.golden_lines import change_line, key_lines
+
+    golden = widened[2]
+    assert key_lines(json.dumps(json.loads(golden.read_text()))) == {}
+    lines = key_lines(golden.read_text())
+    assert change_line(lines, "forward", "buffer 1 (cpu)", "size") is not None
+    assert change_line(lines, "backward", "buffer 1 (cpu)", "size") is None

@@ -52,8 +52,13 @@ def test_the_document_and_the_golden_file_give_each_value(program):
 def test_the_text_view_prints_each_value(program):
     run = cli("inspect", program, "-s", "summary")
     assert run.returncode == 0, run.stderr
-    for line in ("returns 128", "returns true", "returns 128001, 128009", "returns 0.5", 'returns "llama"'):
-        assert line in run.stdout, run.stdout
+    # one line for them all beside forward, each as --constant-method takes it (issue 55.1)
+    shown = " ".join(run.stdout.split())
+    listed = 'get_max_seq_len=128, use_kv_cache=true, get_eos_ids=[128001, 128009], temperature=0.5, name="llama"'
+    assert f"methods forward; constant methods: {listed}" in shown, run.stdout
+    assert "method get_max_seq_len" not in cli("inspect", program).stdout
+    alone = cli("inspect", program, "--method", "get_eos_ids").stdout  # shown alone, a method keeps its view
+    assert "returns 128001, 128009" in alone and "method get_eos_ids" in alone, alone
     trimmed = json.loads(cli("inspect", program, "--json", "-s", "tensors").stdout)
     assert [m.get("returns") for m in trimmed["methods"]][1] == [128]  # --section keeps it
 

@@ -153,3 +153,44 @@ def test_diff_without_a_gate_lists_the_changes_without_pass_or_fail(pair):
         gated = invoke("diff", str(pair["executorch"]), str(pair["devplan"]), *gate).stdout
         assert "failing" in gated.splitlines()[0] and "\n  FAIL  " in gated, gated
     assert devplan.diff(pair["executorch"], pair["devplan"]).text().count("\n  FAIL  ") > 0  # the API's, a gate's
+
+
+def _modules(path) -> set[str]:
+    """The module paths a program's instructions name, and their blocks."""
+    from devplan.inspection.sources import top_module
+
+    rows = [row for m in devplan.inspect(path)["methods"] for row in m["instructions"] if row["module"]]
+    return {row["module"] for row in rows} | {top_module(row["module"]) for row in rows}
+
+
+def test_a_side_naming_no_modules_is_compared_by_operator_never_by_module(pair):
+    """ExecuTorch's programs name no modules (issue 55.2): the peak's change is told by the
+    operators whose tensors it holds on each side, never by module ('(no module) -5.1 KiB'),
+    and the tensors' placements, numbered by each compiler its own way, are listed only on request."""
+    modules = _modules(pair["devplan"])
+    assert modules and not _modules(pair["executorch"])
+    shown = invoke("diff", str(pair["executorch"]), str(pair["devplan"])).stdout
+    blocks = [line for line in shown.splitlines() if "cause:" in line or re.match(r"\s{8}\S+ [+-]\d", line)]
+    assert blocks and "(no module)" not in shown, shown
+    for line in blocks:
+        assert not {word.strip(",:()") for word in line.split()} & modules, line
+    assert re.search(r"cause: .*aten::\w+\.out [+-]\d", " ".join(shown.split())), shown
+    report = json.loads(invoke("diff", str(pair["executorch"]), str(pair["devplan"]), "--json").stdout)
+    (peak,) = [c for c in report["changes"] if c["fact"] == "peak"]
+    assert peak["detail"]["by"] == "operator" and peak["detail"]["modules"] == [] and peak["detail"]["operators"]
+    assert {o["operator"] for o in peak["detail"]["operators"]} & {"aten::addmm.out", "aten::linear.out"}
+    # the placements: counted, their value ids listed only with --placements
+    assert re.search(r"placements: \d+ -> \d+ tensors: ", shown) and not re.search(r"\bv\d+ -> v\d+ \(", shown)
+    assert "--placements" in shown
+    listed = invoke("diff", str(pair["executorch"]), str(pair["devplan"]), "--placements").stdout
+    assert re.search(r"\bv\d+ -> v\d+ \(", listed), listed
+    assert devplan.diff(pair["executorch"], pair["devplan"]).text(labels=False, placements=True) == listed
+
+
+def test_two_programs_naming_modules_are_compared_by_module(pair, tmp_path):
+    naive = tmp_path / "naive.pte"
+    devplan.compile(export("gated_mlp")[0], naive, planner="naive")
+    shown = invoke("diff", str(pair["devplan"]), str(naive)).stdout
+    assert re.search(r"\bv\d+ \(", shown) and "--placements" not in shown, shown  # one compiler: its value ids
+    report = devplan.diff(pair["executorch"], pair["executorch"])
+    assert report.ok and not report.changes

@@ -18,16 +18,19 @@ COUNTED = ["h.1", "h.2", "h.10", "h.11"]
 
 def test_the_peak_lists_blocks_of_equal_bytes_in_counting_order():
     placed = [
-        {"value": i, "nbytes": 64, "held": [0, 0], "offset": 64 * i, "role": "activation", "source": ""}
-        for i in range(len(BLOCKS))
+        {
+            "value": i,
+            "nbytes": 64,
+            "held": [0, 0],
+            "offset": 64 * i,
+            "role": "activation",
+            "source": "",
+            "module": f"{block}.mlp",
+        }
+        for i, block in enumerate(BLOCKS)
     ]
     rows = [{"source": None, "op": "aten::add.out", "kind": "kernel"}]
-    entry = peak(
-        {"mem_id": 1, "device": "cpu", "peak_instruction": 0, "peak": 256},
-        placed,
-        rows,
-        {i: f"{block}.mlp" for i, block in enumerate(BLOCKS)},
-    )
+    entry = peak({"mem_id": 1, "device": "cpu", "peak_instruction": 0, "peak": 256}, placed, rows)
     assert [m["module"] for m in entry["modules"]] == COUNTED
 
 
