@@ -1,7 +1,8 @@
 """Attention at the context lengths users run (issue 53): planned bytes of devplan's program
 (attention in blocks of keys, `--attention auto`) against ExecuTorch's default lowering of the
-same export, which materializes every attention's scores; and, with --run, the prefill's
-latency and peak resident memory of each program on ExecuTorch's runtime, in a child process
+same export, which materializes every attention's scores, and for Llama against ExecuTorch's
+export_llama program of the same sizes (its own model, attention in its fused custom_sdpa); and, with --run, the prefill's
+latency (and one decode step's) and peak resident memory of each program on ExecuTorch's runtime, in a child process
 each.
 
 Rows: README's LLM recipe (transformers' static cache, a dynamic prompt; hidden 256, 8 heads,
@@ -87,28 +88,28 @@ MODELS = {
     "whisper_encoder_1500": _whisper_encoder,
 }
 
-# a child: load the program on ExecuTorch's runtime, run each call once untimed, then time the
-# first call (the prefill) over `runs` fresh loads, each from the program's initial state
+# a child: load the program on ExecuTorch's runtime and time its calls (the prefill, then a
+# decode step where there is one) over `runs` fresh loads, each from the program's initial state;
+# prints the best time of each call
 _RUN = """
 import sys, time, torch
 from executorch.runtime import Runtime
 program_path, inputs_path, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 calls = torch.load(inputs_path)
 runtime = Runtime.get()
-times = []
+best = [float("inf")] * len(calls)
 for _ in range(runs):
     method = runtime.load_program(program_path).load_method("forward")
-    start = time.perf_counter()
-    method.execute(list(calls[0]))
-    times.append(time.perf_counter() - start)
-    for call in calls[1:]:
+    for i, call in enumerate(calls):
+        start = time.perf_counter()
         method.execute(list(call))
-print(min(times))
+        best[i] = min(best[i], time.perf_counter() - start)
+print(*best)
 """
 
 
-def _measured(program: bytes, calls: list, runs: int) -> tuple[float, int | None]:
-    """(best prefill seconds, peak resident bytes) of the program on ExecuTorch's runtime."""
+def _measured(program: bytes, calls: list, runs: int) -> tuple[list[float], int | None]:
+    """(best seconds of each call, peak resident bytes) of the program on ExecuTorch's runtime."""
     with tempfile.TemporaryDirectory() as folder:
         path, inputs = os.path.join(folder, "p.pte"), os.path.join(folder, "inputs.pt")
         Path(path).write_bytes(program)
@@ -116,7 +117,19 @@ def _measured(program: bytes, calls: list, runs: int) -> tuple[float, int | None
         done, peak = run_measured(["-c", _RUN, path, inputs, str(runs)], capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"ExecuTorch's runtime failed: {done.stderr.strip().splitlines()[-1:]}")
-    return float(done.stdout.split()[-1]), peak
+    return [float(t) for t in done.stdout.split()], peak
+
+
+def _export_llama_planned(cache: int) -> int:
+    """The planned bytes of ExecuTorch's export_llama program (its own Llama, attention in its
+    llama::custom_sdpa kernel, --use_sdpa_with_kv_cache) of the same sizes and cache: its FFN is
+    its own model's (704 wide where transformers' config says 512)."""
+    from testbed.llama_export import export_llama
+
+    with tempfile.TemporaryDirectory() as folder:
+        made = export_llama(Path(folder), dim=256, layers=2, heads=8, kv_heads=2, max_seq=cache)
+        plans = devplan.read_pte(made.pte.read_bytes()).program.executionPlan
+    return int(sum(next(p for p in plans if p.name == b"forward").nonConstBufferSizes))
 
 
 def row(name: str, run: bool, runs: int) -> dict:
@@ -140,10 +153,13 @@ def row(name: str, run: bool, runs: int) -> dict:
     out["ratio"] = round(out["executorch_planned"] / ours_bytes, 2)
     cache = int(name.rsplit("_", 1)[1]) if name.startswith(("llama", "qwen2")) else None
     out["target"] = TARGETS.get(cache)  # type: ignore[arg-type]  # a row without a cache has none
+    if name.startswith("llama") and cache is not None:
+        out["export_llama_planned"] = _export_llama_planned(cache)
     if run:
         for who, program in (("devplan", result.data), ("executorch", theirs)):
             seconds, peak = _measured(program, calls, runs)
-            out[f"{who}_prefill_s"], out[f"{who}_peak_rss"] = round(seconds, 3), peak
+            out[f"{who}_prefill_s"], out[f"{who}_peak_rss"] = round(seconds[0], 3), peak
+            out[f"{who}_decode_s"] = round(seconds[1], 4) if len(seconds) > 1 else None
     return out
 
 
@@ -163,9 +179,9 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     rows = []
-    header = f"{'model':<22}{'devplan MiB':>12}{'ET MiB':>10}{'ET/devplan':>11}{'target':>8}{'blocks':>8}"
+    header = f"{'model':<22}{'devplan MiB':>12}{'ET MiB':>10}{'ET/devplan':>11}{'target':>8}{'blocks':>8}{'export_llama MiB':>18}"
     if args.run:
-        header += f"{'prefill s dp/ET':>18}{'peak RSS MiB dp/ET':>20}"
+        header += f"{'prefill s dp/ET':>18}{'decode s dp/ET':>18}{'peak RSS MiB dp/ET':>20}"
     if not args.json:
         print(header, flush=True)
     for name in names:
@@ -175,10 +191,11 @@ def main() -> None:
             continue
         line = f"{name:<22}{_mib(r['devplan_planned']):>12}{_mib(r['executorch_planned']):>10}{r['ratio']:>11}"
         target = "-" if r["target"] is None else f"{r['target']}x " + ("ok" if r["ratio"] >= r["target"] else "MISS")
-        line += f"{target:>8}{','.join(map(str, r['blocks'])) or '-':>8}"
+        line += f"{target:>8}{','.join(map(str, r['blocks'])) or '-':>8}{_mib(r.get('export_llama_planned')):>18}"
         if args.run:
             line += f"{r['devplan_prefill_s']:>9}/{r['executorch_prefill_s']:<8}"
-            line += f"{_mib(r['devplan_peak_rss']):>10}/{_mib(r['executorch_peak_rss']):<9}"
+            decode = "-" if r["devplan_decode_s"] is None else f"{r['devplan_decode_s']}/{r['executorch_decode_s']}"
+            line += f"{decode:>18}{_mib(r['devplan_peak_rss']):>10}/{_mib(r['executorch_peak_rss']):<9}"
         print(line, flush=True)
     if args.json:
         print(json.dumps(rows, indent=1))
