@@ -21,6 +21,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 
 from devplan.passes.decompose import inline
+from devplan.passes.slices import sink_slices
 
 SDPA = torch.ops.aten.scaled_dot_product_attention.default
 
@@ -68,6 +69,7 @@ def chunk_attention(ep: ExportedProgram, mode: str, block_bytes: int) -> Blocked
     traces: dict = {}
     for node in [n for n in gm.graph.nodes if n.name in blocks]:
         inline(gm, node, functools.partial(blocked_attention, block=blocks[node.name]), traces, fake)
+    sink_slices(gm, fake)  # each block reads its part of the mask, never the whole
     gm.graph.eliminate_dead_code()
     gm.recompile()
     return Blocked(ep._update(gm, _outputs_renamed(ep, gm)), tuple(found))
