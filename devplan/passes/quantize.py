@@ -241,8 +241,11 @@ def _quantize_per_reader(converted: torch.fx.GraphModule) -> None:
     dequantize (the same numbers): XNNPACK computes wrong a tensor quantized once and read by
     a 1x1 stride-1 convolution and by another convolution (a bottleneck block's first
     convolution and its shortcut: 13 dB against the float model where the eager module has 41;
-    issue 51), which ExecuTorch's own program does too when both are quantized. A no-op for
-    static quantization, whose parameters are constants."""
+    issue 51), which ExecuTorch's own program does too when both are quantized; and a decoder's
+    q, k and v (gate and up) linears, reading one normalized tensor quantized once, made
+    XNNPACK's partitions a cycle that ExecuTorch's lowering refuses ("Invalid partition, found
+    dependency cycles": every transformers Llama and Qwen2, tests/llm/test_llm_quantize.py). A
+    no-op for static quantization, whose parameters are constants."""
     import_module(DUPLICATE, "--quantize").DuplicateDynamicQuantChainPass()(converted)
 
 
