@@ -141,7 +141,14 @@ def export_hf_llama(
 
 
 def export_hf_llama_8da4w(
-    folder: Path, *, family: str = "llama", group_size: int = 32, metadata: dict | None = None, max_seq: int = 64
+    folder: Path,
+    *,
+    family: str = "llama",
+    group_size: int = 32,
+    metadata: dict | None = None,
+    dim: int = 64,
+    layers: int = 2,
+    max_seq: int = 64,
 ) -> LlamaExport:
     """The float export of a transformers decoder (export_hf_llama's, seed 0) as the .pt2, and
     ExecuTorch's program of the LLM recipe on the same weights as the .pte: optimum-executorch's
@@ -154,8 +161,8 @@ def export_hf_llama_8da4w(
     from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.utils import unwrap_tensor_subclass
 
-    torch.export.save(_recipe_export(_hf_model(family, 64, 2, max_seq, 0), max_seq), folder / "model.pt2")
-    model = _hf_model(family, 64, 2, max_seq, 0)
+    torch.export.save(_recipe_export(_hf_model(family, dim, layers, max_seq, 0), max_seq), folder / "model.pt2")
+    model = _hf_model(family, dim, layers, max_seq, 0)
     scales = "hqq_scale_only"  # the recipes' default choice of parameters
     table = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0), intx_choose_qparams_algorithm=scales)
     quantize_(model, table, lambda m, _: isinstance(m, torch.nn.Embedding))

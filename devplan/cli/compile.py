@@ -322,8 +322,9 @@ def compile_command(
             "--group-size",
             rich_help_panel=QUANTIZE,
             metavar="N",
-            help="With --quantize 8da4w: the weights' groups, N inputs each (default 32, as export_llama -G 32); "
-            "a linear whose input size N does not divide stays float, as in the recipe.",
+            help="With --quantize 8da4w: the weights' groups, N inputs each, a multiple of 32 as XNNPACK requires "
+            "(default 32, as export_llama -G 32); a linear whose input size N does not divide stays float, as in "
+            "the recipe.",
             show_default=False,
         ),
     ] = None,

@@ -13,7 +13,14 @@ pytest.importorskip("executorch.extension.llm.runner")
 
 import devplan  # noqa: E402
 from devplan.errors import DevplanError  # noqa: E402
-from testbed.llama_export import export_hf_llama, export_hf_llama_8da4w, generate, word_tokenizer  # noqa: E402
+from testbed.llama_export import (  # noqa: E402
+    CUSTOM_OPS,
+    export_hf_llama,
+    export_hf_llama_8da4w,
+    export_llama,
+    generate,
+    word_tokenizer,
+)
 from tests.tiers import tiered  # noqa: E402
 
 # an end-of-sequence id these seeded models do not reach within 32 tokens, so that all 32 compare
@@ -88,6 +95,57 @@ def test_8da4w_holds_the_recipes_weights_and_plans_no_more(quantized_8da4w):
         exported.pt2, folder / "bare.pte", llm=True, quantize="8da4w", constant_methods=SPECIAL, source=False
     )
     assert len(bare.data) <= 1.02 * exported.pte.stat().st_size
+
+
+@pytest.mark.sweep
+def test_readmes_one_command_writes_the_same_program(quantized_8da4w, tmp_path):
+    """README's LLM section: `devplan compile llama.pt2 --llm --quantize 8da4w --constant-method
+    ...` in a fresh process writes the bytes the API wrote."""
+    import subprocess
+    import sys
+
+    exported, result, _ = quantized_8da4w
+    out = tmp_path / "cli.pte"
+    done = subprocess.run(
+        [sys.executable, "-m", "devplan", "compile", str(exported.pt2), "-o", str(out), "--llm"]
+        + ["--quantize", "8da4w", "--constant-method", "get_bos_id=1", "--constant-method", "get_eos_ids=[511]"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == result.data
+
+
+@pytest.mark.sweep  # export_llama twice (the float export, and ExecuTorch's 8da4w program): minutes
+def test_8da4w_on_export_llamas_float_export_generates_export_llamas_8da4w_tokens(tmp_path_factory):
+    """README's export_llama Llama: its float export compiled with --quantize 8da4w generates
+    the tokens of `export_llama -X -qmode 8da4w -G 32 -E 8,0`'s program of the same checkpoint,
+    with the same 4-bit weights and 8-bit table and fewer planned bytes. (export_llama hands
+    XNNPACK only the quantized linears, which it groups into fewer delegates, 9 to devplan's 15
+    here, so its file is the smaller, by their payloads' framing.)"""
+    import importlib
+
+    floating, quantized = tmp_path_factory.mktemp("float"), tmp_path_factory.mktemp("recipe")
+    source = export_llama(floating, metadata=SPECIAL)
+    recipe = export_llama(quantized, metadata=SPECIAL, xnnpack=True, qmode="8da4w", embedding_quantize="8,0")
+    importlib.import_module(CUSTOM_OPS)
+    result = devplan.compile(
+        source.pt2,
+        floating / "devplan.pte",
+        kernels=["llama"],
+        llm=True,
+        quantize="8da4w",
+        constant_methods=recipe.metadata,
+    )
+    tokenizer = word_tokenizer(floating)
+    want, _ = generate(recipe.pte, tokenizer, PROMPT)
+    got, _ = generate(result.path, tokenizer, PROMPT)
+    assert len(want) == 32 and got == want
+    theirs, ours = devplan.inspect(recipe.pte.read_bytes()), devplan.inspect(result.data)
+    named = lambda doc: sorted((d["key"], d["size"]) for d in doc["file"]["named_data"])  # noqa: E731
+    assert named(ours) == named(theirs) and named(ours)
+    planned = lambda doc: sum(b["size"] for b in doc["methods"][0]["buffers"])  # noqa: E731
+    assert 0 < planned(ours) <= planned(theirs)
 
 
 def test_group_size_is_refused_without_8da4w_and_when_not_a_size():
