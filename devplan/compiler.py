@@ -58,6 +58,7 @@ from devplan.planning.plan_method import plan_method
 from devplan.planning.verify import PlanError
 from devplan.pte import dumps_pte
 from devplan.pte.writer import Spread, pte_image
+from devplan.quantization import GROUP_SIZE
 from devplan.wellformed import Malformed, check_stage
 
 
@@ -307,7 +308,15 @@ def _plan_program(
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     report = None
     if options.quantize is not None:  # before the backends: XNNPACK's takes the quantized ops
-        quantized = stage("quantize", quantize, ep, options.quantize, options.calibration, on_calibrated)
+        quantized = stage(
+            "quantize",
+            quantize,
+            ep,
+            options.quantize,
+            options.calibration,
+            on_calibrated,
+            group_size=options.group_size or GROUP_SIZE,
+        )
         ep, report = quantized.program, (quantized.report, quantized.reference)
     # before the backends, so that none takes a whole attention's scores into its own memory
     blocked = stage("attention", chunk_attention, ep, options.attention, options.attention_block)

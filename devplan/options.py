@@ -13,7 +13,7 @@ from devplan.files import present
 from devplan.planning.budget import checked_budgets
 from devplan.planning.model import MAX_ALIGNMENT
 from devplan.planning.planner import ALGORITHMS
-from devplan.quantization import quantized_delegates
+from devplan.quantization import checked_group_size, quantized_delegates
 
 # --fold: local folds a constant subgraph where its own bytes say so, all every one (as
 # ExecuTorch's const-prop does), none nothing; auto plans each of them and keeps the one whose
@@ -55,6 +55,8 @@ class CompileOptions:
     # tuples, gives the inputs it calibrates on and measures the error on
     quantize: str | None = None
     calibration: Path | tuple | None = None
+    # --group-size N: 8da4w's weights in groups of N inputs (None: quantization.GROUP_SIZE)
+    group_size: int | None = None
     # processes compiling the backends' partitions at once (None: one per core this process may use)
     jobs: int | None = None
     # each stage's result checked (devplan/wellformed.py): with --debug, and in the tests, whose
@@ -87,6 +89,8 @@ class CompileOptions:
                 raise DevplanError(
                     f"--kernels {name}: not a Python module name; name a module as import does, e.g. transformers"
                 )
+        if self.group_size is not None:
+            checked_group_size(self.quantize, self.group_size)
         if self.quantize is not None or self.calibration is not None:
             # frozen: the backend --quantize implies is set once, here, so every way of making
             # the options (flags, keywords, replace) gets it

@@ -15,13 +15,19 @@ MODES: dict[str, dict[str, object]] = {
     "int8": {"is_per_channel": True, "is_dynamic": False},
     # weights in [-8, 7]: XNNPACK's partitioner takes them as 4-bit per channel (qc4w) and packs them
     "dynamic-int4": {"is_per_channel": True, "is_dynamic": True, "weight_qmin": -8, "weight_qmax": 7},
+    # torchao's LLM recipe, not the XNNPACK quantizer (passes/quantize_torchao.py): 8-bit dynamic
+    # activations, 4-bit weights in groups of --group-size, 8-bit embedding tables
+    "8da4w": {"is_dynamic": True},
 }
+TORCHAO = {"8da4w"}
+GROUP_SIZE = 32  # 8da4w's weights in groups of this many inputs, as export_llama -G 32 and optimum-executorch
 # what each mode's quantizer takes; dynamic-int4 linear layers alone, since XNNPACK packs only
 # 2-D weights as 4-bit (ExecuTorch's convert_to_qc4w refuses a convolution's)
 TAKES = {
     "dynamic-int8": "linear and convolution layers, embedding tables",
     "int8": "linear and convolution layers, add, mul, cat, pooling, embedding tables",
     "dynamic-int4": "linear layers (embedding tables in 8 bits)",
+    "8da4w": "linear layers whose input size is a multiple of the group size, embedding tables",
 }
 NEEDS_DATA = {"int8"}  # activations' ranges are observed, so they must come from real inputs
 
@@ -47,3 +53,17 @@ def quantized_delegates(mode: str | None, calibration: "Path | tuple | None", de
                 f"leave it out (--backend {next(iter(KNOWN))} is implied)"
             )
     return delegates or (xnnpack,)
+
+
+def checked_group_size(mode: str | None, group_size: object) -> None:
+    """--group-size: a multiple of 32, which XNNPACK's lowering requires of a 4-bit linear's
+    groups, and only for a mode that quantizes in groups."""
+    if mode not in TORCHAO:
+        raise DevplanError(
+            f"--group-size {group_size}: only with --quantize {' or '.join(sorted(TORCHAO))} (the weights' groups)"
+        )
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or group_size % 32:
+        raise DevplanError(
+            f"--group-size {group_size}: give a multiple of 32 (XNNPACK's 4-bit linears take groups of "
+            f"32, 64, ...), e.g. {GROUP_SIZE}"
+        )

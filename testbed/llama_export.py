@@ -119,9 +119,13 @@ def export_hf_llama(
     family: str = "llama",
     qmode: str | None = None,
 ) -> LlamaExport:
-    """A transformers decoder exported as export_hf_decoder exports it, and ExecuTorch's
-    lowering of that export with the constant methods its runner reads, as optimum-executorch
-    writes them from the model's config."""
+    """A transformers decoder of `family` (HF_DECODERS; seeded random weights) through
+    transformers' ExecuTorch recipe (TorchExportableModuleForDecoderOnlyLM: a static KV cache,
+    inputs input_ids and cache_position, one position per token, the prefill length dynamic),
+    and ExecuTorch's lowering of that export with the constant methods its runner reads, as
+    optimum-executorch writes them from the model's config. `qmode` "8da4w" quantizes the linears
+    before the export as optimum-executorch's recipe does (torchao's 8-bit dynamic activations,
+    4-bit weights in groups of 32)."""
     from executorch.exir import to_edge_transform_and_lower
 
     ep, found = export_hf_decoder(
@@ -144,16 +148,62 @@ def export_hf_decoder(
     family: str = "llama",
     qmode: str | None = None,
 ) -> tuple[torch.export.ExportedProgram, dict]:
-    """A transformers decoder of `family` (HF_DECODERS; seeded random weights) through
-    transformers' ExecuTorch recipe (TorchExportableModuleForDecoderOnlyLM: a static KV cache,
-    inputs input_ids and cache_position, one position per token, the prefill length dynamic),
-    saved as folder/model.pt2 and returned with the constant methods ExecuTorch's runner reads, as
-    optimum-executorch writes them from the model's config. `qmode` "8da4w" quantizes the
-    linears before the export as optimum-executorch's recipe does (torchao's 8-bit dynamic
-    activations, 4-bit weights in groups of 32). Needs no executorch."""
+    """export_hf_llama's export alone, saved as folder/model.pt2, with the constant methods
+    ExecuTorch's runner reads, as optimum-executorch writes them. Needs no executorch."""
+    model = _hf_model(family, dim, layers, max_seq, seed)
+    if qmode is not None:
+        _quantize_8da4w(model, qmode)
+    ep = _recipe_export(model, max_seq)
+    torch.export.save(ep, folder / "model.pt2")
+    return ep, _recipe_metadata(model, max_seq, None)
+
+
+def export_hf_llama_8da4w(
+    folder: Path,
+    *,
+    family: str = "llama",
+    group_size: int = 32,
+    metadata: dict | None = None,
+    dim: int = 64,
+    layers: int = 2,
+    max_seq: int = 64,
+) -> LlamaExport:
+    """The float export of a transformers decoder (export_hf_llama's, seed 0) as the .pt2, and
+    ExecuTorch's program of the LLM recipe on the same weights as the .pte: optimum-executorch's
+    `--qlinear 8da4w --qembedding 8w` (export_llama's `-qmode 8da4w -E 8,0`): torchao's 8-bit
+    tables by row and 8-bit dynamic activations with 4-bit weights in groups, both with the
+    recipes' half-quadratic scale-only parameters, unwrapped; lowered with XNNPACK and the quant
+    fusion that gathers each table by embedding_byte, as optimum-executorch lowers it."""
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxWeightOnlyConfig, quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+    from torchao.utils import unwrap_tensor_subclass
+
+    torch.export.save(_recipe_export(_hf_model(family, dim, layers, max_seq, 0), max_seq), folder / "model.pt2")
+    model = _hf_model(family, dim, layers, max_seq, 0)
+    scales = "hqq_scale_only"  # the recipes' default choice of parameters
+    table = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0), intx_choose_qparams_algorithm=scales)
+    quantize_(model, table, lambda m, _: isinstance(m, torch.nn.Embedding))
+    linear = Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=torch.int4, weight_granularity=PerGroup(group_size), intx_choose_qparams_algorithm=scales
+    )
+    quantize_(
+        model, linear, filter_fn=lambda m, _: isinstance(m, torch.nn.Linear) and m.weight.shape[1] % group_size == 0
+    )
+    unwrap_tensor_subclass(model)
+    metadata = _recipe_metadata(model, max_seq, metadata)
+    lowered = to_edge_transform_and_lower(
+        _recipe_export(model, max_seq), partitioner=[_xnnpack()], constant_methods=metadata
+    )
+    program = lowered.to_executorch(ExecutorchBackendConfig(do_quant_fusion_and_const_prop=True))
+    (folder / "executorch.pte").write_bytes(program.buffer)
+    return LlamaExport(folder / "model.pt2", folder / "executorch.pte", metadata)
+
+
+def _hf_model(family: str, dim: int, layers: int, max_seq: int, seed: int) -> torch.nn.Module:
+    """A transformers decoder of `family` with seeded random weights and a static cache."""
     import transformers
     from transformers import GenerationConfig
-    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
     config_class, model_class = (getattr(transformers, name) for name in HF_DECODERS[family])
     torch.manual_seed(seed)
@@ -168,28 +218,35 @@ def export_hf_decoder(
         **({"head_dim": dim // 4} if family == "gemma" else {}),
     )
     model = model_class(config).eval()
-    if qmode is not None:
-        _quantize_8da4w(model, qmode)
     model.generation_config = GenerationConfig(
         use_cache=True,
         cache_implementation="static",
         max_length=max_seq,
         cache_config={"batch_size": 1, "max_cache_len": max_seq},
     )
+    return model
+
+
+def _recipe_export(model: torch.nn.Module, max_seq: int) -> torch.export.ExportedProgram:
+    from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
+
     recipe = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=max_seq)
     tokens = torch.export.Dim("seq_length_dim", max=max_seq - 1)
     with torch.no_grad():  # strict, as the recipe's users export it: a non-strict export lifts the cache as constants
-        ep = recipe.export(
+        return recipe.export(
             input_ids=torch.tensor([[1, 2, 3]]),
             cache_position=torch.arange(3),
             dynamic_shapes={"input_ids": {1: tokens}, "cache_position": {0: tokens}},
             strict=True,
         )
-    torch.export.save(ep, folder / "model.pt2")
-    # the runner's keys as optimum-executorch's save_config_to_constant_methods writes them from
-    # the model's config and its export's max_seq_len; it writes no get_max_context_len, which the
-    # runner then takes from get_max_seq_len (export_llama writes both)
-    metadata = {
+
+
+def _recipe_metadata(model: torch.nn.Module, max_seq: int, metadata: dict | None) -> dict:
+    """The runner's keys as optimum-executorch's save_config_to_constant_methods writes them from
+    the model's config and its export's max_seq_len; it writes no get_max_context_len, which the
+    runner then takes from get_max_seq_len (export_llama writes both)."""
+    config = model.config
+    return {
         "get_max_seq_len": max_seq,
         "get_max_context_len": max_seq,
         "get_vocab_size": config.vocab_size,
@@ -197,8 +254,8 @@ def export_hf_decoder(
         "use_kv_cache": model.generation_config.use_cache,
         "use_sdpa_with_kv_cache": "custom_sdpa" in config._attn_implementation,
         "enable_dynamic_shape": True,
+        **(metadata or {}),
     }
-    return ep, metadata
 
 
 def _quantize_8da4w(model: torch.nn.Module, qmode: str, group_size: int = 32) -> None:

@@ -336,8 +336,10 @@ def compile_command(
             help="Quantize the export first with ExecuTorch's XNNPACK quantizer "
             "(torch's PT2E flow) and let XNNPACK's backend run it (--backend xnnpack is implied): "
             "dynamic-int8 (int8 weights per channel, activations quantized at run time; needs no data), "
-            "dynamic-int4 (the same with 4-bit weights, linear layers only) or int8 (static: needs --calibration). The summary says what it cost: the error against the float "
-            "model and the ops left in float.",
+            "dynamic-int4 (the same with 4-bit weights, linear layers only), int8 (static: needs --calibration) "
+            "or 8da4w (LLMs: torchao's recipe, as ExecuTorch's export_llama -qmode 8da4w -E 8,0: 8-bit dynamic "
+            "activations, 4-bit weights in groups of --group-size, 8-bit embedding tables). The summary says what "
+            "it cost: the error against the float model and the ops left in float.",
             show_default=False,
         ),
     ] = None,
@@ -350,6 +352,18 @@ def compile_command(
             help="With --quantize: the inputs to calibrate on and to "
             "measure the error on, a list of input tuples saved with torch.save (without it, dynamic modes "
             "use seeded samples).",
+            show_default=False,
+        ),
+    ] = None,
+    group_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--group-size",
+            rich_help_panel=QUANTIZE,
+            metavar="N",
+            help="With --quantize 8da4w: the weights' groups, N inputs each, a multiple of 32 as XNNPACK requires "
+            "(default 32, as export_llama -G 32); a linear whose input size N does not divide stays float, as in "
+            "the recipe.",
             show_default=False,
         ),
     ] = None,
@@ -435,6 +449,7 @@ def compile_command(
             external_constants=external_constants,
             quantize=quantize,
             calibration=calibration,
+            group_size=group_size,
             on_stage=progress.stage,
             on_written=progress.written,
             on_calibrated=progress.calibrated,

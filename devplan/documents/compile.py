@@ -96,7 +96,7 @@ class QuantizedWeights(TypedDict):
     quantized_bytes: int
 
 
-QuantizeMode = Literal["dynamic-int8", "int8", "dynamic-int4"]
+QuantizeMode = Literal["dynamic-int8", "int8", "dynamic-int4", "8da4w"]
 
 
 class Quantization(TypedDict):

@@ -25,7 +25,8 @@ from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.files import read_input
 from devplan.passes.quantize_embeddings import annotate_embeddings, fuse_embeddings
-from devplan.quantization import MODES, TAKES
+from devplan.passes.quantize_torchao import quantize_8da4w, taken_8da4w
+from devplan.quantization import GROUP_SIZE, MODES, TAKES, TORCHAO
 
 SAMPLES = 4  # seeded samples when no --calibration is given
 SEED = 0
@@ -119,10 +120,13 @@ def quantize(
     mode: str,
     calibration: "Path | tuple | None",
     on_sample: Callable[[int, int], None] | None = None,
+    group_size: int = GROUP_SIZE,
 ) -> Quantized:
     """`ep` quantized as `mode` says, calibrated on `calibration` (a file of input tuples or
     the tuples themselves; the first CALIBRATION_SAMPLES) or, for a dynamic mode without it, on
-    seeded samples; `on_sample` is told the samples calibrated on so far and how many there are."""
+    seeded samples; `on_sample` is told the samples calibrated on so far and how many there are.
+    8da4w (torchao's LLM recipe, passes/quantize_torchao.py) calibrates nothing: its weights'
+    scales are their own, its activations' chosen at run time; `group_size` is its weights' groups."""
     _refuse_quantized(ep)
     names, specs = _user_inputs(ep)
     sizes = [_sizes(ep, name, spec) for name, spec in zip(names, specs)]
@@ -130,33 +134,21 @@ def quantize(
     samples = given[:CALIBRATION_SAMPLES]
     if calibration is not None:
         _checked_samples(samples, names, specs, sizes, _tables(ep))
-    pt2e = import_module(PT2E, "--quantize")
-    quantizer = xnnpack_quantizer(mode)
     float_module = ep.module()
+    restore = _restorer(ep)
     with torch.no_grad():
-        prepared = pt2e.prepare_pt2e(ep.module(), quantizer)
-        float_ops = _unannotated(prepared, static=not MODES[mode]["is_dynamic"])
-        if not any(_annotated(node) for node in prepared.graph.nodes):
-            raise DevplanError(
-                f"--quantize {mode}: the XNNPACK quantizer takes none of this program's ops "
-                f"(in {mode} it quantizes {TAKES[mode]})"
-            )
-        for index, sample in enumerate(samples):
-            args, kwargs = _call(ep, sample)
-            try:
-                prepared(*args, **kwargs)
-            except RuntimeError as error:  # an observer given NaN or an infinity has no range to quantize to
-                if "is not finite" not in str(error):
-                    raise
+        if mode in TORCHAO:
+            converted = ep.module()
+            taken = taken_8da4w(converted, group_size)
+            if not taken:
                 raise DevplanError(
-                    f"--calibration: on sample {index} the model computes NaN or infinite values where "
-                    f"{mode} measures them ({first_line(error)}); calibrate on the inputs it will run on"
-                ) from None
-            if on_sample is not None:
-                on_sample(index + 1, len(samples))
-        converted = pt2e.convert_pt2e(prepared)
-        _quantize_per_reader(converted)
-        fuse_embeddings(converted)
+                    f"--quantize {mode}: takes none of this program's ops (it quantizes {TAKES[mode]}, "
+                    f"--group-size {group_size})"
+                )
+            float_ops = _unannotated(converted, False, taken.__contains__)
+            quantize_8da4w(converted, taken, group_size)
+        else:
+            converted, float_ops = _pt2e(ep, mode, samples, on_sample, restore)
         # the largest sample as the example: export takes a size of 1 as fixed, not dynamic
         args, kwargs = _call(
             ep, max(samples, key=lambda sample: sum(t.numel() for t in sample if isinstance(t, torch.Tensor)))
@@ -169,8 +161,9 @@ def quantize(
             raise DevplanError(
                 f"--quantize {mode}: exporting the quantized module failed: {first_line(error)}"
             ) from None
-        want = tuple(_float_outputs(float_module, ep, sample) for sample in samples)
-        eager = error_of(want, [_float_outputs(converted, ep, sample) for sample in samples])
+        want = tuple(_float_outputs(float_module, ep, sample, restore) for sample in samples)
+        eager = error_of(want, [_float_outputs(converted, ep, sample, restore) for sample in samples])
+        restore()  # the program's initial state, as the export had it
     report = QuantizeReport(
         mode,
         len(samples),
@@ -183,6 +176,67 @@ def quantize(
         eager,
     )
     return Quantized(program, report, Reference(tuple(tuple(sample) for sample in samples), want))
+
+
+def _restorer(ep: torch.export.ExportedProgram) -> Callable[[], None]:
+    """A function that puts the program's buffers back as they are now. The modules made from
+    `ep` hold its buffers' own tensors, as the re-export does, and an LLM's KV caches are written
+    in place (transformers' recipe: index_copy_, never a buffer to mutate in the signature): run
+    on one sample after another, the float and the quantized module each read what the samples
+    before wrote, where the program measured starts each sample from its initial state; and that
+    state was what the samples last wrote (4 times 8 KiB in the test Llama's file, where
+    ExecuTorch's program stores none)."""
+    held = {**ep.state_dict, **ep.constants}
+    saved = {
+        spec.target: held[spec.target].clone()
+        for spec in ep.graph_signature.input_specs
+        if spec.kind == torch.export.graph_signature.InputKind.BUFFER
+        and isinstance(held.get(spec.target), torch.Tensor)
+    }
+
+    def restore() -> None:
+        for name, value in saved.items():
+            held[name].copy_(value)
+
+    return restore
+
+
+def _pt2e(
+    ep: torch.export.ExportedProgram,
+    mode: str,
+    samples: list[tuple],
+    on_sample: Callable[[int, int], None] | None,
+    restore: Callable[[], None],
+) -> tuple[torch.fx.GraphModule, tuple[tuple[str, int], ...]]:
+    """`ep`'s module quantized by ExecuTorch's XNNPACK quantizer through PT2E, calibrated on
+    `samples` (each from the program's initial state, `restore`), and the ops the quantizer
+    left in float."""
+    pt2e = import_module(PT2E, "--quantize")
+    prepared = pt2e.prepare_pt2e(ep.module(), xnnpack_quantizer(mode))
+    float_ops = _unannotated(prepared, not MODES[mode]["is_dynamic"], _annotated)
+    if not any(_annotated(node) for node in prepared.graph.nodes):
+        raise DevplanError(
+            f"--quantize {mode}: the XNNPACK quantizer takes none of this program's ops "
+            f"(in {mode} it quantizes {TAKES[mode]})"
+        )
+    for index, sample in enumerate(samples):
+        args, kwargs = _call(ep, sample)
+        restore()
+        try:
+            prepared(*args, **kwargs)
+        except RuntimeError as error:  # an observer given NaN or an infinity has no range to quantize to
+            if "is not finite" not in str(error):
+                raise
+            raise DevplanError(
+                f"--calibration: on sample {index} the model computes NaN or infinite values where "
+                f"{mode} measures them ({first_line(error)}); calibrate on the inputs it will run on"
+            ) from None
+        if on_sample is not None:
+            on_sample(index + 1, len(samples))
+    converted = pt2e.convert_pt2e(prepared)
+    _quantize_per_reader(converted)
+    fuse_embeddings(converted)
+    return converted, float_ops
 
 
 def xnnpack_quantizer(mode: str):
@@ -241,8 +295,11 @@ def _quantize_per_reader(converted: torch.fx.GraphModule) -> None:
     dequantize (the same numbers): XNNPACK computes wrong a tensor quantized once and read by
     a 1x1 stride-1 convolution and by another convolution (a bottleneck block's first
     convolution and its shortcut: 13 dB against the float model where the eager module has 41;
-    issue 51), which ExecuTorch's own program does too when both are quantized. A no-op for
-    static quantization, whose parameters are constants."""
+    issue 51), which ExecuTorch's own program does too when both are quantized; and a decoder's
+    q, k and v (gate and up) linears, reading one normalized tensor quantized once, made
+    XNNPACK's partitions a cycle that ExecuTorch's lowering refuses ("Invalid partition, found
+    dependency cycles": every transformers Llama and Qwen2, tests/llm/test_llm_quantize.py). A
+    no-op for static quantization, whose parameters are constants."""
     import_module(DUPLICATE, "--quantize").DuplicateDynamicQuantChainPass()(converted)
 
 
@@ -474,7 +531,9 @@ def _annotated(node) -> bool:
     return annotation is not None and getattr(annotation, "_annotated", False)
 
 
-def _unannotated(prepared: torch.fx.GraphModule, static: bool) -> tuple[tuple[str, int], ...]:
+def _unannotated(
+    prepared: torch.fx.GraphModule, static: bool, taken: Callable[[torch.fx.Node], bool]
+) -> tuple[tuple[str, int], ...]:
     """The ops that compute float tensors and that the quantizer left alone, by op: views,
     shape arithmetic and dropout outside training are left out, since they compute nothing to
     quantize (the lowering drops an eval-mode dropout; ViT and BERT have one per block); so is
@@ -488,7 +547,7 @@ def _unannotated(prepared: torch.fx.GraphModule, static: bool) -> tuple[tuple[st
             or node.target.is_view
             or not isinstance(value, torch.Tensor)
             or not value.dtype.is_floating_point
-            or _annotated(node)
+            or taken(node)
             or _identity(node)
             or (static and _quantized_pad(node))
         ):
@@ -533,7 +592,11 @@ def _identity(node: torch.fx.Node) -> bool:
     return train is False
 
 
-def _float_outputs(module: torch.nn.Module, ep: torch.export.ExportedProgram, sample: tuple) -> tuple:
+def _float_outputs(
+    module: torch.nn.Module, ep: torch.export.ExportedProgram, sample: tuple, restore: Callable[[], None]
+) -> tuple:
+    """`module`'s float outputs on `sample`, from the program's initial state (`restore`)."""
+    restore()
     args, kwargs = _call(ep, sample)
     return tuple(t for t in pytree.tree_leaves(module(*args, **kwargs)) if _is_float(t))
 
