@@ -119,3 +119,19 @@ def test_no_xnnpack_delegate_takes_the_whole_scores_back():
     (executorch,) = run_executorch(result.data, args)
     for got, want in zip(executorch, torch.utils._pytree.tree_leaves(ep.module()(*args))):
         torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_blocks_read_their_part_of_the_mask_and_the_cache():
+    """The static-cache Llama's mask (prompt x cache, transformers' comparison of two ranges)
+    and its grouped keys and values repeated for every head are never planned whole once its
+    attention is in blocks: each block compares and reads its own keys (passes/slices.py)."""
+    ep, _ = _static_cache_llama()
+
+    def planned(result) -> list:
+        tensors = devplan.inspect(result.data)["methods"][0]["tensors"]
+        return [t["shape"] for t in tensors if t["mem_id"] is not None]
+
+    whole = [[1, 1, 31, 32], [1, 4, 32, 8]]  # the mask, a repeated key or value
+    assert all(s in planned(devplan.compile(ep, attention="materialized")) for s in whole)
+    blocked = planned(devplan.compile(ep, attention_block=BLOCK))
+    assert not any(s in blocked for s in whole), [s for s in whole if s in blocked]
