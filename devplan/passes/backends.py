@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch.fx._lazy_graph_module import _LazyGraphModule
@@ -22,53 +25,100 @@ from devplan.parallel import forked_map
 from devplan.pte.writer import SEGMENT_ALIGNMENT
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """Ops a backend's preprocess refused, left out of its partitions and so on portable
+    kernels: the backend's id, the ops, and the backend's reason in one line."""
+
+    backend: str
+    ops: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class Delegated:
+    program: torch.export.ExportedProgram  # the edge program, each delegate a ForeignCall
+    fallbacks: tuple[Fallback, ...]  # what the backends refused, in the order they refused it
+
+
 def lower_to_backends(
-    ep: torch.export.ExportedProgram, delegates: tuple[Backend | Partitioner, ...], jobs: int = 1
-) -> torch.export.ExportedProgram:
+    ep: torch.export.ExportedProgram,
+    delegates: tuple[Backend | Partitioner, ...],
+    jobs: int = 1,
+    strict: bool = False,
+) -> Delegated:
     """`ep` with every group the partitioners among `delegates` take compiled by its
     backend: ExecuTorch's edge program, its ops turned back into ATen ops and each delegate
     call into a call_module of a ForeignCall. A partitioner never takes the ops of devplan's
     own backends given before it; those after it take what it left. The backends' preprocess
-    runs on `jobs` processes, one partition at a time each."""
+    runs on `jobs` processes, one partition at a time each. Where a backend's preprocess
+    refuses a partition, the op it failed on (every op of the partition when it names none) is
+    left out of that backend's partitions and the lowering runs again: a backend never makes a
+    model fail that compiles without it; `strict` refuses instead."""
     partitioners = [d for d in delegates if isinstance(d, Partitioner)]
     exir = import_module("executorch.exir", partitioners[0].label)
-    made = []
-    for p in partitioners:
-        earlier = tuple(d for d in delegates[: delegates.index(p)] if isinstance(d, Backend))
-        made.append((p, _Guarded(p.make(), p.label, earlier)))
+    refused: dict[str, frozenset[str]] = {}  # backend id -> ops left out of its partitions
+    fallbacks: list[Fallback] = []
+    while True:
+        made = [
+            _Guarded(
+                p.make(), p.label, tuple(d for d in delegates[: delegates.index(p)] if isinstance(d, Backend)), refused
+            )
+            for p in partitioners
+        ]
+        try:
+            edge = _lowered(exir, ep, made, jobs, partitioners[0].label)
+            break
+        except _Refused as failure:
+            new = [f for f in dict.fromkeys(failure.fallbacks) if not set(f.ops) <= refused.get(f.backend, frozenset())]
+            if strict or not new:
+                raise DevplanError(
+                    f"{_blame(made)}: ExecuTorch's lowering failed: {failure.fallbacks[0].why}"
+                ) from None
+            for f in new:
+                refused[f.backend] = refused.get(f.backend, frozenset()) | set(f.ops)
+            fallbacks += new
+    lowered = edge.exported_program()
+    _adopt(lowered.graph_module)
+    return Delegated(lowered, tuple(fallbacks))
+
+
+def _lowered(exir, ep: torch.export.ExportedProgram, made: list["_Guarded"], jobs: int, label: str):
+    """ExecuTorch's edge program of `ep`, lowered by the guarded partitioners `made`."""
     config = exir.EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)
     try:
         # no_grad: ExecuTorch's state write-back would otherwise trip autograd
         with (
             torch.no_grad(),
-            _preprocess_on(jobs, partitioners[0].label),
+            _preprocess_on(jobs, label),
             _provenance_shared(),
             _code_on_demand(),
-            _decompositions_where_needed(partitioners[0].label),
+            _decompositions_where_needed(label),
         ):
-            edge = exir.to_edge_transform_and_lower(
-                ep, partitioner=[guarded for _, guarded in made], compile_config=config
-            )
-    except DevplanError:
+            return exir.to_edge_transform_and_lower(ep, partitioner=made, compile_config=config)
+    except (DevplanError, _Refused):
         raise
     except Exception as error:  # a partitioner or a backend's preprocess failed: name which, and the node
-        raise DevplanError(
-            f"{_blame([g for _, g in made])}: ExecuTorch's lowering failed: {first_line(error)}"
-        ) from None
-    lowered = edge.exported_program()
-    _adopt(lowered.graph_module)
-    return lowered
+        raise DevplanError(f"{_blame(made)}: ExecuTorch's lowering failed: {first_line(error)}") from None
+
+
+class _Refused(Exception):
+    """Backends' preprocess refused partitions: what each failed on."""
+
+    def __init__(self, fallbacks: list[Fallback]) -> None:
+        super().__init__(fallbacks[0].why)
+        self.fallbacks = fallbacks
 
 
 @contextlib.contextmanager
 def _preprocess_on(jobs: int, label: str):
     """ExecuTorch's lowering with each backend that keeps ExecuTorch's own
     preprocess_multimethod (a preprocess per partition, nothing shared among them) running
-    its partitions on `jobs` processes; the payloads are the same bytes as one process makes."""
+    its partitions on `jobs` processes; the payloads are the same bytes as one process makes.
+    A partition its preprocess refuses is told as a _Refused once all have been compiled."""
     details = import_module("executorch.exir.backend.backend_details", label).BackendDetails
     serial = details.__dict__["preprocess_multimethod"]
-    if jobs > 1:
-        details.preprocess_multimethod = classmethod(functools.partial(_preprocess_all, jobs=jobs))
+    details.preprocess_multimethod = classmethod(functools.partial(_preprocess_all, jobs=jobs))
     try:
         yield
     finally:
@@ -166,13 +216,62 @@ def _preprocess_all(cls, edge_programs: dict, compile_specs: dict, *, jobs: int)
         for method, programs in edge_programs.items()
         for program, specs in zip(programs, compile_specs[method], strict=True)
     ]
-    results = iter(forked_map(_preprocess_one, work, jobs, cost=lambda w: len(w[1].graph.nodes)))
+    done = forked_map(_preprocess_one, work, jobs, cost=lambda w: len(w[1].graph.nodes))
+    failed = [result for result in done if isinstance(result, Fallback)]
+    if failed:
+        raise _Refused(failed)
+    results = iter(done)
     return {method: [next(results) for _ in programs] for method, programs in edge_programs.items()}
 
 
 def _preprocess_one(work: tuple):
+    """The partition's PreprocessResult, or the Fallback that says what its backend refused
+    (plain strings, which a worker's pipe carries)."""
     cls, program, specs = work
-    return cls.preprocess(program, specs)
+    # the partition's ops (a getitem goes with the op it reads), before the backend's passes rewrite them
+    given = {node: _roots(node) for node in _calls(program.graph_module) if node.target is not operator.getitem}
+    try:
+        return cls.preprocess(program, specs)
+    except Exception as error:  # noqa: BLE001 - the partition's ops go back to the portable kernels
+        failed = _failing_node(error)
+        made_of = _roots(failed) if failed is not None else set()
+        # the partitioner's ops the failing node was made from (XNNPACK's amax from a max.dim),
+        # each partition op when none is known
+        ops = [_op_name(node) for node, roots in given.items() if roots & made_of] or map(_op_name, given)
+        return Fallback(cls.__name__, tuple(sorted(set(ops))), first_line(error))
+
+
+def _failing_node(error: BaseException) -> torch.fx.Node | None:
+    """The op node the backend was compiling when it failed: the innermost frame's `node` (the
+    name ExecuTorch's backends give the node they visit); None when no frame has one."""
+    found, tb = None, error.__traceback__
+    while tb is not None:
+        node = tb.tb_frame.f_locals.get("node")
+        if isinstance(node, torch.fx.Node) and node.op == "call_function":
+            found = node
+        tb = tb.tb_next
+    return found
+
+
+def _roots(node: torch.fx.Node) -> set[str]:
+    """The export's nodes `node` was made from, by name: the ends of torch's provenance."""
+    found, sources = set(), list(node.meta.get("from_node") or ())
+    while sources:
+        source = sources.pop()
+        if source.from_node:
+            sources += source.from_node
+        else:
+            found.add(source.name)
+    return found or {node.name}
+
+
+def _calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    """An edge op by its ATen op's name (aten.amax.default), as the summary names it."""
+    return str(getattr(node.target, "_op", node.target))
 
 
 def _blame(guarded: list["_Guarded"]) -> str:
@@ -193,8 +292,11 @@ class _Guarded:
     """A user's partitioner, watched: which one is running when something fails, its result
     checked before it is trusted, and the ops of devplan's earlier backends kept from it."""
 
-    def __init__(self, partitioner, label: str, earlier: tuple[Backend, ...]) -> None:
+    def __init__(
+        self, partitioner, label: str, earlier: tuple[Backend, ...], refused: dict[str, frozenset[str]]
+    ) -> None:
         self.inner, self.label, self.earlier, self.running, self.partitioned = partitioner, label, earlier, False, False
+        self.refused = refused  # backend id -> the ops its preprocess refused, left out of its partitions
         self.partitions: dict[str, tuple[str, str]] = {}  # tag -> (backend id, its first node)
 
     def __getattr__(self, name: str):  # the rest of ExecuTorch's Partitioner interface, as the user's has it
@@ -206,6 +308,8 @@ class _Guarded:
         partitioner took them."""
         keep = getattr(self.inner, "ops_to_not_decompose", None)
         ops, check = keep(ep) if keep else ([], None)
+        gone = frozenset().union(*self.refused.values())
+        ops = [op for op in ops if str(op) not in gone]  # decomposed as the portable kernels need
         if not self.earlier:
             return ops, check
         mine = [
@@ -240,8 +344,8 @@ class _Guarded:
                 f"{self.label}: the partitioner returned a {type(result).__name__}, not a PartitionResult"
             )
         _refuse_mutations(result, self.label)
-        if self.earlier:
-            _give_back(result, self.earlier)
+        if self.earlier or self.refused:
+            _give_back(result, functools.partial(_left_out, self.earlier, self.refused, result.partition_tags))
         for node in result.tagged_exported_program.graph_module.graph.nodes:
             tag = node.meta.get("delegation_tag")
             if tag in result.partition_tags and tag not in self.partitions:
@@ -271,16 +375,24 @@ def _refuse_mutations(result, label: str) -> None:
             )
 
 
-def _give_back(result, earlier: tuple[Backend, ...]) -> None:
-    """Untag the nodes devplan's earlier backends take; what is left of each partition is
-    regrouped without cycles (torch's CapabilityBasedPartitioner), each group its own tag."""
+def _left_out(earlier: tuple[Backend, ...], refused: dict[str, frozenset[str]], specs: dict, node) -> bool:
+    """Whether a tagged node stays out of its partition: devplan's earlier backends take it
+    (an edge op has its ATen op's schema), or the partition's backend refused its op."""
+    backend = specs[node.meta["delegation_tag"]].backend_id
+    op = node.args[0] if node.target is operator.getitem else node  # a getitem goes with the op it reads
+    return any(b.takes(node) for b in earlier) or _op_name(op) in refused.get(backend, ())
+
+
+def _give_back(result, leave: Callable[[torch.fx.Node], bool]) -> None:
+    """Untag the nodes `leave` says stay out; what is left of each partition is regrouped
+    without cycles (torch's CapabilityBasedPartitioner), each group its own tag."""
     gm = result.tagged_exported_program.graph_module
     kept = {}
     for node in gm.graph.nodes:
         tag = node.meta.get("delegation_tag")
         if tag is None:
             continue
-        if any(b.takes(node) for b in earlier):  # an edge op has its ATen op's schema
+        if leave(node):
             del node.meta["delegation_tag"]
         else:
             kept[node] = tag
