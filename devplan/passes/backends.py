@@ -229,12 +229,12 @@ def _preprocess_one(work: tuple):
     (plain strings, which a worker's pipe carries)."""
     cls, program, specs = work
     # the partition's ops (a getitem goes with the op it reads), before the backend's passes rewrite them
-    given = {node: _roots(node) for node in _calls(program.graph_module) if node.target is not operator.getitem}
+    given = {n: {n.name, *_roots(n)} for n in _calls(program.graph_module) if n.target is not operator.getitem}
     try:
         return cls.preprocess(program, specs)
     except Exception as error:  # noqa: BLE001 - the partition's ops go back to the portable kernels
         failed = _failing_node(error)
-        made_of = _roots(failed) if failed is not None else set()
+        made_of = {failed.name, *_roots(failed)} if failed is not None else set()
         # the partitioner's ops the failing node was made from (XNNPACK's amax from a max.dim),
         # each partition op when none is known
         ops = [_op_name(node) for node, roots in given.items() if roots & made_of] or map(_op_name, given)
