@@ -46,12 +46,13 @@ from devplan.parallel import cores
 from devplan.passes import GRAPH_PASSES, method_passes
 from devplan.passes.adopt import adopt_delegates
 from devplan.passes.attention import Attention, chunk_attention
-from devplan.passes.backends import Fallback, lower_to_backends
+from devplan.passes.backends import lower_to_backends
 from devplan.passes.delegates import Group, delegate_groups
 from devplan.passes.device_results import results_on_device
 from devplan.passes.fold import read_constants
 from devplan.passes.partition import partition
 from devplan.passes.quantize import QuantizeReport, Reference, quantize
+from devplan.passes.refusals import Fallback
 from devplan.passes.split import from_exported
 from devplan.planning.budget import BACKENDS, budget_key
 from devplan.planning.plan_method import plan_method

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import operator
 from dataclasses import dataclass
 from typing import Callable
 
@@ -22,17 +21,8 @@ from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.ir.lowered import ForeignCall
 from devplan.parallel import forked_map
+from devplan.passes.refusals import Fallback, Refused, left_out, preprocess_one
 from devplan.pte.writer import SEGMENT_ALIGNMENT
-
-
-@dataclass(frozen=True)
-class Fallback:
-    """Ops a backend's preprocess refused, left out of its partitions and so on portable
-    kernels: the backend's id, the ops, and the backend's reason in one line."""
-
-    backend: str
-    ops: tuple[str, ...]
-    why: str
 
 
 @dataclass(frozen=True)
@@ -69,7 +59,7 @@ def lower_to_backends(
         try:
             edge = _lowered(exir, ep, made, jobs, partitioners[0].label)
             break
-        except _Refused as failure:
+        except Refused as failure:
             new = [f for f in dict.fromkeys(failure.fallbacks) if not set(f.ops) <= refused.get(f.backend, frozenset())]
             if strict or not new:
                 raise DevplanError(
@@ -96,18 +86,10 @@ def _lowered(exir, ep: torch.export.ExportedProgram, made: list["_Guarded"], job
             _decompositions_where_needed(label),
         ):
             return exir.to_edge_transform_and_lower(ep, partitioner=made, compile_config=config)
-    except (DevplanError, _Refused):
+    except (DevplanError, Refused):
         raise
     except Exception as error:  # a partitioner or a backend's preprocess failed: name which, and the node
         raise DevplanError(f"{_blame(made)}: ExecuTorch's lowering failed: {first_line(error)}") from None
-
-
-class _Refused(Exception):
-    """Backends' preprocess refused partitions: what each failed on."""
-
-    def __init__(self, fallbacks: list[Fallback]) -> None:
-        super().__init__(fallbacks[0].why)
-        self.fallbacks = fallbacks
 
 
 @contextlib.contextmanager
@@ -115,7 +97,7 @@ def _preprocess_on(jobs: int, label: str):
     """ExecuTorch's lowering with each backend that keeps ExecuTorch's own
     preprocess_multimethod (a preprocess per partition, nothing shared among them) running
     its partitions on `jobs` processes; the payloads are the same bytes as one process makes.
-    A partition its preprocess refuses is told as a _Refused once all have been compiled."""
+    A partition its preprocess refuses is told as a Refused once all have been compiled."""
     details = import_module("executorch.exir.backend.backend_details", label).BackendDetails
     serial = details.__dict__["preprocess_multimethod"]
     details.preprocess_multimethod = classmethod(functools.partial(_preprocess_all, jobs=jobs))
@@ -216,62 +198,12 @@ def _preprocess_all(cls, edge_programs: dict, compile_specs: dict, *, jobs: int)
         for method, programs in edge_programs.items()
         for program, specs in zip(programs, compile_specs[method], strict=True)
     ]
-    done = forked_map(_preprocess_one, work, jobs, cost=lambda w: len(w[1].graph.nodes))
+    done = forked_map(preprocess_one, work, jobs, cost=lambda w: len(w[1].graph.nodes))
     failed = [result for result in done if isinstance(result, Fallback)]
     if failed:
-        raise _Refused(failed)
+        raise Refused(failed)
     results = iter(done)
     return {method: [next(results) for _ in programs] for method, programs in edge_programs.items()}
-
-
-def _preprocess_one(work: tuple):
-    """The partition's PreprocessResult, or the Fallback that says what its backend refused
-    (plain strings, which a worker's pipe carries)."""
-    cls, program, specs = work
-    # the partition's ops (a getitem goes with the op it reads), before the backend's passes rewrite them
-    given = {n: {n.name, *_roots(n)} for n in _calls(program.graph_module) if n.target is not operator.getitem}
-    try:
-        return cls.preprocess(program, specs)
-    except Exception as error:  # noqa: BLE001 - the partition's ops go back to the portable kernels
-        failed = _failing_node(error)
-        made_of = {failed.name, *_roots(failed)} if failed is not None else set()
-        # the partitioner's ops the failing node was made from (XNNPACK's amax from a max.dim),
-        # each partition op when none is known
-        ops = [_op_name(node) for node, roots in given.items() if roots & made_of] or map(_op_name, given)
-        return Fallback(cls.__name__, tuple(sorted(set(ops))), first_line(error))
-
-
-def _failing_node(error: BaseException) -> torch.fx.Node | None:
-    """The op node the backend was compiling when it failed: the innermost frame's `node` (the
-    name ExecuTorch's backends give the node they visit); None when no frame has one."""
-    found, tb = None, error.__traceback__
-    while tb is not None:
-        node = tb.tb_frame.f_locals.get("node")
-        if isinstance(node, torch.fx.Node) and node.op == "call_function":
-            found = node
-        tb = tb.tb_next
-    return found
-
-
-def _roots(node: torch.fx.Node) -> set[str]:
-    """The export's nodes `node` was made from, by name: the ends of torch's provenance."""
-    found, sources = set(), list(node.meta.get("from_node") or ())
-    while sources:
-        source = sources.pop()
-        if source.from_node:
-            sources += source.from_node
-        else:
-            found.add(source.name)
-    return found or {node.name}
-
-
-def _calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    return [n for n in gm.graph.nodes if n.op == "call_function"]
-
-
-def _op_name(node: torch.fx.Node) -> str:
-    """An edge op by its ATen op's name (aten.amax.default), as the summary names it."""
-    return str(getattr(node.target, "_op", node.target))
 
 
 def _blame(guarded: list["_Guarded"]) -> str:
@@ -345,7 +277,7 @@ class _Guarded:
             )
         _refuse_mutations(result, self.label)
         if self.earlier or self.refused:
-            _give_back(result, functools.partial(_left_out, self.earlier, self.refused, result.partition_tags))
+            _give_back(result, functools.partial(left_out, self.earlier, self.refused, result.partition_tags))
         for node in result.tagged_exported_program.graph_module.graph.nodes:
             tag = node.meta.get("delegation_tag")
             if tag in result.partition_tags and tag not in self.partitions:
@@ -373,14 +305,6 @@ def _refuse_mutations(result, label: str) -> None:
                 f"{label}: partition {tag} crosses a mutation: node {node.name} {what}; a delegate "
                 f"must leave state to the program, so leave that node out of the partition"
             )
-
-
-def _left_out(earlier: tuple[Backend, ...], refused: dict[str, frozenset[str]], specs: dict, node) -> bool:
-    """Whether a tagged node stays out of its partition: devplan's earlier backends take it
-    (an edge op has its ATen op's schema), or the partition's backend refused its op."""
-    backend = specs[node.meta["delegation_tag"]].backend_id
-    op = node.args[0] if node.target is operator.getitem else node  # a getitem goes with the op it reads
-    return any(b.takes(node) for b in earlier) or _op_name(op) in refused.get(backend, ())
 
 
 def _give_back(result, leave: Callable[[torch.fx.Node], bool]) -> None:
