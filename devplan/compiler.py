@@ -52,6 +52,7 @@ from devplan.passes.device_results import results_on_device
 from devplan.passes.fold import read_constants
 from devplan.passes.partition import partition
 from devplan.passes.quantize import QuantizeReport, Reference, quantize
+from devplan.passes.refusals import Fallback
 from devplan.passes.split import from_exported
 from devplan.planning.budget import BACKENDS, budget_key
 from devplan.planning.plan_method import plan_method
@@ -79,6 +80,7 @@ class CompileResult:
     external_keys: int = 0
     quantization: QuantizeReport | None = None  # with --quantize: what quantizing cost
     attention: Mapping[str, tuple[Attention, ...]] = field(default_factory=dict)  # by method: each attention's form
+    fallbacks: Mapping[str, tuple[Fallback, ...]] = field(default_factory=dict)  # by method: ops backends refused
 
     @cached_property
     def data(self) -> bytes:
@@ -102,7 +104,11 @@ class CompileResult:
             "schema_version": 1,
             "file": file,
             "methods": [
-                _method_summary(planned, self.attention.get(planned.method.name, ()))
+                _method_summary(
+                    planned,
+                    self.attention.get(planned.method.name, ()),
+                    self.fallbacks.get(planned.method.name, ()),
+                )
                 for planned in self.methods or (self.planned,)
             ],
             "folding": cast(
@@ -122,7 +128,9 @@ class CompileResult:
         return summary
 
 
-def _method_summary(planned: PlannedMethod, attention: tuple[Attention, ...]) -> CompiledMethod:
+def _method_summary(
+    planned: PlannedMethod, attention: tuple[Attention, ...], fallbacks: tuple[Fallback, ...]
+) -> CompiledMethod:
     method = planned.method
     return {
         "name": method.name,
@@ -159,6 +167,7 @@ def _method_summary(planned: PlannedMethod, attention: tuple[Attention, ...]) ->
         "attention": [
             {"node": a.node, "module": a.module, "keys": a.keys, "block": a.block, "why": a.why} for a in attention
         ],
+        "fallbacks": [{"backend": f.backend, "ops": list(f.ops), "why": f.why} for f in fallbacks],
     }
 
 
@@ -224,9 +233,10 @@ def compile(
     planned = []
     quantization = None
     attention = {}
+    fallbacks = {}
     for name, source in sources.items():  # forward's stages keep their plain names
         try:
-            plan, folded, quantization, attention[name] = _plan_program(
+            plan, folded, quantization, attention[name], fallbacks[name] = _plan_program(
                 source, options, stage if name == "forward" else stage.within(name), name, on_calibrated
             )
         except DevplanError as error:  # a graph stage names the node or op; the line names the file too
@@ -273,6 +283,7 @@ def compile(
         external.count if external is not None else 0,
         report,
         attention,
+        fallbacks,
     )
 
 
@@ -300,11 +311,11 @@ def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
 
 def _plan_program(
     model, options: CompileOptions, stage: "Stages", name: str, on_calibrated: Callable[[int, int], None] | None
-) -> tuple[PlannedMethod, dict, tuple[QuantizeReport, Reference] | None, tuple[Attention, ...]]:
+) -> tuple[PlannedMethod, dict, tuple[QuantizeReport, Reference] | None, tuple[Attention, ...], tuple[Fallback, ...]]:
     """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
     payloads compiled on the way, to its plan; with what folding chose, with --quantize,
     what quantizing cost and the float model's outputs to measure the program against, and
-    what became of each attention."""
+    what became of each attention, and the ops ExecuTorch's backends refused."""
     ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
     report = None
     if options.quantize is not None:  # before the backends: XNNPACK's takes the quantized ops
@@ -322,8 +333,12 @@ def _plan_program(
     blocked = stage("attention", chunk_attention, ep, options.attention, options.attention_block)
     ep, attention = blocked.program, blocked.attention
     own = tuple(d for d in options.delegates if isinstance(d, Backend))
+    fallbacks: tuple[Fallback, ...] = ()
     if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
-        ep = stage("backends", lower_to_backends, ep, options.delegates, options.jobs or cores())
+        delegated = stage(
+            "backends", lower_to_backends, ep, options.delegates, options.jobs or cores(), options.strict_backend
+        )
+        ep, fallbacks = delegated.program, delegated.fallbacks
     low = stage("split", from_exported, ep)
     options = _aligned_to_elements(options, low)
     if len(own) < len(options.delegates):
@@ -333,9 +348,10 @@ def _plan_program(
         low = stage(pass_name, graph_pass, low)
     if options.fold != "auto":
         plan, folding = _folded(low, options.fold, options, stage, own, name)
-        return plan, {**folding, "choices": [_choice(name, options.fold, plan, folding, True)]}, report, attention
+        choices = [_choice(name, options.fold, plan, folding, True)]
+        return plan, {**folding, "choices": choices}, report, attention, fallbacks
     plan, folding = _fold_auto(low, options, stage, own, name)
-    return plan, folding, report, attention
+    return plan, folding, report, attention, fallbacks
 
 
 def _aligned_to_elements(options: CompileOptions, low: Lowered) -> CompileOptions:

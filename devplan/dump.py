@@ -19,6 +19,7 @@ def stage_text(result, stage: str = "") -> str:
     from devplan.ir.lowered import Lowered
     from devplan.ir.planned import PlannedMethod
     from devplan.passes.attention import Blocked
+    from devplan.passes.backends import Delegated
     from devplan.passes.quantize import Quantized, QuantizeReport
     from devplan.pte.writer import Spread
 
@@ -30,6 +31,11 @@ def stage_text(result, stage: str = "") -> str:
         return json.dumps(result.report.summary(), indent=1) + "\n" + stage_text(result.program, stage)
     if isinstance(result, Blocked):  # each attention's form, then the graph
         told = "".join(f"# {a.node} ({a.module}): {a.keys} keys, {_form(a)}\n" for a in result.attention)
+        return told + stage_text(result.program, stage)
+    if isinstance(result, Delegated):  # the ops each backend refused, then the edge program
+        told = "".join(
+            f"# {f.backend} left {', '.join(f.ops)} to portable kernels: {f.why}\n" for f in result.fallbacks
+        )
         return told + stage_text(result.program, stage)
     if isinstance(result, QuantizeReport):  # measure: what the written program computes
         return json.dumps(result.summary(), indent=1) + "\n"

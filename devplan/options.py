@@ -39,6 +39,8 @@ class CompileOptions:
     # backends taking ops, in turn: devplan's own, to run on their device, and ExecuTorch's
     # partitioners (--backend, --partitioner), whose backends compile their groups
     delegates: tuple["Backend | Partitioner", ...] = ()
+    # a partition ExecuTorch's backend refuses fails the compile, instead of its ops staying portable
+    strict_backend: bool = False
     device_io: bool = False  # inputs only delegates read, and their results, stay on the device
     source: bool = True  # each instruction's module, op and line in ET12's stacktrace
     dump_dir: Path | None = None  # a readable file per stage

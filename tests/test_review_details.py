@@ -119,6 +119,8 @@ def test_counts_agree_with_their_nouns(programs):
                 "delegates": [],
                 "kernels": [],
                 "backends": [],
+                "attention": [],
+                "fallbacks": [],
             }
         ],
         "file": {"constant_bytes": 0, "size": 100},

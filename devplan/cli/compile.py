@@ -236,6 +236,15 @@ def compile_command(
             show_default=False,
         ),
     ] = None,
+    strict_backend: Annotated[
+        bool,
+        typer.Option(
+            "--strict-backend",
+            rich_help_panel=DEVICES,
+            help="Fail when a --backend or --partitioner backend refuses a partition, instead of "
+            "leaving the ops it refused on portable kernels (named in the summary).",
+        ),
+    ] = False,
     device_io: Annotated[
         bool,
         typer.Option(
@@ -439,6 +448,7 @@ def compile_command(
             attention_block=_block_size(attention_block),
             delegates=backends,
             jobs=jobs,
+            strict_backend=strict_backend,
             device_io=device_io,
             source=source,
             dump_dir=dump_dir,

@@ -46,6 +46,10 @@ def compile_lines(
         lines.extend(_fold_lines([c for c in summary["folding"]["choices"] if c["method"] == shown["name"]]))
         if shown["attention"]:
             lines.append(f"  attention: {attention_text(shown['attention'])}")
+        for f in shown["fallbacks"]:  # what a backend refused, which the portable kernels run instead
+            lines.append(
+                f"  {f['backend']} refused {', '.join(f['ops'])}, left on portable kernels: {printable(f['why'])}"
+            )
         if shown["kernels"] or shown["backends"]:  # what the runtime that loads it must have
             lines.append(f"  needs {printable(needs_text(shown['kernels'], shown['backends'], how=True))}")
         for device, backend in sorted({(d["target_device"], d["id"]) for d in shown["delegates"]}):

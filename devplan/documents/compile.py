@@ -58,6 +58,12 @@ class CompiledAttention(TypedDict):
     why: str
 
 
+class CompiledFallback(TypedDict):
+    backend: str  # the backend id whose preprocess refused the ops (XnnpackBackend)
+    ops: list[str]  # the ops left on portable kernels (aten.amax.default)
+    why: str  # the backend's reason, its first line
+
+
 class CompiledMethod(TypedDict):
     name: str
     planner: str
@@ -67,6 +73,7 @@ class CompiledMethod(TypedDict):
     kernels: list[KernelLibrary]  # what a runtime must link to load the method (inspect's, from the same table)
     backends: list[str]
     attention: list[CompiledAttention]
+    fallbacks: list[CompiledFallback]
 
 
 class FoldChoice(TypedDict):

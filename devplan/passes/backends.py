@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch.fx._lazy_graph_module import _LazyGraphModule
@@ -19,56 +21,86 @@ from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.ir.lowered import ForeignCall
 from devplan.parallel import forked_map
+from devplan.passes.refusals import Fallback, Refused, left_out, preprocess_one
 from devplan.pte.writer import SEGMENT_ALIGNMENT
 
 
+@dataclass(frozen=True)
+class Delegated:
+    program: torch.export.ExportedProgram  # the edge program, each delegate a ForeignCall
+    fallbacks: tuple[Fallback, ...]  # what the backends refused, in the order they refused it
+
+
 def lower_to_backends(
-    ep: torch.export.ExportedProgram, delegates: tuple[Backend | Partitioner, ...], jobs: int = 1
-) -> torch.export.ExportedProgram:
+    ep: torch.export.ExportedProgram,
+    delegates: tuple[Backend | Partitioner, ...],
+    jobs: int = 1,
+    strict: bool = False,
+) -> Delegated:
     """`ep` with every group the partitioners among `delegates` take compiled by its
     backend: ExecuTorch's edge program, its ops turned back into ATen ops and each delegate
     call into a call_module of a ForeignCall. A partitioner never takes the ops of devplan's
     own backends given before it; those after it take what it left. The backends' preprocess
-    runs on `jobs` processes, one partition at a time each."""
+    runs on `jobs` processes, one partition at a time each. Where a backend's preprocess
+    refuses a partition, the op it failed on (every op of the partition when it names none) is
+    left out of that backend's partitions and the lowering runs again: a backend never makes a
+    model fail that compiles without it; `strict` refuses instead."""
     partitioners = [d for d in delegates if isinstance(d, Partitioner)]
     exir = import_module("executorch.exir", partitioners[0].label)
-    made = []
-    for p in partitioners:
-        earlier = tuple(d for d in delegates[: delegates.index(p)] if isinstance(d, Backend))
-        made.append((p, _Guarded(p.make(), p.label, earlier)))
+    refused: dict[str, frozenset[str]] = {}  # backend id -> ops left out of its partitions
+    fallbacks: list[Fallback] = []
+    while True:
+        made = [
+            _Guarded(
+                p.make(), p.label, tuple(d for d in delegates[: delegates.index(p)] if isinstance(d, Backend)), refused
+            )
+            for p in partitioners
+        ]
+        try:
+            edge = _lowered(exir, ep, made, jobs, partitioners[0].label)
+            break
+        except Refused as failure:
+            new = [f for f in dict.fromkeys(failure.fallbacks) if not set(f.ops) <= refused.get(f.backend, frozenset())]
+            if strict or not new:
+                raise DevplanError(
+                    f"{_blame(made)}: ExecuTorch's lowering failed: {failure.fallbacks[0].why}"
+                ) from None
+            for f in new:
+                refused[f.backend] = refused.get(f.backend, frozenset()) | set(f.ops)
+            fallbacks += new
+    lowered = edge.exported_program()
+    _adopt(lowered.graph_module)
+    return Delegated(lowered, tuple(fallbacks))
+
+
+def _lowered(exir, ep: torch.export.ExportedProgram, made: list["_Guarded"], jobs: int, label: str):
+    """ExecuTorch's edge program of `ep`, lowered by the guarded partitioners `made`."""
     config = exir.EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)
     try:
         # no_grad: ExecuTorch's state write-back would otherwise trip autograd
         with (
             torch.no_grad(),
-            _preprocess_on(jobs, partitioners[0].label),
+            _preprocess_on(jobs, label),
             _provenance_shared(),
             _code_on_demand(),
-            _decompositions_where_needed(partitioners[0].label),
+            _decompositions_where_needed(label),
         ):
-            edge = exir.to_edge_transform_and_lower(
-                ep, partitioner=[guarded for _, guarded in made], compile_config=config
-            )
-    except DevplanError:
+            return exir.to_edge_transform_and_lower(ep, partitioner=made, compile_config=config)
+    except (DevplanError, Refused):
         raise
     except Exception as error:  # a partitioner or a backend's preprocess failed: name which, and the node
-        raise DevplanError(
-            f"{_blame([g for _, g in made])}: ExecuTorch's lowering failed: {first_line(error)}"
-        ) from None
-    lowered = edge.exported_program()
-    _adopt(lowered.graph_module)
-    return lowered
+        raise DevplanError(f"{_blame(made)}: ExecuTorch's lowering failed: {first_line(error)}") from None
 
 
 @contextlib.contextmanager
 def _preprocess_on(jobs: int, label: str):
     """ExecuTorch's lowering with each backend that keeps ExecuTorch's own
     preprocess_multimethod (a preprocess per partition, nothing shared among them) running
-    its partitions on `jobs` processes; the payloads are the same bytes as one process makes."""
+    its partitions on `jobs` processes; the payloads are the same bytes as one process makes.
+    A partition its preprocess refuses is told as a Refused once all have been compiled."""
     details = import_module("executorch.exir.backend.backend_details", label).BackendDetails
     serial = details.__dict__["preprocess_multimethod"]
-    if jobs > 1:
-        details.preprocess_multimethod = classmethod(functools.partial(_preprocess_all, jobs=jobs))
+    details.preprocess_multimethod = classmethod(functools.partial(_preprocess_all, jobs=jobs))
     try:
         yield
     finally:
@@ -166,13 +198,12 @@ def _preprocess_all(cls, edge_programs: dict, compile_specs: dict, *, jobs: int)
         for method, programs in edge_programs.items()
         for program, specs in zip(programs, compile_specs[method], strict=True)
     ]
-    results = iter(forked_map(_preprocess_one, work, jobs, cost=lambda w: len(w[1].graph.nodes)))
+    done = forked_map(preprocess_one, work, jobs, cost=lambda w: len(w[1].graph.nodes))
+    failed = [result for result in done if isinstance(result, Fallback)]
+    if failed:
+        raise Refused(failed)
+    results = iter(done)
     return {method: [next(results) for _ in programs] for method, programs in edge_programs.items()}
-
-
-def _preprocess_one(work: tuple):
-    cls, program, specs = work
-    return cls.preprocess(program, specs)
 
 
 def _blame(guarded: list["_Guarded"]) -> str:
@@ -193,8 +224,11 @@ class _Guarded:
     """A user's partitioner, watched: which one is running when something fails, its result
     checked before it is trusted, and the ops of devplan's earlier backends kept from it."""
 
-    def __init__(self, partitioner, label: str, earlier: tuple[Backend, ...]) -> None:
+    def __init__(
+        self, partitioner, label: str, earlier: tuple[Backend, ...], refused: dict[str, frozenset[str]]
+    ) -> None:
         self.inner, self.label, self.earlier, self.running, self.partitioned = partitioner, label, earlier, False, False
+        self.refused = refused  # backend id -> the ops its preprocess refused, left out of its partitions
         self.partitions: dict[str, tuple[str, str]] = {}  # tag -> (backend id, its first node)
 
     def __getattr__(self, name: str):  # the rest of ExecuTorch's Partitioner interface, as the user's has it
@@ -206,6 +240,8 @@ class _Guarded:
         partitioner took them."""
         keep = getattr(self.inner, "ops_to_not_decompose", None)
         ops, check = keep(ep) if keep else ([], None)
+        gone = frozenset().union(*self.refused.values())
+        ops = [op for op in ops if str(op) not in gone]  # decomposed as the portable kernels need
         if not self.earlier:
             return ops, check
         mine = [
@@ -240,8 +276,8 @@ class _Guarded:
                 f"{self.label}: the partitioner returned a {type(result).__name__}, not a PartitionResult"
             )
         _refuse_mutations(result, self.label)
-        if self.earlier:
-            _give_back(result, self.earlier)
+        if self.earlier or self.refused:
+            _give_back(result, functools.partial(left_out, self.earlier, self.refused, result.partition_tags))
         for node in result.tagged_exported_program.graph_module.graph.nodes:
             tag = node.meta.get("delegation_tag")
             if tag in result.partition_tags and tag not in self.partitions:
@@ -271,16 +307,16 @@ def _refuse_mutations(result, label: str) -> None:
             )
 
 
-def _give_back(result, earlier: tuple[Backend, ...]) -> None:
-    """Untag the nodes devplan's earlier backends take; what is left of each partition is
-    regrouped without cycles (torch's CapabilityBasedPartitioner), each group its own tag."""
+def _give_back(result, leave: Callable[[torch.fx.Node], bool]) -> None:
+    """Untag the nodes `leave` says stay out; what is left of each partition is regrouped
+    without cycles (torch's CapabilityBasedPartitioner), each group its own tag."""
     gm = result.tagged_exported_program.graph_module
     kept = {}
     for node in gm.graph.nodes:
         tag = node.meta.get("delegation_tag")
         if tag is None:
             continue
-        if any(b.takes(node) for b in earlier):  # an edge op has its ATen op's schema
+        if leave(node):
             del node.meta["delegation_tag"]
         else:
             kept[node] = tag

@@ -27,6 +27,8 @@ def table() -> dict:
         torch.ops.aten._grouped_mm.default: grouped_mm,
         # torch's goes through empty_permuted, which has no kernel; every planned tensor is contiguous
         torch.ops.aten.empty_like.default: _empty_like,
+        # and ExecuTorch's lowering runs torch's, so its graphs may hold the empty_permuted itself
+        torch.ops.aten.empty_permuted.default: _empty_permuted,
         # views that restride: the portable library has as_strided_copy, which reads its input
         # as the contiguous tensor every planned value is; the in-place forms (adaptive
         # pooling's restride of its fresh mean on a channels-last input) as the functional one
@@ -95,6 +97,10 @@ def as_strided(x, size, stride, storage_offset=None):
 
 def _empty_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     return torch.empty(x.shape, dtype=dtype or x.dtype, device=device or x.device)
+
+
+def _empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return torch.empty(size, dtype=dtype, device=device)
 
 
 def _batch_norm(x, weight, bias, mean, var, training, momentum, eps, cudnn_enabled):

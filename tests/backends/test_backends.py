@@ -216,7 +216,10 @@ _SWEEP = pytest.mark.sweep  # one refusal of each kind stays fast: a bad name, a
             "MakesNothing: its preprocess made no payload",
             marks=_SWEEP,
         ),
-        (["--partitioner", "tests.partitioners:RaisingBackend"], "backend FailsToCompile, partition add0 from node"),
+        (
+            ["--partitioner", "tests.partitioners:RaisingBackend", "--strict-backend"],
+            "backend FailsToCompile, partition add0 from node",
+        ),
     ],
     ids=["unknown", "import", "class", "kwargs", "raises", "not-a-result", "empty-payload", "preprocess-raises"],
 )
