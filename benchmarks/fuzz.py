@@ -410,6 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=int, default=100_000, help="mutants in all, shared evenly by the programs")
     parser.add_argument("--archives", type=int, default=2000, help=".pt2 mutants in all, shared evenly by the archives")
+    parser.add_argument(
+        "--names", type=int, default=1000, help="mutants of an archive whose names are hostile (testbed/names.py)"
+    )
+    parser.add_argument("--checkpoint", type=Path, help="write the names row (JSON) here every 20 mutants")
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument(
         "--compare",
@@ -422,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--only",
         type=lambda text: text.split(","),
         metavar="NAME,...",
-        help=f"fuzz these programs and archives only (of {', '.join([*PROGRAMS, *ARCHIVES])})",
+        help=f"fuzz these programs and archives only (of {', '.join([*PROGRAMS, *ARCHIVES, 'names'])})",
     )
     parser.add_argument("--keep", type=Path, help="write every mutant that escaped, hung or mismatched here")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -439,30 +443,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         build(args.build)
         return 0
     if args.quick:
-        args.mutants, args.archives, args.compare = 600, 30, 60
+        args.mutants, args.archives, args.compare, args.names = 600, 30, 60, 10
     warnings.simplefilter("ignore")  # as `devplan` does: torch's deprecation chatter is not a finding
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # nor its C++ warnings (read as torch is imported)
     began = time.perf_counter()
+    programs = [name for name in PROGRAMS if args.only is None or name in args.only]
+    archives = [name for name in ARCHIVES if args.only is None or name in args.only]
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)
-        if args.programs:
-            for built in [
-                *(f"{name}.pte" for name in PROGRAMS),
-                *(f"{name}.ptd" for name in WITH_DATA),
-                *(f"{name}.pt2" for name in ARCHIVES),
-            ]:
-                shutil.copyfile(args.programs / built, folder / built)
-        else:
-            subprocess.run(
-                [sys.executable, __file__, "--build", str(folder)],
-                check=True,
-                stderr=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-            )
-        _import_first(folder)
+        if programs or archives:  # the names mode alone makes its own archive (testbed.names.prepare)
+            if args.programs:
+                for built in [
+                    *(f"{name}.pte" for name in PROGRAMS),
+                    *(f"{name}.ptd" for name in WITH_DATA),
+                    *(f"{name}.pt2" for name in ARCHIVES),
+                ]:
+                    shutil.copyfile(args.programs / built, folder / built)
+            else:
+                subprocess.run(
+                    [sys.executable, __file__, "--build", str(folder)],
+                    check=True,
+                    stderr=subprocess.DEVNULL,
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                )
+            _import_first(folder)
         rows, runnable = [], {}
-        programs = [name for name in PROGRAMS if args.only is None or name in args.only]
-        archives = [name for name in ARCHIVES if args.only is None or name in args.only]
         per_program = -(-args.mutants // len(programs)) if programs else 0
         for case in cases(folder, programs):
             row, ran = fuzz(case, per_program, args.seed, folder, args.keep)
@@ -484,6 +489,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+        if args.names and (args.only is None or "names" in args.only):
+            from testbed.names import fuzz_names
+
+            (folder / "names").mkdir()
+            save = args.checkpoint and (
+                lambda row: args.checkpoint.write_text(json.dumps({**row, "peak_mb": _peak_mb()}, indent=2))
+            )
+            rows.append(fuzz_names(args.names, args.seed, folder / "names", save or None, args.keep))
+            print(f"names: {args.names:,} mutants in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
         peak_mb = _peak_mb()
         mismatches = []
         if args.compare:
