@@ -153,57 +153,79 @@ def _renamed(value, swap):
     return swap(value) if isinstance(value, str) else value
 
 
-def renamed_archive(members, rng: random.Random, marker: Path) -> tuple[bytes, str, str]:
-    """The archive with one of its names hostile, the kind of name, and which ("name -> new"): everywhere
-    it occurs (the name in each path, module stack entry and spec, as torch.export.save writes
-    a module given it) two times in three, else in one place only (a document disagreeing with
-    itself). A name not UTF-8 is written raw half the time, else as JSON's escape."""
-    kind, old = rng.choice(names(members))
-    new = hostile(old, rng, marker)
-    matches = [0]
+def _holds(text: str, old: str) -> bool:
+    """Whether a string is the name `old` or holds it as a path's part or a module stack's field."""
+    return text == old or old in _SEPARATORS.split(text)
+
+
+def occurrences(members, old: str) -> int:
+    """How many strings of the archive's JSON hold the name `old`."""
+    found = [0]
 
     def count(text: str) -> str:
-        matches[0] += text == old or old in _SEPARATORS.split(text)
+        found[0] += _holds(text, old)
         return text
 
     for member, data in members:
         if member.endswith(".json"):
             _renamed(json.loads(data), count)
-    only = rng.randrange(max(matches[0], 1)) if rng.random() < 0.33 else None  # else everywhere
+    return found[0]
+
+
+def rename(members, kind: str, old: str, new: str, only: int | None = None, raw: bool = False) -> bytes:
+    """The archive with the name `old` (of `kind`) written `new`: everywhere it occurs (in each
+    path, module stack entry and spec, as torch.export.save writes a module given that name), or
+    in its `only`th place alone (a document disagreeing with itself), and in the members' names.
+    A lone surrogate in `new` is written `raw` (bytes that are not UTF-8) or as JSON's escape."""
     seen = [0]
 
     def swap(text: str) -> str:
-        if text == old or old in _SEPARATORS.split(text):
+        if _holds(text, old):
             seen[0] += 1
             if only is None or seen[0] == only + 1:
                 return new if text == old else "".join(new if p == old else p for p in _SEPARATORS.split(text))
         return text
 
-    raw = "\udcff" in new and rng.random() < 0.5
     changed = []
     for member, data in members:
         folder, _, leaf = member.rpartition("/")
         if kind == "archive" and member.startswith(old + "/"):
-            member = new.replace("\udcff", "\ufffd").replace("/", "_") + member[len(old) :]
+            member = _member(new.replace("/", "_") + member[len(old) :])
         elif leaf == old:
-            member = f"{folder}/{new}".replace("\udcff", "\ufffd")
+            member = _member(f"{folder}/{new}")
         if member.endswith(".json"):
             document = _renamed(json.loads(data), swap)
             data = json.dumps(document, ensure_ascii=not raw).encode("utf-8", "surrogateescape")
         changed.append((member, data))
-    return archive_bytes(changed), kind, f"{old[:40]!r} -> {new[:60]!r}{' (raw)' if raw else ''}"
+    return archive_bytes(changed)
+
+
+def _member(name: str) -> str:
+    """A member's name as a zip file can hold it: UTF-8, within 65,535 bytes."""
+    return name.replace("\udcff", "\ufffd").encode()[:65_000].decode(errors="ignore")
+
+
+def renamed_archive(members, rng: random.Random, marker: Path) -> tuple[bytes, str, str]:
+    """The archive with one of its names (of any kind) hostile, everywhere two times in three,
+    else in one place; the kind of name, and which ("name -> new"). A name not UTF-8 is written
+    raw half the time."""
+    kind, old = rng.choice(names(members))
+    new = hostile(old, rng, marker)
+    only = rng.randrange(max(occurrences(members, old), 1)) if rng.random() < 0.33 else None
+    raw = "\udcff" in new and rng.random() < 0.5
+    return rename(members, kind, old, new, only, raw), kind, f"{old[:40]!r} -> {new[:60]!r}{' (raw)' if raw else ''}"
 
 
 FORMATS = ([], ["--json"], ["--format", "markdown"], ["--format", "github"])
 QUANTIZE = ([], ["--quantize", "dynamic-int8"], ["--quantize", "dynamic-int4"], ["--quantize", "int8"])
 
 
-def compile_commands(folder: Path) -> list[list[str]]:
-    """compile, without --quantize and with each mode, as text and as --json: the plain
-    compile's program is folder/out.pte, dynamic-int8's folder/q.pte."""
+def compile_commands(folder: Path, modes=QUANTIZE) -> list[list[str]]:
+    """compile, without --quantize and with each of its `modes`, as text and as --json: the
+    plain compile's program is folder/out.pte, dynamic-int8's folder/q.pte."""
     made = []
-    for number, quantize in enumerate(QUANTIZE):
-        out = folder / ("out.pte" if number == 0 else "q.pte" if number == 1 else "q_other.pte")
+    for quantize in modes:
+        out = folder / ("out.pte" if not quantize else "q.pte" if "dynamic-int8" in quantize else "q_other.pte")
         if quantize[-1:] == ["int8"]:
             quantize = [*quantize, "--calibration", str(folder / "calibration.pt")]
         made += [["compile", "-o", str(out), *quantize], ["compile", "-o", str(out), "--json", *quantize]]
@@ -247,19 +269,19 @@ def column(result: str) -> str:
 
 
 def fuzz_names(
-    count: int, seed: int, folder: Path, checkpoint=None, keep: Path | None = None, limit_s: float = 30
+    count: int, seed: int, folder: Path, checkpoint=None, keep: Path | None = None, limit_s: float = 30, modes=QUANTIZE
 ) -> dict:
     """`count` renamed archives through compile_commands, and each program that compiled
     through program_commands: the row of counts (fuzz.py's columns, and per command), what
     escaped (20 at most; each mutant it escaped from written to `keep`), the slowest command.
-    `checkpoint(row)` is called every 20 mutants.
+    `checkpoint(row)` is called every 20 mutants. `modes`: compile's --quantize modes ([] none).
     A compile (--quantize's above all) takes seconds on a busy machine: `limit_s` is its hang,
     a read's damage.LIMIT_S."""
     from testbed.damage import LIMIT_S
 
     rng, marker = random.Random(f"{seed}:names"), folder / "marker"
     members, golden = prepare(folder)
-    path, compiles, reads = folder / "mutant.pt2", compile_commands(folder), program_commands(folder, golden)
+    path, compiles, reads = folder / "mutant.pt2", compile_commands(folder, modes), program_commands(folder, golden)
     row = {"program": "names", "bytes": len(named_archive()), "mutants": 0, "ok": 0, "refused": 0}
     row |= {"code_runs": 0, "exit_3": 0, "tracebacks": 0, "commands": 0, "hangs": 0, "run_ok": 0, "compiled": 0}
     row |= {"slowest_seconds": 0.0, "slowest_mutant": None, "slowest_command": ["", 0.0], "found": [], "runs": 0}
