@@ -222,10 +222,10 @@ QUANTIZE = ([], ["--quantize", "dynamic-int8"], ["--quantize", "dynamic-int4"], 
 
 def compile_commands(folder: Path, modes=QUANTIZE) -> list[list[str]]:
     """compile, without --quantize and with each of its `modes`, as text and as --json: the
-    plain compile's program is folder/out.pte, dynamic-int8's folder/q.pte."""
+    plain compile's program is folder/out.pte, a quantized one's folder/q.pte."""
     made = []
     for quantize in modes:
-        out = folder / ("out.pte" if not quantize else "q.pte" if "dynamic-int8" in quantize else "q_other.pte")
+        out = folder / ("q.pte" if quantize else "out.pte")
         if quantize[-1:] == ["int8"]:
             quantize = [*quantize, "--calibration", str(folder / "calibration.pt")]
         made += [["compile", "-o", str(out), *quantize], ["compile", "-o", str(out), "--json", *quantize]]
@@ -271,8 +271,9 @@ def column(result: str) -> str:
 def fuzz_names(
     count: int, seed: int, folder: Path, checkpoint=None, keep: Path | None = None, limit_s: float = 30, modes=QUANTIZE
 ) -> dict:
-    """`count` renamed archives through compile_commands, and each program that compiled
-    through program_commands: the row of counts (fuzz.py's columns, and per command), what
+    """`count` renamed archives through compile_commands (each compiled as text and --json,
+    then with one --quantize mode in one format, in turn: a quantizing compile takes seconds),
+    and each program that compiled through program_commands: the row of counts (fuzz.py's columns, and per command), what
     escaped (20 at most; each mutant it escaped from written to `keep`), the slowest command.
     `checkpoint(row)` is called every 20 mutants. `modes`: compile's --quantize modes ([] none).
     A compile (--quantize's above all) takes seconds on a busy machine: `limit_s` is its hang,
@@ -282,6 +283,8 @@ def fuzz_names(
     rng, marker = random.Random(f"{seed}:names"), folder / "marker"
     members, golden = prepare(folder)
     path, compiles, reads = folder / "mutant.pt2", compile_commands(folder, modes), program_commands(folder, golden)
+    plain = [command for command in compiles if "--quantize" not in command]
+    quantized = [command for command in compiles if "--quantize" in command]
     row = {"program": "names", "bytes": len(named_archive()), "mutants": 0, "ok": 0, "refused": 0}
     row |= {"code_runs": 0, "exit_3": 0, "tracebacks": 0, "commands": 0, "hangs": 0, "run_ok": 0, "compiled": 0}
     row |= {"slowest_seconds": 0.0, "slowest_mutant": None, "slowest_command": ["", 0.0], "found": [], "runs": 0}
@@ -292,15 +295,15 @@ def fuzz_names(
         row["kinds"][kind] = row["kinds"].get(kind, 0) + 1
         what = f"{kind} {what}"
         escaped = len(row["found"])
-        for stale in ("out.pte", "q.pte"):
+        for stale in ("out.pte", "q.pte"):  # read only what this mutant's compiles wrote
             (folder / stale).unlink(missing_ok=True)
         began = time.perf_counter()
-        for command in compiles:
+        for command in plain + ([quantized[number % len(quantized)]] if quantized else []):
             _counted(row, path, command, limit_s, number, what)
         row["compiled"] += (folder / "out.pte").exists()
         for program in [folder / made for made in ("out.pte", "q.pte") if (folder / made).exists()]:
-            for command in reads:
-                _counted(row, program, command, LIMIT_S, number, what)
+            ran = [_counted(row, program, command, LIMIT_S, number, what) for command in reads]
+            row["run_ok"] += program.name == "out.pte" and ran[-len(FORMATS) - 1] == "ok"  # run, as text
         if marker.exists():
             marker.unlink()
             row["code_runs"] += 1
@@ -318,8 +321,8 @@ def fuzz_names(
     return row
 
 
-def _counted(row: dict, path: Path, command: list[str], limit_s: float, number: int, what: str) -> None:
-    """One command's outcome counted in `row` (what escaped kept), and its time."""
+def _counted(row: dict, path: Path, command: list[str], limit_s: float, number: int, what: str) -> str:
+    """One command's outcome, counted in `row` (what escaped kept) with its time."""
     start = time.perf_counter()
     result = outcome(path, command, limit_s)
     took = time.perf_counter() - start
@@ -332,3 +335,4 @@ def _counted(row: dict, path: Path, command: list[str], limit_s: float, number: 
     row[column(result)] += 1
     if column(result) not in ("ok", "refused") and len(row["found"]) < 20:
         row["found"].append({"mutant": number, "name": what, "command": " ".join(command), "result": result[:300]})
+    return result
