@@ -187,17 +187,6 @@ def sample_inputs(data: bytes, method: str = "forward") -> list:
     return made(method_view(read_pte(data), method), 0)
 
 
-def _kind(result: str) -> str:
-    """The column a command's outcome (testbed/damage.py's) counts in."""
-    if result in ("ok", "refused"):
-        return result
-    if result.startswith("Hang"):
-        return "hangs"
-    if result.startswith("workflow command: "):
-        return "commands"
-    return "tracebacks" if result.startswith("Traceback: ") else "exit_3"
-
-
 def fuzz(case: Case, count: int, seed: int, folder: Path, keep: Path | None) -> tuple[dict, list]:
     """One program's (or .pt2 archive's) row, and the distinct mutants that devplan took (the
     case's taken_by command exited 0), each as (program, its .ptd or None)."""
@@ -208,6 +197,7 @@ def fuzz(case: Case, count: int, seed: int, folder: Path, keep: Path | None) -> 
         archive_bytes,
         archive_members,
         archive_mutant,
+        column,
         mutant,
         outcome,
         pair_mutant,
@@ -264,8 +254,8 @@ def fuzz(case: Case, count: int, seed: int, folder: Path, keep: Path | None) -> 
             if time.perf_counter() - start > LIMIT_S:
                 result = "Hang"
             results.append(result)
-            row[_kind(result)] += 1
-            if _kind(result) not in ("ok", "refused") and len(row["found"]) < 20:
+            row[column(result)] += 1
+            if column(result) not in ("ok", "refused") and len(row["found"]) < 20:
                 row["found"].append({"mutant": number, "command": " ".join(command), "result": result[:300]})
                 _keep(keep, path, variant, variant_data, str(number))
         if marker.exists():

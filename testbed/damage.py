@@ -402,3 +402,14 @@ def outcome(path, command: list[str], limit_s: float = LIMIT_S) -> str:
     if commanding := workflow_commands(stdout.getvalue() + printed):
         return f"workflow command: {commanding[0][:200]!r}"
     return result
+
+
+def column(result: str) -> str:
+    """The column of benchmarks/fuzz.py's table an outcome counts in."""
+    if result in ("ok", "refused"):
+        return result
+    if result.startswith("Hang"):
+        return "hangs"
+    if result.startswith("workflow command: "):
+        return "commands"
+    return "tracebacks" if result.startswith("Traceback: ") else "exit_3"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from testbed.damage import NAME_PIECES, archive_bytes, archive_members, outcome
+from testbed.damage import NAME_PIECES, archive_bytes, archive_members, column, outcome
 
 # a name torch would write into generated Python unescaped, as a variable, an attribute or a
 # dict key: code that touches `marker` when that Python runs (issue 52's finding 1 and kin)
@@ -232,15 +232,18 @@ def compile_commands(folder: Path, modes=QUANTIZE) -> list[list[str]]:
     return made
 
 
+RUN = ["run", "--max-memory", "256MiB"]
+
+
 def program_commands(folder: Path, golden: Path) -> list[list[str]]:
     """What reads a compiled program, in every output format and with --junit: inspect, check
-    against the unrenamed program's golden file, diff it with that golden file, run."""
+    against the unrenamed program's golden file, diff it with that golden file, run, and run
+    against the renamed archive itself (--reference: torch unlifts it, as --quantize does)."""
     junit = ["--junit", str(folder / "report.xml")]
     made: list[list[str]] = [["inspect"], ["inspect", "--json"]]
     made += [["check", "--golden", str(golden), *shown] for shown in (*FORMATS, junit)]
     made += [["diff", str(golden), *shown] for shown in (*FORMATS, junit)]
-    run = ["run", "--max-memory", "256MiB"]
-    return made + [[*run, *shown] for shown in (*FORMATS, junit)]
+    return made + [[*RUN, *shown] for shown in (*FORMATS, junit)] + [[*RUN, "--reference", str(folder / "mutant.pt2")]]
 
 
 def prepare(folder: Path) -> tuple[list, Path]:
@@ -255,17 +258,6 @@ def prepare(folder: Path) -> tuple[list, Path]:
     golden = folder / "named.golden.json"
     check_golden(devplan.compile(archive).data, golden, update=True)
     return archive_members(archive.read_bytes()), golden
-
-
-def column(result: str) -> str:
-    """The column a command's outcome counts in."""
-    if result in ("ok", "refused"):
-        return result
-    if result.startswith("Hang"):
-        return "hangs"
-    if result.startswith("workflow command: "):
-        return "commands"
-    return "tracebacks" if result.startswith("Traceback: ") else "exit_3"
 
 
 def fuzz_names(
@@ -303,7 +295,7 @@ def fuzz_names(
         row["compiled"] += (folder / "out.pte").exists()
         for program in [folder / made for made in ("out.pte", "q.pte") if (folder / made).exists()]:
             ran = [_counted(row, program, command, LIMIT_S, number, what) for command in reads]
-            row["run_ok"] += program.name == "out.pte" and ran[-len(FORMATS) - 1] == "ok"  # run, as text
+            row["run_ok"] += program.name == "out.pte" and ran[reads.index(RUN)] == "ok"
         if marker.exists():
             marker.unlink()
             row["code_runs"] += 1

@@ -24,6 +24,7 @@ from devplan.documents import Quantization, QuantizationError, QuantizeMode
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.files import read_input
+from devplan.gate.unlift import check_unliftable
 from devplan.passes.quantize_embeddings import annotate_embeddings, fuse_embeddings
 from devplan.quantization import MODES, TAKES
 
@@ -124,6 +125,7 @@ def quantize(
     the tuples themselves; the first CALIBRATION_SAMPLES) or, for a dynamic mode without it, on
     seeded samples; `on_sample` is told the samples calibrated on so far and how many there are."""
     _refuse_quantized(ep)
+    check_unliftable(ep, f"--quantize {mode}")  # before ep.module() below builds and runs its code
     names, specs = _user_inputs(ep)
     sizes = [_sizes(ep, name, spec) for name, spec in zip(names, specs)]
     given = _calibration_samples(calibration) if calibration is not None else _seeded_samples(specs, sizes)
