@@ -261,14 +261,14 @@ def prepare(folder: Path) -> tuple[list, Path]:
 
 
 def fuzz_names(
-    count: int, seed: int, folder: Path, checkpoint=None, keep: Path | None = None, limit_s: float = 30, modes=QUANTIZE
+    count: int, seed: int, folder: Path, checkpoint=None, keep: Path | None = None, limit_s: float = 60, modes=QUANTIZE
 ) -> dict:
     """`count` renamed archives through compile_commands (each compiled as text and --json,
     then with one --quantize mode in one format, in turn: a quantizing compile takes seconds),
     and each program that compiled through program_commands: the row of counts (fuzz.py's columns, and per command), what
-    escaped (20 at most; each mutant it escaped from written to `keep`), the slowest command.
+    escaped (20 at most; each mutant it escaped from written to `keep`), the slowest compile and read.
     `checkpoint(row)` is called every 20 mutants. `modes`: compile's --quantize modes ([] none).
-    A compile (--quantize's above all) takes seconds on a busy machine: `limit_s` is its hang,
+    A compile (--quantize's above all) takes seconds, tens on a busy machine: `limit_s` is its hang,
     a read's damage.LIMIT_S."""
     from testbed.damage import LIMIT_S
 
@@ -280,6 +280,7 @@ def fuzz_names(
     row = {"program": "names", "bytes": len(named_archive()), "mutants": 0, "ok": 0, "refused": 0}
     row |= {"code_runs": 0, "exit_3": 0, "tracebacks": 0, "commands": 0, "hangs": 0, "run_ok": 0, "compiled": 0}
     row |= {"slowest_seconds": 0.0, "slowest_mutant": None, "slowest_command": ["", 0.0], "found": [], "runs": 0}
+    row["slowest_read"] = ["", 0.0]  # of the commands reading a compiled program, under damage.LIMIT_S
     row["kinds"] = {}
     for number in range(count):
         data, kind, what = renamed_archive(members, rng, marker)
@@ -319,8 +320,9 @@ def _counted(row: dict, path: Path, command: list[str], limit_s: float, number: 
     result = outcome(path, command, limit_s)
     took = time.perf_counter() - start
     row["runs"] += 1
-    if took > row["slowest_command"][1]:
-        row["slowest_command"] = [
+    slowest = "slowest_command" if command[0] == "compile" else "slowest_read"
+    if took > row[slowest][1]:
+        row[slowest] = [
             " ".join([command[0], *command[3:]] if command[0] == "compile" else command)[:80],
             round(took, 2),
         ]
