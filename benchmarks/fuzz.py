@@ -7,10 +7,13 @@ newer surfaces: a program with its weights in a .ptd (`ptd`: the .ptd damaged tw
 three, the commands given it with --data), a program of several methods and constant methods
 (`multi_method`: `run --method` on each kind), and an XNNPACK payload whose weights are in a
 .ptd (`xnnpack_ptd`: the damage in the payload or the .ptd; devplan's runtime leaves XNNPACK to
-ExecuTorch's, so a mutant `check` passed is the one compared).
+ExecuTorch's, so a mutant `check` passed is the one compared). The names mode (`names`,
+testbed/names.py) makes one name of a saved archive hostile, compiles it with and without each
+--quantize mode, and reads what compiled with inspect, check, diff and run in every format.
 
-    python benchmarks/fuzz.py [--mutants 100000] [--archives 2000] [--seed 17] [--compare 1000]
-                              [--only NAME,...] [--quick] [--keep DIR] [--json]
+    python benchmarks/fuzz.py [--mutants 100000] [--archives 2000] [--names 1000] [--seed 17]
+                              [--compare 1000] [--only NAME,...] [--quick] [--keep DIR] [--json]
+                              [--checkpoint FILE]
                               [--build DIR | --programs DIR]
 
 Per program and overall: mutants, command runs that worked (exit 0) or were refused (exit 1 or

@@ -265,8 +265,8 @@ def fuzz_names(
 ) -> dict:
     """`count` renamed archives through compile_commands (each compiled as text and --json,
     then with one --quantize mode in one format, in turn: a quantizing compile takes seconds),
-    and each program that compiled through program_commands: the row of counts (fuzz.py's columns, and per command), what
-    escaped (20 at most; each mutant it escaped from written to `keep`), the slowest compile and read.
+    and each program that compiled through program_commands: the row of counts (fuzz.py's
+    columns, the kinds of name renamed), what escaped (20 at most; each mutant it escaped from written to `keep`), the slowest compile and read.
     `checkpoint(row)` is called every 20 mutants. `modes`: compile's --quantize modes ([] none).
     A compile (--quantize's above all) takes seconds, tens on a busy machine: `limit_s` is its hang,
     a read's damage.LIMIT_S."""
