@@ -294,3 +294,34 @@ def test_a_name_unlifting_cannot_build_is_refused_where_devplan_unlifts(tmp_path
     program.write_bytes(devplan.compile(archive).data)
     referenced = run_devplan("run", program, "--reference", archive)
     assert_one_line_error(referenced, f"--reference {archive}: torch cannot", name)
+
+
+@pytest.mark.parametrize(
+    "kind,old,new,says",
+    [
+        ("source line", None, "\udcff", "is not a string of Unicode text"),  # serialize's UnicodeEncodeError
+        ("torch_fn", "mul_1", "m;ul_1", "joined by one ';'"),  # the quantizer's unpacking ValueError
+    ],
+)
+def test_names_the_names_fuzz_found_are_refused_in_one_line(tmp_path, kind, old, new, says):
+    """Archives from benchmarks/fuzz.py --only names that exited 3: a source line holding a lone
+    surrogate (the plain compile, writing it into the program), a torch_fn with a second ';'
+    (--quantize int8, the quantizer unpacking it); each is now refused in one line."""
+    from testbed.damage import archive_members, outcome
+    from testbed.names import named_archive, names, rename
+
+    members = archive_members(named_archive())
+    old = old or next(name for k, name in names(members) if k == kind)
+    path = tmp_path / "model.pt2"
+    path.write_bytes(rename(members, kind, old, old + new if kind == "source line" else new, raw=False))
+    compile_ = ["compile", "-o", str(tmp_path / "out.pte")]
+    if kind == "torch_fn":
+        compile_ += ["--quantize", "int8", "--calibration", str(_calibration(tmp_path))]
+    assert outcome(path, compile_, 60) == "refused"
+    assert_one_line_error(run_devplan(compile_[0], path, *compile_[1:]), str(path), says)
+
+
+def _calibration(tmp_path: Path) -> Path:
+    from testbed.names import calibration
+
+    return calibration(tmp_path / "calibration.pt")
