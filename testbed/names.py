@@ -201,8 +201,9 @@ def rename(members, kind: str, old: str, new: str, only: int | None = None, raw:
 
 
 def _member(name: str) -> str:
-    """A member's name as a zip file can hold it: UTF-8, within 65,535 bytes."""
-    return name.replace("\udcff", "\ufffd").encode()[:65_000].decode(errors="ignore")
+    """A member's name as a zip file can hold it: UTF-8, within 65,535 bytes, no NUL (zipfile
+    cuts the name there)."""
+    return name.replace("\udcff", "\ufffd").replace("\x00", "_").encode()[:65_000].decode(errors="ignore")
 
 
 def renamed_archive(members, rng: random.Random, marker: Path) -> tuple[bytes, str, str]:
