@@ -7,10 +7,13 @@ newer surfaces: a program with its weights in a .ptd (`ptd`: the .ptd damaged tw
 three, the commands given it with --data), a program of several methods and constant methods
 (`multi_method`: `run --method` on each kind), and an XNNPACK payload whose weights are in a
 .ptd (`xnnpack_ptd`: the damage in the payload or the .ptd; devplan's runtime leaves XNNPACK to
-ExecuTorch's, so a mutant `check` passed is the one compared).
+ExecuTorch's, so a mutant `check` passed is the one compared). The names mode (`names`,
+testbed/names.py) makes one name of a saved archive hostile, compiles it with and without each
+--quantize mode, and reads what compiled with inspect, check, diff and run in every format.
 
-    python benchmarks/fuzz.py [--mutants 100000] [--archives 2000] [--seed 17] [--compare 1000]
-                              [--only NAME,...] [--quick] [--keep DIR] [--json]
+    python benchmarks/fuzz.py [--mutants 100000] [--archives 2000] [--names 1000] [--seed 17]
+                              [--compare 1000] [--only NAME,...] [--quick] [--keep DIR] [--json]
+                              [--checkpoint FILE]
                               [--build DIR | --programs DIR]
 
 Per program and overall: mutants, command runs that worked (exit 0) or were refused (exit 1 or
@@ -187,17 +190,6 @@ def sample_inputs(data: bytes, method: str = "forward") -> list:
     return made(method_view(read_pte(data), method), 0)
 
 
-def _kind(result: str) -> str:
-    """The column a command's outcome (testbed/damage.py's) counts in."""
-    if result in ("ok", "refused"):
-        return result
-    if result.startswith("Hang"):
-        return "hangs"
-    if result.startswith("workflow command: "):
-        return "commands"
-    return "tracebacks" if result.startswith("Traceback: ") else "exit_3"
-
-
 def fuzz(case: Case, count: int, seed: int, folder: Path, keep: Path | None) -> tuple[dict, list]:
     """One program's (or .pt2 archive's) row, and the distinct mutants that devplan took (the
     case's taken_by command exited 0), each as (program, its .ptd or None)."""
@@ -208,6 +200,7 @@ def fuzz(case: Case, count: int, seed: int, folder: Path, keep: Path | None) -> 
         archive_bytes,
         archive_members,
         archive_mutant,
+        column,
         mutant,
         outcome,
         pair_mutant,
@@ -264,8 +257,8 @@ def fuzz(case: Case, count: int, seed: int, folder: Path, keep: Path | None) -> 
             if time.perf_counter() - start > LIMIT_S:
                 result = "Hang"
             results.append(result)
-            row[_kind(result)] += 1
-            if _kind(result) not in ("ok", "refused") and len(row["found"]) < 20:
+            row[column(result)] += 1
+            if column(result) not in ("ok", "refused") and len(row["found"]) < 20:
                 row["found"].append({"mutant": number, "command": " ".join(command), "result": result[:300]})
                 _keep(keep, path, variant, variant_data, str(number))
         if marker.exists():
@@ -410,6 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=int, default=100_000, help="mutants in all, shared evenly by the programs")
     parser.add_argument("--archives", type=int, default=2000, help=".pt2 mutants in all, shared evenly by the archives")
+    parser.add_argument(
+        "--names", type=int, default=1000, help="mutants of an archive whose names are hostile (testbed/names.py)"
+    )
+    parser.add_argument("--checkpoint", type=Path, help="write the names row (JSON) here every 20 mutants")
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument(
         "--compare",
@@ -422,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--only",
         type=lambda text: text.split(","),
         metavar="NAME,...",
-        help=f"fuzz these programs and archives only (of {', '.join([*PROGRAMS, *ARCHIVES])})",
+        help=f"fuzz these programs and archives only (of {', '.join([*PROGRAMS, *ARCHIVES, 'names'])})",
     )
     parser.add_argument("--keep", type=Path, help="write every mutant that escaped, hung or mismatched here")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -439,30 +436,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         build(args.build)
         return 0
     if args.quick:
-        args.mutants, args.archives, args.compare = 600, 30, 60
+        args.mutants, args.archives, args.compare, args.names = 600, 30, 60, 10
     warnings.simplefilter("ignore")  # as `devplan` does: torch's deprecation chatter is not a finding
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # nor its C++ warnings (read as torch is imported)
     began = time.perf_counter()
+    programs = [name for name in PROGRAMS if args.only is None or name in args.only]
+    archives = [name for name in ARCHIVES if args.only is None or name in args.only]
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)
-        if args.programs:
-            for built in [
-                *(f"{name}.pte" for name in PROGRAMS),
-                *(f"{name}.ptd" for name in WITH_DATA),
-                *(f"{name}.pt2" for name in ARCHIVES),
-            ]:
-                shutil.copyfile(args.programs / built, folder / built)
-        else:
-            subprocess.run(
-                [sys.executable, __file__, "--build", str(folder)],
-                check=True,
-                stderr=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
-            )
-        _import_first(folder)
+        if programs or archives:  # the names mode alone makes its own archive (testbed.names.prepare)
+            if args.programs:
+                for built in [
+                    *(f"{name}.pte" for name in PROGRAMS),
+                    *(f"{name}.ptd" for name in WITH_DATA),
+                    *(f"{name}.pt2" for name in ARCHIVES),
+                ]:
+                    shutil.copyfile(args.programs / built, folder / built)
+            else:
+                subprocess.run(
+                    [sys.executable, __file__, "--build", str(folder)],
+                    check=True,
+                    stderr=subprocess.DEVNULL,
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                )
+            _import_first(folder)
         rows, runnable = [], {}
-        programs = [name for name in PROGRAMS if args.only is None or name in args.only]
-        archives = [name for name in ARCHIVES if args.only is None or name in args.only]
         per_program = -(-args.mutants // len(programs)) if programs else 0
         for case in cases(folder, programs):
             row, ran = fuzz(case, per_program, args.seed, folder, args.keep)
@@ -484,6 +482,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
+        if args.names and (args.only is None or "names" in args.only):
+            from testbed.names import fuzz_names
+
+            (folder / "names").mkdir()
+            save = args.checkpoint and (
+                lambda row: args.checkpoint.write_text(json.dumps({**row, "peak_mb": _peak_mb()}, indent=2))
+            )
+            rows.append(fuzz_names(args.names, args.seed, folder / "names", save or None, args.keep))
+            print(f"names: {args.names:,} mutants in {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
         peak_mb = _peak_mb()
         mismatches = []
         if args.compare:

@@ -371,28 +371,31 @@ def _command():
     return typer.main.get_command(app)
 
 
-def outcome(path, command: list[str]) -> str:
+def outcome(path, command: list[str], limit_s: float = LIMIT_S) -> str:
     """'ok', 'refused', or what escaped. The command runs as `devplan.cli.main` runs it (click
     outside standalone mode, so its exit code comes back), its output kept to be read: exit 0
     is ok, exit 1 (check's failed buffer) or a DevplanError (exit 2) refused, anything else
-    escaped: an exception (exit 3 from the CLI), a command over LIMIT_S seconds ("Hang"), a
+    escaped: an exception (exit 3 from the CLI), a command over `limit_s` seconds ("Hang"), a
     traceback that something printed on the way ("Traceback: ", its last line), or a line a CI
-    runner would take as a workflow command ("workflow command: ", the line)."""
+    runner would take as a workflow command ("workflow command: ", the line), the refusal's
+    own line (as the CLI prints it) among them."""
     from devplan.errors import DevplanError
+    from devplan.units import inert, printable
 
     previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(LIMIT_S)
+    signal.setitimer(signal.ITIMER_REAL, limit_s)
     stdout, stderr = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             code = _command().main([command[0], str(path), *command[1:]], prog_name="devplan", standalone_mode=False)
         result = "ok" if not code else "refused"  # check exits 1 when a buffer fails
-    except DevplanError:
+    except DevplanError as error:
         result = "refused"
+        print(f"devplan: error: {inert(printable(str(error)))}", file=stderr)
     except Exception as error:  # noqa: BLE001 - what escapes is the finding
         return f"{type(error).__name__}: {error}"
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     printed = stderr.getvalue()
     if "Traceback" in printed or "Logging error" in printed:
@@ -400,3 +403,14 @@ def outcome(path, command: list[str]) -> str:
     if commanding := workflow_commands(stdout.getvalue() + printed):
         return f"workflow command: {commanding[0][:200]!r}"
     return result
+
+
+def column(result: str) -> str:
+    """The column of benchmarks/fuzz.py's table an outcome counts in."""
+    if result in ("ok", "refused"):
+        return result
+    if result.startswith("Hang"):
+        return "hangs"
+    if result.startswith("workflow command: "):
+        return "commands"
+    return "tracebacks" if result.startswith("Traceback: ") else "exit_3"

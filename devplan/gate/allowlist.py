@@ -161,12 +161,20 @@ def _check_scalar(tp, value, where: str) -> None:
         _expect(type(value) is int, where, "an integer")
     elif tp is float:
         _expect(type(value) in (int, float) or value in FLOAT_WORDS, where, "a number")
-    elif tp is str:
-        _expect(isinstance(value, str), where, "a string")
+    elif tp is str:  # a lone surrogate (JSON's \udcff) is no text devplan can write into a program
+        _expect(isinstance(value, str) and (value.isascii() or _encodable(value)), where, "a string of Unicode text")
     elif isinstance(tp, type) and issubclass(tp, enum.IntEnum):
         _expect(type(value) is int and value in tp._value2member_map_, where, f"a {tp.__name__} number")
     else:  # a schema type devplan does not know: torch's format changed, so refuse rather than guess
         raise Unexpected(where, f"has schema type {tp!r}, which devplan does not check")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _expect(condition: bool, where: str, what: str) -> None:
@@ -221,6 +229,9 @@ def _node_metadata(metadata: dict, where: str) -> None:
     wrong = names.module_stack(stack) if isinstance(stack, str) else None
     if wrong:
         raise Unexpected(f"{where}['nn_module_stack']", f"{shown(wrong)}{_NAMES}")
+    torch_fn = metadata.get("torch_fn")
+    if isinstance(torch_fn, str) and (wrong := names.torch_fn(torch_fn)):
+        raise Unexpected(f"{where}['torch_fn']", wrong)
 
 
 # torch writes the archive's names into the Python source it generates and runs (devplan.gate.names)

@@ -63,6 +63,12 @@ def module_stack(text: str) -> str | None:
     return None
 
 
+def torch_fn(text: str) -> str | None:
+    """A node's torch_fn: the function's name and its qualified name joined by ';', which
+    torch's reader splits there and the quantizer unpacks as two."""
+    return None if text.count(";") == 1 else "is not a name and a qualified name joined by one ';'"
+
+
 def keywords(in_spec: str) -> str | None:
     """A call signature's inputs (a pytree spec as JSON text): when the program takes keyword
     inputs, `ep.module()` writes each keyword as a parameter and a dict key. A spec that is

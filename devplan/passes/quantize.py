@@ -24,6 +24,7 @@ from devplan.documents import Quantization, QuantizationError, QuantizeMode
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.files import read_input
+from devplan.gate.unlift import check_unliftable
 from devplan.passes.quantize_embeddings import annotate_embeddings, fuse_embeddings
 from devplan.passes.quantize_torchao import quantize_8da4w, taken_8da4w
 from devplan.quantization import GROUP_SIZE, MODES, TAKES, TORCHAO
@@ -128,6 +129,7 @@ def quantize(
     8da4w (torchao's LLM recipe, passes/quantize_torchao.py) calibrates nothing: its weights'
     scales are their own, its activations' chosen at run time; `group_size` is its weights' groups."""
     _refuse_quantized(ep)
+    check_unliftable(ep, f"--quantize {mode}")  # before ep.module() below builds and runs its code
     names, specs = _user_inputs(ep)
     sizes = [_sizes(ep, name, spec) for name, spec in zip(names, specs)]
     given = _calibration_samples(calibration) if calibration is not None else _seeded_samples(specs, sizes)

@@ -38,8 +38,10 @@ def _model_outputs(path: Path, inputs: list[Any], runs: int) -> list[Any]:
     from torch.utils import _pytree as pytree
 
     from devplan.gate.load import load
+    from devplan.gate.unlift import check_unliftable
 
     ep = load(path)  # the gate: every name the module's generated code holds has been checked
+    check_unliftable(ep, f"--reference {path}")  # and each one ep.module() sets or shadows
     module = ep.module()
     outputs: list[Any] = []
     with torch.no_grad():

@@ -238,3 +238,90 @@ def test_an_archive_saved_by_torch_with_a_hostile_name_is_refused_under_quantize
     assert not marker.exists()
     assert_one_line_error(run, str(archive), "torch writes names into Python code it runs")
     assert not (tmp_path / "out.pte").exists()
+
+
+class _GraphSubmodule(nn.Module):
+    """A submodule named as an attribute every GraphModule has: torch.export saves it as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.graph = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.graph(x)
+
+
+class _PytreeInput(nn.Module):
+    """An input named as a global torch's generated code reads (it flattens the inputs with it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, pytree):
+        return self.lin(x) + pytree
+
+
+def _crafted_forward_buffer(tmp_path: Path) -> Path:
+    """testbed.names' archive with its buffer renamed `forward` everywhere (torch's register_buffer
+    refuses the name, so only a crafted archive holds it)."""
+    from testbed.damage import archive_members
+    from testbed.names import named_archive, rename
+
+    path = tmp_path / "model.pt2"
+    path.write_bytes(rename(archive_members(named_archive()), "buffer", "scale", "forward"))
+    return path
+
+
+@pytest.mark.parametrize("case", ["graph-submodule", "pytree-input", "forward-buffer"])
+def test_a_name_unlifting_cannot_build_is_refused_where_devplan_unlifts(tmp_path, case):
+    """Names the gate lets pass, as compiling never unlifts, that torch's ep.module() cannot build
+    a module of (the attribute is taken) or run (the input shadows `pytree` in the generated
+    forward): --quantize and run --reference both unlift, and exited 3; now each refuses in one
+    line naming the name, and the plain compile still works."""
+    import devplan
+
+    if case == "forward-buffer":
+        archive, name = _crafted_forward_buffer(tmp_path), "'forward'"
+    else:
+        module = _GraphSubmodule() if case == "graph-submodule" else _PytreeInput()
+        archive, name = tmp_path / "model.pt2", "'graph.weight'" if case == "graph-submodule" else "'pytree'"
+        args = (torch.randn(2, 4),) * (1 if case == "graph-submodule" else 2)
+        torch.export.save(torch.export.export(module, args, strict=False), archive)
+    quantized = run_devplan("compile", archive, "--quantize", "dynamic-int8", "-o", tmp_path / "out.pte")
+    assert_one_line_error(quantized, str(archive), "--quantize dynamic-int8: torch cannot", name)
+    program = tmp_path / "model.pte"
+    program.write_bytes(devplan.compile(archive).data)
+    referenced = run_devplan("run", program, "--reference", archive)
+    assert_one_line_error(referenced, f"--reference {archive}: torch cannot", name)
+
+
+@pytest.mark.parametrize(
+    "kind,old,new,says",
+    [
+        ("source line", None, "\udcff", "is not a string of Unicode text"),  # serialize's UnicodeEncodeError
+        ("torch_fn", "mul_1", "m;ul_1", "joined by one ';'"),  # the quantizer's unpacking ValueError
+    ],
+)
+def test_names_the_names_fuzz_found_are_refused_in_one_line(tmp_path, kind, old, new, says):
+    """Archives from benchmarks/fuzz.py --only names that exited 3: a source line holding a lone
+    surrogate (the plain compile, writing it into the program), a torch_fn with a second ';'
+    (--quantize int8, the quantizer unpacking it); each is now refused in one line."""
+    from testbed.damage import archive_members, outcome
+    from testbed.names import named_archive, names, rename
+
+    members = archive_members(named_archive())
+    old = old or next(name for k, name in names(members) if k == kind)
+    path = tmp_path / "model.pt2"
+    path.write_bytes(rename(members, kind, old, old + new if kind == "source line" else new, raw=False))
+    compile_ = ["compile", "-o", str(tmp_path / "out.pte")]
+    if kind == "torch_fn":
+        compile_ += ["--quantize", "int8", "--calibration", str(_calibration(tmp_path))]
+    assert outcome(path, compile_, 60) == "refused"
+    assert_one_line_error(run_devplan(compile_[0], path, *compile_[1:]), str(path), says)
+
+
+def _calibration(tmp_path: Path) -> Path:
+    from testbed.names import calibration
+
+    return calibration(tmp_path / "calibration.pt")

@@ -145,3 +145,44 @@ def test_hostile_names_print_no_workflow_command(tmp_path):
                 escaped.append((number, command, result))
     assert not escaped, escaped[:5]
     assert seen >= {"ok", "refused"}
+
+
+# issue 52's archive names: each name a saved .pt2 carries, of every kind, made hostile in its JSON
+NAMED_CODE_KINDS = {"parameter", "buffer", "constant", "module", "value", "input", "op", "weight file"}
+
+
+def test_no_archive_name_made_code_runs(tmp_path):
+    """Every name the archive carries, written everywhere it occurs (as torch.export.save writes
+    a module given it) as code that touches a marker file when torch's generated Python runs it:
+    compile works or refuses it, and the code never runs; a name torch writes as code (a
+    weight's, a module's, a value's, an input's, an op's) is refused before --quantize turns the
+    program into Python."""
+    from testbed.damage import archive_members
+    from testbed.names import CODE, named_archive, names, rename
+
+    members, marker = archive_members(named_archive()), tmp_path / "marker"
+    path, out = tmp_path / "named.pt2", str(tmp_path / "out.pte")
+    escaped, taken = [], []
+    for kind, old in names(members):
+        path.write_bytes(rename(members, kind, old, CODE[0].format(marker=marker)))
+        result = outcome(path, ["compile", "-o", out])
+        if kind in NAMED_CODE_KINDS:
+            quantized = outcome(path, ["compile", "-o", out, "--quantize", "dynamic-int8"], 30)
+            taken += [(kind, old)] if quantized != "refused" else []
+        if result not in ("ok", "refused") or marker.exists():
+            escaped.append((kind, old, result, marker.exists()))
+            marker.unlink(missing_ok=True)
+    assert not escaped, escaped[:5]
+    assert not taken, f"names that become code compiled under --quantize: {taken[:5]}"
+
+
+def test_hostile_archive_names_through_every_command(tmp_path):
+    """A few archives with one name each hostile (code, workflow commands, line breaks, quotes,
+    100,000 characters, bytes that are not UTF-8), compiled (text and --json), and each program
+    that compiles inspected, checked, diffed and run in every format: nothing escapes."""
+    from testbed.names import fuzz_names
+
+    row = fuzz_names(8, 17, tmp_path, modes=([],))
+    assert row["found"] == [], row["found"][:5]
+    assert row["code_runs"] == row["exit_3"] == row["tracebacks"] == row["commands"] == row["hangs"] == 0
+    assert row["compiled"] and row["refused"]  # some names got past the gate to the readers, some did not

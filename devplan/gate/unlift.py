@@ -1,0 +1,61 @@
+"""What torch's unlifting (`ep.module()`, which --quantize and `run --reference MODEL.pt2` call)
+needs of a loaded program's names, beyond the grammar the archive gate holds them to.
+
+ep.module() builds a GraphModule, sets each weight, buffer and constant on it (and on the plain
+modules it makes for the submodules on their paths), then runs a forward generated from the
+graph. A name torch.export writes from an ordinary model can still break that: a submodule
+called `graph` or `code` (attributes every GraphModule has), or an input called `pytree` or
+`torch` (globals the generated forward reads by those names, which the argument shadows). A
+crafted archive adds `forward` or `__class__`. Compiling never unlifts, so the gate lets these
+pass; what unlifts checks here first and refuses in one line."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from devplan.errors import DevplanError
+from devplan.gate.allowlist import shown
+
+if TYPE_CHECKING:
+    import torch
+
+# the globals torch.fx's generated code reads by these fixed names (torch.fx.graph's custom
+# builtins), never renamed to make way for a value
+FX_GLOBALS = frozenset({"torch", "fx_pytree", "pytree", "device", "inf", "nan", "NoneType"})
+
+
+@functools.cache
+def _attributes() -> tuple[frozenset[str], frozenset[str]]:
+    """The attributes of the GraphModule ep.module() builds, and of any module, before it sets
+    the program's own: a name among them is refused (register_buffer) or replaces a method."""
+    import torch
+
+    plain = torch.nn.Module()
+    return frozenset(dir(torch.fx.GraphModule(plain, torch.fx.Graph()))), frozenset(dir(plain))
+
+
+def check_unliftable(ep: "torch.export.ExportedProgram", needed_by: str) -> None:
+    """Refuse, in one line starting with `needed_by`, a program ep.module() cannot build: a
+    weight's, constant's or submodule's path through an attribute torch's modules have, or a
+    value named as a global its generated code reads."""
+    root, below = _attributes()
+    signature = ep.graph_signature
+    paths = [("weight", name) for name in (*signature.parameters, *signature.buffers)]
+    paths += [("constant", name) for name in (*signature.lifted_tensor_constants, *signature.lifted_custom_objs)]
+    paths += [("submodule", entry.fqn.partition("@")[0]) for entry in ep.module_call_graph if entry.fqn]
+    for kind, path in paths:
+        for depth, part in enumerate(path.split(".")):
+            if part in (root if depth == 0 else below):
+                raise DevplanError(
+                    f"{needed_by}: torch cannot build a module of this program (ep.module()): the {kind} "
+                    f"{shown(path)!r} goes through {shown(part)!r}, which torch's modules have as an attribute "
+                    f"already; rename it in the model and export again"
+                )
+    for node in ep.graph.nodes:
+        if node.name in FX_GLOBALS:
+            raise DevplanError(
+                f"{needed_by}: torch cannot run a module of this program (ep.module()): its value "
+                f"{node.name!r} shadows the global of that name torch's generated code reads; rename the "
+                f"model's {'input' if node.op == 'placeholder' else 'value'} and export again"
+            )
