@@ -512,7 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # where devplan ran the mutant, any refusal there is a mismatch; where only its
                 # check passed it (XNNPACK, which `run --executorch` hands to ExecuTorch's runtime,
                 # whose refusal it reports in one line), a crash or a hang is: it takes devplan down
-                wrong = _mismatch if row["taken_by"] == "run" else _crash
+                wrong = _mismatch if row.get("taken_by") == "run" else _crash  # the names mode has no such command
                 if PROGRAMS.get(row["program"]):
                     row["compared"] = len(mine)
                     row["executorch_refused"] = sum(1 for _, v in mine if wrong(v))

@@ -190,9 +190,11 @@ def test_fuzz_quick_counts_add_up() -> None:
     from benchmarks.fuzz import ARCHIVES, PROGRAMS
 
     report = json.loads(run.stdout)
-    *rows, total = report["rows"]
+    *rows, names, total = report["rows"]
     archives = [row for row in rows if row["program"].endswith(".pt2")]  # compiled: one command each
     assert [row["program"] for row in rows] == [*PROGRAMS, *(f"{name}.pt2" for name in ARCHIVES)]
+    # the names mode: each of its commands counted once, whatever became of it
+    assert names["program"] == "names" and names["mutants"] == 10 and names["ok"] + names["refused"] == names["runs"]
     assert total["program"] == "all"
     for row in rows:
         unmutated = row["unmutated"].split()  # one outcome per command the program's mutants met
@@ -200,7 +202,7 @@ def test_fuzz_quick_counts_add_up() -> None:
         outcomes = row["ok"] + row["refused"] + row["exit_3"] + row["tracebacks"] + row["commands"] + row["hangs"]
         assert outcomes == len(unmutated) * row["mutants"], row
         assert unmutated[:3] == ["ok"] * min(3, len(unmutated))  # the inputs themselves work
-    assert total["mutants"] == sum(row["mutants"] for row in rows) >= 600
+    assert total["mutants"] == sum(row["mutants"] for row in (*rows, names)) >= 600
     assert total["code_runs"] == total["exit_3"] == total["tracebacks"] == total["commands"] == total["hangs"] == 0
     assert 0 < total["compared"] <= 60
     assert report["passed"] == (run.returncode == 0) and report["peak_mb"] < 1024

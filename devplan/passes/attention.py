@@ -139,7 +139,7 @@ def _block(node: torch.fx.Node, block_bytes: int) -> tuple[int | None, str]:
     keys = key.shape[-2]
     if isinstance(keys, torch.SymInt):
         return None, "a dynamic number of keys"
-    rows = _upper(query.shape[:-2].numel() * query.shape[-2])
+    rows = math.prod(_upper(size) for size in query.shape[:-1])  # sizes as symbols: never a guard on them
     per_key = rows * query.element_size()
     if per_key * keys <= block_bytes:
         return None, "scores within one block"
