@@ -108,12 +108,15 @@ def _sunk(graph: torch.fx.Graph, node: torch.fx.Node, fake) -> torch.fx.Node | N
             return None
         return _call(graph, _UNSQUEEZE, (sliced(inner, dim - (dim > at)), at), fake, before=node)
     if source.target in _ELEMENTWISE and not source.kwargs:
-        operands = [
-            sliced(a, dim - (out.dim() - a.meta["val"].dim())) if isinstance(a, torch.fx.Node) else a
-            for a in source.args
-        ]
+        operands = [sliced(a, dim - (out.dim() - _rank(a))) if isinstance(a, torch.fx.Node) else a for a in source.args]
         return _call(graph, source.target, tuple(operands), fake, before=node)
     return None
+
+
+def _rank(operand: torch.fx.Node) -> int:
+    """An operand's dims: 0 for a size the program computes (a number, read whole)."""
+    value = operand.meta.get("val")
+    return value.dim() if isinstance(value, torch.Tensor) else 0
 
 
 def _call(graph: torch.fx.Graph, target, args: tuple, fake, *, before: torch.fx.Node) -> torch.fx.Node:
