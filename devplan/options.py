@@ -17,7 +17,7 @@ from devplan.quantization import checked_group_size, quantized_delegates
 
 # --fold: local folds a constant subgraph where its own bytes say so, all every one (as
 # ExecuTorch's const-prop does), none nothing; auto plans each of them and keeps the one whose
-# arena plus constants is least (compiler.py)
+# arena plus constants is least (compiler/fold_choice.py)
 FOLDING = ("auto", "local", "all", "none")
 # --attention: auto computes each attention whose scores would outgrow one block of keys a block
 # at a time (passes/attention.py); materialized leaves every attention as the export has it
