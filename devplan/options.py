@@ -11,8 +11,7 @@ from devplan.backend import Backend, Partitioner
 from devplan.errors import DevplanError
 from devplan.files import present
 from devplan.planning.budget import checked_budgets
-from devplan.planning.model import MAX_ALIGNMENT
-from devplan.planning.planner import ALGORITHMS
+from devplan.planning.model import MAX_ALIGNMENT, PLANNERS
 from devplan.quantization import checked_group_size, quantized_delegates
 
 # --fold: local folds a constant subgraph where its own bytes say so, all every one (as
@@ -29,7 +28,7 @@ ATTENTION_BLOCK = 8 * 2**20  # --attention-block's default: the bytes of scores 
 class CompileOptions:
     # of every planned tensor's offset; None: each buffer its device's (16 on the host, 512 on CUDA)
     alignment: int | None = None
-    planner: str = "best"  # planning.ALGORITHMS
+    planner: str = "best"  # planning.model.PLANNERS
     budgets: tuple[tuple[str, int], ...] = ()  # (buffer mem_id or device, bytes)
     inplace: bool = True  # results over inputs that die with them; cat pieces in place
     reorder: bool = True  # instructions in the order that holds the fewest bytes at once
@@ -71,10 +70,8 @@ class CompileOptions:
             isinstance(a, bool) or not isinstance(a, int) or a < 1 or a & (a - 1) or a > MAX_ALIGNMENT
         ):
             raise DevplanError(f"--alignment {a}: must be a power of two from 1 to {MAX_ALIGNMENT}, e.g. 16")
-        if self.planner not in ALGORITHMS:
-            raise DevplanError(
-                f"unknown memory planning algorithm {self.planner!r}; use one of: {', '.join(ALGORITHMS)}"
-            )
+        if self.planner not in PLANNERS:
+            raise DevplanError(f"unknown memory planning algorithm {self.planner!r}; use one of: {', '.join(PLANNERS)}")
         if self.fold not in FOLDING:
             raise DevplanError(f"--fold {self.fold}: use one of: {', '.join(FOLDING)}")
         if self.attention not in ATTENTION:

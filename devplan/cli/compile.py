@@ -52,9 +52,9 @@ def _folding(incomplete: str) -> list[str]:
 
 def _planners(incomplete: str) -> list[str]:
     """Shell completion's values for --planner."""
-    from devplan.planning.planner import ALGORITHMS
+    from devplan.planning.model import PLANNERS
 
-    return [name for name in ALGORITHMS if name.startswith(incomplete)]
+    return [name for name in PLANNERS if name.startswith(incomplete)]
 
 
 def _backends(incomplete: str) -> list[str]:
