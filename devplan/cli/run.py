@@ -20,6 +20,7 @@ from devplan.cli.app import (
     program_source,
     report_outputs,
 )
+from devplan.cli.values import size_option
 from devplan.errors import EXIT_FAILED, DevplanError
 
 if TYPE_CHECKING:
@@ -165,7 +166,7 @@ def run_command(
             "--format markdown|github and --junit report outputs against a reference; add --reference FILE"
         )
     # one limit for the inputs, read or made, and all the program's memory
-    memory = Memory(_memory_limit(max_memory))
+    memory = Memory(size_option(max_memory, "--max-memory", "4GiB or 512MiB"))
     refuse_overwrite(save, [program, data, inputs, reference], "--save")
     report_outputs(json_output, report_format, junit, [program, data, inputs, reference])
     pte = read_pte(program_source(program, data))
@@ -262,15 +263,6 @@ class _Runtime:
                 return given, results, seconds, device_memory(loaded, peaks(devices))
             finally:
                 loaded.release()
-
-
-def _memory_limit(text: str) -> int:
-    from devplan.units import size_bytes
-
-    nbytes = size_bytes(text)
-    if nbytes is None or nbytes < 1:
-        raise DevplanError(f"bad --max-memory {text!r}; give a size such as 4GiB or 512MiB")
-    return int(nbytes)
 
 
 def _load_inputs(path: Path, memory: Memory) -> list:
