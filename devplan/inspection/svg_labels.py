@@ -33,9 +33,10 @@ def largest(tensors: list[InspectedTensor]) -> list[InspectedTensor]:
 
 
 def texts(t: InspectedTensor) -> list[str]:
-    """A tensor's label, longest first: its value, its name's or module's last two parts, its size."""
-    named = t.get("name") or t.get("module") or ""
-    short = ".".join(named.split(".")[-2:])
+    """A tensor's label, longest first: its value, the end of its name or module, its size."""
+    parts = (t.get("name") or t.get("module") or "").split(".")
+    # its last two parts, and the one before where they start with a number (layers.0.self_attn, not 0.self_attn)
+    short = ".".join(parts[-3:] if len(parts) > 2 and parts[-2].isdigit() else parts[-2:])
     size = size_text(t["nbytes"])
     full = [f"v{t['value']} {short} · {size}"] if short else []
     return [*full, f"v{t['value']} · {size}", f"v{t['value']}"]
@@ -60,10 +61,13 @@ def tensor_labels(
         text, px, py, anchor, rotated, box, inside = placed
         taken.append(box)
         turn = f' transform="rotate(-90 {px:.2f} {py:.2f})"' if rotated else ""
+        # a label beside its tensor stands on white, and outlines the rectangle it names among its neighbours
         ground = (
             ""
             if inside
-            else f'<rect x="{box.left - 1:.2f}" y="{box.top:.2f}" width="{box.right - box.left + 2:.2f}" '
+            else f'<rect x="{rect.left:.2f}" y="{rect.top:.2f}" width="{rect.right - rect.left:.2f}" '
+            f'height="{rect.bottom - rect.top:.2f}" fill="none" stroke="#222" stroke-width="1.2"/>'
+            f'<rect x="{box.left - 1:.2f}" y="{box.top:.2f}" width="{box.right - box.left + 2:.2f}" '
             f'height="{box.bottom - box.top:.2f}" fill="white" fill-opacity="0.85"/>'
         )
         parts.append(
