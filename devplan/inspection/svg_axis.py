@@ -12,7 +12,7 @@ from typing import Callable
 
 from devplan.documents import InspectedMethod
 from devplan.inspection.sources import top_module
-from devplan.inspection.svg_text import Box, text_width
+from devplan.inspection.svg_text import text_width
 from devplan.pte.kinds import COPIES
 
 LANE = 14  # px between lanes of brackets
@@ -46,18 +46,17 @@ def brackets(method: InspectedMethod, x: Callable[[float], float]) -> list[Brack
             runs[-1][2] = row["index"]
         else:
             runs.append([name, row["index"], row["index"]])
-    lanes: list[list[Box]] = []
+    ends: list[float] = []  # each lane's right edge so far: runs come left to right
     placed = []
     for name, first, last in runs:
         left, right = x(first), x(last + 1)
         label = _label(name, right - left)
-        width = text_width(label, 11)
-        middle = (left + right) / 2
-        extent = Box(min(left, middle - width / 2), 0, max(right, middle + width / 2), 1)
-        lane = next((i for i, boxes in enumerate(lanes) if not any(extent.meets(b) for b in boxes)), len(lanes))
-        if lane == len(lanes):
-            lanes.append([])
-        lanes[lane].append(extent)
+        middle, half = (left + right) / 2, text_width(label, 11) / 2
+        start, end = min(left, middle - half), max(right, middle + half)
+        lane = next((i for i, edge in enumerate(ends) if edge <= start), len(ends))
+        if lane == len(ends):
+            ends.append(end)
+        ends[lane] = end
         placed.append(Bracket(name, first, last, lane, label))
     return placed
 
