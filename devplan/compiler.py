@@ -32,6 +32,7 @@ from devplan.dump import stage_text
 from devplan.emit.build import build_method, constant_method
 from devplan.emit.program import ExternalWeights, stored_size, to_program
 from devplan.errors import BudgetExceeded, DevplanError, InternalError
+from devplan.etrecord import require_etrecord, write_etrecord
 from devplan.files import is_stdout, refuse_overwrite, write_atomic
 from devplan.gate.load import import_kernels, load
 from devplan.inspection.kernels import libraries
@@ -211,6 +212,8 @@ def compile(
     whatever it is); `alignment`, `planner`, `dump_dir`."""
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
+    if options.etrecord is not None:  # the extra's one-line refusal before any work
+        require_etrecord()
     import_kernels(options.kernels)
     files = {"forward": model, **_named(methods, "method")}  # as given: errors name the file
     kept = (*files.values(), options.calibration, options.external_constants, output)
@@ -265,6 +268,9 @@ def compile(
     if path is not None:
         told = None if on_written is None else lambda done: on_written(done, image.size)
         stage("write", write_atomic, path, image.parts, on_written=told)
+    if options.etrecord is not None:
+        written = path if path is not None and not is_stdout(path) else bytes(image)
+        stage("etrecord", write_etrecord, options.etrecord, sources["forward"], planned, written)
     report = None
     if quantization is not None:  # what compile reports is what the program written computes
         # the file as written, mapped; the bytes when there is none to read back (standard output)

@@ -323,6 +323,18 @@ def compile_command(
             show_default=False,
         ),
     ] = None,
+    etrecord: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--etrecord",
+            rich_help_panel=OUTPUT,
+            metavar="FILE",
+            help='Also write ExecuTorch\'s ETRecord of the program (needs pip install "devplan[executorch]"): '
+            "its Inspector then maps an ETDump's events (run --executorch --etdump) to the model's ops and "
+            "modules, and calculate_numeric_gap compares outputs with the export on run's default inputs.",
+            show_default=False,
+        ),
+    ] = None,
     kernels: Annotated[
         Optional[list[str]],
         typer.Option(
@@ -428,7 +440,8 @@ def compile_command(
     read = [model, *methods.values(), metadata, calibration]
     refuse_overwrite(target, read, "-o")
     refuse_overwrite(external_constants, read, "--external-constants")
-    refuse_shared_output({"-o": target, "--external-constants": external_constants})
+    refuse_overwrite(etrecord, read, "--etrecord")
+    refuse_shared_output({"-o": target, "--external-constants": external_constants, "--etrecord": etrecord})
     # the program on standard output leaves it no room for the summary, which goes to stderr
     to_stdout = is_stdout(target)
     shown = functools.partial(echo, err=to_stdout)
@@ -457,6 +470,7 @@ def compile_command(
             kernels=kernels,
             llm=llm,
             external_constants=external_constants,
+            etrecord=etrecord,
             quantize=quantize,
             calibration=calibration,
             group_size=group_size,

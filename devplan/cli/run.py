@@ -91,6 +91,26 @@ def run_command(
             '"devplan[executorch]"): any program, those with XNNPACK delegates too.',
         ),
     ] = False,
+    etdump: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--etdump",
+            metavar="FILE",
+            help="With --executorch: write ExecuTorch's ETDump of the runs (each instruction's and "
+            "delegate's time), which inspect --etdump shows beside the plan and ExecuTorch's Inspector reads.",
+            show_default=False,
+        ),
+    ] = None,
+    debug_buffer: Annotated[
+        Optional[str],
+        typer.Option(
+            "--debug-buffer",
+            metavar="SIZE",
+            help="With --etdump: also keep each instruction's outputs, in a buffer of SIZE (e.g. 16MiB) "
+            "written beside the ETDump as FILE.debug (Inspector's debug_buffer_path).",
+            show_default=False,
+        ),
+    ] = None,
     data: Annotated[
         Optional[Path],
         typer.Option(
@@ -164,14 +184,16 @@ def run_command(
         raise DevplanError(
             "--format markdown|github and --junit report outputs against a reference; add --reference FILE"
         )
+    trace = _trace(etdump, debug_buffer, executorch)
     # one limit for the inputs, read or made, and all the program's memory
     memory = Memory(_memory_limit(max_memory))
     refuse_overwrite(save, [program, data, inputs, reference], "--save")
+    refuse_overwrite(etdump, [program, data, inputs, reference, save], "--etdump")
     report_outputs(json_output, report_format, junit, [program, data, inputs, reference])
     pte = read_pte(program_source(program, data))
     given = _load_inputs(inputs, memory) if inputs is not None else None
     way = _Runtime(method, seed, executorch, devices_on_host, cuda_graphs)
-    given, results, seconds, held = way.execute(pte, given, runs, memory)
+    given, results, seconds, held = way.execute(pte, given, runs, memory, trace)
     compared: Reference | None = None
     if reference is not None:
         tolerance = OutputTolerance(atol, rtol, min_sqnr)
@@ -235,8 +257,11 @@ class _Runtime:
     devices_on_host: bool
     cuda_graphs: bool
 
-    def execute(self, pte, given: list | None, runs: int, memory) -> tuple[list, list[list], list[float], list | None]:
-        """(the inputs, each run's outputs, each run's seconds, what each device held or None)."""
+    def execute(
+        self, pte, given: list | None, runs: int, memory, trace=None
+    ) -> tuple[list, list[list], list[float], list | None]:
+        """(the inputs, each run's outputs, each run's seconds, what each device held or None);
+        with `trace` (--etdump, ExecuTorch's runtime only), the runs' ETDump written."""
         from contextlib import nullcontext
 
         from devplan.pte.decode import methods
@@ -251,7 +276,7 @@ class _Runtime:
 
             if given is None:
                 given = sample_inputs(method_view(pte, self.method), self.seed, memory)
-            return (given, *run_on_executorch(pte, self.method, given, runs), None)
+            return (given, *run_on_executorch(pte, self.method, given, runs, trace), None)
         with registered("cuda", HostAllocator()) if self.devices_on_host else nullcontext():
             devices = {d for view in methods(pte) for d in view.buffer_devices.values()}
             reset_peaks(devices)
@@ -262,6 +287,23 @@ class _Runtime:
                 return given, results, seconds, device_memory(loaded, peaks(devices))
             finally:
                 loaded.release()
+
+
+def _trace(etdump: Path | None, debug_buffer: str | None, executorch: bool):
+    """--etdump's Trace, its options checked: ExecuTorch's runtime writes the ETDump."""
+    from devplan.runtime.etdump_trace import Trace
+    from devplan.units import size_bytes
+
+    if debug_buffer is not None and etdump is None:
+        raise DevplanError("--debug-buffer keeps outputs in an ETDump's debug buffer; add --etdump FILE")
+    if etdump is None:
+        return None
+    if not executorch:
+        raise DevplanError("--etdump: ExecuTorch's runtime writes the ETDump; add --executorch")
+    nbytes = size_bytes(debug_buffer) if debug_buffer is not None else 0
+    if nbytes is None or nbytes < 0 or (debug_buffer is not None and nbytes < 1):
+        raise DevplanError(f"bad --debug-buffer {debug_buffer!r}; give a size such as 16MiB")
+    return Trace(etdump, int(nbytes))
 
 
 def _memory_limit(text: str) -> int:
