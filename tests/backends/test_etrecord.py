@@ -154,3 +154,23 @@ def test_etrecord_is_refused_in_one_line_without_the_extra_or_with_quantize(monk
         DevplanError, match=r"--etrecord: cannot import executorch\.devtools\.etrecord .*devplan\[executorch\]"
     ):
         devplan.compile(tmp_path / "m.pt2", tmp_path / "m.pte", etrecord=tmp_path / "m.etrecord")
+
+
+def test_every_instruction_a_decomposed_op_became_names_that_op(tmp_path):
+    """linalg_vector_norm has no portable kernel: its pow, sum and pow all carry its handle,
+    so Inspector compares the last of them with the op's output."""
+    from devplan.etrecord import instruction_handles
+
+    class Normalize(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.normalize(x, dim=-1) * 2
+
+    ep = torch.export.export(Normalize(), (torch.randn(2, 8),))
+    planned = devplan.compile(ep, tmp_path / "n.pte").planned
+    nodes = [node for node in ep.graph.nodes if node.op == "call_function"]
+    handles = {node.name: at for at, node in enumerate(nodes, start=1)}
+    by_instruction, delegates = instruction_handles(planned, nodes, handles)
+    ops = [kernel.op for kernel in planned.method.kernels]
+    norm = [str(i) for i, op in enumerate(ops) if op in ("aten::pow.Tensor_Scalar_out", "aten::sum.IntList_out")]
+    assert len(norm) == 3 and {tuple(by_instruction[i]) for i in norm} == {(handles["linalg_vector_norm"],)}
+    assert by_instruction[str(ops.index("aten::div.out"))] == [handles["div"]] and delegates == {}
