@@ -96,8 +96,9 @@ def run_command(
         typer.Option(
             "--etdump",
             metavar="FILE",
-            help="With --executorch: write ExecuTorch's ETDump of the runs (each instruction's and "
-            "delegate's time), which inspect --etdump shows beside the plan and ExecuTorch's Inspector reads.",
+            help="Write an ETDump of the runs (each instruction's and delegate's time; ExecuTorch's runtime "
+            "writes it with --executorch, devplan in its format otherwise), which inspect --etdump shows "
+            "beside the plan and ExecuTorch's Inspector reads.",
             show_default=False,
         ),
     ] = None,
@@ -106,7 +107,7 @@ def run_command(
         typer.Option(
             "--debug-buffer",
             metavar="SIZE",
-            help="With --etdump: also keep each instruction's outputs, in a buffer of SIZE (e.g. 16MiB) "
+            help="With --etdump --executorch: also keep each instruction's outputs, in a buffer of SIZE (e.g. 16MiB) "
             "written beside the ETDump as FILE.debug (Inspector's debug_buffer_path).",
             show_default=False,
         ),
@@ -261,7 +262,7 @@ class _Runtime:
         self, pte, given: list | None, runs: int, memory, trace=None
     ) -> tuple[list, list[list], list[float], list | None]:
         """(the inputs, each run's outputs, each run's seconds, what each device held or None);
-        with `trace` (--etdump, ExecuTorch's runtime only), the runs' ETDump written."""
+        with `trace` (--etdump), the runs' ETDump written."""
         from contextlib import nullcontext
 
         from devplan.pte.decode import methods
@@ -283,10 +284,25 @@ class _Runtime:
             loaded = LoadedMethod(pte, self.method, memory=memory, cuda_graphs=self.cuda_graphs)
             try:
                 given = given if given is not None else loaded.sample_inputs(self.seed)
-                results, seconds = timed_runs(lambda: loaded.execute(given), runs)
+                clocks: list = []
+                once = (lambda: loaded.execute(given)) if trace is None else lambda: _clocked(loaded, given, clocks)
+                results, seconds = timed_runs(once, runs)
+                if trace is not None:
+                    trace.write_own(pte, self.method, clocks)
                 return given, results, seconds, device_memory(loaded, peaks(devices))
             finally:
                 loaded.release()
+
+
+def _clocked(loaded, given: list, clocks: list) -> list:
+    """One run of `loaded`, its instructions' and its own host times appended to `clocks`."""
+    import time
+
+    steps: list = []
+    start = time.perf_counter_ns()
+    outputs = loaded.execute(given, clock=steps)
+    clocks.append((steps, start, time.perf_counter_ns()))
+    return outputs
 
 
 def _trace(etdump: Path | None, debug_buffer: str | None, executorch: bool):
@@ -298,8 +314,8 @@ def _trace(etdump: Path | None, debug_buffer: str | None, executorch: bool):
         raise DevplanError("--debug-buffer keeps outputs in an ETDump's debug buffer; add --etdump FILE")
     if etdump is None:
         return None
-    if not executorch:
-        raise DevplanError("--etdump: ExecuTorch's runtime writes the ETDump; add --executorch")
+    if debug_buffer is not None and not executorch:
+        raise DevplanError("--debug-buffer: devplan's runtime keeps no outputs in its ETDump; add --executorch")
     nbytes = size_bytes(debug_buffer) if debug_buffer is not None else 0
     if nbytes is None or nbytes < 0 or (debug_buffer is not None and nbytes < 1):
         raise DevplanError(f"bad --debug-buffer {debug_buffer!r}; give a size such as 16MiB")

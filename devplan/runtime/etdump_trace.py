@@ -1,7 +1,8 @@
-"""`devplan run --executorch --etdump FILE [--debug-buffer SIZE]`: ExecuTorch's runtime traces
-the runs into an ETDump (each instruction's and delegate's start and end time, and with a debug
-buffer each instruction's outputs), which `devplan inspect --etdump` and ExecuTorch's
-`Inspector` read."""
+"""`devplan run --etdump FILE`: the runs traced into an ETDump, which `devplan inspect
+--etdump` and ExecuTorch's `Inspector` read. With --executorch, ExecuTorch's runtime writes it
+(each instruction's and delegate's start and end time, and with --debug-buffer SIZE each
+instruction's outputs); on devplan's runtime, devplan writes one in ExecuTorch's format from
+each instruction's host time (OPERATOR_CALL, DELEGATE_CALL) and each call's (Method::execute)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ class Trace:
                 f"give --debug-buffer {needed}B or more"
             )
 
+    def write_own(self, pte: PteFile, name: str, clocks: list[Clock]) -> None:
+        """Write the ETDump of devplan's runs (own_etdump)."""
+        write_atomic(self.path, own_etdump(pte, name, clocks))
+
     def write(self, program: Any) -> None:
         """Write the ETDump (and the debug buffer) of what `program` (ExecuTorch's) ran, each file
         whole or not at all: ExecuTorch writes them in place."""
@@ -53,6 +58,40 @@ class Trace:
             write_atomic(self.path, dump.read_bytes())
             if self.debug_buffer:
                 write_atomic(self.debug_path, debug.read_bytes() if debug.exists() else b"")
+
+
+# one run's instructions as timed: (instruction, start, end) in host nanoseconds; and the call's
+Clock = tuple[list[tuple[int, int, int]], int, int]
+
+
+def own_etdump(pte: PteFile, name: str, clocks: list[Clock]) -> bytes:
+    """An ETDump in ExecuTorch's format (schema/etdump.fbs) of devplan's runs of method `name`:
+    a RunData named as ExecuTorch's runtime names a run ("Execute") per run."""
+    import flatbuffers
+
+    from devplan.pte.etdump import IDENTIFIER
+    from devplan.pte.etdump_fb.ETDump import ETDumpT
+    from devplan.pte.etdump_fb.Event import EventT
+    from devplan.pte.etdump_fb.ProfileEvent import ProfileEventT
+    from devplan.pte.etdump_fb.RunData import RunDataT
+
+    kinds = {i.index: i.kind for i in method_view(pte, name).instructions}
+
+    def event(name: str, instruction: int, start: int, end: int) -> EventT:
+        made = EventT()
+        made.profileEvent = ProfileEventT(name=name, instructionId=instruction, startTime=start, endTime=end)
+        return made
+
+    root = ETDumpT(version=0, runData=[])
+    for steps, start, end in clocks:
+        run = RunDataT(name="Execute", events=[])
+        for at, begun, ended in steps:
+            run.events.append(event("DELEGATE_CALL" if kinds[at] == "delegate" else "OPERATOR_CALL", at, begun, ended))
+        run.events.append(event("Method::execute", 0, start, end))
+        root.runData.append(run)
+    builder = flatbuffers.Builder(1024)
+    builder.FinishSizePrefixed(root.Pack(builder), IDENTIFIER)
+    return bytes(builder.Output())
 
 
 def debug_bytes(pte: PteFile, name: str) -> int:

@@ -142,8 +142,8 @@ def test_run_refuses_a_debug_buffer_the_outputs_could_outgrow(traced, tmp_path):
     program = read_pte(traced["portable"][0])
     with pytest.raises(DevplanError, match=r"--debug-buffer 64 B: .* give --debug-buffer \d+B or more"):
         Trace(tmp_path / "x.etdp", 64).check(program, "forward", 1)
-    run = invoke("run", str(traced["portable"][0]), "--etdump", str(tmp_path / "x.etdp"))
-    assert isinstance(run.exception, DevplanError) and "add --executorch" in str(run.exception)
+    run = invoke("run", str(traced["portable"][0]), "--debug-buffer", "1MiB")
+    assert isinstance(run.exception, DevplanError) and "add --etdump" in str(run.exception)
 
 
 def test_etrecord_is_refused_in_one_line_without_the_extra_or_with_quantize(monkeypatch, tmp_path):
@@ -174,3 +174,21 @@ def test_every_instruction_a_decomposed_op_became_names_that_op(tmp_path):
     norm = [str(i) for i, op in enumerate(ops) if op in ("aten::pow.Tensor_Scalar_out", "aten::sum.IntList_out")]
     assert len(norm) == 3 and {tuple(by_instruction[i]) for i in norm} == {(handles["linalg_vector_norm"],)}
     assert by_instruction[str(ops.index("aten::div.out"))] == [handles["div"]] and delegates == {}
+
+
+def test_devplans_runtime_writes_an_etdump_inspect_and_executorchs_inspector_read(traced, tmp_path):
+    from executorch.devtools import Inspector
+
+    program, record, _ = traced["portable"]
+    dump = tmp_path / "own.etdp"
+    run = invoke("run", str(program), "--etdump", str(dump), "--runs", "3")
+    assert run.exit_code == 0, run.output
+    timing = json.loads(invoke("inspect", str(program), "--etdump", str(dump), "--json").output)["methods"][0]["timing"]
+    assert (timing["runs"], timing["warm_runs"]) == (3, 2) and timing["execute_ns"] > 0
+    assert [entry["index"] for entry in timing["instructions"]] == [0, 1, 2, 3]
+    (runs,) = [block for block in Inspector(etdump_path=str(dump), etrecord=str(record)).event_blocks]
+    calls = [event for event in runs.events if event.name == "OPERATOR_CALL"]
+    assert [_modules(event) for event in calls] == [{"fc1"}, set(), {"fc2"}, set()]
+    assert all(len(event.perf_data.raw) == 3 for event in calls)
+    refused = invoke("run", str(program), "--etdump", str(dump), "--debug-buffer", "1MiB")
+    assert isinstance(refused.exception, DevplanError) and "add --executorch" in str(refused.exception)
