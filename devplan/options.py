@@ -46,6 +46,8 @@ class CompileOptions:
     # where the weights go instead of the program: ExecuTorch's .ptd data file (FlatTensor),
     # each under its name, which the program's tensors name (ExecutorchBackendConfig(external_constants=True))
     external_constants: Path | None = None
+    # ExecuTorch's ETRecord of the program written (the executorch extra; devplan/etrecord.py)
+    etrecord: Path | None = None
     # Python modules imported before loading, for the op libraries their import registers
     # (custom ops a graph calls exist in torch only once their library's module has run)
     kernels: tuple[str, ...] = ()
@@ -88,6 +90,11 @@ class CompileOptions:
                 raise DevplanError(
                     f"--kernels {name}: not a Python module name; name a module as import does, e.g. transformers"
                 )
+        if self.etrecord is not None and self.quantize is not None:
+            raise DevplanError(
+                "--etrecord with --quantize: the ETRecord's graph would be the float export, which the "
+                "quantized program's instructions do not come from; compile without --quantize for it"
+            )
         if self.group_size is not None:
             checked_group_size(self.quantize, self.group_size)
         if self.quantize is not None or self.calibration is not None:
@@ -100,7 +107,7 @@ class CompileOptions:
         """`base` (or the defaults) with `choices` as devplan.compile takes them: budgets as a
         mapping, delegates as 'cuda:0=aten::linear' texts, Backends or Partitioners,
         `backends` as ExecuTorch backend names ('xnnpack') or 'MODULE:CLASS[:JSON]' partitioners
-        that choose before the delegates, dump_dir, external_constants and a calibration file as any path, kernels as
+        that choose before the delegates, dump_dir, external_constants, etrecord and a calibration file as any path, kernels as
         module names."""
         if "backends" in choices:
             foreign = tuple(Partitioner.parse(b) if isinstance(b, str) else b for b in choices.pop("backends") or ())
@@ -121,7 +128,7 @@ class CompileOptions:
             choices["calibration"] = Path(choices["calibration"])
         elif choices.get("calibration") is not None:
             choices["calibration"] = tuple(choices["calibration"])
-        for name in ("dump_dir", "external_constants"):
+        for name in ("dump_dir", "external_constants", "etrecord"):
             if choices.get(name) is not None:
                 choices[name] = Path(choices[name])
         return replace(base or cls(), **choices)

@@ -15,8 +15,7 @@ from devplan.cli.values import (
     complete_backends,
     complete_folding,
     complete_planners,
-    constant_methods_file,
-    constant_value,
+    constant_methods,
     given_order,
     in_order,
     name_value,
@@ -283,6 +282,18 @@ def compile_command(
             show_default=False,
         ),
     ] = None,
+    etrecord: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--etrecord",
+            rich_help_panel=OUTPUT,
+            metavar="FILE",
+            help='Also write ExecuTorch\'s ETRecord of the program (needs pip install "devplan[executorch]"): '
+            "its Inspector then maps an ETDump's events (run --executorch --etdump) to the model's ops and "
+            "modules, and calculate_numeric_gap compares outputs with the export on run's default inputs.",
+            show_default=False,
+        ),
+    ] = None,
     kernels: Annotated[
         Optional[list[str]],
         typer.Option(
@@ -367,13 +378,7 @@ def compile_command(
     backends = [make(text) for name in given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()]
     budgets = dict(parse_budget(text) for text in budget or ())
     methods = named_once([name_value(text, "--method", Path) for text in method or ()], "--method")
-    constants = {
-        **(constant_methods_file(metadata) if metadata is not None else {}),
-        **named_once(
-            [name_value(text, "--constant-method", constant_value) for text in constant_method or ()],
-            "--constant-method",
-        ),
-    }
+    constants = constant_methods(metadata, constant_method or [])
     if output is not None and is_stdout(output) and sys.stdout.isatty():
         # as gzip refuses: a program's bytes are noise on a terminal, and some of them its commands
         raise DevplanError(
@@ -387,7 +392,8 @@ def compile_command(
     read = [model, *methods.values(), metadata, calibration]
     refuse_overwrite(target, read, "-o")
     refuse_overwrite(external_constants, read, "--external-constants")
-    refuse_shared_output({"-o": target, "--external-constants": external_constants})
+    refuse_overwrite(etrecord, read, "--etrecord")
+    refuse_shared_output({"-o": target, "--external-constants": external_constants, "--etrecord": etrecord})
     # the program on standard output leaves it no room for the summary, which goes to stderr
     to_stdout = is_stdout(target)
     shown = functools.partial(echo, err=to_stdout)
@@ -416,6 +422,7 @@ def compile_command(
             kernels=kernels,
             llm=llm,
             external_constants=external_constants,
+            etrecord=etrecord,
             quantize=quantize,
             calibration=calibration,
             group_size=group_size,

@@ -61,6 +61,12 @@ def _unique_keys(path: Path, pairs: list) -> dict:
     return dict(pairs)
 
 
+def constant_methods(metadata: Path | None, texts: list[str]) -> dict:
+    """The constant methods of --metadata's file, then of each --constant-method NAME=VALUE."""
+    given = named_once([name_value(text, "--constant-method", constant_value) for text in texts], "--constant-method")
+    return {**(constant_methods_file(metadata) if metadata is not None else {}), **given}
+
+
 def constant_methods_file(path: Path) -> dict:
     """--metadata's JSON object of constant methods, each value checked as the runner reads it."""
     from devplan.files import read_input

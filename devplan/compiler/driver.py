@@ -19,6 +19,7 @@ from devplan.compiler.stages import Stages
 from devplan.emit.build import constant_method
 from devplan.emit.program import ExternalWeights, to_program
 from devplan.errors import DevplanError
+from devplan.etrecord import require_etrecord, write_etrecord
 from devplan.files import is_stdout, write_atomic
 from devplan.gate.load import import_kernels, load
 from devplan.ir.lowered import Lowered
@@ -78,6 +79,8 @@ def compile(
     whatever it is); `alignment`, `planner`, `dump_dir`. `pipeline` holds the pass tables run."""
     options = CompileOptions.of(options, **choices)
     start = time.perf_counter()
+    if options.etrecord is not None:  # the extra's one-line refusal before any work
+        require_etrecord()
     import_kernels(options.kernels)
     files = {"forward": model, **_named(methods, "method")}  # as given: errors name the file
     kept = (*files.values(), options.calibration, options.external_constants, output)
@@ -132,11 +135,13 @@ def compile(
     if path is not None:
         told = None if on_written is None else lambda done: on_written(done, image.size)
         stage("write", write_atomic, path, image.parts, on_written=told)
+    # the file as written, mapped; the bytes when there is none to read back (standard output)
+    written = path if path is not None and not is_stdout(path) else None
+    if options.etrecord is not None:
+        stage("etrecord", write_etrecord, options.etrecord, sources["forward"], planned, written or bytes(image))
     report = None
     if quantization is not None:  # what compile reports is what the program written computes
-        # the file as written, mapped; the bytes when there is none to read back (standard output)
-        written = path if path is not None and not is_stdout(path) else bytes(image)
-        report = stage("measure", measured, *quantization, written, options.external_constants)
+        report = stage("measure", measured, *quantization, written or bytes(image), options.external_constants)
     return CompileResult(
         image,
         path,
