@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, ClassVar
 from devplan.errors import DevplanError, first_line
 from devplan.extras import BACKENDS, import_module
 from devplan.jsontext import loads
-from devplan.spec import Device
+from devplan.spec import DEVPLAN_BACKEND, Device
 
 if TYPE_CHECKING:
     import torch
 
-# devplan's own delegate backend: its payload is an ET12 program for the delegate's device
-BACKEND_ID = "DevplanDelegate"
+BACKEND_ID = DEVPLAN_BACKEND  # devplan's own delegate backend
 
 TARGET_DEVICE = "target_device"  # the compile spec key ExecuTorch reads a delegate's device from
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from devplan.backend import BACKEND_ID
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.passes.quantize import Error, MeasuredOn, QuantizeReport, Reference, error_of
 from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import MethodView, methods
+from devplan.pte.payloads import runs_here
 from devplan.runtime.executor import run
 from devplan.runtime.executorch import run_on_executorch
 
@@ -57,7 +57,7 @@ def measured(
 def _runtime_for(forward: MethodView) -> MeasuredOn:
     """ExecuTorch's runtime for a program with its backends' delegates, when the
     devplan[executorch] extra is installed; devplan's for any other."""
-    if all(delegate.id == BACKEND_ID for delegate in forward.delegates):
+    if all(runs_here(delegate.id) for delegate in forward.delegates):
         return "devplan"
     try:
         import_module("executorch.runtime", "--quantize")

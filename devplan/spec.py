@@ -10,6 +10,8 @@ from devplan.dtypes import ITEMSIZE
 from devplan.errors import DevplanError
 
 DEVICE_TYPES = ("cpu", "cuda")  # ET12 DeviceType enum order: CPU = 0, CUDA = 1
+# the backend id of devplan's own delegates, whose payload is an ET12 program for their device
+DEVPLAN_BACKEND = "DevplanDelegate"
 
 INT32_MAX = 2**31 - 1  # the largest size a .pte can hold: ET12 writes every tensor size as an int32
 

@@ -24,7 +24,7 @@ from devplan.units import inert, printable
 
 if TYPE_CHECKING:
     from devplan.compiler import CompileResult
-    from devplan.inspection.diff import Diff, Tolerance
+    from devplan.inspection.changes import Diff, Tolerance
 
 UPDATE_VARIABLE = "DEVPLAN_UPDATE_GOLDEN"
 

@@ -6,6 +6,7 @@ off a path that does not need it, never to dodge a cycle."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import devplan
@@ -173,3 +174,33 @@ def test_options_import_no_torch_nor_numpy():
     )
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "[]", run.stdout[:300]
+
+
+def test_no_branch_on_a_backend_id_outside_the_payload_registry():
+    """Issue 56.4: what devplan knows of a backend's payloads is pte/payloads.py's registry; no
+    other module compares a delegate's backend id (a second backend is a module, not branches)."""
+    compared = re.compile(
+        r"(==|!=)\s*[\w.]*(BACKEND_ID|DEVPLAN\w*)\b|\b(BACKEND_ID|DEVPLAN\w*)\s*(==|!=)|\.id\s*(==|!=)"
+    )
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{number}"
+        for name, path in _modules().items()
+        if name != "devplan.pte.payloads" and not any(part.endswith("_fb") or part == "fb" for part in path.parts)
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if compared.search(line.split("#")[0])
+    ]
+    assert found == []
+
+
+def test_the_registry_routes_each_backends_payloads():
+    from devplan.pte.payloads import DEVPLAN, payload_format, runs_here
+    from devplan.pte.xnnpack import BACKEND_ID as XNNPACK
+
+    assert runs_here(DEVPLAN) and not runs_here(XNNPACK) and not runs_here("VulkanBackend")
+    assert payload_format(XNNPACK).document is not None and payload_format("VulkanBackend").named_data(b"x") == ()
+
+
+def test_the_compile_is_a_package_of_small_modules():
+    rooms = sorted(p.name for p in (PACKAGE / "compiler").glob("*.py"))
+    assert rooms == ["__init__.py", "driver.py", "fold_choice.py", "lower.py", "result.py", "stages.py"]
+    assert not (PACKAGE / "compiler.py").exists()

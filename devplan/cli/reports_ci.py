@@ -15,8 +15,8 @@ from typing import Mapping, cast
 from devplan.cli.reports import buffer_facts, buffer_name, peak_words
 from devplan.documents import CheckedRuntime, OutputComparison, PeakDetail, Reference
 from devplan.errors import DevplanError
+from devplan.inspection.changes import Change, Diff
 from devplan.inspection.check import BufferCheck, GoldenCheck
-from devplan.inspection.diff import Change, Diff
 from devplan.inspection.difftext import (
     change_label,
     change_values,

@@ -21,7 +21,8 @@ from devplan.documents import (
 from devplan.errors import BudgetExceeded, DevplanError
 from devplan.files import STDIO, refuse_overwrite, write_atomic
 from devplan.inspection import inspect
-from devplan.inspection.diff import Diff, Tolerance, diff
+from devplan.inspection.changes import Diff, Tolerance
+from devplan.inspection.diff import diff
 from devplan.inspection.golden import golden_document, golden_text, peak_brief, read_golden, refuse_replacing
 from devplan.inspection.own_memory import BACKENDS, backend_bytes, device_of, outside
 from devplan.planning.budget import budget_key, checked_budgets

@@ -12,8 +12,8 @@ from typing import Callable
 from devplan.documents import InspectedDelegate, InspectedMethod, WorkingMemory
 from devplan.errors import DevplanError
 from devplan.planning.budget import BACKENDS
-from devplan.pte import xnnpack
 from devplan.pte.header import is_program
+from devplan.pte.payloads import payload_format
 from devplan.units import counted, exact_size_text, printable
 
 
@@ -24,7 +24,7 @@ def working_memory(backend: str, payload: bytes | memoryview) -> WorkingMemory |
     payload, both None when the payload does not say."""
     if is_program(payload):
         return None
-    found = xnnpack.working_memory(payload) if backend == xnnpack.BACKEND_ID else None
+    found = payload_format(backend).working_memory(payload)
     if found is None:
         return {"bytes": None, "values": None, "bound": None}
     return {"bytes": found.nbytes, "values": found.values, "bound": "upper"}

@@ -10,12 +10,12 @@ from typing import BinaryIO, Callable, Hashable, TypeVar
 from devplan import dtypes
 from devplan.errors import DevplanError
 from devplan.files import map_input, read_bounded
-from devplan.pte import xnnpack
 from devplan.pte.fb.BackendDelegateDataReference import BackendDelegateDataReferenceT
 from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.fb.TensorDataLocation import TensorDataLocation
 from devplan.pte.header import HEAD_BYTES, HEADER_OFFSET, ExtendedHeader, check_container, program_bound
+from devplan.pte.payloads import payload_format
 from devplan.pte.ptd import PtdFile, key_text, read_ptd
 from devplan.pte.unpack import unpack_program
 from devplan.pte.verify import verify_program
@@ -316,10 +316,10 @@ def delegate_data_outside(pte: PteFile) -> dict[str, str]:
         outside: dict[str, str] = {}
         for p, plan in enumerate(pte.program.executionPlan or ()):
             for d, delegate in enumerate(plan.delegates or ()):
-                if text(delegate.id) == xnnpack.BACKEND_ID:
-                    for key in xnnpack.named_keys(pte.delegate_payload(p, d)):
-                        if key not in held:
-                            outside.setdefault(key, f"method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})")
+                backend = text(delegate.id)
+                for key, _ in payload_format(backend).named_data(pte.delegate_payload(p, d)):
+                    if key not in held:
+                        outside.setdefault(key, f"method {text(plan.name)}: delegate {d} ({backend})")
         return outside
 
     return pte.memo("delegate_data_outside", collect)
@@ -333,10 +333,10 @@ def delegate_data_sizes(pte: PteFile) -> dict[str, tuple[int, str]]:
         sizes: dict[str, tuple[int, str]] = {}
         for p, plan in enumerate(pte.program.executionPlan or ()):
             for d, delegate in enumerate(plan.delegates or ()):
-                if text(delegate.id) == xnnpack.BACKEND_ID:
-                    for key, size in xnnpack.named_data(pte.delegate_payload(p, d)):
-                        if size > sizes.get(key, (-1, ""))[0]:
-                            sizes[key] = (size, f"method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})")
+                backend = text(delegate.id)
+                for key, size in payload_format(backend).named_data(pte.delegate_payload(p, d)):
+                    if size > sizes.get(key, (-1, ""))[0]:
+                        sizes[key] = (size, f"method {text(plan.name)}: delegate {d} ({backend})")
         return sizes
 
     return pte.memo("delegate_data_sizes", collect)
@@ -405,15 +405,15 @@ def _check_references(pte: PteFile) -> None:
 
 
 def _check_delegate_graphs(pte: PteFile) -> None:
-    """Each XNNPACK payload's graph whole and well-formed (xnnpack.check_graph): ExecuTorch's
+    """Each payload checked as its backend's format says (pte.payloads; XNNPACK's graph whole and
+    well-formed, xnnpack.check_graph): ExecuTorch's
     runtime aborts on some damaged ones rather than refusing them."""
     for p, plan in enumerate(pte.program.executionPlan or ()):
         for d, delegate in enumerate(plan.delegates or ()):
-            if text(delegate.id) == xnnpack.BACKEND_ID:
-                xnnpack.check_graph(
-                    pte.delegate_payload(p, d),
-                    f"{pte.name}: method {text(plan.name)}: delegate {d} ({xnnpack.BACKEND_ID})",
-                )
+            backend = text(delegate.id)
+            payload_format(backend).check(
+                pte.delegate_payload(p, d), f"{pte.name}: method {text(plan.name)}: delegate {d} ({backend})"
+            )
 
 
 def _check_named_data(pte: PteFile) -> None:

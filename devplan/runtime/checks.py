@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from devplan.backend import BACKEND_ID
 from devplan.errors import DevplanError
 from devplan.pte import PteFile
 from devplan.pte.decode import MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.payloads import runs_here
 from devplan.pte.program_view import program_view
 from devplan.runtime.program_validation import check_every_method
 from devplan.spec import CPU
@@ -56,7 +56,7 @@ def window_reach(pte: PteFile, view: MethodView) -> dict[int, int]:
     is mostly its delegates' windows, which its own tensors do not reach."""
     reach: dict[int, int] = {}
     for delegate in view.delegates:
-        if delegate.window is None or delegate.id != BACKEND_ID:
+        if delegate.window is None or not runs_here(delegate.id):
             continue  # another backend's delegate is refused where it is opened
         mem_id, offset = delegate.window
         payload = pte.delegate_program(view.plan_index, delegate.index)

@@ -18,11 +18,11 @@ from typing import Any, Sequence
 
 import torch
 
-from devplan.backend import BACKEND_ID
 from devplan.errors import DevplanError, first_line
 from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import Delegate, MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.payloads import DEVPLAN, runs_here
 from devplan.runtime.allocator import allocator_for
 from devplan.runtime.checks import (
     check_chains,
@@ -241,10 +241,10 @@ class LoadedMethod:
 
     def _open_delegate(self, pte: PteFile, view: MethodView, delegate: Delegate) -> "LoadedMethod":
         index = delegate.index
-        if delegate.id != BACKEND_ID:
+        if not runs_here(delegate.id):
             raise DevplanError(
                 f"{self.where}: delegate {index} runs on ExecuTorch's backend {delegate.id!r}, which "
-                f"needs ExecuTorch's runtime: devplan run --executorch (devplan's runs {BACKEND_ID} "
+                f"needs ExecuTorch's runtime: devplan run --executorch (devplan's runs {DEVPLAN} "
                 f"payloads only)"
             )
         memory = self.memory
