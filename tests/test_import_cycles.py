@@ -202,5 +202,5 @@ def test_the_registry_routes_each_backends_payloads():
 
 def test_the_compile_is_a_package_of_small_modules():
     rooms = sorted(p.name for p in (PACKAGE / "compiler").glob("*.py"))
-    assert rooms == ["__init__.py", "driver.py", "fold_choice.py", "lower.py", "result.py", "stages.py"]
+    assert rooms == ["__init__.py", "budgets.py", "driver.py", "fold_choice.py", "lower.py", "result.py", "stages.py"]
     assert not (PACKAGE / "compiler.py").exists()

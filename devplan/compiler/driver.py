@@ -12,6 +12,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.backend import Backend
+from devplan.compiler.budgets import check_backend_budgets
 from devplan.compiler.fold_choice import choice, fold_auto
 from devplan.compiler.lower import Lowering, folded
 from devplan.compiler.result import FOLDING, CompileResult
@@ -122,9 +123,7 @@ def compile(
     program, segments = stage("emit", to_program, *planned, source=options.source, external=external)
     image = stage("serialize", pte_image, program, segments)
     if any(budget_key(target).endswith(BACKENDS) for target, _ in options.budgets):
-        from devplan.inspection.check import check_backend_budgets
-
-        stage("budget", check_backend_budgets, bytes(image), dict(options.budgets))
+        stage("budget", check_backend_budgets, planned, dict(options.budgets))
     data = stage("serialize_ptd", external.image) if external is not None else None
     # what the program stores: equal tensors once, each aligned, and the named data that
     # ExecuTorch's backends keep beside their payloads (inspect's constant_bytes too)

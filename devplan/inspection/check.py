@@ -18,7 +18,7 @@ from devplan.documents import (
     Peak,
     WorkingMemory,
 )
-from devplan.errors import BudgetExceeded, DevplanError
+from devplan.errors import DevplanError
 from devplan.files import STDIO, refuse_overwrite, write_atomic
 from devplan.inspection import inspect
 from devplan.inspection.changes import Diff, Tolerance
@@ -27,7 +27,6 @@ from devplan.inspection.golden import golden_document, golden_text, peak_brief, 
 from devplan.inspection.own_memory import BACKENDS, backend_bytes, device_of, outside
 from devplan.planning.budget import budget_key, checked_budgets
 from devplan.pte import PteFile
-from devplan.units import exact_size_text
 
 SCHEMA_VERSION: Final = 1  # of check_document; docs/check-json.md
 
@@ -186,20 +185,6 @@ def _busiest(peaks: list[Peak], device: str) -> GoldenPeak | None:
     device's total is failed, and which blocks hold it, as a golden failure says."""
     found = [peak for peak in peaks if peak["device"] == device]
     return peak_brief(max(found, key=lambda peak: (peak["bytes"], -peak["mem_id"]))) if found else None
-
-
-def check_backend_budgets(program: bytes, budgets: Mapping[str, int]) -> None:
-    """compile's --budget DEVICE+backends, checked on the program it built: raise
-    BudgetExceeded, as a plan over its budget does, when a device's buffers and its delegates'
-    own memory are more than the budget; the other budgets were checked as it planned."""
-    own = {target: nbytes for target, nbytes in budgets.items() if budget_key(target).endswith(BACKENDS)}
-    for row in check(program, budgets=own):
-        if row.budget is not None and row.size > row.budget:
-            raise BudgetExceeded(
-                f"memory {row.device}{BACKENDS} needs {exact_size_text(row.size)} but its budget is "
-                f"{exact_size_text(row.budget)}; of it, {exact_size_text(row.backends)} is its "
-                f"delegates' own working memory (an upper bound, read from their payloads)"
-            )
 
 
 @dataclass(frozen=True)

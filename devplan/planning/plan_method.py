@@ -116,7 +116,7 @@ def _check_budgets(
     for target, nbytes in budgets:
         key = budget_key(target)
         if key.endswith(BACKENDS) and key[: -len(BACKENDS)] in named:
-            continue  # the backends' own memory is read from the program built (check_backend_budgets)
+            continue  # with the backends' own memory, checked once every plan is made (compiler/budgets.py)
         if key not in named:
             raise DevplanError(
                 f"--budget {target}: no such buffer in this program; budget one of: {', '.join(sorted(named))}"
