@@ -16,6 +16,8 @@ from importlib import resources
 import torch
 from torch._ops import OpOverload
 
+from devplan.pte.kinds import COPIES
+
 # The operators the runtime a program targets has kernels for: ExecuTorch's portable library
 # (with its prim ops, dim order ops and et_copy), its quantized library and its LLM custom ops
 REGISTERED: frozenset[str] = frozenset(resources.files("devplan").joinpath("executorch_ops.txt").read_text().split())
@@ -100,8 +102,9 @@ SAME_BYTES = frozenset(
 )
 
 
-# ExecuTorch's copies between the host and a device (self, out) -> out
-TO_DEVICE, TO_HOST = "et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"
+# ExecuTorch's copies between the host and a device (self, out) -> out: named where the
+# torch-free inspection reads them too
+TO_DEVICE, TO_HOST = COPIES
 
 # Input ranks a portable kernel accepts where its schema allows more: a program outside them
 # would fail only when it runs, so such a node is decomposed instead, or, with no

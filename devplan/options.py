@@ -11,13 +11,12 @@ from devplan.backend import Backend, Partitioner
 from devplan.errors import DevplanError
 from devplan.files import present
 from devplan.planning.budget import checked_budgets
-from devplan.planning.model import MAX_ALIGNMENT
-from devplan.planning.planner import ALGORITHMS
+from devplan.planning.model import MAX_ALIGNMENT, PLANNERS
 from devplan.quantization import checked_group_size, quantized_delegates
 
 # --fold: local folds a constant subgraph where its own bytes say so, all every one (as
 # ExecuTorch's const-prop does), none nothing; auto plans each of them and keeps the one whose
-# arena plus constants is least (compiler.py)
+# arena plus constants is least (compiler/fold_choice.py)
 FOLDING = ("auto", "local", "all", "none")
 # --attention: auto computes each attention whose scores would outgrow one block of keys a block
 # at a time (passes/attention.py); materialized leaves every attention as the export has it
@@ -29,7 +28,7 @@ ATTENTION_BLOCK = 8 * 2**20  # --attention-block's default: the bytes of scores 
 class CompileOptions:
     # of every planned tensor's offset; None: each buffer its device's (16 on the host, 512 on CUDA)
     alignment: int | None = None
-    planner: str = "best"  # planning.ALGORITHMS
+    planner: str = "best"  # planning.model.PLANNERS
     budgets: tuple[tuple[str, int], ...] = ()  # (buffer mem_id or device, bytes)
     inplace: bool = True  # results over inputs that die with them; cat pieces in place
     reorder: bool = True  # instructions in the order that holds the fewest bytes at once
@@ -47,6 +46,8 @@ class CompileOptions:
     # where the weights go instead of the program: ExecuTorch's .ptd data file (FlatTensor),
     # each under its name, which the program's tensors name (ExecutorchBackendConfig(external_constants=True))
     external_constants: Path | None = None
+    # ExecuTorch's ETRecord of the program written (the executorch extra; devplan/etrecord.py)
+    etrecord: Path | None = None
     # Python modules imported before loading, for the op libraries their import registers
     # (custom ops a graph calls exist in torch only once their library's module has run)
     kernels: tuple[str, ...] = ()
@@ -71,10 +72,8 @@ class CompileOptions:
             isinstance(a, bool) or not isinstance(a, int) or a < 1 or a & (a - 1) or a > MAX_ALIGNMENT
         ):
             raise DevplanError(f"--alignment {a}: must be a power of two from 1 to {MAX_ALIGNMENT}, e.g. 16")
-        if self.planner not in ALGORITHMS:
-            raise DevplanError(
-                f"unknown memory planning algorithm {self.planner!r}; use one of: {', '.join(ALGORITHMS)}"
-            )
+        if self.planner not in PLANNERS:
+            raise DevplanError(f"unknown memory planning algorithm {self.planner!r}; use one of: {', '.join(PLANNERS)}")
         if self.fold not in FOLDING:
             raise DevplanError(f"--fold {self.fold}: use one of: {', '.join(FOLDING)}")
         if self.attention not in ATTENTION:
@@ -91,6 +90,11 @@ class CompileOptions:
                 raise DevplanError(
                     f"--kernels {name}: not a Python module name; name a module as import does, e.g. transformers"
                 )
+        if self.etrecord is not None and self.quantize is not None:
+            raise DevplanError(
+                "--etrecord with --quantize: the ETRecord's graph would be the float export, which the "
+                "quantized program's instructions do not come from; compile without --quantize for it"
+            )
         if self.group_size is not None:
             checked_group_size(self.quantize, self.group_size)
         if self.quantize is not None or self.calibration is not None:
@@ -103,7 +107,7 @@ class CompileOptions:
         """`base` (or the defaults) with `choices` as devplan.compile takes them: budgets as a
         mapping, delegates as 'cuda:0=aten::linear' texts, Backends or Partitioners,
         `backends` as ExecuTorch backend names ('xnnpack') or 'MODULE:CLASS[:JSON]' partitioners
-        that choose before the delegates, dump_dir, external_constants and a calibration file as any path, kernels as
+        that choose before the delegates, dump_dir, external_constants, etrecord and a calibration file as any path, kernels as
         module names."""
         if "backends" in choices:
             foreign = tuple(Partitioner.parse(b) if isinstance(b, str) else b for b in choices.pop("backends") or ())
@@ -124,7 +128,7 @@ class CompileOptions:
             choices["calibration"] = Path(choices["calibration"])
         elif choices.get("calibration") is not None:
             choices["calibration"] = tuple(choices["calibration"])
-        for name in ("dump_dir", "external_constants"):
+        for name in ("dump_dir", "external_constants", "etrecord"):
             if choices.get(name) is not None:
                 choices[name] = Path(choices[name])
         return replace(base or cls(), **choices)

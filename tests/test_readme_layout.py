@@ -32,6 +32,7 @@ MOVED = {
     "python.md": ("memory_planning_algo", "DeviceAllocator", "--devplan-force-regen"),
     "inspect.md": ("--oplist", "--trace", "--delegate N"),
     "benchmarks.md": ("geometric mean",),
+    "devtools.md": ("--etrecord", "calculate_numeric_gap", "--debug-buffer"),
 }
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 

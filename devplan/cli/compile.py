@@ -10,61 +10,20 @@ from typing import Annotated, Optional
 import typer
 
 from devplan.cli.app import BUDGET_HELP, Command, app, console, echo, echo_json
+from devplan.cli.values import (
+    complete_attention,
+    complete_backends,
+    complete_folding,
+    complete_planners,
+    constant_methods,
+    given_order,
+    in_order,
+    name_value,
+    named_once,
+    size_option,
+)
 from devplan.errors import DevplanError
-from devplan.jsontext import repeated
-from devplan.metadata import runner_value
 
-
-def _in_order(ctx: typer.Context, param: typer.CallbackParam, value):
-    """Click calls option callbacks in the order the options first appear on the command
-    line: that order is the order backends choose ops in."""
-    if value:
-        ctx.meta.setdefault("devplan_order", []).append(param.name)
-    return value
-
-
-def _given_order(ctx: typer.Context, names) -> list[str]:
-    return [name for name in ctx.meta.get("devplan_order", []) if name in names]
-
-
-def _block_size(text: str) -> int:
-    from devplan.units import size_bytes
-
-    nbytes = size_bytes(text)
-    if nbytes is None or nbytes < 1 or nbytes != int(nbytes):
-        raise DevplanError(f"bad --attention-block {text!r}; give a size such as 8MiB or 2MiB")
-    return int(nbytes)
-
-
-def _attention(incomplete: str) -> list[str]:
-    """Shell completion's values for --attention."""
-    from devplan.options import ATTENTION
-
-    return [name for name in ATTENTION if name.startswith(incomplete)]
-
-
-def _folding(incomplete: str) -> list[str]:
-    """Shell completion's values for --fold."""
-    from devplan.options import FOLDING
-
-    return [name for name in FOLDING if name.startswith(incomplete)]
-
-
-def _planners(incomplete: str) -> list[str]:
-    """Shell completion's values for --planner."""
-    from devplan.planning.planner import ALGORITHMS
-
-    return [name for name in ALGORITHMS if name.startswith(incomplete)]
-
-
-def _backends(incomplete: str) -> list[str]:
-    """Shell completion's values for --backend (devplan.backend imports torch: too slow for a Tab)."""
-    from devplan.extras import BACKENDS
-
-    return [name for name in BACKENDS if name.startswith(incomplete)]
-
-
-# compile --help's panels, in the order a user reaches for them (the model and --help stay in "Options")
 OUTPUT = "Output"
 PLANNING = "Memory planning"
 DEVICES = "Devices, backends and kernels"
@@ -122,7 +81,7 @@ def compile_command(
             "--planner",
             rich_help_panel=PLANNING,
             metavar="NAME",
-            autocompletion=_planners,
+            autocompletion=complete_planners,
             help="Placement algorithm: best (runs the others but naive and keeps the smallest "
             "plan per buffer), greedy-size, greedy-breadth, greedy-order, hill-climb, or naive (no reuse).",
         ),
@@ -137,7 +96,7 @@ def compile_command(
             "--fold",
             rich_help_panel=PLANNING,
             metavar="HOW",
-            autocompletion=_folding,
+            autocompletion=complete_folding,
             help="Constant folding: auto (plans local, all and none and keeps the least arena plus "
             "constants; the summary says which), local (a subgraph folded where its own bytes say so), all "
             "(every one, as ExecuTorch's const-prop: a smaller arena, a larger file), or none.",
@@ -149,7 +108,7 @@ def compile_command(
             "--attention",
             rich_help_panel=PLANNING,
             metavar="HOW",
-            autocompletion=_attention,
+            autocompletion=complete_attention,
             help="Scaled-dot-product attention: auto (computed a block of keys at a time, with portable "
             "kernels, wherever its scores would pass --attention-block: memory that grows with the context, not its "
             "square) or materialized (the whole score matrix, as the export has it). The summary says "
@@ -189,7 +148,7 @@ def compile_command(
             "--delegate",
             rich_help_panel=DEVICES,
             metavar="DEVICE[=OPS]",
-            callback=_in_order,
+            callback=in_order,
             help="Run ops on DEVICE as delegates: cuda:0 takes every op, "
             "cuda:0=aten::linear,aten::relu only those. Tensors crossing to and from the device are copied "
             "(et_copy ops) and planned in a buffer of that device. Repeatable; earlier ones choose first.",
@@ -202,8 +161,8 @@ def compile_command(
             "--backend",
             rich_help_panel=DEVICES,
             metavar="NAME",
-            callback=_in_order,
-            autocompletion=_backends,
+            callback=in_order,
+            autocompletion=complete_backends,
             help="Let ExecuTorch's backend NAME (xnnpack) take "
             "the ops it supports, compiled by its own partitioner and preprocess into its delegates; devplan "
             'plans everything around them. Needs pip install "devplan[executorch]". Combines with --delegate '
@@ -217,7 +176,7 @@ def compile_command(
             "--partitioner",
             rich_help_panel=DEVICES,
             metavar="MODULE:CLASS[:JSON]",
-            callback=_in_order,
+            callback=in_order,
             help="Like --backend, for "
             "any ExecuTorch partitioner installed: the class, and its keyword arguments as a JSON object.",
             show_default=False,
@@ -323,6 +282,18 @@ def compile_command(
             show_default=False,
         ),
     ] = None,
+    etrecord: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--etrecord",
+            rich_help_panel=OUTPUT,
+            metavar="FILE",
+            help='Also write ExecuTorch\'s ETRecord of the program (needs pip install "devplan[executorch]"): '
+            "its Inspector then maps an ETDump's events (run --executorch --etdump) to the model's ops and "
+            "modules, and calculate_numeric_gap compares outputs with the export on run's default inputs.",
+            show_default=False,
+        ),
+    ] = None,
     kernels: Annotated[
         Optional[list[str]],
         typer.Option(
@@ -404,17 +375,10 @@ def compile_command(
         "backend": (Partitioner.parse, backend),
         "partitioner": (Partitioner.parse_class, partitioner),
     }
-    backends = [
-        make(text) for name in _given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()
-    ]
+    backends = [make(text) for name in given_order(ctx, parse) for make, texts in [parse[name]] for text in texts or ()]
     budgets = dict(parse_budget(text) for text in budget or ())
-    methods = _named_once([_name_value(text, "--method", Path) for text in method or ()], "--method")
-    constants = {
-        **(_metadata(metadata) if metadata is not None else {}),
-        **_named_once(
-            [_name_value(text, "--constant-method", _constant) for text in constant_method or ()], "--constant-method"
-        ),
-    }
+    methods = named_once([name_value(text, "--method", Path) for text in method or ()], "--method")
+    constants = constant_methods(metadata, constant_method or [])
     if output is not None and is_stdout(output) and sys.stdout.isatty():
         # as gzip refuses: a program's bytes are noise on a terminal, and some of them its commands
         raise DevplanError(
@@ -428,7 +392,8 @@ def compile_command(
     read = [model, *methods.values(), metadata, calibration]
     refuse_overwrite(target, read, "-o")
     refuse_overwrite(external_constants, read, "--external-constants")
-    refuse_shared_output({"-o": target, "--external-constants": external_constants})
+    refuse_overwrite(etrecord, read, "--etrecord")
+    refuse_shared_output({"-o": target, "--external-constants": external_constants, "--etrecord": etrecord})
     # the program on standard output leaves it no room for the summary, which goes to stderr
     to_stdout = is_stdout(target)
     shown = functools.partial(echo, err=to_stdout)
@@ -445,7 +410,7 @@ def compile_command(
             reorder=reorder,
             fold=fold,
             attention=attention,
-            attention_block=_block_size(attention_block),
+            attention_block=size_option(attention_block, "--attention-block", "8MiB or 2MiB"),
             delegates=backends,
             jobs=jobs,
             strict_backend=strict_backend,
@@ -457,6 +422,7 @@ def compile_command(
             kernels=kernels,
             llm=llm,
             external_constants=external_constants,
+            etrecord=etrecord,
             quantize=quantize,
             calibration=calibration,
             group_size=group_size,
@@ -481,63 +447,3 @@ def compile_command(
     )
     for line in wrapped(lines, console(stderr=to_stdout).width):  # as check's lines: at the console's width
         shown(line)
-
-
-# an example of each NAME=VALUE option, for the line that refuses one written otherwise
-_EXAMPLES = {"--method": "decode=decode.pt2", "--constant-method": "get_max_seq_len=128"}
-
-
-def _name_value(text: str, option: str, parse):
-    """NAME=VALUE of a repeatable option, the value parsed by `parse`; a --method names a file
-    (given none, it named the current folder)."""
-    name, equals, value = text.partition("=")
-    if not equals or not name or (option == "--method" and not value):
-        raise DevplanError(f"{option} {text}: write it as NAME=VALUE, e.g. {option} {_EXAMPLES[option]}")
-    return name, parse(value)
-
-
-def _named_once(pairs: list, option: str) -> dict:
-    """NAME=VALUE pairs as a dict, refusing a NAME given twice: a dict would silently keep the
-    last, and a program of two methods alike is one ExecuTorch's runtime reads otherwise."""
-    if (name := repeated(pairs)) is not None:
-        raise DevplanError(f"{option} {name} given twice; give each method once, under a name of its own")
-    return dict(pairs)
-
-
-def _constant(text: str):
-    """A constant method's value as JSON (7, 1.5, true, [1, 2], "text"), or else the text itself."""
-    from devplan.jsontext import loads
-
-    try:
-        return loads(text, f"--constant-method {text[:40]}")
-    except ValueError:
-        return text
-
-
-def _unique_keys(path: Path, pairs: list) -> dict:
-    """A JSON object of --metadata, refusing a key given twice (json would keep the last)."""
-    if (key := repeated(pairs)) is not None:
-        raise DevplanError(f"--metadata {path}: {key} given twice; give each constant method once")
-    return dict(pairs)
-
-
-def _metadata(path: Path) -> dict:
-    from devplan.files import read_input
-    from devplan.jsontext import loads
-
-    raw = read_input(path, limit=1 << 20, hint="pass a JSON file of constant methods")
-    try:  # JSON text is UTF-8 (RFC 8259); json would guess UTF-16 or 32 from a binary's zeros, and say that
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise DevplanError(
-            f"--metadata {path}: not JSON text (not UTF-8: a binary file?); pass a JSON file "
-            f"of constant methods, an object of NAME: VALUE"
-        ) from None
-    try:
-        found = loads(text, f"--metadata {path}", object_pairs_hook=functools.partial(_unique_keys, path))
-    except ValueError as error:
-        raise DevplanError(f"--metadata {path}: not JSON ({error}); write an object of NAME: VALUE") from None
-    if not isinstance(found, dict):
-        raise DevplanError(f"--metadata {path}: holds a {type(found).__name__}; write an object of NAME: VALUE")
-    # checked here too, so that a wrong type is told as the file's
-    return {name: runner_value(name, value, f"--metadata {path}:") for name, value in found.items()}

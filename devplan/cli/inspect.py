@@ -130,6 +130,17 @@ def inspect_command(
             show_default=False,
         ),
     ] = None,
+    etdump: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--etdump",
+            metavar="FILE",
+            help="Show the time ExecuTorch's runtime measured (the ETDump devplan run --executorch --etdump "
+            "wrote) beside the plan: where the time goes by module beside the peak, each instruction's and "
+            "delegate's time in -s instructions, and under timing in --json (of --method, default forward).",
+            show_default=False,
+        ),
+    ] = None,
     data: DataFile = None,
 ) -> None:
     """Show what a .pte program holds, devplan's or ExecuTorch's.
@@ -160,9 +171,15 @@ def inspect_command(
                 "--trace": trace,
                 "--module": module,
                 "--min-size": min_size,
+                "--etdump": etdump,
             },
         )
         return
+    if etdump is not None:
+        from devplan.inspection.timing import with_timing
+        from devplan.pte.etdump import read_etdump
+
+        doc = with_timing(doc, read_etdump(etdump), method or "forward")
     chosen = inspect_sections.resolve([choice.value for choice in section or ()])
     if svg is not None:
         from devplan.inspection.svg import layout_svg

@@ -20,6 +20,7 @@ from devplan.cli.app import (
     program_source,
     report_outputs,
 )
+from devplan.cli.values import size_option
 from devplan.errors import EXIT_FAILED, DevplanError
 
 if TYPE_CHECKING:
@@ -91,6 +92,27 @@ def run_command(
             '"devplan[executorch]"): any program, those with XNNPACK delegates too.',
         ),
     ] = False,
+    etdump: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--etdump",
+            metavar="FILE",
+            help="Write an ETDump of the runs (each instruction's and delegate's time; ExecuTorch's runtime "
+            "writes it with --executorch, devplan in its format otherwise), which inspect --etdump shows "
+            "beside the plan and ExecuTorch's Inspector reads.",
+            show_default=False,
+        ),
+    ] = None,
+    debug_buffer: Annotated[
+        Optional[str],
+        typer.Option(
+            "--debug-buffer",
+            metavar="SIZE",
+            help="With --etdump --executorch: also keep each instruction's outputs, in a buffer of SIZE (e.g. 16MiB) "
+            "written beside the ETDump as FILE.debug (Inspector's debug_buffer_path).",
+            show_default=False,
+        ),
+    ] = None,
     data: Annotated[
         Optional[Path],
         typer.Option(
@@ -164,14 +186,16 @@ def run_command(
         raise DevplanError(
             "--format markdown|github and --junit report outputs against a reference; add --reference FILE"
         )
+    trace = _trace(etdump, debug_buffer, executorch)
     # one limit for the inputs, read or made, and all the program's memory
-    memory = Memory(_memory_limit(max_memory))
+    memory = Memory(size_option(max_memory, "--max-memory", "4GiB or 512MiB"))
     refuse_overwrite(save, [program, data, inputs, reference], "--save")
+    refuse_overwrite(etdump, [program, data, inputs, reference, save], "--etdump")
     report_outputs(json_output, report_format, junit, [program, data, inputs, reference])
     pte = read_pte(program_source(program, data))
     given = _load_inputs(inputs, memory) if inputs is not None else None
     way = _Runtime(method, seed, executorch, devices_on_host, cuda_graphs)
-    given, results, seconds, held = way.execute(pte, given, runs, memory)
+    given, results, seconds, held = way.execute(pte, given, runs, memory, trace)
     compared: Reference | None = None
     if reference is not None:
         tolerance = OutputTolerance(atol, rtol, min_sqnr)
@@ -235,8 +259,11 @@ class _Runtime:
     devices_on_host: bool
     cuda_graphs: bool
 
-    def execute(self, pte, given: list | None, runs: int, memory) -> tuple[list, list[list], list[float], list | None]:
-        """(the inputs, each run's outputs, each run's seconds, what each device held or None)."""
+    def execute(
+        self, pte, given: list | None, runs: int, memory, trace=None
+    ) -> tuple[list, list[list], list[float], list | None]:
+        """(the inputs, each run's outputs, each run's seconds, what each device held or None);
+        with `trace` (--etdump), the runs' ETDump written."""
         from contextlib import nullcontext
 
         from devplan.pte.decode import methods
@@ -251,26 +278,46 @@ class _Runtime:
 
             if given is None:
                 given = sample_inputs(method_view(pte, self.method), self.seed, memory)
-            return (given, *run_on_executorch(pte, self.method, given, runs), None)
+            return (given, *run_on_executorch(pte, self.method, given, runs, trace), None)
         with registered("cuda", HostAllocator()) if self.devices_on_host else nullcontext():
             devices = {d for view in methods(pte) for d in view.buffer_devices.values()}
             reset_peaks(devices)
             loaded = LoadedMethod(pte, self.method, memory=memory, cuda_graphs=self.cuda_graphs)
             try:
                 given = given if given is not None else loaded.sample_inputs(self.seed)
-                results, seconds = timed_runs(lambda: loaded.execute(given), runs)
+                clocks: list = []
+                once = (lambda: loaded.execute(given)) if trace is None else lambda: _clocked(loaded, given, clocks)
+                results, seconds = timed_runs(once, runs)
+                if trace is not None:
+                    trace.write_own(pte, self.method, clocks)
                 return given, results, seconds, device_memory(loaded, peaks(devices))
             finally:
                 loaded.release()
 
 
-def _memory_limit(text: str) -> int:
-    from devplan.units import size_bytes
+def _clocked(loaded, given: list, clocks: list) -> list:
+    """One run of `loaded`, its instructions' and its own host times appended to `clocks`."""
+    import time
 
-    nbytes = size_bytes(text)
-    if nbytes is None or nbytes < 1:
-        raise DevplanError(f"bad --max-memory {text!r}; give a size such as 4GiB or 512MiB")
-    return int(nbytes)
+    steps: list = []
+    start = time.perf_counter_ns()
+    outputs = loaded.execute(given, clock=steps)
+    clocks.append((steps, start, time.perf_counter_ns()))
+    return outputs
+
+
+def _trace(etdump: Path | None, debug_buffer: str | None, executorch: bool):
+    """--etdump's Trace, its options checked: ExecuTorch's runtime writes the ETDump."""
+    from devplan.runtime.etdump_trace import Trace
+
+    if debug_buffer is not None and etdump is None:
+        raise DevplanError("--debug-buffer keeps outputs in an ETDump's debug buffer; add --etdump FILE")
+    if etdump is None:
+        return None
+    if debug_buffer is not None and not executorch:
+        raise DevplanError("--debug-buffer: devplan's runtime keeps no outputs in its ETDump; add --executorch")
+    nbytes = size_option(debug_buffer, "--debug-buffer", "16MiB") if debug_buffer is not None else 0
+    return Trace(etdump, nbytes)
 
 
 def _load_inputs(path: Path, memory: Memory) -> list:

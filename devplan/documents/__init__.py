@@ -79,6 +79,7 @@ from devplan.documents.inspect import (
     PeakTensor,
     Role,
     Segment,
+    Timing,
     Window,
 )
 from devplan.documents.run import (
@@ -165,6 +166,7 @@ __all__ = [
     "GoldenMethod",
     "GoldenDocument",
     "Segment",
+    "Timing",
     "NamedData",
     "ExternalData",
     "InspectedFile",

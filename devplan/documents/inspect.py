@@ -164,6 +164,35 @@ class InspectedDelegate(TypedDict):
     payload_buffers: Optional[list[PayloadBuffer]]
 
 
+class InstructionTime(TypedDict):
+    index: int
+    ns: int  # median over the warm runs
+
+
+class DelegatedTime(TypedDict):
+    instruction: int  # the delegate call it ran in
+    name: str  # what the backend names it (XNNPACK: the operator and its number)
+    ns: int
+
+
+class ModuleTime(TypedDict):
+    module: str  # an instruction's module, "(no module)", or "(delegate N)" for a delegate's calls
+    ns: int
+    instructions: int
+
+
+class Timing(TypedDict):
+    """inspect --etdump: what ExecuTorch's runtime measured running the method (its ETDump)."""
+
+    etdump: str
+    runs: int
+    warm_runs: int  # the runs after the first, whose medians these are; 0: the one run
+    execute_ns: Optional[int]  # the whole call, as the runtime timed it
+    instructions: list[InstructionTime]
+    delegated: list[DelegatedTime]
+    modules: list[ModuleTime]  # most time first
+
+
 class InspectedMethod(TypedDict):
     name: str
     inputs: list[int]
@@ -178,6 +207,7 @@ class InspectedMethod(TypedDict):
     instructions: NotRequired[list[InspectedInstruction]]
     operators: NotRequired[list[InspectedOperator]]
     delegates: NotRequired[list[InspectedDelegate]]
+    timing: NotRequired[Timing]
     kernels: list[KernelLibrary]
     backends: list[str]
 

@@ -247,7 +247,8 @@ def _emit_call(b: _Builder, node: torch.fx.Node) -> None:
     # or a list of them when the op returns several tensors.
     out_values = tuple(outs.values())
     result = out_values[0] if len(out_values) == 1 else b.add(TensorList(out_values))
-    b.kernels.append(Kernel(kernel, tuple(args) + (result,), node.name, view=view))
+    origin = node.meta.get("devplan_origin", (node.name,))[0]
+    b.kernels.append(Kernel(kernel, tuple(args) + (result,), node.name, view=view, origin=origin))
 
 
 def _view_of(node: torch.fx.Node, kernel: str) -> ViewOf | None:

@@ -1,5 +1,6 @@
 """The inspection of a .pte program: a JSON-able document (document.py; the bounds it
-states, bounds.py), terminal views (render.py), an SVG picture of each buffer (svg.py) and CI
+states, bounds.py), terminal views (render.py), an SVG picture of each buffer (svg.py, its
+axis, labels and text measure in svg_axis.py, svg_labels.py, svg_text.py) and CI
 checks (check.py).
 
     devplan.inspect("model.pte")                  -> the inspection document (a dict, devplan.documents.InspectDocument)

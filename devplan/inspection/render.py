@@ -26,6 +26,7 @@ from devplan.inspection.own_memory import outside, outside_text
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
 from devplan.inspection.summary import constant_methods, segments_view, summary_view
 from devplan.inspection.tables import PlainTable, fold
+from devplan.inspection.timing import instruction_times, time_text, timing_view
 from devplan.units import size_text
 
 
@@ -55,6 +56,8 @@ def render(
         console.print(Rule(Text(f"method {method['name']}", style="bold"), align="left"))
         for section in per_method:
             _VIEWS[section](method, console, exact_bytes)
+            if section == "peak" and "timing" in method:  # where the time goes, beside what sets the peak
+                timing_view(method, console)
 
 
 def _with_shapes(method: InspectedMethod) -> InspectedMethod:
@@ -264,6 +267,7 @@ def _instructions(method: InspectedMethod, console: Console, exact_bytes: bool) 
     delegates = {delegate["index"]: delegate for delegate in method["delegates"]}
     label = len(f"#{method['instructions'][-1]['index']}")
     room = max(console.width - label - 1, 10)
+    times, inside = instruction_times(method)
     text = Text()
     source = None
     for row in method["instructions"]:
@@ -279,6 +283,8 @@ def _instructions(method: InspectedMethod, console: Console, exact_bytes: bool) 
                 style="dim",
             )
         head, tail = _call_parts(row, delegates)
+        if row["index"] in times:  # --etdump: what the run measured, ahead of the arguments
+            head = f"{head} [{time_text(times[row['index']])}] "
         # a long call wraps under itself, not under the numbers, between its arguments
         for depth, line in enumerate(fold((head, *re.findall(r".+?(?:, |$)", tail)), room)):
             prefix = f"#{row['index']}".rjust(label) if depth == 0 else " " * label
@@ -287,6 +293,8 @@ def _instructions(method: InspectedMethod, console: Console, exact_bytes: bool) 
             bold = max(0, min(len(head) - depth * room, len(line)))  # the op name breaks only at full lines
             text.append(line[:bold], style="bold")
             text.append(line[bold:] + "\n")
+        for entry in inside.get(row["index"], ()):  # what the backend timed inside the call
+            text.append(" " * (label + 3) + f"{entry['name']} [{time_text(entry['ns'])}]\n", style="dim")
     console.print(text, end="")
 
 

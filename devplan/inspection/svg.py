@@ -1,8 +1,9 @@
 """The memory layout as a picture: for every planned buffer, a chart of byte offset (down)
 over instructions (across) with one rectangle per tensor for as long as it holds its bytes,
-a tooltip naming the tensor and where it came from, each block of the model labelled under the
-instructions that make its tensors, axes with ticks, the lower bound and the peak drawn as
-labelled lines, and a legend. Drawn from the inspection document alone,
+a tooltip naming the tensor and where it came from, the largest tensors named in place
+(svg_labels.py), each block of the model bracketed under the instructions that run it and
+delegate calls and device copies marked on that axis (svg_axis.py), axes with ticks, the lower
+bound and the peak drawn as labelled lines, and a legend. Drawn from the inspection document alone,
 deterministic to the byte, and readable without a browser's help (a plain SVG 1.1 file, no
 scripts). Tensors of zero bytes hold nothing and are left out, of the drawing and its counts."""
 
@@ -11,14 +12,16 @@ from __future__ import annotations
 import math
 from html import escape
 
-from devplan.documents import InspectDocument, InspectedBuffer, InspectedMethod, InspectedTensor
+from devplan.documents import InspectDocument, InspectedBuffer, InspectedMethod
 from devplan.inspection.layout import band_size
 from devplan.inspection.sources import top_module
-from devplan.units import inert, natural_key, size_text
+from devplan.inspection.svg_axis import LANE, MARKS, bracket_parts, brackets, has_marks, instruction_marks, legend_items
+from devplan.inspection.svg_labels import tensor_labels
+from devplan.inspection.svg_text import DESCENT, FONT, Box, text_width
+from devplan.units import inert, size_text
 
 WIDTH, HEIGHT = 760, 320  # plot area of one chart, in px
-LEFT, TOP, GAP = 80, 56, 140  # margins: byte labels, title, space between charts (axis, blocks, legend)
-CHAR = 5.6  # about the width of one character at font-size 11, in px
+LEFT, TOP, GAP = 96, 56, 48  # margins: the byte axis (labels, title), the title, space between charts
 TICKS = 8  # about this many ticks on each axis
 # Fill colours by role, so inputs, outputs and activations read apart at a glance.
 FILLS = {
@@ -35,23 +38,29 @@ BOUND, PEAK = "#1f77b4", "#e15759"  # the lower bound's and the peak's lines
 
 def layout_svg(doc: InspectDocument) -> str:
     charts = [(method, buffer) for method in doc["methods"] for buffer in method["buffers"]]
-    height = TOP + len(charts) * (HEIGHT + GAP) - 40
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{LEFT + WIDTH + 170}" height="{height}" '
-        f'font-family="sans-serif" font-size="11">',
-        f"<title>{escape(doc['file']['name'])}: planned memory over time</title>",
-        '<rect width="100%" height="100%" fill="white"/>',
-    ]
-    for number, (method, buffer) in enumerate(charts):
-        parts += _chart(method, buffer, TOP + number * (HEIGHT + GAP))
+    parts: list[str] = []
+    top = TOP
+    for method, buffer in charts:
+        drawn, bottom = _chart(method, buffer, top)
+        parts += drawn
+        top = bottom + GAP + TOP
     if not charts:
         parts.append(f'<text x="{LEFT}" y="{TOP}">no planned buffers</text>')
-    parts.append("</svg>")
+    height = top - TOP - GAP + 10 if charts else TOP + 20
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{LEFT + WIDTH + 170}" height="{height}" '
+        f'font-family="{FONT}" font-size="11">',
+        f"<title>{escape(doc['file']['name'])}: planned memory over time</title>",
+        '<rect width="100%" height="100%" fill="white"/>',
+        *parts,
+        "</svg>",
+    ]
     # written to standard output (--svg -) it is printed: no name in it may command a CI runner
     return inert("\n".join(parts) + "\n")
 
 
-def _chart(method: InspectedMethod, buffer: InspectedBuffer, top: int) -> list[str]:
+def _chart(method: InspectedMethod, buffer: InspectedBuffer, top: int) -> tuple[list[str], int]:
+    """One buffer's chart from `top` down, and where it ends."""
     steps = max(1, method["counts"]["instructions"])
     size = max(1, buffer["size"])
     x = lambda step: LEFT + step * WIDTH / steps
@@ -69,7 +78,8 @@ def _chart(method: InspectedMethod, buffer: InspectedBuffer, top: int) -> list[s
         + "</text>",
         f'<rect x="{LEFT}" y="{top}" width="{WIDTH}" height="{HEIGHT}" fill="#f4f4f4" stroke="#999"/>',
     ]
-    parts += _grid(steps, size, x, y, top)
+    axis = top + HEIGHT + (MARKS if has_marks(method) else 0)  # under the marks' strip, if any
+    parts += _grid(steps, size, x, y, top, axis)
     blocks = {
         name: i
         for i, name in enumerate(
@@ -91,58 +101,42 @@ def _chart(method: InspectedMethod, buffer: InspectedBuffer, top: int) -> list[s
             f'height="{max(bottom_px - top_px, 0.5):.2f}" fill="{fill}" '
             f'fill-opacity="0.85" stroke="#333" stroke-width="0.3"><title>{escape(tip)}</title></rect>'
         )
-    parts += _block_labels(tensors, x, top + HEIGHT + 32)
+    parts += instruction_marks(method, x, top, top + HEIGHT)
+    placed = brackets(method, x)
+    parts += bracket_parts(placed, x, axis + 32)
     parts += _marks(buffer, x, y, top)
-    parts += _legend(top + HEIGHT + 80)
-    return parts
+    plot = Box(LEFT, top, LEFT + WIDTH, top + HEIGHT)
+    parts += tensor_labels(tensors, x, y, plot, [])
+    lanes = max((b.lane + 1 for b in placed), default=0)
+    title = axis + 32 + LANE * lanes + (4 if lanes else -10)
+    parts.append(f'<text x="{LEFT + WIDTH / 2:.0f}" y="{title}" text-anchor="middle">instruction →</text>')
+    legend, bottom = _legend(title + 22, has_marks(method))
+    return parts + legend, bottom
 
 
-def _block_labels(tensors: list[InspectedTensor], x, baseline: int) -> list[str]:
-    """Each block of the model named under the instructions where its tensors are made, on a
-    bracket, in two alternating rows so that neighbours do not meet: what a reader needs
-    without hovering. A name wider than its bracket is cut to its last two parts (h.3), or
-    left to the bracket's tooltip when that is still too wide."""
-    spans: dict[str, tuple[int, int]] = {}
-    for t in tensors:
-        name, made = top_module(t.get("module")), t["held"][0]
-        if not name.startswith("("):  # inputs, the model's own ops, no module: not a block
-            first, last = spans.get(name, (made, made))
-            spans[name] = (min(first, made), max(last, made))
-    parts = []
-    ordered = sorted(spans.items(), key=lambda item: (item[1], natural_key(item[0])))
-    for row, (name, (first, last)) in enumerate(ordered):
-        left, right, y = x(first), x(last + 1), baseline + 14 * (row % 2)
-        short = ".".join(name.split(".")[-2:])
-        label = next((text for text in (name, short) if len(text) * CHAR <= right - left + 2 * CHAR), None)
-        parts.append(
-            f'<path d="M{left + 1:.2f} {y - 13} v3 H{right - 1:.2f} v-3" fill="none" stroke="#777">'
-            f"<title>{escape(name)}</title></path>"
-        )
-        if label is not None:
-            parts.append(f'<text x="{(left + right) / 2:.2f}" y="{y}" text-anchor="middle">{escape(label)}</text>')
-    return parts
-
-
-def _grid(steps: int, size: int, x, y, top: int) -> list[str]:
-    """Ticks, labels and faint grid lines on both axes, and the axes' names."""
+def _grid(steps: int, size: int, x, y, top: int, axis: int) -> list[str]:
+    """Ticks, labels and faint grid lines on both axes (the instructions' under `axis`), and
+    the byte axis's name, turned upward left of its widest label so that the two never meet."""
     parts = []
     every = _nice_step(steps / TICKS)
     for step in range(0, steps, every):  # at the middle of the instruction's column
         px = x(step + 0.5)
-        parts.append(f'<line x1="{px:.2f}" y1="{top + HEIGHT}" x2="{px:.2f}" y2="{top + HEIGHT + 5}" stroke="#555"/>')
-        parts.append(f'<text x="{px:.2f}" y="{top + HEIGHT + 17}" text-anchor="middle">#{step}</text>')
+        parts.append(f'<line x1="{px:.2f}" y1="{axis}" x2="{px:.2f}" y2="{axis + 5}" stroke="#555"/>')
+        parts.append(f'<text x="{px:.2f}" y="{axis + 17}" text-anchor="middle">#{step}</text>')
     band = band_size(size, TICKS)
-    for offset in range(0, size + 1, band):
+    offsets = range(0, size + 1, band)
+    widest = max(text_width(size_text(offset), 11) for offset in offsets)
+    for offset in offsets:
         py = y(offset)
         parts.append(
             f'<line x1="{LEFT}" y1="{py:.2f}" x2="{LEFT + WIDTH}" y2="{py:.2f}" stroke="#ddd" stroke-width="0.5"/>'
         )
         parts.append(f'<line x1="{LEFT - 5}" y1="{py:.2f}" x2="{LEFT}" y2="{py:.2f}" stroke="#555"/>')
         parts.append(f'<text x="{LEFT - 8}" y="{py + 4:.2f}" text-anchor="end">{size_text(offset)}</text>')
-    parts.append(f'<text x="{LEFT + WIDTH / 2:.0f}" y="{top + HEIGHT + 62}" text-anchor="middle">instruction →</text>')
+    title_x = max(14, round(LEFT - 8 - widest - 6 - DESCENT * 11))
     parts.append(
-        f'<text x="{LEFT - 62}" y="{top + HEIGHT / 2:.0f}" text-anchor="middle" '
-        f'transform="rotate(-90 {LEFT - 62} {top + HEIGHT / 2:.0f})">byte offset ↓</text>'
+        f'<text x="{title_x}" y="{top + HEIGHT / 2:.0f}" text-anchor="middle" '
+        f'transform="rotate(-90 {title_x} {top + HEIGHT / 2:.0f})">byte offset ↓</text>'
     )
     return parts
 
@@ -181,7 +175,9 @@ def _marks(buffer: InspectedBuffer, x, y, top: int) -> list[str]:
     return parts
 
 
-def _legend(baseline: int) -> list[str]:
+def _legend(baseline: int, marks: bool) -> tuple[list[str], int]:
+    """The fills and lines in one row; the marks on the instruction axis (where the chart has
+    any) and the tooltips' hint in a second. Returns the parts and the legend's bottom."""
     parts: list[str] = []
     at: float = LEFT
     swatches = (
@@ -197,13 +193,18 @@ def _legend(baseline: int) -> list[str]:
             )
             at += 12
         parts.append(f'<text x="{at + 2}" y="{baseline}">{label}</text>')
-        at = round(at + 18 + CHAR * len(label), 1)
+        at = round(at + 14 + text_width(label, 11), 1)
     for label, color, dash in (("lower bound", BOUND, "6 4"), ("peak", PEAK, "none")):
         parts.append(
             f'<line x1="{at}" y1="{baseline - 4}" x2="{at + 18}" y2="{baseline - 4}" stroke="{color}" '
             f'stroke-width="2" stroke-dasharray="{dash}"/>'
         )
         parts.append(f'<text x="{at + 22}" y="{baseline}">{label}</text>')
-        at = round(at + 30 + CHAR * len(label), 1)
-    parts.append(f'<text x="{at}" y="{baseline}" fill="#666">hover a rectangle for its tensor</text>')
-    return parts
+        at = round(at + 34 + text_width(label, 11), 1)
+    second, at = baseline + 18, LEFT
+    for mark, label in legend_items() if marks else []:
+        parts.append(f'<g transform="translate({at} {second})">{mark}</g>')
+        parts.append(f'<text x="{at + 14}" y="{second}">{label}</text>')
+        at = round(at + 30 + text_width(label, 11), 1)
+    parts.append(f'<text x="{at}" y="{second}" fill="#666">hover a rectangle, bracket or mark for what it is</text>')
+    return parts, second + 6

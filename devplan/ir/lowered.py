@@ -4,6 +4,7 @@ and what each delegate call in it runs."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
@@ -67,7 +68,7 @@ class Lowered:
     # placeholder name -> (role, the user's name): an input's argument name, a weight's FQN
     names: dict[str, tuple[str, str]] = field(default_factory=dict)
     # delegate calls (call_module nodes) by target: the backend partition() gave each group,
-    # and the payload the compile made of it (compiler.py; an ExecuTorch backend's: passes/adopt.py)
+    # and the payload the compile made of it (compiler/lower.py; an ExecuTorch backend's: passes/adopt.py)
     backends: Mapping[str, "Backend | Adopted"] = field(default_factory=dict)  # a delegate call -> what runs it
     payloads: Mapping[str, "Payload"] = field(default_factory=dict)
     # what fold_constants stored (passes/fold.py): subgraphs, shared_inputs, constant_bytes_added, run_bytes_removed
@@ -80,3 +81,12 @@ class Lowered:
         values = list(self.gm.graph.output_node().args[0])  # type: ignore[arg-type]  # an output node holds a tuple
         updated = (*self.state, *self.mutated)
         return dict(zip(updated, values)), values[len(updated) :]
+
+
+def own_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm` with a graph of its own, for a pass that edits it in place; its attributes (the
+    weights) shared, and its codegen (the pytree specs of inputs and outputs) copied."""
+    graph = torch.fx.Graph()
+    graph._codegen = copy.deepcopy(gm.graph._codegen)
+    graph.output(graph.graph_copy(gm.graph, {}))
+    return torch.fx.GraphModule(gm, graph)

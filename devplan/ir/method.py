@@ -94,6 +94,9 @@ class Kernel:
     delegate: int | None = None  # index into Method.delegates when this calls a delegate
     source: Source | None = None
     view: ViewOf | None = None  # set by build on a view op's kernel; the alias pass reads and clears it
+    # the export's node the call was lowered from (decompose's devplan_origin): what an ETRecord's
+    # debug handles name (devplan/etrecord.py); "" for calls no node of the export made
+    origin: str = ""
 
 
 @dataclass(frozen=True)

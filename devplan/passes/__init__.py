@@ -4,6 +4,7 @@ delegate payload on its device, and concat, schedule and inplace work where life
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Callable
 
@@ -60,3 +61,20 @@ def method_passes(options: "CompileOptions", role: Role = PROGRAM) -> list[tuple
         ("inplace", partial(reuse_dead_inputs, borrowed_io=role.payload), options.inplace),
     )
     return [(name, run) for name, run, wanted in chosen if wanted]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The pass tables a compile runs, given to the driver as an argument: the graph passes in
+    order, and the method passes chosen for a role (a test hands it a table with a pass broken)."""
+
+    graph_passes: tuple[tuple[str, Callable[..., Lowered]], ...] = GRAPH_PASSES
+    method_passes_for: Callable[["CompileOptions", Role], list[tuple[str, Callable[[Method], Method]]]] = method_passes
+
+    def around_fold(self) -> tuple[tuple, Callable[..., Lowered], tuple]:
+        """The graph passes split at fold: those before it, fold, those after it."""
+        at = [name for name, _ in self.graph_passes].index("fold")
+        return self.graph_passes[:at], self.graph_passes[at][1], self.graph_passes[at + 1 :]
+
+
+PIPELINE = Pipeline()  # what a compile runs unless it is handed other tables

@@ -10,7 +10,6 @@ takes the whole score matrix into its own workspace either."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import math
@@ -20,6 +19,7 @@ from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 
+from devplan.ir.lowered import own_graph
 from devplan.passes.decompose import inline
 from devplan.passes.slices import sink_slices
 
@@ -61,10 +61,7 @@ def chunk_attention(ep: ExportedProgram, mode: str, block_bytes: int) -> Blocked
     blocks = {a.node: a.block for a in found if a.block is not None}
     if not blocks:
         return Blocked(ep, tuple(found))
-    graph = torch.fx.Graph()
-    graph._codegen = copy.deepcopy(ep.graph._codegen)  # the pytree specs of inputs and outputs
-    graph.output(graph.graph_copy(ep.graph, {}))
-    gm = torch.fx.GraphModule(ep.graph_module, graph)  # the same attributes; the graph its own
+    gm = own_graph(ep.graph_module)
     fake = detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"])
     traces: dict = {}
     for node in [n for n in gm.graph.nodes if n.name in blocks]:

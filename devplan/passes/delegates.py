@@ -1,5 +1,5 @@
 """Delegate payloads: each group partition() gave a backend is a program of its own, which
-the driver (compiler.py) lowers by the program's own stages (lower_method) into an ET12 program whose planned tensors all live on the backend's device. The
+the driver (compiler/lower.py) lowers by the program's own stages (lower_method) into an ET12 program whose planned tensors all live on the backend's device. The
 runtime's DevplanDelegate backend runs that program, and `devplan inspect` reads it like any
 other. The group's weights move into its program; only tensors computed at run time cross.
 The payload's buffer is planned again by the calling method, as a window of its own buffer on

@@ -11,6 +11,9 @@ from devplan.errors import DevplanError
 
 DEFAULT_ALIGNMENT = 16  # bytes, as ExecuTorch's planner aligns
 MAX_ALIGNMENT = 4096  # a page: no device asks for more, and a larger one only inflates the buffers
+# the placement algorithms by name, in tie-break order (planner.ALGORITHMS holds their code): the
+# names are data, so that parsing --planner loads no numpy
+PLANNERS = ("naive", "greedy-order", "greedy-size", "greedy-breadth", "hill-climb", "best")
 # Per device type, the alignment of a buffer's tensors there unless --alignment says. CUDA:
 # torch's caching allocator hands eager tensors 512-byte-aligned blocks, and torch's kernels
 # choose by pointer alignment (on an H200, a conv net's bias add over a 16-byte-aligned plan

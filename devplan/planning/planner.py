@@ -7,7 +7,15 @@ from typing import Callable, Sequence
 from devplan.errors import DevplanError
 from devplan.planning import greedy
 from devplan.planning.bounds import live_bytes
-from devplan.planning.model import DEFAULT_ALIGNMENT, GroupProblem, Interval, Plan, assemble, buffer_size, split_groups
+from devplan.planning.model import (
+    DEFAULT_ALIGNMENT,
+    GroupProblem,
+    Interval,
+    Plan,
+    assemble,
+    buffer_size,
+    split_groups,
+)
 from devplan.planning.search import hill_climb
 
 Planner = Callable[[Sequence[Interval], int], Plan]

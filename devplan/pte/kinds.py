@@ -29,6 +29,9 @@ INSTRUCTION_KINDS = {
     InstructionArguments.JumpFalseCall: "jump_false",
     InstructionArguments.FreeCall: "free",
 }
+# ExecuTorch's copies from the host to a device and back, the operators a kernel instruction
+# calls to move a tensor between buffers of different devices (devplan.ops names them for the compiler)
+COPIES = ("et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out")
 TENSOR_LISTS = (KernelTypes.TensorList, KernelTypes.OptionalTensorList)
 REFERENCE_LISTS = (*TENSOR_LISTS, KernelTypes.IntList)  # lists whose items are value indices
 LISTS = (*REFERENCE_LISTS, KernelTypes.BoolList, KernelTypes.DoubleList)

@@ -153,14 +153,15 @@ class LoadedMethod:
         if self.cuda_graphs and self.home.type == "cuda":
             self.graph_steps = GraphSteps(self.steps, [a for a, _ in self.arenas.values()], self.bounds, self.where)
 
-    def execute(self, inputs: Sequence[Any]) -> list[Any]:
-        """Run once: copy `inputs` in, run every instruction, return host copies of the outputs."""
+    def execute(self, inputs: Sequence[Any], clock: list | None = None) -> list[Any]:
+        """Run once: copy `inputs` in, run every instruction, return host copies of the outputs;
+        with `clock`, each instruction's (index, start, end) appended to it (interpret's)."""
         if len(inputs) != len(self.inputs):
             raise DevplanError(f"{self.where} takes {len(self.inputs)} inputs, got {len(inputs)}")
         for position, (index, given) in enumerate(zip(self.inputs, inputs)):
             self._set_input(position, index, given)
         self._materialize(set(self.inputs))
-        interpret(self.steps, self.values, self.bounds, self.where)
+        interpret(self.steps, self.values, self.bounds, self.where, clock)
         return [self._output(index) for index in self.outputs]
 
     def _materialize(self, bound: set[int]) -> None:

@@ -24,6 +24,7 @@ from devplan.pte.decode import methods
 from devplan.pte.program_view import program_view
 from devplan.pte.reader import PteFile
 from devplan.runtime.compare import timed_runs
+from devplan.runtime.etdump_trace import Trace
 from devplan.runtime.executor import method_view
 
 # ExecuTorch's kernel libraries beside the portable one (whose prim ops, dim order ops and
@@ -42,9 +43,13 @@ def registered_operators() -> list[str]:
     return sorted(set(load_runtime("the operator list").portable._get_operator_names()))
 
 
-def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1) -> tuple[list[list[Any]], list[float]]:
+def run_on_executorch(
+    pte: PteFile, name: str, inputs: list[Any], runs: int = 1, trace: Trace | None = None
+) -> tuple[list[list[Any]], list[float]]:
     """The outputs of `runs` calls of method `name`, one loaded method, state carried over, and
-    the seconds each call took."""
+    the seconds each call took; with `trace`, ExecuTorch's ETDump of the calls written."""
+    if trace is not None:
+        trace.check(pte, name, runs)
     method_view(pte, name)
     if pte.external is not None and pte.external.path is None:
         raise DevplanError(f"{pte.external.name}: ExecuTorch's runtime loads a .ptd by its path; pass it as a file")
@@ -62,24 +67,30 @@ def run_on_executorch(pte: PteFile, name: str, inputs: list[Any], runs: int = 1)
             f"({len(outside)} keys); pass the .ptd written with it: --data FILE.ptd"
         )
     with native_logs_quiet():
-        return _run(pte, name, inputs, runs)
+        return _run(pte, name, inputs, runs, trace)
 
 
-def _run(pte: PteFile, name: str, inputs: list[Any], runs: int) -> tuple[list[list[Any]], list[float]]:
+def _run(
+    pte: PteFile, name: str, inputs: list[Any], runs: int, trace: Trace | None
+) -> tuple[list[list[Any]], list[float]]:
     runtime = load_runtime("--executorch").runtime
+    traced = {} if trace is None else {"enable_etdump": True, "debug_buffer_size": trace.debug_buffer}
     try:
         # a mapped file by its path (ExecuTorch's loader maps it too), bytes as they are
         # with its .ptd by path, which ExecuTorch's loader maps
         data_path = pte.external.path if pte.external is not None else None
         program = runtime.Runtime.get().load_program(
-            pte.path if pte.path is not None else bytes(pte.data), data_path=data_path
+            pte.path if pte.path is not None else bytes(pte.data), data_path=data_path, **traced
         )
         method = program.load_method(name)
-        return timed_runs(
+        done = timed_runs(
             lambda: [o.clone() if isinstance(o, torch.Tensor) else o for o in method.execute(list(inputs))], runs
         )
     except Exception as error:  # ExecuTorch's runtime refused the program or its inputs
         raise DevplanError(_in_devplans_words(pte, name, first_line(error))) from None
+    if trace is not None:
+        trace.write(program)
+    return done
 
 
 # ExecuTorch numbers the planned buffers from 0 (the program's mem_id 1) and devices by type

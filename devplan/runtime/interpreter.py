@@ -7,6 +7,7 @@ makes its instructions do more work than one pass by far."""
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,10 +57,14 @@ def value_of(values: list, index: int) -> Any:
     return value
 
 
-def interpret(steps: list[Step], values: list, bounds: dict[int, list[int]], where: str) -> int:
+def interpret(
+    steps: list[Step], values: list, bounds: dict[int, list[int]], where: str, clock: list | None = None
+) -> int:
     """Run the steps once from the first, `values` updated in place; `bounds`: the planned
     upper bound of each dynamic tensor. Returns the tensor elements its instructions read and
-    wrote (a delegate call: its payload's too), which a caller counts as the call's work."""
+    wrote (a delegate call: its payload's too), which a caller counts as the call's work. With
+    `clock`, each step run is appended to it as (instruction, start, end) in host nanoseconds
+    (run --etdump)."""
     pc, budget, extra, done, seen = 0, len(steps) + EXTRA_STEPS, EXTRA_ELEMENTS, 0, bytearray(len(steps))
     while pc < len(steps):
         budget -= 1
@@ -67,6 +72,7 @@ def interpret(steps: list[Step], values: list, bounds: dict[int, list[int]], whe
             raise DevplanError(
                 f"{where}: executed {len(steps) + EXTRA_STEPS} instructions without finishing; its jumps loop"
             )
+        start = time.perf_counter_ns() if clock is not None else 0
         try:
             following, work = _run(pc, steps[pc], values, bounds, where)
         except (
@@ -81,6 +87,8 @@ def interpret(steps: list[Step], values: list, bounds: dict[int, list[int]], whe
         ) as error:  # a damaged program: one line, not a traceback
             # (torch's quantized ops assert their input dtypes)
             raise DevplanError(f"{where}: instruction {pc} ({steps[pc].name}) failed: {first_line(error)}") from None
+        if clock is not None:
+            clock.append((pc, start, time.perf_counter_ns()))
         done += work
         if seen[pc]:  # run again: a jump looped back
             extra -= work

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 import torch
@@ -179,13 +180,16 @@ torch.export.save(torch.export.export(M(), (torch.randn(4, 3),)), {str(tmp_path 
 def test_a_bug_in_a_stage_is_one_internal_error_line(tmp_path, monkeypatch, capsys):
     import devplan.cli
     import devplan.compiler
+    from devplan.compiler import compile
+    from devplan.passes import GRAPH_PASSES, Pipeline
 
     def broken(low, **how):
         node = next(iter(low.gm.graph.nodes))  # noqa: F841 - the node the error line names
         raise ValueError("deliberately broken")
 
-    passes = tuple((name, broken if name == "fold" else run) for name, run in devplan.compiler.GRAPH_PASSES)
-    monkeypatch.setattr(devplan.compiler, "GRAPH_PASSES", passes)
+    passes = tuple((name, broken if name == "fold" else run) for name, run in GRAPH_PASSES)
+    # the command's compile, handed the broken table
+    monkeypatch.setattr(devplan.compiler, "compile", partial(compile, pipeline=Pipeline(graph_passes=passes)))
     monkeypatch.setattr(sys, "argv", ["devplan", "compile", "samples/mlp.pt2", "-o", str(tmp_path / "m.pte")])
     with pytest.raises(SystemExit) as exit:
         devplan.cli.main()

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import sys
 from dataclasses import replace
+from functools import partial
 
 import pytest
 import torch
 
 import devplan
 import devplan.compiler
-import devplan.passes
+from devplan.compiler import compile
 from devplan.errors import InternalError
 from devplan.ir.method import Kernel, Method
 from devplan.ir.role import PROGRAM
 from devplan.options import CompileOptions
+from devplan.passes import GRAPH_PASSES, Pipeline, method_passes
 from devplan.spec import TensorSpec
 from devplan.wellformed import Malformed
 
@@ -34,32 +36,29 @@ def exported():
     return torch.export.export(Small(), (torch.randn(4, 8),))
 
 
-def _caught(exported) -> InternalError:
+def _caught(exported, pipeline: Pipeline) -> InternalError:
     with pytest.raises(InternalError) as caught:
-        devplan.compile(exported, checks=True)
+        devplan.compile(exported, checks=True, pipeline=pipeline)
     assert isinstance(caught.value.__cause__, Malformed), caught.value.__cause__
     return caught.value
 
 
-def _graph_pass(monkeypatch, stage: str, broken) -> None:
-    passes = tuple((name, broken if name == stage else run) for name, run in devplan.passes.GRAPH_PASSES)
-    monkeypatch.setattr(devplan.compiler, "GRAPH_PASSES", passes)  # as the compiler reads it
+def _graph_pass(stage: str, broken) -> Pipeline:
+    return Pipeline(graph_passes=tuple((name, broken if name == stage else run) for name, run in GRAPH_PASSES))
 
 
-def _method_pass(monkeypatch, stage: str, broken) -> None:
-    original = devplan.passes.method_passes
-
+def _method_pass(stage: str, broken) -> Pipeline:
     def chosen(options, role=PROGRAM):
         return [
             (name, (lambda m, run=run: broken(run(m))) if name == stage else run)
-            for name, run in original(options, role)
+            for name, run in method_passes(options, role)
         ]
 
-    monkeypatch.setattr(devplan.compiler, "method_passes", chosen)
+    return Pipeline(method_passes_for=chosen)
 
 
-def test_the_graph_lint_names_a_pass_that_uses_a_node_before_defining_it(exported, monkeypatch):
-    run = dict(devplan.passes.GRAPH_PASSES)["fold"]
+def test_the_graph_lint_names_a_pass_that_uses_a_node_before_defining_it(exported):
+    run = dict(GRAPH_PASSES)["fold"]
 
     def broken(low, **how):
         low = run(low, **how)
@@ -67,13 +66,12 @@ def test_the_graph_lint_names_a_pass_that_uses_a_node_before_defining_it(exporte
         next(iter(low.gm.graph.nodes)).prepend(relu)  # before the placeholders it reads
         return low
 
-    _graph_pass(monkeypatch, "fold", broken)
-    error = _caught(exported)
+    error = _caught(exported, _graph_pass("fold", broken))
     assert error.stage == "fold" and "graph lint" in str(error.__cause__)
 
 
-def test_the_graph_check_names_a_pass_that_drops_what_later_stages_read(exported, monkeypatch):
-    run = dict(devplan.passes.GRAPH_PASSES)["views"]
+def test_the_graph_check_names_a_pass_that_drops_what_later_stages_read(exported):
+    run = dict(GRAPH_PASSES)["views"]
 
     def broken(low):
         low = run(low)
@@ -81,8 +79,7 @@ def test_the_graph_check_names_a_pass_that_drops_what_later_stages_read(exported
         del add.meta["val"]
         return low
 
-    _graph_pass(monkeypatch, "views", broken)
-    error = _caught(exported)
+    error = _caught(exported, _graph_pass("views", broken))
     assert error.stage == "views" and "has no meta['val']" in str(error.__cause__)
 
 
@@ -108,9 +105,8 @@ def _a_tensor_without_a_spec(method: Method) -> Method:
         ("copies", _a_tensor_without_a_spec, ", a int"),
     ],
 )
-def test_the_method_check_names_the_pass_that_broke_it(exported, monkeypatch, stage, broken, needle):
-    _method_pass(monkeypatch, stage, broken)
-    error = _caught(exported)
+def test_the_method_check_names_the_pass_that_broke_it(exported, stage, broken, needle):
+    error = _caught(exported, _method_pass(stage, broken))
     assert error.stage == stage and needle in str(error.__cause__), error.__cause__
 
 
@@ -119,7 +115,8 @@ def test_the_checks_are_off_in_a_normal_compile_and_on_with_debug(tmp_path, monk
 
     monkeypatch.delenv("DEVPLAN_CHECK_STAGES")
     assert CompileOptions().checks is False
-    _method_pass(monkeypatch, "compact", _reversed)
+    # the command's compile, handed the broken table
+    monkeypatch.setattr(devplan.compiler, "compile", partial(compile, pipeline=_method_pass("compact", _reversed)))
     monkeypatch.setattr(
         sys, "argv", ["devplan", "--debug", "compile", "samples/mlp.pt2", "-o", str(tmp_path / "m.pte")]
     )

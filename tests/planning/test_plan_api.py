@@ -116,3 +116,10 @@ def test_the_package_names_stay_its_functions_whatever_submodules_were_imported(
     for module in pkgutil.iter_modules(planning.__path__):
         importlib.import_module(f"devplan.planning.{module.name}")
     assert [name for name in planning.__all__ if type(getattr(planning, name)).__name__ == "module"] == []
+
+
+def test_the_planners_names_are_the_algorithms_in_their_tie_break_order():
+    """options reads the names from planning.model, without the algorithms' numpy."""
+    from devplan.planning.model import PLANNERS
+
+    assert tuple(ALGORITHMS) == PLANNERS

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from devplan.pte import verify, xnn_verify
+from devplan.pte import etdump, verify, xnn_verify
 
 ROOT = Path(__file__).resolve().parents[2]
 FB = ROOT / "devplan" / "pte" / "fb"
 PTD_FB = ROOT / "devplan" / "pte" / "ptd_fb"  # the .ptd data file's (schema/flat_tensor.fbs)
 XNN_FB = ROOT / "devplan" / "pte" / "xnn_fb"  # an XNNPACK payload's graph's (schema/xnnpack.fbs)
+ETDUMP_FB = ROOT / "devplan" / "pte" / "etdump_fb"  # ExecuTorch's ETDump's (schema/etdump.fbs)
 
 
 def _flatc() -> str:
@@ -50,12 +51,13 @@ def test_bindings_are_exactly_what_flatc_generates(tmp_path):
             "schema/scalar_type.fbs",
             "schema/flat_tensor.fbs",
             "schema/xnnpack.fbs",
+            "schema/etdump.fbs",
         ],
         cwd=ROOT,
         check=True,
         capture_output=True,
     )
-    for committed_folder in (FB, PTD_FB, XNN_FB):
+    for committed_folder in (FB, PTD_FB, XNN_FB, ETDUMP_FB):
         regenerated = _files(tmp_path / "devplan" / "pte" / committed_folder.name)
         committed = _files(committed_folder)
         assert sorted(committed) == sorted(regenerated)
@@ -77,6 +79,7 @@ _SCHEMAS = {  # bindings folder -> the verifier's tables
     "fb": verify.TABLES,
     "ptd_fb": verify.FLAT_TENSOR_TABLES,
     "xnn_fb": xnn_verify.XNN_GRAPH_TABLES,
+    "etdump_fb": etdump.ETDUMP_TABLES,
 }
 
 
