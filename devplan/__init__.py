@@ -7,6 +7,7 @@
     devplan.check("model.pte", budgets={"cpu": 2 << 20}) -> a BufferCheck per planned buffer
     devplan.check_golden("model.pte", "model.golden.json")   -> GoldenCheck (update=True writes the file)
     devplan.diff("old.pte", "new.pte", tolerance="2%")       -> Diff: .ok, .text(), .document()
+    devplan.generate("llm.pte", "tokenizer.json", "Hello")  -> Generated: .text, tokens/s (ExecuTorch's runner)
 
 Imports are lazy so that reading and inspecting programs never pays for importing torch."""
 
@@ -29,6 +30,7 @@ _HOMES = {
     "check": "devplan.inspection.check",
     "check_golden": "devplan.inspection.check",
     "diff": "devplan.inspection.diff",
+    "generate": "devplan.runtime.generate",
 }
 
 

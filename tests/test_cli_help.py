@@ -83,7 +83,7 @@ def test_devplan_help_lists_the_commands_in_the_order_a_user_meets_them():
     """compile makes the program the others read: it comes first, then inspect, the gates, run."""
     shown = _help(width=80)
     listed = [line.split()[0] for line in shown[shown.index("Commands:") :].splitlines()[1:] if line.strip()]
-    assert listed == ["compile", "inspect", "check", "diff", "run"]
+    assert listed == ["compile", "inspect", "check", "diff", "run", "generate"]
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -1,4 +1,4 @@
-"""The README's sample outputs are what devplan prints: each fenced block that a
+"""The sample outputs of README and docs/ are what devplan prints: each fenced block that a
 `<!-- generated: SETUP -->` line introduces starts with `$ devplan ARGS`, and the rest of it is
 that command's output, run in an empty folder after SETUP (`devplan ...` and `cp FILE NAME`
 steps joined by ` && `, paths from the repository root). `DEVPLAN_UPDATE_README=1 python -m
@@ -22,6 +22,8 @@ from devplan.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# README and the docs/ pages it links, whose samples are printed as README's are
+PAGES = (README, *sorted((ROOT / "docs").glob("*.md")))
 BLOCK = re.compile(
     r"<!-- generated: (?P<setup>.*?) -->\n```\n\$ devplan (?P<command>.*?)\n(?P<output>.*?)```", re.DOTALL
 )
@@ -56,9 +58,8 @@ def _output(root: Path, setup: str, command: str) -> str:
 
 
 def _samples(root: Path, text: str) -> tuple[str, list[str]]:
-    """The README with each sample as devplan prints it now, and the samples that differ."""
+    """The page with each sample as devplan prints it now, and the samples that differ."""
     blocks = list(BLOCK.finditer(text))
-    assert len(blocks) >= 2  # check --golden and diff
     pieces, end, stale = [], 0, []
     for block in blocks:
         printed = _output(root, block["setup"], block["command"])
@@ -70,14 +71,19 @@ def _samples(root: Path, text: str) -> tuple[str, list[str]]:
 
 
 def test_the_readme_samples_are_what_devplan_prints(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    text = README.read_text()
-    rewritten, stale = _samples(ROOT, text)
-    if os.environ.get("DEVPLAN_UPDATE_README"):
-        README.write_text(rewritten)
+    stale, commands = [], []
+    for page in PAGES:
+        (tmp_path / page.name).mkdir()
+        monkeypatch.chdir(tmp_path / page.name)
+        text = page.read_text()
+        commands += [block["command"].split()[0] for block in BLOCK.finditer(text)]
+        rewritten, differ = _samples(ROOT, text)
+        if os.environ.get("DEVPLAN_UPDATE_README"):
+            page.write_text(rewritten)
+        stale += [f"{page.relative_to(ROOT)}:\n{sample}" for sample in differ]
+    assert {"check", "diff", "inspect", "run"} <= set(commands), commands
     assert not stale, (
-        "README samples differ from what devplan prints now (DEVPLAN_UPDATE_README=1 rewrites them):\n"
-        + "\n".join(stale)
+        "samples differ from what devplan prints now (DEVPLAN_UPDATE_README=1 rewrites them):\n" + "\n".join(stale)
     )
 
 
@@ -93,7 +99,7 @@ def test_the_samples_leave_the_checkout_alone(tmp_path, monkeypatch):
         (checkout / name).write_bytes(data)
     work.mkdir()
     monkeypatch.chdir(work)
-    _, stale = _samples(checkout, README.read_text())
+    stale = [sample for page in PAGES for sample in _samples(checkout, page.read_text())[1]]
     assert not stale, stale
     assert {name: (checkout / name).read_bytes() for name in users} == users
 
@@ -115,10 +121,11 @@ def _plugin_flags() -> set[str]:
 
 
 def test_the_ci_job_runs_the_projects_tests_strictly_and_says_how_to_update():
-    """Issue 37: the README's GitHub Actions job shows the pytest plugin as CI uses it: the
-    project's tests with --devplan-strict-goldens, and how to accept a change with
-    --devplan-update-golden; every plugin flag the README names is one the plugin adds."""
-    text = README.read_text()
+    """Issue 37: the GitHub Actions job (docs/ci.md, which README links) shows the pytest plugin as
+    CI uses it: the project's tests with --devplan-strict-goldens, and how to accept a change with
+    --devplan-update-golden; every plugin flag README and docs/ name is one the plugin adds."""
+    text = (ROOT / "docs" / "ci.md").read_text()
+    assert "(docs/ci.md)" in README.read_text()
     ci = text[text.index("\n## CI\n") :]
     ci = ci[: ci.index("\n## ", 1)]
     job = re.search(r"```yaml\n(.*?)```", ci, re.DOTALL)
@@ -127,5 +134,5 @@ def test_the_ci_job_runs_the_projects_tests_strictly_and_says_how_to_update():
     assert any(run.startswith("python -m pytest") and "--devplan-strict-goldens" in run.split() for run in runs), runs
     after = " ".join(ci[job.end() :].split())
     assert "python -m pytest --devplan-update-golden" in after, after
-    named = set(re.findall(r"--devplan-[a-z-]+", text))
+    named = {flag for page in PAGES for flag in re.findall(r"--devplan-[a-z-]+", page.read_text())}
     assert named and named <= _plugin_flags(), named - _plugin_flags()

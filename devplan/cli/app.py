@@ -58,7 +58,7 @@ class Group(TyperGroup):
     commands in the order a user meets them (compile makes what the others read), whatever
     order their modules were imported in."""
 
-    ORDER = ("compile", "inspect", "check", "diff", "run")
+    ORDER = ("compile", "inspect", "check", "diff", "run", "generate")
 
     def list_commands(self, ctx) -> list[str]:
         return sorted(super().list_commands(ctx), key=lambda name: (self.ORDER + (name,)).index(name))
