@@ -20,13 +20,14 @@ def stage_text(result, stage: str = "") -> str:
     from devplan.ir.planned import PlannedMethod
     from devplan.passes.attention import Blocked
     from devplan.passes.backends import Delegated
+    from devplan.passes.fold import Folded
     from devplan.passes.quantize import Quantized, QuantizeReport
     from devplan.pte.writer import Spread
 
     if isinstance(result, Lowered):
-        if stage.rsplit(".", 1)[-1] == "fold" and result.folding:  # what folding chose, and what it cost
-            return _folding_text(result.folding) + str(result.gm.graph)
         return str(result.gm.graph)
+    if isinstance(result, Folded):  # what folding chose, and what it cost, then the graph
+        return (_folding_text(result.folding) if result.folding else "") + str(result.program.gm.graph)
     if isinstance(result, Quantized):  # what quantizing cost, then the quantized graph
         return json.dumps(result.report.summary(), indent=1) + "\n" + stage_text(result.program, stage)
     if isinstance(result, Blocked):  # each attention's form, then the graph

@@ -17,6 +17,7 @@ from devplan.ir.lowered import Lowered
 from devplan.ir.method import IntList, Method, OptionalTensorList, TensorList, Use
 from devplan.ir.planned import PlannedMethod
 from devplan.ops import DIM_ORDER_OPS, ET_VIEW, NUMBER_NAMES, TO_DEVICE, TO_HOST, op_schema
+from devplan.passes.fold import Folded
 from devplan.spec import Device, TensorSpec
 
 
@@ -28,6 +29,8 @@ def check_stage(result: object) -> None:
     """Check a stage's result by its kind; results of other kinds (bytes, a program) pass."""
     if isinstance(result, Lowered):
         check_graph(result)
+    elif isinstance(result, Folded):
+        check_graph(result.program)
     elif isinstance(result, Method):
         check_method(result)
     elif isinstance(result, PlannedMethod):

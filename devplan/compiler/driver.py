@@ -14,7 +14,7 @@ from torch.utils import _pytree as pytree
 from devplan.backend import Backend
 from devplan.compiler.budgets import check_backend_budgets
 from devplan.compiler.fold_choice import choice, fold_auto
-from devplan.compiler.lower import Lowering, folded
+from devplan.compiler.lower import Lowering, after_fold
 from devplan.compiler.result import FOLDING, CompileResult
 from devplan.compiler.stages import Stages
 from devplan.emit.build import constant_method
@@ -220,11 +220,10 @@ def _plan_program(
     if len(own) < len(options.delegates):
         low = stage("adopt", adopt_delegates, low)
     lowering = Lowering(options, pipeline, name)
-    before, _, _ = pipeline.around_fold()
-    for pass_name, graph_pass in before:
+    for pass_name, graph_pass in pipeline.before_fold:
         low = stage(pass_name, graph_pass, low)
     if options.fold != "auto":
-        plan, folding = folded(low, options.fold, lowering, stage)
+        plan, folding = after_fold(stage("fold", pipeline.fold, low, policy=options.fold), lowering, stage)
         return (
             plan,
             {**folding, "choices": [choice(name, options.fold, plan, folding, True)]},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from devplan.compiler.lower import Lowering, folded
+from devplan.compiler.lower import Lowering, after_fold
 from devplan.compiler.result import FOLDING
 from devplan.compiler.stages import Stages
 from devplan.errors import BudgetExceeded
@@ -20,7 +20,7 @@ def fold_auto(low: Lowered, lowering: Lowering, stage: Stages) -> tuple[PlannedM
     where they tie); a policy that folds what another did is not planned again, nor none where one
     folds without growing the constants. Each is planned under the stages' own names, its timings
     and dumps kept only for the one kept."""
-    _, fold, _ = lowering.pipeline.around_fold()
+    fold = lowering.pipeline.fold
     tried: dict[tuple[int, ...], tuple[str, PlannedMethod, dict, Stages]] = {}
     over: list[BudgetExceeded] = []  # a policy whose plan is over a --budget is not kept
     for policy in FOLD_POLICIES:
@@ -31,7 +31,7 @@ def fold_auto(low: Lowered, lowering: Lowering, stage: Stages) -> tuple[PlannedM
         same = tuple(once.folding.get(key, 0) for key in FOLDING)
         if same not in tried:
             try:
-                tried[same] = (policy, *folded(once, None, lowering, quiet), quiet)
+                tried[same] = (policy, *after_fold(once, lowering, quiet), quiet)
             except BudgetExceeded as error:
                 over.append(error)
     if not tried:
@@ -41,7 +41,7 @@ def fold_auto(low: Lowered, lowering: Lowering, stage: Stages) -> tuple[PlannedM
     if stage.dump_dir is None:
         stage.seconds.update(kept.seconds)
     else:  # its stages again, dumped (the same results: a compile is deterministic)
-        plan, folding = folded(low, policy, lowering, stage)
+        plan, folding = after_fold(stage("fold", fold, low, policy=policy), lowering, stage)
     return plan, {**folding, "choices": choices}
 
 

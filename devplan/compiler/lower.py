@@ -17,7 +17,7 @@ from devplan.options import CompileOptions
 from devplan.passes import Pipeline
 from devplan.passes.delegates import Group, delegate_groups
 from devplan.passes.device_results import results_on_device
-from devplan.passes.fold import read_constants
+from devplan.passes.fold import Folded, read_constants
 from devplan.passes.partition import partition
 from devplan.planning.plan_method import plan_method
 from devplan.pte import dumps_pte
@@ -37,15 +37,13 @@ class Lowering:
         return tuple(d for d in self.options.delegates if isinstance(d, Backend))
 
 
-def folded(low: Lowered, policy: str | None, lowering: Lowering, stage: Stages) -> tuple[PlannedMethod, dict]:
-    """The graph folded by `policy` (None: folded already), through the rest of the graph stages
-    and its delegates' payloads to its plan; with what folding stored."""
-    _, fold, after = lowering.pipeline.around_fold()
-    if policy is not None:
-        low = stage("fold", fold, low, policy=policy)
-    for pass_name, graph_pass in after:
+def after_fold(done: Folded, lowering: Lowering, stage: Stages) -> tuple[PlannedMethod, dict]:
+    """The folded graph through the rest of the graph stages and its delegates' payloads to its
+    plan; with what folding did and what the program then stores."""
+    low = done.program
+    for pass_name, graph_pass in lowering.pipeline.after_fold:
         low = stage(pass_name, graph_pass, low)
-    folding = {**low.folding, "stored": stored_size(read_constants(low))}
+    folding = {**done.folding, "stored": stored_size(read_constants(low))}
     if lowering.options.delegates:
         low = stage("partition", partition, low, lowering.own)
         # the recursion: each delegate's group is lowered by the program's own stages, as a payload

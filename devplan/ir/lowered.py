@@ -71,8 +71,6 @@ class Lowered:
     # and the payload the compile made of it (compiler/lower.py; an ExecuTorch backend's: passes/adopt.py)
     backends: Mapping[str, "Backend | Adopted"] = field(default_factory=dict)  # a delegate call -> what runs it
     payloads: Mapping[str, "Payload"] = field(default_factory=dict)
-    # what fold_constants stored (passes/fold.py): subgraphs, shared_inputs, constant_bytes_added, run_bytes_removed
-    folding: Mapping[str, int] = field(default_factory=dict)
 
     def results(self) -> tuple[dict[str, object], list[object]]:
         """(placeholder name of state or a mutated input -> its value after a run, user

@@ -17,7 +17,7 @@ from devplan.passes.compact import compact
 from devplan.passes.concat import write_cats_in_place
 from devplan.passes.copies import insert_copies
 from devplan.passes.decompose import decompose
-from devplan.passes.fold import fold_constants
+from devplan.passes.fold import Folded, fold_constants
 from devplan.passes.inplace import reuse_dead_inputs
 from devplan.passes.permutes import merge_permutes
 from devplan.passes.place import on_device
@@ -29,13 +29,16 @@ from devplan.planning.model import DEFAULT_ALIGNMENT
 if TYPE_CHECKING:
     from devplan.options import CompileOptions
 
-# (stage name, pass) in the order they run: each takes the Lowered program and returns it
-# (the graph edited in place, as torch.fx passes do; anything else replaced)
-GRAPH_PASSES: tuple[tuple[str, Callable[[Lowered], Lowered]], ...] = (
+GraphPasses = tuple[tuple[str, Callable[[Lowered], Lowered]], ...]
+# (stage name, pass) in the order they run, before and after fold (which --fold auto runs once
+# per policy, and which returns its record beside the program): each takes the Lowered program
+# and returns it (the graph edited in place, as torch.fx passes do; anything else replaced)
+BEFORE_FOLD: GraphPasses = (
     ("decompose", decompose),
     ("permutes", merge_permutes),
     ("broadcasts", read_broadcasts_once),
-    ("fold", fold_constants),
+)
+AFTER_FOLD: GraphPasses = (
     ("views", view_dynamic_copies),
     ("sizes", hoist_sizes),
 )
@@ -65,16 +68,14 @@ def method_passes(options: "CompileOptions", role: Role = PROGRAM) -> list[tuple
 
 @dataclass(frozen=True)
 class Pipeline:
-    """The pass tables a compile runs, given to the driver as an argument: the graph passes in
-    order, and the method passes chosen for a role (a test hands it a table with a pass broken)."""
+    """The pass tables a compile runs, given to the driver as an argument: the graph passes
+    before fold, fold, those after it, and the method passes chosen for a role (a test hands it
+    a table with a pass broken)."""
 
-    graph_passes: tuple[tuple[str, Callable[..., Lowered]], ...] = GRAPH_PASSES
+    before_fold: GraphPasses = BEFORE_FOLD
+    fold: Callable[..., Folded] = fold_constants
+    after_fold: GraphPasses = AFTER_FOLD
     method_passes_for: Callable[["CompileOptions", Role], list[tuple[str, Callable[[Method], Method]]]] = method_passes
-
-    def around_fold(self) -> tuple[tuple, Callable[..., Lowered], tuple]:
-        """The graph passes split at fold: those before it, fold, those after it."""
-        at = [name for name, _ in self.graph_passes].index("fold")
-        return self.graph_passes[:at], self.graph_passes[at][1], self.graph_passes[at + 1 :]
 
 
 PIPELINE = Pipeline()  # what a compile runs unless it is handed other tables

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import operator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Mapping
 
 import torch
 
@@ -45,7 +46,16 @@ SHARED_FOLD_CAP = 1 << 20
 HELD_FLOOR = 16 * SHARED_FOLD_CAP
 
 
-def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
+@dataclass(frozen=True)
+class Folded:
+    """The program folded, beside what folding did: subgraphs, shared_inputs, constant_bytes_added,
+    run_bytes_removed (empty where nothing was tried: the summary counts nothing folded)."""
+
+    program: Lowered
+    folding: Mapping[str, int] = field(default_factory=dict)
+
+
+def fold_constants(low: Lowered, policy: str = "local") -> Folded:
     """Replace each constant-only subgraph whose result is used at run time by a stored
     constant. When nothing else reads its inputs, it is folded if the result is no larger
     than they are (the constant bytes never grow). When the run reads them too (a projection
@@ -53,7 +63,7 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
     added: it is folded when it is no larger than the weights it is computed from nor
     SHARED_FOLD_CAP, and the bytes the run needs at once to compute it (`_run_peak`) exceed
     the bytes it adds; a subgraph whose result is too large (a repeat) has its inputs
-    considered in its place. `low.folding` says what was folded and what it cost. That is
+    considered in its place. `Folded.folding` says what was folded and what it cost. That is
     `policy` local; all folds every subgraph whatever its bytes, as ExecuTorch's const-prop
     does (a repeat of a position table stored, not planned); none folds nothing.
 
@@ -66,7 +76,7 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
     or steps a small file can name (`w.expand(10**6, 10**4).contiguous()` from one weight,
     or `w.expand(2**18)` then 3,000 adds)."""
     if policy == "none":
-        return low  # its folding record stays empty: the summary counts nothing folded
+        return Folded(low)
     gm = low.gm
     values: dict[torch.fx.Node, torch.Tensor] = {}
     cone: dict[torch.fx.Node, set[torch.fx.Node]] = {}
@@ -146,7 +156,7 @@ def fold_constants(low: Lowered, policy: str = "local") -> Lowered:
         "constant_bytes_added": _stored_bytes(low) - before,
         "run_bytes_removed": removed,
     }
-    return replace(low, folding=folding)
+    return Folded(low, folding)
 
 
 class _Held:

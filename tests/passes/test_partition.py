@@ -55,7 +55,7 @@ def test_backend_parse_names_a_device_and_optionally_its_ops():
 
 def test_each_backend_takes_its_ops_in_turn_and_calls_are_numbered_in_graph_order():
     low = from_exported(exported())
-    low = fold_constants(decompose(low))
+    low = fold_constants(decompose(low)).program
     low = partition(low, [Backend.parse("cuda:0=aten::linear"), Backend.parse("cuda:1=aten::relu")])
     calls = [node for node in low.gm.graph.nodes if node.op == "call_module"]
     assert [node.target for node in calls] == ["delegate_0", "delegate_1", "delegate_2"]

@@ -11,8 +11,9 @@ import torch
 import devplan
 from devplan.errors import DevplanError
 from devplan.ops import DEVICE_SHAPED, kernel_name, out_schema, schema_name
-from devplan.passes import GRAPH_PASSES
+from devplan.passes import AFTER_FOLD, BEFORE_FOLD
 from devplan.passes.device_results import results_on_device
+from devplan.passes.fold import fold_constants
 from devplan.passes.split import from_exported
 from devplan.pte import read_pte
 from devplan.pte.decode import methods
@@ -86,7 +87,10 @@ def _device_shaped_nodes(ep: torch.export.ExportedProgram) -> set[str]:
     """The out kernels of the ops whose results torch's meta functions give other shapes or
     dtypes on cuda than on the host, in the graph a delegate's group is cut from."""
     low = from_exported(ep)
-    for _, graph_pass in GRAPH_PASSES:
+    for _, graph_pass in BEFORE_FOLD:
+        low = graph_pass(low)
+    low = fold_constants(low).program
+    for _, graph_pass in AFTER_FOLD:
         low = graph_pass(low)
     before = {n: n.meta.get("val") for n in low.gm.graph.nodes}
     changed = set()
