@@ -250,7 +250,7 @@ def compile(
     planned += [stage(f"{name}.plan", plan_method, constant_method(name, value)) for name, value in constants.items()]
     external = ExternalWeights() if options.external_constants is not None else None
     program, segments = stage("emit", to_program, *planned, source=options.source, external=external)
-    image = stage("serialize", pte_image, program, segments)
+    image = stage("serialize", pte_image, program, segments, share=True)
     if any(budget_key(target).endswith(BACKENDS) for target, _ in options.budgets):
         from devplan.inspection.check import check_backend_budgets
 
@@ -466,7 +466,7 @@ def _payload(group: Group, options: CompileOptions, stage: "Stages") -> Payload:
     try:
         program = stage("device results", results_on_device, group.program, group.device)
         planned = lower_method(program, options, stage, Role.payload_on(group.device))
-        data = stage("serialize", dumps_pte, *stage("emit", to_program, planned, source=options.source))
+        data = stage("serialize", dumps_pte, *stage("emit", to_program, planned, source=options.source), share=True)
     except DevplanError as error:
         raise group.refused(error) from None
     return group.payload(planned, data)
