@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 _PADS = (torch.ops.aten.pad.default, torch.ops.aten.constant_pad_nd.default)
-_CONVOLUTIONS = (torch.ops.aten.conv2d.default, torch.ops.aten.convolution.default)
+# conv2d.padding: a convolution whose padding is a word ("valid", EfficientNet's stem's)
+_CONVOLUTIONS = (torch.ops.aten.conv2d.default, torch.ops.aten.conv2d.padding, torch.ops.aten.convolution.default)
 
 
 def leave_padded_input_convolutions_float(model: torch.fx.GraphModule) -> None:

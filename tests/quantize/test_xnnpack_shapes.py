@@ -24,9 +24,9 @@ class _PaddedStem(nn.Module):
     """transformers' MobileNetV2 stem in small: a "same" zero pad on the bottom and right, a
     strided convolution, relu6, then pooling and a classifier."""
 
-    def __init__(self) -> None:
+    def __init__(self, padding: int | str = 0) -> None:
         super().__init__()
-        self.stem = nn.Conv2d(3, 8, 3, 2)
+        self.stem = nn.Conv2d(3, 8, 3, 2, padding=padding)  # "valid": conv2d.padding, as EfficientNet's stem
         self.head = nn.Linear(8, 4)
 
     def forward(self, x):
@@ -34,9 +34,9 @@ class _PaddedStem(nn.Module):
         return self.head(y.mean((2, 3)))
 
 
-def _export() -> torch.export.ExportedProgram:
+def _export(padding: int | str = 0) -> torch.export.ExportedProgram:
     torch.manual_seed(0)
-    return torch.export.export(_PaddedStem().eval(), (torch.randn(1, 3, 16, 16),))
+    return torch.export.export(_PaddedStem(padding).eval(), (torch.randn(1, 3, 16, 16),))
 
 
 class _PaddedInside(_PaddedStem):
@@ -50,14 +50,16 @@ class _PaddedInside(_PaddedStem):
         return super().forward(torch.relu(self.first(x)))
 
 
-def test_dynamic_int8_leaves_a_padded_inputs_convolution_float_and_the_program_runs():
+@pytest.mark.parametrize("padding", [0, "valid"])
+def test_dynamic_int8_leaves_a_padded_inputs_convolution_float_and_the_program_runs(padding):
     """Before, the stem's convolution was quantized, the program failed on ExecuTorch's runtime
     and compile's warning said only `method->execute() failed with error 0x1`. A pad inside
     the model keeps its convolution quantized: ExecuTorch lowers that one right."""
     pytest.importorskip("executorch.runtime")
-    report = devplan.compile(_export(), quantize="dynamic-int8").quantization
+    report = devplan.compile(_export(padding), quantize="dynamic-int8").quantization
     assert report is not None and report.warning is None and report.measured_on == "executorch"
-    assert dict(report.float_ops).get("aten::conv2d") == 1 and "aten::linear" not in dict(report.float_ops)
+    convolution = "aten::conv2d" + (".padding" if padding == "valid" else "")
+    assert dict(report.float_ops).get(convolution) == 1 and "aten::linear" not in dict(report.float_ops)
     assert report.error.sqnr_db is not None and report.error.sqnr_db > 30
     torch.manual_seed(0)
     inside = torch.export.export(_PaddedInside().eval(), (torch.randn(1, 3, 16, 16),))
