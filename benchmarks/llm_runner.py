@@ -8,7 +8,10 @@ export_llama pipeline (KV cache, llama::custom_sdpa and llama::update_cache) in 
 its LLM quantization (8da4w: torchao's 8-bit dynamic activations and 4-bit weights in groups of
 32 in the linears, 8-bit embeddings; export_llama -X -qmode 8da4w -G 32 -E 8,0), and
 transformers' ExecuTorch recipe (static cache, input_ids and cache_position) in fp32 and 8da4w
-(the linears, as optimum-executorch quantizes them). --examples picks some. Per fp32
+(the linears, as optimum-executorch quantizes them), and that recipe's float export quantized
+by devplan (`compile --llm --quantize 8da4w`) against ExecuTorch's program of
+optimum-executorch's `--qlinear 8da4w --qembedding 8w` on the same weights
+(8da4w-by-devplan). --examples picks some. Per fp32
 example, four programs: devplan.compile of the export (portable kernels, and with
 backends=["xnnpack"]) with the same constant methods, and ExecuTorch's own lowering of it
 (portable, and with XNNPACK as its LLM recipe lowers it); per 8da4w example, the two XNNPACK
@@ -36,18 +39,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import devplan  # noqa: E402
 from devplan import inspect  # noqa: E402
-from testbed.llama_export import CUSTOM_OPS, export_hf_llama, export_llama, generate, word_tokenizer  # noqa: E402
+from testbed.llama_export import (  # noqa: E402
+    CUSTOM_OPS,
+    export_hf_llama,
+    export_hf_llama_8da4w,
+    export_llama,
+    generate,
+    word_tokenizer,
+)
 
 # an end-of-sequence id past the vocabulary: every program generates all --tokens tokens
 SPECIAL = {"get_bos_id": 1, "get_eos_ids": [1 << 20]}
 QUANTIZED = functools.partial(export_llama, qmode="8da4w", embedding_quantize="8,0")
+
+
+def recipe_8da4w(folder: Path, *, xnnpack: bool, **size):
+    """The float export of transformers' recipe, and ExecuTorch's program of optimum-executorch's
+    `--qlinear 8da4w --qembedding 8w` on the same weights (always with XNNPACK)."""
+    return export_hf_llama_8da4w(folder, **size)
+
+
 # (export path, precision) -> (how to export it, whether a portable pair runs too)
 EXAMPLES = {
     ("export_llama", "fp32"): (export_llama, True),
     ("export_llama", "8da4w"): (QUANTIZED, False),
     ("transformers_recipe", "fp32"): (export_hf_llama, True),
     ("transformers_recipe", "8da4w"): (functools.partial(export_hf_llama, qmode="8da4w"), False),
+    ("transformers_recipe", "8da4w-by-devplan"): (recipe_8da4w, False),
 }
+# how devplan compiles an example's export, where not as it is: the float export quantized by
+# `compile --llm --quantize 8da4w`, beside ExecuTorch's program of the same recipe
+COMPILE = {("transformers_recipe", "8da4w-by-devplan"): {"llm": True, "quantize": "8da4w"}}
 
 
 def planned_bytes(path: Path) -> tuple[int, int]:
@@ -134,7 +156,8 @@ def measure(args: argparse.Namespace, chosen: set) -> list[dict]:
                 if backends or portable_too:  # the same export as ExecuTorch's program it is compared with
                     source = xnnpack if backends else portable
                     programs[label] = folder / f"{label}.pte"
-                    devplan.compile(source.pt2, programs[label], constant_methods=source.metadata, backends=backends)
+                    options = COMPILE.get((name, precision), {"backends": backends})
+                    devplan.compile(source.pt2, programs[label], constant_methods=source.metadata, **options)
             reference = None
             for label, path in programs.items():
                 speeds, pieces = [], None

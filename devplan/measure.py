@@ -38,8 +38,9 @@ def measured(
         return report
     try:
         outputs = [_outputs(pte, on, sample) for sample in reference.samples]
-    except DevplanError as failed:  # the program fails where it will run: say so, keep the estimate
-        return replace(report, warning=f"the program written fails on {RUNTIMES[on]}: {first_line(failed)}")
+    except DevplanError as failed:  # the program fails where it will run: say so and where, keep the estimate
+        where = "".join(f"; {fault}" for fault in _faults(pte, forward))
+        return replace(report, warning=f"the program written fails on {RUNTIMES[on]}: {first_line(failed)}{where}")
     # the float outputs, as the reference keeps them, by their place among all the method's
     places = [k for k, value in enumerate(outputs[0]) if _is_float(value)]
     got = [tuple(sample[k] for k in places) for sample in outputs]
@@ -64,6 +65,15 @@ def _runtime_for(forward: MethodView) -> MeasuredOn:
     except DevplanError:  # no ExecuTorch: the eager estimate is all there is
         return "eager"
     return "executorch"
+
+
+def _faults(pte: PteFile, forward: MethodView) -> list[str]:
+    """Where forward's XNNPACK delegates contradict their own shapes
+    (devplan/inspection/xnnshapes.py), which ExecuTorch's runtime refuses without naming."""
+    from devplan.inspection.xnnshapes import delegate_faults
+    from devplan.pte.program_view import program_view
+
+    return delegate_faults(program_view(pte), forward.plan_index)
 
 
 def _outputs(pte: PteFile, on: MeasuredOn, sample: tuple) -> list:

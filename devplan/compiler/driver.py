@@ -121,7 +121,7 @@ def compile(
     planned += [stage(f"{name}.plan", plan_method, constant_method(name, value)) for name, value in constants.items()]
     external = ExternalWeights() if options.external_constants is not None else None
     program, segments = stage("emit", to_program, *planned, source=options.source, external=external)
-    image = stage("serialize", pte_image, program, segments)
+    image = stage("serialize", pte_image, program, segments, share=True)
     if any(budget_key(target).endswith(BACKENDS) for target, _ in options.budgets):
         stage("budget", check_backend_budgets, planned, dict(options.budgets))
     data = stage("serialize_ptd", external.image) if external is not None else None

@@ -58,7 +58,9 @@ def _payload(group: Group, lowering: Lowering, stage: Stages) -> Payload:
     try:
         program = stage("device results", results_on_device, group.program, group.device)
         planned = lower_method(program, lowering, stage, Role.payload_on(group.device))
-        data = stage("serialize", dumps_pte, *stage("emit", to_program, planned, source=lowering.options.source))
+        data = stage(
+            "serialize", dumps_pte, *stage("emit", to_program, planned, source=lowering.options.source), share=True
+        )
     except DevplanError as error:
         raise group.refused(error) from None
     return group.payload(planned, data)

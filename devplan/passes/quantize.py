@@ -26,6 +26,7 @@ from devplan.extras import import_module
 from devplan.files import read_input
 from devplan.gate.unlift import check_unliftable
 from devplan.passes.quantize_embeddings import annotate_embeddings, fuse_embeddings
+from devplan.passes.quantize_stems import leave_padded_input_convolutions_float
 from devplan.passes.quantize_torchao import quantize_8da4w, taken_8da4w
 from devplan.quantization import GROUP_SIZE, MODES, TAKES, TORCHAO
 
@@ -260,6 +261,7 @@ def xnnpack_quantizer(mode: str):
             model = super().annotate(model)
             if mode == "dynamic-int8":
                 _annotate_convs_before_relu(model, config)
+                leave_padded_input_convolutions_float(model)
             annotate_embeddings(model, rows)
             return model
 

@@ -16,6 +16,7 @@ from devplan.files import write_atomic
 from devplan.pte.fb.DataSegment import DataSegmentT
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.header import FILE_IDENTIFIER, HEADER_LENGTH, HEADER_OFFSET, ExtendedHeader
+from devplan.pte.sharing import SharingBuilder
 
 # The schema's force_align on constant and delegate blobs; the generated Python Pack drops it.
 _BLOB_ALIGNMENT = 16
@@ -49,15 +50,21 @@ def pieces(data) -> tuple:
     return data.parts if isinstance(data, Spread) else (data,)
 
 
-def dumps_pte(program: ProgramT, segments: Sequence = (), *, segment_alignment: int = SEGMENT_ALIGNMENT) -> bytes:
+def dumps_pte(
+    program: ProgramT, segments: Sequence = (), *, segment_alignment: int = SEGMENT_ALIGNMENT, share: bool = False
+) -> bytes:
     """The bytes of a .pte holding `program` and the data of its segments (bytes-like, or
     Spreads), in order: pte_image's, joined."""
-    return bytes(pte_image(program, segments, segment_alignment=segment_alignment))
+    return bytes(pte_image(program, segments, segment_alignment=segment_alignment, share=share))
 
 
-def pte_image(program: ProgramT, segments: Sequence = (), *, segment_alignment: int = SEGMENT_ALIGNMENT) -> Spread:
+def pte_image(
+    program: ProgramT, segments: Sequence = (), *, segment_alignment: int = SEGMENT_ALIGNMENT, share: bool = False
+) -> Spread:
     """A .pte holding `program` and the data of its segments, in order, as the pieces to
-    write one after another: the segments' own buffers are never copied.
+    write one after another: the segments' own buffers are never copied. With `share`, each
+    string and small vector of numbers is written once (devplan/pte/sharing.py), as compile
+    writes its programs; without, a program read from a file packs to that file's bytes.
 
     program.segments is rewritten (in the output only) to say where each segment landed;
     when it already lists entries, there must be one per segment given. Without segment
@@ -78,7 +85,7 @@ def pte_image(program: ProgramT, segments: Sequence = (), *, segment_alignment: 
     if program.backendDelegateData is not None:
         packed.backendDelegateData = [_AlignedBlob.of(blob.data) for blob in program.backendDelegateData]  # type: ignore[misc]  # packs as the inline data does
 
-    builder = flatbuffers.Builder(1024)
+    builder = SharingBuilder(1024) if share else flatbuffers.Builder(1024)
     builder.Finish(packed.Pack(builder), file_identifier=FILE_IDENTIFIER)
     flat = bytes(builder.Output())
     data_size = placed[-1][0] + placed[-1][1] if placed else 0
