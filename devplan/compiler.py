@@ -27,6 +27,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.backend import Backend
+from devplan.caches import releasing
 from devplan.documents import CompiledFile, CompiledMethod, CompileSummary, Folding
 from devplan.dump import stage_text
 from devplan.emit.build import build_method, constant_method
@@ -174,6 +175,7 @@ def _method_summary(
 _FOLDING = ("subgraphs", "shared_inputs", "constant_bytes_added", "run_bytes_removed")
 
 
+@releasing  # torch keeps each graph a compile builds for the life of the process (issue 52)
 def compile(
     model,
     output: str | os.PathLike | None = None,
