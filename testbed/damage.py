@@ -14,6 +14,7 @@ import math
 import random
 import re
 import signal
+import time
 import zipfile
 from collections.abc import Sequence
 from functools import cache
@@ -352,8 +353,11 @@ def name_file(folder: Path, rng: random.Random, suffix: str) -> Path:
     return folder / f"{name}{suffix}"
 
 
-class Hang(Exception):
-    pass
+class Hang(BaseException):
+    """A command stopped at its time limit. Not an Exception, as KeyboardInterrupt is not: the
+    code it stops in would take it for its own failure (a compile's stage reports any Exception
+    as devplan's internal error, exit 3; --quantize's export reports one as a refusal), and issue
+    52's names run counted 10 compiles that a loaded machine slowed past 60 s as exit 3s."""
 
 
 def _alarm(signum, frame):
@@ -385,6 +389,7 @@ def outcome(path, command: list[str], limit_s: float = LIMIT_S) -> str:
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, limit_s)
     stdout, stderr = io.StringIO(), io.StringIO()
+    start = time.perf_counter()
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             code = _command().main([command[0], str(path), *command[1:]], prog_name="devplan", standalone_mode=False)
@@ -392,11 +397,16 @@ def outcome(path, command: list[str], limit_s: float = LIMIT_S) -> str:
     except DevplanError as error:
         result = "refused"
         print(f"devplan: error: {inert(printable(str(error)))}", file=stderr)
+    except Hang:
+        return "Hang"
     except Exception as error:  # noqa: BLE001 - what escapes is the finding
-        return f"{type(error).__name__}: {error}"
+        cause = error.__cause__  # an internal error's: what devplan's stage caught
+        return f"{type(error).__name__}: {error}" + (f" from {type(cause).__name__}: {cause}"[:200] if cause else "")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if time.perf_counter() - start >= limit_s:  # the alarm fell where nothing could raise it (a finalizer)
+        return "Hang"
     printed = stderr.getvalue()
     if "Traceback" in printed or "Logging error" in printed:
         return f"Traceback: {printed.strip().splitlines()[-1]}"

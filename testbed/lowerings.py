@@ -5,13 +5,12 @@ not by who asks: the same corpus model exported in test_models, test_runtime,
 test_executorch_programs and the inspector tests, or a transformers model whose grad-mode and
 no_grad exports come out identical, is lowered once per session. The cache holds results
 (.pte bytes, sizes), never an ExportedProgram, and lowers a deep copy, so no caller sees
-another's mutation. The XNNPACK quantizer's pattern graphs are exported once per session too.
+another's mutation. The XNNPACK quantizer's pattern graphs are exported once per process (devplan's own cache).
 
 Import it from the repository root as `testbed.lowerings`."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import hashlib
@@ -20,6 +19,9 @@ from typing import Any, Callable
 
 import torch
 
+# devplan's --quantize exports the XNNPACK quantizer's patterns once per process; tests and
+# benchmarks run ExecuTorch's own quantizing flow within the same
+from devplan.passes.quantize_patterns import patterns_exported_once as patterns_exported_once
 from testbed.executorch import executorch_pte
 
 CACHE_BYTES = 256 << 20  # a bound on the .pte bytes kept: the suite runs in one process
@@ -100,45 +102,6 @@ def executorch_lowered(ep: torch.export.ExportedProgram) -> bytes:
     """testbed.executorch.executorch_pte(ep), lowered once per distinct program in the session (the
     benchmarks time executorch_pte itself, so it stays uncached)."""
     return executorch_pte(ep)
-
-
-_PATTERNS: dict = {}  # pattern key -> its exported graph, for patterns_exported_once
-
-
-@contextlib.contextmanager
-def patterns_exported_once():
-    """The XNNPACK quantizer exports its twelve conv-bn(-relu) patterns with strict
-    torch.export on every prepare_pt2e (about 2 s a model). The pattern graphs depend only on
-    the pattern's code, the ops it closes over and the example shapes, so within this context
-    each is exported once per session and each annotation gets its own copy."""
-    import executorch.backends.xnnpack.quantizer.xnnpack_quantizer_utils as utils
-
-    export_pattern = utils._get_aten_graph_module_for_pattern
-
-    @functools.wraps(export_pattern)
-    def cached(pattern, example_inputs, is_cuda=False, **kwargs):
-        fn = getattr(pattern, "fn", pattern)
-        closure = tuple(c.cell_contents for c in (getattr(fn, "__closure__", None) or ()))
-        try:
-            key = (
-                getattr(fn, "__code__", fn),
-                closure,
-                tuple(tuple(t.shape) for t in example_inputs),
-                is_cuda,
-                tuple(sorted(kwargs.items())),
-            )
-            hash(key)
-        except TypeError:  # something unhashable: no caching
-            return export_pattern(pattern, example_inputs, is_cuda, **kwargs)
-        if key not in _PATTERNS:
-            _PATTERNS[key] = export_pattern(pattern, example_inputs, is_cuda, **kwargs)
-        return copy.deepcopy(_PATTERNS[key])
-
-    utils._get_aten_graph_module_for_pattern = cached
-    try:
-        yield
-    finally:
-        utils._get_aten_graph_module_for_pattern = export_pattern
 
 
 def released_after_module(*caches):

@@ -12,6 +12,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.backend import Backend
+from devplan.caches import releasing
 from devplan.compiler.budgets import check_backend_budgets
 from devplan.compiler.fold_choice import choice, fold_auto
 from devplan.compiler.lower import Lowering, after_fold
@@ -42,6 +43,7 @@ from devplan.pte.writer import pte_image
 from devplan.quantization import GROUP_SIZE
 
 
+@releasing  # torch keeps each graph a compile builds for the life of the process (issue 52)
 def compile(
     model,
     output: str | os.PathLike | None = None,

@@ -52,6 +52,7 @@ def check_unliftable(ep: "torch.export.ExportedProgram", needed_by: str) -> None
                     f"{shown(path)!r} goes through {shown(part)!r}, which torch's modules have as an attribute "
                     f"already; rename it in the model and export again"
                 )
+    _check_argument_names(ep, needed_by)
     for node in ep.graph.nodes:
         if node.name in FX_GLOBALS:
             raise DevplanError(
@@ -59,3 +60,20 @@ def check_unliftable(ep: "torch.export.ExportedProgram", needed_by: str) -> None
                 f"{node.name!r} shadows the global of that name torch's generated code reads; rename the "
                 f"model's {'input' if node.op == 'placeholder' else 'value'} and export again"
             )
+
+
+def _check_argument_names(ep: "torch.export.ExportedProgram", needed_by: str) -> None:
+    """Refuse a program whose forward's argument names (what ep.module()'s forward takes) are
+    not its input spec's: positional ones first, then the keywords the spec names, in order.
+    Disagreeing, the module refused its own inputs (a TypeError, exit 3)."""
+    signature = ep.module_call_graph[0].signature if ep.module_call_graph else None
+    names, spec = getattr(signature, "forward_arg_names", None), ep.call_spec.in_spec
+    if not names or spec is None or spec.num_children != 2:
+        return
+    positional, keywords = spec.child(0).num_children, list(spec.child(1).context or ())
+    if len(names) != positional + len(keywords) or list(names[positional:]) != keywords:
+        raise DevplanError(
+            f"{needed_by}: torch cannot run a module of this program (ep.module()): its forward's "
+            f"argument names {shown(str(list(names)))} are not its inputs' ({positional} positional, "
+            f"keywords {shown(str(keywords))}); export the model again"
+        )

@@ -26,6 +26,7 @@ from devplan.extras import import_module
 from devplan.files import read_input
 from devplan.gate.unlift import check_unliftable
 from devplan.passes.quantize_embeddings import annotate_embeddings, fuse_embeddings
+from devplan.passes.quantize_patterns import patterns_exported_once
 from devplan.passes.quantize_stems import leave_padded_input_convolutions_float
 from devplan.passes.quantize_torchao import quantize_8da4w, taken_8da4w
 from devplan.quantization import GROUP_SIZE, MODES, TAKES, TORCHAO
@@ -215,7 +216,8 @@ def _pt2e(
     `samples` (each from the program's initial state, `restore`), and the ops the quantizer
     left in float."""
     pt2e = import_module(PT2E, "--quantize")
-    prepared = pt2e.prepare_pt2e(ep.module(), xnnpack_quantizer(mode))
+    with patterns_exported_once():  # 3 s of a small model's 5 otherwise
+        prepared = pt2e.prepare_pt2e(ep.module(), xnnpack_quantizer(mode))
     float_ops = _unannotated(prepared, not MODES[mode]["is_dynamic"], _annotated)
     if not any(_annotated(node) for node in prepared.graph.nodes):
         raise DevplanError(

@@ -325,3 +325,27 @@ def _calibration(tmp_path: Path) -> Path:
     from testbed.names import calibration
 
     return calibration(tmp_path / "calibration.pt")
+
+
+@pytest.mark.parametrize("names", [["x", "device"], ["x"], ["y", "x"]])
+def test_forward_argument_names_that_are_not_the_inputs_are_refused_where_devplan_unlifts(tmp_path, names):
+    """An archive whose forward's argument names (module_call_graph's forward_arg_names, what
+    ep.module()'s forward takes) disagree with its input spec (the names fuzz renamed the keyword
+    input `y` there alone): --quantize int8 and run --reference exited 3 (forward() got an
+    unexpected keyword argument 'y'); each is now one line, and the plain compile still works."""
+    import devplan
+    from testbed.names import named_archive
+
+    def edit(document):
+        document["graph_module"]["module_call_graph"][0]["signature"]["forward_arg_names"] = names
+
+    archive = tmp_path / "model.pt2"
+    archive.write_bytes(_edited(named_archive(), "models/model.json", edit))
+    quantized = run_devplan(
+        "compile", archive, "--quantize", "int8", "--calibration", _calibration(tmp_path), "-o", tmp_path / "q.pte"
+    )
+    assert_one_line_error(quantized, str(archive), "--quantize int8: torch cannot run", "argument names")
+    program = tmp_path / "model.pte"
+    program.write_bytes(devplan.compile(archive).data)
+    referenced = run_devplan("run", program, "--reference", archive)
+    assert_one_line_error(referenced, f"--reference {archive}: torch cannot run", "argument names")

@@ -186,3 +186,22 @@ def test_hostile_archive_names_through_every_command(tmp_path):
     assert row["found"] == [], row["found"][:5]
     assert row["code_runs"] == row["exit_3"] == row["tracebacks"] == row["commands"] == row["hangs"] == 0
     assert row["compiled"] and row["refused"]  # some names got past the gate to the readers, some did not
+
+
+def test_a_command_stopped_at_its_limit_is_a_hang(tmp_path, monkeypatch):
+    """A compile the fuzzing stops at its time limit counts as a hang wherever the limit falls:
+    in a stage, the harness's exception was reported as devplan's internal error, so issue 52's
+    names run counted 10 `--quantize int8` compiles that the loaded machine slowed past 60 s as
+    exit 3s (each compiles in a fresh process)."""
+    import time
+
+    from testbed.damage import column
+    from testbed.names import named_archive
+
+    pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
+    pytest.importorskip("executorch.backends.xnnpack.quantizer.xnnpack_quantizer")  # imported before the limit
+    path = tmp_path / "named.pt2"
+    path.write_bytes(named_archive())
+    monkeypatch.setattr(pt2e, "prepare_pt2e", lambda *args: time.sleep(60))  # inside the quantize stage
+    result = outcome(path, ["compile", "-o", str(tmp_path / "q.pte"), "--quantize", "dynamic-int8"], 2)
+    assert column(result) == "hangs", result

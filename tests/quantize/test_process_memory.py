@@ -1,0 +1,48 @@
+"""A process that compiles many models keeps nothing of those it is done with (issue 52): torch,
+torchao and ExecuTorch kept each graph a --quantize compile built for the life of the process
+(about 4 MB a compile of a small model), so the Python API, or the names fuzz, compiling
+hundreds grew past a GiB. devplan/caches.py releases them when compile returns; what the user
+made before is kept."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+import devplan
+from testbed.names import calibration, named_archive
+
+pytest.importorskip("executorch.backends.xnnpack.quantizer.xnnpack_quantizer")
+
+COMPILES = 4
+GROWTH_BOUND = 6 << 20  # bytes of VmRSS the compiles may add: they kept about 18 MiB
+
+
+def _rss() -> int:
+    """This process's resident bytes now (VmRSS)."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) << 10 for line in status if line.startswith("VmRSS:"))
+
+
+def _graph_modules() -> int:
+    gc.collect()
+    return sum(1 for obj in gc.get_objects() if isinstance(obj, torch.fx.GraphModule))
+
+
+def test_quantize_compiles_keep_no_graphs(tmp_path):
+    archive = tmp_path / "named.pt2"
+    archive.write_bytes(named_archive())
+    samples = calibration(tmp_path / "calibration.pt")
+    traced = torch.fx.symbolic_trace(nn.Linear(2, 2))  # the user's own: tracebacks read its source
+    devplan.compile(archive, quantize="int8", calibration=samples)  # imports, caches filled once
+    graphs, sources, rss = _graph_modules(), len(torch.fx.graph_module._loader.eval_cache), _rss()
+    for _ in range(COMPILES):
+        devplan.compile(archive, quantize="int8", calibration=samples)
+    assert _graph_modules() <= graphs
+    assert len(torch.fx.graph_module._loader.eval_cache) <= sources
+    grown = _rss() - rss
+    assert grown < GROWTH_BOUND, f"{COMPILES} compiles kept {grown / 2**20:.1f} MiB"
+    assert traced.forward.__code__.co_filename in torch.fx.graph_module._loader.eval_cache
