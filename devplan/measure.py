@@ -68,12 +68,18 @@ def _runtime_for(forward: MethodView) -> MeasuredOn:
 
 
 def _faults(pte: PteFile, forward: MethodView) -> list[str]:
-    """Where forward's XNNPACK delegates contradict their own shapes
-    (devplan/inspection/xnnshapes.py), which ExecuTorch's runtime refuses without naming."""
-    from devplan.inspection.xnnshapes import delegate_faults
+    """The first node of each of forward's delegates whose graph contradicts itself, where its
+    runtime stops without naming it (XNNPACK's shape propagation: inspection/xnnshapes.py):
+    'delegate 0 (XnnpackBackend) node 1 StaticConstantPad (module op): what is wrong'."""
+    from devplan.pte.payloads import named_function, payload_format
     from devplan.pte.program_view import program_view
 
-    return delegate_faults(program_view(pte), forward.plan_index)
+    program, faults = program_view(pte), []
+    for delegate in forward.delegates:
+        named = payload_format(delegate.id).faults
+        found = named_function(named)(program, forward.plan_index, delegate.index) if named else []
+        faults += [f"delegate {delegate.index} ({delegate.id}) {found[0]}"] if found else []
+    return faults
 
 
 def _outputs(pte: PteFile, on: MeasuredOn, sample: tuple) -> list:

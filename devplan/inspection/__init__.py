@@ -73,11 +73,9 @@ def inspect(
 def _payload_program(pte, method: str | None, delegate: int):
     """(the payload's program, no method) for an ET12 payload; its backend's document for another
     (XNNPACK's graph: pte.payloads' `document`)."""
-    from importlib import import_module
-
     from devplan.errors import DevplanError
     from devplan.pte.header import is_program
-    from devplan.pte.payloads import payload_format
+    from devplan.pte.payloads import named_function, payload_format
     from devplan.pte.program_view import program_view
 
     program = program_view(pte)
@@ -89,9 +87,8 @@ def _payload_program(pte, method: str | None, delegate: int):
     plan_index = names.index(method) if method is not None else 0
     if not is_program(program.payload(plan_index, delegate)):
         documented = payload_format(program.methods[plan_index].delegates[delegate].id).document
-        if documented is not None:  # module:function
-            module, function = documented.split(":")
-            return getattr(import_module(module), function)(program, plan_index, delegate)
+        if documented is not None:
+            return named_function(documented)(program, plan_index, delegate)
         raise DevplanError(
             f"{program.name} delegate {delegate}: the payload is not an ET12 program but the backend's "
             f"own format; devplan shows programs (devplan's DevplanDelegate payloads) and XNNPACK's graphs only"

@@ -22,16 +22,9 @@ from devplan.pte.program_view import ProgramView
 _Shape = tuple[int, ...]
 
 
-def delegate_faults(program: ProgramView, plan_index: int) -> list[str]:
-    """The first node that contradicts its graph's shapes in each XNNPACK delegate of the
-    method, where XNNPACK's propagation stops (the nodes after it mostly follow from it):
-    'delegate 0 (XnnpackBackend) node 1 StaticConstantPad (module op): what is wrong'."""
-    faults = []
-    for index, delegate in enumerate(program.methods[plan_index].delegates):
-        if delegate.id == "XnnpackBackend":
-            found = shape_faults(xnngraph_document(program, plan_index, index))
-            faults += [f"delegate {index} (XnnpackBackend) {found[0]}"] if found else []
-    return faults
+def graph_faults(program: ProgramView, plan_index: int, delegate: int) -> list[str]:
+    """An XNNPACK delegate's nodes that contradict its graph's shapes (pte.payloads' `faults`)."""
+    return shape_faults(xnngraph_document(program, plan_index, delegate))
 
 
 def shape_faults(document: XnnpackDocument) -> list[str]:

@@ -5,6 +5,7 @@ id, and a second backend is a module of its own and one `register_payload_format
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Callable
 
 from devplan.pte import xnnpack
@@ -19,7 +20,9 @@ class PayloadFormat:
     runs; `check` refuses a damaged one in one line naming `where` (ExecuTorch's runtime aborts on
     some); `named_data` gives the keys of the named data it reads, with the bytes it reads there;
     `working_memory` what the backend allocates itself, outside the plan (None: not told);
-    `document` names the function (module:function) that documents one for `inspect --delegate`."""
+    `document` names the function (module:function) that documents one for `inspect --delegate`,
+    `faults` the one that says where its graph contradicts itself (what its runtime refuses
+    without saying where); each is called with (ProgramView, method's plan index, delegate index)."""
 
     backend: str
     program: bool = False
@@ -27,6 +30,7 @@ class PayloadFormat:
     named_data: Callable[[Payload], tuple[tuple[str, int], ...]] = lambda payload: ()
     working_memory: Callable[[Payload], xnnpack.WorkingMemory | None] = lambda payload: None
     document: str | None = None
+    faults: str | None = None
 
 
 _FORMATS: dict[str, PayloadFormat] = {
@@ -37,6 +41,7 @@ _FORMATS: dict[str, PayloadFormat] = {
         named_data=xnnpack.named_data,
         working_memory=xnnpack.working_memory,
         document="devplan.inspection.xnngraph:xnngraph_document",
+        faults="devplan.inspection.xnnshapes:graph_faults",
     ),
 }
 
@@ -52,6 +57,13 @@ def payload_format(backend: str) -> PayloadFormat:
     """What devplan knows of `backend`'s payloads: for a backend it does not know, nothing (no
     named data, no working memory told, not an ET12 program, no document)."""
     return _FORMATS.get(backend) or PayloadFormat(backend)
+
+
+def named_function(named: str) -> Callable:
+    """A format's `document` or `faults`: module:function, imported when first called for, so
+    that reading a program never imports the inspection that documents a payload."""
+    module, function = named.split(":")
+    return getattr(import_module(module), function)
 
 
 def runs_here(backend: str) -> bool:

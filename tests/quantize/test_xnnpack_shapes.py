@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import devplan
-from devplan.inspection.xnnshapes import delegate_faults, shape_faults
+from devplan.inspection.xnnshapes import graph_faults, shape_faults
 from devplan.pte import read_pte
 from devplan.pte.program_view import program_view
 
@@ -103,7 +103,8 @@ def test_delegates_xnnpack_runs_contradict_none_of_their_shapes():
     for options in ({"backends": ["xnnpack"]}, {"quantize": "int8", "calibration": [x]}):
         data = devplan.compile(exported, **options).data
         view = program_view(read_pte(data))
-        assert view.methods[0].delegates and delegate_faults(view, 0) == [], options
+        delegates = view.methods[0].delegates
+        assert delegates and [graph_faults(view, 0, d.index) for d in delegates] == [[]] * len(delegates), options
         run_executorch(data, x)
 
 
