@@ -75,7 +75,8 @@ class LoadedMethod:
         # windows load it; binding and sizes read these
         self.dtypes = pte.memo(("runtime checked", name), lambda: checked_dtypes(view, window_reach(pte, view)))
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
-        self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
+        self.arenas: dict[int, tuple[torch.Tensor, Device]] = {}
+        self.uploads: list[tuple[torch.Tensor, Device]] = []  # (arena, device) holding constants on a device
         self.lent = set(lent or ())
         self.cuda_graphs = cuda_graphs
         self.graph_steps: GraphSteps | None = None
