@@ -24,8 +24,8 @@ from devplan.inspection import inspect
 from devplan.inspection.changes import Diff, Tolerance
 from devplan.inspection.diff import diff
 from devplan.inspection.golden import golden_document, golden_text, peak_brief, read_golden, refuse_replacing
-from devplan.inspection.own_memory import BACKENDS, backend_bytes, device_of, memory_of, outside
-from devplan.planning.budget import budget_key, checked_budgets
+from devplan.inspection.own_memory import backend_bytes, device_of, memory_of, outside
+from devplan.planning.budget import BACKENDS, budget_key, checked_budgets
 from devplan.pte import PteFile
 from devplan.units import exact_size_text
 
