@@ -27,7 +27,6 @@ LENIENT = {
     "devplan.passes.quantize",
     "devplan.passes.quantize_embeddings",
     "devplan.passes.quantize_torchao",
-    "devplan.pte.decode",
     "devplan.pte.xnn_graph",
     "devplan.runtime.checks",
     "devplan.runtime.executor",

@@ -115,7 +115,8 @@ class MethodView:
     def device_of(self, tensor: Tensor) -> Device:
         """Where a tensor lives: what extra_tensor_info says, else its buffer's device. (Its
         CPU default says nothing: writers that add the table for other reasons leave it.)"""
-        return tensor.said_device or self.buffer_devices.get(tensor.mem_id, CPU)
+        mem_id = tensor.mem_id
+        return tensor.said_device or (self.buffer_devices.get(mem_id, CPU) if mem_id is not None else CPU)
 
     def kind(self, value: int) -> str:
         """What value `value` is, by name (devplan.pte.kinds.VALUE_KINDS): "tensor", "int_list", ..."""
@@ -206,6 +207,8 @@ class MethodView:
         found = set()
         for value in values:
             t = self.tensors[value]
+            if t.mem_id is None or t.offset is None:  # the caller passes planned tensors, placed by both
+                continue
             ranges = merged.get(t.mem_id, [])
             at = bisect.bisect_right(ranges, (t.offset, math.inf)) - 1  # the last range starting at or before it
             near = ranges[max(at, 0) : at + 2]
@@ -288,7 +291,9 @@ def methods(pte: PteFile) -> tuple[MethodView, ...]:
 
 
 def method(pte: PteFile, plan_index: int) -> MethodView:
-    return pte.memo(("decoded", plan_index), lambda: _decode(pte, plan_index, pte.program.executionPlan[plan_index]))
+    return pte.memo(
+        ("decoded", plan_index), lambda: _decode(pte, plan_index, (pte.program.executionPlan or [])[plan_index])
+    )
 
 
 def negative_buffer(sizes) -> tuple[int, int] | None:
