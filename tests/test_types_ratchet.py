@@ -28,7 +28,6 @@ LENIENT = {
     "devplan.passes.quantize_embeddings",
     "devplan.passes.quantize_torchao",
     "devplan.pte.xnn_graph",
-    "devplan.runtime.checks",
     "devplan.runtime.executor",
     "devplan.runtime.executorch",
     "devplan.runtime.graphs",

@@ -43,6 +43,12 @@ class Tensor(NamedTuple):
     external: str | None = None  # a constant kept in a .ptd data file: its key there (data is then 0)
 
     @property
+    def placed(self) -> tuple[int, int] | None:
+        """(mem_id, offset) of a planned tensor, None for one the caller or the data owns: the
+        format's allocation info gives both or neither."""
+        return None if self.mem_id is None or self.offset is None else (self.mem_id, self.offset)
+
+    @property
     def constant(self) -> bool:
         """Whether its bytes are the program's constant data, in the program or in a .ptd."""
         return self.mem_id is None and (self.data > 0 or self.external is not None)
@@ -207,12 +213,13 @@ class MethodView:
         found = set()
         for value in values:
             t = self.tensors[value]
-            if t.mem_id is None or t.offset is None:  # the caller passes planned tensors, placed by both
+            if t.placed is None:  # the caller passes planned tensors only
                 continue
-            ranges = merged.get(t.mem_id, [])
-            at = bisect.bisect_right(ranges, (t.offset, math.inf)) - 1  # the last range starting at or before it
+            mem_id, offset = t.placed
+            ranges = merged.get(mem_id, [])
+            at = bisect.bisect_right(ranges, (offset, math.inf)) - 1  # the last range starting at or before it
             near = ranges[max(at, 0) : at + 2]
-            if not any(start < t.offset + t.nbytes and t.offset < end for start, end in near):
+            if not any(start < offset + t.nbytes and offset < end for start, end in near):
                 found.add(value)
         return found
 
