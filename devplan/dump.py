@@ -98,8 +98,7 @@ def _layout_text(planned) -> str:
             if isinstance(v, TensorSpec) and v.mem_id == b.mem_id
         )
         lines += [
-            f"    @{offset:<8} {v.nbytes:>8} bytes  life {v.lifetime[0]}..{v.lifetime[1]:<5} v{i}"
-            for offset, i, v in placed
+            f"    @{offset:<8} {v.nbytes:>8} bytes  life {v.live[0]}..{v.live[1]:<5} v{i}" for offset, i, v in placed
         ]
     return "\n".join(lines) + "\n"
 
@@ -114,7 +113,7 @@ def _value_text(value) -> str:
         facts += ["constant"] if value.constant else []
         facts += [f"alias of v{value.alias_of} +{value.alias_offset}"] if value.alias_of is not None else []
         if value.mem_id is not None:
-            facts.append(f"buffer {value.mem_id} @{value.offset} life {value.lifetime[0]}..{value.lifetime[1]}")
+            facts.append(f"buffer {value.mem_id} @{value.offset} life {value.live[0]}..{value.live[1]}")
         return "tensor " + " ".join(facts)
     if isinstance(value, (TensorList, OptionalTensorList, IntList)):
         kind = {TensorList: "tensor_list", OptionalTensorList: "optional_tensor_list", IntList: "int_list"}[type(value)]

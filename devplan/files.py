@@ -157,6 +157,8 @@ def is_stdout(path: str | os.PathLike) -> bool:
     name = os.fspath(path)
     if name == STDIO:
         return True
+    if sys.__stdout__ is None:  # no standard output at all (pythonw, a detached process)
+        return False
     try:
         return os.path.samestat(os.stat(name), os.fstat(sys.__stdout__.fileno()))
     except (OSError, ValueError, AttributeError):  # no such path, or no standard output

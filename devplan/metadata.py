@@ -62,8 +62,8 @@ def _int(value) -> int | None:
 
 def _ints(value) -> list[int] | None:
     items = value if isinstance(value, list) else [value]  # one id is a list of one: one output either way
-    typed = [item if type(item) is int and item in _INT64 else None for item in items]
-    return None if None in typed else typed
+    typed = [item for item in items if type(item) is int and item in _INT64]
+    return typed if len(typed) == len(items) else None
 
 
 def _shown(value) -> str:

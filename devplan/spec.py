@@ -79,3 +79,20 @@ class TensorSpec:
     @property
     def planned(self) -> bool:
         return self.mem_id is not None
+
+    @property
+    def live(self) -> tuple[int, int]:
+        """lifetime, which planning sets on every tensor it places (read only of those)."""
+        if self.lifetime is None:
+            raise ValueError(f"a tensor {list(self.shape)} has no lifetime")
+        return self.lifetime
+
+    @property
+    def placed(self) -> tuple[int, int] | None:
+        """(mem_id, offset) once planning has placed it, else None: planning sets both at once,
+        so the pair is read here rather than each field checked for None where it is used."""
+        if self.mem_id is None:
+            return None
+        if self.offset is None:
+            raise ValueError(f"a tensor {list(self.shape)} in buffer {self.mem_id} has no offset")
+        return self.mem_id, self.offset

@@ -167,7 +167,7 @@ def check_command(
     name = source.name if str(program) == STDIO else program.name
     report = check_document(name, checks, matched, built)
     # a golden file written to standard output leaves it no room for the report, which goes to stderr
-    to_stderr = update and is_stdout(golden)
+    to_stderr = update and golden is not None and is_stdout(golden)
     if json_output:
         echo_json(report, err=to_stderr)
     elif report_format is ReportFormat.text:
@@ -267,7 +267,7 @@ def diff_command(
         raise DevplanError(
             f"--data given {len(data or ())} times; give it once (both programs' .ptd) or twice (A's, then B's)"
         )
-    data_a, data_b = (data or [None])[0], (data or [None])[-1]
+    data_a, data_b = (data[0], data[-1]) if data else (None, None)
     report_outputs(json_output, report_format, junit, [a, b, *(data or ())])
     side_a = _diff_side(a, data_a)
     result = diff(

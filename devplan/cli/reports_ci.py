@@ -27,7 +27,7 @@ from devplan.inspection.difftext import (
     signed_size,
 )
 from devplan.inspection.golden_lines import change_line, key_lines
-from devplan.inspection.own_memory import BACKENDS
+from devplan.planning.budget import BACKENDS
 from devplan.units import inert, printable, size_text
 
 _MARK = {True: "✅ ok", False: "❌ FAIL"}

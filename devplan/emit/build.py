@@ -13,6 +13,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError
+from devplan.ir.fx import arg_node
 from devplan.ir.lowered import Lowered
 from devplan.ir.method import (
     BoolList,
@@ -332,7 +333,7 @@ def _runs(node: torch.fx.Node) -> list[int] | None:
     result is one contiguous run of them. devplan holds every tensor contiguous, so the view
     is replayed on a contiguous meta tensor of the source's shape (the traced tensors' strides
     describe eager memory, not devplan's)."""
-    source = node.args[0].meta.get("val")
+    source = arg_node(node, 0).meta.get("val")
     rest = (*node.args[1:], *node.kwargs.values())
     if not isinstance(source, torch.Tensor) or any(isinstance(a, torch.fx.Node) for a in pytree.tree_leaves(rest)):
         return None

@@ -182,12 +182,13 @@ def to_program(
         for key in sorted(named):
             external.add_named(key, named[key])
         named = {}
-    program.namedData = [] if named else None
+    entries: list[NamedDataT] = []
     for key in sorted(named):
         entry = NamedDataT()
         entry.key, entry.segmentIndex = key, len(segments)
-        program.namedData.append(entry)
+        entries.append(entry)
         segments.append(named[key])
+    program.namedData = entries or None
     return program, segments
 
 
@@ -299,16 +300,16 @@ def _tensor(spec: TensorSpec, data: int | str) -> TensorT:
     t.dimOrder = list(spec.dim_order)
     t.dataBufferIdx = data if isinstance(data, int) else 0
     t.shapeDynamism = TensorShapeDynamism.DYNAMIC_BOUND if spec.dynamic else TensorShapeDynamism.STATIC
-    if spec.mem_id is not None:
+    if spec.placed is not None:
         t.allocationInfo = AllocationDetailsT()
-        t.allocationInfo.memoryId = spec.mem_id
-        t.allocationInfo.memoryOffsetLow = spec.offset & 0xFFFFFFFF
-        t.allocationInfo.memoryOffsetHigh = spec.offset >> 32
+        t.allocationInfo.memoryId, offset = spec.placed
+        t.allocationInfo.memoryOffsetLow = offset & 0xFFFFFFFF
+        t.allocationInfo.memoryOffsetHigh = offset >> 32
     if spec.device != CPU or isinstance(data, str):
-        t.extraTensorInfo = ExtraTensorInfoT()
-        t.extraTensorInfo.deviceType, t.extraTensorInfo.deviceIndex = spec.device.code, spec.device.index
-    if isinstance(data, str):
-        t.extraTensorInfo.fullyQualifiedName, t.extraTensorInfo.location = data, TensorDataLocation.EXTERNAL
+        info = t.extraTensorInfo = ExtraTensorInfoT()
+        info.deviceType, info.deviceIndex = spec.device.code, spec.device.index
+        if isinstance(data, str):
+            info.fullyQualifiedName, info.location = data, TensorDataLocation.EXTERNAL
     return t
 
 
@@ -338,8 +339,8 @@ def _evalue(index: int, value, data_index: dict, initial: dict) -> EValueT:
         e.valType, e.val = _KINDS.Null, NullT()
     elif type(value) in _LISTS:
         e.valType, table = _LISTS[type(value)]
-        e.val = table()
-        e.val.items = list(value.items)
+        e.val = items = table()
+        items.items = list(value.items)
     else:
         kind, table, field = next(entry[1:] for entry in _SCALARS if isinstance(value, entry[0]))
         scalar = table()

@@ -115,10 +115,11 @@ def check(text: str) -> None:
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:
-    tokens, at = [], 0
+    tokens: list[tuple[str, str]] = []
+    at = 0
     while at < len(text.rstrip(" ")):
         match = _TOKEN.match(text, at)
-        if match is None:
+        if match is None or match.lastgroup is None:  # every alternative of _TOKEN is a named group
             raise Refused(f"has {text[at:].lstrip()[:1]!r}, which no size expression holds")
         tokens.append((match.lastgroup, match[match.lastgroup]))
         at = match.end()

@@ -75,7 +75,9 @@ def keywords(in_spec: str) -> str | None:
     malformed is left to torch's reader, which refuses it."""
     try:
         _, spec = json.loads(in_spec)
-        args, kwargs = spec["children_spec"] if spec["type"] == "builtins.tuple" else (None, None)
+        if spec["type"] != "builtins.tuple":
+            return None
+        args, kwargs = spec["children_spec"]
         names = json.loads(kwargs["context"]) if kwargs["type"] == "builtins.dict" else []
     except (ValueError, TypeError, KeyError):
         return None

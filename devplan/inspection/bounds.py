@@ -10,6 +10,7 @@ from typing import AbstractSet, Any, Mapping, TypedDict
 
 from devplan.documents import DeviceTotal, InspectedBuffer, InspectedDelegate, InspectedTensor
 from devplan.inspection.overlap import LatestWrites, busiest, storages
+from devplan.inspection.placed import held_of, lifetime_of, offset_of
 from devplan.planning.bounds import lower_bound
 from devplan.planning.model import MAX_ALIGNMENT, Interval, align_up
 
@@ -72,7 +73,7 @@ def _lower_bound(
 
     pools: dict[int, list[int]] = {}  # one per storage, first met first
     for i, t in enumerate(timed):
-        start, end, (first, last) = t["offset"], t["offset"] + t["nbytes"], t["held"]
+        start, end, (first, last) = offset_of(t), offset_of(t) + t["nbytes"], held_of(t)
         pool = pools.setdefault(sharing[i], [start, end, first, last])
         pool[:] = [min(pool[0], start), max(pool[1], end), min(pool[2], first), max(pool[3], last)]
     spans = [(start, end - start, first, last) for start, end, first, last in pools.values()]
@@ -135,18 +136,18 @@ def _hold_views(timed: list[InspectedTensor], written: AbstractSet[int], read: A
     writes; a view no instruction reads (an output the caller reads after the run) sees the
     writes of its first instruction too."""
     latest = LatestWrites()
-    order = sorted(range(len(timed)), key=lambda i: timed[i]["held"][0])
+    order = sorted(range(len(timed)), key=lambda i: held_of(timed[i])[0])
     painted = 0
-    for i in sorted(range(len(timed)), key=lambda i: timed[i]["lifetime"][0]):
+    for i in sorted(range(len(timed)), key=lambda i: lifetime_of(timed[i])[0]):
         t = timed[i]
         if t["value"] in written:
             continue
-        first = t["held"][0]
+        first = held_of(t)[0]
         before = first if t["value"] in read else first + 1
-        while painted < len(order) and timed[order[painted]]["held"][0] < before:
+        while painted < len(order) and held_of(timed[order[painted]])[0] < before:
             j = order[painted]
             if timed[j]["value"] in written:
-                latest.paint(timed[j]["offset"], timed[j]["offset"] + timed[j]["nbytes"], timed[j]["held"][0])
+                latest.paint(offset_of(timed[j]), offset_of(timed[j]) + timed[j]["nbytes"], held_of(timed[j])[0])
             painted += 1
-        t["held"][0] = latest.earliest(t["offset"], t["offset"] + t["nbytes"], first)
-        latest.paint(t["offset"], t["offset"] + t["nbytes"], t["held"][0])
+        held_of(t)[0] = latest.earliest(offset_of(t), offset_of(t) + t["nbytes"], first)
+        latest.paint(offset_of(t), offset_of(t) + t["nbytes"], held_of(t)[0])

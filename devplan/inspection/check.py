@@ -24,8 +24,8 @@ from devplan.inspection import inspect
 from devplan.inspection.changes import Diff, Tolerance
 from devplan.inspection.diff import diff
 from devplan.inspection.golden import golden_document, golden_text, peak_brief, read_golden, refuse_replacing
-from devplan.inspection.own_memory import BACKENDS, backend_bytes, device_of, outside
-from devplan.planning.budget import budget_key, checked_budgets
+from devplan.inspection.own_memory import backend_bytes, device_of, memory_of, outside
+from devplan.planning.budget import BACKENDS, budget_key, checked_budgets
 from devplan.pte import PteFile
 
 SCHEMA_VERSION: Final = 1  # of check_document; docs/check-json.md
@@ -127,7 +127,7 @@ def check(
                 f"{m['name']} delegate {d['index']} ({d['id']})",
                 None,
                 device_of(d),
-                d["working_memory"]["bytes"] or 0,
+                memory_of(d)["bytes"] or 0,
                 0,
                 None,
                 None,
@@ -197,7 +197,7 @@ class GoldenCheck:
 
     @property
     def ok(self) -> bool:
-        return self.updated or self.diff.ok
+        return self.updated or (self.diff is not None and self.diff.ok)  # not updated: compared
 
     def document(self) -> CheckedGolden:
         return {

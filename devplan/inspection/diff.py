@@ -166,7 +166,8 @@ class _Compare:
         | None = None,
         weights: Tolerance | None = None,
     ) -> None:
-        self.tolerance, self.exact, self.fail_on_shrink, self.changes = tolerance, exact, fail_on_shrink, []
+        self.tolerance, self.exact, self.fail_on_shrink = tolerance, exact, fail_on_shrink
+        self.changes: list[Change] = []
         self.by_operator = by_operator  # each side's peak_operators, where the peaks are told by operator
         self.weights = weights or tolerance
 

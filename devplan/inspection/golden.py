@@ -32,6 +32,7 @@ from devplan.documents import (
 )
 from devplan.errors import DevplanError
 from devplan.files import STDIO, is_stdout, present, read_input
+from devplan.inspection.placed import offset_of
 from devplan.jsontext import repeated
 from devplan.units import inert, natural_key, size_text
 
@@ -133,9 +134,12 @@ def _payload_buffers(found: list[PayloadBuffer] | None) -> list[GoldenPayloadBuf
 def peak_brief(peak: Peak) -> GoldenPeak:
     """A buffer's busiest instruction (its number, op and where in the model it came from), the
     bytes held there, and each block's share of them: what a reviewer reads when the size grows."""
+    instruction, op = peak["instruction"], peak["op"]
+    if instruction is None or op is None:  # a buffer's peak is at an instruction once it holds any bytes
+        raise ValueError(f"buffer {peak['mem_id']} has no peak instruction to brief")
     return {
-        "instruction": peak["instruction"],
-        "op": peak["op"],
+        "instruction": instruction,
+        "op": op,
         "source": peak["source"],
         "bytes": peak["bytes"],
         "modules": {m["module"]: m["bytes"] for m in peak["modules"]},
@@ -148,7 +152,7 @@ def placements(method: InspectedMethod) -> list[Placement]:
         {
             "value": tensor["value"],
             "mem_id": tensor["mem_id"],
-            "offset": tensor["offset"],
+            "offset": offset_of(tensor),
             "nbytes": tensor["nbytes"],
             "lifetime": tensor["lifetime"],
             "device": tensor["device"],

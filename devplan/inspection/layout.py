@@ -16,6 +16,7 @@ from rich.console import Group
 from rich.text import Text
 
 from devplan.documents import InspectedBuffer, InspectedMethod, InspectedTensor
+from devplan.inspection.placed import held_of, offset_of
 from devplan.inspection.sources import STATE, block_of
 from devplan.units import natural_key, size_text
 
@@ -114,10 +115,10 @@ def _occupants(method: InspectedMethod, mem_id: int) -> tuple[list[Occupant], li
             glyph=GLYPHS[group % len(GLYPHS)],
             style=f"black on {PALETTE[group % len(PALETTE)]}",
             value=t["value"],
-            start=t["offset"],
-            end=t["offset"] + t["nbytes"],
-            first=t["held"][0],
-            last=t["held"][1],
+            start=offset_of(t),
+            end=offset_of(t) + t["nbytes"],
+            first=held_of(t)[0],
+            last=held_of(t)[1],
             group=group,
         )
         for t, group in zip(placed, groups)
@@ -133,14 +134,14 @@ def _groups(placed: list[InspectedTensor]) -> tuple[list[int], list[str] | None]
     if len(placed) <= len(GLYPHS):
         return list(range(len(placed))), None
     blocks = [block_of(t) for t in placed]
-    names = list(dict.fromkeys(name for _, name in sorted(zip((t["held"][0] for t in placed), blocks))))
+    names = list(dict.fromkeys(name for _, name in sorted(zip((held_of(t)[0] for t in placed), blocks))))
     if len(names) <= len(GLYPHS) and any(t.get("module") for t in placed):
         number = {name: i for i, name in enumerate(names)}
         return [number[block] for block in blocks], [_state_named(placed) if n == STATE else n for n in names]
-    span = math.ceil((max(t["held"][0] for t in placed) + 1) / BANDS)
-    bands = sorted({t["held"][0] // span for t in placed})
+    span = math.ceil((max(held_of(t)[0] for t in placed) + 1) / BANDS)
+    bands = sorted({held_of(t)[0] // span for t in placed})
     of_band = {band: i for i, band in enumerate(bands)}
-    return [of_band[t["held"][0] // span] for t in placed], [
+    return [of_band[held_of(t)[0] // span] for t in placed], [
         f"made in #{b * span}-{b * span + span - 1}" for b in bands
     ]
 

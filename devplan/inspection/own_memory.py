@@ -40,6 +40,15 @@ def outside(method: InspectedMethod) -> list[InspectedDelegate]:
     return [d for d in method["delegates"] if d.get("working_memory") is not None]
 
 
+def memory_of(delegate: InspectedDelegate) -> WorkingMemory:
+    """The working memory of a delegate `outside` returned: the document's field is optional
+    (absent or None where the plan holds all of it), so it is narrowed here, once."""
+    memory = delegate.get("working_memory")
+    if memory is None:
+        raise ValueError(f"delegate {delegate['index']} ({delegate['id']}) has no working memory of its own")
+    return memory
+
+
 def backend_bytes(method: InspectedMethod, device: str, budget: str) -> int:
     """The working memory of the method's delegates on `device` whose backends allocate it
     themselves; a delegate whose payload does not say is refused, since `budget` cannot count it."""
@@ -47,25 +56,26 @@ def backend_bytes(method: InspectedMethod, device: str, budget: str) -> int:
     for d in outside(method):
         if device_of(d) != device:
             continue
-        if d["working_memory"]["bytes"] is None:
+        stated = memory_of(d)["bytes"]
+        if stated is None:
             raise DevplanError(
                 f"--budget {budget}: {method['name']} delegate {d['index']} ({d['id']}) allocates its "
                 f"working memory itself, and its payload does not say how much; budget {device} alone"
             )
-        total += d["working_memory"]["bytes"]
+        total += stated
     return total
 
 
 def outside_text(method_name: str, delegate: InspectedDelegate, sized: Callable[[int], str] = exact_size_text) -> str:
     """One line: which delegate, that its memory is outside the plan, and how much where known."""
-    memory, device = delegate["working_memory"], device_of(delegate)
+    memory, device = memory_of(delegate), device_of(delegate)
     head = (
         f"{method_name} delegate {delegate['index']} ({delegate['id']}, {device}): working memory outside the "
         f"plan, allocated by the backend"
     )
-    if memory["bytes"] is None:
+    if (stated := memory["bytes"]) is None or (values := memory["values"]) is None:  # a payload says both or neither
         return printable(f"{head}; its payload does not say how much")
     return printable(
-        f"{head}: up to {sized(memory['bytes'])}, {counted(memory['values'], 'intermediate')} from its graph "
+        f"{head}: up to {sized(stated)}, {counted(values, 'intermediate')} from its graph "
         f"summed; --budget {device}{BACKENDS}=SIZE counts it"
     )

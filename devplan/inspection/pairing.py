@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from devplan.documents import GoldenDocument, InspectDocument, InspectedMethod, InspectedTensor, Placement
 from devplan.inspection.golden import placements
+from devplan.inspection.placed import held_of
 from devplan.inspection.sources import INPUTS, STATE, source_identity
 
 
@@ -48,7 +49,7 @@ def peak_operators(method: InspectedMethod) -> dict[int, dict[str, int]]:
     for entry in method["peak"]:
         shares: dict[str, int] = {}
         for t in entry["tensors"]:
-            at = t["held"][0]
+            at = held_of(t)[0]
             name = (
                 INPUTS
                 if t["role"].startswith("input")

@@ -4,6 +4,7 @@ instruction, largest first, and how much of the peak each top-level module of th
 from __future__ import annotations
 
 from devplan.documents import InspectedBuffer, InspectedInstruction, InspectedTensor, Peak, PeakTensor
+from devplan.inspection.placed import offset_of
 from devplan.inspection.sources import block_of
 from devplan.units import natural_key
 
@@ -21,7 +22,7 @@ def peak(buffer: InspectedBuffer, placed: list[InspectedTensor], instructions: l
     rows: list[PeakTensor] = []
     shares: dict[str, int] = {}
     for t in alive:
-        start, end = t["offset"], t["offset"] + t["nbytes"]
+        start, end = offset_of(t), offset_of(t) + t["nbytes"]
         own = t["nbytes"] - sum(max(0, min(end, b) - max(start, a)) for a, b in covered)  # aliases count once
         covered = _merged(covered, (start, end))
         rows.append(

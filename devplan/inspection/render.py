@@ -23,6 +23,7 @@ from devplan.documents import (
 )
 from devplan.inspection.layout import layout_chart
 from devplan.inspection.own_memory import outside, outside_text
+from devplan.inspection.placed import held_of
 from devplan.inspection.sections import DEFAULT_SECTIONS, SECTIONS
 from devplan.inspection.summary import constant_methods, segments_view, summary_view
 from devplan.inspection.tables import PlainTable, fold
@@ -164,7 +165,7 @@ def _peak(method: InspectedMethod, console: Console, exact_bytes: bool) -> None:
             table.add_row(
                 f"v{first['value']}" + (f"…v{last['value']}" if len(row) > 1 else ""),
                 size_text(sum(t["nbytes"] for t in row), exact_bytes),
-                f"#{first['held'][0]}-{first['held'][1]}",
+                f"#{held_of(first)[0]}-{held_of(first)[1]}",
                 tuple(re.findall(r"\S+(?: |$)", first["source"] + (f" … {last['source']}" if len(row) > 1 else ""))),
             )
             listed += len(row)
@@ -253,9 +254,9 @@ def _shape(tensor: InspectedTensor) -> str | tuple[str, ...]:
 
 def _life(tensor: InspectedTensor) -> str | tuple[str, str]:
     """Instructions that use the tensor, and, for a view, those through which its bytes are held."""
-    (first, last), held = tensor["lifetime"] or (None, None), tensor["held"]
-    if first is None:
+    if tensor["lifetime"] is None:
         return "-"
+    (first, last), held = tensor["lifetime"], held_of(tensor)
     return (f"{first}-{last} ", f"held {held[0]}-{held[1]}") if held != [first, last] else f"{first}-{last}"
 
 
@@ -304,9 +305,9 @@ def _call_parts(row: InspectedInstruction, delegates: dict[int, InspectedDelegat
     if row["kind"] == "kernel":
         returns = _returns(args)
         inputs, results = shown[: len(shown) - returns], shown[len(shown) - returns :]
-        return row["op"], f"({', '.join(inputs)})" + (f" -> {', '.join(results)}" if results else "")
+        return row["op"] or row["kind"], f"({', '.join(inputs)})" + (f" -> {', '.join(results)}" if results else "")
     if row["kind"] == "delegate":
-        delegate = delegates.get(row["delegate"])
+        delegate = delegates.get(row["delegate"]) if row["delegate"] is not None else None
         backend = delegate["id"] if delegate else "?"
         return f"delegate {row['delegate']} {backend}", f"({', '.join(shown)})"
     if row["kind"] == "move":

@@ -73,7 +73,7 @@ def tensor_source(
     if role == "state":  # its initial value, if any, is data in the file, but what it holds is the runs'
         return f"state, updated by {_made_by(instructions[writer])}" if writer is not None else "state"
     if tensor["constant"]:
-        first = (tensor["lifetime"] or [None])[0]
+        first = tensor["lifetime"][0] if tensor["lifetime"] else None
         return f"constant of {_made_by(instructions[first])}" if first is not None else "constant, unused"
     if writer is None and tensor["held"] is not None and tensor["held"][0] < len(instructions):
         # a view: its bytes are an earlier tensor's

@@ -90,12 +90,13 @@ def summary_view(doc: InspectDocument, console: Console, exact_bytes: bool) -> N
     )
     external = file.get("external")
     if external:
+        stored = external["bytes"]  # known, as data is, once the .ptd is read
         keys = f"{external['keys']} {'key' if external['keys'] == 1 else 'keys'}"
         _pair(
             grid,
             "external data",
-            f"{keys} in {external['data']}, {size_text(external['bytes'], exact_bytes)}"
-            if external["data"]
+            f"{keys} in {external['data']}, {size_text(stored, exact_bytes)}"
+            if external["data"] and stored is not None
             else f"{keys} in a .ptd data file not given (--data FILE.ptd reads it)",
         )
     for method in doc["methods"]:

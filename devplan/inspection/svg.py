@@ -14,6 +14,7 @@ from html import escape
 
 from devplan.documents import InspectDocument, InspectedBuffer, InspectedMethod
 from devplan.inspection.layout import band_size
+from devplan.inspection.placed import held_of, offset_of
 from devplan.inspection.sources import top_module
 from devplan.inspection.svg_axis import LANE, MARKS, bracket_parts, brackets, has_marks, instruction_marks, legend_items
 from devplan.inspection.svg_labels import tensor_labels
@@ -83,15 +84,15 @@ def _chart(method: InspectedMethod, buffer: InspectedBuffer, top: int) -> tuple[
     blocks = {
         name: i
         for i, name in enumerate(
-            dict.fromkeys(top_module(t.get("module")) for t in sorted(tensors, key=lambda t: t["held"][0]))
+            dict.fromkeys(top_module(t.get("module")) for t in sorted(tensors, key=lambda t: held_of(t)[0]))
         )
     }
     for t in tensors:
         fill = FILLS.get(t["role"], OTHER_FILL)
         if t["role"] == "activation" and blocks[top_module(t.get("module"))] % 2:
             fill = SECOND_SHADE
-        first, last = t["held"]
-        top_px, bottom_px = y(t["offset"]), y(t["offset"] + t["nbytes"])
+        first, last = held_of(t)
+        top_px, bottom_px = y(offset_of(t)), y(offset_of(t) + t["nbytes"])
         tip = (
             f"v{t['value']} · {t.get('source') or t['role']}\n{t['dtype']}{list(t['shape'])} · {t['nbytes']} B at "
             f"offset {t['offset']} · held #{first}-#{last} · {t['role']}"

@@ -10,6 +10,7 @@ from html import escape
 from typing import Callable
 
 from devplan.documents import InspectedTensor
+from devplan.inspection.placed import offset_of
 from devplan.inspection.svg_text import ASCENT, DESCENT, Box, text_box
 from devplan.units import size_text
 
@@ -54,7 +55,7 @@ def tensor_labels(
     parts = []
     for t in largest(tensors):
         first, last = t["held"] or (0, 0)
-        rect = Box(x(first), y(t["offset"]), x(last + 1), y(t["offset"] + t["nbytes"]))
+        rect = Box(x(first), y(offset_of(t)), x(last + 1), y(offset_of(t) + t["nbytes"]))
         placed = _place(t, rect, plot, taken)
         if placed is None:
             continue

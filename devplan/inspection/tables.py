@@ -22,7 +22,8 @@ class PlainTable:
     BELOW_WIDTH = 24
 
     def __init__(self, title: str, *columns: tuple[str, str], below: str | None = None) -> None:
-        self.title, self.columns, self.rows, self.below = title, list(columns), [], below
+        self.title, self.columns, self.below = title, list(columns), below
+        self.rows: list[list[tuple[str, ...]]] = []
 
     def add_row(self, *cells: str | tuple[str, ...]) -> None:
         self.rows.append([(cell,) if isinstance(cell, str) else cell for cell in cells])

@@ -16,6 +16,7 @@ import json
 
 from devplan.documents import InspectDocument, InspectedMethod, InspectedTensor
 from devplan.inspection.overlap import busiest
+from devplan.inspection.placed import held_of, offset_of
 from devplan.units import inert
 
 STEP = 1000  # trace microseconds per instruction
@@ -58,22 +59,22 @@ def _method(pid: int, method: InspectedMethod) -> list[dict]:
         label = f"buffer {buffer['mem_id']} ({buffer['device']})"
         held = sorted(
             (t for t in method["tensors"] if t["mem_id"] == buffer["mem_id"] and t["held"] and t["nbytes"]),
-            key=lambda t: (t["held"][0], t["offset"], t["value"]),
+            key=lambda t: (held_of(t)[0], offset_of(t), t["value"]),
         )
         events += _counter(pid, label, held, method["counts"]["instructions"])
         lanes = 0  # tracks so far; a tensor takes the lowest track whose latest slice has ended
         busy: list[tuple[int, int]] = []  # (last instruction, track) of the tracks holding a slice
         free: list[int] = []
         for t in held:
-            while busy and busy[0][0] < t["held"][0]:
+            while busy and busy[0][0] < held_of(t)[0]:
                 heapq.heappush(free, heapq.heappop(busy)[1])
             if free:
                 lane = heapq.heappop(free)
             else:
                 lane, lanes = lanes, lanes + 1
                 events.append(_name("thread_name", pid, tid + lane, f"{label} tensors {lane + 1}"))
-            heapq.heappush(busy, (t["held"][1], lane))
-            first, last = t["held"]
+            heapq.heappush(busy, (held_of(t)[1], lane))
+            first, last = held_of(t)
             events.append(
                 {
                     "ph": "X",

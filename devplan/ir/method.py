@@ -3,6 +3,7 @@ Built from the graph by emit/, planned by planning/, written by emit/program.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -59,6 +60,16 @@ Value = (
     | OptionalTensorList
     | Use
 )
+
+
+def tensor_at(values: Sequence[Value], index: int) -> TensorSpec:
+    """values[index], which the caller knows is a tensor (a kernel's tensor argument, a member
+    of a storage, an alias's root): the one place that narrows a Value to a TensorSpec, so a
+    method that breaks that knowledge fails here, naming the value, not in the caller."""
+    value = values[index]
+    if not isinstance(value, TensorSpec):
+        raise TypeError(f"value {index} is {type(value).__name__}, not a tensor")
+    return value
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,10 @@ class Method:
             state={new[i]: t for i, t in self.state.items()},
             mutated=tuple(new[i] for i in self.mutated),
         )
+
+    def tensor(self, index: int) -> TensorSpec:
+        """values[index] as the tensor the caller knows it is (tensor_at)."""
+        return tensor_at(self.values, index)
 
     def with_specs(self, specs: dict[int, TensorSpec]) -> "Method":
         values = tuple(specs.get(i, v) for i, v in enumerate(self.values))

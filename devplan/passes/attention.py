@@ -19,6 +19,7 @@ from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 
+from devplan.ir.fx import arg_list, arg_node
 from devplan.ir.lowered import own_graph
 from devplan.passes.decompose import inline
 from devplan.passes.slices import sink_slices
@@ -75,7 +76,7 @@ def chunk_attention(ep: ExportedProgram, mode: str, block_bytes: int) -> Blocked
 def _outputs_renamed(ep: ExportedProgram, gm: torch.fx.GraphModule):
     """ep's signature with its outputs named as gm's output node names them: an attention the
     program returns is now the last node of its blocks."""
-    names = [a.name if isinstance(a, torch.fx.Node) else None for a in gm.graph.output_node().args[0]]
+    names = [a.name if isinstance(a, torch.fx.Node) else None for a in arg_list(gm.graph.output_node(), 0)]
     specs = [
         dataclasses.replace(spec, arg=dataclasses.replace(spec.arg, name=name))
         if isinstance(spec.arg, TensorArgument) and name is not None
@@ -124,12 +125,12 @@ def _unfused(softmax: torch.fx.Node) -> Attention:
 
 
 def _keys(node: torch.fx.Node) -> int:
-    return _upper(node.args[1].meta["val"].shape[-2])
+    return _upper(arg_node(node, 1).meta["val"].shape[-2])
 
 
 def _block(node: torch.fx.Node, block_bytes: int) -> tuple[int | None, str]:
     """The keys in a block for this attention, or None and why it stays whole."""
-    query, key = (node.args[i].meta["val"] for i in (0, 1))
+    query, key = (arg_node(node, i).meta["val"] for i in (0, 1))
     kwargs = dict(zip(("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"), node.args[3:]), **node.kwargs)
     if kwargs.get("dropout_p", 0.0):
         return None, "dropout"
@@ -172,7 +173,7 @@ def blocked_attention(
     query = query * scale
     lowest = torch.finfo(query.dtype).min
     keys, rows = key.shape[-2], query.shape[-2]
-    total = maximum = out = None
+    running: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (total, out, maximum) so far
     for start in range(0, keys, block):
         end = min(start + block, keys)
         scores = query @ key[..., start:end, :].transpose(-2, -1)
@@ -182,15 +183,17 @@ def blocked_attention(
         elif mask is not None:
             scores = scores + mask
         top = scores.amax(-1, keepdim=True)
-        if maximum is None:
+        if running is None:
             probs = torch.exp(scores - top)
-            total, out, maximum = probs.sum(-1, keepdim=True), probs @ value[..., start:end, :], top
+            running = probs.sum(-1, keepdim=True), probs @ value[..., start:end, :], top
         else:
+            total, out, maximum = running
             grown = torch.maximum(maximum, top)
             probs, kept = torch.exp(scores - grown), torch.exp(maximum - grown)
-            total = total * kept + probs.sum(-1, keepdim=True)
-            out = out * kept + probs @ value[..., start:end, :]
-            maximum = grown
+            running = total * kept + probs.sum(-1, keepdim=True), out * kept + probs @ value[..., start:end, :], grown
+    if running is None:
+        raise ValueError("attention over no keys")  # export gives every attention at least one key
+    total, out, _ = running
     return out / total
 
 

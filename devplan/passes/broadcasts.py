@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import cast
+from typing import TypeGuard, cast
 
 import torch
 from torch._guards import detect_fake_mode
 
+from devplan.ir.fx import arg_node
 from devplan.ir.lowered import Lowered
 
 aten = torch.ops.aten
@@ -95,9 +96,10 @@ def _broadcast_lead(node: torch.fx.Node) -> int | None:
     if not (isinstance(index, torch.fx.Node) and index.target is aten.expand.default and isinstance(dim, int)):
         return None
     values = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in (x, index, index.args[0])]
-    if not all(_static(v) for v in values):
+    tensors = [v for v in values if _static(v)]
+    if len(tensors) < len(values):
         return None
-    source, shape, table = cast(torch.Tensor, values[0]), list(values[1].shape), list(values[2].shape)
+    source, shape, table = tensors[0], list(tensors[1].shape), list(tensors[2].shape)
     table = [1] * (len(shape) - len(table)) + table
     lead = len(shape)
     while lead > 0 and table[lead - 1] == shape[lead - 1]:
@@ -123,7 +125,7 @@ def _bmm_per_entry(node: torch.fx.Node, call) -> torch.fx.Node | None:
         table, times, swapped = found
         if swapped:
             table = call(aten.transpose.int, table, -1, -2)
-        other = node.args[1 - side]
+        other = arg_node(node, 1 - side)
         if not _static(other.meta.get("val")):
             return None
         rows = other.meta["val"].shape[0] // times
@@ -158,5 +160,5 @@ def _swaps_last_two(node: torch.fx.Node) -> bool:
     return [d % 3 for d in cast(list[int], node.args[1])] == [0, 2, 1]
 
 
-def _static(value) -> bool:
+def _static(value: object) -> TypeGuard[torch.Tensor]:  # the callers then read it as a tensor
     return isinstance(value, torch.Tensor) and all(isinstance(s, int) for s in value.shape)

@@ -4,7 +4,7 @@ the order they were made."""
 
 from __future__ import annotations
 
-from devplan.ir.method import IntList, Method, OptionalTensorList, TensorList, Use
+from devplan.ir.method import IntList, Method, OptionalTensorList, TensorList, Use, Value
 from devplan.ops import NUMBER_OPS
 from devplan.spec import TensorSpec
 
@@ -26,7 +26,9 @@ def compact(method: Method) -> Method:
     )
     # numbers the runtime writes (inputs, results of size ops) are slots of their own, never shared
     slots = set(method.inputs) | {k.args[-1] for k in method.kernels if k.op in _NUMBER_KERNELS}
-    new, first, kept = {}, {}, []
+    new: dict[int, int] = {}
+    first: dict[tuple[type, str], int] = {}  # a number's (type, repr) -> its kept slot
+    kept: list[Value] = []
     for old in sorted(used):
         value = method.values[old]
         assert not isinstance(value, Use), f"value {old} is a Use the copies pass left"

@@ -17,6 +17,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
 from devplan.errors import DevplanError, first_line
+from devplan.ir.fx import arg_node
 from devplan.ir.lowered import Lowered
 from devplan.ops import CHECKS_OUT_SIZES, RANKS, TORCH_NAMESPACES, is_view, out_schema, runnable, schema_name
 from devplan.passes.decompositions import bincount, decomposition
@@ -136,8 +137,8 @@ def _rebase(node: torch.fx.Node) -> None:
     """An as_strided reads the storage, not the view it is given: over a view (a slice with a
     step, an expand) that storage is the viewed tensor's, so it reads that tensor instead, at
     the same absolute offset."""
-    source = node.args[0]
-    base = source
+    source = arg_node(node, 0)
+    base: torch.fx.node.Argument = source
     while (
         isinstance(base, torch.fx.Node)
         and isinstance(base.target, OpOverload)
@@ -147,7 +148,12 @@ def _rebase(node: torch.fx.Node) -> None:
     ):
         base = base.args[0]
     value, base_value = source.meta.get("val"), base.meta.get("val") if isinstance(base, torch.fx.Node) else None
-    if base is source or not isinstance(base_value, torch.Tensor) or base_value.storage_offset() != 0:
+    if (
+        base is source
+        or not isinstance(value, torch.Tensor)
+        or not isinstance(base_value, torch.Tensor)
+        or base_value.storage_offset() != 0
+    ):
         return
     args = list(node.args) + [None] * (4 - len(node.args))
     if args[3] is None and "storage_offset" not in node.kwargs:

@@ -17,6 +17,7 @@ retrace (`run_decompositions`, most of a small model's compile).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeGuard
 
 import torch
 from torch._export.utils import node_inline_
@@ -59,8 +60,7 @@ def functionalize_locally(gm: torch.fx.GraphModule) -> None:
             gm.graph.erase_node(node)
             continue
         functional = _functional_of(node)
-        target = node.args[0] if functional is not None else None
-        if target is None or not _fresh(target):
+        if functional is None or not _fresh(target := node.args[0]):
             continue
         with gm.graph.inserting_before(node):
             pure = gm.graph.call_function(functional, node.args, node.kwargs)
@@ -180,7 +180,7 @@ def _functional_of(node: torch.fx.Node) -> OpOverload | None:
     return twin
 
 
-def _fresh(value) -> bool:
+def _fresh(value: object) -> TypeGuard[torch.fx.Node]:  # the caller then reads it as a node
     """A value a pure op made and no view shares: writing it in place is invisible elsewhere."""
     if not isinstance(value, torch.fx.Node) or value.op != "call_function" or not isinstance(value.target, OpOverload):
         return False

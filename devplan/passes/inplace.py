@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from devplan.ir.method import Kernel, Method, TensorList, Value
+from devplan.ir.method import Kernel, Method, TensorList, Value, tensor_at
 from devplan.ops import ELEMENTWISE
 from devplan.planning.lifetimes import lifetimes, storages
 from devplan.spec import TensorSpec
@@ -31,18 +31,20 @@ def reuse_dead_inputs(method: Method, *, borrowed_io: bool = False) -> Method:
     pinned = {root[i] for i in (*method.outputs, *method.state) if i in root}
     if borrowed_io:
         pinned |= {root[i] for i in method.inputs if i in root}
-    values: list = list(method.values)  # the donors and results among them are TensorSpecs
+    values = list(method.values)
     for step, kernel in enumerate(method.kernels):
         out, donors = overwritable(values, kernel, root)
         if borrowed_io and out in method.outputs:
             continue
         taken = next((a for a in donors if root[a] not in pinned and span[root[a]][1] == step), None)
-        if taken is None:
+        if taken is None or out is None:  # no donor without a result
             continue
-        donor, at = root[taken], values[taken].alias_offset
+        donor, at = root[taken], tensor_at(values, taken).alias_offset
         for i, r in root.items():  # the result, and views already made of it, join the donor's storage
             if r == out:
-                values[i] = replace(values[i], alias_of=donor, alias_offset=at + values[i].alias_offset)
+                values[i] = replace(
+                    tensor_at(values, i), alias_of=donor, alias_offset=at + tensor_at(values, i).alias_offset
+                )
                 root[i] = donor
         span[donor] = (span[donor][0], max(span[donor][1], span.pop(out)[1]))
         if out in pinned:
@@ -65,11 +67,13 @@ def overwritable(values: Sequence[Value], kernel: Kernel, root: dict[int, int]) 
     reads = [a for a in kernel.args[:-1] if a not in outs and a in root and isinstance(values[a], TensorSpec)]
 
     def same_place(a: int, b: int) -> bool:
-        return (values[a].alias_offset, values[a].shape) == (values[b].alias_offset, values[b].shape)
+        a_spec, b_spec = tensor_at(values, a), tensor_at(values, b)
+        return (a_spec.alias_offset, a_spec.shape) == (b_spec.alias_offset, b_spec.shape)
 
     return out, [
         a
         for a in reads
-        if (values[a].shape, values[a].dtype, values[a].device) == (result.shape, result.dtype, result.device)
+        if (tensor_at(values, a).shape, tensor_at(values, a).dtype, tensor_at(values, a).device)
+        == (result.shape, result.dtype, result.device)
         and all(same_place(a, b) for b in reads if root[b] == root[a])
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from devplan.ir.fx import arg_ints, arg_node
 from devplan.ir.lowered import Lowered
 
 aten = torch.ops.aten
@@ -28,7 +29,7 @@ def merge_permutes(low: Lowered) -> Lowered:
             and isinstance(node.meta.get("val"), torch.Tensor)
         ):
             continue
-        source = inner.args[0]
+        source = arg_node(inner, 0)
         order = [_order(inner)[i] for i in _order(node)]  # node[i] reads inner[order_node[i]] = source[...]
         if order == sorted(order):
             if source.op == "placeholder" and any(user.op == "output" for user in node.users):
@@ -52,7 +53,7 @@ def _order(node: torch.fx.Node) -> list[int]:
     """The permutation a permute, transpose or t applies: result dim i is input dim order[i]."""
     rank = node.meta["val"].dim()
     if node.target is aten.permute.default:
-        return [d % rank for d in node.args[1]]
+        return [d % rank for d in arg_ints(node, 1)]
     order = list(range(rank))
     if rank > 1:  # t of a vector or a scalar is the tensor itself
         a, b = (node.args[1] % rank, node.args[2] % rank) if node.target is aten.transpose.int else (0, rank - 1)

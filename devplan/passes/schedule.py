@@ -51,7 +51,7 @@ class _Problem:
         root, _ = storages(method, lifetimes(method))
         self.size: dict[int, int] = {}
         for index, r in root.items():
-            spec = method.values[index]
+            spec = method.tensor(index)
             self.size[r] = max(self.size.get(r, 0), spec.alias_offset + spec.nbytes)
         self.size = {r: align_up(s, alignment) for r, s in self.size.items()}
         self.held_from_start = {root[i] for i in (*method.inputs, *method.state) if i in root}

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import torch
+
 from devplan.ir.lowered import Lowered
 from devplan.ops import NUMBER_OPS
 
@@ -18,7 +20,9 @@ def hoist_sizes(low: Lowered) -> Lowered:
     nodes = list(gm.graph.nodes)
     position = {node: i for i, node in enumerate(nodes)}
     placeholders = [node for node in nodes if node.op == "placeholder"]
-    anchor, follows = {}, defaultdict(list)  # number op -> the node it now follows, and the reverse
+    # number op -> the node it now follows, and the reverse
+    anchor: dict[torch.fx.Node, torch.fx.Node] = {}
+    follows: defaultdict[torch.fx.Node, list[torch.fx.Node]] = defaultdict(list)
     for node in nodes:
         if node.op == "call_function" and node.target in NUMBER_OPS:
             sources = [anchor.get(a, a) for a in node.all_input_nodes] + placeholders[-1:]

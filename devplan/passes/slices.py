@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from devplan.ir.fx import arg_list, arg_node
+
 SLICE = torch.ops.aten.slice.Tensor
 _EXPAND = torch.ops.aten.expand.default
 _UNSQUEEZE = torch.ops.aten.unsqueeze.default
@@ -89,12 +91,12 @@ def _sunk(graph: torch.fx.Graph, node: torch.fx.Node, fake) -> torch.fx.Node | N
         return _call(graph, SLICE, (operand, at, start, end), fake, before=node)
 
     if source.target is _EXPAND:
-        inner, sizes = source.args[0], list(source.args[1])  # type: ignore[arg-type]
+        inner, sizes = arg_node(source, 0), arg_list(source, 1)
         sizes[dim] = length
         piece = sliced(inner, dim - (out.dim() - inner.meta["val"].dim()))
         return _call(graph, _EXPAND, (piece, sizes), fake, before=node)
     if source.target in _RESHAPES:  # the sliced dim and those after it as they were: GQA's repeated heads
-        inner, sizes = source.args[0], list(source.args[1])  # type: ignore[arg-type]
+        inner, sizes = arg_node(source, 0), arg_list(source, 1)
         before = inner.meta["val"].shape
         tail = out.dim() - dim
         if len(before) < tail or tuple(before[len(before) - tail :]) != tuple(out.shape[dim:]):
@@ -102,7 +104,7 @@ def _sunk(graph: torch.fx.Graph, node: torch.fx.Node, fake) -> torch.fx.Node | N
         sizes[dim] = length
         return _call(graph, source.target, (sliced(inner, len(before) - tail), sizes), fake, before=node)
     if source.target is _UNSQUEEZE:
-        inner, at = source.args
+        inner, at = arg_node(source, 0), source.args[1]
         at = at % out.dim()
         if at == dim:
             return None

@@ -49,7 +49,9 @@ def from_exported(ep: torch.export.ExportedProgram) -> Lowered:
         if spec.kind == InputKind.USER_INPUT
     }
     written = {o.target for o in ep.graph_signature.output_specs if o.kind == OutputKind.BUFFER_MUTATION}
-    constants, state, inputs = {}, {}, []
+    constants: dict[str, torch.Tensor] = {}
+    state: dict[str, torch.Tensor] = {}
+    inputs: list[str] = []
     roles = {
         InputKind.USER_INPUT: "input",
         InputKind.PARAMETER: "parameter",

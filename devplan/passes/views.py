@@ -25,7 +25,7 @@ def view_dynamic_copies(low: Lowered) -> Lowered:
     at run time becomes a view whose sizes are read from that tensor while the program runs
     (sym_size), so build shares the bytes through et_view where ExecuTorch copies them."""
     gm, changed = low.gm, False
-    known = {}  # a run-time size -> the earlier node that reads or computes it
+    known: dict[object, torch.fx.Node] = {}  # a run-time size -> the earlier node that reads or computes it
     for node in list(gm.graph.nodes):
         if isinstance(node.meta.get("val"), torch.SymInt):
             known.setdefault(node.meta["val"].node.expr, node)
@@ -70,7 +70,8 @@ def _static(tensor: torch.Tensor) -> bool:
 def _source_dims(after, before) -> list[int | None] | None:
     """For each dim of the result, the dim of the input with the same run-time size (None
     where the size is a plain number), matched in order; None when one has no match."""
-    dims, at = [], 0
+    dims: list[int | None] = []
+    at = 0
     for size in after:
         if isinstance(size, int):
             dims.append(None)

@@ -19,7 +19,7 @@ def parse_budget(text: str) -> tuple[str, int]:
     KiB, MB, MiB, GB and GiB in any case; a number without one counts bytes."""
     match = re.fullmatch(r"\s*([^=\s]+)\s*=(.*)", text)
     nbytes = size_bytes(match.group(2)) if match else None
-    if nbytes is None:
+    if match is None or nbytes is None:
         raise DevplanError(
             f"bad memory budget {text!r}; write TARGET=SIZE such as 1=512KiB or cuda:0=2GiB "
             f"(units: B, KB, KiB, MB, MiB, GB, GiB)"

@@ -39,16 +39,19 @@ def lifetimes(method: Method) -> dict[int, tuple[int, int]]:
             views = [i for i in first if getattr(method.values[i], "alias_of", None) == root]
             first[root], last[root] = min(first[i] for i in views), max(last[i] for i in views)
     return {
-        i: (first[i], last[i])
-        for i in first
-        if isinstance(method.values[i], TensorSpec) and not method.values[i].constant
+        i: (first[i], last[i]) for i in first if isinstance(spec := method.values[i], TensorSpec) and not spec.constant
     }
 
 
 def storages(method: Method, alive: Mapping[int, tuple[int, int]]) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
     """(value -> its storage root, root -> span): a tensor and everything that shares its
     bytes (views, in-place results) are one storage, alive from its first to its last user."""
-    root = {i: method.values[i].alias_of if method.values[i].alias_of is not None else i for i in alive}
+
+    def root_of(i: int) -> int:
+        alias = method.tensor(i).alias_of
+        return i if alias is None else alias
+
+    root = {i: root_of(i) for i in alive}
     span: dict[int, tuple[int, int]] = {}
     for i, r in root.items():
         first, last = alive[i]

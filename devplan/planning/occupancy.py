@@ -44,8 +44,8 @@ class Occupancy:
         ranges taken during that span; return the chosen offset."""
         own, below = self._own, self._below
         tiles, sticking_out = self._tiles(first, last), self._sticking_out(first, last)
-        parts = [below[node] for node in tiles if below[node]]
-        parts += [own[node] for node in sticking_out if own[node]]
+        parts = [part for node in tiles if (part := below[node])]
+        parts += [part for node in sticking_out if (part := own[node])]
         if len(parts) == 1:
             bounds = iter(parts[0])
             offset = fit(zip(bounds, bounds), size)

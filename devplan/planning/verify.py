@@ -118,7 +118,7 @@ def _storage_units(tensors: list[Placed]) -> list[int]:
     """A number per tensor, equal for tensors of one storage; a tensor without a storage is
     a unit of its own."""
     numbers: dict[int, int] = {}
-    units = []
+    units: list[int] = []
     for tensor in tensors:
         if tensor.storage is None:
             units.append(-1 - len(units))
@@ -191,23 +191,27 @@ def verify_devices(method: Method, home: Device) -> None:
 
     values = method.values
     for index, spec in enumerate(values):
-        if isinstance(spec, TensorSpec) and spec.alias_of is not None and spec.device != values[spec.alias_of].device:
+        if (
+            isinstance(spec, TensorSpec)
+            and spec.alias_of is not None
+            and spec.device != method.tensor(spec.alias_of).device
+        ):
             raise PlanError(
                 f"device check failed: value {index} on {spec.device} shares the storage of "
-                f"value {spec.alias_of} on {values[spec.alias_of].device}"
+                f"value {spec.alias_of} on {method.tensor(spec.alias_of).device}"
             )
     for step, kernel in enumerate(method.kernels):
         tensors = []
         for arg in kernel.args:
             value = values[arg]
             items = value.items if isinstance(value, (TensorList, OptionalTensorList)) else (arg,)
-            tensors += [i for i in items if i >= 0 and isinstance(values[i], TensorSpec) and not values[i].constant]
+            tensors += [i for i in items if i >= 0 and isinstance(v := values[i], TensorSpec) and not v.constant]
         if kernel.delegate is not None:
             target = dict(method.delegates[kernel.delegate].compile_specs).get("target_device")
             wanted = {i: Device.parse(target.decode()) if target else home for i in tensors}
         elif kernel.op in (TO_DEVICE, TO_HOST):
             source, out = kernel.args[0], kernel.args[1]
-            device_side = values[out].device if kernel.op == TO_DEVICE else values[source].device
+            device_side = method.tensor(out if kernel.op == TO_DEVICE else source).device
             wanted = {
                 source: CPU if kernel.op == TO_DEVICE else device_side,
                 out: device_side if kernel.op == TO_DEVICE else CPU,
@@ -220,8 +224,8 @@ def verify_devices(method: Method, home: Device) -> None:
         else:
             wanted = {i: home for i in tensors}
         for index, device in wanted.items():
-            if values[index].device != device:
+            if method.tensor(index).device != device:
                 raise PlanError(
                     f"device check failed: instruction {step} ({kernel.op}, node {kernel.node}) runs on "
-                    f"{device} but value {index} is on {values[index].device}"
+                    f"{device} but value {index} is on {method.tensor(index).device}"
                 )

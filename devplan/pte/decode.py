@@ -43,6 +43,12 @@ class Tensor(NamedTuple):
     external: str | None = None  # a constant kept in a .ptd data file: its key there (data is then 0)
 
     @property
+    def placed(self) -> tuple[int, int] | None:
+        """(mem_id, offset) of a planned tensor, None for one the caller or the data owns: the
+        format's allocation info gives both or neither."""
+        return None if self.mem_id is None or self.offset is None else (self.mem_id, self.offset)
+
+    @property
     def constant(self) -> bool:
         """Whether its bytes are the program's constant data, in the program or in a .ptd."""
         return self.mem_id is None and (self.data > 0 or self.external is not None)
@@ -115,7 +121,8 @@ class MethodView:
     def device_of(self, tensor: Tensor) -> Device:
         """Where a tensor lives: what extra_tensor_info says, else its buffer's device. (Its
         CPU default says nothing: writers that add the table for other reasons leave it.)"""
-        return tensor.said_device or self.buffer_devices.get(tensor.mem_id, CPU)
+        mem_id = tensor.mem_id
+        return tensor.said_device or (self.buffer_devices.get(mem_id, CPU) if mem_id is not None else CPU)
 
     def kind(self, value: int) -> str:
         """What value `value` is, by name (devplan.pte.kinds.VALUE_KINDS): "tensor", "int_list", ..."""
@@ -206,10 +213,13 @@ class MethodView:
         found = set()
         for value in values:
             t = self.tensors[value]
-            ranges = merged.get(t.mem_id, [])
-            at = bisect.bisect_right(ranges, (t.offset, math.inf)) - 1  # the last range starting at or before it
+            if t.placed is None:  # the caller passes planned tensors only
+                continue
+            mem_id, offset = t.placed
+            ranges = merged.get(mem_id, [])
+            at = bisect.bisect_right(ranges, (offset, math.inf)) - 1  # the last range starting at or before it
             near = ranges[max(at, 0) : at + 2]
-            if not any(start < t.offset + t.nbytes and t.offset < end for start, end in near):
+            if not any(start < offset + t.nbytes and offset < end for start, end in near):
                 found.add(value)
         return found
 
@@ -288,7 +298,9 @@ def methods(pte: PteFile) -> tuple[MethodView, ...]:
 
 
 def method(pte: PteFile, plan_index: int) -> MethodView:
-    return pte.memo(("decoded", plan_index), lambda: _decode(pte, plan_index, pte.program.executionPlan[plan_index]))
+    return pte.memo(
+        ("decoded", plan_index), lambda: _decode(pte, plan_index, (pte.program.executionPlan or [])[plan_index])
+    )
 
 
 def negative_buffer(sizes) -> tuple[int, int] | None:

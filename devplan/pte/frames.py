@@ -58,7 +58,8 @@ class FrameCache:
     hold for one builder, so a second pack starts afresh."""
 
     def __init__(self) -> None:
-        self.builder, self.offsets = None, {}
+        self.builder: object = None
+        self.offsets: dict[tuple[str, int, str, str], int] = {}
 
     def offset(self, builder, frame: FrameT) -> int:
         if builder is not self.builder:
@@ -138,7 +139,7 @@ def read_stacktrace(buffer: "bytes | memoryview", plan_index: int, chain_index: 
     vector = chain._tab.Vector(chain._tab.Offset(_STACKTRACE_SLOT))
     frames: dict[int, tuple[str, int, str, str]] = {}
     said: dict[tuple[int, ...], Where] = {}
-    result = []
+    result: list[Where | None] = []
     for i in range(chain.StacktraceLength()):
         element = vector + 4 * i
         positions = tuple(_items(buffer, element + _U32.unpack_from(buffer, element)[0]))

@@ -4,8 +4,10 @@ messages say them, so that no reader past devplan/pte/ needs the bindings' codes
 
 from __future__ import annotations
 
+from devplan.pte.fb.EValue import EValueT
 from devplan.pte.fb.InstructionArguments import InstructionArguments
 from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.fb.Tensor import TensorT
 
 # Each value kind's name, by its KernelTypes code: what the inspection document counts.
 VALUE_KINDS = {
@@ -40,3 +42,9 @@ LISTS = (*REFERENCE_LISTS, KernelTypes.BoolList, KernelTypes.DoubleList)
 def value_kind(code: int) -> str:
     """A value's kind by name ("tensor", "int_list", ...), "kind(N)" for a code the format lacks."""
     return VALUE_KINDS.get(code, f"kind({code})")
+
+
+def tensor_of(value: EValueT) -> TensorT | None:
+    """A value's tensor table, None for a value of any other kind: the one place that narrows
+    the bindings' union (NullT | IntT | ... | TensorT), which the valType code tags."""
+    return value.val if isinstance(value.val, TensorT) else None

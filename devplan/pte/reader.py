@@ -15,6 +15,7 @@ from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.fb.TensorDataLocation import TensorDataLocation
 from devplan.pte.header import HEAD_BYTES, HEADER_OFFSET, ExtendedHeader, check_container, program_bound
+from devplan.pte.kinds import tensor_of
 from devplan.pte.payloads import payload_format
 from devplan.pte.ptd import PtdFile, key_text, read_ptd
 from devplan.pte.unpack import unpack_program
@@ -256,8 +257,8 @@ def _with_data(pte: PteFile, ptd: PtdFile) -> PteFile:
     """The program with its .ptd, once every external tensor it names is found there."""
     for plan in pte.program.executionPlan or ():
         for index, value in enumerate(plan.values or ()):
-            key = external_key(value.val)
-            if key is None:
+            t, key = tensor_of(value), external_key(value.val)
+            if t is None or key is None:
                 continue
             where = f"{pte.name}: method {text(plan.name)}: value {index}"
             entry = ptd.entries.get(key)
@@ -266,7 +267,6 @@ def _with_data(pte: PteFile, ptd: PtdFile) -> PteFile:
                     f"{where} is the external weight {key!r}, which {ptd.name} does not hold "
                     f"({len(ptd.entries)} keys); pass the .ptd written with this program"
                 )
-            t = value.val
             shape, dim_order = tuple(ints(t.sizes)), tuple(ints(t.dimOrder))
             wanted = f"{dtypes.name_of(t.scalarType)}{list(shape)}"
             if entry.layout is None:  # ExecuTorch's runtime reads the layout it lacks and crashes
@@ -355,9 +355,11 @@ def _segments(
     program: ProgramT, data: bytes | memoryview, header: ExtendedHeader | None, name: str
 ) -> tuple[memoryview, ...]:
     listed = program.segments or []
-    located = header is not None and header.segment_base_offset > 0
     # ExecuTorch writes no header when every segment is empty, so those need none.
-    base, available = (header.segment_base_offset, header.segment_data_size) if located else (0, 0)
+    located = header is not None and header.segment_base_offset > 0
+    base, available = (
+        (header.segment_base_offset, header.segment_data_size) if header is not None and located else (0, 0)
+    )
     for index, segment in enumerate(listed):
         if segment.offset + segment.size <= available:
             continue

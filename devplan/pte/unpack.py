@@ -114,7 +114,7 @@ class _Unpacker:
                 values[attribute] = [
                     self.table(at + _u32(data, at)[0], read) for at in range(target + 4, target + 4 + 4 * count, 4)
                 ]
-        made = object.__new__(layout.cls)
+        made: Any = object.__new__(layout.cls)  # the bindings' class: its fields are set from the bytes
         made.__dict__.update(values)
         return made
 

@@ -11,6 +11,7 @@ generated bindings (devplan/pte/xnn_fb) read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from devplan.errors import DevplanError
 from devplan.pte.ptd import key_text
@@ -182,7 +183,9 @@ def _node(index: int, raw, ids: set[int], where: str) -> Node:
     if not 1 <= tag <= len(XNODE_OPERATORS) or raw.xnodeUnion is None:
         _refuse(where, f"node {index} names no operator (tag {tag})")
     op, table = XNODE_OPERATORS[tag - 1]
-    inputs, outputs, params = [], [], []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    params: list[tuple[str, Any]] = []
     for name, _, _ in XNN_GRAPH_TABLES[table]:
         value = getattr(raw.xnodeUnion, _camel(name))
         if name.endswith("_id"):

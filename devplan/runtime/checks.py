@@ -60,7 +60,7 @@ def window_reach(pte: PteFile, view: MethodView) -> dict[int, int]:
             continue  # another backend's delegate is refused where it is opened
         mem_id, offset = delegate.window
         payload = pte.delegate_program(view.plan_index, delegate.index)
-        sizes = next((m.buffer_sizes for m in methods(payload) if m.name == "forward"), [])
+        sizes: tuple[int, ...] = next((m.buffer_sizes for m in methods(payload) if m.name == "forward"), ())
         reach[mem_id] = max(reach.get(mem_id, 0), offset + (sizes[1] if len(sizes) > 1 else 0))
     return reach
 
@@ -111,7 +111,7 @@ def _check_layouts(view: MethodView) -> None:
                 f"{where}: value {index} has a DYNAMIC_UNBOUND shape, which ExecuTorch's "
                 f"runtime does not support; the program is damaged"
             )
-        buffer = view.buffer_devices.get(t.mem_id, CPU)
+        buffer = view.buffer_devices.get(t.mem_id, CPU) if t.mem_id is not None else CPU
         if t.mem_id is not None and t.said_device is not None and t.said_device != buffer:
             raise DevplanError(
                 f"{where}: value {index} is said to be on {t.said_device} (extra_tensor_info) "
@@ -151,13 +151,14 @@ def _check_sizes(view: MethodView, dtypes: dict[int, torch.dtype], windows: dict
     size would otherwise have us allocate it)."""
     reach = dict(windows)
     for index, t in view.tensors.items():
-        if t.mem_id is not None:
-            if t.offset % dtypes[index].itemsize:
+        if t.placed is not None:
+            mem_id, offset = t.placed
+            if offset % dtypes[index].itemsize:
                 raise DevplanError(
-                    f"{view.where}: value {index} starts at byte {t.offset} of buffer {t.mem_id}, "
+                    f"{view.where}: value {index} starts at byte {offset} of buffer {mem_id}, "
                     f"not a multiple of its element size; the program is damaged"
                 )
-            reach[t.mem_id] = max(reach.get(t.mem_id, 0), t.offset + t.nbytes)
+            reach[mem_id] = max(reach.get(mem_id, 0), offset + t.nbytes)
     for mem_id in range(1, len(view.buffer_sizes)):
         if view.buffer_sizes[mem_id] > 2 * reach.get(mem_id, 0) + _SLACK:
             raise DevplanError(

@@ -22,7 +22,7 @@ from devplan.errors import DevplanError, first_line
 from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import Delegate, MethodView, Tensor, methods
 from devplan.pte.fb.KernelTypes import KernelTypes
-from devplan.pte.payloads import DEVPLAN, runs_here
+from devplan.pte.payloads import runs_here
 from devplan.runtime.allocator import allocator_for
 from devplan.runtime.checks import (
     check_chains,
@@ -37,7 +37,7 @@ from devplan.runtime.interpreter import Refs, interpret, value_of
 from devplan.runtime.memory import MAX_MEMORY, Memory, constant, from_bytes
 from devplan.runtime.program_validation import check_planned_total
 from devplan.runtime.steps import build_steps
-from devplan.spec import CPU, DEVICE_TYPES, Device
+from devplan.spec import CPU, DEVICE_TYPES, DEVPLAN_BACKEND as DEVPLAN, Device
 
 # Delegate methods one run may load. Delegates of one payload and window share one, but each
 # window of a payload is loaded apart (its values are views of those bytes), and nested payloads
@@ -75,7 +75,8 @@ class LoadedMethod:
         # windows load it; binding and sizes read these
         self.dtypes = pte.memo(("runtime checked", name), lambda: checked_dtypes(view, window_reach(pte, view)))
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
-        self.arenas, self.uploads = {}, []  # uploads: (arena, device) holding constants on a device
+        self.arenas: dict[int, tuple[torch.Tensor, Device]] = {}
+        self.uploads: list[tuple[torch.Tensor, Device]] = []  # (arena, device) holding constants on a device
         self.lent = set(lent or ())
         self.cuda_graphs = cuda_graphs
         self.graph_steps: GraphSteps | None = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from devplan.errors import DevplanError
 from devplan.pte import PteFile
 from devplan.pte.decode import negative_buffer
-from devplan.pte.fb.KernelTypes import KernelTypes
+from devplan.pte.kinds import tensor_of
 from devplan.pte.program_view import program_view
 from devplan.pte.reader import ints, text
 
@@ -32,10 +32,10 @@ def check_every_method(pte: PteFile) -> None:
             )
         values, inputs = plan.values or (), set(ints(plan.inputs))
         for index, value in enumerate(values):
-            if value.valType == KernelTypes.Tensor and value.val is not None:
-                if index in inputs and value.val.shapeDynamism != _STATIC:
+            if (tensor := tensor_of(value)) is not None:
+                if index in inputs and tensor.shapeDynamism != _STATIC:
                     continue
-                what = _tensor_fault(value.val)
+                what = _tensor_fault(tensor)
             else:
                 continue
             if what:
