@@ -25,7 +25,7 @@ import linecache
 import sys
 import threading
 import weakref
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 # (module, function) of the unbounded caches: each only computes again once cleared
 _CACHES = (
@@ -40,18 +40,18 @@ _FX_LOADER = "torch.fx.graph_module"
 
 _lock = threading.Lock()
 _running = 0
-_before: tuple[set, set, set] = (set(), set(), set())
+_before: tuple[set[str], set[str], set[int]] = (set(), set(), set())
 
-F = TypeVar("F", bound=Callable)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _modules() -> tuple:
+def _modules() -> tuple[Any, Any]:
     """The module of strict export's globals and torch.fx's, where imported (a compile without
     --quantize or a backend never imports the first)."""
     return sys.modules.get(_DYNAMO_GLOBALS), sys.modules.get(_FX_LOADER)
 
 
-def _state() -> tuple[set, set, set]:
+def _state() -> tuple[set[str], set[str], set[int]]:
     """The names dynamo's globals hold, the sources torch.fx's loader holds and the finalizers
     registered, now."""
     dynamo, fx = _modules()
@@ -59,7 +59,7 @@ def _state() -> tuple[set, set, set]:
     return (*held, set(map(id, weakref.finalize._registry)))  # type: ignore[attr-defined]
 
 
-def _idle_guards(finalizer: weakref.finalize) -> bool:
+def _idle_guards(finalizer: weakref.finalize[Any, Any]) -> bool:
     """Whether `finalizer` is dynamo's invalidation of guards that guard no cache entry (a
     strict export's): it would do nothing but keeps the guards alive."""
     info = weakref.finalize._registry.get(finalizer)  # type: ignore[attr-defined]
@@ -72,7 +72,7 @@ def _idle_guards(finalizer: weakref.finalize) -> bool:
     )
 
 
-def _release(before: tuple[set, set, set]) -> None:
+def _release(before: tuple[set[str], set[str], set[int]]) -> None:
     """What appeared since `before`, dropped; the unbounded caches cleared."""
     dynamo, fx = _modules()
     if dynamo is not None:
@@ -98,7 +98,7 @@ def releasing(fn: F) -> F:
     once no other such call is running."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         global _running, _before
         with _lock:
             if _running == 0:

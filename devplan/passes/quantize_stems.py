@@ -27,7 +27,7 @@ def leave_padded_input_convolutions_float(model: torch.fx.GraphModule) -> None:
             node.meta.pop("quantization_annotation", None)
 
 
-def _pads_an_input(node) -> bool:
+def _pads_an_input(node: object) -> bool:
     return (
         isinstance(node, torch.fx.Node)
         and node.target in _PADS

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Callable
+from typing import Any, Callable
 
 from devplan.pte import xnnpack
 from devplan.spec import DEVPLAN_BACKEND as DEVPLAN
@@ -59,11 +59,12 @@ def payload_format(backend: str) -> PayloadFormat:
     return _FORMATS.get(backend) or PayloadFormat(backend)
 
 
-def named_function(named: str) -> Callable:
+def named_function(named: str) -> Callable[..., Any]:
     """A format's `document` or `faults`: module:function, imported when first called for, so
     that reading a program never imports the inspection that documents a payload."""
     module, function = named.split(":")
-    return getattr(import_module(module), function)
+    found: Callable[..., Any] = getattr(import_module(module), function)
+    return found
 
 
 def runs_here(backend: str) -> bool:

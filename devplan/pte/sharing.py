@@ -21,14 +21,14 @@ import flatbuffers
 _LARGEST_SHARED = 1024
 
 
-class SharingBuilder(flatbuffers.Builder):
+class SharingBuilder(flatbuffers.Builder):  # type: ignore[misc]  # flatbuffers ships no types
     def __init__(self, initial_size: int) -> None:
         super().__init__(initial_size)
         self._strings: dict[bytes, int] = {}
         self._vectors: dict[tuple[int, bytes], int] = {}
         self._vector: tuple[int, int, int] | None = None  # (offset before it, element size, alignment)
 
-    def CreateString(self, s, encoding: str = "utf-8", errors: str = "strict") -> int:
+    def CreateString(self, s: str | bytes, encoding: str = "utf-8", errors: str = "strict") -> int:
         text = s.encode(encoding, errors) if isinstance(s, str) else bytes(s)
         if text not in self._strings:
             self._strings[text] = super().CreateString(text)
@@ -36,7 +36,7 @@ class SharingBuilder(flatbuffers.Builder):
 
     def StartVector(self, elemSize: int, numElems: int, alignment: int) -> int:
         before = self.Offset()
-        offset = super().StartVector(elemSize, numElems, alignment)
+        offset: int = super().StartVector(elemSize, numElems, alignment)
         self._vector = (before, elemSize * numElems, alignment) if elemSize * numElems <= _LARGEST_SHARED else None
         return offset
 
@@ -48,7 +48,7 @@ class SharingBuilder(flatbuffers.Builder):
     def EndVector(self, numElems: int | None = None) -> int:
         # CreateString and CreateByteVector end a vector they did not start here: not shared
         started, self._vector = self._vector, None
-        offset = super().EndVector(numElems) if numElems is not None else super().EndVector()
+        offset: int = super().EndVector(numElems) if numElems is not None else super().EndVector()
         if started is None:
             return offset
         before, size, alignment = started

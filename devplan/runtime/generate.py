@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from devplan.errors import DevplanError, first_line
 from devplan.files import open_input
@@ -58,13 +58,13 @@ class Generated:
 
 
 def generate(
-    program: str | os.PathLike,
-    tokenizer: str | os.PathLike,
+    program: str | os.PathLike[str],
+    tokenizer: str | os.PathLike[str],
     prompt: str,
     *,
     max_new_tokens: int = 128,
     temperature: float = 0.0,
-    data: str | os.PathLike | None = None,
+    data: str | os.PathLike[str] | None = None,
     on_token: Callable[[str], None] | None = None,
 ) -> Generated:
     """Text that ExecuTorch's TextLLMRunner generates after `prompt` from `program` (an LLM
@@ -118,7 +118,7 @@ def generate(
     return Generated("".join(pieces), counts[-1] if counts else 0, len(pieces), first - start, last - first)
 
 
-def _import_runner():
+def _import_runner() -> Any:
     from devplan.extras import import_module
 
     return import_module(RUNNER, "generate")
