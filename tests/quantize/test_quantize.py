@@ -442,10 +442,10 @@ def test_a_hundred_thousand_calibration_inputs_run_a_bounded_first_few_and_say_s
     the first CALIBRATION_SAMPLES (100; 3 here, to keep the test fast), tells on_calibrated (the
     terminal's progress) each one, and the report says how many of how many."""
     from devplan.cli.reports import quantization_lines
-    from devplan.passes import quantize
+    from devplan.passes import calibration
 
-    assert quantize.CALIBRATION_SAMPLES == 100
-    monkeypatch.setattr(quantize, "CALIBRATION_SAMPLES", 3)
+    assert calibration.CALIBRATION_SAMPLES == 100
+    monkeypatch.setattr(calibration, "CALIBRATION_SAMPLES", 3)
     ep, (inputs,) = _wide_mlp()
     told: list[tuple[int, int]] = []
     result = compiled(
