@@ -76,9 +76,11 @@ def _release(before: tuple[set[str], set[str], set[int]]) -> None:
     """What appeared since `before`, dropped; the unbounded caches cleared."""
     dynamo, fx = _modules()
     if dynamo is not None:
-        # dynamo's install_global names start with "__"; an attribute a late import sets does not
+        # dynamo's install_global names start with "__" (an attribute a late import sets does not)
+        # and are no module dunder: the module may have been imported during the compile, when
+        # `before` holds none of its names, and deleting its __name__ broke every later export
         for name in set(vars(dynamo)) - before[0]:
-            if name.startswith("__"):
+            if name.startswith("__") and not name.endswith("__"):
                 delattr(dynamo, name)
     if fx is not None:
         for key in set(fx._loader.eval_cache) - before[1]:

@@ -204,3 +204,14 @@ def test_the_compile_is_a_package_of_small_modules():
     rooms = sorted(p.name for p in (PACKAGE / "compiler").glob("*.py"))
     assert rooms == ["__init__.py", "budgets.py", "driver.py", "fold_choice.py", "lower.py", "result.py", "stages.py"]
     assert not (PACKAGE / "compiler.py").exists()
+
+
+def test_no_hand_written_module_is_over_450_lines():
+    """Issue 56.5: small modules with one responsibility; flatc's bindings (*_fb/, fb/) are generated."""
+    long = [
+        f"{path.relative_to(PACKAGE.parent)} ({count})"
+        for path in PACKAGE.rglob("*.py")
+        if not any(part == "fb" or part.endswith("_fb") for part in path.parts)
+        and (count := len(path.read_text().splitlines())) > 450
+    ]
+    assert long == []

@@ -188,7 +188,7 @@ def program_source(path: Path, data: Path | None = None):
 
     from devplan.files import STDIO
     from devplan.pte import read_pte
-    from devplan.pte.reader import read_piped
+    from devplan.pte.piped import read_piped
 
     if str(path) != STDIO:
         return path if data is None else read_pte(path, data=data)

@@ -326,7 +326,7 @@ def _stdin_side(data: Path | None):
 
     from devplan.inspection.golden import MAX_GOLDEN_BYTES, parse_golden
     from devplan.pte import read_pte
-    from devplan.pte.reader import read_piped
+    from devplan.pte.piped import read_piped
 
     hint = "pipe in a .pte program or a golden file"
     piped = read_piped(sys.stdin.buffer, "<stdin>", hint, json_limit=MAX_GOLDEN_BYTES)

@@ -71,6 +71,8 @@ def check_container(data: bytes | memoryview, name: str) -> ExtendedHeader | Non
 HEAD_BYTES = HEADER_OFFSET + HEADER_LENGTH  # what tells a program's size: its identifier and extended header
 # a FlatBuffer's offsets are 32-bit signed: a program without segments is at most this long
 MAX_FLATBUFFER_BYTES = (1 << 31) - 1
+# a file (or standard input) larger than this is refused before it is read into memory
+MAX_PROGRAM_BYTES = 1 << 34
 
 
 def program_bound(head: bytes, name: str) -> int | None:

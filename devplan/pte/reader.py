@@ -5,16 +5,16 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, replace
-from typing import BinaryIO, Callable, Hashable, TypeVar
+from typing import Callable, Hashable, TypeVar
 
 from devplan import dtypes
 from devplan.errors import DevplanError
-from devplan.files import map_input, read_bounded
+from devplan.files import map_input
 from devplan.pte.fb.BackendDelegateDataReference import BackendDelegateDataReferenceT
 from devplan.pte.fb.DataLocation import DataLocation
 from devplan.pte.fb.Program import ProgramT
 from devplan.pte.fb.TensorDataLocation import TensorDataLocation
-from devplan.pte.header import HEAD_BYTES, HEADER_OFFSET, ExtendedHeader, check_container, program_bound
+from devplan.pte.header import HEADER_OFFSET, MAX_PROGRAM_BYTES, ExtendedHeader, check_container
 from devplan.pte.kinds import tensor_of
 from devplan.pte.payloads import payload_format
 from devplan.pte.ptd import PtdFile, key_text, read_ptd
@@ -25,8 +25,6 @@ _DAMAGED = "the file is damaged or not a .pte"
 # devplan's payloads hold no delegates of their own; deeper nesting is damage, and each level
 # could multiply the work of everything that reads the program
 MAX_DELEGATE_DEPTH = 4
-# a file (or standard input) larger than this is refused before it is read into memory
-MAX_PROGRAM_BYTES = 1 << 34
 T = TypeVar("T")
 
 
@@ -192,29 +190,6 @@ def read_pte(
     every key there, of the tensor's dtype and shape and at least its size."""
     pte = source if isinstance(source, PteFile) else _read_program(source, name)
     return pte if data is None else _with_data(pte, read_ptd(data))
-
-
-def read_piped(stream: BinaryIO, name: str, hint: str, json_limit: int | None = None) -> bytes:
-    """A program from a stream (standard input), read no further than its first bytes allow:
-    refused at once where they cannot begin one, and past the size its header accounts for
-    (else 16 GiB of /dev/zero were read before the refusal). With `json_limit`, a stream that
-    starts as a JSON object (a golden file, for diff) is read up to that many bytes instead."""
-    try:
-        head = read_bounded(stream, HEAD_BYTES - 1)
-        limit, bound = _piped_limit(head, name, json_limit)
-        data = read_bounded(stream, limit, read=head)
-    except OSError as error:
-        raise DevplanError(f"{name}: cannot read ({error.strerror or error}); {hint}") from None
-    if len(data) > limit:
-        raise DevplanError(f"{name}: more than the {limit} bytes {bound}; {hint}")
-    return data
-
-
-def _piped_limit(head: bytes, name: str, json_limit: int | None) -> tuple[int, str]:
-    """How much of a stream that starts with `head` to read, and what sets that bound."""
-    if json_limit is not None and head and head.lstrip()[:1] in (b"{", b""):
-        return json_limit, "devplan reads of a golden file"
-    return min(program_bound(head, name) or MAX_PROGRAM_BYTES, MAX_PROGRAM_BYTES), "its header accounts for"
 
 
 def _read_program(source: "str | os.PathLike | bytes | memoryview", name: str | None) -> PteFile:

@@ -46,3 +46,19 @@ def test_quantize_compiles_keep_no_graphs(tmp_path):
     grown = _rss() - rss
     assert grown < GROWTH_BOUND, f"{COMPILES} compiles kept {grown / 2**20:.1f} MiB"
     assert traced.forward.__code__.co_filename in torch.fx.graph_module._loader.eval_cache
+
+
+def test_releasing_keeps_the_own_names_of_a_module_first_imported_during_the_compile():
+    """torch._dynamo.functional_export first imported during a compile (ExecuTorch's XNNPACK
+    lowering's strict pattern exports) had no names recorded before it: releasing what it added
+    deleted the module's own __name__ too, and every later strict export in the process failed."""
+    import importlib
+
+    from devplan import caches
+
+    module = importlib.import_module("torch._dynamo.functional_export")
+    module.__dict__["__compiled_fn_devplan_test"] = object()  # as dynamo's install_global names one
+    _, sources, finalizers = caches._state()
+    caches._release((set(), sources, finalizers))  # the module absent when the compile began
+    assert module.__name__ == "torch._dynamo.functional_export"
+    assert "__compiled_fn_devplan_test" not in vars(module)
