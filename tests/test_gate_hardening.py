@@ -23,7 +23,9 @@ def blocks(tmp_path_factory):
     and the same program with both windows moved to byte 0, over tensors alive at their calls."""
     folder = tmp_path_factory.mktemp("windows")
     data = two_blocks().data
-    assert data.count(b"mem_id=2,offset=1024") == 2
+    # both delegates' compile specs read the one string compile writes for them (pte/sharing.py):
+    # replacing it moves both windows
+    assert data.count(b"mem_id=2,offset=1024") == 1
     paths = {"good": folder / "blocks.pte", "moved": folder / "moved.pte"}
     paths["good"].write_bytes(data)
     paths["moved"].write_bytes(data.replace(b"mem_id=2,offset=1024", b"mem_id=2,offset=0000"))
