@@ -210,16 +210,17 @@ def _plan_program(
     # before the backends, so that none takes a whole attention's scores into its own memory
     blocked = stage("attention", chunk_attention, ep, options.attention, options.attention_block)
     ep, attention = blocked.program, blocked.attention
-    own = tuple(d for d in options.delegates if isinstance(d, Backend))
+    # ExecuTorch's backends compile their groups first; devplan's own (Backend) payloads come after fold
+    to_executorch = any(not isinstance(d, Backend) for d in options.delegates)
     fallbacks: tuple[Fallback, ...] = ()
-    if len(own) < len(options.delegates):  # ExecuTorch's backends compile their groups first
+    if to_executorch:
         delegated = stage(
             "backends", lower_to_backends, ep, options.delegates, options.jobs or cores(), options.strict_backend
         )
         ep, fallbacks = delegated.program, delegated.fallbacks
     low = stage("split", from_exported, ep)
     options = _aligned_to_elements(options, low)
-    if len(own) < len(options.delegates):
+    if to_executorch:
         low = stage("adopt", adopt_delegates, low)
     lowering = Lowering(options, pipeline, name)
     for pass_name, graph_pass in pipeline.before_fold:
