@@ -11,19 +11,19 @@ from typing import TYPE_CHECKING, Callable
 from devplan.ir.lowered import Lowered
 from devplan.ir.method import Method
 from devplan.ir.role import PROGRAM, Role
-from devplan.passes.alias import alias_views
-from devplan.passes.broadcasts import read_broadcasts_once
-from devplan.passes.compact import compact
-from devplan.passes.concat import write_cats_in_place
-from devplan.passes.copies import insert_copies
-from devplan.passes.decompose import decompose
-from devplan.passes.fold import Folded, fold_constants
-from devplan.passes.inplace import reuse_dead_inputs
-from devplan.passes.permutes import merge_permutes
-from devplan.passes.place import on_device
-from devplan.passes.schedule import schedule
-from devplan.passes.sizes import hoist_sizes
-from devplan.passes.views import view_dynamic_copies
+from devplan.passes.graph.broadcasts import read_broadcasts_once
+from devplan.passes.graph.decompose import decompose
+from devplan.passes.graph.fold import Folded, fold_constants
+from devplan.passes.graph.permutes import merge_permutes
+from devplan.passes.graph.sizes import hoist_sizes
+from devplan.passes.graph.views import view_dynamic_copies
+from devplan.passes.method.alias import alias_views
+from devplan.passes.method.compact import compact
+from devplan.passes.method.concat import write_cats_in_place
+from devplan.passes.method.copies import insert_copies
+from devplan.passes.method.inplace import reuse_dead_inputs
+from devplan.passes.method.place import on_device
+from devplan.passes.method.schedule import schedule
 from devplan.planning.model import DEFAULT_ALIGNMENT
 
 if TYPE_CHECKING:

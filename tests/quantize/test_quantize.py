@@ -240,7 +240,7 @@ def test_a_program_that_parts_from_the_eager_estimate_is_a_warning_naming_where(
     as it runs, and compile says it parts from the eager module, and at which delegate."""
     from devplan.cli.reports import quantization_lines
 
-    monkeypatch.setattr("devplan.passes.quantize._quantize_per_reader", lambda converted: None)
+    monkeypatch.setattr("devplan.passes.export.quantize._quantize_per_reader", lambda converted: None)
     ep, _ = exported("resnet_bottleneck", "tiny")
     report = compiled(ep, quantize="dynamic-int8").summary()["quantization"]
     assert report["measured_on"] == "executorch"
@@ -442,7 +442,7 @@ def test_a_hundred_thousand_calibration_inputs_run_a_bounded_first_few_and_say_s
     the first CALIBRATION_SAMPLES (100; 3 here, to keep the test fast), tells on_calibrated (the
     terminal's progress) each one, and the report says how many of how many."""
     from devplan.cli.reports import quantization_lines
-    from devplan.passes import calibration
+    from devplan.passes.export import calibration
 
     assert calibration.CALIBRATION_SAMPLES == 100
     monkeypatch.setattr(calibration, "CALIBRATION_SAMPLES", 3)
