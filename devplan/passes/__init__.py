@@ -1,6 +1,8 @@
-"""Passes. Graph passes are short functions over the graph a `Lowered` program holds; the
-method passes run on the built Method: copies, alias and compact finish it, place puts a
-delegate payload on its device, and concat, schedule and inplace work where lifetimes are known."""
+"""The pass tables a compile runs, its passes in a room per level (export/: over torch's
+ExportedProgram; graph/: over a `Lowered`'s graph; method/: over devplan's Method). Graph passes
+are short functions over the graph a `Lowered` program holds; the method passes run on the built
+Method: copies, alias and compact finish it, place puts a delegate payload on its device, and
+concat, schedule and inplace work where lifetimes are known."""
 
 from __future__ import annotations
 
