@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import devplan
 from devplan.cli import app
-from devplan.cli.reports import compile_lines
+from devplan.inspection.reports import compile_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 

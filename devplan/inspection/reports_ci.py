@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, cast
 
-from devplan.cli.reports import buffer_facts, buffer_name, peak_words
 from devplan.documents import CheckedRuntime, OutputComparison, PeakDetail, Reference
 from devplan.errors import DevplanError
 from devplan.inspection.changes import Change, Diff
@@ -27,6 +26,7 @@ from devplan.inspection.difftext import (
     signed_size,
 )
 from devplan.inspection.golden_lines import change_line, key_lines
+from devplan.inspection.reports import buffer_facts, buffer_name, peak_words
 from devplan.planning.budget import BACKENDS
 from devplan.units import inert, printable, size_text
 
