@@ -262,3 +262,25 @@ def test_each_pass_works_at_its_level_and_imports_no_earlier_one():
 def test_the_level_rule_sees_a_method_pass_reading_a_graph(tmp_path):
     (tmp_path / "bad.py").write_text("import torch.fx\ndef f(ep: torch.export.ExportedProgram) -> None: ...\n")
     assert _torch_names(tmp_path / "bad.py") == {"torch.fx", "torch.export", "ExportedProgram"}
+
+
+NUMBER_WORDS = {"size_text", "exact_size_text", "counted"}  # devplan.units: a number as a line shows it
+
+
+def test_inspection_makes_every_line_and_cli_only_writes_it():
+    """Issue 56.5, one home for text views: inspection/ makes each line a command prints from its
+    document or result (render.py, difftext.py, reports.py, reports_ci.py), below the commands;
+    cli/ parses, calls, chooses the format and writes, so it never puts a number into words.
+    progress.py's live bar is the compile's progress, not a document's line."""
+    graph, wrong = imports(_modules()), []
+    for name, path in sorted(_modules().items()):
+        if name.startswith("devplan.inspection"):
+            wrong += [f"{name} imports {m}" for m in sorted(graph[name]) if m.startswith("devplan.cli")]
+        if name.startswith("devplan.cli.") and name != "devplan.cli.progress":
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module == "devplan.units":
+                    named = {alias.name for alias in node.names} & NUMBER_WORDS
+                    wrong += [f"{name} imports devplan.units.{n}" for n in sorted(named)]
+                elif isinstance(node, ast.ImportFrom) and node.module == "rich.table":
+                    wrong.append(f"{name} imports rich.table")
+    assert wrong == []

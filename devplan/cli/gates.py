@@ -21,6 +21,7 @@ from devplan.cli.app import (
     echo,
     echo_json,
     noting_external,
+    print_verdicts,
     read_noting_external,
     report_outputs,
 )
@@ -171,7 +172,7 @@ def check_command(
     if json_output:
         echo_json(report, err=to_stderr)
     elif report_format is ReportFormat.text:
-        from devplan.inspection.reports import check_lines, print_verdicts
+        from devplan.inspection.reports import check_lines
 
         shown = console(stderr=to_stderr)
         print_verdicts(check_lines(checks, matched, str(golden), name, shown.width, built), shown)

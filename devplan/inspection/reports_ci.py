@@ -2,7 +2,7 @@
 $GITHUB_STEP_SUMMARY or a pull request's comment (`--format markdown`), GitHub's workflow
 commands, which it shows as annotations on the files (`--format github`), and a JUnit XML
 file for test reporters (`--junit FILE`). Each renders the same results that the text views
-(reports.py, inspection/difftext.py) print, in the same words."""
+(reports.py, difftext.py) print, in the same words."""
 
 from __future__ import annotations
 
