@@ -2,7 +2,7 @@
 
 devplan's lower bound is tied to the order of the instructions. This floor is not: it holds
 the storages fixed (after devplan's views and in-place rewrites) and asks only what every
-order must hold at once, so it bounds what devplan's scheduler (passes/schedule.py) could
+order must hold at once, so it bounds what devplan's scheduler (passes/method/schedule.py) could
 still win, and how far any sound plan of the graph is from ExecuTorch's.
 
 Three facts hold in every order:

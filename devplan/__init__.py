@@ -17,7 +17,7 @@ import importlib
 
 __version__ = "0.1.0"  # the package's one version: pyproject.toml reads it from here
 # the JSON documents' descriptions, which --help links: a pip install has no docs/ folder
-# (pyproject.toml's Documentation URL; tests/test_review_details.py holds the two together)
+# (pyproject.toml's Documentation URL; tests/cli/test_help.py holds the two together)
 # where each JSON document's keys are stated, installed with the package (docs/ holds the prose)
 SCHEMAS = "devplan/schemas/"
 

@@ -66,7 +66,7 @@ class Backend:
 
 @dataclass(frozen=True)
 class Adopted:
-    """A delegate one of ExecuTorch's backends compiled (passes/backends.py, passes/adopt.py),
+    """A delegate one of ExecuTorch's backends compiled (passes/export/backends.py, passes/graph/adopt.py),
     taken in whole: its backend's id, the compile specs it wrote, and the device its
     target_device spec names (else the host), where the program plans its inputs and outputs."""
 

@@ -18,10 +18,10 @@ def stage_text(result, stage: str = "") -> str:
     facts; serialize's bytes by digest; the written file by name."""
     from devplan.ir.lowered import Lowered
     from devplan.ir.planned import PlannedMethod
-    from devplan.passes.attention import Blocked
-    from devplan.passes.backends import Delegated
-    from devplan.passes.fold import Folded
-    from devplan.passes.quantize import Quantized, QuantizeReport
+    from devplan.passes.export.attention import Blocked
+    from devplan.passes.export.backends import Delegated
+    from devplan.passes.export.quantize import Quantized, QuantizeReport
+    from devplan.passes.graph.fold import Folded
     from devplan.pte.writer import Spread
 
     if isinstance(result, Lowered):

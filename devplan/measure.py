@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
-from devplan.passes.quantize import Error, MeasuredOn, QuantizeReport, Reference, error_of
+from devplan.passes.export.quantize import Error, MeasuredOn, QuantizeReport, Reference, error_of
 from devplan.pte import PteFile, read_pte
 from devplan.pte.decode import MethodView, methods
 from devplan.pte.payloads import runs_here

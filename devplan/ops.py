@@ -118,7 +118,7 @@ RANKS = {
 # results, by position among the op's outs): CUDA's batch norms return the saved mean and inverse
 # std with one element per channel, the CPU's with none; CUDA's layer norm keeps a bfloat16
 # input's mean and inverse std in float, the CPU's in bfloat16. A delegate plans what its device's kernel
-# writes (passes/device_results.py, from torch's meta functions); a runtime that runs such a
+# writes (passes/graph/device_results.py, from torch's meta functions); a runtime that runs such a
 # program on another device's kernels lets these results take that kernel's shape within their
 # planned bytes (runtime/steps.py). Test-checked against the meta functions over the device corpus.
 DEVICE_SHAPED = {

@@ -19,7 +19,7 @@ from devplan.quantization import checked_group_size, quantized_delegates
 # arena plus constants is least (compiler/fold_choice.py)
 FOLDING = ("auto", "local", "all", "none")
 # --attention: auto computes each attention whose scores would outgrow one block of keys a block
-# at a time (passes/attention.py); materialized leaves every attention as the export has it
+# at a time (passes/export/attention.py); materialized leaves every attention as the export has it
 ATTENTION = ("auto", "materialized")
 ATTENTION_BLOCK = 8 * 2**20  # --attention-block's default: the bytes of scores one block may hold
 
@@ -32,7 +32,7 @@ class CompileOptions:
     budgets: tuple[tuple[str, int], ...] = ()  # (buffer mem_id or device, bytes)
     inplace: bool = True  # results over inputs that die with them; cat pieces in place
     reorder: bool = True  # instructions in the order that holds the fewest bytes at once
-    fold: str = "auto"  # constant folding, one of FOLDING (passes/fold.py)
+    fold: str = "auto"  # constant folding, one of FOLDING (passes/graph/fold.py)
     attention: str = "auto"  # one of ATTENTION
     attention_block: int = ATTENTION_BLOCK  # with auto: the bytes of scores one block of keys may hold
     # backends taking ops, in turn: devplan's own, to run on their device, and ExecuTorch's

@@ -1,5 +1,5 @@
 """--quantize's modes, as options and the CLI read them (the quantize stage itself is
-passes/quantize.py, which imports ExecuTorch's quantizer): what each mode asks of XNNPACK's
+passes/export/quantize.py, which imports ExecuTorch's quantizer): what each mode asks of XNNPACK's
 quantizer, what it takes, and the backend it implies."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ MODES: dict[str, dict[str, object]] = {
     "int8": {"is_per_channel": True, "is_dynamic": False},
     # weights in [-8, 7]: XNNPACK's partitioner takes them as 4-bit per channel (qc4w) and packs them
     "dynamic-int4": {"is_per_channel": True, "is_dynamic": True, "weight_qmin": -8, "weight_qmax": 7},
-    # torchao's LLM recipe, not the XNNPACK quantizer (passes/quantize_torchao.py): 8-bit dynamic
+    # torchao's LLM recipe, not the XNNPACK quantizer (passes/export/quantize_torchao.py): 8-bit dynamic
     # activations, 4-bit weights in groups of --group-size, 8-bit embedding tables
     "8da4w": {"is_dynamic": True},
 }

@@ -17,7 +17,7 @@ from devplan.ir.lowered import Lowered
 from devplan.ir.method import IntList, Method, OptionalTensorList, TensorList, Use
 from devplan.ir.planned import PlannedMethod
 from devplan.ops import DIM_ORDER_OPS, ET_VIEW, NUMBER_NAMES, TO_DEVICE, TO_HOST, op_schema
-from devplan.passes.fold import Folded
+from devplan.passes.graph.fold import Folded
 from devplan.spec import Device, TensorSpec
 
 

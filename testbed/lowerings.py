@@ -21,7 +21,7 @@ import torch
 
 # devplan's --quantize exports the XNNPACK quantizer's patterns once per process; tests and
 # benchmarks run ExecuTorch's own quantizing flow within the same
-from devplan.passes.quantize_patterns import patterns_exported_once as patterns_exported_once
+from devplan.passes.export.quantize_patterns import patterns_exported_once as patterns_exported_once
 from testbed.executorch import executorch_pte
 
 CACHE_BYTES = 256 << 20  # a bound on the .pte bytes kept: the suite runs in one process

@@ -136,12 +136,12 @@ def executorch_quantized(ep: torch.export.ExportedProgram, mode: str, samples: l
 def executorch_quantized_edge(ep: torch.export.ExportedProgram, mode: str, samples: list[tuple], own: bool = False):
     """executorch_quantized's EdgeProgramManager, before to_executorch: its delegates' graphs
     say which ops ExecuTorch's program computes in float. `own`: ExecuTorch's XNNPACKQuantizer
-    as it ships, without devplan's departures (passes/quantize.py's xnnpack_quantizer)."""
+    as it ships, without devplan's departures (passes/export/quantize.py's xnnpack_quantizer)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    from devplan.passes.quantize import xnnpack_quantizer
+    from devplan.passes.export.quantize import xnnpack_quantizer
 
     def call(sample: tuple) -> tuple[tuple, dict]:
         return pytree.tree_unflatten(list(sample), ep.call_spec.in_spec)

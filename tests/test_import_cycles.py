@@ -215,3 +215,72 @@ def test_no_hand_written_module_is_over_450_lines():
         and (count := len(path.read_text().splitlines())) > 450
     ]
     assert long == []
+
+
+LEVELS = ("export", "graph", "method")  # devplan/passes/ by what a pass takes, in the order they run
+
+
+def _torch_names(path: Path) -> set[str]:
+    """The torch modules a file imports, and `torch.export`/`ExportedProgram` wherever it names them."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "torch"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            found |= {node.module or ""} | {alias.name for alias in node.names if alias.name == "ExportedProgram"}
+        elif isinstance(node, ast.Attribute) and node.attr == "export" and ast.unparse(node.value) == "torch":
+            found.add("torch.export")
+        elif (node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)) == "ExportedProgram":
+            found.add("ExportedProgram")
+    return found
+
+
+def test_each_pass_works_at_its_level_and_imports_no_earlier_one():
+    """Issue 56.5: passes/export/ works on torch's ExportedProgram, passes/graph/ on a Lowered's
+    fx graph (never an ExportedProgram), passes/method/ on devplan's Method (no torch at all,
+    no Lowered); a pass may use one of its own level or a later one, never an earlier one."""
+    modules, graph = _modules(), imports(_modules())
+    rooms = sorted(p.name for p in (PACKAGE / "passes").iterdir() if p.is_dir() and p.name != "__pycache__")
+    loose = sorted(p.name for p in (PACKAGE / "passes").glob("*.py") if p.name != "__init__.py")
+    assert (rooms, loose) == (sorted(LEVELS), [])  # every pass in the room of its level
+    wrong = []
+    for name, path in sorted(modules.items()):
+        level = name.split(".")[2] if name.startswith("devplan.passes.") else None
+        if level not in LEVELS:
+            continue
+        earlier = LEVELS[: LEVELS.index(level)]
+        wrong += [f"{name} imports {m}" for m in sorted(graph[name]) if m.split(".")[2:3] in [[e] for e in earlier]]
+        torch = _torch_names(path)
+        if level == "graph":
+            wrong += [f"{name} names {t}" for t in sorted(torch & {"torch.export", "ExportedProgram"})]
+        if level == "method":
+            wrong += [f"{name} imports {t}" for t in sorted(torch)]
+            wrong += [f"{name} imports {m}" for m in sorted(graph[name]) if m == "devplan.ir.lowered"]
+    assert wrong == []
+
+
+def test_the_level_rule_sees_a_method_pass_reading_a_graph(tmp_path):
+    (tmp_path / "bad.py").write_text("import torch.fx\ndef f(ep: torch.export.ExportedProgram) -> None: ...\n")
+    assert _torch_names(tmp_path / "bad.py") == {"torch.fx", "torch.export", "ExportedProgram"}
+
+
+NUMBER_WORDS = {"size_text", "exact_size_text", "counted"}  # devplan.units: a number as a line shows it
+
+
+def test_inspection_makes_every_line_and_cli_only_writes_it():
+    """Issue 56.5, one home for text views: inspection/ makes each line a command prints from its
+    document or result (render.py, difftext.py, reports.py, reports_ci.py), below the commands;
+    cli/ parses, calls, chooses the format and writes, so it never puts a number into words.
+    progress.py's live bar is the compile's progress, not a document's line."""
+    graph, wrong = imports(_modules()), []
+    for name, path in sorted(_modules().items()):
+        if name.startswith("devplan.inspection"):
+            wrong += [f"{name} imports {m}" for m in sorted(graph[name]) if m.startswith("devplan.cli")]
+        if name.startswith("devplan.cli.") and name != "devplan.cli.progress":
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module == "devplan.units":
+                    named = {alias.name for alias in node.names} & NUMBER_WORDS
+                    wrong += [f"{name} imports devplan.units.{n}" for n in sorted(named)]
+                elif isinstance(node, ast.ImportFrom) and node.module == "rich.table":
+                    wrong.append(f"{name} imports rich.table")
+    assert wrong == []

@@ -299,3 +299,26 @@ def test_one_update_flag_name_everywhere():
         timeout=120,
     ).stdout
     assert "--devplan-update-golden" in shown and "--update-golden" not in shown.replace("--devplan-update-golden", "")
+
+
+def test_the_fixtures_missing_program_is_one_line(tmp_path):
+    project = tmp_path / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "test_plan.py").write_text(
+        "def test_plan(devplan_golden):\n    devplan_golden('../build/model.pte', 'golden/model.json')\n"
+    )
+    # this checkout's devplan, and its plugin through the entry point of the devplan installed
+    env = {key: value for key, value in os.environ.items() if key != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert run.returncode == 1, run.stdout
+    failure = [line for line in run.stdout.splitlines() if "model.pte" in line]
+    assert "files.py" not in run.stdout and "../" not in "".join(failure), run.stdout
+    assert any("build/model.pte: no such program" in line for line in failure), run.stdout

@@ -420,3 +420,14 @@ def test_a_file_on_standard_output_sends_the_report_to_standard_error(program, a
         assert json.loads(said)["file"]["name"] == program.name, said
     else:
         assert ("output 0: float32" if args[0] == "run" else program.name) in said, said
+
+
+def test_a_legal_244_character_output_name_is_written(tmp_path):
+    """The temporary file beside it keeps only part of the name, so it stays within 255 bytes."""
+    from devplan.files import write_atomic
+
+    for length in (244, 255):
+        target = tmp_path / ("p" * (length - 4) + ".pte")
+        write_atomic(target, b"program")
+        assert target.read_bytes() == b"program" and [p.name for p in tmp_path.iterdir()] == [target.name]
+        target.unlink()

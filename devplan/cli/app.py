@@ -12,13 +12,16 @@ import re
 import shutil
 from inspect import cleandoc
 from pathlib import Path
-from typing import IO, Annotated, Any, Mapping, Optional, cast
+from typing import IO, TYPE_CHECKING, Annotated, Any, Mapping, Optional, cast
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 from devplan.errors import EXIT_OK
 from devplan.units import inert, printable
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class Command(TyperCommand):
@@ -152,6 +155,21 @@ def console(stderr: bool = False):
     return made
 
 
+_VERDICT = re.compile(r"^\s*(FAIL)\b")
+
+
+def print_verdicts(lines: list[str], console: "Console") -> None:
+    """check's lines on `console`, each FAIL in bold red where the console shows colour (a
+    terminal, without NO_COLOR: see app.console); the text itself is the same everywhere."""
+    from rich.text import Text
+
+    for line in lines:
+        shown = Text(line)
+        if found := _VERDICT.match(line):
+            shown.stylize("bold red", *found.span(1))
+        console.print(shown, soft_wrap=True)
+
+
 MIN_WIDTH = 40  # columns: a narrower terminal (or COLUMNS) gets lines this wide, wrapped by the terminal
 
 
@@ -233,7 +251,7 @@ def echo_json(document: Mapping[str, Any], err: bool = False) -> None:
 
 
 class ReportFormat(str, enum.Enum):
-    """How check, diff and run print their report (reports.py, reports_ci.py)."""
+    """How check, diff and run print their report (inspection/reports.py, reports_ci.py)."""
 
     text = "text"
     markdown = "markdown"

@@ -436,8 +436,8 @@ def compile_command(
     if json_output:
         echo_json(summary, err=to_stdout)
         return
-    from devplan.cli.reports import compile_lines
     from devplan.inspection.difftext import wrapped
+    from devplan.inspection.reports import compile_lines
 
     lines = compile_lines(
         summary,

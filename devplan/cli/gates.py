@@ -21,6 +21,7 @@ from devplan.cli.app import (
     echo,
     echo_json,
     noting_external,
+    print_verdicts,
     read_noting_external,
     report_outputs,
 )
@@ -171,12 +172,12 @@ def check_command(
     if json_output:
         echo_json(report, err=to_stderr)
     elif report_format is ReportFormat.text:
-        from devplan.cli.reports import check_lines, print_verdicts
+        from devplan.inspection.reports import check_lines
 
         shown = console(stderr=to_stderr)
         print_verdicts(check_lines(checks, matched, str(golden), name, shown.width, built), shown)
     else:
-        from devplan.cli import reports_ci
+        from devplan.inspection import reports_ci
 
         if report_format is ReportFormat.markdown:
             echo(reports_ci.check_markdown(checks, matched, str(golden), name, built), nl=False, err=to_stderr)
@@ -197,8 +198,8 @@ def check_command(
                 err=to_stderr,
             )
     if junit is not None:
-        from devplan.cli.reports_ci import check_junit
         from devplan.files import write_atomic
+        from devplan.inspection.reports_ci import check_junit
 
         write_atomic(junit, check_junit(checks, matched, str(golden), name, str(program), built, str(runtime)))
     if not report["ok"]:
@@ -291,7 +292,7 @@ def diff_command(
         # names are escaped in the text already: its line breaks are devplan's own
         echo("".join(printable(line) + "\n" for line in text.rstrip("\n").split("\n")), nl=False)
     else:
-        from devplan.cli import reports_ci
+        from devplan.inspection import reports_ci
 
         if report_format is ReportFormat.markdown:
             echo(reports_ci.diff_markdown(result), nl=False)
@@ -299,8 +300,8 @@ def diff_command(
             lines = reports_ci.golden_lines(changed) if isinstance(side_a, Path) else {}  # A, a golden file
             typer.echo("".join(line + "\n" for line in reports_ci.diff_github(result, changed, lines)), nl=False)
     if junit is not None:
-        from devplan.cli.reports_ci import diff_junit
         from devplan.files import write_atomic
+        from devplan.inspection.reports_ci import diff_junit
 
         write_atomic(junit, diff_junit(result, changed))
     if not result.ok:

@@ -209,7 +209,7 @@ def inspect_command(
     chosen = chosen or inspect_sections.DEFAULT_SECTIONS
     if module is not None or smallest is not None:  # the lists below are not the whole of them
         console(stderr=to_stderr).print(
-            _focus(module, smallest, exact_bytes), style="dim", markup=False, soft_wrap=True
+            inspect_sections.focus_line(module, smallest, exact_bytes), style="dim", markup=False, soft_wrap=True
         )
     # only the lists the views draw from are made printable (a large program's instructions take seconds)
     kept = inspect_sections.only(doc, (*chosen, "tensors") if shapes else chosen)  # --shapes reads the tensors
@@ -242,13 +242,3 @@ def _min_size(text: str) -> int:
     if nbytes is None:
         raise DevplanError(f"bad --min-size {text!r}; give a size such as 4KiB, 1MiB or 4096")
     return math.ceil(nbytes)
-
-
-def _focus(module: str | None, smallest: int | None, exact_bytes: bool) -> str:
-    """'listing only the tensors and instructions from layers.1, tensors of 4.0 KiB or more'."""
-    from devplan.units import size_text
-
-    size = f"of {size_text(smallest, exact_bytes)} or more" if smallest is not None else ""
-    if module is None:
-        return f"listing only the tensors {size}"
-    return f"listing only the tensors and instructions from {module}" + (f", tensors {size}" if size else "")

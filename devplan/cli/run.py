@@ -223,24 +223,24 @@ def run_command(
     # the outputs saved on standard output leave it no room for the report (as compile -o -)
     to_stderr = save is not None and is_stdout(save)
     if junit is not None and compared is not None:
-        from devplan.cli.reports_ci import run_junit
+        from devplan.inspection.reports_ci import run_junit
 
         write_atomic(junit, run_junit(compared, program.name, str(program)))
     if json_output:
         echo_json(report, err=to_stderr)
     elif report_format is ReportFormat.markdown and compared is not None:
-        from devplan.cli.reports_ci import run_markdown
+        from devplan.inspection.reports_ci import run_markdown
 
         echo(run_markdown(compared, program.name), nl=False, err=to_stderr)
     elif report_format is ReportFormat.github and compared is not None:
-        from devplan.cli.reports_ci import run_github
+        from devplan.inspection.reports_ci import run_github
 
         typer.echo(  # devplan's own workflow commands: the one output not made inert
             "".join(line + "\n" for line in run_github(compared, str(program))), nl=False, err=to_stderr
         )
     else:
-        from devplan.cli.reports import run_lines
         from devplan.inspection.difftext import wrapped
+        from devplan.inspection.reports import run_lines
 
         for line in wrapped(run_lines(report), console().width):  # as check's lines: at the console's width
             echo(line, err=to_stderr)

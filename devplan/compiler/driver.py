@@ -31,12 +31,12 @@ from devplan.measure import measured
 from devplan.options import CompileOptions
 from devplan.parallel import cores
 from devplan.passes import PIPELINE, Pipeline
-from devplan.passes.adopt import adopt_delegates
-from devplan.passes.attention import Attention, chunk_attention
-from devplan.passes.backends import lower_to_backends
-from devplan.passes.quantize import QuantizeReport, Reference, quantize
-from devplan.passes.refusals import Fallback
-from devplan.passes.split import from_exported
+from devplan.passes.export.attention import Attention, chunk_attention
+from devplan.passes.export.backends import lower_to_backends
+from devplan.passes.export.quantize import QuantizeReport, Reference, quantize
+from devplan.passes.export.refusals import Fallback
+from devplan.passes.export.split import from_exported
+from devplan.passes.graph.adopt import adopt_delegates
 from devplan.planning.budget import BACKENDS, budget_key
 from devplan.planning.plan_method import plan_method
 from devplan.pte.writer import pte_image

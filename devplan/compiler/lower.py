@@ -15,10 +15,10 @@ from devplan.ir.planned import PlannedMethod
 from devplan.ir.role import PROGRAM, Role
 from devplan.options import CompileOptions
 from devplan.passes import Pipeline
-from devplan.passes.delegates import Group, delegate_groups
-from devplan.passes.device_results import results_on_device
-from devplan.passes.fold import Folded, read_constants
-from devplan.passes.partition import partition
+from devplan.passes.graph.delegates import Group, delegate_groups
+from devplan.passes.graph.device_results import results_on_device
+from devplan.passes.graph.fold import Folded, read_constants
+from devplan.passes.graph.partition import partition
 from devplan.planning.plan_method import plan_method
 from devplan.pte import dumps_pte
 

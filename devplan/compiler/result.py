@@ -11,9 +11,9 @@ from devplan.documents import CompiledFile, CompiledMethod, CompileSummary, Fold
 from devplan.inspection.kernels import libraries
 from devplan.inspection.own_memory import working_memory
 from devplan.ir.planned import PlannedMethod
-from devplan.passes.attention import Attention
-from devplan.passes.quantize import QuantizeReport
-from devplan.passes.refusals import Fallback
+from devplan.passes.export.attention import Attention
+from devplan.passes.export.quantize import QuantizeReport
+from devplan.passes.export.refusals import Fallback
 from devplan.pte.writer import Spread
 
 
@@ -25,7 +25,7 @@ class CompileResult:
     constant_bytes: int
     seconds: float
     stage_seconds: dict[str, float] = field(default_factory=dict)
-    # fold_constants' record (passes/fold.py), all methods' summed, and under "choices" each
+    # fold_constants' record (passes/graph/fold.py), all methods' summed, and under "choices" each
     # method's policies planned (arena, constant bytes) and the one kept
     folding: dict = field(default_factory=dict)
     methods: tuple[PlannedMethod, ...] = ()  # every method's plan, in the program's order (forward first)

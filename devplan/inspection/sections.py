@@ -8,6 +8,7 @@ from typing import cast
 
 from devplan.documents import InspectDocument, InspectedMethod, InspectedTensor
 from devplan.inspection.sources import block_of
+from devplan.units import size_text
 
 SECTIONS = ("summary", "segments", "buffers", "peak", "tensors", "instructions", "delegates", "layout")
 # The overview: what a program holds and where its memory goes. Per-value and
@@ -83,3 +84,11 @@ def _wanted(tensor: InspectedTensor, module: str | None, min_size: int | None) -
 def _under(path: str | None, prefix: str) -> bool:
     """Whether a module path is prefix or lies under it: layers.1 holds layers.1.mlp, not layers.10."""
     return path is not None and (path == prefix or path.startswith(prefix + "."))
+
+
+def focus_line(module: str | None, smallest: int | None, exact_bytes: bool) -> str:
+    """'listing only the tensors and instructions from layers.1, tensors of 4.0 KiB or more'."""
+    size = f"of {size_text(smallest, exact_bytes)} or more" if smallest is not None else ""
+    if module is None:
+        return f"listing only the tensors {size}"
+    return f"listing only the tensors and instructions from {module}" + (f", tensors {size}" if size else "")

@@ -32,7 +32,7 @@ class Payload:
 
 
 class ForeignCall(torch.nn.Module):
-    """A group that one of ExecuTorch's backends compiled (passes/backends.py): the graph
+    """A group that one of ExecuTorch's backends compiled (passes/export/backends.py): the graph
     calls it as a module; devplan stores what the backend made and plans only the tensors it
     reads and writes."""
 
@@ -68,7 +68,7 @@ class Lowered:
     # placeholder name -> (role, the user's name): an input's argument name, a weight's FQN
     names: dict[str, tuple[str, str]] = field(default_factory=dict)
     # delegate calls (call_module nodes) by target: the backend partition() gave each group,
-    # and the payload the compile made of it (compiler/lower.py; an ExecuTorch backend's: passes/adopt.py)
+    # and the payload the compile made of it (compiler/lower.py; an ExecuTorch backend's: passes/graph/adopt.py)
     backends: Mapping[str, "Backend | Adopted"] = field(default_factory=dict)  # a delegate call -> what runs it
     payloads: Mapping[str, "Payload"] = field(default_factory=dict)
 

@@ -1,6 +1,8 @@
-"""Passes. Graph passes are short functions over the graph a `Lowered` program holds; the
-method passes run on the built Method: copies, alias and compact finish it, place puts a
-delegate payload on its device, and concat, schedule and inplace work where lifetimes are known."""
+"""The pass tables a compile runs, its passes in a room per level (export/: over torch's
+ExportedProgram; graph/: over a `Lowered`'s graph; method/: over devplan's Method). Graph passes
+are short functions over the graph a `Lowered` program holds; the method passes run on the built
+Method: copies, alias and compact finish it, place puts a delegate payload on its device, and
+concat, schedule and inplace work where lifetimes are known."""
 
 from __future__ import annotations
 
@@ -11,19 +13,19 @@ from typing import TYPE_CHECKING, Callable
 from devplan.ir.lowered import Lowered
 from devplan.ir.method import Method
 from devplan.ir.role import PROGRAM, Role
-from devplan.passes.alias import alias_views
-from devplan.passes.broadcasts import read_broadcasts_once
-from devplan.passes.compact import compact
-from devplan.passes.concat import write_cats_in_place
-from devplan.passes.copies import insert_copies
-from devplan.passes.decompose import decompose
-from devplan.passes.fold import Folded, fold_constants
-from devplan.passes.inplace import reuse_dead_inputs
-from devplan.passes.permutes import merge_permutes
-from devplan.passes.place import on_device
-from devplan.passes.schedule import schedule
-from devplan.passes.sizes import hoist_sizes
-from devplan.passes.views import view_dynamic_copies
+from devplan.passes.graph.broadcasts import read_broadcasts_once
+from devplan.passes.graph.decompose import decompose
+from devplan.passes.graph.fold import Folded, fold_constants
+from devplan.passes.graph.permutes import merge_permutes
+from devplan.passes.graph.sizes import hoist_sizes
+from devplan.passes.graph.views import view_dynamic_copies
+from devplan.passes.method.alias import alias_views
+from devplan.passes.method.compact import compact
+from devplan.passes.method.concat import write_cats_in_place
+from devplan.passes.method.copies import insert_copies
+from devplan.passes.method.inplace import reuse_dead_inputs
+from devplan.passes.method.place import on_device
+from devplan.passes.method.schedule import schedule
 from devplan.planning.model import DEFAULT_ALIGNMENT
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ import torch
 
 import devplan
 from devplan.backend import Partitioner
-from devplan.cli.reports import compile_lines
 from devplan.errors import DevplanError
+from devplan.inspection.reports import compile_lines
 from testbed.hf_models import _MOE, _build, _decoder_config, _tokens
 from testbed.models import run_executorch
 from tests.test_schemas import validate

@@ -18,7 +18,7 @@ from devplan.ir.method import Kernel, Method
 from devplan.ir.role import PROGRAM
 from devplan.options import CompileOptions
 from devplan.passes import AFTER_FOLD, PIPELINE, Pipeline, method_passes
-from devplan.passes.fold import fold_constants
+from devplan.passes.graph.fold import fold_constants
 from devplan.spec import TensorSpec
 from devplan.wellformed import Malformed
 

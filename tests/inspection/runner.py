@@ -9,6 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from devplan.cli import app
+from devplan.errors import DevplanError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,3 +25,11 @@ def run_devplan(*args: str, env: dict | None = None) -> subprocess.CompletedProc
     return subprocess.run(
         [sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=60
     )
+
+
+def one_line(result, *needles: str) -> str:
+    """The one-line DevplanError an in-process command ended with, holding each needle."""
+    assert isinstance(result.exception, DevplanError), (result.exception, result.output)
+    message = str(result.exception)
+    assert "\n" not in message and all(needle in message for needle in needles), message
+    return message

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import devplan
-from devplan.cli.reports_ci import _command
 from devplan.errors import DevplanError
+from devplan.inspection.reports_ci import _command
 from tests.inspection.runner import invoke
 
 COMMAND = re.compile(

@@ -34,7 +34,7 @@ def test_dynamic_int8_lowers_a_decoder_whose_projections_share_their_input(tmp_p
     readers, XNNPACK's partitioner put the shared quantize chain in one linear's partition that
     another linear's partition fed and read, and ExecuTorch's lowering refused the program
     ("Invalid partition, found dependency cycles"). Each reader quantizing for itself, as
-    ExecuTorch's LLM export does (passes/quantize.py's _quantize_per_reader), lowers every
+    ExecuTorch's LLM export does (passes/export/quantize.py's _quantize_per_reader), lowers every
     linear to XNNPACK; before it both families failed so."""
     exported = export_hf_llama(tmp_path, family=family, metadata=SPECIAL)
     result = devplan.compile(

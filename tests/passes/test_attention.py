@@ -1,4 +1,4 @@
-"""Attention computed a block of keys at a time (passes/attention.py), one case per form:
+"""Attention computed a block of keys at a time (passes/export/attention.py), one case per form:
 transformers' static-cache Llama with a dynamic prompt (causal, GQA by repeated heads), a
 sliding-window Mistral, scaled_dot_product_attention's own GQA with its causal flag, and an
 encoder (ViT). Each is compiled with blocks far smaller than its scores, so that every
@@ -124,7 +124,7 @@ def test_no_xnnpack_delegate_takes_the_whole_scores_back():
 def test_blocks_read_their_part_of_the_mask_and_the_cache():
     """The static-cache Llama's mask (prompt x cache, transformers' comparison of two ranges)
     and its grouped keys and values repeated for every head are never planned whole once its
-    attention is in blocks: each block compares and reads its own keys (passes/slices.py)."""
+    attention is in blocks: each block compares and reads its own keys (passes/export/slices.py)."""
     ep, _ = _static_cache_llama()
 
     def planned(result) -> list:

@@ -12,9 +12,9 @@ import torch
 import devplan
 from devplan.ir.method import IntList, Source, TensorList, Use, ViewOf
 from devplan.ops import ET_VIEW, TO_DEVICE, TO_HOST
-from devplan.passes.alias import alias_views
-from devplan.passes.compact import compact
-from devplan.passes.copies import insert_copies
+from devplan.passes.method.alias import alias_views
+from devplan.passes.method.compact import compact
+from devplan.passes.method.copies import insert_copies
 from devplan.spec import CPU, Device, TensorSpec
 from testbed.hf_models import gpt2, llama
 from tests.passes.methods import call, method, tensor

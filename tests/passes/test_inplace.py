@@ -7,7 +7,7 @@ from dataclasses import replace
 import torch
 
 import devplan
-from devplan.passes.inplace import reuse_dead_inputs
+from devplan.passes.method.inplace import reuse_dead_inputs
 from devplan.spec import TensorSpec
 from testbed.models import eager_outputs, run_executorch
 from tests.passes.methods import call, method, tensor

@@ -11,10 +11,10 @@ import torch
 import devplan
 from devplan.backend import Backend
 from devplan.errors import DevplanError
-from devplan.passes.decompose import decompose
-from devplan.passes.fold import fold_constants
-from devplan.passes.partition import partition
-from devplan.passes.split import from_exported
+from devplan.passes.export.split import from_exported
+from devplan.passes.graph.decompose import decompose
+from devplan.passes.graph.fold import fold_constants
+from devplan.passes.graph.partition import partition
 from devplan.spec import Device
 from devplan.units import exact_size_text
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 import devplan
 from devplan.ir.method import Kernel, Method
-from devplan.passes.schedule import schedule
+from devplan.passes.method.schedule import schedule
 from devplan.planning.plan_method import plan_method
 from devplan.spec import TensorSpec
 from testbed.models import eager_outputs, run_executorch

@@ -1,4 +1,4 @@
-"""passes/slices.py: a slice of an op over broadcast operands becomes the op over their slices,
+"""passes/export/slices.py: a slice of an op over broadcast operands becomes the op over their slices,
 a size the program computes among those operands read whole."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch._guards import detect_fake_mode
 
-from devplan.passes.slices import SLICE, sink_slices
+from devplan.passes.export.slices import SLICE, sink_slices
 
 
 class AddsItsBatch(torch.nn.Module):

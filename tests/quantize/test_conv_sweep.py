@@ -5,7 +5,7 @@ ResNet, at 96x96, judged on ExecuTorch's runtime against ExecuTorch's own flow o
 quantizer configuration: SQNR against the float model within 1 dB, argmax kept where ExecuTorch's
 keeps it, planned bytes and delegates no more. MobileNetV2's and EfficientNet's dynamic-int8
 programs run because devplan leaves their stems' padded convolutions float
-(passes/quantize_stems.py; ExecuTorch's flow with its quantizer as it ships writes a program
+(passes/export/quantize_stems.py; ExecuTorch's flow with its quantizer as it ships writes a program
 its runtime refuses, and so did devplan's before). `python benchmarks/quantize.py --conv-sweep`
 prints the table."""
 

@@ -10,7 +10,7 @@ from torch import nn
 
 import devplan
 from devplan.measure import measured
-from devplan.passes.quantize import Error, QuantizeReport, Reference
+from devplan.passes.export.quantize import Error, QuantizeReport, Reference
 
 
 def _report(eager: Error) -> QuantizeReport:

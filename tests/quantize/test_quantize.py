@@ -238,9 +238,9 @@ def test_a_program_that_parts_from_the_eager_estimate_is_a_warning_naming_where(
     """Issue 51: the summary is the written program's, run on ExecuTorch's runtime. A program
     broken on purpose (the block inputs quantized once again, as before the fix) is measured
     as it runs, and compile says it parts from the eager module, and at which delegate."""
-    from devplan.cli.reports import quantization_lines
+    from devplan.inspection.reports import quantization_lines
 
-    monkeypatch.setattr("devplan.passes.quantize._quantize_per_reader", lambda converted: None)
+    monkeypatch.setattr("devplan.passes.export.quantize._quantize_per_reader", lambda converted: None)
     ep, _ = exported("resnet_bottleneck", "tiny")
     report = compiled(ep, quantize="dynamic-int8").summary()["quantization"]
     assert report["measured_on"] == "executorch"
@@ -251,7 +251,7 @@ def test_a_program_that_parts_from_the_eager_estimate_is_a_warning_naming_where(
 
 
 def test_where_no_runtime_can_run_the_program_the_summary_says_it_is_the_eager_estimate(monkeypatch):
-    from devplan.cli.reports import quantization_lines
+    from devplan.inspection.reports import quantization_lines
 
     def missing(name: str, who: str):
         raise DevplanError(f"{who}: cannot import {name}")
@@ -286,7 +286,7 @@ def test_an_eval_mode_dropout_is_not_reported_as_a_float_op():
 def test_the_text_summary_the_json_and_the_dump_say_what_quantizing_cost(tmp_path):
     import json
 
-    from devplan.cli.reports import compile_lines
+    from devplan.inspection.reports import compile_lines
     from tests.test_schemas import validate
 
     ep, _ = _wide_mlp()
@@ -441,8 +441,8 @@ def test_a_hundred_thousand_calibration_inputs_run_a_bounded_first_few_and_say_s
     """100,000 inputs ran for minutes with nothing shown (issue 52, finding 5): quantizing runs
     the first CALIBRATION_SAMPLES (100; 3 here, to keep the test fast), tells on_calibrated (the
     terminal's progress) each one, and the report says how many of how many."""
-    from devplan.cli.reports import quantization_lines
-    from devplan.passes import calibration
+    from devplan.inspection.reports import quantization_lines
+    from devplan.passes.export import calibration
 
     assert calibration.CALIBRATION_SAMPLES == 100
     monkeypatch.setattr(calibration, "CALIBRATION_SAMPLES", 3)

@@ -1,7 +1,7 @@
 """Issue 51: ExecuTorch's XNNPACK lowering writes a delegate its own runtime refuses for
 dynamic-int8 on a zero pad of the model's input before a quantized convolution (MobileNetV2's
 and EfficientNet's stems: XNNExecutor's "Propagating input shapes failed"). devplan's
-dynamic-int8 leaves that convolution float, so its program runs (passes/quantize_stems.py);
+dynamic-int8 leaves that convolution float, so its program runs (passes/export/quantize_stems.py);
 where a program fails so all the same, compile's warning names the delegate, the XNNPACK node
 and the module and op it came from (devplan/inspection/xnnshapes.py); a delegate XNNPACK runs
 contradicts none of its shapes."""
@@ -73,7 +73,7 @@ def test_a_program_executorchs_runtime_refuses_is_told_at_the_node_that_fails():
     warning measuring it gives names the convolution and the pad that made its input."""
     pytest.importorskip("executorch.runtime")
     from devplan.measure import measured
-    from devplan.passes.quantize import Error, QuantizeReport, Reference
+    from devplan.passes.export.quantize import Error, QuantizeReport, Reference
     from testbed.quantize_models import executorch_quantized_edge
 
     exported = _export()

@@ -12,9 +12,9 @@ import devplan
 from devplan.errors import DevplanError
 from devplan.ops import DEVICE_SHAPED, kernel_name, out_schema, schema_name
 from devplan.passes import AFTER_FOLD, BEFORE_FOLD
-from devplan.passes.device_results import results_on_device
-from devplan.passes.fold import fold_constants
-from devplan.passes.split import from_exported
+from devplan.passes.export.split import from_exported
+from devplan.passes.graph.device_results import results_on_device
+from devplan.passes.graph.fold import fold_constants
 from devplan.pte import read_pte
 from devplan.pte.decode import methods
 from devplan.runtime import HostAllocator, registered

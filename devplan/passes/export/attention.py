@@ -21,8 +21,8 @@ from torch.export.graph_signature import TensorArgument
 
 from devplan.ir.fx import arg_list, arg_node
 from devplan.ir.lowered import own_graph
-from devplan.passes.decompose import inline
-from devplan.passes.slices import sink_slices
+from devplan.passes.export.slices import sink_slices
+from devplan.passes.graph.decompose import inline
 
 SDPA = torch.ops.aten.scaled_dot_product_attention.default
 

@@ -2,7 +2,7 @@
 $GITHUB_STEP_SUMMARY or a pull request's comment (`--format markdown`), GitHub's workflow
 commands, which it shows as annotations on the files (`--format github`), and a JUnit XML
 file for test reporters (`--junit FILE`). Each renders the same results that the text views
-(reports.py, inspection/difftext.py) print, in the same words."""
+(reports.py, difftext.py) print, in the same words."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, cast
 
-from devplan.cli.reports import buffer_facts, buffer_name, peak_words
 from devplan.documents import CheckedRuntime, OutputComparison, PeakDetail, Reference
 from devplan.errors import DevplanError
 from devplan.inspection.changes import Change, Diff
@@ -27,6 +26,7 @@ from devplan.inspection.difftext import (
     signed_size,
 )
 from devplan.inspection.golden_lines import change_line, key_lines
+from devplan.inspection.reports import buffer_facts, buffer_name, peak_words
 from devplan.planning.budget import BACKENDS
 from devplan.units import inert, printable, size_text
 

@@ -2,7 +2,7 @@
 op over broadcast operands, of an unsqueeze, or of a reshape that keeps the sliced dim and those
 after it is rewritten as the same op over slices of its
 inputs (an operand of size 1 along the sliced dim is read whole), so that the whole tensor is
-never made when only slices of it are read. Attention in blocks (passes/attention.py) slices
+never made when only slices of it are read. Attention in blocks (passes/export/attention.py) slices
 the mask a model builds for the whole context, e.g. transformers' `kv_idx <= cache_position`
 comparison of two ranges expanded to prompt x cache, and the keys and values a grouped-query
 model repeats for every head: sunk to their inputs, each block compares a block of the range

@@ -1,12 +1,13 @@
 """`devplan COMMAND --help` as a user reads it: rich wraps the prose to the terminal (nothing is
-wrapped by hand), every word of every option's help reaches the screen, and flags show no
-type placeholder."""
+wrapped by hand), every word of every option's help reaches the screen, flags show no type
+placeholder, it links what a pip install has; and shell completion offers the values it knows."""
 
 from __future__ import annotations
 
 import inspect
 import os
 import re
+from pathlib import Path
 
 import pytest
 import typer
@@ -115,3 +116,30 @@ def test_no_help_line_passes_80_columns(name):
     """Issue 55: inspect's --section line was 95 columns at 80 (its choices as a metavar)."""
     shown = _help(name, width=80)
     assert max(len(line) for line in shown.splitlines()) <= 80, shown
+
+
+def test_completion_offers_the_planners_and_backends():
+    command = typer.main.get_command(app).commands["compile"]
+    context = command.make_context("compile", [], resilient_parsing=True)
+
+    def offered(option: str, incomplete: str = "") -> list[str]:
+        param = next(param for param in command.params if option in param.opts)
+        return [item.value for item in param.shell_complete(context, incomplete)]
+
+    assert offered("--planner", "greedy") == ["greedy-order", "greedy-size", "greedy-breadth"]
+    assert "hill-climb" in offered("--planner") and "best" in offered("--planner")
+    assert offered("--backend") == ["xnnpack"]
+
+
+def test_help_points_to_what_a_pip_install_has():
+    """docs/ is not in the wheel: help names the JSON Schemas the package ships, each a file
+    that is there."""
+    import devplan
+
+    named = set()
+    for command in typer.main.get_command(app).commands.values():
+        for param in command.params:
+            assert "docs/" not in (param.help or ""), (command.name, param.help)
+            named.update(re.findall(r"devplan/schemas/([\w.]+\.json)", param.help or ""))
+    shipped = Path(devplan.__file__).parent / "schemas"
+    assert named and all((shipped / name).is_file() for name in named), named

@@ -1,6 +1,6 @@
 """What an ExecuTorch backend refused, so that it never makes a model fail that compiles
 without it: the op its preprocess failed on, traced back to the op its partitioner took, which
-devplan's lowering (devplan/passes/backends.py) then leaves out of that backend's partitions."""
+devplan's lowering (devplan/passes/export/backends.py) then leaves out of that backend's partitions."""
 
 from __future__ import annotations
 

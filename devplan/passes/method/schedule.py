@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from devplan.ir.method import IntList, Kernel, Method, OptionalTensorList, TensorList
 from devplan.ops import written_inputs
-from devplan.passes.inplace import overwritable
+from devplan.passes.method.inplace import overwritable
 from devplan.planning.lifetimes import lifetimes, storages
 from devplan.planning.model import DEFAULT_ALIGNMENT, align_up
 
@@ -182,7 +182,7 @@ def _dependencies(method: Method, root: dict[int, int]) -> list[tuple[int, ...]]
 def _reusable(
     method: Method, kernel: Kernel, root: dict[int, int], size: dict[int, int]
 ) -> tuple[int | None, tuple[int, ...]]:
-    """(result storage, input storages it may be written over), as passes/inplace.py decides."""
+    """(result storage, input storages it may be written over), as passes/method/inplace.py decides."""
     out, donors = overwritable(method.values, kernel, root)
     if out is None or out not in root or root[out] != out:
         return None, ()

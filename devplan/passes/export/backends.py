@@ -21,7 +21,7 @@ from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.ir.lowered import ForeignCall
 from devplan.parallel import forked_map
-from devplan.passes.refusals import Fallback, Refused, left_out, preprocess_one
+from devplan.passes.export.refusals import Fallback, Refused, left_out, preprocess_one
 from devplan.pte.writer import SEGMENT_ALIGNMENT
 
 

@@ -1,4 +1,4 @@
-"""The adopt stage: the delegate calls ExecuTorch's backends compiled (passes/backends.py)
+"""The adopt stage: the delegate calls ExecuTorch's backends compiled (passes/export/backends.py)
 taken in as devplan's delegates, each with its backend and payload, so that the stages below
 treat them as any delegate and never plan their inside. Imports no ExecuTorch."""
 

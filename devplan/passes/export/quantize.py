@@ -21,11 +21,11 @@ from devplan.documents import Quantization, QuantizationError, QuantizeMode
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.gate.unlift import check_unliftable
-from devplan.passes.calibration import call, dynamic_shapes, samples_of
-from devplan.passes.quantize_embeddings import annotate_embeddings, fuse_embeddings
-from devplan.passes.quantize_patterns import patterns_exported_once
-from devplan.passes.quantize_stems import leave_padded_input_convolutions_float
-from devplan.passes.quantize_torchao import quantize_8da4w, taken_8da4w
+from devplan.passes.export.calibration import call, dynamic_shapes, samples_of
+from devplan.passes.export.quantize_embeddings import annotate_embeddings, fuse_embeddings
+from devplan.passes.export.quantize_patterns import patterns_exported_once
+from devplan.passes.export.quantize_stems import leave_padded_input_convolutions_float
+from devplan.passes.export.quantize_torchao import quantize_8da4w, taken_8da4w
 from devplan.quantization import GROUP_SIZE, MODES, TAKES, TORCHAO
 
 QUANTIZER = "executorch.backends.xnnpack.quantizer.xnnpack_quantizer"  # the devplan[executorch] extra's
@@ -117,7 +117,7 @@ def quantize(
     """`ep` quantized as `mode` says, calibrated on `calibration` (a file of input tuples or
     the tuples themselves; the first CALIBRATION_SAMPLES) or, for a dynamic mode without it, on
     seeded samples; `on_sample` is told the samples calibrated on so far and how many there are.
-    8da4w (torchao's LLM recipe, passes/quantize_torchao.py) calibrates nothing: its weights'
+    8da4w (torchao's LLM recipe, passes/export/quantize_torchao.py) calibrates nothing: its weights'
     scales are their own, its activations' chosen at run time; `group_size` is its weights' groups."""
     _refuse_quantized(ep)
     check_unliftable(ep, f"--quantize {mode}")  # before ep.module() below builds and runs its code
@@ -238,7 +238,7 @@ def xnnpack_quantizer(mode: str):
     ResNet-18's weights, every first convolution of a block), which XNNPACK computes right once
     each reader quantizes for itself (_quantize_per_reader; on ExecuTorch's runtime, the
     bottleneck ResNet of tests/quantize/test_quantize.py); and that every mode stores
-    embedding tables in 8 bits a row (passes/quantize_embeddings.py)."""
+    embedding tables in 8 bits a row (passes/export/quantize_embeddings.py)."""
     xnnpack = import_module(QUANTIZER, "--quantize")
     config = xnnpack.get_symmetric_quantization_config(**MODES[mode])
     rows = xnnpack.get_symmetric_quantization_config(is_per_channel=True).weight  # 8 bits, whatever the mode

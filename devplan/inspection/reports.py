@@ -1,14 +1,9 @@
 """Text views of what compile, check and run report: each takes the command's result and
-returns the lines it prints (inspect's tables are devplan/inspection/render.py, diff's text
-is its result's own). Names that come from files are shown through units.printable, so a
+returns the lines it prints (inspect's tables are render.py's, diff's text difftext.py's, the
+CI formats reports_ci.py's; the command only writes them). Names that come from files are shown through units.printable, so a
 terminal escape in one is shown escaped, never obeyed."""
 
 from __future__ import annotations
-
-import re
-
-from rich.console import Console
-from rich.text import Text
 
 from devplan.documents import (
     CheckedRuntime,
@@ -219,19 +214,6 @@ def runtime_lines(runtime: CheckedRuntime) -> list[str]:
         f"FAIL  runtime build {name}: lacks {counted(len(lacks), 'thing')} the program needs{unchecked}",
         *(f"        {m['method']} needs {m['kind']} {m['name']}: {m['detail']}" for m in lacks),
     ]
-
-
-_VERDICT = re.compile(r"^\s*(FAIL)\b")
-
-
-def print_verdicts(lines: list[str], console: Console) -> None:
-    """check's lines on `console`, each FAIL in bold red where the console shows colour (a
-    terminal, without NO_COLOR: see app.console); the text itself is the same everywhere."""
-    for line in lines:
-        shown = Text(line)
-        if found := _VERDICT.match(line):
-            shown.stylize("bold red", *found.span(1))
-        console.print(shown, soft_wrap=True)
 
 
 def peak_words(c: BufferCheck) -> str:

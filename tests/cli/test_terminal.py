@@ -1,27 +1,28 @@
-"""The smaller points of a reviewer's first hour with devplan (issue 37, item 6): binary never
-reaches a terminal, a .ptd that the program does not need is named, completion offers the
-values it knows, FAIL in colour only where colour is wanted, a file that is not JSON text is
-said to be so, counts agree with their nouns, and the help links what a pip install has."""
+"""What reaches a user's terminal: never a program's bytes, FAIL in colour only where colour is
+wanted, a file's escape sequences shown escaped, one line for a .ptd the program does not read,
+for metadata that is not JSON text and for Ctrl-C; counts that agree with their nouns, and
+compile's time saying what it counts."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
-import re
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 import devplan
 from devplan.cli import app
-from devplan.cli.reports import compile_lines
+from devplan.inspection.reports import compile_lines
+from tests.inspection.runner import invoke
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
 
 
 @pytest.fixture(scope="module")
@@ -78,19 +79,6 @@ def test_a_data_file_the_program_does_not_read_is_named(programs):
     ), run.stderr
 
 
-def test_completion_offers_the_planners_and_backends():
-    command = typer.main.get_command(app).commands["compile"]
-    context = command.make_context("compile", [], resilient_parsing=True)
-
-    def offered(option: str, incomplete: str = "") -> list[str]:
-        param = next(param for param in command.params if option in param.opts)
-        return [item.value for item in param.shell_complete(context, incomplete)]
-
-    assert offered("--planner", "greedy") == ["greedy-order", "greedy-size", "greedy-breadth"]
-    assert "hill-climb" in offered("--planner") and "best" in offered("--planner")
-    assert offered("--backend") == ["xnnpack"]
-
-
 def test_check_prints_fail_in_colour_only_on_a_colour_terminal(programs):
     args = ["check", str(programs["two_io"]), "--budget", "1=1B"]
     coloured = CliRunner().invoke(app, args, env={"FORCE_COLOR": "1", "NO_COLOR": None, "COLUMNS": "200"})
@@ -139,38 +127,38 @@ def test_compile_says_what_its_time_counts():
     assert last == "wrote m.pte (100 B); compiling took 3.43 s (loading the model to writing the program)", last
 
 
-def test_help_points_to_what_a_pip_install_has():
-    """docs/ is not in the wheel: help names the JSON Schemas the package ships, each a file
-    that is there."""
-    import devplan
+def test_escape_sequences_from_files_reach_check_and_diff_output_escaped(tmp_path):
+    """An operator name, a delegate id and a device from a golden file, and a method name in
+    a program, holding ESC [31m and BEL."""
+    doc = json.loads((GOLDEN / "two_io_cuda.golden.json").read_text())
+    method = doc["methods"][0]
+    method["operators"].append("evil\x1b[31m::op\x07")
+    method["delegates"][0]["id"] = "Back\x1b[2Jend"
+    method["buffers"][0]["device"] = "cpu\x1b]0;title\x07"
+    odd = tmp_path / "odd.golden.json"
+    odd.write_text(json.dumps(doc))
+    runs = [
+        invoke("diff", str(GOLDEN / "two_io_cuda.golden.json"), str(odd)),
+        invoke("diff", str(odd), str(GOLDEN / "two_io_cuda.golden.json")),
+    ]
+    program = tmp_path / "two_io_cuda.pte"
+    devplan.compile(GOLDEN.parent.parent / "samples" / "two_io.pt2", program, delegates=["cuda:0=aten::linear"])
+    runs.append(invoke("check", str(program), "--golden", str(odd)))
+    for run in runs:
+        assert run.exit_code == 1, run.output
+        assert "\x1b" not in run.output and "\x07" not in run.output, run.output
+        assert "\\x1b[31m" in run.output or "\\x1b[2J" in run.output, run.output
 
-    named = set()
-    for command in typer.main.get_command(app).commands.values():
-        for param in command.params:
-            assert "docs/" not in (param.help or ""), (command.name, param.help)
-            named.update(re.findall(r"devplan/schemas/([\w.]+\.json)", param.help or ""))
-    shipped = Path(devplan.__file__).parent / "schemas"
-    assert named and all((shipped / name).is_file() for name in named), named
 
+def test_ctrl_c_exits_130_with_one_line(monkeypatch, capsys):
+    from devplan.cli import exits as cli
 
-def test_the_fixtures_missing_program_is_one_line(tmp_path):
-    project = tmp_path / "project"
-    (project / "tests").mkdir(parents=True)
-    (project / "tests" / "test_plan.py").write_text(
-        "def test_plan(devplan_golden):\n    devplan_golden('../build/model.pte', 'golden/model.json')\n"
-    )
-    # this checkout's devplan, and its plugin through the entry point of the devplan installed
-    env = {key: value for key, value in os.environ.items() if key != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert run.returncode == 1, run.stdout
-    failure = [line for line in run.stdout.splitlines() if "model.pte" in line]
-    assert "files.py" not in run.stdout and "../" not in "".join(failure), run.stdout
-    assert any("build/model.pte: no such program" in line for line in failure), run.stdout
+    def interrupted(**_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "app", interrupted)
+    monkeypatch.setattr("sys.argv", ["devplan", "check", "x.pte"])
+    monkeypatch.setattr("signal.signal", lambda *_: None)  # leave pytest's handlers alone
+    with pytest.raises(SystemExit) as done:
+        cli.main()
+    assert done.value.code == 130 and capsys.readouterr().err == "devplan: interrupted\n"

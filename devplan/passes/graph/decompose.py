@@ -20,7 +20,7 @@ from devplan.errors import DevplanError, first_line
 from devplan.ir.fx import arg_node
 from devplan.ir.lowered import Lowered
 from devplan.ops import CHECKS_OUT_SIZES, RANKS, TORCH_NAMESPACES, is_view, out_schema, runnable, schema_name
-from devplan.passes.decompositions import bincount, decomposition
+from devplan.passes.graph.decompositions import bincount, decomposition
 
 # Ops that only check metadata or shapes at trace time; the runtime has nothing to do.
 _DROPPED = {

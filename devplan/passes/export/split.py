@@ -12,7 +12,7 @@ from torch.utils import _pytree as pytree
 from devplan.errors import DevplanError, first_line
 from devplan.ir.lowered import Lowered
 from devplan.ops import is_view
-from devplan.passes.functional import (
+from devplan.passes.export.functional import (
     functionalize_locally,
     inline_grad_regions,
     needs_retrace,
