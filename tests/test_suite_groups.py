@@ -48,6 +48,7 @@ def pytest_runtest_setup(item):
 def test_tests_sharing_work_carry_one_group_on_the_workers(pytester, monkeypatch):
     record = pytester.path / "groups.jsonl"
     monkeypatch.setenv("GROUPS_RECORD", str(record))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))  # the suite's conftest imports testbed
     pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text() + RECORD)
     pytester.makepyfile(test_sharing=SHARING)
     result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider")

@@ -31,8 +31,10 @@ from devplan.runtime.allocator import HostAllocator, registered
 from testbed.executorch import executorch_pte
 from testbed.lowerings import released_after_module
 from testbed.models import eager_runs, mismatch
+from tests.tiers import rotating
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
+SHARE_BY = "name"  # a case's options share its export and ExecuTorch's lowering (tests/conftest.py)
 
 RUNS = 2
 
@@ -664,8 +666,17 @@ def check(name: str, option: str) -> None:
     assert not problems, "; ".join(problems)
 
 
+# the suite holds every case to the default and one other option in turn; the whole cross, to release
+SUITE = rotating(CASES, list(OPTIONS))
+
+
 @pytest.mark.parametrize(
-    "name,option", [pytest.param(name, option, id=f"{name}-{option}") for name in CASES for option in OPTIONS]
+    "name,option",
+    [
+        pytest.param(name, option, id=f"{name}-{option}", marks=() if (name, option) in SUITE else pytest.mark.release)
+        for name in CASES
+        for option in OPTIONS
+    ],
 )
 def test_input_mutation(name, option):
     check(name, option)

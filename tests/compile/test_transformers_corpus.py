@@ -58,6 +58,7 @@ from devplan.errors import DevplanError
 from testbed.hf_models import DECODERS, FAMILIES, MOE_FAMILIES, static_cache_decoder
 from testbed.lowerings import by_program, released_after_module
 from testbed.models import eager_runs, run_executorch
+from testbed.shared import shared_export
 
 pytestmark = pytest.mark.sweep
 SHARE_BY = "name"  # a family's tests share its export and compile (tests/conftest.py)
@@ -68,8 +69,14 @@ CORPUS = {**FAMILIES, **MOE_FAMILIES}
 STRICT_FAMILIES = (*DECODERS, "bert", "t5", "resnet")
 MODES = {"grad": (False, True), "no_grad": (False, False), "strict_grad": (True, True), "strict_no_grad": (True, False)}
 CASES = [(name, mode) for name in CORPUS for mode in MODES if not mode.startswith("strict") or name in STRICT_FAMILIES]
-IDS = [f"{name}-{mode}" for name, mode in CASES]
 BYTES_MODE = "no_grad"
+# the suite holds every family in BYTES_MODE and every third family that has each other mode; the
+# rest, to release
+SUITE = {case for mode in MODES for case in [c for c in CASES if c[1] == mode][:: 1 if mode == BYTES_MODE else 3]}
+CASE_PARAMS = [
+    pytest.param(name, mode, id=f"{name}-{mode}", marks=() if (name, mode) in SUITE else pytest.mark.release)
+    for name, mode in CASES
+]
 
 
 def _first_line(error: BaseException) -> str:
@@ -109,9 +116,14 @@ def exported(name: str, mode: str) -> tuple[torch.export.ExportedProgram | None,
     """(program, None), or (None, torch.export's one-line reason)."""
     module, args, kwargs = built(name)
     strict, grad = MODES[mode]
-    try:
+
+    def export() -> torch.export.ExportedProgram:
         with torch.set_grad_enabled(grad):
-            return torch.export.export(module, args, kwargs, strict=strict), None
+            return torch.export.export(module, args, kwargs, strict=strict)
+
+    try:
+        # cli_runs saves BYTES_MODE's programs for every family, on whichever worker it lands
+        return (shared_export(f"hf-{name}-{mode}", export) if mode == BYTES_MODE else export()), None
     except Exception as error:  # torch.export's failure, not devplan's
         return None, _first_line(error)
 
@@ -156,14 +168,14 @@ def _compare(runtime: str, got_runs: list[list], want_runs: list[list]) -> None:
 # ------------------------------------------------------------------------------ per export mode
 
 
-@pytest.mark.parametrize("name,mode", CASES, ids=IDS)
+@pytest.mark.parametrize("name,mode", CASE_PARAMS)
 def test_executorch_runtime(name, mode):
     _program(name, mode)
     result = compiled(name, mode)
     _compare("executorch", run_executorch(result.data, _flat_inputs(name)), expected(name))
 
 
-@pytest.mark.parametrize("name,mode", CASES, ids=IDS)
+@pytest.mark.parametrize("name,mode", CASE_PARAMS)
 def test_devplan_runtime(name, mode):
     _program(name, mode)
     result = compiled(name, mode)
@@ -216,8 +228,7 @@ def _executorch_sizes(ep: torch.export.ExportedProgram) -> tuple[dict[str, int],
     return sizes, errors
 
 
-@pytest.mark.parametrize("mode", [BYTES_MODE, "grad"])
-@pytest.mark.parametrize("name", list(CORPUS))
+@pytest.mark.parametrize("name,mode", [p for p in CASE_PARAMS if p.values[1] in (BYTES_MODE, "grad")])
 def test_planned_bytes(name, mode):
     from testbed.executorch import planned_bytes
 
@@ -305,12 +316,20 @@ print(json.dumps(reports))
 """
 
 
+# the suite runs every other family through the command; all of them, to release
+CLI_PARAMS = [
+    pytest.param(name, marks=() if index % 2 == 0 else pytest.mark.release) for index, name in enumerate(CORPUS)
+]
+
+
 @pytest.fixture(scope="module")
-def cli_runs(tmp_path_factory) -> dict[str, dict]:
-    """name -> {code, stdout, stderr, in_process} for the saved BYTES_MODE export of each family."""
+def cli_runs(request, tmp_path_factory) -> dict[str, dict]:
+    """name -> {code, stdout, stderr, in_process} for the saved BYTES_MODE export of each family
+    this run's tests of the command ask about."""
+    asked = {item.callspec.params["name"] for item in request.session.items if "cli_runs" in item.fixturenames}
     folder = tmp_path_factory.mktemp("hf_pt2")
     paths = {}
-    for name in CORPUS:
+    for name in [name for name in CORPUS if name in asked]:
         ep, _ = exported(name, BYTES_MODE)
         if ep is not None:
             paths[name] = folder / f"{name}.pt2"
@@ -326,7 +345,7 @@ def cli_runs(tmp_path_factory) -> dict[str, dict]:
     return {Path(path).stem: report for path, report in json.loads(run.stdout.splitlines()[-1]).items()}
 
 
-@pytest.mark.parametrize("name", list(CORPUS))
+@pytest.mark.parametrize("name", CLI_PARAMS)
 def test_cli_compile(name, cli_runs):
     """`devplan compile` in a fresh process: a program, or one error line; never a traceback."""
     _program(name, BYTES_MODE)
@@ -344,7 +363,7 @@ def test_cli_compile(name, cli_runs):
         assert report["code"] == 2 and report["stderr"].strip().endswith("pass --kernels transformers"), text[-2000:]
 
 
-@pytest.mark.parametrize("name", list(CORPUS))
+@pytest.mark.parametrize("name", CLI_PARAMS)
 def test_compile_in_one_process(name, cli_runs):
     """devplan.compile on every saved program in turn, in one process, does what a fresh
     process does with each: the earlier loads (other programs returning the same ModelOutput

@@ -31,6 +31,7 @@ from testbed.models import eager_outputs, run_executorch
 from tests.compile.test_module_sweep import CASES, XFAIL as STATIC_XFAIL, _close
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
+SHARE_BY = "name"  # a case's two tests share its export and compile (tests/conftest.py)
 
 BOUND = 8
 EXAMPLE = 4

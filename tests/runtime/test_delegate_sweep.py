@@ -28,6 +28,7 @@ from devplan.pte import read_pte
 from devplan.runtime import HostAllocator, LoadedMethod, registered
 from testbed.models import CORPUS, eager_outputs
 from tests.compile.test_module_sweep import CASES, XFAIL
+from tests.tiers import rotating
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 SHARE_BY = "model"  # a model's settings share its export (tests/conftest.py)
@@ -158,11 +159,16 @@ def check(model: str, setting: str) -> None:
 KNOWN: dict[tuple[str, str], tuple[type[BaseException], str]] = {}
 
 
+# the suite holds every model to "all" and one other setting in turn; the whole cross, to release
+SUITE = rotating(MODELS, list(SETTINGS))
+
+
 def _param(model: str, setting: str):
+    marks = [] if (model, setting) in SUITE else [pytest.mark.release]
     known = KNOWN.get((model, setting))
-    if known is None:
-        return pytest.param(model, setting)
-    return pytest.param(model, setting, marks=pytest.mark.xfail(strict=True, raises=known[0], reason=known[1]))
+    if known is not None:
+        marks.append(pytest.mark.xfail(strict=True, raises=known[0], reason=known[1]))
+    return pytest.param(model, setting, marks=marks)
 
 
 @pytest.mark.parametrize("model,setting", [_param(m, s) for m in MODELS for s in SETTINGS])
