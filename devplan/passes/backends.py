@@ -103,6 +103,8 @@ def _lowered(exir, ep: torch.export.ExportedProgram, made: list[Guarded], jobs: 
             return exir.to_edge_transform_and_lower(ep, partitioner=made, compile_config=config)
     except (DevplanError, Refused):
         raise
+    except _NoAnswer as error:
+        raise DevplanError(f"{blame(made)}: ExecuTorch's lowering failed: {error}") from None
     except Exception as error:  # noqa: BLE001 - a partitioner's work failed: the op it failed on stays portable
         message = f"{blame(made)}: ExecuTorch's lowering failed: {first_line(error)}"
         guilty = culprit(error, made)
@@ -217,12 +219,20 @@ def _preprocess_all(cls, edge_programs: dict, compile_specs: dict, *, jobs: int)
         for method, programs in edge_programs.items()
         for program, specs in zip(programs, compile_specs[method], strict=True)
     ]
-    done = forked_map(preprocess_one, work, jobs, cost=lambda w: len(w[1].graph.nodes))
+    try:
+        done = forked_map(preprocess_one, work, jobs, cost=lambda w: len(w[1].graph.nodes))
+    except RuntimeError as error:  # a process died: no op is to blame, so nothing is refused
+        raise _NoAnswer(first_line(error)) from None
     failed = [result for result in done if isinstance(result, Fallback)]
     if failed:
         raise Refused(failed)
     results = iter(done)
     return {method: [next(results) for _ in programs] for method, programs in edge_programs.items()}
+
+
+class _NoAnswer(Exception):
+    """A process compiling partitions died without an answer (a preprocess's own exception is a
+    refusal, preprocess_one's Fallback)."""
 
 
 def _adopt(gm: torch.fx.GraphModule) -> None:

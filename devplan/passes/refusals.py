@@ -55,11 +55,14 @@ def preprocess_one(work: tuple):
 
 def failing_node(error: BaseException) -> torch.fx.Node | None:
     """The op node the backend was compiling when it failed: the innermost frame's `node` (the
-    name ExecuTorch's backends give the node they visit); None when no frame has one."""
+    name ExecuTorch's backends give the node they visit) that calls an op; None when no frame
+    has one."""
     found, tb = None, error.__traceback__
     while tb is not None:
         node = tb.tb_frame.f_locals.get("node")
-        if isinstance(node, torch.fx.Node) and node.op == "call_function":
+        if isinstance(node, torch.fx.Node) and isinstance(
+            getattr(node.target, "_op", node.target), torch._ops.OpOverload
+        ):
             found = node
         tb = tb.tb_next
     return found
