@@ -32,13 +32,13 @@ class AddsTo(Partitioner):
     def __init__(self, backend: str = "ConcatBytes", target_device: str | None = None) -> None:
         specs = [CompileSpec("target_device", target_device.encode())] if target_device else []
         super().__init__()
-        self.delegation = DelegationSpec(backend, specs)
+        self.delegation_spec = DelegationSpec(backend, specs)  # the attribute ExecuTorch's own partitioners name
 
     def partition(self, ep: torch.export.ExportedProgram) -> PartitionResult:
         tags = {}
         for number, node in enumerate(_computing(ep.graph_module)):
             node.meta["delegation_tag"] = f"add{number}"
-            tags[f"add{number}"] = self.delegation
+            tags[f"add{number}"] = self.delegation_spec
         tag_constant_data(ep)
         return PartitionResult(tagged_exported_program=ep, partition_tags=tags)
 
@@ -46,6 +46,25 @@ class AddsTo(Partitioner):
 class Raises(AddsTo):
     def partition(self, ep):
         raise RuntimeError("this partitioner always fails")
+
+
+class StumblesOnRelu(AddsTo):
+    """A partitioner whose check of each op raises on a relu (as a partitioner's may on an op
+    its author did not expect) before it takes the adds."""
+
+    def partition(self, ep):
+        for node in ep.graph_module.graph.nodes:
+            if node.op == "call_function" and "relu" in str(node.target):
+                raise ValueError(f"cannot partition {node.target}")
+        return super().partition(ep)
+
+
+class KeepsLinearWhole(AddsTo):
+    """Asks ExecuTorch to keep linear whole, then takes only the adds: the linears end up
+    neither decomposed nor delegated, which ExecuTorch's lowering refuses."""
+
+    def ops_to_not_decompose(self, ep):
+        return [torch.ops.aten.linear.default], None
 
 
 class NotAResult(AddsTo):

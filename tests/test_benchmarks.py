@@ -12,6 +12,7 @@ import pytest
 
 import devplan
 from benchmarks import (
+    backend_sweep,
     compile_speed,
     compile_vs_executorch,
     device_plan_vs_executorch,
@@ -360,3 +361,10 @@ def test_planner_plugin_table_and_json(capsys: pytest.CaptureFixture[str]) -> No
     document = json.loads(capsys.readouterr().out)
     assert [r["model"] for r in document["rows"]] == [MODEL]
     assert document["geomean_ratio"] == pytest.approx(ours / theirs)
+
+
+def test_backend_sweep_row_says_both_compiles_and_the_difference_from_eager(capsys: pytest.CaptureFixture[str]) -> None:
+    assert backend_sweep.main(["--models", "resnet"]) == 0
+    (row,) = table_rows(capsys.readouterr().out, backend_sweep.HEADERS)
+    assert row[:3] == ["resnet", "yes", "yes"] and int(row[3]) >= 1 and row[4] == "-"
+    assert float(row[5]) < 1e-4 and float(row[6]) > 0

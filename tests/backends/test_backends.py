@@ -206,14 +206,14 @@ _SWEEP = pytest.mark.sweep  # one refusal of each kind stays fast: a bad name, a
         pytest.param(["--partitioner", "json:NoClass"], "no partitioner class NoClass", marks=_SWEEP),
         (["--partitioner", "tests.partitioners:AddsTo:[1]"], "JSON object"),
         pytest.param(
-            ["--partitioner", "tests.partitioners:Raises"],
+            ["--partitioner", "tests.partitioners:Raises", "--strict-backend"],
             "the partitioner failed: this partitioner always fails",
             marks=_SWEEP,
         ),
         pytest.param(["--partitioner", "tests.partitioners:NotAResult"], "not a PartitionResult", marks=_SWEEP),
         pytest.param(
-            ["--partitioner", "tests.partitioners:EmptyPayload"],
-            "MakesNothing: its preprocess made no payload",
+            ["--partitioner", "tests.partitioners:EmptyPayload", "--strict-backend"],
+            "ExecuTorch's lowering failed: its preprocess made no payload",
             marks=_SWEEP,
         ),
         (

@@ -1,6 +1,6 @@
 """A backend never makes a model fail that compiles without it: the ops ExecuTorch's backend
-refuses at preprocess stay on portable kernels, the rest is lowered, and the summary names
-them (issue 54, point 5); --strict-backend refuses as before."""
+refuses at preprocess, or its partitioner fails on, stay on portable kernels, the rest is
+lowered, and the summary names them (issue 54, point 5); --strict-backend refuses as before."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import devplan
 from devplan.backend import Partitioner
 from devplan.errors import DevplanError
 from devplan.inspection.reports import compile_lines
-from testbed.hf_models import _MOE, _build, _decoder_config, _tokens
+from testbed.held_out_llms import deepseek_v3, gpt_oss
 from testbed.models import run_executorch
 from tests.test_schemas import validate
 
@@ -74,59 +74,86 @@ def test_the_op_xnnpack_refuses_stays_portable_and_the_rest_is_delegated():
         devplan.compile(ep, backends=["xnnpack"], strict_backend=True)
 
 
-def _gpt_oss():
-    from transformers import GptOssConfig, GptOssForCausalLM
-
-    config = _decoder_config(
-        GptOssConfig,
-        head_dim=16,
-        num_local_experts=4,
-        sliding_window=4,
-        layer_types=["sliding_attention", "full_attention"],
-        **_MOE,
-    )
-    return _build(GptOssForCausalLM, config, "eager")
-
-
-def _deepseek_v3():
-    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-
-    # MLA with aligned dims (the q/kv ranks and head dims multiples of 8), one dense layer then MoE
-    config = _decoder_config(
-        DeepseekV3Config,
-        num_key_value_heads=4,
-        n_routed_experts=4,
-        n_shared_experts=1,
-        moe_intermediate_size=32,
-        first_k_dense_replace=1,
-        n_group=1,
-        topk_group=1,
-        kv_lora_rank=16,
-        q_lora_rank=16,
-        qk_rope_head_dim=8,
-        qk_nope_head_dim=8,
-        v_head_dim=16,
-        **_MOE,
-    )
-    return _build(DeepseekV3ForCausalLM, config)
+@pytest.mark.parametrize(
+    "name, fallback, delegates, strict",
+    [
+        # its check raised on a relu: the relus stay, the adds it takes still are delegated
+        (
+            "StumblesOnRelu",
+            ("ConcatBytes", ["aten.relu.default"], "its partitioner failed: cannot partition"),
+            4,
+            "tests.partitioners:StumblesOnRelu: the partitioner failed: cannot partition",
+        ),
+        # linear kept whole for it and not taken: ExecuTorch refuses the graph, so linear is decomposed
+        (
+            "KeepsLinearWhole",
+            ("ConcatBytes", ["aten.linear.default"], "Node aten_linear_default with op"),
+            4,
+            "KeepsLinearWhole: ExecuTorch's lowering failed: Node aten_linear_default with op",
+        ),
+        # it failed on no op: it takes nothing, and every op it was offered is named
+        (
+            "Raises",
+            (
+                "ConcatBytes",
+                ["aten.addmm.default", "aten.permute_copy.default", "aten.relu.default"],
+                "its partitioner",
+            ),
+            0,
+            "tests.partitioners:Raises: the partitioner failed: this partitioner always fails",
+        ),
+        # a partition compiled to nothing, found at preprocess as a refusal
+        (
+            "EmptyPayload",
+            ("MakesNothing", ["aten.addmm.default"], "its preprocess made no payload"),
+            0,
+            "backend MakesNothing, partition add0 .*: ExecuTorch's lowering failed: its preprocess made no payload",
+        ),
+    ],
+    ids=["check-raises", "kept-whole-not-taken", "partitioner-raises", "empty-payload"],
+)
+def test_a_partitioner_that_fails_leaves_its_ops_portable(name, fallback, delegates, strict):
+    """A failure before any preprocess (the partitioner's, or ExecuTorch's check of what it
+    took) leaves the op it failed on portable and the rest delegated, named in the summary as
+    preprocess refusals are; --strict-backend refuses in one line, as before."""
+    ep = torch.export.load(ROOT / "samples" / "mlp.pt2")
+    failing = Partitioner.parse_class(f"tests.partitioners:{name}")
+    result = devplan.compile(ep, delegates=[failing])
+    (method,) = result.summary()["methods"]
+    ((backend, ops, why),) = [(f["backend"], f["ops"], f["why"]) for f in method["fallbacks"]]
+    assert (backend, ops, why.startswith(fallback[2])) == (fallback[0], fallback[1], True), why
+    assert len(method["delegates"]) == delegates
+    validate("compile", json.loads(json.dumps(result.summary())))
+    line = f"  {backend} refused {', '.join(ops)}, left on portable kernels: {why}"
+    assert line in compile_lines(result.summary(), [], "p.pte", None)
+    if not delegates:  # all portable: devplan's runtime runs it (ConcatBytes's payloads run nowhere)
+        (x,) = ep.example_inputs[0]
+        torch.testing.assert_close(devplan.run(result.data, [x])[0][0], ep.module()(x))
+    with pytest.raises(DevplanError, match=strict):
+        devplan.compile(ep, delegates=[failing], strict_backend=True)
 
 
 @pytest.mark.parametrize(
     "build, portable",
     [
-        pytest.param(_gpt_oss, ["aten.max.dim"], marks=pytest.mark.sweep, id="gpt_oss"),  # half a minute
+        pytest.param(gpt_oss, ["aten.max.dim"], id="gpt_oss"),
         # ExecuTorch's lowering writes empty_like as empty_permuted, which devplan decomposes: nothing refused
-        pytest.param(_deepseek_v3, [], id="deepseek_v3"),
+        pytest.param(deepseek_v3, [], id="deepseek_v3"),
     ],
 )
 def test_moe_llms_executorch_cannot_lower_compile_with_xnnpack(build, portable):
-    module, tokens = build(), _tokens()
+    module, (tokens,), _ = build(layers=1)
     with torch.no_grad():
         ep = torch.export.export(module, (tokens,), strict=False)
         want = module(tokens).logits
     result = devplan.compile(ep, backends=["xnnpack"])
     (method,) = result.summary()["methods"]
     assert [op for f in method["fallbacks"] for op in f["ops"]] == portable
+    lines = compile_lines(result.summary(), [], "p.pte", None)
+    assert [line for line in lines if " left on portable kernels: " in line] == [
+        f"  XnnpackBackend refused {op}, left on portable kernels: amax.default only supports dim == 2 or dim == 3"
+        for op in portable
+    ]
     assert {d["id"] for d in method["delegates"]} == {"XnnpackBackend"}
     (got,) = run_executorch(result.data, (tokens,))[0]
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

@@ -9,19 +9,17 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch.fx._lazy_graph_module import _LazyGraphModule
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
-from torch.fx.passes.operator_support import create_op_support
 
 from devplan.backend import Backend, Partitioner
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
 from devplan.ir.lowered import ForeignCall
 from devplan.parallel import forked_map
-from devplan.passes.export.refusals import Fallback, Refused, left_out, preprocess_one
+from devplan.passes.export.guarded import Guarded, blame, culprit
+from devplan.passes.export.refusals import Fallback, Refused, preprocess_one
 from devplan.pte.writer import SEGMENT_ALIGNMENT
 
 
@@ -43,38 +41,55 @@ def lower_to_backends(
     own backends given before it; those after it take what it left. The backends' preprocess
     runs on `jobs` processes, one partition at a time each. Where a backend's preprocess
     refuses a partition, the op it failed on (every op of the partition when it names none) is
-    left out of that backend's partitions and the lowering runs again: a backend never makes a
-    model fail that compiles without it; `strict` refuses instead."""
+    left out of that backend's partitions and the lowering runs again; so is the op a
+    partitioner failed on, and a partitioner that failed on none takes nothing: a backend never
+    makes a model fail that compiles without it; `strict` refuses instead."""
     partitioners = [d for d in delegates if isinstance(d, Partitioner)]
     exir = import_module("executorch.exir", partitioners[0].label)
     refused: dict[str, frozenset[str]] = {}  # backend id -> ops left out of its partitions
+    dropped: set[str] = set()  # the partitioners that failed on no op they could be blamed for
     fallbacks: list[Fallback] = []
     while True:
         made = [
-            _Guarded(
-                p.make(), p.label, tuple(d for d in delegates[: delegates.index(p)] if isinstance(d, Backend)), refused
+            Guarded(
+                p.make(),
+                p.label,
+                tuple(d for d in delegates[: delegates.index(p)] if isinstance(d, Backend)),
+                refused,
+                p.label in dropped,
             )
             for p in partitioners
         ]
         try:
-            edge = _lowered(exir, ep, made, jobs, partitioners[0].label)
+            edge = _lowered(exir, ep, made, jobs)
             break
         except Refused as failure:
-            new = [f for f in dict.fromkeys(failure.fallbacks) if not set(f.ops) <= refused.get(f.backend, frozenset())]
+            if failure.drop is None:
+                new = [
+                    f for f in dict.fromkeys(failure.fallbacks) if not set(f.ops) <= refused.get(f.backend, frozenset())
+                ]
+            else:  # it takes nothing; what it failed on is refused to no other partitioner
+                new = [] if failure.drop in dropped else failure.fallbacks
             if strict or not new:
                 raise DevplanError(
-                    f"{_blame(made)}: ExecuTorch's lowering failed: {failure.fallbacks[0].why}"
+                    failure.message or f"{blame(made)}: ExecuTorch's lowering failed: {failure.fallbacks[0].why}"
                 ) from None
-            for f in new:
-                refused[f.backend] = refused.get(f.backend, frozenset()) | set(f.ops)
+            if failure.drop is not None:
+                dropped.add(failure.drop)
+            else:
+                for f in new:
+                    refused[f.backend] = refused.get(f.backend, frozenset()) | set(f.ops)
             fallbacks += new
     lowered = edge.exported_program()
     _adopt(lowered.graph_module)
     return Delegated(lowered, tuple(fallbacks))
 
 
-def _lowered(exir, ep: torch.export.ExportedProgram, made: list["_Guarded"], jobs: int, label: str):
-    """ExecuTorch's edge program of `ep`, lowered by the guarded partitioners `made`."""
+def _lowered(exir, ep: torch.export.ExportedProgram, made: list[Guarded], jobs: int):
+    """ExecuTorch's edge program of `ep`, lowered by the guarded partitioners `made`. A failure
+    outside any preprocess (a partitioner's check, or ExecuTorch finding an op kept whole for a
+    partitioner that did not take it) is the Refused of the partitioner it belongs to."""
+    label = made[0].label
     config = exir.EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)
     try:
         # no_grad: ExecuTorch's state write-back would otherwise trip autograd
@@ -88,8 +103,14 @@ def _lowered(exir, ep: torch.export.ExportedProgram, made: list["_Guarded"], job
             return exir.to_edge_transform_and_lower(ep, partitioner=made, compile_config=config)
     except (DevplanError, Refused):
         raise
-    except Exception as error:  # a partitioner or a backend's preprocess failed: name which, and the node
-        raise DevplanError(f"{_blame(made)}: ExecuTorch's lowering failed: {first_line(error)}") from None
+    except _NoAnswer as error:
+        raise DevplanError(f"{blame(made)}: ExecuTorch's lowering failed: {error}") from None
+    except Exception as error:  # noqa: BLE001 - a partitioner's work failed: the op it failed on stays portable
+        message = f"{blame(made)}: ExecuTorch's lowering failed: {first_line(error)}"
+        guilty = culprit(error, made)
+        if guilty is None:
+            raise DevplanError(message) from None
+        raise guilty.failed(error, ep, message) from None
 
 
 @contextlib.contextmanager
@@ -198,7 +219,10 @@ def _preprocess_all(cls, edge_programs: dict, compile_specs: dict, *, jobs: int)
         for method, programs in edge_programs.items()
         for program, specs in zip(programs, compile_specs[method], strict=True)
     ]
-    done = forked_map(preprocess_one, work, jobs, cost=lambda w: len(w[1].graph.nodes))
+    try:
+        done = forked_map(preprocess_one, work, jobs, cost=lambda w: len(w[1].graph.nodes))
+    except RuntimeError as error:  # a process died: no op is to blame, so nothing is refused
+        raise _NoAnswer(first_line(error)) from None
     failed = [result for result in done if isinstance(result, Fallback)]
     if failed:
         raise Refused(failed)
@@ -206,132 +230,9 @@ def _preprocess_all(cls, edge_programs: dict, compile_specs: dict, *, jobs: int)
     return {method: [next(results) for _ in programs] for method, programs in edge_programs.items()}
 
 
-def _blame(guarded: list["_Guarded"]) -> str:
-    """Who failed: the partitioner that was running, else the backends compiling the
-    partitions the partitioners made (each named with its first node)."""
-    running = [g.label for g in guarded if g.running]
-    if running:
-        return running[0]
-    parts = [
-        f"{g.label} (backend {backend}, partition {tag} from node {node})"
-        for g in guarded
-        for tag, (backend, node) in list(g.partitions.items())[:1]
-    ]
-    return "; ".join(parts) or " and ".join(g.label for g in guarded)
-
-
-class _Guarded:
-    """A user's partitioner, watched: which one is running when something fails, its result
-    checked before it is trusted, and the ops of devplan's earlier backends kept from it."""
-
-    def __init__(
-        self, partitioner, label: str, earlier: tuple[Backend, ...], refused: dict[str, frozenset[str]]
-    ) -> None:
-        self.inner, self.label, self.earlier, self.running, self.partitioned = partitioner, label, earlier, False, False
-        self.refused = refused  # backend id -> the ops its preprocess refused, left out of its partitions
-        self.partitions: dict[str, tuple[str, str]] = {}  # tag -> (backend id, its first node)
-
-    def __getattr__(self, name: str):  # the rest of ExecuTorch's Partitioner interface, as the user's has it
-        return getattr(self.inner, name)
-
-    def ops_to_not_decompose(self, ep):
-        """The partitioner's ops kept whole, and those of devplan's earlier backends: they stay
-        for those backends, so once partitioning is done ExecuTorch must not ask that this
-        partitioner took them."""
-        keep = getattr(self.inner, "ops_to_not_decompose", None)
-        ops, check = keep(ep) if keep else ([], None)
-        gone = frozenset().union(*self.refused.values())
-        ops = [op for op in ops if str(op) not in gone]  # decomposed as the portable kernels need
-        if not self.earlier:
-            return ops, check
-        mine = [
-            getattr(packet, overload)
-            for b in self.earlier
-            for name in sorted(b.ops or ())
-            for packet in [getattr(torch.ops.aten, name.removeprefix("aten::"))]
-            for overload in packet.overloads()
-            if not getattr(packet, overload)._schema.is_mutable
-        ]
-
-        def supported(node) -> bool:
-            if any(b.takes(node) for b in self.earlier):
-                return not self.partitioned
-            return check(node) if check else True
-
-        return [*ops, *(op for op in mine if op not in ops)], supported
-
-    def __call__(self, ep):
-        return self.partition(ep)
-
-    def partition(self, ep):
-        from executorch.exir.backend.partitioner import PartitionResult
-
-        self.running = True
-        try:
-            result = self.inner.partition(ep)
-        except Exception as error:
-            raise DevplanError(f"{self.label}: the partitioner failed: {first_line(error)}") from None
-        if not isinstance(result, PartitionResult):
-            raise DevplanError(
-                f"{self.label}: the partitioner returned a {type(result).__name__}, not a PartitionResult"
-            )
-        _refuse_mutations(result, self.label)
-        if self.earlier or self.refused:
-            _give_back(result, functools.partial(left_out, self.earlier, self.refused, result.partition_tags))
-        for node in result.tagged_exported_program.graph_module.graph.nodes:
-            tag = node.meta.get("delegation_tag")
-            if tag in result.partition_tags and tag not in self.partitions:
-                self.partitions[tag] = (result.partition_tags[tag].backend_id, node.name)
-        self.running, self.partitioned = False, True
-        return result
-
-
-def _refuse_mutations(result, label: str) -> None:
-    """A foreign delegate holds no state across calls in devplan's programs: a partition that
-    takes a buffer the program updates (so that the delegate would own it), or an op that
-    writes in place, is refused by that node. A new value it computes is fine: the program
-    writes it back, as it does every state update."""
-    ep = result.tagged_exported_program
-    state = set(ep.graph_signature.buffers_to_mutate.values())
-    for node in ep.graph_module.graph.nodes:
-        tag = node.meta.get("delegation_tag")
-        if tag is None:
-            continue
-        owned = node.op == "placeholder" and ep.graph_signature.inputs_to_buffers.get(node.name) in state
-        writes = isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
-        if owned or writes:
-            what = "takes state the program updates" if owned else f"writes in place ({node.target})"
-            raise DevplanError(
-                f"{label}: partition {tag} crosses a mutation: node {node.name} {what}; a delegate "
-                f"must leave state to the program, so leave that node out of the partition"
-            )
-
-
-def _give_back(result, leave: Callable[[torch.fx.Node], bool]) -> None:
-    """Untag the nodes `leave` says stay out; what is left of each partition is regrouped
-    without cycles (torch's CapabilityBasedPartitioner), each group its own tag."""
-    gm = result.tagged_exported_program.graph_module
-    kept = {}
-    for node in gm.graph.nodes:
-        tag = node.meta.get("delegation_tag")
-        if tag is None:
-            continue
-        if leave(node):
-            del node.meta["delegation_tag"]
-        else:
-            kept[node] = tag
-    for node in kept:
-        del node.meta["delegation_tag"]
-    specs = dict(result.partition_tags)
-    result.partition_tags.clear()
-    for tag in dict.fromkeys(kept.values()):
-        support = create_op_support(functools.partial(_tagged, kept, tag))
-        for number, part in enumerate(
-            CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True).propose_partitions()
-        ):
-            for node in part.nodes:
-                node.meta["delegation_tag"] = f"{tag}_{number}"
-            result.partition_tags[f"{tag}_{number}"] = specs[tag]
+class _NoAnswer(Exception):
+    """A process compiling partitions died without an answer (a preprocess's own exception is a
+    refusal, preprocess_one's Fallback)."""
 
 
 def _adopt(gm: torch.fx.GraphModule) -> None:
@@ -428,8 +329,3 @@ def _view_of_copy(op):
         return op
     view = getattr(getattr(torch.ops.aten, name.removesuffix("_copy"), None), op._overloadname, None)
     return view if isinstance(view, torch._ops.OpOverload) and view.is_view else op
-
-
-def _tagged(kept: dict, tag: str, submodules, node: torch.fx.Node) -> bool:
-    """Whether ExecuTorch's partitioner tagged `node` with `tag` (an op support's question)."""
-    return kept.get(node) == tag

@@ -1,6 +1,7 @@
 """What an ExecuTorch backend refused, so that it never makes a model fail that compiles
-without it: the op its preprocess failed on, traced back to the op its partitioner took, which
-devplan's lowering (devplan/passes/export/backends.py) then leaves out of that backend's partitions."""
+without it: the op its preprocess failed on, traced back to the op its partitioner took, or the
+op its partitioner (or ExecuTorch's lowering around it) failed on, which devplan's lowering
+(devplan/passes/export/backends.py) then leaves out of that backend's partitions."""
 
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ class Fallback:
 
 
 class Refused(Exception):
-    """Backends' preprocess refused partitions: what each failed on."""
+    """Backends refused partitions: what each failed on; the one line --strict-backend prints
+    (None: the lowering's own), and the partitioner to leave out when no op could be blamed."""
 
-    def __init__(self, fallbacks: list[Fallback]) -> None:
+    def __init__(self, fallbacks: list[Fallback], message: str | None = None, drop: str | None = None) -> None:
         super().__init__(fallbacks[0].why)
-        self.fallbacks = fallbacks
+        self.fallbacks, self.message, self.drop = fallbacks, message, drop
 
 
 def preprocess_one(work: tuple):
@@ -38,23 +40,29 @@ def preprocess_one(work: tuple):
     # the partition's ops (a getitem goes with the op it reads), before the backend's passes rewrite them
     given = {n: {n.name, *_roots(n)} for n in _calls(program.graph_module) if n.target is not operator.getitem}
     try:
-        return cls.preprocess(program, specs)
+        result = cls.preprocess(program, specs)
     except Exception as error:  # noqa: BLE001 - the partition's ops go back to the portable kernels
-        failed = _failing_node(error)
+        failed = failing_node(error)
         made_of = {failed.name, *_roots(failed)} if failed is not None else set()
         # the partitioner's ops the failing node was made from (XNNPACK's amax from a max.dim),
         # each partition op when none is known
         ops = [op_name(node) for node, roots in given.items() if roots & made_of] or map(op_name, given)
         return Fallback(cls.__name__, tuple(sorted(set(ops))), first_line(error))
+    if not isinstance(result.processed_bytes, bytes) or not result.processed_bytes:
+        return Fallback(cls.__name__, tuple(sorted({op_name(n) for n in given})), "its preprocess made no payload")
+    return result
 
 
-def _failing_node(error: BaseException) -> torch.fx.Node | None:
+def failing_node(error: BaseException) -> torch.fx.Node | None:
     """The op node the backend was compiling when it failed: the innermost frame's `node` (the
-    name ExecuTorch's backends give the node they visit); None when no frame has one."""
+    name ExecuTorch's backends give the node they visit) that calls an op; None when no frame
+    has one."""
     found, tb = None, error.__traceback__
     while tb is not None:
         node = tb.tb_frame.f_locals.get("node")
-        if isinstance(node, torch.fx.Node) and node.op == "call_function":
+        if isinstance(node, torch.fx.Node) and isinstance(
+            getattr(node.target, "_op", node.target), torch._ops.OpOverload
+        ):
             found = node
         tb = tb.tb_next
     return found
