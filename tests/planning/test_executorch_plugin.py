@@ -6,14 +6,13 @@ TensorSpecs: views inside their base, buffers after what control flow reserved, 
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 import torch
 
 from devplan.executorch import memory_planning_algo
 from devplan.planning import PlanError
-from testbed.executorch import executorch_pte, planned_bytes
+from testbed.executorch import executorch_ptes, planned_bytes
 from testbed.models import CORPUS, STATEFUL, eager_outputs, export, mismatch, run_executorch
 from tests.tiers import tiered
 
@@ -25,8 +24,7 @@ def test_a_corpus_model_planned_by_devplan_in_executorchs_pipeline(name):
     ep, module, args = export(name)
     runs = 2 if name in STATEFUL else 1
     want = eager_outputs(module, args, runs=runs)
-    theirs = executorch_pte(copy.deepcopy(ep))
-    ours = executorch_pte(copy.deepcopy(ep), memory_planning_algo=memory_planning_algo)
+    theirs, ours = executorch_ptes(ep, [None, memory_planning_algo])  # one lowering, planned twice
     assert planned_bytes(ours) <= planned_bytes(theirs)
     got = run_executorch(ours, args, runs=runs)
     assert mismatch("ExecuTorch's runtime", got, want) is None
@@ -87,8 +85,7 @@ def test_control_flow_submodules_are_planned_too():
     """ExecuTorch's pass plans each branch first and the graph after what they reserve."""
     x = torch.randn(4, 8)
     ep = torch.export.export(_Branches(), (x,))
-    theirs = executorch_pte(copy.deepcopy(ep))
-    ours = executorch_pte(copy.deepcopy(ep), memory_planning_algo=memory_planning_algo)
+    theirs, ours = executorch_ptes(ep, [None, memory_planning_algo])
     assert planned_bytes(ours) <= planned_bytes(theirs)
     for branch in (x.abs(), -x.abs()):
         (got,), (want,) = run_executorch(ours, (branch,))[0], run_executorch(theirs, (branch,))[0]
