@@ -6,9 +6,10 @@ MemoryPlanningPass's algorithm.
 
 Every corpus model: the samples, the test corpus and the transformer stacks (2, 8 and 32
 layers) of benchmarks/harness.py, each transformers family of the test corpus
-(testbed/hf_models.py: decoders, encoders, encoder-decoders, vision and audio, and the
-mixture-of-experts decoders ExecuTorch cannot lower, shown n/a) and the quantize benchmark's
-tiny vision models. Each is exported once (under no_grad, non-strict) and lowered ExecuTorch's
+(testbed/hf_models.py: decoders, encoders, encoder-decoders, vision and audio; the
+mixture-of-experts decoders, which ExecuTorch cannot lower with transformers' default experts,
+shown n/a, and again as `NAME_batched` with the "batched_mm" experts it lowers, as
+moe_vs_executorch.py does) and the quantize benchmark's tiny vision models. Each is exported once (under no_grad, non-strict) and lowered ExecuTorch's
 default portable way once (testbed/executorch.py: alignment 16, inputs, outputs and mutable
 buffers planned; with --xnnpack, its XNNPACK partitioner first), then planned twice, with its
 greedy planner and with devplan's algorithm, nothing else different. Per model: the bytes each
@@ -48,6 +49,19 @@ VISION = ("mobilenet_v3", "resnet_bottleneck")
 HF_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 
 
+def _batched(build: Callable[[], HFCase]) -> Callable[[], HFCase]:
+    def make() -> HFCase:
+        module, args, kwargs = build()
+        module.set_experts_implementation("batched_mm")
+        return module, args, kwargs
+
+    return make
+
+
+MOE_BATCHED = {f"{name}_batched": _batched(build) for name, build in MOE_FAMILIES.items()}
+HF = {*FAMILIES, *MOE_FAMILIES, *MOE_BATCHED}
+
+
 def models() -> dict[str, Callable[[], HFCase]]:
     """Every model of the benchmark by name, as (module, args, kwargs) builders."""
     built: dict[str, Callable[[], HFCase]] = {
@@ -55,11 +69,12 @@ def models() -> dict[str, Callable[[], HFCase]]:
     }
     built.update(FAMILIES)
     built.update(MOE_FAMILIES)
+    built.update(MOE_BATCHED)
     built.update({name: QUANTIZE_MODELS[name]["tiny"] for name in VISION})
     return built
 
 
-DEFAULT = (*SAMPLES, *CORPUS, *TRANSFORMERS, *FAMILIES, *MOE_FAMILIES, *VISION)
+DEFAULT = (*SAMPLES, *CORPUS, *TRANSFORMERS, *FAMILIES, *MOE_FAMILIES, *MOE_BATCHED, *VISION)
 
 
 def measure(name: str, xnnpack: bool = False) -> dict:
@@ -88,7 +103,7 @@ def measure(name: str, xnnpack: bool = False) -> dict:
 
 
 def _mismatch(name: str, got: list[list], want: list[list]) -> str | None:
-    if name not in FAMILIES:
+    if name not in HF:
         return mismatch("ExecuTorch's runtime", got, want)
     for run, (outputs, expected) in enumerate(zip(got, want, strict=True)):
         for i, (g, w) in enumerate(zip(outputs, expected, strict=True)):
