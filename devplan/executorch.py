@@ -12,12 +12,14 @@ devplan's algorithms and checked by devplan's verifier.
 ExecuTorch 1.5.1's pass (exir/memory_planning.py, apply_algo) gives the algorithm each device's
 tensor specs with their lifetimes (first and last node, both inclusive), once per graph and per
 control-flow submodule, and takes back the buffer sizes (entry 0, the constants', unused), the
-algorithm having set each spec's mem_id, mem_offset and mem_obj_id. Nothing here imports
-ExecuTorch: the specs are read and written by their attributes."""
+algorithm having set each spec's mem_id, mem_offset and mem_obj_id. The specs are read and
+written by their attributes; ExecuTorch's own greedy is imported only when called, inside its
+pass, to hold "best" to never planning more than ExecuTorch's default."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import SimpleNamespace
 from typing import Any
 
 from devplan.planning import Interval, Placed, plan, verify
@@ -34,7 +36,8 @@ def memory_planning_algo(
     algorithm: str = "best",
 ) -> list[int]:
     """Place `specs` (ExecuTorch TensorSpecs) with devplan's `algorithm` (devplan.planning.ALGORITHMS;
-    "best": the smallest of its greedy orders and its hill climb per buffer), verify the plan, set
+    "best": the smallest of its greedy orders and its hill climb per buffer, or ExecuTorch's own
+    greedy placement where that takes fewer bytes in all), verify the plan, set
     each spec's mem_id, mem_offset and mem_obj_id, and return the buffer sizes as ExecuTorch's
     greedy algorithm does: [0, size of buffer 1, ...], each used buffer `extra_padding` bytes
     longer (ExecuTorch's 64 for XNNPACK's reads past a tensor's end). A spec with a storage_base
@@ -63,7 +66,28 @@ def memory_planning_algo(
     for group, size in placement.sizes.items():
         sizes[group] = _start(starts, group) + size + extra_padding
     _verify(specs, roots, sizes, alignment)
+    if algorithm == "best":
+        sizes = _executorch_if_smaller(alignment, specs, roots, sizes, starts, extra_padding)
     return sizes
+
+
+def _executorch_if_smaller(
+    alignment: int, specs: list[Any], roots: list[Any], sizes: list[int], starts: list[int], extra_padding: int
+) -> list[int]:
+    """ExecuTorch's greedy placement of `specs` when it takes fewer bytes than devplan's (`sizes`,
+    already written to the specs), verified as devplan's is; else `sizes`. Its greedy (largest
+    first, each into the first shared object with room) sometimes packs tighter than devplan's
+    orders and climb, and the default it replaces is that greedy, so "best" never plans more.
+    It is given the buffers' aligned starts, so that the two are compared on the same starts."""
+    from executorch.exir.memory_planning import greedy
+
+    theirs = greedy(alignment, specs, SimpleNamespace(input_mem_buffer_sizes=starts), None, extra_padding)
+    if sum(theirs.bufsizes) >= sum(sizes):
+        return sizes
+    for spec, placed in theirs.spec_dict.items():
+        spec.mem_id, spec.mem_offset, spec.mem_obj_id = placed.mem_id, placed.mem_offset, placed.mem_obj_id
+    _verify(specs, roots, theirs.bufsizes, alignment)
+    return list(theirs.bufsizes)
 
 
 def _start(starts: list[int], group: int) -> int:

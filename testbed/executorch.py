@@ -4,6 +4,8 @@ itself never does)."""
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 
@@ -15,6 +17,15 @@ def executorch_pte(
     constant propagation, `memory_planning_algo` is its MemoryPlanningPass's algorithm (its
     greedy one by default), `xnnpack` lets its XNNPACK partitioner take what it can first.
     Mutated buffers keep their initial values, as devplan's do."""
+    (pte,) = executorch_ptes(ep, [memory_planning_algo], const_prop=const_prop, xnnpack=xnnpack)
+    return pte
+
+
+def executorch_ptes(
+    ep: torch.export.ExportedProgram, algorithms: list, *, const_prop: bool = False, xnnpack: bool = False
+) -> list[bytes]:
+    """executorch_pte's program once per memory planning algorithm in `algorithms` (None: its
+    greedy one), from one edge lowering (the most of the time), each planned on its own copy."""
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
     from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
@@ -29,12 +40,17 @@ def executorch_pte(
         signature = edge.exported_program().graph_signature
         mutated = set(signature.buffers_to_mutate.values())
         placeholders = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]
-        config = ExecutorchBackendConfig(
-            passes=[InitializedMutableBufferPass(placeholders)],
-            do_quant_fusion_and_const_prop=const_prop,
-            memory_planning_pass=MemoryPlanningPass(memory_planning_algo=memory_planning_algo),
-        )
-        return edge.to_executorch(config).buffer
+        ptes = []
+        for index, algorithm in enumerate(algorithms):
+            config = ExecutorchBackendConfig(
+                passes=[InitializedMutableBufferPass(placeholders)],
+                do_quant_fusion_and_const_prop=const_prop,
+                memory_planning_pass=MemoryPlanningPass(memory_planning_algo=algorithm),
+            )
+            # to_executorch transforms the edge program in place: the last one may take it
+            own = edge if index == len(algorithms) - 1 else copy.deepcopy(edge)
+            ptes.append(own.to_executorch(config).buffer)
+        return ptes
 
 
 def planned_bytes(pte: bytes) -> int:

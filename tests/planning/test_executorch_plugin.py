@@ -6,34 +6,31 @@ TensorSpecs: views inside their base, buffers after what control flow reserved, 
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 from devplan.executorch import memory_planning_algo
 from devplan.planning import PlanError
-from testbed.executorch import executorch_pte, planned_bytes
+from testbed.executorch import executorch_ptes, planned_bytes
 from testbed.models import CORPUS, STATEFUL, eager_outputs, export, mismatch, run_executorch
 from tests.tiers import tiered
 
 pytest.importorskip("executorch.exir")
 
 
-@pytest.mark.parametrize("name", tiered(CORPUS, ("transformer_encoder", "accumulator")))
+@pytest.mark.parametrize("name", tiered(CORPUS, ("gated_mlp", "accumulator")))
 def test_a_corpus_model_planned_by_devplan_in_executorchs_pipeline(name):
     ep, module, args = export(name)
     runs = 2 if name in STATEFUL else 1
     want = eager_outputs(module, args, runs=runs)
-    theirs = executorch_pte(copy.deepcopy(ep))
-    ours = executorch_pte(copy.deepcopy(ep), memory_planning_algo=memory_planning_algo)
+    theirs, ours = executorch_ptes(ep, [None, memory_planning_algo])  # one lowering, planned twice
     assert planned_bytes(ours) <= planned_bytes(theirs)
     got = run_executorch(ours, args, runs=runs)
     assert mismatch("ExecuTorch's runtime", got, want) is None
     for run_ours, run_theirs in zip(got, run_executorch(theirs, args, runs=runs), strict=True):
         for a, b in zip(run_ours, run_theirs, strict=True):
             assert torch.equal(a, b)
-    if name == "transformer_encoder":  # where devplan's best fit finds room ExecuTorch's greedy does not
+    if name in ("gated_mlp", "transformer_encoder"):  # where devplan's best fit finds room ExecuTorch's greedy does not
         assert planned_bytes(ours) < planned_bytes(theirs)
 
 
@@ -70,6 +67,36 @@ def test_the_contract_with_executorchs_pass():
     assert memory_planning_algo(16, [], _Graph(), None, 0) == [0, 0]
 
 
+# (bytes, first, last): found by comparing the two planners on random lifetimes; ExecuTorch's
+# greedy (largest first, each into the first shared object with room) fits them in 1152 bytes,
+# devplan's greedy orders and hill climb alone need 1216
+EXECUTORCH_FITS_TIGHTER = (
+    (512, 10, 18), (192, 10, 10), (96, 3, 9), (192, 9, 15), (128, 19, 20), (400, 18, 22), (192, 5, 5),
+    (80, 14, 21), (96, 7, 13), (64, 6, 14), (80, 10, 14), (80, 12, 14), (128, 12, 14),
+)  # fmt: skip
+
+
+def test_never_more_than_executorchs_greedy_where_it_fits_tighter():
+    """Where ExecuTorch's own greedy plans less than devplan's algorithms, the plug-in keeps
+    ExecuTorch's placement (checked by devplan's verifier): never more than the default."""
+    from executorch.exir.memory_planning import greedy
+
+    def specs():
+        return [_spec(*tensor) for tensor in EXECUTORCH_FITS_TIGHTER]
+
+    assert sum(greedy(16, specs(), _Graph(), None, 0).bufsizes) == 1152
+    assert sum(memory_planning_algo(16, specs(), _Graph(), None, 0, algorithm="hill-climb")) > 1152
+    ours = specs()
+    assert memory_planning_algo(16, ours, _Graph(), None, 0) == [0, 1152]
+    for a in ours:  # sound as written: no two tensors alive together share a byte
+        for b in ours:
+            if a is not b and a.lifetime[0] <= b.lifetime[1] and b.lifetime[0] <= a.lifetime[1]:
+                assert (
+                    a.mem_offset + a.allocated_memory <= b.mem_offset
+                    or b.mem_offset + b.allocated_memory <= a.mem_offset
+                )
+
+
 def test_a_view_that_leaves_its_base_is_refused_by_the_verifier():
     a, view = _spec(32, 0, 2), _spec(32, 1, 1)
     view.storage_base, view.storage_base_offset = a, 16  # bytes 16..48 of a 32-byte base
@@ -87,8 +114,7 @@ def test_control_flow_submodules_are_planned_too():
     """ExecuTorch's pass plans each branch first and the graph after what they reserve."""
     x = torch.randn(4, 8)
     ep = torch.export.export(_Branches(), (x,))
-    theirs = executorch_pte(copy.deepcopy(ep))
-    ours = executorch_pte(copy.deepcopy(ep), memory_planning_algo=memory_planning_algo)
+    theirs, ours = executorch_ptes(ep, [None, memory_planning_algo])
     assert planned_bytes(ours) <= planned_bytes(theirs)
     for branch in (x.abs(), -x.abs()):
         (got,), (want,) = run_executorch(ours, (branch,))[0], run_executorch(theirs, (branch,))[0]
