@@ -3,8 +3,8 @@
 ExecuTorch's lowering (0.5-15 s a program) is cached by what the program is, its fingerprint,
 not by who asks: the same corpus model exported in test_models, test_runtime,
 test_executorch_programs and the inspector tests, or a transformers model whose grad-mode and
-no_grad exports come out identical, is lowered once per session. The cache holds results
-(.pte bytes, sizes), never an ExportedProgram, and lowers a deep copy, so no caller sees
+no_grad exports come out identical, is lowered once per run, whichever worker asks first
+(testbed/shared.py). The cache holds results (.pte bytes, sizes), never an ExportedProgram, and lowers a deep copy, so no caller sees
 another's mutation. The XNNPACK quantizer's pattern graphs are exported once per process (devplan's own cache).
 
 Import it from the repository root as `testbed.lowerings`."""
@@ -23,6 +23,7 @@ import torch
 # benchmarks run ExecuTorch's own quantizing flow within the same
 from devplan.passes.export.quantize_patterns import patterns_exported_once as patterns_exported_once
 from testbed.executorch import executorch_pte
+from testbed.shared import shared_bytes
 
 CACHE_BYTES = 256 << 20  # a bound on the .pte bytes kept: the suite runs in one process
 
@@ -99,9 +100,11 @@ def by_program(limit: int = CACHE_BYTES, size: Callable[[Any], int] = len):
 
 @by_program()
 def executorch_lowered(ep: torch.export.ExportedProgram) -> bytes:
-    """testbed.executorch.executorch_pte(ep), lowered once per distinct program in the session (the
-    benchmarks time executorch_pte itself, so it stays uncached)."""
-    return executorch_pte(ep)
+    """testbed.executorch.executorch_pte(ep), lowered once per distinct program in the run, the
+    workers sharing it (testbed/shared.py; the benchmarks time executorch_pte itself, so it
+    stays uncached)."""
+    key = fingerprint(ep)
+    return executorch_pte(ep) if key is None else shared_bytes(f"executorch-{key}", lambda: executorch_pte(ep))
 
 
 def released_after_module(*caches):

@@ -22,6 +22,7 @@ from benchmarks import (
     plan_vs_executorch,
     planner_plugin,
     quantized_vs_executorch,
+    sweeps,
 )
 from benchmarks.floor import order_free_floor
 from benchmarks.harness import export
@@ -368,3 +369,16 @@ def test_backend_sweep_row_says_both_compiles_and_the_difference_from_eager(caps
     (row,) = table_rows(capsys.readouterr().out, backend_sweep.HEADERS)
     assert row[:3] == ["resnet", "yes", "yes"] and int(row[3]) >= 1 and row[4] == "-"
     assert float(row[5]) < 1e-4 and float(row[6]) > 0
+
+
+def test_sweeps_runs_the_release_tier_and_counts_it_by_file(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/sweeps.py runs what the suite leaves to releases, and only that: of one model's
+    settings in the delegate sweep, those outside the suite's sample."""
+    from tests.runtime.test_delegate_sweep import SETTINGS, SUITE
+
+    model = "corpus:linear_no_bias"
+    released = [setting for setting in SETTINGS if (model, setting) not in SUITE]
+    assert sweeps.main(["tests/runtime/test_delegate_sweep.py", "-k", "linear_no_bias"]) == 0
+    (row,) = table_rows(capsys.readouterr().out, sweeps.HEADERS)
+    assert row[0] == "tests/runtime/test_delegate_sweep.py"
+    assert list(map(int, row[1:5])) == [len(released), 0, 0, 0] and float(row[5]) > 0
