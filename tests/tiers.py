@@ -26,13 +26,18 @@ def tiered(params: Iterable, fast: Iterable, suite: Iterable | None = None) -> l
     return [pytest.param(*(p if isinstance(p, tuple) else (p,)), marks=marks(p)) if marks(p) else p for p in params]
 
 
-def rotating(cases: Iterable[str], options: list[str], each: int = 1) -> set[tuple[str, str]]:
-    """A CI-sized sample of cases x options: every case with the first option (the default) and
-    `each` more, rotating through the others, so that every option meets several cases and
-    every case is held to more than the default."""
-    others = options[1:]
-    return {
-        pair
-        for index, case in enumerate(cases)
-        for pair in [(case, options[0])] + [(case, others[(index * each + k) % len(others)]) for k in range(each)]
-    }
+def rotation(cases: Iterable[str], options: list[str], among: set | None = None) -> set[tuple[str, str]]:
+    """Each case with one option, the options taken in turn (of the case's pairs in `among`,
+    where given), so that every option meets several cases: a CI-sized sample of a cross."""
+    kept = set()
+    for index, case in enumerate(cases):
+        have = [option for option in options if among is None or (case, option) in among]
+        kept |= {(case, have[index % len(have)])} if have else set()
+    return kept
+
+
+def rotating(cases: Iterable[str], options: list[str]) -> set[tuple[str, str]]:
+    """Every case with the first option (the default) and one more in turn (rotation): every
+    case is held to more than the default, and every option meets several cases."""
+    cases = list(cases)
+    return {(case, options[0]) for case in cases} | rotation(cases, options[1:])

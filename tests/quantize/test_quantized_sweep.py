@@ -24,6 +24,7 @@ import devplan.runtime
 from testbed.executorch import executorch_pte
 from testbed.models import pt2e_quantize, run_executorch
 from tests.quantize.test_quantized import QUANTIZED_KERNELS, assert_calls_quantized_kernels, assert_weights_stay_int8
+from tests.tiers import rotation
 
 pytestmark = pytest.mark.sweep  # the slow tier: deselect with -m 'not sweep'
 
@@ -487,12 +488,17 @@ def assert_plans_no_more_than_executorch(ep, data: bytes) -> None:
     assert planned_bytes(data) <= planned_bytes(theirs)
 
 
+# the suite quantizes each model in one configuration, in turn; every pair, to release
+SUITE = rotation(MODELS, list(CONFIGS), among={(m, c) for m in MODELS for c in CONFIGS if (m, c) not in FLOAT})
+
+
 def cases():
     for model in MODELS:
         for config in CONFIGS:
             if (model, config) in FLOAT:
                 continue
-            yield pytest.param(model, config, id=f"{model}-{config}")
+            marks = () if (model, config) in SUITE else pytest.mark.release
+            yield pytest.param(model, config, id=f"{model}-{config}", marks=marks)
 
 
 # ---------------------------------------------------------------------------- the sweep
