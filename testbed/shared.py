@@ -13,11 +13,11 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:  # tests/conftest.py imports this module before anything may load torch
+    import torch
 
-T = TypeVar("T")
 FOLDER = "DEVPLAN_TEST_SHARED"
 
 
@@ -39,10 +39,12 @@ def shared_file(key: str, suffix: str, write: Callable[[Path], None]) -> Path | 
     return path
 
 
-def shared_export(key: str, export: Callable[[], torch.export.ExportedProgram]) -> torch.export.ExportedProgram:
+def shared_export(key: str, export: Callable[[], "torch.export.ExportedProgram"]) -> "torch.export.ExportedProgram":
     """`export()`'s program, made once per run and saved: every asker, the first too, loads the
     .pt2 (what `devplan compile model.pt2` reads), so a test sees the same program whichever
     worker exported it; a load is a fraction of an export's time on a real model."""
+    import torch
+
     path = shared_file(key, ".pt2", lambda path: torch.export.save(export(), path))
     return export() if path is None else torch.export.load(path)
 

@@ -10,6 +10,9 @@ import pytest
 
 from testbed.shared import FOLDER
 
+# one thread in each process: the workers (one per core) and their children share the cores, and
+# torch's threads waiting on each other there took 40% more CPU for the same tests
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # every compile the tests make, in this process or a child, checks each stage's result
 # (devplan/wellformed.py), so that a pass breaking the IR fails where it breaks it
 os.environ["DEVPLAN_CHECK_STAGES"] = "1"
