@@ -229,7 +229,7 @@ def assert_matches_golden(
     __tracebackhide__ = True  # pytest shows the caller's line, not this helper's
     if update is None:
         update = update_requested()
-    regen = not update and session is not None and session.force_regen
+    regen = session is not None and not update and session.force_regen
     if session is not None:
         session.used.add(str(Path(golden).resolve()))
     if not update and not regen and not Path(golden).exists():
@@ -241,8 +241,8 @@ def assert_matches_golden(
     try:
         if update:
             result = check_golden(program, golden, update=True)
-        elif regen:
-            _force_regen(program, golden, tolerance, exact, weights_tolerance)
+        elif regen and session is not None:
+            _force_regen(session, program, golden, tolerance, exact, weights_tolerance)
             return
         else:
             result = check_golden(
@@ -250,20 +250,21 @@ def assert_matches_golden(
             )
     except DevplanError as error:  # a damaged file: devplan's one line, no traceback into devplan
         raise Unreadable(inert(str(error))) from None
-    if not result.ok:
+    if not result.ok:  # not updated, so compared: the diff says how
         raise AssertionError(
             f"{_shown(golden)}: the program no longer plans as recorded; if that is intended, "
             f"rerun with pytest --devplan-update-golden (or {UPDATE_VARIABLE}=1)\n"
-            f"{inert(result.diff.text())}"
+            f"{inert(result.diff.text() if result.diff is not None else '')}"
         )
     if session is not None:
         if result.updated:
             session.written.append(os.fspath(golden))
-        elif shrunk := _shrunk(result.diff):
+        elif result.diff is not None and (shrunk := _shrunk(result.diff)):
             session.smaller.append((os.fspath(golden), shrunk))
 
 
 def _force_regen(
+    session: GoldenSession,
     program: str | os.PathLike | bytes,
     golden: str | os.PathLike,
     tolerance: Tolerance | str | None,
@@ -287,7 +288,7 @@ def _force_regen(
     told = (
         f"{_shown(golden)}: {'written' if result is None else 'rewritten'} by --devplan-force-regen, "
         f"as the program plans now; review the change and commit it"
-        + (f"\n{inert(result.diff.text())}" if result is not None else "")
+        + (f"\n{inert(result.diff.text())}" if result is not None and result.diff is not None else "")
     )
     if session.pending is None:  # outside a test's call (a fixture's setup): it fails here
         raise AssertionError(told)

@@ -128,13 +128,14 @@ def _fold_lines(choices: list[FoldChoice]) -> list[str]:
 def _own_memory(delegates: list[CompiledDelegate]) -> str:
     """What the planned buffers leave out: the working memory these delegates' backend
     allocates itself at run time (XNNPACK's intermediates), summed where the payloads say."""
-    own = [d["working_memory"] for d in delegates if d.get("working_memory") is not None]
+    own = [m for d in delegates if (m := d.get("working_memory")) is not None]
     if not own:
         return ""
-    told = "" if all(m["bytes"] is not None for m in own) else "; not every payload says how much"
-    known = [m for m in own if m["bytes"] is not None]
+    # a payload that says its bytes says its values too (own_memory.py sets both or neither)
+    known = [(m["bytes"], m["values"]) for m in own if m["bytes"] is not None and m["values"] is not None]
+    told = "" if len(known) == len(own) else "; not every payload says how much"
     amount = (
-        f": up to {exact_size_text(sum(m['bytes'] for m in known))}, {counted(sum(m['values'] for m in known), 'intermediate')} "
+        f": up to {exact_size_text(sum(b for b, _ in known))}, {counted(sum(v for _, v in known), 'intermediate')} "
         f"from {'its graph' if len(own) == 1 else 'their graphs'} summed"
         if known
         else ""
@@ -257,12 +258,13 @@ def buffer_name(c: BufferCheck) -> str:
 def buffer_facts(c: BufferCheck) -> list[str]:
     """Its size, and against each limit asked for, by how much it passes or fails."""
     if c.working_memory is not None:  # told, not checked: no plan holds it
-        if c.working_memory["bytes"] is None:
+        values = c.working_memory["values"]
+        if c.working_memory["bytes"] is None or values is None:  # own_memory.py sets both or neither
             return ["not known (its payload does not say)", "outside the plan, allocated by its backend"]
         return [
             f"up to {exact_size_text(c.size)}",
             f"outside the plan, allocated by its backend: "
-            f"{counted(c.working_memory['values'], 'intermediate')} from its graph summed; "
+            f"{counted(values, 'intermediate')} from its graph summed; "
             f"--budget {c.device}+backends=SIZE counts it",
         ]
     facts = [exact_size_text(c.size)]
@@ -302,7 +304,8 @@ def run_lines(report: RunDocument) -> list[str]:
                 f"max {_statistic(out['max'])}  mean {_statistic(out['mean'])}"
             )
     for row in report.get("memory", ()):
-        if row["peak"] is not None:  # what a device really held, beside what the plan said it would
+        # what a device really held, beside what the plan said it would (report.py sets both or neither)
+        if row["peak"] is not None and row["beyond_plan"] is not None:
             lines.append(
                 f"{row['device']}: planned {size_text(row['planned'])}, constants "
                 f"{size_text(row['constants'])}, peak {size_text(row['peak'])} "
@@ -335,11 +338,15 @@ def reference_lines(reference: Reference) -> list[str]:
         if output["note"] is not None:
             lines.append(f"  output {output['index']}: {mark}  {printable(output['note'])}")
             continue
+        max_abs, mean_abs = output["max_abs"], output["mean_abs"]
+        if max_abs is None or mean_abs is None:  # a value (not a tensor) equal to the reference's
+            lines.append(f"  output {output['index']}: {mark}  equal")
+            continue
         sqnr = "exact" if output["sqnr_db"] is None else f"SQNR {_statistic(output['sqnr_db'])} dB"
         argmax = output["argmax_agreement"]
         lines.append(
-            f"  output {output['index']}: {mark}  {sqnr}  max abs {_statistic(output['max_abs'])}  "
-            f"mean abs {_statistic(output['mean_abs'])}"
+            f"  output {output['index']}: {mark}  {sqnr}  max abs {_statistic(max_abs)}  "
+            f"mean abs {_statistic(mean_abs)}"
             + ("" if output["allclose"] else "  not allclose")
             + ("" if argmax is None else f"  argmax agreement {argmax:.1%}")
         )

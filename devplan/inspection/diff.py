@@ -58,14 +58,21 @@ LARGEST_SHOWN = 10
 
 
 @dataclass(frozen=True)
+class Placements:
+    """What a program says beyond its golden document (which keeps only their digest), by method."""
+
+    placements: dict[str, list[Planned]]
+    instructions: dict[str, list[tuple]]  # instruction_marks
+    operators: dict[str, dict[int, dict[str, int]]]  # peak_operators
+
+
+@dataclass(frozen=True)
 class Side:
-    """One side of a comparison: its golden document and, for a program, its placements by method."""
+    """One side of a comparison: its golden document and, for a program, its placements."""
 
     name: str
     golden: GoldenDocument
-    placements: dict[str, list[Planned]] | None = None
-    instructions: dict[str, list[tuple]] | None = None  # instruction_marks, by method
-    operators: dict[str, dict[int, dict[str, int]]] | None = None  # peak_operators, by method
+    program: Placements | None = None  # None for a golden file or document
     modules: bool = True  # whether it names the model's modules (names_modules)
 
 
@@ -87,9 +94,11 @@ def side(source) -> Side:
     return Side(
         inspected["file"]["name"],
         golden_document(inspected),
-        {m["name"]: planned(m) for m in inspected["methods"]},
-        {m["name"]: instruction_marks(m) for m in inspected["methods"]},
-        {m["name"]: peak_operators(m) for m in inspected["methods"]},
+        Placements(
+            {m["name"]: planned(m) for m in inspected["methods"]},
+            {m["name"]: instruction_marks(m) for m in inspected["methods"]},
+            {m["name"]: peak_operators(m) for m in inspected["methods"]},
+        ),
         names_modules(inspected),
     )
 
@@ -131,7 +140,14 @@ def diff(
     left, right = side(a), side(b)
     # a side that names no modules would put its whole peak under "(no module)": both are told
     # by the operators that wrote what each peak holds instead
-    by_operator = None if left.modules and right.modules else (left.operators or {}, right.operators or {})
+    by_operator = (
+        None
+        if left.modules and right.modules
+        else (
+            left.program.operators if left.program is not None else {},
+            right.program.operators if right.program is not None else {},
+        )
+    )
     compare = _Compare(rule or Tolerance(), exact, fail_on_shrink, by_operator, weights or rule or Tolerance())
     compare.sized(
         None, "program", "constant_bytes", left.golden["file"]["constant_bytes"], right.golden["file"]["constant_bytes"]
@@ -144,8 +160,8 @@ def diff(
     for name, x, y in _pairs(methods_a, methods_b):
         if compare.matched(None, f"method {name}", x, y, lambda m: m["name"]):
             compare.method(name, x, y)
-            programs = left.placements is not None and right.placements is not None
-            compare.placements(name, x["placements"], y["placements"], (left, right) if programs else None)
+            programs = (left.program, right.program) if left.program is not None and right.program is not None else None
+            compare.placements(name, x["placements"], y["placements"], programs)
     return Diff(left.name, right.name, tuple(compare.changes), rule, exact, left.modules == right.modules, weights)
 
 
@@ -313,7 +329,7 @@ class _Compare:
             self.fixed(method, subject, "window", _window(x), _window(y))
 
     def placements(
-        self, method: str, a: GoldenPlacements, b: GoldenPlacements, programs: tuple[Side, Side] | None
+        self, method: str, a: GoldenPlacements, b: GoldenPlacements, programs: tuple[Placements, Placements] | None
     ) -> None:
         """Moved placements are only a difference with exact: a plan that shrank, or grew
         within the tolerance, has moved its tensors too. A golden file keeps only the digest,

@@ -15,6 +15,7 @@ from typing import Any, cast
 import torch
 
 from devplan.extras import import_module
+from devplan.ir.fx import arg_node
 
 ALGORITHM = "hqq_scale_only"  # the recipes' choice of scales (export_llama's use_hqq, optimum's default)
 QUANTIZATION = "torchao.quantization"
@@ -29,13 +30,15 @@ def taken_8da4w(module: torch.fx.GraphModule, group_size: int) -> list[torch.fx.
     tables, and the linears whose input size is a multiple of `group_size` (the recipes leave
     the others float), each of a weight the module holds."""
     tables = [
-        node for node in _weighted(module, torch.ops.aten.embedding.default, 0) if node.args[0].meta["val"].dim() == 2
+        node
+        for node in _weighted(module, torch.ops.aten.embedding.default, 0)
+        if arg_node(node, 0).meta["val"].dim() == 2
     ]
     linears = [
         node
         for node in _weighted(module, torch.ops.aten.linear.default, 1)
-        if node.args[1].meta["val"].shape[-1] % group_size == 0
-        and (len(node.args) < 3 or node.args[2] is None or node.args[2].op == "get_attr")  # a weight's bias
+        if arg_node(node, 1).meta["val"].shape[-1] % group_size == 0
+        and (len(node.args) < 3 or node.args[2] is None or arg_node(node, 2).op == "get_attr")  # a weight's bias
     ]
     return tables + linears
 

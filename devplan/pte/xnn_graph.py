@@ -11,7 +11,7 @@ generated bindings (devplan/pte/xnn_fb) read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from devplan.errors import DevplanError
 from devplan.pte.ptd import key_text
@@ -118,7 +118,7 @@ def read_graph(payload: bytes | memoryview, where: str) -> Graph:
     return Graph(key_text(raw.version or b""), header, nodes, values, inputs, outputs, constants)
 
 
-def _refuse(where: str, what: str):
+def _refuse(where: str, what: str) -> NoReturn:
     raise DevplanError(f"{where}: {what}; {DAMAGED}")
 
 

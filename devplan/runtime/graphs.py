@@ -42,7 +42,7 @@ class GraphSteps:
 
     def __call__(self, values: list, bounds: dict) -> int:
         self.calls += 1
-        if self.off:
+        if self.off or self.stream is None:  # no stream of its own exactly when off
             self.work = interpret(self.steps, values, bounds, self.where)
             return self.work
         if self.calls == 1:
