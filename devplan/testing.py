@@ -24,7 +24,7 @@ from devplan.units import inert, printable
 
 if TYPE_CHECKING:
     from devplan.compiler import CompileResult
-    from devplan.inspection.changes import Diff, Tolerance
+    from devplan.inspection.changes import Comparison, Tolerance
 
 UPDATE_VARIABLE = "DEVPLAN_UPDATE_GOLDEN"
 
@@ -311,7 +311,7 @@ def rewritten(told: list[str]) -> str:
     )
 
 
-def _shrunk(diff: Diff) -> str:
+def _shrunk(diff: Comparison) -> str:
     """The sizes that are smaller now than the golden records ('' if none): a passing check
     whose golden would otherwise go stale, letting the program grow back unnoticed."""
     from devplan.inspection.difftext import SIZED

@@ -195,7 +195,9 @@ def check_lines(
         if not c.ok and c.peak is not None:  # what a reviewer needs to act on: where, and which blocks
             lines.append(f"        {peak_words(c)}, {peak_text(c.peak)}")
     if matched is not None:
-        verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
+        verdict = (
+            f"wrote it from {name}" if matched.diff is None else outcome(matched.diff)
+        )  # updated: nothing compared
         lines.append(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
         if matched.diff is not None:
             lines += [*cause_lines(matched.diff, width), *change_lines(matched.diff, width=width)]

@@ -10,17 +10,19 @@ import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, cast
+from typing import Mapping
 
 from devplan.cli.reports import buffer_facts, buffer_name, peak_words
-from devplan.documents import CheckedRuntime, OutputComparison, PeakDetail, Reference
+from devplan.documents import CheckedRuntime, OutputComparison, Reference
 from devplan.errors import DevplanError
-from devplan.inspection.changes import Change, Diff
+from devplan.inspection.changes import Change
 from devplan.inspection.check import BufferCheck, GoldenCheck
+from devplan.inspection.diff import Diff
 from devplan.inspection.difftext import (
     change_label,
     change_values,
     outcome,
+    peak_detail,
     peak_text,
     share_text,
     shares,
@@ -62,7 +64,9 @@ def check_markdown(
         ]
         lines += ["", *peaks] if peaks else []
     if matched is not None:
-        verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
+        verdict = (
+            f"wrote it from {name}" if matched.diff is None else outcome(matched.diff)
+        )  # updated: nothing compared
         lines += ["", f"#### {_MARK[matched.ok]} golden {_code(golden)}: {_cell(verdict)}", ""]
         lines += _changes_markdown(matched.diff) if matched.diff is not None else []
         if matched.ok and matched.diff is not None and matched.diff.shrank:
@@ -136,7 +140,7 @@ def _grown_markdown(d: Diff, peak: Change) -> list[str]:
     most changed first."""
     size = _size_change(d, peak)
     grew = f": {change_values(size)}" if size else ""
-    detail = cast(PeakDetail, peak.detail)  # a "peak" change's
+    detail = peak_detail(peak)
     lines = [
         f"**What grew in {_cell(f'{peak.method} {peak.subject}')}**{_cell(grew)}; peak: {_cell(change_values(peak))}",
         "",
@@ -308,7 +312,7 @@ def _change_message(d: Diff, change: Change) -> str:
     if peak is not None:
         if peak is not change:
             lines.append(f"peak: {change_values(peak)}")
-        lines += [share_text(*share) for share in shares(cast(PeakDetail, peak.detail))]  # a "peak" change's
+        lines += [share_text(*share) for share in shares(peak_detail(peak))]
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, Callable, Mapping, Sequence, cast
 
 from devplan.documents import (
     GoldenDelegate,
@@ -33,9 +33,11 @@ from devplan.documents import (
 from devplan.errors import DevplanError
 from devplan.files import open_input, present
 from devplan.inspection import inspect
-from devplan.inspection.changes import Change, Diff, Tolerance, parse_tolerance
+from devplan.inspection.changes import Change, Comparison, Tolerance, parse_tolerance
+from devplan.inspection.difftext import WIDTH, diff_text
 from devplan.inspection.golden import golden_document, is_golden, read_golden
 from devplan.inspection.pairing import (
+    Mark,
     Planned,
     facts,
     golden_names_modules,
@@ -58,11 +60,21 @@ LARGEST_SHOWN = 10
 
 
 @dataclass(frozen=True)
+class Diff(Comparison):
+    """What devplan.diff returns: the comparison, and its text."""
+
+    def text(self, labels: bool = True, width: int = WIDTH, placements: bool = False) -> str:
+        """As a person reads it, in `width` columns; labels=False: without a gate's FAIL and ok;
+        placements: each changed tensor listed even where the sides come from two compilers."""
+        return diff_text(self, labels, width, placements)
+
+
+@dataclass(frozen=True)
 class Placements:
     """What a program says beyond its golden document (which keeps only their digest), by method."""
 
     placements: dict[str, list[Planned]]
-    instructions: dict[str, list[tuple]]  # instruction_marks
+    instructions: dict[str, list[Mark]]  # instruction_marks
     operators: dict[str, dict[int, dict[str, int]]]  # peak_operators
 
 
@@ -76,11 +88,11 @@ class Side:
     modules: bool = True  # whether it names the model's modules (names_modules)
 
 
-def side(source) -> Side:
+def side(source: str | os.PathLike[str] | bytes | Mapping[str, Any]) -> Side:
     """A program (path or bytes of a .pte), a golden file (path of its JSON), an inspection
     document or a golden document (dicts)."""
     doc: Mapping[str, Any]
-    if isinstance(source, dict):
+    if isinstance(source, Mapping):
         doc = source
     elif isinstance(source, (str, os.PathLike)) and looks_like_golden(Path(source)):
         golden = read_golden(source)
@@ -115,8 +127,8 @@ def looks_like_golden(path: Path) -> bool:
 
 
 def diff(
-    a,
-    b,
+    a: str | os.PathLike[str] | bytes | Mapping[str, Any],
+    b: str | os.PathLike[str] | bytes | Mapping[str, Any],
     *,
     tolerance: Tolerance | str | None = None,
     exact: bool = False,
@@ -165,7 +177,7 @@ def diff(
     return Diff(left.name, right.name, tuple(compare.changes), rule, exact, left.modules == right.modules, weights)
 
 
-def _pairs(a: Mapping, b: Mapping) -> list[tuple]:
+def _pairs(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> list[tuple[Any, Any, Any]]:
     """(key, a's item or None, b's item or None) for each key of either: a's in order, then b's own."""
     return [(key, a.get(key), b.get(key)) for key in list(a) + [key for key in b if key not in a]]
 
@@ -187,21 +199,21 @@ class _Compare:
         self.by_operator = by_operator  # each side's peak_operators, where the peaks are told by operator
         self.weights = weights or tolerance
 
-    def sized(self, method, subject: str, fact: str, a: int, b: int) -> None:
+    def sized(self, method: str | None, subject: str, fact: str, a: int, b: int) -> None:
         if a != b:
             rule = self.weights if fact in WEIGHTS else self.tolerance
             fails = self.exact or (b > a and not rule.allows(a, b)) or (b < a and self.fail_on_shrink)
             self.changes.append(Change(method, subject, fact, a, b, fails))
 
-    def reported(self, method, subject: str, fact: str, a, b) -> None:
+    def reported(self, method: str, subject: str, fact: str, a: object, b: object) -> None:
         if a != b:
             self.changes.append(Change(method, subject, fact, a, b, self.exact))
 
-    def fixed(self, method, subject: str, fact: str, a, b) -> None:
+    def fixed(self, method: str, subject: str, fact: str, a: object, b: object) -> None:
         if a != b:
             self.changes.append(Change(method, subject, fact, a, b, True))
 
-    def matched(self, method, subject: str, x, y, brief) -> bool:
+    def matched(self, method: str | None, subject: str, x: Any, y: Any, brief: Callable[[Any], object]) -> bool:
         """Whether both sides have it; one that only a has was removed, one that only b has
         added (a change, described by brief(item))."""
         if x is not None and y is not None:
@@ -248,7 +260,7 @@ class _Compare:
     def buffers(self, method: str, prefix: str, a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> None:
         """Buffers matched by mem_id (and, inside a delegate, by the payload's method)."""
 
-        def key(buffer):
+        def key(buffer: Mapping[str, Any]) -> tuple[str | None, int]:
             return buffer.get("method"), buffer["mem_id"]
 
         for (inner, mem_id), x, y in _pairs({key(x): x for x in a}, {key(x): x for x in b}):
@@ -285,7 +297,10 @@ class _Compare:
         moved = (a["op"], a["source"]) != (b["op"], b["source"])
         more = sum(s[1] != s[2] for s in shares) - len(grown)
         if grown or moved:
-            brief = lambda p: {key: p[key] for key in ("instruction", "op", "source", "bytes")}  # noqa: E731
+
+            def brief(p: GoldenPeak) -> dict[str, object]:
+                return {key: p[key] for key in ("instruction", "op", "source", "bytes")}
+
             self.changes.append(
                 Change(
                     method,
