@@ -100,14 +100,14 @@ def compile_lines(
 def attention_text(attention: list[CompiledAttention]) -> str:
     """How each attention is computed, alike ones counted together: '2 in blocks of 256 of
     their 2048 keys, 1 materialized (scores within one block)'."""
-    groups: dict[tuple, int] = {}
+    groups: dict[tuple[int | None, int | str], int] = {}
     for a in attention:
         form = (a["block"], a["keys"]) if a["block"] is not None else (None, a["why"])
         groups[form] = groups.get(form, 0) + 1
     return ", ".join(
         f"{count} in blocks of {block} of {'its' if count == 1 else 'their'} {detail} keys"
         if block is not None
-        else f"{count} materialized ({printable(detail)})"
+        else f"{count} materialized ({printable(str(detail))})"
         for (block, detail), count in groups.items()
     )
 
@@ -117,7 +117,10 @@ def _fold_lines(choices: list[FoldChoice]) -> list[str]:
     kept = [c for c in choices if c["chosen"]]
     if not kept:
         return []
-    cost = lambda c: size_text(c["arena"] + c["constant_bytes"])  # noqa: E731
+
+    def cost(c: FoldChoice) -> str:
+        return size_text(c["arena"] + c["constant_bytes"])
+
     others = ", ".join(f"{c['policy']} {cost(c)}" for c in choices if not c["chosen"])
     return [
         f"  folding {kept[0]['policy']}: arena {size_text(kept[0]['arena'])} + constants "

@@ -28,7 +28,7 @@ from devplan.inspection.difftext import (
     shares,
     signed_size,
 )
-from devplan.inspection.golden_lines import change_line, key_lines
+from devplan.inspection.golden_lines import KeyPath, change_line, key_lines
 from devplan.planning.budget import BACKENDS
 from devplan.units import inert, printable, size_text
 
@@ -188,7 +188,7 @@ class Declared:
     lines: tuple[str, ...] = ()  # the workflow's lines
     golden: str | None = None
     budgets: Mapping[str, str] = field(default_factory=dict)  # budget key -> the --budget text giving it
-    golden_lines: Mapping[tuple, tuple[int, str]] = field(default_factory=dict)  # its key_lines
+    golden_lines: Mapping[KeyPath, tuple[int, str]] = field(default_factory=dict)  # its key_lines
 
     def at(self, c: BufferCheck) -> tuple[str | None, int | None]:
         """(file, line) for a failing buffer's annotation."""
@@ -226,7 +226,7 @@ def declared(budgets: list[str], golden: str | None) -> Declared:
     return Declared(path, tuple(text.splitlines()), golden, keys, lines)
 
 
-def golden_lines(path: str) -> dict[tuple, tuple[int, str]]:
+def golden_lines(path: str) -> dict[KeyPath, tuple[int, str]]:
     """The golden file's key_lines, or none where it cannot be read as a file (standard input,
     a file not there yet): its annotations then name the file alone."""
     from devplan.files import STDIO, read_input
@@ -285,7 +285,7 @@ def _output_message(reference: Reference, o: OutputComparison) -> str:
     return f"against {reference['file']['name']}: {judged}"
 
 
-def diff_github(d: Diff, file: str, lines_of: Mapping[tuple, tuple[int, str]] | None = None) -> list[str]:
+def diff_github(d: Diff, file: str, lines_of: Mapping[KeyPath, tuple[int, str]] | None = None) -> list[str]:
     """An error on `file` per difference, its cause (the blocks that grew at the buffer's peak)
     in the message, and a notice per change allowed; a peak told in an error is not repeated.
     Where `file` is a golden file, `lines_of` (its key_lines) puts each at its fact's line."""
@@ -434,4 +434,5 @@ def _xml(root: ET.Element) -> bytes:
     root.set("tests", str(sum(int(s.get("tests", "0")) for s in root)))
     root.set("failures", str(sum(int(s.get("failures", "0")) for s in root)))
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    written: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return written + b"\n"

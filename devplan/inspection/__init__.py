@@ -26,7 +26,7 @@ __all__ = ["inspect"]
 
 @overload
 def inspect(
-    source: str | os.PathLike[str] | bytes,
+    source: str | os.PathLike[str] | bytes | PteFile,
     *,
     method: str | None = None,
     delegate: None = None,
@@ -36,16 +36,16 @@ def inspect(
 
 @overload
 def inspect(
-    source: str | os.PathLike[str] | bytes,
+    source: str | os.PathLike[str] | bytes | PteFile,
     *,
     method: str | None = None,
-    delegate: int,
+    delegate: int | None,
     data: str | os.PathLike[str] | None = None,
 ) -> InspectDocument | XnnpackDocument: ...
 
 
 def inspect(
-    source: str | os.PathLike[str] | bytes,
+    source: str | os.PathLike[str] | bytes | PteFile,
     *,
     method: str | None = None,
     delegate: int | None = None,

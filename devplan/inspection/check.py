@@ -66,7 +66,7 @@ class BufferCheck:
 
 
 def check(
-    source: str | os.PathLike[str] | bytes,
+    source: str | os.PathLike[str] | bytes | PteFile,
     *,
     budgets: Mapping[str, int] | None = None,
     max_ratio: float | None = None,
@@ -209,7 +209,7 @@ class GoldenCheck:
 
 
 def check_golden(
-    source: str | os.PathLike[str] | bytes,
+    source: str | os.PathLike[str] | bytes | PteFile,
     golden: str | os.PathLike[str],
     *,
     update: bool = False,

@@ -48,6 +48,7 @@ from devplan.inspection.pairing import (
     planned,
     timelines,
 )
+from devplan.pte import PteFile
 from devplan.units import natural_key
 
 # counts reported, never failed (but with exact): one more scalar the emitter made, or one
@@ -88,7 +89,7 @@ class Side:
     modules: bool = True  # whether it names the model's modules (names_modules)
 
 
-def side(source: str | os.PathLike[str] | bytes | Mapping[str, Any]) -> Side:
+def side(source: str | os.PathLike[str] | bytes | PteFile | Mapping[str, Any]) -> Side:
     """A program (path or bytes of a .pte), a golden file (path of its JSON), an inspection
     document or a golden document (dicts)."""
     doc: Mapping[str, Any]
@@ -127,8 +128,8 @@ def looks_like_golden(path: Path) -> bool:
 
 
 def diff(
-    a: str | os.PathLike[str] | bytes | Mapping[str, Any],
-    b: str | os.PathLike[str] | bytes | Mapping[str, Any],
+    a: str | os.PathLike[str] | bytes | PteFile | Mapping[str, Any],
+    b: str | os.PathLike[str] | bytes | PteFile | Mapping[str, Any],
     *,
     tolerance: Tolerance | str | None = None,
     exact: bool = False,
