@@ -112,7 +112,8 @@ class LoadedMethod:
                 t.said_device or CPU for t in view.tensors.values() if not t.constant
             }
             self.home = placed.pop() if len(placed) == 1 else CPU
-            opened: dict[tuple, LoadedMethod] = {}  # delegates of one payload and window run one loaded method
+            # delegates of one payload and window run one loaded method
+            opened: dict[tuple[int, int, tuple[int, int] | None], LoadedMethod] = {}
             for delegate in view.delegates:
                 key = (*pte.payload_key(view.plan_index, delegate.index), delegate.window)
                 if key not in opened:
@@ -155,7 +156,7 @@ class LoadedMethod:
         if self.cuda_graphs and self.home.type == "cuda":
             self.graph_steps = GraphSteps(self.steps, [a for a, _ in self.arenas.values()], self.bounds, self.where)
 
-    def execute(self, inputs: Sequence[Any], clock: list | None = None) -> list[Any]:
+    def execute(self, inputs: Sequence[Any], clock: list[tuple[int, int, int]] | None = None) -> list[Any]:
         """Run once: copy `inputs` in, run every instruction, return host copies of the outputs;
         with `clock`, each instruction's (index, start, end) appended to it (interpret's)."""
         if len(inputs) != len(self.inputs):
@@ -220,7 +221,7 @@ class LoadedMethod:
             return False
         bound = self.bounds.get(index)
         if bound is None or given.dim() != len(bound) or any(g > b for g, b in zip(given.shape, bound)):
-            return given.shape == slot.shape
+            return bool(given.shape == slot.shape)
         return True
 
     def _take(self, nbytes: int, what: str) -> None:
@@ -389,12 +390,12 @@ class LoadedMethod:
 
 
 def run(
-    source: str | os.PathLike | bytes | PteFile,
+    source: str | os.PathLike[str] | bytes | PteFile,
     inputs: Sequence[Any],
     *,
     method: str = "forward",
     runs: int = 1,
-    data: str | os.PathLike | None = None,
+    data: str | os.PathLike[str] | None = None,
 ) -> list[list[Any]]:
     """Run `method` of a .pte `runs` times on the same loaded method; the outputs of each run.
     `data`: the .ptd holding the weights the program keeps outside it."""

@@ -153,7 +153,7 @@ def _load_kernels(who: str) -> Runtime:
         found = [library for folder in folders for library in sorted(Path(folder).glob(f"**/{pattern}"))]
         if not found:
             raise DevplanError(f"{who}: ExecuTorch's LLM kernels ({package}) are not installed; {INSTALL}")
-        torch.ops.load_library(str(found[0]))
+        torch.ops.load_library(str(found[0]))  # type: ignore[no-untyped-call]  # torch declares it untyped
     return Runtime(runtime, portable)
 
 

@@ -232,7 +232,7 @@ class _Steps:
             offset, rest = divmod(int(planned.storage_offset()) * planned.element_size(), result.element_size())
             if rest or result.element_size() > planned.element_size():
                 raise DevplanError(
-                    f"{self.where}: instruction {index} ({op.name()}) writes value {out} as "
+                    f"{self.where}: instruction {index} ({op.name()}) writes value {out} as "  # type: ignore[no-untyped-call]  # torch's, untyped
                     f"{result.dtype} on {planned.device}, which its planned {planned.dtype} bytes "
                     f"cannot hold"
                 )
@@ -240,7 +240,9 @@ class _Steps:
                 planned.untyped_storage(), offset, planned.shape, planned.stride()
             )
 
-    def _check_kinds(self, index: int, name: str, arguments: list, kinds: tuple[int, ...]) -> None:
+    def _check_kinds(
+        self, index: int, name: str, arguments: list[tuple[int, str, str, Any]], kinds: tuple[int, ...]
+    ) -> None:
         """Each (value, argument name, its type's text, the value types it may be or None) of a
         kernel call: ExecuTorch's kernels assert (abort) on a value of another type."""
         for value, argument, typed, wanted in arguments:
