@@ -19,7 +19,7 @@ QUANTIZER_API = "torchao.quantization.pt2e.quantizer"
 EMBEDDING_BYTE = "executorch.exir.passes._quant_patterns_and_replacements"
 
 
-def annotate_embeddings(model: torch.fx.GraphModule, spec) -> None:
+def annotate_embeddings(model: torch.fx.GraphModule, spec: Any) -> None:  # spec: torchao's QuantizationSpec
     """Mark each embedding's table for quantization by `spec` (XNNPACK's 8-bit symmetric
     per-channel weight spec: channel 0 is a table's row), and as taken, so the report counts it
     quantized. Symmetric, since ExecuTorch's dequantize kernel takes integer zero points only

@@ -68,7 +68,7 @@ def quantize_8da4w(module: torch.fx.GraphModule, taken: list[torch.fx.Node], gro
     module.recompile()
 
 
-def _weighted(module: torch.fx.GraphModule, op, position: int) -> list[torch.fx.Node]:
+def _weighted(module: torch.fx.GraphModule, op: torch._ops.OpOverload, position: int) -> list[torch.fx.Node]:
     """The calls of `op` whose argument at `position` is a float weight the module holds."""
     found = []
     for node in module.graph.find_nodes(op="call_function", target=op):
@@ -79,7 +79,7 @@ def _weighted(module: torch.fx.GraphModule, op, position: int) -> list[torch.fx.
     return found
 
 
-def _gather_8bit(module: torch.fx.GraphModule, node: torch.fx.Node, ao, granularity) -> None:
+def _gather_8bit(module: torch.fx.GraphModule, node: torch.fx.Node, ao: Any, granularity: Any) -> None:
     """The table `node` reads quantized by torchao to 8 bits a row (as the recipes' embedding
     config does), kept as its int8 rows and scales, and `node` an embedding_byte on them."""
     import_module(EMBEDDING_BYTE, "--quantize")
@@ -130,7 +130,8 @@ def _as_linear(module: torch.fx.GraphModule, node: torch.fx.Node) -> torch.nn.Li
 
 
 def _attr(module: torch.nn.Module, node: torch.fx.Node) -> torch.Tensor:
-    return operator.attrgetter(str(node.target))(module)
+    weight: torch.Tensor = operator.attrgetter(str(node.target))(module)
+    return weight
 
 
 def _drop_unread(module: torch.fx.GraphModule) -> None:
