@@ -192,7 +192,7 @@ def update_requested() -> bool:
     return (session is not None and session.update) or os.environ.get(UPDATE_VARIABLE, "") not in ("", "0")
 
 
-def assert_fits_runtime(pte: str | os.PathLike | bytes | CompileResult, build: str | os.PathLike) -> None:
+def assert_fits_runtime(pte: str | os.PathLike[str] | bytes | CompileResult, build: str | os.PathLike[str]) -> None:
     """Raise AssertionError, naming each operator, kernel variant and backend it lacks, unless the
     runtime build whose selective-build list is `build` (selected_operators.yaml) can load the
     program: `devplan check --runtime` as an assertion."""
@@ -201,7 +201,7 @@ def assert_fits_runtime(pte: str | os.PathLike | bytes | CompileResult, build: s
 
     __tracebackhide__ = True
     try:
-        verdict = check_runtime(cast("str | os.PathLike | bytes", getattr(pte, "data", pte)), build)
+        verdict = check_runtime(cast("str | os.PathLike[str] | bytes", getattr(pte, "data", pte)), build)
     except DevplanError as error:
         raise Unreadable(inert(str(error))) from None
     if not verdict["ok"]:
@@ -211,8 +211,8 @@ def assert_fits_runtime(pte: str | os.PathLike | bytes | CompileResult, build: s
 
 
 def assert_matches_golden(
-    pte: str | os.PathLike | bytes | CompileResult,
-    golden: str | os.PathLike,
+    pte: str | os.PathLike[str] | bytes | CompileResult,
+    golden: str | os.PathLike[str],
     update: bool | None = None,
     tolerance: Tolerance | str | None = None,
     exact: bool = False,
@@ -237,7 +237,7 @@ def assert_matches_golden(
             f"{_shown(golden)}: no golden file yet; rerun with pytest --devplan-update-golden "
             f"(or {UPDATE_VARIABLE}=1) to write it"
         )
-    program = cast("str | os.PathLike | bytes", getattr(pte, "data", pte))  # a CompileResult's program
+    program = cast("str | os.PathLike[str] | bytes", getattr(pte, "data", pte))  # a CompileResult's program
     try:
         if update:
             result = check_golden(program, golden, update=True)
@@ -265,8 +265,8 @@ def assert_matches_golden(
 
 def _force_regen(
     session: GoldenSession,
-    program: str | os.PathLike | bytes,
-    golden: str | os.PathLike,
+    program: str | os.PathLike[str] | bytes,
+    golden: str | os.PathLike[str],
     tolerance: Tolerance | str | None,
     exact: bool,
     weights_tolerance: Tolerance | str | None = None,
@@ -295,7 +295,7 @@ def _force_regen(
     session.pending.append(told)  # the plugin fails the test at its end, once its other goldens are rewritten too
 
 
-def _shown(golden: str | os.PathLike) -> str:
+def _shown(golden: str | os.PathLike[str]) -> str:
     """A golden's path in a failure pytest prints: a newline in it would start a line of its
     own, and a CI runner reads `::` or `##[` there as a workflow command."""
     return inert(printable(os.fspath(golden)))

@@ -25,17 +25,13 @@ STRICT = (
 LENIENT: set[str] = set()
 NOT_STRICT = {
     "devplan.compiler.driver",
-    "devplan.compiler.fold_choice",
     "devplan.dump",
     "devplan.emit.build",
     "devplan.emit.program",
-    "devplan.etrecord",
     "devplan.gate.allowlist",
     "devplan.gate.archive",
-    "devplan.gate.expressions",
     "devplan.gate.load",
     "devplan.gate.results",
-    "devplan.measure",
     "devplan.passes",
     "devplan.passes.attention",
     "devplan.passes.backends",
@@ -55,11 +51,8 @@ NOT_STRICT = {
     "devplan.pte.verify",
     "devplan.pte.writer",
     "devplan.pytest_plugin",
-    "devplan.runtime.compare",
     "devplan.runtime.device_kernels",
-    "devplan.runtime.etdump_trace",
     "devplan.runtime.kernels",
-    "devplan.testing",
 }
 
 
