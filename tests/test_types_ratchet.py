@@ -24,14 +24,12 @@ STRICT = (
 # and check_untyped_defs.
 LENIENT: set[str] = set()
 NOT_STRICT = {
-    "devplan.compiler.driver",
     "devplan.dump",
     "devplan.emit.build",
     "devplan.emit.program",
     "devplan.gate.allowlist",
     "devplan.gate.archive",
     "devplan.gate.load",
-    "devplan.gate.results",
     "devplan.passes",
     "devplan.passes.attention",
     "devplan.passes.backends",
@@ -42,7 +40,6 @@ NOT_STRICT = {
     "devplan.passes.device_results",
     "devplan.passes.fold",
     "devplan.passes.quantize",
-    "devplan.passes.refusals",
     "devplan.passes.schedule",
     "devplan.passes.slices",
     "devplan.passes.split",
