@@ -39,8 +39,6 @@ NOT_STRICT = {
     "devplan.passes.device_results",
     "devplan.passes.fold",
     "devplan.passes.quantize",
-    "devplan.passes.schedule",
-    "devplan.passes.slices",
     "devplan.pte.reader",
     "devplan.pte.verify",
     "devplan.pte.writer",
