@@ -44,7 +44,6 @@ NOT_STRICT = {
     "devplan.pte.writer",
     "devplan.pytest_plugin",
     "devplan.runtime.device_kernels",
-    "devplan.runtime.kernels",
 }
 
 
