@@ -14,6 +14,7 @@ Imports are lazy so that reading and inspecting programs never pays for importin
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 __version__ = "0.1.0"  # the package's one version: pyproject.toml reads it from here
 # the JSON documents' descriptions, which --help links: a pip install has no docs/ folder
@@ -34,7 +35,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name not in _HOMES:
         raise AttributeError(f"module 'devplan' has no attribute {name!r}")
     return getattr(importlib.import_module(_HOMES[name]), name)

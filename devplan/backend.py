@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import operator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from devplan.errors import DevplanError, first_line
 from devplan.extras import BACKENDS, import_module
@@ -128,7 +128,7 @@ class Partitioner:
             ) from None
         return cls(module, name, kwargs or "{}", text)
 
-    def make(self):
+    def make(self) -> Any:  # an ExecuTorch Partitioner, which ships no types
         module = import_module(self.module, self.label)
         factory = getattr(module, self.cls, None)
         if factory is None:
@@ -144,7 +144,7 @@ class Partitioner:
             ) from None
 
 
-def _refuse_non_partitioner(factory, where: str) -> None:
+def _refuse_non_partitioner(factory: object, where: str) -> None:
     """Refuse, before calling it, what is not a class whose instances partition: any other
     callable (sys:exit, os:system) would run with the user's keyword arguments and do whatever
     it does instead of partitioning."""

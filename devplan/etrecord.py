@@ -38,10 +38,10 @@ def require_etrecord() -> None:
 
 
 def write_etrecord(
-    path: str | os.PathLike,
-    model: str | os.PathLike | torch.export.ExportedProgram,
+    path: str | os.PathLike[str],
+    model: str | os.PathLike[str] | torch.export.ExportedProgram,
     methods: Sequence[PlannedMethod],
-    program: str | os.PathLike | bytes,
+    program: str | os.PathLike[str] | bytes,
 ) -> None:
     """Write the ETRecord of `program` (the .pte written, or its bytes) compiled from `model`
     (forward's .pt2 or ExportedProgram) with `methods`' plans. Its representative inputs are the
@@ -80,11 +80,11 @@ def write_etrecord(
 
 def instruction_handles(
     planned: PlannedMethod, nodes: list[torch.fx.Node], handles: dict[str, int]
-) -> tuple[dict[str, list[int]], dict[str, dict]]:
+) -> tuple[dict[str, list[int]], dict[str, dict[str, object]]]:
     """(instruction index -> the handles of the nodes it computes, instruction index -> the
     backend of the delegate it calls), keyed by the index's text as ETRecord's JSON has them."""
     by_instruction: dict[str, list[int]] = {}
-    delegates: dict[str, dict] = {}
+    delegates: dict[str, dict[str, object]] = {}
     method = planned.method
     for at, kernel in enumerate(method.kernels):
         if kernel.delegate is not None:

@@ -25,7 +25,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import BinaryIO
+from typing import IO, Any, BinaryIO
 
 from devplan.errors import DevplanError
 
@@ -48,8 +48,8 @@ _KINDS = (
 
 
 def write_atomic(
-    path: str | os.PathLike,
-    data: "bytes | Iterable",
+    path: str | os.PathLike[str],
+    data: "bytes | Iterable[bytes | memoryview]",
     *,
     follow_links: bool = True,
     parents: bool = False,
@@ -122,7 +122,9 @@ def _stat(path: str, follow_links: bool) -> os.stat_result | None:
         return None
 
 
-def _counted(chunks: tuple, on_written: Callable[[int], None] | None) -> Iterator:
+def _counted(
+    chunks: tuple[bytes | memoryview, ...], on_written: Callable[[int], None] | None
+) -> Iterator[bytes | memoryview]:
     """`chunks` in steps of at most _STEP bytes, `on_written` told the bytes written so far after
     each step (once the caller has written it, as the generator resumes)."""
     if on_written is None:
@@ -142,7 +144,7 @@ def _counted(chunks: tuple, on_written: Callable[[int], None] | None) -> Iterato
             on_written(written)
 
 
-def _write_stream(path: str, chunks: Iterable) -> None:
+def _write_stream(path: str, chunks: Iterable[bytes | memoryview]) -> None:
     """A character device or pipe, opened without O_CREAT: should it vanish meanwhile, no
     regular file appears in its place half written."""
     descriptor = os.open(path, os.O_WRONLY | os.O_NOCTTY)
@@ -151,7 +153,7 @@ def _write_stream(path: str, chunks: Iterable) -> None:
             stream.write(chunk)
 
 
-def is_stdout(path: str | os.PathLike) -> bool:
+def is_stdout(path: str | os.PathLike[str]) -> bool:
     """Whether writing `path` writes standard output: "-", or a path (/dev/stdout) that names
     the file or pipe standard output is, whose writes then must not be mixed with messages."""
     name = os.fspath(path)
@@ -195,7 +197,7 @@ def _mode_for(found: os.stat_result | None) -> int:
     return 0o666 & ~umask
 
 
-def present(path: str | os.PathLike) -> bool:
+def present(path: str | os.PathLike[str]) -> bool:
     """Path.exists(), but a name the system cannot look up at all (a component over 255 bytes:
     ENAMETOOLONG) is refused in one line: Path.exists raises it, an internal error."""
     try:
@@ -211,7 +213,7 @@ def present(path: str | os.PathLike) -> bool:
     return True
 
 
-def open_input(path: str | os.PathLike, *, hint: str, name: str | None = None) -> BinaryIO:
+def open_input(path: str | os.PathLike[str], *, hint: str, name: str | None = None) -> BinaryIO:
     """`path` opened for reading, refused unless it is a regular file: a pipe would block
     forever and /dev/zero never end. Opened without blocking, so that asking about a FIFO
     with no writer returns at once. `hint` says what to pass instead; `name` names the file."""
@@ -234,7 +236,7 @@ def open_input(path: str | os.PathLike, *, hint: str, name: str | None = None) -
     return os.fdopen(descriptor, "rb")
 
 
-def map_input(path: str | os.PathLike, *, name: str, limit: int, hint: str) -> bytes | memoryview:
+def map_input(path: str | os.PathLike[str], *, name: str, limit: int, hint: str) -> bytes | memoryview:
     """A regular file as a private copy-on-write mapping: pages are read when touched, so that
     a reader of a FlatBuffer never reads the weights behind it, and the runtime uses them in
     place (a kernel that wrote one would change this process's copy, never the file). An
@@ -251,7 +253,7 @@ def map_input(path: str | os.PathLike, *, name: str, limit: int, hint: str) -> b
             raise DevplanError(f"{name}: cannot read ({error.strerror or error}); check the path") from None
 
 
-def read_input(path: str | os.PathLike, *, limit: int, hint: str, name: str | None = None) -> bytes:
+def read_input(path: str | os.PathLike[str], *, limit: int, hint: str, name: str | None = None) -> bytes:
     """The bytes of a regular file, or with "-" of standard input (read once: it cannot be
     read again), refused when more than `limit`."""
     name = name or os.fspath(path)
@@ -286,7 +288,9 @@ def read_bounded(stream: BinaryIO, limit: int, read: bytes = b"") -> bytes:
     return kept.getvalue()
 
 
-def refuse_overwrite(output: str | os.PathLike | None, inputs: Iterable[str | os.PathLike | None], option: str) -> None:
+def refuse_overwrite(
+    output: str | os.PathLike[str] | None, inputs: Iterable[str | os.PathLike[str] | None], option: str
+) -> None:
     """Refuse an output that is, or resolves to (through links, or another name of the same
     file), one of the command's inputs: the write would destroy what it was made from."""
     if output is None or is_stdout(output):
@@ -302,7 +306,7 @@ def refuse_overwrite(output: str | os.PathLike | None, inputs: Iterable[str | os
             raise DevplanError(f"{output}: {option} would overwrite the input {source}; pass {option} another name")
 
 
-def refuse_shared_output(outputs: Mapping[str, str | os.PathLike | None]) -> None:
+def refuse_shared_output(outputs: Mapping[str, str | os.PathLike[str] | None]) -> None:
     """Refuse two outputs (option: path) on standard output, or on one file: their bytes would run
     together into one stream no reader can split (a program followed by its .ptd), or the second
     write would replace the first without a word."""
@@ -336,7 +340,7 @@ def stdout_to_stderr() -> Iterator[None]:
             os.close(saved)
 
 
-def _flush(stream) -> None:
+def _flush(stream: IO[Any] | None) -> None:
     if stream is not None:  # None: the interpreter runs without that stream
         stream.flush()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Any, Sequence
 
 from devplan.errors import DevplanError
 
@@ -27,7 +28,7 @@ def depth(text: str) -> int:
     return deepest
 
 
-def loads(text: str | bytes, what: str, **options):
+def loads(text: str | bytes, what: str, **options: Any) -> Any:
     """json.loads(text, **options), refusing as `what` a text nested deeper than MAX_DEPTH
     before it is parsed; what is not JSON stays json's ValueError, which each caller words for
     its option."""
@@ -40,10 +41,10 @@ def loads(text: str | bytes, what: str, **options):
     return json.loads(text, **options)
 
 
-def repeated(pairs: list) -> object | None:
+def repeated(pairs: Sequence[tuple[object, object]]) -> object | None:
     """The first key of (key, value) pairs given a second time, or None: a dict, json's objects
     among them, would keep the last of two without a word."""
-    seen: set = set()
+    seen: set[object] = set()
     for key, _ in pairs:
         if key in seen:
             return key
@@ -51,7 +52,7 @@ def repeated(pairs: list) -> object | None:
     return None
 
 
-def number(value):
+def number(value: Any) -> Any:
     """A value as a JSON document holds it: a float JSON has no number for (NaN, the infinities,
     a constant method's or a run's output may be one) as the string protobuf's JSON mapping
     writes for it, "NaN", "Infinity" or "-Infinity"; a list item by item; anything else as it

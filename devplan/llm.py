@@ -11,6 +11,8 @@ op. What a user gives for one of these and the export contradicts is refused."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from devplan.errors import DevplanError
@@ -19,7 +21,7 @@ from devplan.metadata import runner_value
 _CUSTOM_SDPA = ("llama.custom_sdpa", "llama.sdpa_with_kv_cache")
 
 
-def llm_metadata(ep: torch.export.ExportedProgram, given: dict, where: str = "--llm") -> dict:
+def llm_metadata(ep: torch.export.ExportedProgram, given: dict[str, Any], where: str = "--llm") -> dict[str, Any]:
     """`given` with every runner key the export tells, each checked against what the user gave."""
     found = read_export(ep, where)
     for name, value in found.items():
@@ -31,7 +33,7 @@ def llm_metadata(ep: torch.export.ExportedProgram, given: dict, where: str = "--
     return {**found, **given}
 
 
-def read_export(ep: torch.export.ExportedProgram, where: str = "--llm") -> dict:
+def read_export(ep: torch.export.ExportedProgram, where: str = "--llm") -> dict[str, Any]:
     """The runner keys an LLM export tells."""
     tokens, logits = _tokens(ep, where), _logits(ep, where)
     ops = {str(n.target).rpartition(".")[0] for n in ep.graph.nodes if n.op == "call_function"}
@@ -39,9 +41,11 @@ def read_export(ep: torch.export.ExportedProgram, where: str = "--llm") -> dict:
     caches = _caches(ep)
     seq_dim = 1 if custom else 2
     context = caches[0].shape[seq_dim] if caches else None
-    length = tokens.shape[-1]
+    length: int | torch.SymInt = tokens.shape[-1]  # a SymInt where the prompt's length is dynamic
     dynamic = isinstance(length, torch.SymInt)
-    if dynamic:  # as both export paths write it: one more than the token dimension's upper bound
+    if isinstance(
+        length, torch.SymInt
+    ):  # as both export paths write it: one more than the token dimension's upper bound
         bound = ep.range_constraints[length.node.expr].upper
         max_seq = int(bound) + 1
     else:
@@ -64,7 +68,7 @@ def _user_inputs(ep: torch.export.ExportedProgram) -> list[torch.fx.Node]:
     return [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in names]
 
 
-def _tokens(ep: torch.export.ExportedProgram, where: str):
+def _tokens(ep: torch.export.ExportedProgram, where: str) -> torch.Tensor:
     inputs = _user_inputs(ep)
     val = inputs[0].meta.get("val") if inputs else None
     if not isinstance(val, torch.Tensor) or val.dtype.is_floating_point or val.dim() != 2:
@@ -76,7 +80,7 @@ def _tokens(ep: torch.export.ExportedProgram, where: str):
     return val
 
 
-def _logits(ep: torch.export.ExportedProgram, where: str):
+def _logits(ep: torch.export.ExportedProgram, where: str) -> torch.Tensor:
     names = list(ep.graph_signature.user_outputs)  # after the state a functional export writes back
     outputs = {n.name: n for n in ep.graph.output_node().all_input_nodes}
     first = outputs.get(names[0]) if names else None

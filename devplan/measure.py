@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from typing import Any
 
 from devplan.errors import DevplanError, first_line
 from devplan.extras import import_module
@@ -26,7 +27,10 @@ RUNTIMES = {"executorch": "ExecuTorch's runtime", "devplan": "devplan's runtime"
 
 
 def measured(
-    report: QuantizeReport, reference: Reference, written: str | os.PathLike | bytes, data: str | os.PathLike | None
+    report: QuantizeReport,
+    reference: Reference,
+    written: str | os.PathLike[str] | bytes,
+    data: str | os.PathLike[str] | None,
 ) -> QuantizeReport:
     """`report` with its error measured by running the program `written` (its path, or its
     bytes; its weights in the .ptd `data`, if any) on the reference's samples, and a warning
@@ -82,20 +86,20 @@ def _faults(pte: PteFile, forward: MethodView) -> list[str]:
     return faults
 
 
-def _outputs(pte: PteFile, on: MeasuredOn, sample: tuple) -> list:
+def _outputs(pte: PteFile, on: MeasuredOn, sample: tuple[Any, ...]) -> list[Any]:
     if on == "executorch":
         results, _ = run_on_executorch(pte, "forward", list(sample))
         return results[0]
     return run(pte, sample)[0]
 
 
-def _is_float(value) -> bool:
+def _is_float(value: object) -> bool:
     import torch  # the core's runtime runs without torch; measuring compares tensors
 
     return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
 
 
-def _parted(eager: Error, error: Error, reference: Reference, got: list[tuple]) -> int | None:
+def _parted(eager: Error, error: Error, reference: Reference, got: list[tuple[Any, ...]]) -> int | None:
     """When the program's SQNR is PARTED_DB or more under the eager module's, the float output
     that parts most."""
     if eager.sqnr_db is None or error.sqnr_db is None or error.sqnr_db > eager.sqnr_db - PARTED_DB:

@@ -5,6 +5,8 @@ made that type at compile time, or refused in one line, never stored as it was t
 
 from __future__ import annotations
 
+from typing import Any
+
 from devplan.errors import DevplanError
 
 BOOL, INT, INTS = "a bool", "an int", "a list of ints"
@@ -30,7 +32,7 @@ _BOOLS = {"true": True, "false": False, "True": True, "False": False, "1": True,
 _INT64 = range(-(1 << 63), 1 << 63)
 
 
-def runner_value(name: str, value, where: str):
+def runner_value(name: str, value: Any, where: str) -> Any:
     """`value` as the type the runner reads `name` as (a name it does not read: as given).
     Bools from true/false/True/False/1/0 (text or JSON), ints from whole numbers (text too),
     a list of ints from a list or one int. `where` begins the error: what gave the value ("constant method", "--metadata FILE:")."""
@@ -46,7 +48,7 @@ def runner_value(name: str, value, where: str):
     return typed
 
 
-def _bool(value) -> bool | None:
+def _bool(value: object) -> bool | None:
     if isinstance(value, bool):
         return value
     if type(value) is int and value in (0, 1):
@@ -54,17 +56,17 @@ def _bool(value) -> bool | None:
     return _BOOLS.get(value) if isinstance(value, str) else None
 
 
-def _int(value) -> int | None:
+def _int(value: object) -> int | None:
     if isinstance(value, str) and value.strip().lstrip("+-").isdigit():  # the text of a whole number
         value = int(value)
     return value if type(value) is int and value in _INT64 else None  # a bool is no count, 128.0 no int
 
 
-def _ints(value) -> list[int] | None:
+def _ints(value: object) -> list[int] | None:
     items = value if isinstance(value, list) else [value]  # one id is a list of one: one output either way
     typed = [item for item in items if type(item) is int and item in _INT64]
     return typed if len(typed) == len(items) else None
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value)

@@ -12,6 +12,7 @@ import functools
 import math
 import operator
 from importlib import resources
+from typing import AbstractSet
 
 import torch
 from torch._ops import OpOverload
@@ -261,7 +262,7 @@ def written_inputs(name: str) -> tuple[int, ...]:
 _OPTIONS = {"dtype", "layout", "device", "pin_memory"}
 
 
-def _signature(schema, drop=frozenset()) -> list[tuple[str, str]]:
+def _signature(schema: torch._C.FunctionSchema, drop: AbstractSet[str] = frozenset()) -> list[tuple[str, str]]:
     return [(a.name, str(a.type)) for a in schema.arguments if not a.is_out and a.name not in drop]
 
 
@@ -285,7 +286,7 @@ def out_schema(op: OpOverload) -> torch._C.FunctionSchema | None:
         return None
     for overload in sorted(packet.overloads()):
         candidate = getattr(packet, overload)
-        cs = candidate._schema
+        cs: torch._C.FunctionSchema = candidate._schema
         if not any(a.is_out for a in cs.arguments):
             continue
         # options the out variant lacks are carried by the out tensor's own dtype

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from devplan.backend import Backend, Partitioner
 from devplan.errors import DevplanError
@@ -57,7 +58,7 @@ class CompileOptions:
     # quantizer first, XNNPACK's backend implied; `calibration`, a file of input tuples or the
     # tuples, gives the inputs it calibrates on and measures the error on
     quantize: str | None = None
-    calibration: Path | tuple | None = None
+    calibration: Path | tuple[Any, ...] | None = None
     # --group-size N: 8da4w's weights in groups of N inputs (None: quantization.GROUP_SIZE)
     group_size: int | None = None
     # processes compiling the backends' partitions at once (None: one per core this process may use)
@@ -103,7 +104,7 @@ class CompileOptions:
             object.__setattr__(self, "delegates", quantized_delegates(self.quantize, self.calibration, self.delegates))
 
     @classmethod
-    def of(cls, base: CompileOptions | None = None, **choices) -> CompileOptions:
+    def of(cls, base: CompileOptions | None = None, **choices: Any) -> CompileOptions:
         """`base` (or the defaults) with `choices` as devplan.compile takes them: budgets as a
         mapping, delegates as 'cuda:0=aten::linear' texts, Backends or Partitioners,
         `backends` as ExecuTorch backend names ('xnnpack') or 'MODULE:CLASS[:JSON]' partitioners

@@ -12,7 +12,7 @@ import os
 import pickle
 import signal
 import sys
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from devplan.errors import first_line
 
@@ -60,15 +60,15 @@ def forked_map(
 _INDEX = 4  # bytes of an item's index in the queue
 
 
-def _take(fn: Callable, items: Sequence, queue: int) -> dict:
+def _take(fn: Callable[[Item], Result], items: Sequence[Item], queue: int) -> dict[int, Result]:
     """fn of each item taken from the queue until it is empty."""
-    done = {}
+    done: dict[int, Result] = {}
     while index := os.read(queue, _INDEX):
         done[int.from_bytes(index, "little")] = fn(items[int.from_bytes(index, "little")])
     return done
 
 
-def _fork(fn: Callable, items: Sequence, queue: int, feed: int) -> tuple[int, int]:
+def _fork(fn: Callable[[Item], Result], items: Sequence[Item], queue: int, feed: int) -> tuple[int, int]:
     reader, writer = os.pipe()
     pid = os.fork()
     if pid:
@@ -102,7 +102,7 @@ def _fork(fn: Callable, items: Sequence, queue: int, feed: int) -> tuple[int, in
     os._exit(status)
 
 
-def _collect(pid: int, reader: int) -> dict:
+def _collect(pid: int, reader: int) -> dict[int, Any]:
     """A worker's answer, once it has exited (its pipe read to the end, then the worker reaped)."""
     try:
         with os.fdopen(reader, "rb") as pipe:
@@ -114,7 +114,8 @@ def _collect(pid: int, reader: int) -> dict:
     kind, value = pickle.loads(data)
     if kind == "error":
         raise RuntimeError(value)
-    return value
+    answer: dict[int, Any] = value  # what _take returned in the worker
+    return answer
 
 
 def _how_it_ended(pid: int) -> str:

@@ -5,8 +5,9 @@ quantizer, what it takes, and the backend it implies."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from devplan.backend import KNOWN, Partitioner
+from devplan.backend import KNOWN, Backend, Partitioner
 from devplan.errors import DevplanError
 
 # --quantize MODE: the keywords of the XNNPACK quantizer's get_symmetric_quantization_config
@@ -32,7 +33,9 @@ TAKES = {
 NEEDS_DATA = {"int8"}  # activations' ranges are observed, so they must come from real inputs
 
 
-def quantized_delegates(mode: str | None, calibration: "Path | tuple | None", delegates: tuple) -> tuple:
+def quantized_delegates(
+    mode: str | None, calibration: "Path | tuple[Any, ...] | None", delegates: tuple[Backend | Partitioner, ...]
+) -> tuple[Backend | Partitioner, ...]:
     """The backends a compile with --quantize uses: XNNPACK's, implied when none is given; any
     other is refused, since only XNNPACK's backend runs the quantized ops these modes make."""
     if mode is None:

@@ -11,17 +11,19 @@ import functools
 import json
 import re
 from importlib import resources
+from typing import Any
 
 _TYPES: dict[str, type] = {"object": dict, "array": list, "string": str, "null": type(None), "boolean": bool}
 
 
 @functools.lru_cache(maxsize=None)
-def schema(name: str) -> dict:
+def schema(name: str) -> dict[str, Any]:
     """devplan/schemas/NAME.schema.json, as shipped in the package."""
-    return json.loads(resources.files("devplan").joinpath(f"schemas/{name}.schema.json").read_text())
+    loaded: dict[str, Any] = json.loads(resources.files("devplan").joinpath(f"schemas/{name}.schema.json").read_text())
+    return loaded
 
 
-def problem(value, node: dict, root: dict, where: str = "") -> str | None:
+def problem(value: Any, node: dict[str, Any], root: dict[str, Any], where: str = "") -> str | None:
     """The first place (a field path: methods[0].buffers[1].size) where `value` breaks the schema
     `node` (of the document `root`, for $ref), and what it should be there; None when it fits."""
     here = where or "the top level"
@@ -58,7 +60,7 @@ def problem(value, node: dict, root: dict, where: str = "") -> str | None:
     return None
 
 
-def _object(value: dict, node: dict, root: dict, where: str) -> str | None:
+def _object(value: dict[str, Any], node: dict[str, Any], root: dict[str, Any], where: str) -> str | None:
     here = where or "the top level"
     missing = next((key for key in node.get("required", ()) if key not in value), None)
     if missing is not None:
@@ -75,7 +77,7 @@ def _object(value: dict, node: dict, root: dict, where: str) -> str | None:
     return None
 
 
-def _is(value, kind: str) -> bool:
+def _is(value: object, kind: str) -> bool:
     if kind in ("integer", "number"):  # not a bool, which Python counts as an int; a float for number only
         return type(value) is int or (kind == "number" and type(value) is float)
     return isinstance(value, _TYPES[kind])

@@ -24,7 +24,7 @@ from devplan.units import inert, printable
 
 if TYPE_CHECKING:
     from devplan.compiler import CompileResult
-    from devplan.inspection.changes import Diff, Tolerance
+    from devplan.inspection.changes import Comparison, Tolerance
 
 UPDATE_VARIABLE = "DEVPLAN_UPDATE_GOLDEN"
 
@@ -192,7 +192,7 @@ def update_requested() -> bool:
     return (session is not None and session.update) or os.environ.get(UPDATE_VARIABLE, "") not in ("", "0")
 
 
-def assert_fits_runtime(pte: str | os.PathLike | bytes | CompileResult, build: str | os.PathLike) -> None:
+def assert_fits_runtime(pte: str | os.PathLike[str] | bytes | CompileResult, build: str | os.PathLike[str]) -> None:
     """Raise AssertionError, naming each operator, kernel variant and backend it lacks, unless the
     runtime build whose selective-build list is `build` (selected_operators.yaml) can load the
     program: `devplan check --runtime` as an assertion."""
@@ -201,7 +201,7 @@ def assert_fits_runtime(pte: str | os.PathLike | bytes | CompileResult, build: s
 
     __tracebackhide__ = True
     try:
-        verdict = check_runtime(cast("str | os.PathLike | bytes", getattr(pte, "data", pte)), build)
+        verdict = check_runtime(cast("str | os.PathLike[str] | bytes", getattr(pte, "data", pte)), build)
     except DevplanError as error:
         raise Unreadable(inert(str(error))) from None
     if not verdict["ok"]:
@@ -211,8 +211,8 @@ def assert_fits_runtime(pte: str | os.PathLike | bytes | CompileResult, build: s
 
 
 def assert_matches_golden(
-    pte: str | os.PathLike | bytes | CompileResult,
-    golden: str | os.PathLike,
+    pte: str | os.PathLike[str] | bytes | CompileResult,
+    golden: str | os.PathLike[str],
     update: bool | None = None,
     tolerance: Tolerance | str | None = None,
     exact: bool = False,
@@ -229,7 +229,7 @@ def assert_matches_golden(
     __tracebackhide__ = True  # pytest shows the caller's line, not this helper's
     if update is None:
         update = update_requested()
-    regen = not update and session is not None and session.force_regen
+    regen = session is not None and not update and session.force_regen
     if session is not None:
         session.used.add(str(Path(golden).resolve()))
     if not update and not regen and not Path(golden).exists():
@@ -237,12 +237,12 @@ def assert_matches_golden(
             f"{_shown(golden)}: no golden file yet; rerun with pytest --devplan-update-golden "
             f"(or {UPDATE_VARIABLE}=1) to write it"
         )
-    program = cast("str | os.PathLike | bytes", getattr(pte, "data", pte))  # a CompileResult's program
+    program = cast("str | os.PathLike[str] | bytes", getattr(pte, "data", pte))  # a CompileResult's program
     try:
         if update:
             result = check_golden(program, golden, update=True)
-        elif regen:
-            _force_regen(program, golden, tolerance, exact, weights_tolerance)
+        elif regen and session is not None:
+            _force_regen(session, program, golden, tolerance, exact, weights_tolerance)
             return
         else:
             result = check_golden(
@@ -250,22 +250,23 @@ def assert_matches_golden(
             )
     except DevplanError as error:  # a damaged file: devplan's one line, no traceback into devplan
         raise Unreadable(inert(str(error))) from None
-    if not result.ok:
+    if not result.ok:  # not updated, so compared: the diff says how
         raise AssertionError(
             f"{_shown(golden)}: the program no longer plans as recorded; if that is intended, "
             f"rerun with pytest --devplan-update-golden (or {UPDATE_VARIABLE}=1)\n"
-            f"{inert(result.diff.text())}"
+            f"{inert(result.diff.text() if result.diff is not None else '')}"
         )
     if session is not None:
         if result.updated:
             session.written.append(os.fspath(golden))
-        elif shrunk := _shrunk(result.diff):
+        elif result.diff is not None and (shrunk := _shrunk(result.diff)):
             session.smaller.append((os.fspath(golden), shrunk))
 
 
 def _force_regen(
-    program: str | os.PathLike | bytes,
-    golden: str | os.PathLike,
+    session: GoldenSession,
+    program: str | os.PathLike[str] | bytes,
+    golden: str | os.PathLike[str],
     tolerance: Tolerance | str | None,
     exact: bool,
     weights_tolerance: Tolerance | str | None = None,
@@ -287,14 +288,14 @@ def _force_regen(
     told = (
         f"{_shown(golden)}: {'written' if result is None else 'rewritten'} by --devplan-force-regen, "
         f"as the program plans now; review the change and commit it"
-        + (f"\n{inert(result.diff.text())}" if result is not None else "")
+        + (f"\n{inert(result.diff.text())}" if result is not None and result.diff is not None else "")
     )
     if session.pending is None:  # outside a test's call (a fixture's setup): it fails here
         raise AssertionError(told)
     session.pending.append(told)  # the plugin fails the test at its end, once its other goldens are rewritten too
 
 
-def _shown(golden: str | os.PathLike) -> str:
+def _shown(golden: str | os.PathLike[str]) -> str:
     """A golden's path in a failure pytest prints: a newline in it would start a line of its
     own, and a CI runner reads `::` or `##[` there as a workflow command."""
     return inert(printable(os.fspath(golden)))
@@ -310,7 +311,7 @@ def rewritten(told: list[str]) -> str:
     )
 
 
-def _shrunk(diff: Diff) -> str:
+def _shrunk(diff: Comparison) -> str:
     """The sizes that are smaller now than the golden records ('' if none): a passing check
     whose golden would otherwise go stale, letting the program grow back unnoticed."""
     from devplan.inspection.difftext import SIZED

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from typing import Any
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB")
 # what a size given on the command line may be counted in, in any case
@@ -53,7 +54,7 @@ def counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def natural_key(name: str) -> tuple:
+def natural_key(name: str) -> tuple[tuple[int, int, str], ...]:
     """Sorts names as people count: 'h.2' before 'h.10' (each run of digits compares as its number)."""
     return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part)
 
@@ -77,7 +78,7 @@ def inert(text: str) -> str:
     return _COMMAND.sub(lambda m: m.group(1) + "\\u003a" if m.group(1) is not None else "#\\u0023[", text)
 
 
-def printable_tree(value):
+def printable_tree(value: Any) -> Any:
     """`value` (a document of dicts, lists and scalars) with every string made printable.
     Strings that are printable already, and lists of numbers, are kept as they are: a
     100,000-tensor document took seconds to copy."""

@@ -10,6 +10,7 @@ They cost a walk over the program per stage, so they run only when asked: in the
 from __future__ import annotations
 
 import functools
+from typing import Iterable
 
 import torch
 
@@ -113,7 +114,7 @@ def check_method(method: Method) -> None:
             raise Malformed(f"output value {i} is written by no instruction")
 
 
-def _tensors(method: Method, indices) -> list[int]:
+def _tensors(method: Method, indices: Iterable[int]) -> list[int]:
     """The tensors among `indices`, a tensor list's items included."""
     found = []
     for i in indices:

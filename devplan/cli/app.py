@@ -23,28 +23,32 @@ from devplan.units import inert, printable
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from devplan.pte import PteFile
 
+
+# The overrides below take click's types as Any: typer's own copy of click since 0.2x, click
+# itself before (cli/exits.py reads either)
 class Command(TyperCommand):
     """A command's help as rich should wrap it: each paragraph of the docstring one line (typer
     keeps a docstring's line breaks, which a narrow terminal then breaks again), and flags
     without typer's <bool> placeholder."""
 
-    def __init__(self, *args, help: str | None = None, **kwargs) -> None:
+    def __init__(self, *args: Any, help: str | None = None, **kwargs: Any) -> None:
         paragraphs = cleandoc(help or "").split("\n\n")
         super().__init__(*args, help="\n\n".join(" ".join(p.split()) for p in paragraphs), **kwargs)
 
-    def get_params(self, ctx):
+    def get_params(self, ctx: Any) -> list[Any]:
         return _bare_flags(super().get_params(ctx))
 
-    def format_help(self, ctx, formatter) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         if _narrow():
             return super(TyperCommand, self).format_help(ctx, formatter)  # click's, past typer's rich one
         return super().format_help(ctx, formatter)
 
-    def format_options(self, ctx, formatter) -> None:
+    def format_options(self, ctx: Any, formatter: Any) -> None:
         """click's plain help (the narrow one) in the panels rich draws on a wide terminal: the
         arguments, the options of no panel, then each panel's, in the order they first appear."""
-        sections: dict[str, list] = {"Arguments": [], "Options": []}
+        sections: dict[str, list[tuple[str, str]]] = {"Arguments": [], "Options": []}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is not None:
@@ -63,13 +67,13 @@ class Group(TyperGroup):
 
     ORDER = ("compile", "inspect", "check", "diff", "run", "generate")
 
-    def list_commands(self, ctx) -> list[str]:
+    def list_commands(self, ctx: Any) -> list[str]:
         return sorted(super().list_commands(ctx), key=lambda name: (self.ORDER + (name,)).index(name))
 
-    def get_params(self, ctx):
+    def get_params(self, ctx: Any) -> list[Any]:
         return _bare_flags(super().get_params(ctx))
 
-    def format_help(self, ctx, formatter) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         if _narrow():
             return super(TyperGroup, self).format_help(ctx, formatter)
         return super().format_help(ctx, formatter)
@@ -82,7 +86,7 @@ def _narrow() -> bool:
     return shutil.get_terminal_size().columns < 100
 
 
-def _bare_flags(params: list) -> list:
+def _bare_flags(params: list[Any]) -> list[Any]:
     """Flags take no value, so they show none (an empty metavar instead of typer's <bool>)."""
     for param in params:
         if getattr(param, "is_flag", False) and param.metavar is None:
@@ -138,7 +142,7 @@ DataFile = Annotated[
 ]
 
 
-def console(stderr: bool = False):
+def console(stderr: bool = False) -> Console:
     """A rich Console for devplan's views. Under NO_COLOR (no-color.org) it writes no styles at
     all: rich itself drops only colours there, keeping bold and dim. Rich pads a table's cells
     to the console's width; those spaces go before they reach a CI log or a diff of output."""
@@ -180,7 +184,7 @@ class _Trimmed:
 
     _TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$")
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream: IO[str]) -> None:
         self._stream, self._pending = stream, ""
 
     def write(self, text: str) -> int:
@@ -195,11 +199,11 @@ class _Trimmed:
             self._pending = ""
         self._stream.flush()
 
-    def __getattr__(self, name: str):  # isatty, fileno, encoding: the stream's, as rich asks them
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding: the stream's, as rich asks them
         return getattr(self._stream, name)
 
 
-def program_source(path: Path, data: Path | None = None):
+def program_source(path: Path, data: Path | None = None) -> Path | PteFile:
     """A program argument: its path, or for - or with a .ptd `data` file, the program read
     (standard input once: check reads its program twice, and standard input can be read only once)."""
     import sys
@@ -213,7 +217,7 @@ def program_source(path: Path, data: Path | None = None):
     return read_pte(read_piped(sys.stdin.buffer, "<stdin>", "pipe in a .pte program"), name="<stdin>", data=data)
 
 
-def read_noting_external(path: Path, data: Path | None):
+def read_noting_external(path: Path, data: Path | None) -> PteFile:
     """The program read, and on stderr one line when its weights are outside it and no .ptd
     was given: check and diff never need them."""
     from devplan.pte import read_pte
@@ -221,7 +225,7 @@ def read_noting_external(path: Path, data: Path | None):
     return noting_external(read_pte(program_source(path, data)))
 
 
-def noting_external(pte):
+def noting_external(pte: PteFile) -> PteFile:
     """`pte`, once one line on stderr has said when its weights are outside it and no .ptd was given."""
     from devplan.inspection.document import external_note
 
@@ -279,7 +283,9 @@ JUnit = Annotated[
 ]
 
 
-def report_outputs(json_output: bool, report_format: ReportFormat, junit: Path | None, inputs: list) -> None:
+def report_outputs(
+    json_output: bool, report_format: ReportFormat, junit: Path | None, inputs: list[Path | None]
+) -> None:
     """The report options of check, diff and run: refuse --json with another --format, and a
     --junit file that is an input or standard output (where the report goes)."""
     from devplan.errors import DevplanError

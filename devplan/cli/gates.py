@@ -4,7 +4,7 @@ bound and its golden file) and `devplan diff` (two programs' plans), each exitin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -27,6 +27,10 @@ from devplan.cli.app import (
 )
 from devplan.errors import EXIT_FAILED, DevplanError
 from devplan.files import STDIO
+
+if TYPE_CHECKING:
+    from devplan.documents import GoldenDocument
+    from devplan.pte import PteFile
 
 Tolerance = Annotated[
     Optional[str],
@@ -308,7 +312,7 @@ def diff_command(
         raise typer.Exit(EXIT_FAILED)
 
 
-def _diff_side(path: Path, data: Path | None):
+def _diff_side(path: Path, data: Path | None) -> Path | PteFile | GoldenDocument:
     """A or B as diff reads it: a golden file by its path, a program read (saying when its
     weights are outside it and no .ptd was given)."""
     from devplan.inspection.diff import looks_like_golden
@@ -320,7 +324,7 @@ def _diff_side(path: Path, data: Path | None):
     return read_noting_external(path, data)
 
 
-def _stdin_side(data: Path | None):
+def _stdin_side(data: Path | None) -> PteFile | GoldenDocument:
     """- as diff reads it: a golden file's JSON (as `check --golden - --update` writes it) or a
     program, told apart by their first byte."""
     import sys

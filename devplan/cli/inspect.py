@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import math
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -13,6 +13,9 @@ from devplan import SCHEMAS
 from devplan.cli.app import Command, DataFile, app, console, echo_json, noting_external, program_source
 from devplan.errors import DevplanError
 from devplan.inspection import sections as inspect_sections
+
+if TYPE_CHECKING:
+    from devplan.documents import XnnpackDocument
 
 InspectSection = enum.Enum(  # type: ignore[misc]  # members from the sections table
     "InspectSection", {name: name for name in (*inspect_sections.SECTIONS, inspect_sections.ALL)}, type=str
@@ -158,7 +161,9 @@ def inspect_command(
     refuse_shared_output({"--svg": svg, "--trace": trace, "--oplist": oplist})
     smallest = _min_size(min_size) if min_size is not None else None
     source = program_source(program, data)
-    doc = inspect(noting_external(source) if data is not None else source, method=method, delegate=delegate)
+    if data is not None and not isinstance(source, Path):  # read, to check it against the .ptd
+        noting_external(source)
+    doc = inspect(source, method=method, delegate=delegate)
     if doc["format"] == "XNNGraph":
         _xnngraph(
             doc,
@@ -216,7 +221,7 @@ def inspect_command(
     render(printable_tree(kept), console(stderr=to_stderr), chosen, exact_bytes=exact_bytes, shapes=shapes)
 
 
-def _xnngraph(doc, json_output: bool, exact_bytes: bool, refused: dict) -> None:
+def _xnngraph(doc: XnnpackDocument, json_output: bool, exact_bytes: bool, refused: dict[str, object]) -> None:
     """An XNNPACK delegate's graph: its document, or its view; the program's views do not apply."""
     from devplan.errors import DevplanError
 

@@ -7,6 +7,7 @@ stderr. Nothing at all when stderr is not a terminal (a pipe, a file, CI's log) 
 from __future__ import annotations
 
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
@@ -51,7 +52,7 @@ class CompileProgress:
     def written(self, done: int, total: int) -> None:
         self._update(f"devplan compile: write {size_text(done)} of {size_text(total)}", completed=done, total=total)
 
-    def _update(self, description: str, **fields) -> None:
+    def _update(self, description: str, **fields: Any) -> None:
         if self._task is not None:
             self._progress.update(self._task, description=description, **fields)
 

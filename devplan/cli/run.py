@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -24,7 +24,10 @@ from devplan.cli.values import size_option
 from devplan.errors import EXIT_FAILED, DevplanError
 
 if TYPE_CHECKING:
-    from devplan.documents import Reference
+    from devplan.documents import DeviceMemory, Reference
+    from devplan.pte import PteFile
+    from devplan.runtime import LoadedMethod
+    from devplan.runtime.etdump_trace import Clock, Trace
     from devplan.runtime.memory import Memory
 
 
@@ -260,8 +263,8 @@ class _Runtime:
     cuda_graphs: bool
 
     def execute(
-        self, pte, given: list | None, runs: int, memory, trace=None
-    ) -> tuple[list, list[list], list[float], list | None]:
+        self, pte: PteFile, given: list[Any] | None, runs: int, memory: Memory, trace: Trace | None = None
+    ) -> tuple[list[Any], list[list[Any]], list[float], list[DeviceMemory] | None]:
         """(the inputs, each run's outputs, each run's seconds, what each device held or None);
         with `trace` (--etdump), the runs' ETDump written."""
         from contextlib import nullcontext
@@ -285,7 +288,7 @@ class _Runtime:
             loaded = LoadedMethod(pte, self.method, memory=memory, cuda_graphs=self.cuda_graphs)
             try:
                 given = given if given is not None else loaded.sample_inputs(self.seed)
-                clocks: list = []
+                clocks: list[Clock] = []
                 once = (lambda: loaded.execute(given)) if trace is None else lambda: _clocked(loaded, given, clocks)
                 results, seconds = timed_runs(once, runs)
                 if trace is not None:
@@ -295,18 +298,18 @@ class _Runtime:
                 loaded.release()
 
 
-def _clocked(loaded, given: list, clocks: list) -> list:
+def _clocked(loaded: LoadedMethod, given: list[Any], clocks: list[Clock]) -> list[Any]:
     """One run of `loaded`, its instructions' and its own host times appended to `clocks`."""
     import time
 
-    steps: list = []
+    steps: list[tuple[int, int, int]] = []
     start = time.perf_counter_ns()
     outputs = loaded.execute(given, clock=steps)
     clocks.append((steps, start, time.perf_counter_ns()))
     return outputs
 
 
-def _trace(etdump: Path | None, debug_buffer: str | None, executorch: bool):
+def _trace(etdump: Path | None, debug_buffer: str | None, executorch: bool) -> Trace | None:
     """--etdump's Trace, its options checked: ExecuTorch's runtime writes the ETDump."""
     from devplan.runtime.etdump_trace import Trace
 
@@ -320,7 +323,7 @@ def _trace(etdump: Path | None, debug_buffer: str | None, executorch: bool):
     return Trace(etdump, nbytes)
 
 
-def _load_inputs(path: Path, memory: Memory) -> list:
+def _load_inputs(path: Path, memory: Memory) -> list[Any]:
     """The --inputs file's tensors, read once into memory: a regular file, whose bytes (what its
     tensors take once loaded) are counted against `memory`'s limit before they are loaded."""
     from devplan.files import read_input

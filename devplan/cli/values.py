@@ -4,13 +4,17 @@ compile takes from the command line and from a JSON file; and the values shell c
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Container
 from pathlib import Path
+from typing import Any, TypeVar
 
 import typer
 
 from devplan.errors import DevplanError
 from devplan.jsontext import repeated
 from devplan.metadata import runner_value
+
+T = TypeVar("T")
 
 
 def size_option(text: str, flag: str, examples: str) -> int:
@@ -27,7 +31,7 @@ def size_option(text: str, flag: str, examples: str) -> int:
 _EXAMPLES = {"--method": "decode=decode.pt2", "--constant-method": "get_max_seq_len=128"}
 
 
-def name_value(text: str, option: str, parse):
+def name_value(text: str, option: str, parse: Callable[[str], T]) -> tuple[str, T]:
     """NAME=VALUE of a repeatable option, the value parsed by `parse`; a --method names a file
     (given none, it named the current folder)."""
     name, equals, value = text.partition("=")
@@ -36,7 +40,7 @@ def name_value(text: str, option: str, parse):
     return name, parse(value)
 
 
-def named_once(pairs: list, option: str) -> dict:
+def named_once(pairs: list[tuple[str, T]], option: str) -> dict[str, T]:
     """NAME=VALUE pairs as a dict, refusing a NAME given twice: a dict would silently keep the
     last, and a program of two methods alike is one ExecuTorch's runtime reads otherwise."""
     if (name := repeated(pairs)) is not None:
@@ -44,7 +48,7 @@ def named_once(pairs: list, option: str) -> dict:
     return dict(pairs)
 
 
-def constant_value(text: str):
+def constant_value(text: str) -> Any:
     """A constant method's value as JSON (7, 1.5, true, [1, 2], "text"), or else the text itself."""
     from devplan.jsontext import loads
 
@@ -54,20 +58,20 @@ def constant_value(text: str):
         return text
 
 
-def _unique_keys(path: Path, pairs: list) -> dict:
+def _unique_keys(path: Path, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object of --metadata, refusing a key given twice (json would keep the last)."""
     if (key := repeated(pairs)) is not None:
         raise DevplanError(f"--metadata {path}: {key} given twice; give each constant method once")
     return dict(pairs)
 
 
-def constant_methods(metadata: Path | None, texts: list[str]) -> dict:
+def constant_methods(metadata: Path | None, texts: list[str]) -> dict[str, Any]:
     """The constant methods of --metadata's file, then of each --constant-method NAME=VALUE."""
     given = named_once([name_value(text, "--constant-method", constant_value) for text in texts], "--constant-method")
     return {**(constant_methods_file(metadata) if metadata is not None else {}), **given}
 
 
-def constant_methods_file(path: Path) -> dict:
+def constant_methods_file(path: Path) -> dict[str, Any]:
     """--metadata's JSON object of constant methods, each value checked as the runner reads it."""
     from devplan.files import read_input
     from devplan.jsontext import loads
@@ -121,7 +125,7 @@ def complete_backends(incomplete: str) -> list[str]:
 # compile --help's panels, in the order a user reaches for them (the model and --help stay in "Options")
 
 
-def in_order(ctx: typer.Context, param: typer.CallbackParam, value):
+def in_order(ctx: typer.Context, param: typer.CallbackParam, value: T) -> T:
     """Click calls option callbacks in the order the options first appear on the command
     line: that order is the order backends choose ops in."""
     if value:
@@ -129,6 +133,6 @@ def in_order(ctx: typer.Context, param: typer.CallbackParam, value):
     return value
 
 
-def given_order(ctx: typer.Context, names) -> list[str]:
+def given_order(ctx: typer.Context, names: Container[str]) -> list[str]:
     """The options of `names` given, in the order they first appeared (in_order's record)."""
     return [name for name in ctx.meta.get("devplan_order", []) if name in names]

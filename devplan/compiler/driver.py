@@ -6,7 +6,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import torch
 from torch.utils import _pytree as pytree
@@ -42,20 +42,23 @@ from devplan.planning.plan_method import plan_method
 from devplan.pte.writer import pte_image
 from devplan.quantization import GROUP_SIZE
 
+T = TypeVar("T")
+Model = str | os.PathLike[str] | torch.export.ExportedProgram  # a .pt2 path, or the export itself
+
 
 @releasing  # torch keeps each graph a compile builds for the life of the process (issue 52)
 def compile(
-    model,
-    output: str | os.PathLike | None = None,
+    model: Model,
+    output: str | os.PathLike[str] | None = None,
     options: CompileOptions | None = None,
     *,
-    methods: Mapping[str, object] | None = None,
+    methods: Mapping[str, Model] | None = None,
     constant_methods: Mapping[str, object] | None = None,
     on_stage: Callable[[str], None] | None = None,
     on_written: Callable[[int, int], None] | None = None,
     on_calibrated: Callable[[int, int], None] | None = None,
     pipeline: Pipeline = PIPELINE,
-    **choices,
+    **choices: Any,
 ) -> CompileResult:
     """Compile a .pt2 path or an ExportedProgram to an ET12 program, as its method `forward`.
     `methods` maps more method names to .pt2 paths or ExportedPrograms, each compiled the same
@@ -86,8 +89,11 @@ def compile(
         require_etrecord()
     import_kernels(options.kernels)
     files = {"forward": model, **_named(methods, "method")}  # as given: errors name the file
-    kept = (*files.values(), options.calibration, options.external_constants, output)
-    kept = tuple(path for path in kept if isinstance(path, (str, os.PathLike)))  # not a program or inputs given
+    kept = tuple(
+        path
+        for path in (*files.values(), options.calibration, options.external_constants, output)
+        if isinstance(path, (str, os.PathLike))  # not a program or inputs given
+    )
     stage = Stages(options.dump_dir, on_stage, checks=options.checks, kept=kept)
     sources = dict(files)
     constants = _named(constant_methods, "constant method")
@@ -102,7 +108,7 @@ def compile(
     if options.llm:  # read once, from the loaded export, which forward then compiles
         sources["forward"], constants = _llm(model, constants, stage)
     folding: dict[str, int] = {}
-    fold_choices: list[dict] = []
+    fold_choices: list[dict[str, Any]] = []
     planned = []
     quantization = None
     attention = {}
@@ -160,7 +166,7 @@ def compile(
     )
 
 
-def _llm(model, constants: dict, stage: Stages) -> tuple[object, dict]:
+def _llm(model: Model, constants: dict[str, Any], stage: Stages) -> tuple[Model, dict[str, Any]]:
     """The loaded forward export, and the constant methods with what --llm reads from it."""
     try:
         ep = stage("load", load, model) if isinstance(model, (str, os.PathLike)) else model
@@ -171,7 +177,7 @@ def _llm(model, constants: dict, stage: Stages) -> tuple[object, dict]:
         raise
 
 
-def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
+def _named(given: Mapping[str, T] | None, kind: str) -> dict[str, T]:
     """A mapping of method names, each checked: the runtime looks methods up by these names."""
     named = dict(given or {})
     for name in named:
@@ -183,13 +189,15 @@ def _named(given: Mapping[str, object] | None, kind: str) -> dict[str, object]:
 
 
 def _plan_program(
-    model,
+    model: Model,
     options: CompileOptions,
     pipeline: Pipeline,
     stage: Stages,
     name: str,
     on_calibrated: Callable[[int, int], None] | None,
-) -> tuple[PlannedMethod, dict, tuple[QuantizeReport, Reference] | None, tuple[Attention, ...], tuple[Fallback, ...]]:
+) -> tuple[
+    PlannedMethod, dict[str, Any], tuple[QuantizeReport, Reference] | None, tuple[Attention, ...], tuple[Fallback, ...]
+]:
     """One method: a .pt2 path or an ExportedProgram through the graph stages, its delegates'
     payloads compiled on the way, to its plan; with what folding chose, with --quantize,
     what quantizing cost and the float model's outputs to measure the program against, and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from devplan.compiler.lower import Lowering, after_fold
 from devplan.compiler.result import FOLDING
@@ -15,13 +16,13 @@ from devplan.ir.planned import PlannedMethod
 FOLD_POLICIES = ("local", "all", "none")
 
 
-def fold_auto(low: Lowered, lowering: Lowering, stage: Stages) -> tuple[PlannedMethod, dict]:
+def fold_auto(low: Lowered, lowering: Lowering, stage: Stages) -> tuple[PlannedMethod, dict[str, Any]]:
     """Each policy planned, the one whose arena plus constants is least kept (the smaller arena
     where they tie); a policy that folds what another did is not planned again, nor none where one
     folds without growing the constants. Each is planned under the stages' own names, its timings
     and dumps kept only for the one kept."""
     fold = lowering.pipeline.fold
-    tried: dict[tuple[int, ...], tuple[str, PlannedMethod, dict, Stages]] = {}
+    tried: dict[tuple[int, ...], tuple[str, PlannedMethod, dict[str, Any], Stages]] = {}
     over: list[BudgetExceeded] = []  # a policy whose plan is over a --budget is not kept
     for policy in FOLD_POLICIES:
         if policy == "none" and any(f["constant_bytes_added"] <= 0 for _, _, f, _ in tried.values()):
@@ -45,7 +46,7 @@ def fold_auto(low: Lowered, lowering: Lowering, stage: Stages) -> tuple[PlannedM
     return plan, {**folding, "choices": choices}
 
 
-def choice(method: str, policy: str, plan: PlannedMethod, folding: dict, chosen: bool) -> dict:
+def choice(method: str, policy: str, plan: PlannedMethod, folding: dict[str, Any], chosen: bool) -> dict[str, Any]:
     """One policy's row in the summary's `folding.choices`."""
     return {
         "method": method,
@@ -60,5 +61,5 @@ def _arena(plan: PlannedMethod) -> int:
     return sum(buffer.size for buffer in plan.buffers)
 
 
-def _cost(plan: PlannedMethod, folding: dict) -> int:
-    return _arena(plan) + folding["stored"]
+def _cost(plan: PlannedMethod, folding: dict[str, Any]) -> int:
+    return _arena(plan) + int(folding["stored"])

@@ -4,6 +4,7 @@ by these same stages on its backend's device), the method passes, and its plan."
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from devplan.backend import Backend
 from devplan.compiler.stages import Stages
@@ -37,7 +38,7 @@ class Lowering:
         return tuple(d for d in self.options.delegates if isinstance(d, Backend))
 
 
-def after_fold(done: Folded, lowering: Lowering, stage: Stages) -> tuple[PlannedMethod, dict]:
+def after_fold(done: Folded, lowering: Lowering, stage: Stages) -> tuple[PlannedMethod, dict[str, Any]]:
     """The folded graph through the rest of the graph stages and its delegates' payloads to its
     plan; with what folding did and what the program then stores."""
     low = done.program

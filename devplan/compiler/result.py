@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Mapping, cast
+from typing import Any, Mapping, cast
 
 from devplan.documents import CompiledFile, CompiledMethod, CompileSummary, Folding
 from devplan.inspection.kernels import libraries
@@ -27,7 +27,7 @@ class CompileResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     # fold_constants' record (passes/graph/fold.py), all methods' summed, and under "choices" each
     # method's policies planned (arena, constant bytes) and the one kept
-    folding: dict = field(default_factory=dict)
+    folding: dict[str, Any] = field(default_factory=dict)
     methods: tuple[PlannedMethod, ...] = ()  # every method's plan, in the program's order (forward first)
     # with external_constants: the .ptd as the pieces written, and how many keys it holds
     external: Spread | None = None

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 from devplan.dump import stage_text
 from devplan.errors import DevplanError, InternalError
 from devplan.files import refuse_overwrite, write_atomic
 from devplan.planning.verify import PlanError
 from devplan.wellformed import Malformed, check_stage
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -25,9 +28,9 @@ class Stages:
     seconds: dict[str, float] = field(default_factory=dict)
     prefix: str = ""
     checks: bool = False  # each result checked (devplan/wellformed.py), so a broken pass is named by its stage
-    kept: tuple = ()  # the files the compile reads and writes, which no dump may replace
+    kept: tuple[str | os.PathLike[str], ...] = ()  # the files the compile reads and writes, which no dump may replace
 
-    def __call__(self, name: str, fn, *args, **kwargs):
+    def __call__(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         name = self.prefix + name
         if self.on_stage:
             self.on_stage(name)
@@ -55,7 +58,7 @@ class Stages:
         return replace(self, prefix=f"{self.prefix}{prefix}.")
 
 
-def _dump(folder: Path, step: int, name: str, result, kept: tuple) -> None:
+def _dump(folder: Path, step: int, name: str, result: object, kept: tuple[str | os.PathLike[str], ...]) -> None:
     """One readable file per stage (devplan/dump.py), so that a regression shows as a file diff;
     never over one of the compile's own files (a model named 01-load.txt in the folder was
     replaced by its dump)."""

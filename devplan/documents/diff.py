@@ -1,6 +1,6 @@
 """`devplan diff --json`, and a golden check's differences (diff.schema.json)."""
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, final
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -29,6 +29,7 @@ class PlacementChange(TypedDict):
     b: Optional[Placement]
 
 
+@final  # so that `"largest" in detail` tells it from a PeakDetail
 class PlacementsDetail(TypedDict):
     changed: int
     added: int
@@ -51,6 +52,7 @@ class OperatorChange(TypedDict):
     b: int
 
 
+@final  # so that `"by" in detail` tells it from a PlacementsDetail
 class PeakDetail(TypedDict):
     moved: bool
     by: Literal["module", "operator"]

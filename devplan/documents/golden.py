@@ -3,7 +3,7 @@
 A golden file gives each size in bytes with its human form beside it (`size_text`), for a
 pull request's diff; readers compare the bytes."""
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -73,7 +73,7 @@ class GoldenPlacements(TypedDict):
 
 class GoldenMethod(TypedDict):
     name: str
-    returns: NotRequired[list]
+    returns: NotRequired[list[Any]]
     counts: GoldenCounts
     buffers: list[GoldenBuffer]
     devices: dict[str, GoldenDevice]

@@ -1,6 +1,6 @@
 """`devplan inspect --json` and `devplan.inspect()` (inspect.schema.json)."""
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from typing_extensions import NotRequired, TypedDict
 
@@ -199,7 +199,7 @@ class InspectedMethod(TypedDict):
     outputs: list[int]
     counts: InspectedCounts
     values: dict[str, int]
-    returns: NotRequired[list]
+    returns: NotRequired[list[Any]]
     devices: NotRequired[list[DeviceTotal]]
     buffers: NotRequired[list[InspectedBuffer]]
     peak: NotRequired[list[Peak]]

@@ -31,6 +31,7 @@ tower of them never finishes. Only spaces separate tokens.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Container
 
 MAX_LENGTH = 10_000  # a real expression is a few dozen characters; sympy recurses on what it parses
 MAX_DEPTH = 48
@@ -149,7 +150,7 @@ class _Parser:
         self.at += 1
         return token
 
-    def operands(self, operand, operators) -> int:
+    def operands(self, operand: Callable[[], int], operators: Container[str]) -> int:
         """operand (operator operand)*: numbers only if every operand is, a power if any is."""
         flags = operand()
         while self.peek() in operators:

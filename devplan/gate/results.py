@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from devplan.errors import DevplanError, first_line
 
@@ -45,7 +45,7 @@ def check_results(ep: "torch.export.ExportedProgram", path: Path) -> None:
                 )
 
 
-def _run_fake(node: "torch.fx.Node", op: "torch._ops.OpOverload", mode, path: Path):
+def _run_fake(node: "torch.fx.Node", op: "torch._ops.OpOverload", mode: Any, path: Path) -> Any:
     """The node's op run on its arguments' recorded values in the export's fake mode; None
     when torch cannot say what it makes without the data."""
     import torch
@@ -79,7 +79,7 @@ def _run_fake(node: "torch.fx.Node", op: "torch._ops.OpOverload", mode, path: Pa
         ) from None
 
 
-def _differs(made, recorded) -> bool:
+def _differs(made: object, recorded: object) -> bool:
     """Whether two results (a tensor, a size, or a tuple of them) certainly differ: in
     structure, dtype or rank, or a size that no value of the export's symbols makes equal."""
     import torch
@@ -100,7 +100,7 @@ def _differs(made, recorded) -> bool:
     return False
 
 
-def _sizes(a, b) -> bool:
+def _sizes(a: object, b: object) -> bool:
     """Whether both are sizes (ints or SymInts), the values compared; a float or bool a
     size op returns is left as recorded."""
     import torch
@@ -108,7 +108,7 @@ def _sizes(a, b) -> bool:
     return all(isinstance(x, (int, torch.SymInt)) and not isinstance(x, bool) for x in (a, b))
 
 
-def _described(result) -> str:
+def _described(result: object) -> str:
     import torch
 
     leaves = torch.utils._pytree.tree_leaves(result)

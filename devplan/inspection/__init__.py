@@ -19,36 +19,37 @@ from typing import TYPE_CHECKING, overload
 
 if TYPE_CHECKING:
     from devplan.documents import InspectDocument, XnnpackDocument
+    from devplan.pte import PteFile
 
 __all__ = ["inspect"]
 
 
 @overload
 def inspect(
-    source: str | os.PathLike | bytes,
+    source: str | os.PathLike[str] | bytes | PteFile,
     *,
     method: str | None = None,
     delegate: None = None,
-    data: str | os.PathLike | None = None,
+    data: str | os.PathLike[str] | None = None,
 ) -> InspectDocument: ...
 
 
 @overload
 def inspect(
-    source: str | os.PathLike | bytes,
+    source: str | os.PathLike[str] | bytes | PteFile,
     *,
     method: str | None = None,
-    delegate: int,
-    data: str | os.PathLike | None = None,
+    delegate: int | None,
+    data: str | os.PathLike[str] | None = None,
 ) -> InspectDocument | XnnpackDocument: ...
 
 
 def inspect(
-    source: str | os.PathLike | bytes,
+    source: str | os.PathLike[str] | bytes | PteFile,
     *,
     method: str | None = None,
     delegate: int | None = None,
-    data: str | os.PathLike | None = None,
+    data: str | os.PathLike[str] | None = None,
 ) -> InspectDocument | XnnpackDocument:
     """Read a program (a path, or the file's bytes) and return its inspection document; with
     `delegate`, the document of the ET12 program that delegate's payload holds, or of the graph
@@ -70,7 +71,7 @@ def inspect(
     return document(pte, os.path.basename(pte.name), method=method)
 
 
-def _payload_program(pte, method: str | None, delegate: int):
+def _payload_program(pte: PteFile, method: str | None, delegate: int) -> XnnpackDocument | tuple[PteFile, None]:
     """(the payload's program, no method) for an ET12 payload; its backend's document for another
     (XNNPACK's graph: pte.payloads' `document`)."""
     from devplan.errors import DevplanError
@@ -88,7 +89,8 @@ def _payload_program(pte, method: str | None, delegate: int):
     if not is_program(program.payload(plan_index, delegate)):
         documented = payload_format(program.methods[plan_index].delegates[delegate].id).document
         if documented is not None:
-            return named_function(documented)(program, plan_index, delegate)
+            shown: XnnpackDocument = named_function(documented)(program, plan_index, delegate)
+            return shown
         raise DevplanError(
             f"{program.name} delegate {delegate}: the payload is not an ET12 program but the backend's "
             f"own format; devplan shows programs (devplan's DevplanDelegate payloads) and XNNPACK's graphs only"

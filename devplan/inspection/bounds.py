@@ -6,7 +6,7 @@ take, at the alignment the plan kept), and per device what is alive there at onc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Mapping, TypedDict
+from typing import AbstractSet, Any, Iterable, Mapping, TypedDict
 
 from devplan.documents import DeviceTotal, InspectedBuffer, InspectedDelegate, InspectedTensor
 from devplan.inspection.overlap import LatestWrites, busiest, storages
@@ -105,10 +105,10 @@ def device_bounds(
     lower bound, the most bytes alive there at any instruction, a delegate's buffers counted
     (at its payload's bound) while it runs."""
 
-    totals: dict[str, dict] = {}
+    totals: dict[str, dict[str, Any]] = {}
     alive: dict[str, list[Interval]] = {}  # device -> what its buffers and delegates hold, and when
 
-    def add(device: str, size: int, intervals) -> None:
+    def add(device: str, size: int, intervals: Iterable[Interval]) -> None:
         total = totals.setdefault(device, {"device": device, "buffers": 0, "size": 0})
         total["buffers"] += 1
         total["size"] += size

@@ -1,5 +1,6 @@
 """What a comparison of two plans finds: each fact that differs (Change), all of them with the
-tolerances they were judged by (Diff), and the tolerance itself, parsed from a flag."""
+tolerances they were judged by (Comparison), and the tolerance itself, parsed from a flag. The
+text views (difftext.py) read these; diff.py's Diff is a Comparison with its text."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import Final
 from devplan import documents
 from devplan.documents import PeakDetail, PlacementsDetail
 from devplan.errors import DevplanError
-from devplan.inspection.difftext import WIDTH, diff_text
 from devplan.units import size_bytes, size_text
 
 SCHEMA_VERSION: Final = 1  # of the diff document; docs/diff-json.md
@@ -87,7 +87,7 @@ class Change:
 
 
 @dataclass(frozen=True)
-class Diff:
+class Comparison:
     a: str  # the sides' names (file basenames)
     b: str
     changes: tuple[Change, ...]
@@ -118,8 +118,3 @@ class Diff:
             "ok": self.ok,
             "changes": [change.document() for change in self.changes],
         }
-
-    def text(self, labels: bool = True, width: int = WIDTH, placements: bool = False) -> str:
-        """As a person reads it, in `width` columns; labels=False: without a gate's FAIL and ok;
-        placements: each changed tensor listed even where the sides come from two compilers."""
-        return diff_text(self, labels, width, placements)

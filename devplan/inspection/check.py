@@ -21,8 +21,8 @@ from devplan.documents import (
 from devplan.errors import DevplanError
 from devplan.files import STDIO, refuse_overwrite, write_atomic
 from devplan.inspection import inspect
-from devplan.inspection.changes import Diff, Tolerance
-from devplan.inspection.diff import diff
+from devplan.inspection.changes import Tolerance
+from devplan.inspection.diff import Diff, diff
 from devplan.inspection.golden import golden_document, golden_text, peak_brief, read_golden, refuse_replacing
 from devplan.inspection.own_memory import backend_bytes, device_of, memory_of, outside
 from devplan.planning.budget import BACKENDS, budget_key, checked_budgets
@@ -66,7 +66,7 @@ class BufferCheck:
 
 
 def check(
-    source: str | os.PathLike | bytes,
+    source: str | os.PathLike[str] | bytes | PteFile,
     *,
     budgets: Mapping[str, int] | None = None,
     max_ratio: float | None = None,
@@ -209,8 +209,8 @@ class GoldenCheck:
 
 
 def check_golden(
-    source: str | os.PathLike | bytes,
-    golden: str | os.PathLike,
+    source: str | os.PathLike[str] | bytes | PteFile,
+    golden: str | os.PathLike[str],
     *,
     update: bool = False,
     tolerance: "Tolerance | str | None" = None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, Callable, Mapping, Sequence, cast
 
 from devplan.documents import (
     GoldenDelegate,
@@ -33,9 +33,11 @@ from devplan.documents import (
 from devplan.errors import DevplanError
 from devplan.files import open_input, present
 from devplan.inspection import inspect
-from devplan.inspection.changes import Change, Diff, Tolerance, parse_tolerance
+from devplan.inspection.changes import Change, Comparison, Tolerance, parse_tolerance
+from devplan.inspection.difftext import WIDTH, diff_text
 from devplan.inspection.golden import golden_document, is_golden, read_golden
 from devplan.inspection.pairing import (
+    Mark,
     Planned,
     facts,
     golden_names_modules,
@@ -46,6 +48,7 @@ from devplan.inspection.pairing import (
     planned,
     timelines,
 )
+from devplan.pte import PteFile
 from devplan.units import natural_key
 
 # counts reported, never failed (but with exact): one more scalar the emitter made, or one
@@ -58,22 +61,39 @@ LARGEST_SHOWN = 10
 
 
 @dataclass(frozen=True)
+class Diff(Comparison):
+    """What devplan.diff returns: the comparison, and its text."""
+
+    def text(self, labels: bool = True, width: int = WIDTH, placements: bool = False) -> str:
+        """As a person reads it, in `width` columns; labels=False: without a gate's FAIL and ok;
+        placements: each changed tensor listed even where the sides come from two compilers."""
+        return diff_text(self, labels, width, placements)
+
+
+@dataclass(frozen=True)
+class Placements:
+    """What a program says beyond its golden document (which keeps only their digest), by method."""
+
+    placements: dict[str, list[Planned]]
+    instructions: dict[str, list[Mark]]  # instruction_marks
+    operators: dict[str, dict[int, dict[str, int]]]  # peak_operators
+
+
+@dataclass(frozen=True)
 class Side:
-    """One side of a comparison: its golden document and, for a program, its placements by method."""
+    """One side of a comparison: its golden document and, for a program, its placements."""
 
     name: str
     golden: GoldenDocument
-    placements: dict[str, list[Planned]] | None = None
-    instructions: dict[str, list[tuple]] | None = None  # instruction_marks, by method
-    operators: dict[str, dict[int, dict[str, int]]] | None = None  # peak_operators, by method
+    program: Placements | None = None  # None for a golden file or document
     modules: bool = True  # whether it names the model's modules (names_modules)
 
 
-def side(source) -> Side:
+def side(source: str | os.PathLike[str] | bytes | PteFile | Mapping[str, Any]) -> Side:
     """A program (path or bytes of a .pte), a golden file (path of its JSON), an inspection
     document or a golden document (dicts)."""
     doc: Mapping[str, Any]
-    if isinstance(source, dict):
+    if isinstance(source, Mapping):
         doc = source
     elif isinstance(source, (str, os.PathLike)) and looks_like_golden(Path(source)):
         golden = read_golden(source)
@@ -87,9 +107,11 @@ def side(source) -> Side:
     return Side(
         inspected["file"]["name"],
         golden_document(inspected),
-        {m["name"]: planned(m) for m in inspected["methods"]},
-        {m["name"]: instruction_marks(m) for m in inspected["methods"]},
-        {m["name"]: peak_operators(m) for m in inspected["methods"]},
+        Placements(
+            {m["name"]: planned(m) for m in inspected["methods"]},
+            {m["name"]: instruction_marks(m) for m in inspected["methods"]},
+            {m["name"]: peak_operators(m) for m in inspected["methods"]},
+        ),
         names_modules(inspected),
     )
 
@@ -106,8 +128,8 @@ def looks_like_golden(path: Path) -> bool:
 
 
 def diff(
-    a,
-    b,
+    a: str | os.PathLike[str] | bytes | PteFile | Mapping[str, Any],
+    b: str | os.PathLike[str] | bytes | PteFile | Mapping[str, Any],
     *,
     tolerance: Tolerance | str | None = None,
     exact: bool = False,
@@ -131,7 +153,14 @@ def diff(
     left, right = side(a), side(b)
     # a side that names no modules would put its whole peak under "(no module)": both are told
     # by the operators that wrote what each peak holds instead
-    by_operator = None if left.modules and right.modules else (left.operators or {}, right.operators or {})
+    by_operator = (
+        None
+        if left.modules and right.modules
+        else (
+            left.program.operators if left.program is not None else {},
+            right.program.operators if right.program is not None else {},
+        )
+    )
     compare = _Compare(rule or Tolerance(), exact, fail_on_shrink, by_operator, weights or rule or Tolerance())
     compare.sized(
         None, "program", "constant_bytes", left.golden["file"]["constant_bytes"], right.golden["file"]["constant_bytes"]
@@ -144,12 +173,12 @@ def diff(
     for name, x, y in _pairs(methods_a, methods_b):
         if compare.matched(None, f"method {name}", x, y, lambda m: m["name"]):
             compare.method(name, x, y)
-            programs = left.placements is not None and right.placements is not None
-            compare.placements(name, x["placements"], y["placements"], (left, right) if programs else None)
+            programs = (left.program, right.program) if left.program is not None and right.program is not None else None
+            compare.placements(name, x["placements"], y["placements"], programs)
     return Diff(left.name, right.name, tuple(compare.changes), rule, exact, left.modules == right.modules, weights)
 
 
-def _pairs(a: Mapping, b: Mapping) -> list[tuple]:
+def _pairs(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> list[tuple[Any, Any, Any]]:
     """(key, a's item or None, b's item or None) for each key of either: a's in order, then b's own."""
     return [(key, a.get(key), b.get(key)) for key in list(a) + [key for key in b if key not in a]]
 
@@ -171,21 +200,21 @@ class _Compare:
         self.by_operator = by_operator  # each side's peak_operators, where the peaks are told by operator
         self.weights = weights or tolerance
 
-    def sized(self, method, subject: str, fact: str, a: int, b: int) -> None:
+    def sized(self, method: str | None, subject: str, fact: str, a: int, b: int) -> None:
         if a != b:
             rule = self.weights if fact in WEIGHTS else self.tolerance
             fails = self.exact or (b > a and not rule.allows(a, b)) or (b < a and self.fail_on_shrink)
             self.changes.append(Change(method, subject, fact, a, b, fails))
 
-    def reported(self, method, subject: str, fact: str, a, b) -> None:
+    def reported(self, method: str, subject: str, fact: str, a: object, b: object) -> None:
         if a != b:
             self.changes.append(Change(method, subject, fact, a, b, self.exact))
 
-    def fixed(self, method, subject: str, fact: str, a, b) -> None:
+    def fixed(self, method: str, subject: str, fact: str, a: object, b: object) -> None:
         if a != b:
             self.changes.append(Change(method, subject, fact, a, b, True))
 
-    def matched(self, method, subject: str, x, y, brief) -> bool:
+    def matched(self, method: str | None, subject: str, x: Any, y: Any, brief: Callable[[Any], object]) -> bool:
         """Whether both sides have it; one that only a has was removed, one that only b has
         added (a change, described by brief(item))."""
         if x is not None and y is not None:
@@ -232,7 +261,7 @@ class _Compare:
     def buffers(self, method: str, prefix: str, a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> None:
         """Buffers matched by mem_id (and, inside a delegate, by the payload's method)."""
 
-        def key(buffer):
+        def key(buffer: Mapping[str, Any]) -> tuple[str | None, int]:
             return buffer.get("method"), buffer["mem_id"]
 
         for (inner, mem_id), x, y in _pairs({key(x): x for x in a}, {key(x): x for x in b}):
@@ -269,7 +298,10 @@ class _Compare:
         moved = (a["op"], a["source"]) != (b["op"], b["source"])
         more = sum(s[1] != s[2] for s in shares) - len(grown)
         if grown or moved:
-            brief = lambda p: {key: p[key] for key in ("instruction", "op", "source", "bytes")}  # noqa: E731
+
+            def brief(p: GoldenPeak) -> dict[str, object]:
+                return {key: p[key] for key in ("instruction", "op", "source", "bytes")}
+
             self.changes.append(
                 Change(
                     method,
@@ -313,7 +345,7 @@ class _Compare:
             self.fixed(method, subject, "window", _window(x), _window(y))
 
     def placements(
-        self, method: str, a: GoldenPlacements, b: GoldenPlacements, programs: tuple[Side, Side] | None
+        self, method: str, a: GoldenPlacements, b: GoldenPlacements, programs: tuple[Placements, Placements] | None
     ) -> None:
         """Moved placements are only a difference with exact: a plan that shrank, or grew
         within the tolerance, has moved its tensors too. A golden file keeps only the digest,

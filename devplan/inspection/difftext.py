@@ -15,20 +15,14 @@ import re
 import textwrap
 from typing import Any, Mapping
 
-from devplan.documents import GoldenPeak, SizedWindow
+from devplan.documents import GoldenPeak, PeakDetail, Placement, PlacementChange, PlacementsDetail
+from devplan.inspection.changes import Change, Comparison
 from devplan.units import counted, exact_size_text, natural_key, printable, size_text
 
 SIZED = frozenset({"size", "lower_bound", "payload_size", "constant_bytes"})  # facts in bytes, which may shrink
 
 _INDENT = " " * 8
 WIDTH = 80  # without a console to ask: a pipe's width, as rich gives it
-_PLACEMENT_KINDS = {
-    "added": "added",
-    "removed": "removed",
-    "moved": "moved",
-    "resized": "resized",
-    "lifetime": "lifetimes",
-}  # detail key: how the summary line says it
 
 _FACTS = {
     "size": "size",
@@ -48,7 +42,7 @@ _FACTS = {
 }
 
 
-def diff_text(d, labels: bool = True, width: int = WIDTH, placements: bool = False) -> str:
+def diff_text(d: Comparison, labels: bool = True, width: int = WIDTH, placements: bool = False) -> str:
     """The verdict line, what caused it, then the changes grouped by method, wrapped within
     `width` columns; without `labels`, the changes alone, neither passing nor failing. The
     tensors whose placements changed are listed where both sides number their values alike
@@ -57,7 +51,7 @@ def diff_text(d, labels: bool = True, width: int = WIDTH, placements: bool = Fal
     return "\n".join([verdict(d, labels), *cause_lines(d, width), *lines]) + "\n"
 
 
-def verdict(d, labels: bool = True) -> str:
+def verdict(d: Comparison, labels: bool = True) -> str:
     # the files' names escaped here, before the text's lines are joined: a newline in one
     # would start a line of its own
     sides = f"{printable(d.a)} -> {printable(d.b)}"
@@ -66,7 +60,7 @@ def verdict(d, labels: bool = True) -> str:
     return f"{sides}: {outcome(d)}"
 
 
-def outcome(d) -> str:
+def outcome(d: Comparison) -> str:
     """'the programs plan the same'; or how many changes, and of them how many fail the
     comparison and how many it allows (one vocabulary for check and diff, in every format)."""
     rules = [f"tolerance {d.tolerance}"] if d.tolerance is not None else []
@@ -83,25 +77,27 @@ def outcome(d) -> str:
     )
 
 
-def cause_lines(d, width: int = WIDTH) -> list[str]:
+def cause_lines(d: Comparison, width: int = WIDTH) -> list[str]:
     """What a reviewer acts on, before the numbers: per buffer whose peak changed, the blocks
     that grew most and where the peak is now ('cause: blocks.0 +32.0 KiB; peak at #1 ...')."""
     lines = []
     for change in d.changes:
         if change.fact != "peak":
             continue
-        grew = [(name, was, now) for name, was, now in shares(change.detail) if now != was][:2]
+        grew = [(name, was, now) for name, was, now in shares(peak_detail(change)) if now != was][:2]
         blocks = ", ".join(f"{name} {signed_size(now - was)}" for name, was, now in grew)
         where = f"{change.subject}" + (f" of method {change.method}" if change.method else "")
+        a, b = _record(change, change.a), _record(change, change.b)
         lines.append(
-            f"  cause: {where}: {blocks + '; ' if blocks else ''}its peak at {where_peak(change.b)}, "
-            f"{size_text(change.a['bytes'])} -> {size_text(change.b['bytes'])}"
+            f"  cause: {where}: {blocks + '; ' if blocks else ''}its peak at {where_peak(b)}, "
+            f"{size_text(a['bytes'])} -> {size_text(b['bytes'])}"
         )
     return wrapped(lines, width)
 
 
-def change_lines(d, labels: bool = True, width: int = WIDTH, placements: bool = True) -> list[str]:
-    lines, heading = [], None
+def change_lines(d: Comparison, labels: bool = True, width: int = WIDTH, placements: bool = True) -> list[str]:
+    lines: list[str] = []
+    heading: str | None = None
     for change in d.changes:
         if change.method != heading and change.method is not None:
             heading = change.method
@@ -110,9 +106,9 @@ def change_lines(d, labels: bool = True, width: int = WIDTH, placements: bool = 
     return wrapped(lines, width)
 
 
-def shares(detail: Mapping[str, Any]) -> list[tuple[str, int, int]]:
+def shares(detail: PeakDetail) -> list[tuple[str, int, int]]:
     """A peak change's blocks, or its operators where a side names no modules: (name, a, b)."""
-    if detail.get("by") == "operator":
+    if detail["by"] == "operator":
         return [(o["operator"], o["a"], o["b"]) for o in detail["operators"]]
     return [(m["module"], m["a"], m["b"]) for m in detail["modules"]]
 
@@ -139,26 +135,50 @@ _SIZE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|bytes)\b")
 _UNIT_SPACE = "\xa0"  # textwrap breaks only at ASCII whitespace
 
 
-def _lines(change, labels: bool = True, placements: bool = True) -> list[str]:
+def peak_detail(change: Change) -> PeakDetail:
+    """A peak change's detail: the blocks (or operators) whose bytes at the peak changed."""
+    detail = change.detail
+    if detail is None or "by" not in detail:  # diff.py gives every peak change its blocks
+        raise ValueError(f"{change.subject} {change.fact}: a change without the blocks at its peak")
+    return detail
+
+
+def _placements_detail(change: Change) -> PlacementsDetail | None:
+    """A digest change's detail: its tensors compared one by one, None where a side is a golden file."""
+    detail = change.detail
+    if detail is not None and "largest" not in detail:  # diff.py gives a digest change no peak's blocks
+        raise ValueError(f"{change.subject} {change.fact}: a change with a peak's blocks")
+    return detail
+
+
+def _record(change: Change, side: object) -> Mapping[str, Any]:
+    """One side of a change whose values are records: a peak's place and bytes (instruction, op,
+    source, bytes), a placements digest's count."""
+    if not isinstance(side, Mapping):
+        raise ValueError(f"{change.subject} {change.fact}: {type(side).__name__}, not a record")
+    return side
+
+
+def _lines(change: Change, labels: bool = True, placements: bool = True) -> list[str]:
     status = ("FAIL  " if change.fails else "ok    ") if labels else ""
     head = f"  {status}{change_label(change)}: {change_values(change)}"
     if change.fact == "digest" and not placements and change.detail is not None:
         # value ids each compiler numbers its own way: pairs of them tell a reader nothing
         return [head, f"{_INDENT}(the two compilers number their values each its own way; --placements lists them)"]
     if change.fact == "digest":
-        return [head, *_largest(change.detail)]
+        return [head, *_largest(_placements_detail(change))]
     if change.fact == "peak":
-        return [head, *_blocks(change.detail)]
+        return [head, *_blocks(peak_detail(change))]
     return [head]
 
 
-def change_label(change) -> str:
+def change_label(change: Change) -> str:
     """What changed: 'buffer 1 (cpu) size', 'operators added', 'constant bytes'."""
     fact = _FACTS.get(change.fact, change.fact)
     return f"{change.subject} {fact}".rstrip() if change.subject != "program" else fact
 
 
-def change_values(change) -> str:
+def change_values(change: Change) -> str:
     """How it changed, on one line: '16.0 KiB (16,384 bytes) -> 32.3 KiB (33,088 bytes), +16.3 KiB (+102.0%)'."""
     if change.fact == "digest":
         return _placements(change)
@@ -167,7 +187,7 @@ def change_values(change) -> str:
     return _values(change)
 
 
-def _values(change) -> str:
+def _values(change: Change) -> str:
     a, b = change.a, change.b
     if change.fact in ("added", "removed"):
         shown = a if change.fact == "removed" else b
@@ -180,7 +200,7 @@ def _values(change) -> str:
         return str(shown)
     if change.fact == "window":
         return f"{_window(a)} -> {_window(b)}"
-    if change.fact in SIZED:
+    if change.fact in SIZED and isinstance(a, int) and isinstance(b, int):
         percent = f" ({_percent(a, b)})" if a else ""
         return f"{exact_size_text(a)} -> {exact_size_text(b)}, {signed_size(b - a)}{percent}"
     if isinstance(a, int) and isinstance(b, int):
@@ -188,11 +208,11 @@ def _values(change) -> str:
     return f"{a} -> {b}"
 
 
-def _peak_values(change) -> str:
+def _peak_values(change: Change) -> str:
     """'#12 aten::addmm.out (h.0.mlp.c_fc (Conv1D) addmm), 36.2 KiB -> #40 ... , 54.2 KiB'; one
     place when the peak stayed where it was."""
-    a, b = change.a, change.b
-    if not change.detail["moved"]:
+    a, b = _record(change, change.a), _record(change, change.b)
+    if not peak_detail(change)["moved"]:
         return f"{where_peak(b)}, {size_text(a['bytes'])} -> {size_text(b['bytes'])}"
     return f"moved from {where_peak(a)}, {size_text(a['bytes'])}, to {where_peak(b)}, {size_text(b['bytes'])}"
 
@@ -212,7 +232,7 @@ def peak_text(peak: GoldenPeak, blocks: int = 3) -> str:
     return f"{where_peak(peak)} holds {size_text(peak['bytes'])}" + (f": {held}" if held else "")
 
 
-def _blocks(detail: dict) -> list[str]:
+def _blocks(detail: PeakDetail) -> list[str]:
     """Each block (or operator) whose bytes at the peak changed, most changed first:
     'h.0.mlp +18.0 KiB (18.0 KiB -> 36.0 KiB)'."""
     lines = [f"{_INDENT}{share_text(*share)}" for share in shares(detail)]
@@ -225,24 +245,34 @@ def share_text(name: str, was: int, now: int) -> str:
     return f"{name} {signed_size(now - was)} ({size_text(was)} -> {size_text(now)})"
 
 
-def _noun(detail: Mapping[str, Any]) -> str:
-    return "operators" if detail.get("by") == "operator" else "blocks"
+def _noun(detail: PeakDetail) -> str:
+    return "operators" if detail["by"] == "operator" else "blocks"
 
 
-def _window(window: SizedWindow | None) -> str:
-    return f"buffer {window['mem_id']} @{window['offset']} ({size_text(window['size'])})" if window else "none"
+def _window(window: object) -> str:
+    """A window change's side: a SizedWindow, or None where the delegate has none."""
+    if not isinstance(window, Mapping):
+        return "none"
+    return f"buffer {window['mem_id']} @{window['offset']} ({size_text(window['size'])})"
 
 
-def _placements(change) -> str:
-    counts = f"{change.a['count']} -> {change.b['count']} tensors"
-    detail = change.detail
+def _placements(change: Change) -> str:
+    counts = f"{_record(change, change.a)['count']} -> {_record(change, change.b)['count']} tensors"
+    detail = _placements_detail(change)
     if detail is None:  # a golden file keeps only the digest
         return f"differ (digest), {counts}"
-    kinds = ", ".join(f"{detail[kind]} {name}" for kind, name in _PLACEMENT_KINDS.items() if detail[kind])
+    counted_kinds = (
+        (detail["added"], "added"),
+        (detail["removed"], "removed"),
+        (detail["moved"], "moved"),
+        (detail["resized"], "resized"),
+        (detail["lifetime"], "lifetimes"),
+    )
+    kinds = ", ".join(f"{count} {name}" for count, name in counted_kinds if count)
     return f"{counts}: {kinds}"
 
 
-def _largest(detail: dict | None) -> list[str]:
+def _largest(detail: PlacementsDetail | None) -> list[str]:
     if detail is None:
         return []
     lines = [_tensor(row) for row in detail["largest"]]
@@ -251,16 +281,19 @@ def _largest(detail: dict | None) -> list[str]:
     return [f"{_INDENT}{line}" for line in lines]
 
 
-def _tensor(row: dict) -> str:
+def _tensor(row: PlacementChange) -> str:
     """'v7 (256 B) buffer 1 @512 -> @0, life 2..5 -> 3..5: SOURCE'; 'v7 -> v8' where the
     tensor's value index changed."""
     a, b = row["a"], row["b"]
-    one = a or b
-    values = f"v{a['value']} -> v{b['value']}" if a and b and a["value"] != b["value"] else f"v{one['value']}"
-    head = f"{values} ({size_text(one['nbytes'])})"
     source = f": {row['source']}" if row.get("source") else ""
     if a is None or b is None:
+        one = a if a is not None else b
+        if one is None:  # diff.py lists a tensor on at least one side
+            raise ValueError(f"value {row['value']}: a placement change with neither side")
+        head = f"v{one['value']} ({size_text(one['nbytes'])})"
         return f"{head} {'added' if a is None else 'removed'}: {_where(one)}, life {_span(one)}{source}"
+    values = f"v{a['value']} -> v{b['value']}" if a["value"] != b["value"] else f"v{a['value']}"
+    head = f"{values} ({size_text(a['nbytes'])})"
     facts = [_where(a)]
     if (a["mem_id"], a["device"]) != (b["mem_id"], b["device"]):
         facts[0] += f" -> {_where(b)}"
@@ -272,12 +305,12 @@ def _tensor(row: dict) -> str:
     return f"{head} {', '.join(facts)}{source}"
 
 
-def _where(row: dict) -> str:
+def _where(row: Placement) -> str:
     device = f" ({row['device']})" if row["device"] != "cpu" else ""
     return f"buffer {row['mem_id']}{device} @{row['offset']}"
 
 
-def _span(row: dict) -> str:
+def _span(row: Placement) -> str:
     return f"{row['lifetime'][0]}..{row['lifetime'][1]}" if row["lifetime"] else "none"
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import AbstractSet, Final
+from typing import AbstractSet, Any, Final, Sequence
 
 from devplan.documents import (
     CompileSpec,
@@ -32,7 +32,8 @@ from devplan.inspection.peak import peak
 from devplan.inspection.sources import argument_text, chain_origins, source_text, tensor_source
 from devplan.jsontext import number
 from devplan.pte import PteFile
-from devplan.pte.decode import Delegate, MethodView
+from devplan.pte.decode import Delegate, MethodView, Tensor
+from devplan.pte.frames import Where
 from devplan.pte.header import is_program
 from devplan.pte.program_view import ProgramView, program_view
 from devplan.spec import CPU, Device
@@ -187,7 +188,7 @@ def _method(program: ProgramView, view: MethodView) -> InspectedMethod:
     return entry
 
 
-def _returns(view: MethodView) -> list:
+def _returns(view: MethodView) -> list[Any]:
     """What a method of no instructions returns, one entry per output: what an LLM runner reads
     from a constant method (get_max_seq_len, use_kv_cache, get_eos_ids; a list is one output per
     item, as ExecuTorch writes it). A number, bool, string, or list of doubles or bools as its
@@ -196,7 +197,14 @@ def _returns(view: MethodView) -> list:
     return [number(view.scalars.get(value)) for value in view.outputs]
 
 
-def _name_tensors(tensors, instructions, writers, origins, inputs, outputs) -> None:
+def _name_tensors(
+    tensors: list[InspectedTensor],
+    instructions: list[InspectedInstruction],
+    writers: dict[int, int],
+    origins: list[Where | None],
+    inputs: Sequence[int],
+    outputs: Sequence[int],
+) -> None:
     """Each tensor's `source`: the user's names the frames give (inputs, weights), else its
     role and the instruction that first writes it."""
     names = {index: (role, name) for where in origins if where for index, role, name in where.names}
@@ -215,7 +223,7 @@ def _module_of(
     return instructions[at]["module"] if at is not None and at < len(instructions) else None
 
 
-def _tensor(view: MethodView, index: int, tensor, inputs: set[int], outputs: set[int]) -> InspectedTensor:
+def _tensor(view: MethodView, index: int, tensor: Tensor, inputs: set[int], outputs: set[int]) -> InspectedTensor:
     lifetime = view.lifetimes.get(index)
     return {
         "value": index,
@@ -369,7 +377,7 @@ def _payload_buffers(
     return None if found is None else [buffer.copy() for buffer in found]  # each delegate's entry is its own
 
 
-def _planned_buffers(inner) -> list[PayloadBuffer] | None:
+def _planned_buffers(inner: PteFile) -> list[PayloadBuffer] | None:
     try:
         return [
             {

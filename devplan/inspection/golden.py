@@ -14,7 +14,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Final, Mapping, cast
+from typing import Any, Final, Iterator, Mapping, NoReturn, cast
 
 from devplan import schemacheck
 from devplan.documents import (
@@ -176,7 +176,7 @@ def golden_text(golden: GoldenDocument) -> str:
     return inert(json.dumps(_readable(golden), indent=2, ensure_ascii=False) + "\n")
 
 
-def _readable(value, key: str | None = None):
+def _readable(value: Any, key: str | None = None) -> Any:
     if key in _VERBATIM:  # the model's names: only sorted
         return {name: value[name] for name in sorted(value, key=natural_key)} if isinstance(value, dict) else value
     if isinstance(value, dict):
@@ -188,7 +188,7 @@ def _readable(value, key: str | None = None):
     return value
 
 
-def _walk_sizes(value, key: str | None = None):
+def _walk_sizes(value: Any, key: str | None = None) -> Iterator[dict[str, Any]]:
     """Every object of a golden document that may hold sizes (not a peak's blocks, whose keys
     are the model's names, nor what a constant method returns)."""
     if key in _VERBATIM:
@@ -202,7 +202,7 @@ def _walk_sizes(value, key: str | None = None):
             yield from _walk_sizes(item)
 
 
-def _text_disagrees(golden: dict) -> str | None:
+def _text_disagrees(golden: dict[str, Any]) -> str | None:
     """A human form that says other than its bytes (a hand edit of one of the two): None when
     each agrees. Only the bytes are compared, so a review must not read a stale text."""
     for found in _walk_sizes(golden):
@@ -216,7 +216,7 @@ def _text_disagrees(golden: dict) -> str | None:
     return None
 
 
-def _without_text(golden: dict) -> dict:
+def _without_text(golden: dict[str, Any]) -> dict[str, Any]:
     """The document without its human forms, as golden_document makes it: what is compared."""
     for found in _walk_sizes(golden):
         for name in [name for name in found if name.endswith(TEXT) and name.removesuffix(TEXT) in SIZES]:
@@ -228,7 +228,7 @@ def is_golden(document: Mapping[str, Any]) -> bool:
     return DOCUMENT in (document.get("document"), document.get("format"))
 
 
-def read_golden(path: str | os.PathLike) -> GoldenDocument:
+def read_golden(path: str | os.PathLike[str]) -> GoldenDocument:
     """A golden file's document, from standard input for "-" (as --update writes standard output
     for it); a missing, damaged or foreign file is a DevplanError saying how to write one."""
     stdin = os.fspath(path) == STDIO
@@ -273,14 +273,14 @@ def parse_golden(text: bytes, name: str, rewrite: str) -> GoldenDocument:
     return cast(GoldenDocument, _without_text(golden))  # as the schema checked it
 
 
-def _once(pairs: list) -> dict:
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object whose keys are each given once: json keeps the last of two, unsaid."""
     if (key := repeated(pairs)) is not None:
         raise ValueError(f"the key {key!r} is given twice in one object")
     return dict(pairs)
 
 
-def _method_twice(methods: list) -> str | None:
+def _method_twice(methods: list[Any]) -> str | None:
     """A method listed twice, which a comparison would see once (the last): None when none is."""
     first: dict[str, int] = {}
     for index, method in enumerate(methods):
@@ -290,7 +290,7 @@ def _method_twice(methods: list) -> str | None:
     return None
 
 
-def refuse_replacing(path: str | os.PathLike) -> None:
+def refuse_replacing(path: str | os.PathLike[str]) -> None:
     """--update rewrites a golden file, never another file named by mistake (a program, its
     .ptd): what is there must be missing, empty, or a devplan golden document of any schema
     version (rewriting an old one is what --update is for). Streams (-, /dev/null, a FIFO)
@@ -322,5 +322,5 @@ def _is_golden_file(path: str, size: int) -> bool:
     return isinstance(document, dict) and is_golden(document)
 
 
-def _no_constant(name: str):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")

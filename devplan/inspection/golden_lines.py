@@ -9,16 +9,18 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+KeyPath = tuple[str | int, ...]  # keys and list positions, from the document's root
+
 _KEYED = re.compile(r'"((?:[^"\\]|\\.)*)": (.*?),?$')
 _CLOSE = frozenset({"}", "},", "]", "],"})
 
 
-def key_lines(text: str) -> dict[tuple, tuple[int, str]]:
+def key_lines(text: str) -> dict[KeyPath, tuple[int, str]]:
     """Each key's and list item's (line, value as written) by its path of keys and positions:
     ("methods", 0, "buffers", 0, "size") -> (17, "16384"); an object or list opened on the
     line has "{" or "[" as its value."""
-    found: dict[tuple, tuple[int, str]] = {}
-    path: list = []  # the open containers' paths; each list's next position beside it
+    found: dict[KeyPath, tuple[int, str]] = {}
+    path: list[KeyPath] = []  # the open containers' paths; each list's next position beside it
     positions: list[int | None] = []
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
@@ -30,11 +32,13 @@ def key_lines(text: str) -> dict[tuple, tuple[int, str]]:
                 positions.pop()
             continue
         keyed = _KEYED.fullmatch(stripped)
-        if keyed is not None and (not positions or positions[-1] is None):
+        position = positions[-1] if positions else None
+        key: str | int
+        if keyed is not None and position is None:
             key, value = keyed.group(1), keyed.group(2)
-        elif positions and positions[-1] is not None:  # an item of a list
-            key, value = positions[-1], stripped.rstrip(",")
-            positions[-1] += 1
+        elif position is not None:  # an item of a list
+            key, value = position, stripped.rstrip(",")
+            positions[-1] = position + 1
         else:
             return {}  # not laid out as golden_text writes it
         at = (*path[-1], key) if path else (key,)
@@ -45,14 +49,14 @@ def key_lines(text: str) -> dict[tuple, tuple[int, str]]:
     return found
 
 
-def change_line(lines: Mapping[tuple, tuple[int, str]], method: str | None, subject: str, fact: str) -> int | None:
+def change_line(lines: Mapping[KeyPath, tuple[int, str]], method: str | None, subject: str, fact: str) -> int | None:
     """The line of a diff change's fact in a golden file (key_lines), or None where it has none."""
     if method is None:
         return lines.get(("file", "constant_bytes"), (None,))[0] if fact == "constant_bytes" else None
     index = _position(lines, ("methods",), "name", f'"{method}"')
     if index is None:
         return None
-    at: tuple = ("methods", index)
+    at: KeyPath = ("methods", index)
     if found := re.fullmatch(r"buffer (\d+) \(.*\)", subject):
         buffer = _position(lines, (*at, "buffers"), "mem_id", found[1])
         at = (*at, "buffers", buffer, fact) if buffer is not None else (*at, "buffers")
@@ -70,13 +74,16 @@ def change_line(lines: Mapping[tuple, tuple[int, str]], method: str | None, subj
     return lines.get(at, lines.get(("methods", index, "name"), (None,)))[0]
 
 
-def _position(lines: Mapping[tuple, tuple[int, str]], within: tuple, key: str, value: str) -> int | None:
+def _position(lines: Mapping[KeyPath, tuple[int, str]], within: KeyPath, key: str, value: str) -> int | None:
     """The position of the object in the list at `within` whose `key` is written as `value`."""
     return next(
         (
-            path[len(within)]
+            position
             for path, (_, written) in lines.items()
-            if path[:-2] == within and path[-1] == key and written == value
+            if path[:-2] == within
+            and path[-1] == key
+            and written == value
+            and isinstance(position := path[len(within)], int)  # the list's position, before the key
         ),
         None,
     )

@@ -142,4 +142,5 @@ def oplist_yaml(views: Iterable[MethodView], source: str) -> str:
     """selected_operators() as the YAML ExecuTorch's build reads."""
     import yaml
 
-    return yaml.safe_dump(selected_operators(views, source), default_flow_style=False)
+    text: str = yaml.safe_dump(selected_operators(views, source), default_flow_style=False)
+    return text

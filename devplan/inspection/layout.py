@@ -12,7 +12,7 @@ import string
 from dataclasses import dataclass
 
 from rich.columns import Columns
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.text import Text
 
 from devplan.documents import InspectedBuffer, InspectedMethod, InspectedTensor
@@ -74,7 +74,7 @@ def layout_chart(
     labels = [size_text(row * band, exact_bytes) for row in range(rows)]
     label_width = max(len(label) for label in labels)
     columns = _columns(instruction_count, max(8, width - label_width - 3))
-    lines: list = [title, _axis(columns, label_width)]
+    lines: list[RenderableType] = [title, _axis(columns, label_width)]
     alive_in_column = [[o for o in occupants if o.first <= last and first <= o.last] for first, last in columns]
     for row, label in enumerate(labels):
         line = Text(f"{label:>{label_width}} │")

@@ -5,7 +5,7 @@ grow with the square of the program (a 10,000-tensor program took 20 s)."""
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 
 def storages(timed: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -99,7 +99,7 @@ class Coverage:
     tree over the ranges' ends counting the ranges over each node, so adding or removing one
     costs log n and the covered bytes are read at the root."""
 
-    def __init__(self, ranges) -> None:
+    def __init__(self, ranges: Iterable[tuple[int, int]]) -> None:
         self.points = sorted({edge for start, end in ranges if end > start for edge in (start, end)})
         self.where = {point: index for index, point in enumerate(self.points)}
         size = 4 * max(1, len(self.points))
@@ -134,7 +134,7 @@ class Coverage:
             self.length[node] = self.length[2 * node] + self.length[2 * node + 1]
 
 
-def busiest(held: Sequence[Mapping[str, Any]], steps=None):
+def busiest(held: Sequence[Mapping[str, Any]], steps: Iterable[int] | None = None) -> Iterator[tuple[int, int]]:
     """Bytes in use (aliases counted once) by tensors holding [offset, offset + nbytes) from
     held[0] to held[1]: at each instruction of `steps` (every instruction where given, else
     each instruction at which some tensor starts holding bytes), as (instruction, bytes)."""

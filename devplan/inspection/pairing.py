@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Callable, Hashable
 
 from devplan.documents import GoldenDocument, InspectDocument, InspectedMethod, InspectedTensor, Placement
 from devplan.inspection.golden import placements
 from devplan.inspection.placed import held_of
 from devplan.inspection.sources import INPUTS, STATE, source_identity
+
+Mark = tuple[str, str, int]  # an instruction as instruction_marks reads it: what runs, its source, alike before it
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,7 @@ class Planned:
 
     row: Placement
     identity: str
-    form: tuple
+    form: tuple[tuple[int, ...], str]  # (shape, dtype)
     source: str
     sourced: bool
 
@@ -82,12 +85,12 @@ def golden_names_modules(golden: GoldenDocument) -> bool:
     )
 
 
-def instruction_marks(method: InspectedMethod) -> list[tuple]:
+def instruction_marks(method: InspectedMethod) -> list[Mark]:
     """Each instruction of an inspection document's method as what it runs, where it came from
     (without file and line) and how many alike ran before it: what stays of it when the graph
     gains or loses ops elsewhere."""
-    seen: dict[tuple, int] = defaultdict(int)
-    marks = []
+    seen: dict[tuple[str, str], int] = defaultdict(int)
+    marks: list[Mark] = []
     for row in method["instructions"]:
         what = (row["op"] or row["kind"], source_identity(row["source"] or "")[0])
         marks.append((*what, seen[what]))
@@ -95,7 +98,7 @@ def instruction_marks(method: InspectedMethod) -> list[tuple]:
     return marks
 
 
-def timelines(a: list[tuple], b: list[tuple]) -> tuple[list[int], list[int]]:
+def timelines(a: list[Mark], b: list[Mark]) -> tuple[list[int], list[int]]:
     """One clock for both sides' instructions: an instruction both have (by its mark) reads its
     index in a; one that only its side has, the time of the next that both have (an inserted
     op takes the place of the one it comes before), or the end, which each clock ends with.
@@ -103,7 +106,7 @@ def timelines(a: list[tuple], b: list[tuple]) -> tuple[list[int], list[int]]:
     at = {mark: i for i, mark in enumerate(a)}
     both = at.keys() & set(b)
 
-    def clock(marks: list[tuple]) -> list[int]:
+    def clock(marks: list[Mark]) -> list[int]:
         times, following = [0] * len(marks), len(a)
         for i in reversed(range(len(marks))):
             following = at[marks[i]] if marks[i] in both else following
@@ -129,7 +132,7 @@ def _identity(tensor: InspectedTensor, inputs: dict[int, int], outputs: dict[int
     return source_identity(source)
 
 
-def facts(t: Planned, clock: list[int]) -> tuple:
+def facts(t: Planned, clock: list[int]) -> tuple[int, int, str, int, tuple[int, ...] | None]:
     """A placement but for what renumbering changes: its value index, and its lifetime's
     instruction numbers (read on both sides' one clock)."""
     life = t.row["lifetime"]
@@ -147,11 +150,12 @@ def pair_tensors(
     stacktrace), by shape and dtype in order. Returns (pairs, a's unpaired, b's unpaired),
     in value order; grouping and sorting keep it n log n."""
     pairs: list[tuple[Planned, Planned]] = []
-    by_identity: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
+    by_identity: dict[str, tuple[list[Planned], list[Planned]]] = defaultdict(lambda: ([], []))
     for side, tensors in enumerate((a, b)):
         for t in tensors:
             by_identity[t.identity][side].append(t)
-    rest_a, rest_b = [], []
+    rest_a: list[Planned] = []
+    rest_b: list[Planned] = []
     for xs, ys in by_identity.values():
         left_x, left_y = _pair_in_order(xs, ys, lambda t: t.form, pairs)
         n = min(len(left_x), len(left_y))
@@ -172,10 +176,15 @@ def _value(t: Planned) -> int:
     return t.row["value"]
 
 
-def _pair_in_order(xs: list[Planned], ys: list[Planned], key, pairs: list) -> tuple[list[Planned], list[Planned]]:
+def _pair_in_order(
+    xs: list[Planned],
+    ys: list[Planned],
+    key: Callable[[Planned], Hashable],
+    pairs: list[tuple[Planned, Planned]],
+) -> tuple[list[Planned], list[Planned]]:
     """Pairs xs and ys with equal key, in order within each key, onto pairs; returns what is
     left of each, in value order."""
-    groups: dict[object, tuple[list, list]] = defaultdict(lambda: ([], []))
+    groups: dict[Hashable, tuple[list[Planned], list[Planned]]] = defaultdict(lambda: ([], []))
     for side, tensors in enumerate((xs, ys)):
         for t in tensors:
             groups[key(t)][side].append(t)

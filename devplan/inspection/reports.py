@@ -95,14 +95,14 @@ def compile_lines(
 def attention_text(attention: list[CompiledAttention]) -> str:
     """How each attention is computed, alike ones counted together: '2 in blocks of 256 of
     their 2048 keys, 1 materialized (scores within one block)'."""
-    groups: dict[tuple, int] = {}
+    groups: dict[tuple[int | None, int | str], int] = {}
     for a in attention:
         form = (a["block"], a["keys"]) if a["block"] is not None else (None, a["why"])
         groups[form] = groups.get(form, 0) + 1
     return ", ".join(
         f"{count} in blocks of {block} of {'its' if count == 1 else 'their'} {detail} keys"
         if block is not None
-        else f"{count} materialized ({printable(detail)})"
+        else f"{count} materialized ({printable(str(detail))})"
         for (block, detail), count in groups.items()
     )
 
@@ -112,7 +112,10 @@ def _fold_lines(choices: list[FoldChoice]) -> list[str]:
     kept = [c for c in choices if c["chosen"]]
     if not kept:
         return []
-    cost = lambda c: size_text(c["arena"] + c["constant_bytes"])  # noqa: E731
+
+    def cost(c: FoldChoice) -> str:
+        return size_text(c["arena"] + c["constant_bytes"])
+
     others = ", ".join(f"{c['policy']} {cost(c)}" for c in choices if not c["chosen"])
     return [
         f"  folding {kept[0]['policy']}: arena {size_text(kept[0]['arena'])} + constants "
@@ -123,13 +126,14 @@ def _fold_lines(choices: list[FoldChoice]) -> list[str]:
 def _own_memory(delegates: list[CompiledDelegate]) -> str:
     """What the planned buffers leave out: the working memory these delegates' backend
     allocates itself at run time (XNNPACK's intermediates), summed where the payloads say."""
-    own = [d["working_memory"] for d in delegates if d.get("working_memory") is not None]
+    own = [m for d in delegates if (m := d.get("working_memory")) is not None]
     if not own:
         return ""
-    told = "" if all(m["bytes"] is not None for m in own) else "; not every payload says how much"
-    known = [m for m in own if m["bytes"] is not None]
+    # a payload that says its bytes says its values too (own_memory.py sets both or neither)
+    known = [(m["bytes"], m["values"]) for m in own if m["bytes"] is not None and m["values"] is not None]
+    told = "" if len(known) == len(own) else "; not every payload says how much"
     amount = (
-        f": up to {exact_size_text(sum(m['bytes'] for m in known))}, {counted(sum(m['values'] for m in known), 'intermediate')} "
+        f": up to {exact_size_text(sum(b for b, _ in known))}, {counted(sum(v for _, v in known), 'intermediate')} "
         f"from {'its graph' if len(own) == 1 else 'their graphs'} summed"
         if known
         else ""
@@ -189,7 +193,9 @@ def check_lines(
         if not c.ok and c.peak is not None:  # what a reviewer needs to act on: where, and which blocks
             lines.append(f"        {peak_words(c)}, {peak_text(c.peak)}")
     if matched is not None:
-        verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
+        verdict = (
+            f"wrote it from {name}" if matched.diff is None else outcome(matched.diff)
+        )  # updated: nothing compared
         lines.append(f"{'ok  ' if matched.ok else 'FAIL'}  golden {golden}: {verdict}")
         if matched.diff is not None:
             lines += [*cause_lines(matched.diff, width), *change_lines(matched.diff, width=width)]
@@ -239,12 +245,13 @@ def buffer_name(c: BufferCheck) -> str:
 def buffer_facts(c: BufferCheck) -> list[str]:
     """Its size, and against each limit asked for, by how much it passes or fails."""
     if c.working_memory is not None:  # told, not checked: no plan holds it
-        if c.working_memory["bytes"] is None:
+        values = c.working_memory["values"]
+        if c.working_memory["bytes"] is None or values is None:  # own_memory.py sets both or neither
             return ["not known (its payload does not say)", "outside the plan, allocated by its backend"]
         return [
             f"up to {exact_size_text(c.size)}",
             f"outside the plan, allocated by its backend: "
-            f"{counted(c.working_memory['values'], 'intermediate')} from its graph summed; "
+            f"{counted(values, 'intermediate')} from its graph summed; "
             f"--budget {c.device}+backends=SIZE counts it",
         ]
     facts = [exact_size_text(c.size)]
@@ -284,7 +291,8 @@ def run_lines(report: RunDocument) -> list[str]:
                 f"max {_statistic(out['max'])}  mean {_statistic(out['mean'])}"
             )
     for row in report.get("memory", ()):
-        if row["peak"] is not None:  # what a device really held, beside what the plan said it would
+        # what a device really held, beside what the plan said it would (report.py sets both or neither)
+        if row["peak"] is not None and row["beyond_plan"] is not None:
             lines.append(
                 f"{row['device']}: planned {size_text(row['planned'])}, constants "
                 f"{size_text(row['constants'])}, peak {size_text(row['peak'])} "
@@ -317,11 +325,15 @@ def reference_lines(reference: Reference) -> list[str]:
         if output["note"] is not None:
             lines.append(f"  output {output['index']}: {mark}  {printable(output['note'])}")
             continue
+        max_abs, mean_abs = output["max_abs"], output["mean_abs"]
+        if max_abs is None or mean_abs is None:  # a value (not a tensor) equal to the reference's
+            lines.append(f"  output {output['index']}: {mark}  equal")
+            continue
         sqnr = "exact" if output["sqnr_db"] is None else f"SQNR {_statistic(output['sqnr_db'])} dB"
         argmax = output["argmax_agreement"]
         lines.append(
-            f"  output {output['index']}: {mark}  {sqnr}  max abs {_statistic(output['max_abs'])}  "
-            f"mean abs {_statistic(output['mean_abs'])}"
+            f"  output {output['index']}: {mark}  {sqnr}  max abs {_statistic(max_abs)}  "
+            f"mean abs {_statistic(mean_abs)}"
             + ("" if output["allclose"] else "  not allclose")
             + ("" if argmax is None else f"  argmax agreement {argmax:.1%}")
         )

@@ -10,22 +10,24 @@ import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, cast
+from typing import Mapping
 
-from devplan.documents import CheckedRuntime, OutputComparison, PeakDetail, Reference
+from devplan.documents import CheckedRuntime, OutputComparison, Reference
 from devplan.errors import DevplanError
-from devplan.inspection.changes import Change, Diff
+from devplan.inspection.changes import Change
 from devplan.inspection.check import BufferCheck, GoldenCheck
+from devplan.inspection.diff import Diff
 from devplan.inspection.difftext import (
     change_label,
     change_values,
     outcome,
+    peak_detail,
     peak_text,
     share_text,
     shares,
     signed_size,
 )
-from devplan.inspection.golden_lines import change_line, key_lines
+from devplan.inspection.golden_lines import KeyPath, change_line, key_lines
 from devplan.inspection.reports import buffer_facts, buffer_name, peak_words
 from devplan.planning.budget import BACKENDS
 from devplan.units import inert, printable, size_text
@@ -62,7 +64,9 @@ def check_markdown(
         ]
         lines += ["", *peaks] if peaks else []
     if matched is not None:
-        verdict = f"wrote it from {name}" if matched.updated else outcome(matched.diff)
+        verdict = (
+            f"wrote it from {name}" if matched.diff is None else outcome(matched.diff)
+        )  # updated: nothing compared
         lines += ["", f"#### {_MARK[matched.ok]} golden {_code(golden)}: {_cell(verdict)}", ""]
         lines += _changes_markdown(matched.diff) if matched.diff is not None else []
         if matched.ok and matched.diff is not None and matched.diff.shrank:
@@ -136,7 +140,7 @@ def _grown_markdown(d: Diff, peak: Change) -> list[str]:
     most changed first."""
     size = _size_change(d, peak)
     grew = f": {change_values(size)}" if size else ""
-    detail = cast(PeakDetail, peak.detail)  # a "peak" change's
+    detail = peak_detail(peak)
     lines = [
         f"**What grew in {_cell(f'{peak.method} {peak.subject}')}**{_cell(grew)}; peak: {_cell(change_values(peak))}",
         "",
@@ -184,7 +188,7 @@ class Declared:
     lines: tuple[str, ...] = ()  # the workflow's lines
     golden: str | None = None
     budgets: Mapping[str, str] = field(default_factory=dict)  # budget key -> the --budget text giving it
-    golden_lines: Mapping[tuple, tuple[int, str]] = field(default_factory=dict)  # its key_lines
+    golden_lines: Mapping[KeyPath, tuple[int, str]] = field(default_factory=dict)  # its key_lines
 
     def at(self, c: BufferCheck) -> tuple[str | None, int | None]:
         """(file, line) for a failing buffer's annotation."""
@@ -222,7 +226,7 @@ def declared(budgets: list[str], golden: str | None) -> Declared:
     return Declared(path, tuple(text.splitlines()), golden, keys, lines)
 
 
-def golden_lines(path: str) -> dict[tuple, tuple[int, str]]:
+def golden_lines(path: str) -> dict[KeyPath, tuple[int, str]]:
     """The golden file's key_lines, or none where it cannot be read as a file (standard input,
     a file not there yet): its annotations then name the file alone."""
     from devplan.files import STDIO, read_input
@@ -281,7 +285,7 @@ def _output_message(reference: Reference, o: OutputComparison) -> str:
     return f"against {reference['file']['name']}: {judged}"
 
 
-def diff_github(d: Diff, file: str, lines_of: Mapping[tuple, tuple[int, str]] | None = None) -> list[str]:
+def diff_github(d: Diff, file: str, lines_of: Mapping[KeyPath, tuple[int, str]] | None = None) -> list[str]:
     """An error on `file` per difference, its cause (the blocks that grew at the buffer's peak)
     in the message, and a notice per change allowed; a peak told in an error is not repeated.
     Where `file` is a golden file, `lines_of` (its key_lines) puts each at its fact's line."""
@@ -308,7 +312,7 @@ def _change_message(d: Diff, change: Change) -> str:
     if peak is not None:
         if peak is not change:
             lines.append(f"peak: {change_values(peak)}")
-        lines += [share_text(*share) for share in shares(cast(PeakDetail, peak.detail))]  # a "peak" change's
+        lines += [share_text(*share) for share in shares(peak_detail(peak))]
     return "\n".join(lines)
 
 
@@ -430,4 +434,5 @@ def _xml(root: ET.Element) -> bytes:
     root.set("tests", str(sum(int(s.get("tests", "0")) for s in root)))
     root.set("failures", str(sum(int(s.get("failures", "0")) for s in root)))
     ET.indent(root)
-    return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
+    written: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return written + b"\n"

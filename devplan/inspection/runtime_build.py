@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterable, Literal
+from typing import TYPE_CHECKING, Iterable, Literal
 
 from devplan.documents import CheckedRuntime, MissingKernel
 from devplan.errors import DevplanError
 from devplan.inspection.kernels import backends, how_to_get, kernel_keys, library_of, operator_names
 from devplan.pte.decode import MethodView
+
+if TYPE_CHECKING:
+    from devplan.pte import PteFile
 
 BUILD_LIST_LIMIT = 64 << 20  # bytes of a build list devplan reads (ExecuTorch's full list is about 1 MiB)
 ALL_VARIANTS = "default"  # a kernel key that stands for every dtype and dim order
@@ -56,7 +59,7 @@ class Missing:
         return f"{self.method} needs {self.kind} {self.name}: {self.detail}"
 
 
-def read_build_list(path: str | os.PathLike) -> BuildList:
+def read_build_list(path: str | os.PathLike[str]) -> BuildList:
     """A selected_operators.yaml, read within bounds and without running anything in it."""
     import yaml
 
@@ -151,7 +154,9 @@ def runtime_document(build: BuildList, found: list[Missing]) -> CheckedRuntime:
     }
 
 
-def check_runtime(pte, build: str | os.PathLike, method: str | None = None) -> CheckedRuntime:
+def check_runtime(
+    pte: PteFile | str | os.PathLike[str] | bytes, build: str | os.PathLike[str], method: str | None = None
+) -> CheckedRuntime:
     """What the runtime build whose list is `build` lacks of a program's methods (or of
     `method`): a read PteFile, a path or bytes."""
     from devplan.pte import PteFile, read_pte

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, AbstractSet, Mapping
 
 from devplan.documents import InspectedInstruction, InspectedTensor
 from devplan.pte.frames import Where
@@ -60,7 +60,11 @@ INPUTS, STATE = "(inputs)", "(state)"
 
 
 def tensor_source(
-    tensor: InspectedTensor, instructions: list[InspectedInstruction], writer: int | None, names: dict, position: dict
+    tensor: InspectedTensor,
+    instructions: list[InspectedInstruction],
+    writer: int | None,
+    names: dict[int, tuple[str, str]],
+    position: dict[int, int],
 ) -> str:
     """What a person calls this tensor: its role and the user's name, or where it was made."""
     value = tensor["value"]
@@ -87,7 +91,7 @@ def _made_by(row: InspectedInstruction) -> str:
     return row["source"] or f"#{row['index']} {row['op'] or row['kind']}"
 
 
-def argument_text(view: MethodView, index: int, written) -> str:
+def argument_text(view: MethodView, index: int, written: AbstractSet[int] | Mapping[int, int]) -> str:
     """An argument as the call reads it: a tensor or a number some instruction computes as vN,
     numbers, lists and None as their values."""
     if not 0 <= index < len(view.kinds):

@@ -5,6 +5,7 @@ segments' table."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from rich.console import Console
 from rich.rule import Rule
@@ -25,7 +26,7 @@ def constant_methods(doc: InspectDocument) -> dict[str, InspectedMethod]:
     return constant if len(constant) < len(doc["methods"]) else {}
 
 
-def _returned(values: list) -> str:
+def _returned(values: list[Any]) -> str:
     """A constant method's outputs as --constant-method takes them: one value, or a JSON list."""
     return json.dumps(values[0]) if len(values) == 1 else json.dumps(values)
 

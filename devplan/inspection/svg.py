@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from html import escape
+from typing import Callable
 
 from devplan.documents import InspectDocument, InspectedBuffer, InspectedMethod
 from devplan.inspection.layout import band_size
@@ -23,6 +24,7 @@ from devplan.units import inert, size_text
 
 WIDTH, HEIGHT = 760, 320  # plot area of one chart, in px
 LEFT, TOP, GAP = 96, 56, 48  # margins: the byte axis (labels, title), the title, space between charts
+Scale = Callable[[float], float]  # an instruction or a byte offset to its place in px
 TICKS = 8  # about this many ticks on each axis
 # Fill colours by role, so inputs, outputs and activations read apart at a glance.
 FILLS = {
@@ -64,8 +66,13 @@ def _chart(method: InspectedMethod, buffer: InspectedBuffer, top: int) -> tuple[
     """One buffer's chart from `top` down, and where it ends."""
     steps = max(1, method["counts"]["instructions"])
     size = max(1, buffer["size"])
-    x = lambda step: LEFT + step * WIDTH / steps
-    y = lambda offset: top + offset * HEIGHT / size
+
+    def x(step: float) -> float:
+        return LEFT + step * WIDTH / steps
+
+    def y(offset: float) -> float:
+        return top + offset * HEIGHT / size
+
     tensors = sorted(
         (t for t in method["tensors"] if t["mem_id"] == buffer["mem_id"] and t["held"] and t["nbytes"]),
         key=lambda t: (-t["nbytes"], t["value"]),
@@ -115,7 +122,7 @@ def _chart(method: InspectedMethod, buffer: InspectedBuffer, top: int) -> tuple[
     return parts + legend, bottom
 
 
-def _grid(steps: int, size: int, x, y, top: int, axis: int) -> list[str]:
+def _grid(steps: int, size: int, x: Scale, y: Scale, top: int, axis: int) -> list[str]:
     """Ticks, labels and faint grid lines on both axes (the instructions' under `axis`), and
     the byte axis's name, turned upward left of its widest label so that the two never meet."""
     parts = []
@@ -145,10 +152,10 @@ def _grid(steps: int, size: int, x, y, top: int, axis: int) -> list[str]:
 def _nice_step(rough: float) -> int:
     """The smallest 1, 2 or 5 times a power of ten that is at least `rough` (and at least 1)."""
     power = 10 ** max(0, math.floor(math.log10(max(rough, 1))))
-    return next(step * power for step in (1, 2, 5, 10) if step * power >= rough)
+    return int(next(step * power for step in (1, 2, 5, 10) if step * power >= rough))
 
 
-def _marks(buffer: InspectedBuffer, x, y, top: int) -> list[str]:
+def _marks(buffer: InspectedBuffer, x: Scale, y: Scale, top: int) -> list[str]:
     """The lower bound and the peak's bytes as horizontal lines, the peak's instruction as a
     vertical one, each labelled at the right where the labels cannot meet."""
     right = LEFT + WIDTH + 6

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from html import escape
-from typing import Callable
+from typing import Any, Callable
 
 from devplan.documents import InspectedMethod
 from devplan.inspection.sources import top_module
@@ -37,7 +37,7 @@ def brackets(method: InspectedMethod, x: Callable[[float], float]) -> list[Brack
     """Each run of one block's instructions, in the order they run, each in the first lane
     where it and its label meet nothing drawn there before. Instructions of no block (the
     model's own ops, those no module made) neither start nor end a run."""
-    runs: list[list] = []  # [name, first, last]
+    runs: list[list[Any]] = []  # [name, first, last]
     for row in method.get("instructions", []):
         name = top_module(row["module"])
         if name.startswith("("):

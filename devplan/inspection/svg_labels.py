@@ -78,7 +78,9 @@ def tensor_labels(
     return parts
 
 
-def _place(t: InspectedTensor, rect: Box, plot: Box, taken: list[Box]):
+def _place(
+    t: InspectedTensor, rect: Box, plot: Box, taken: list[Box]
+) -> tuple[str, float, float, str, bool, Box, bool] | None:
     """The first place that fits, trying each text longest first: inside across, inside turned
     upward, then beside the rectangle (right, left, below, above)."""
     middle_x, middle_y = (rect.left + rect.right) / 2, (rect.top + rect.bottom) / 2

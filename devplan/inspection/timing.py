@@ -9,12 +9,12 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import cast
+from typing import Mapping, cast
 
 from rich.console import Console
 from rich.text import Text
 
-from devplan.documents import InspectDocument, InspectedMethod, Timing
+from devplan.documents import InspectDocument, InspectedInstruction, InspectedMethod, Timing
 from devplan.documents.inspect import DelegatedTime, InstructionTime, ModuleTime
 from devplan.errors import DevplanError
 from devplan.inspection.sources import top_module
@@ -82,7 +82,7 @@ def timing(method: InspectedMethod, etdump: Etdump) -> Timing:
     }
 
 
-def _check(block: Block, rows: dict, name: str, method: str) -> None:
+def _check(block: Block, rows: Mapping[int, InspectedInstruction], name: str, method: str) -> None:
     """Every event of a run names an instruction of `method` of the kind it times (and a
     kernel's event the operator that instruction runs), or the ETDump is of another program."""
     for event in block.events:

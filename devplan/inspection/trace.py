@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from typing import Any
 
 from devplan.documents import InspectDocument, InspectedMethod, InspectedTensor
 from devplan.inspection.overlap import busiest
@@ -22,8 +23,8 @@ from devplan.units import inert
 STEP = 1000  # trace microseconds per instruction
 
 
-def memory_trace(doc: InspectDocument) -> dict:
-    events: list[dict] = []
+def memory_trace(doc: InspectDocument) -> dict[str, Any]:
+    events: list[dict[str, Any]] = []
     for pid, method in enumerate(doc["methods"], start=1):
         events += _method(pid, method)
     return {
@@ -38,7 +39,7 @@ def trace_json(doc: InspectDocument) -> str:
     return inert(json.dumps(memory_trace(doc), sort_keys=True, separators=(",", ":")) + "\n")
 
 
-def _method(pid: int, method: InspectedMethod) -> list[dict]:
+def _method(pid: int, method: InspectedMethod) -> list[dict[str, Any]]:
     events = [_name("process_name", pid, 0, f"method {method['name']}"), _name("thread_name", pid, 0, "instructions")]
     for row in method["instructions"]:
         name = row["op"] or (f"delegate {row['delegate']}" if row["delegate"] is not None else row["kind"])
@@ -99,7 +100,7 @@ def _method(pid: int, method: InspectedMethod) -> list[dict]:
     return events
 
 
-def _counter(pid: int, label: str, held: list[InspectedTensor], steps: int) -> list[dict]:
+def _counter(pid: int, label: str, held: list[InspectedTensor], steps: int) -> list[dict[str, Any]]:
     """Bytes in use at each instruction (aliases counted once), and zero once the method ends.
     One sweep adds and removes each tensor's bytes once."""
     points = list(busiest(held, range(steps)))
@@ -110,5 +111,5 @@ def _counter(pid: int, label: str, held: list[InspectedTensor], steps: int) -> l
     ]
 
 
-def _name(kind: str, pid: int, tid: int, name: str) -> dict:
+def _name(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:
     return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}}

@@ -66,7 +66,7 @@ def xnngraph_document(program: ProgramView, plan_index: int, delegate: int) -> X
     }
 
 
-def _call_origin(program: ProgramView, plan_index: int, delegate: int):
+def _call_origin(program: ProgramView, plan_index: int, delegate: int) -> Where | None:
     """What the program's stacktrace says of the instruction that calls the delegate (its first)."""
     view = program.methods[plan_index]
     calls = [i for i in view.instructions if i.kind == "delegate" and i.delegate == delegate]
@@ -192,7 +192,7 @@ def render_xnngraph(doc: XnnpackDocument, console: Console, exact_bytes: bool = 
     table.print(console)
 
 
-def _param(value) -> str:
+def _param(value: object) -> str:
     return "[" + ",".join(map(str, value)) + "]" if isinstance(value, list) else str(value)
 
 

@@ -154,7 +154,7 @@ class Method:
         optional tensor, -1, stays -1)."""
         new = {**new, -1: -1}
 
-        def moved(value):
+        def moved(value: Value) -> Value:
             if isinstance(value, TensorSpec) and value.alias_of is not None:
                 return replace(value, alias_of=new[value.alias_of])
             if isinstance(value, (IntList, TensorList, OptionalTensorList)):

@@ -9,6 +9,7 @@ alive at the same time never share bytes, and check plans independently of how t
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from devplan.planning.bounds import lower_bound
 from devplan.planning.budget import check_budget, parse_budget
@@ -29,7 +30,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # the placement algorithms on first use: the CLI parses budgets (planning.budget) without
     # importing numpy, which they need
     if name not in ("ALGORITHMS", "plan"):

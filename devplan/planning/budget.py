@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from devplan.errors import BudgetExceeded, DevplanError
 from devplan.planning.bounds import peak
@@ -29,7 +29,7 @@ def parse_budget(text: str) -> tuple[str, int]:
     return match.group(1), int(nbytes)
 
 
-def checked_budgets(budgets: Mapping) -> dict[str, int]:
+def checked_budgets(budgets: Mapping[Any, object]) -> dict[str, int]:
     """A budgets mapping from the Python API, held to what --budget TARGET=SIZE accepts: a
     mem_id or device (an int mem_id too) to a whole number of bytes, 0 or more. Refused with
     DevplanError, as the command line refuses it, rather than failing later as a TypeError."""

@@ -4,7 +4,7 @@ checked by the independent verifier before anyone writes it down."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from devplan.errors import DevplanError
 from devplan.ir.method import Method
@@ -18,7 +18,7 @@ from devplan.planning.verify import Placed, verify, verify_devices
 from devplan.spec import CPU, Device, TensorSpec
 
 
-def mem_ids(devices) -> dict[Device, int]:
+def mem_ids(devices: Iterable[Device]) -> dict[Device, int]:
     """mem_id 0 is reserved by the format; the CPU buffer comes first, then other devices in order."""
     return {device: i + 1 for i, device in enumerate(sorted(set(devices), key=lambda d: (d.type != "cpu", d)))}
 
@@ -107,7 +107,7 @@ def _check_budgets(
     budgets: Sequence[tuple[str, int]],
     ids: Mapping[Device, int],
     sizes: Mapping[int, int],
-    intervals,
+    intervals: Sequence[Interval],
     alignment: int,
     names: Mapping[int, str],
 ) -> None:

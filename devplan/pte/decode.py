@@ -12,7 +12,7 @@ import bisect
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple, Sequence
 
 from devplan import dtypes
 from devplan.errors import DevplanError
@@ -24,6 +24,10 @@ from devplan.pte.kinds import INSTRUCTION_KINDS, LISTS, REFERENCE_LISTS, TENSOR_
 from devplan.pte.reader import PteFile, external_key, ints, text
 from devplan.pte.window import read_window
 from devplan.spec import CPU, Device
+
+# An object of flatc's bindings: their fields are Optional throughout, and verify_program has
+# checked the bytes they are read from, so the readers here take them as they are
+Binding = Any
 
 MAX_TENSOR_BYTES = 1 << 56  # far beyond any device's memory; larger sizes come from damage
 
@@ -303,13 +307,13 @@ def method(pte: PteFile, plan_index: int) -> MethodView:
     )
 
 
-def negative_buffer(sizes) -> tuple[int, int] | None:
+def negative_buffer(sizes: Sequence[int]) -> tuple[int, int] | None:
     """The first planned buffer (its mem_id and size) whose size is negative; buffer 0 is
     reserved and never read, by ExecuTorch either."""
     return next(((mem_id, size) for mem_id, size in enumerate(sizes[1:], start=1) if size < 0), None)
 
 
-def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
+def _decode(pte: PteFile, plan_index: int, plan: Binding) -> MethodView:
     name = text(plan.name)
     where = f"{pte.name}: method {name}"
     if plan.nonConstBufferSizes is None:  # every tensor's place is read against it; ExecuTorch refuses it too
@@ -368,7 +372,7 @@ def _decode(pte: PteFile, plan_index: int, plan) -> MethodView:
     )
 
 
-_SCALARS = {
+_SCALARS: dict[int, Callable[[Binding], object]] = {
     KernelTypes.Int: lambda val: int(val.intVal),
     KernelTypes.Double: lambda val: float(val.doubleVal),
     KernelTypes.Bool: lambda val: bool(val.boolVal),
@@ -378,7 +382,7 @@ _SCALARS = {
 }
 
 
-def _tensor(where: str, index: int, t, sizes: tuple[int, ...]) -> Tensor:
+def _tensor(where: str, index: int, t: Binding, sizes: tuple[int, ...]) -> Tensor:
     dtype, shape = dtypes.name_of(t.scalarType), tuple(ints(t.sizes))
     nbytes = math.prod(shape) * dtypes.ITEMSIZE.get(dtype, 0)
     if any(size < 0 for size in shape) or nbytes > MAX_TENSOR_BYTES:  # every later sum takes sizes at their word
@@ -413,7 +417,7 @@ def _tensor(where: str, index: int, t, sizes: tuple[int, ...]) -> Tensor:
     )
 
 
-def _instruction(where: str, index: int, instruction) -> Instruction:
+def _instruction(where: str, index: int, instruction: Binding) -> Instruction:
     kind, call = instruction.instrArgsType, instruction.instrArgs
     name = INSTRUCTION_KINDS.get(kind, f"kind({kind})")
     if call is None and kind in INSTRUCTION_KINDS:
@@ -431,7 +435,7 @@ def _instruction(where: str, index: int, instruction) -> Instruction:
     return Instruction(index, name, None, None, ())
 
 
-def _delegate(where: str, index: int, delegate) -> Delegate:
+def _delegate(where: str, index: int, delegate: Binding) -> Delegate:
     specs = tuple((text(spec.key), bytes(ints(spec.value))) for spec in delegate.compileSpecs or ())
     processed = delegate.processed  # read_pte has checked that it names a payload that exists
     return Delegate(

@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from devplan.errors import DevplanError
 from devplan.files import read_input
-from devplan.pte.verify import _scalar, _scalars, _slots, _string, _table, _tables, _Walker
+from devplan.pte.verify import Field, _scalar, _scalars, _slots, _string, _table, _tables, _Walker
 
 IDENTIFIER = b"ED00"
 # an ETDump holds an event per instruction and run; 1 GiB is some ten million of them
@@ -20,7 +21,7 @@ _HINT = "pass the ETDump that devplan run --executorch --etdump FILE wrote"
 DAMAGED = "the ETDump is damaged; write it again with devplan run --executorch --etdump"
 
 # Mirrors schema/etdump.fbs as verify.TABLES mirrors program.fbs (tests/pte checks it against the bindings)
-ETDUMP_TABLES: dict[str, tuple[tuple, ...]] = {
+ETDUMP_TABLES: dict[str, tuple[Field, ...]] = {
     "Null": (),
     "Tensor": (
         _scalar("scalar_type", "Int8"),
@@ -106,7 +107,7 @@ class Etdump:
     blocks: tuple[Block, ...]
 
 
-def read_etdump(path: str | os.PathLike) -> Etdump:
+def read_etdump(path: str | os.PathLike[str]) -> Etdump:
     """An ETDump file's profiling events, checked whole first."""
     name = os.fspath(path)
     return parse_etdump(read_input(path, limit=MAX_BYTES, hint=_HINT), name)
@@ -131,7 +132,7 @@ def parse_etdump(data: bytes, name: str) -> Etdump:
     return Etdump(name, tuple(_block(root.RunData(i)) for i in range(root.RunDataLength())))
 
 
-def _block(run) -> Block:
+def _block(run: Any) -> Block:  # a RunData of the bindings, read once the bytes are checked
     events = []
     for i in range(run.EventsLength()):
         profile = run.Events(i).ProfileEvent()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from devplan.pte.fb import Frame
 from devplan.pte.fb.Frame import FrameT
@@ -61,7 +62,7 @@ class FrameCache:
         self.builder: object = None
         self.offsets: dict[tuple[str, int, str, str], int] = {}
 
-    def offset(self, builder, frame: FrameT) -> int:
+    def offset(self, builder: Any, frame: FrameT) -> int:  # builder: a flatbuffers.Builder, untyped
         if builder is not self.builder:
             self.builder, self.offsets = builder, {}
         key = (frame.filename, frame.lineno, frame.name, frame.context)
@@ -100,10 +101,10 @@ def frame_list(
 
 class _SharedFrame(FrameT):
     def __init__(self, cache: FrameCache, filename: str, lineno: int, name: str, context: str) -> None:
-        super().__init__(filename, lineno, name, context)
+        super().__init__(filename, lineno, name, context)  # type: ignore[no-untyped-call]  # flatc writes it untyped
         self.cache = cache
 
-    def Pack(self, builder) -> int:
+    def Pack(self, builder: Any) -> int:
         return self.cache.offset(builder, self)
 
 

@@ -89,7 +89,7 @@ def program_bound(head: bytes, name: str) -> int | None:
     if length < HEADER_LENGTH:
         return None
     (data_size,) = _DATA_SIZE.unpack_from(head, HEADER_OFFSET + HEADER_MIN_LENGTH)
-    return max(program_size, base + data_size, len(head))
+    return int(max(program_size, base + data_size, len(head)))
 
 
 def _check_identifier(data: bytes, size: int, name: str) -> None:

@@ -17,6 +17,7 @@ from devplan.pte.ptd import PtdFile
 from devplan.pte.reader import PteFile, delegate_data_outside, external_key, ints, text
 
 if TYPE_CHECKING:
+    from devplan.pte.fb.Program import ProgramT
     from devplan.pte.frames import Where
 
 
@@ -124,8 +125,8 @@ def _view(pte: PteFile) -> ProgramView:
     )
 
 
-def _constant_bytes(program) -> int:
+def _constant_bytes(program: ProgramT) -> int:
     constant_segment = program.constantSegment
-    if constant_segment is not None and ints(constant_segment.offsets):
-        return int(program.segments[constant_segment.segmentIndex].size)
+    if constant_segment is not None and ints(constant_segment.offsets) and program.segments is not None:
+        return int(program.segments[constant_segment.segmentIndex].size)  # read_pte checked the index
     return sum(len(buffer.storage) for buffer in program.constantBuffer or () if buffer.storage is not None)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 import flatbuffers
 
@@ -70,7 +70,7 @@ def key_text(raw: bytes | str | None) -> str:
     return raw if isinstance(raw, str) else bytes(raw).decode("utf-8", errors="surrogateescape")
 
 
-def ptd_image(entries: list[Entry], tensors: list) -> Spread:
+def ptd_image(entries: list[Entry], tensors: list[Any]) -> Spread:
     """A .ptd holding `tensors` (bytes-like: numpy views of the weights, never copied), one
     segment each, and `entries` naming them, as the pieces to write one after another."""
     placed, end = [], 0
@@ -82,7 +82,7 @@ def ptd_image(entries: list[Entry], tensors: list) -> Spread:
     base = -(-(len(flat) + HEADER_PADDED) // SEGMENT_ALIGNMENT) * SEGMENT_ALIGNMENT
     header = _HEADER.pack(HEADER_MAGIC, HEADER_LENGTH, HEADER_PADDED, len(flat), base, end).ljust(HEADER_PADDED, b"\0")
     (root,) = _ROOT.unpack_from(flat)
-    parts: list = [_ROOT.pack(root + HEADER_PADDED) + flat[4:HEADER_OFFSET] + header + flat[HEADER_OFFSET:]]
+    parts: list[Any] = [_ROOT.pack(root + HEADER_PADDED) + flat[4:HEADER_OFFSET] + header + flat[HEADER_OFFSET:]]
     written = len(flat) + HEADER_PADDED
     for (offset, size), tensor in zip(placed, tensors):
         parts += [bytes(base + offset - written), tensor]
@@ -138,7 +138,7 @@ class PtdFile:
         return self.segments[self.entries[key].segment]
 
 
-def read_ptd(source: "str | os.PathLike | bytes | PtdFile", name: str | None = None) -> PtdFile:
+def read_ptd(source: "str | os.PathLike[str] | bytes | PtdFile", name: str | None = None) -> PtdFile:
     """Read and check a .ptd from a path (mapped) or its bytes; a problem is one DevplanError
     naming the file."""
     if isinstance(source, PtdFile):
@@ -208,7 +208,7 @@ def _header(data: bytes | memoryview, name: str) -> tuple[int, int, int]:
     return flat_end, base, data_size
 
 
-def _entries(table, name: str, segments: int) -> dict[str, Entry]:
+def _entries(table: Any, name: str, segments: int) -> dict[str, Entry]:  # table: a FlatTensor of the bindings
     entries: dict[str, Entry] = {}
     for named in table.namedData or ():
         key = key_text(named.key)
@@ -227,5 +227,5 @@ def _entries(table, name: str, segments: int) -> dict[str, Entry]:
     return entries
 
 
-def _ints(vector) -> tuple[int, ...]:
+def _ints(vector: Iterable[int] | None) -> tuple[int, ...]:
     return () if vector is None else tuple(int(item) for item in vector)

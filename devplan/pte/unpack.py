@@ -46,7 +46,8 @@ def _attribute(name: str) -> str:
 
 
 def _binding(table: str) -> type:
-    return getattr(importlib.import_module(f"devplan.pte.fb.{table}"), f"{table}T")
+    found: type = getattr(importlib.import_module(f"devplan.pte.fb.{table}"), f"{table}T")
+    return found
 
 
 class _Layout:
@@ -133,4 +134,5 @@ class _Unpacker:
 def unpack_program(data: bytes) -> ProgramT:
     """The program in `data`, which verify_program has checked, as ProgramT.InitFromPackedBuf
     makes it, every chain's stacktrace left None (PteFile.stacktrace reads them)."""
-    return _Unpacker(data).table(_u32(data, 0)[0], ROOT)
+    program: ProgramT = _Unpacker(data).table(_u32(data, 0)[0], ROOT)
+    return program

@@ -14,8 +14,9 @@ from devplan.errors import DevplanError
 
 # Field kinds. A field is (name, kind, detail): detail is a scalar's or vector element's
 # type as the bindings name it (their flatbuffers.number_types flags), or the name of the
-# table or union.
+# table or union ("" for a string).
 _SCALAR, _STRING, _TABLE, _SCALARS, _TABLES, _UNION = range(6)
+Field = tuple[str, int, str]  # (name, kind, detail)
 
 WIDTHS = {
     "Bool": 1,
@@ -32,33 +33,33 @@ WIDTHS = {
 }
 
 
-def _scalar(name: str, number: str) -> tuple:
+def _scalar(name: str, number: str) -> Field:
     return (name, _SCALAR, number)
 
 
-def _string(name: str) -> tuple:
-    return (name, _STRING, None)
+def _string(name: str) -> Field:
+    return (name, _STRING, "")  # a string has no detail
 
 
-def _table(name: str, table: str) -> tuple:
+def _table(name: str, table: str) -> Field:
     return (name, _TABLE, table)
 
 
-def _scalars(name: str, number: str) -> tuple:
+def _scalars(name: str, number: str) -> Field:
     return (name, _SCALARS, number)
 
 
-def _tables(name: str, table: str) -> tuple:
+def _tables(name: str, table: str) -> Field:
     return (name, _TABLES, table)
 
 
-def _union(name: str, union: str) -> tuple:
+def _union(name: str, union: str) -> Field:
     return (name, _UNION, union)
 
 
 # Mirrors schema/program.fbs: fields in slot order (a union takes two slots: tag, value),
 # union members in tag order starting at 1. tests/pte checks this against the bindings.
-TABLES: dict[str, tuple[tuple, ...]] = {
+TABLES: dict[str, tuple[Field, ...]] = {
     "ContainerMetadata": (_string("encoded_inp_str"), _string("encoded_out_str")),
     "Null": (),
     "AllocationDetails": (
@@ -168,7 +169,7 @@ UNIONS: dict[str, tuple[str, ...]] = {
 }
 ROOT = "Program"
 # Mirrors schema/flat_tensor.fbs, the .ptd data file's FlatBuffer, whose tables are walked the same way
-FLAT_TENSOR_TABLES: dict[str, tuple[tuple, ...]] = {
+FLAT_TENSOR_TABLES: dict[str, tuple[Field, ...]] = {
     "TensorLayout": (_scalar("scalar_type", "Int8"), _scalars("sizes", "Int32"), _scalars("dim_order", "Uint8")),
     "DataSegment": (_scalar("offset", "Uint64"), _scalar("size", "Uint64")),
     "NamedData": (_string("key"), _scalar("segment_index", "Uint32"), _table("tensor_layout", "TensorLayout")),

@@ -11,7 +11,7 @@ generated bindings (devplan/pte/xnn_fb) read it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, NoReturn
 
 from devplan.errors import DevplanError
 from devplan.pte.ptd import key_text
@@ -118,15 +118,15 @@ def read_graph(payload: bytes | memoryview, where: str) -> Graph:
     return Graph(key_text(raw.version or b""), header, nodes, values, inputs, outputs, constants)
 
 
-def _refuse(where: str, what: str):
+def _refuse(where: str, what: str) -> NoReturn:
     raise DevplanError(f"{where}: {what}; {DAMAGED}")
 
 
-def _ints(vector) -> tuple[int, ...]:
+def _ints(vector: Iterable[int] | None) -> tuple[int, ...]:
     return tuple(int(item) for item in vector) if vector is not None else ()
 
 
-def _value(index: int, raw, constants: int, where: str) -> Value:
+def _value(index: int, raw: Any, constants: int, where: str) -> Value:  # raw: an XValue of the bindings
     tag, member = (raw.xvalueUnionType, raw.xvalueUnion) if raw is not None else (0, None)
     if member is None:
         _refuse(where, f"value {index} is neither a tensor nor a quantized tensor")
@@ -157,7 +157,7 @@ def _value(index: int, raw, constants: int, where: str) -> Value:
     )
 
 
-def _quantization(tag: int, raw, constants: int, index: int, where: str) -> Quantization | None:
+def _quantization(tag: int, raw: Any, constants: int, index: int, where: str) -> Quantization | None:
     kind = _QUANT_KINDS.get(tag)
     if kind is None or raw is None:
         return None
@@ -178,7 +178,7 @@ def _quantization(tag: int, raw, constants: int, index: int, where: str) -> Quan
     )
 
 
-def _node(index: int, raw, ids: set[int], where: str) -> Node:
+def _node(index: int, raw: Any, ids: set[int], where: str) -> Node:  # raw: an XNode of the bindings
     tag = raw.xnodeUnionType if raw is not None else 0
     if not 1 <= tag <= len(XNODE_OPERATORS) or raw.xnodeUnion is None:
         _refuse(where, f"node {index} names no operator (tag {tag})")

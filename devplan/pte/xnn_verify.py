@@ -5,10 +5,10 @@ parameters included, before the generated bindings (devplan/pte/xnn_fb) read any
 
 from __future__ import annotations
 
-from devplan.pte.verify import _scalar, _scalars, _slots, _string, _table, _tables, _union, _Walker
+from devplan.pte.verify import Field, _scalar, _scalars, _slots, _string, _table, _tables, _union, _Walker
 
 
-def _uints(*names: str) -> tuple[tuple, ...]:
+def _uints(*names: str) -> tuple[Field, ...]:
     return tuple(_scalar(name, "Uint32") for name in names)
 
 
@@ -19,7 +19,7 @@ _DILATION = ("dilation_height", "dilation_width")
 # Mirrors schema/xnnpack.fbs as verify.TABLES mirrors program.fbs (tests/pte checks it against the
 # bindings). A deprecated field keeps its slot: the writers leave it out, ExecuTorch's runtime
 # never reads it, so it is checked as a vector and no further (DEPRECATED).
-XNN_GRAPH_TABLES: dict[str, tuple[tuple, ...]] = {
+XNN_GRAPH_TABLES: dict[str, tuple[Field, ...]] = {
     "Buffer": (_scalars("storage", "Uint8"),),
     "PerChannelGroupQuant": (
         _scalars("scale", "Float32"),

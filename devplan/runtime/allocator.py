@@ -5,7 +5,7 @@ state: a program names device types, and whoever runs it decides what backs each
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Protocol
+from typing import Iterable, Iterator, Protocol
 
 import torch
 
@@ -75,10 +75,11 @@ class TorchCudaAllocator(HostAllocator):
     def peak(self, device: Device) -> int | None:
         # torch's caching allocator counts every tensor on the device: kernels' results and the
         # cuBLAS and cuDNN workspaces it hands out, not only the arenas
-        return torch.cuda.max_memory_allocated(device.index) if torch.cuda.is_initialized() else None
+        return torch.cuda.max_memory_allocated(device.index) if torch.cuda.is_initialized() else None  # type: ignore[no-untyped-call]  # torch declares it untyped
 
     def reset_peak(self, device: Device) -> None:
-        if torch.cuda.is_initialized():  # else nothing is held yet, and torch refuses the device
+        # else nothing is held yet, and torch refuses the device
+        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch declares it untyped
             torch.cuda.reset_peak_memory_stats(device.index)
 
 
@@ -116,12 +117,12 @@ def registered(device_type: str, allocator: DeviceAllocator) -> Iterator[DeviceA
             _ALLOCATORS[device_type] = previous
 
 
-def reset_peaks(devices) -> None:
+def reset_peaks(devices: Iterable[Device]) -> None:
     """Start each device's `peak` count afresh (allocators registered without one are skipped)."""
     for device in devices:
         getattr(allocator_for(device), "reset_peak", lambda d: None)(device)
 
 
-def peaks(devices) -> dict[Device, int | None]:
+def peaks(devices: Iterable[Device]) -> dict[Device, int | None]:
     """Each device's `peak` since `reset_peaks`, None where its allocator cannot tell."""
     return {device: getattr(allocator_for(device), "peak", lambda d: None)(device) for device in devices}

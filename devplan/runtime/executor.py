@@ -77,7 +77,8 @@ class LoadedMethod:
         # mem_id 0 is the format's reserved entry; a buffer the device table leaves out is the CPU's
         self.arenas: dict[int, tuple[torch.Tensor, Device]] = {}
         self.uploads: list[tuple[torch.Tensor, Device]] = []  # (arena, device) holding constants on a device
-        self.lent = set(lent or ())
+        lent = lent or {}
+        self.lent = set(lent)
         self.cuda_graphs = cuda_graphs
         self.graph_steps: GraphSteps | None = None
         self.delegates: list[LoadedMethod] = []
@@ -111,7 +112,8 @@ class LoadedMethod:
                 t.said_device or CPU for t in view.tensors.values() if not t.constant
             }
             self.home = placed.pop() if len(placed) == 1 else CPU
-            opened: dict[tuple, LoadedMethod] = {}  # delegates of one payload and window run one loaded method
+            # delegates of one payload and window run one loaded method
+            opened: dict[tuple[int, int, tuple[int, int] | None], LoadedMethod] = {}
             for delegate in view.delegates:
                 key = (*pte.payload_key(view.plan_index, delegate.index), delegate.window)
                 if key not in opened:
@@ -154,7 +156,7 @@ class LoadedMethod:
         if self.cuda_graphs and self.home.type == "cuda":
             self.graph_steps = GraphSteps(self.steps, [a for a, _ in self.arenas.values()], self.bounds, self.where)
 
-    def execute(self, inputs: Sequence[Any], clock: list | None = None) -> list[Any]:
+    def execute(self, inputs: Sequence[Any], clock: list[tuple[int, int, int]] | None = None) -> list[Any]:
         """Run once: copy `inputs` in, run every instruction, return host copies of the outputs;
         with `clock`, each instruction's (index, start, end) appended to it (interpret's)."""
         if len(inputs) != len(self.inputs):
@@ -219,7 +221,7 @@ class LoadedMethod:
             return False
         bound = self.bounds.get(index)
         if bound is None or given.dim() != len(bound) or any(g > b for g, b in zip(given.shape, bound)):
-            return given.shape == slot.shape
+            return bool(given.shape == slot.shape)
         return True
 
     def _take(self, nbytes: int, what: str) -> None:
@@ -299,7 +301,7 @@ class LoadedMethod:
 
     def _tensor(self, pte: PteFile, index: int, t: Tensor) -> torch.Tensor:
         dtype, shape, nbytes = self.dtypes[index], list(t.shape), t.nbytes
-        if t.mem_id is None:
+        if t.placed is None:
             data = pte.constant_data(t.data) if t.external is None else self._external(pte, index, t.external)
             if data is None and t.data > 0:  # ExecuTorch refuses it too; zeros would be a wrong answer
                 raise DevplanError(
@@ -316,14 +318,15 @@ class LoadedMethod:
                 pte, t.external or t.data, data, dtype, shape, nbytes, f"{self.where}: constant value {index}"
             )
             return host if self.home == CPU else self._upload(index, host, nbytes)
-        arena, device = self.arenas[t.mem_id]
+        mem_id, offset = t.placed
+        arena, device = self.arenas[mem_id]
         self.devices[index] = device
         if t.dynamic:  # planned at this bound; kernels resize it within
             self.bounds[index] = shape
-        view = arena[t.offset : t.offset + nbytes].view(dtype).reshape(shape)
-        if t.data > 0 and t.mem_id in self.lent:  # other delegates' windows share these bytes
+        view = arena[offset : offset + nbytes].view(dtype).reshape(shape)
+        if t.data > 0 and mem_id in self.lent:  # other delegates' windows share these bytes
             raise DevplanError(
-                f"{self.where}: value {index} has initial data in buffer {t.mem_id}, which the calling "
+                f"{self.where}: value {index} has initial data in buffer {mem_id}, which the calling "
                 f"method lends only for the call; the program is damaged"
             )
         if t.data > 0:  # initial state of a mutable buffer
@@ -387,12 +390,12 @@ class LoadedMethod:
 
 
 def run(
-    source: str | os.PathLike | bytes | PteFile,
+    source: str | os.PathLike[str] | bytes | PteFile,
     inputs: Sequence[Any],
     *,
     method: str = "forward",
     runs: int = 1,
-    data: str | os.PathLike | None = None,
+    data: str | os.PathLike[str] | None = None,
 ) -> list[list[Any]]:
     """Run `method` of a .pte `runs` times on the same loaded method; the outputs of each run.
     `data`: the .ptd holding the weights the program keeps outside it."""
@@ -410,25 +413,26 @@ def sample_inputs(view: MethodView, seed: int = 0, memory: Memory | None = None)
     `memory`, the bytes they need (sizes come from the file) are counted against its limit
     before any is made."""
     generator = torch.Generator().manual_seed(seed)
-    planned = []  # (index, tensor, dtype)
+    planned: list[tuple[int, torch.dtype | None, tuple[int, ...]]] = []  # (index, dtype, shape); None: a number
     for position, index in enumerate(view.inputs):
         tensor = view.tensors.get(index)
         dtype = getattr(torch, tensor.dtype, None) if tensor is not None else None
-        if not isinstance(dtype, torch.dtype):
-            dtype = None
-        elif memory is not None:  # a float input other than float32 is drawn as float32, then converted
+        if tensor is None or not isinstance(dtype, torch.dtype):
+            planned.append((index, None, ()))
+            continue
+        if memory is not None:  # a float input other than float32 is drawn as float32, then converted
             drawn = dtype.is_floating_point and dtype != torch.float32
             made = tensor.nbytes + (tensor.nbytes // dtype.itemsize * 4 if drawn else 0)
             memory.take(made, f"{view.where}: input {position}, a sample tensor of {list(tensor.shape)}")
-        planned.append((index, tensor, dtype))
-    samples = []
-    for index, tensor, dtype in planned:
+        planned.append((index, dtype, tensor.shape))
+    samples: list[Any] = []
+    for index, dtype, shape in planned:
         if dtype is None:
             samples.append(view.scalars.get(index))
         elif dtype.is_floating_point:
-            samples.append(torch.randn(tensor.shape, generator=generator).to(dtype))
+            samples.append(torch.randn(shape, generator=generator).to(dtype))
         else:
-            samples.append(torch.zeros(tensor.shape, dtype=dtype))
+            samples.append(torch.zeros(shape, dtype=dtype))
     return samples
 
 

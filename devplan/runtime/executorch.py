@@ -128,10 +128,12 @@ def load_runtime(who: str) -> Runtime:
     if "executorch.exir" in sys.modules:  # already whole: nothing to save
         return _load_kernels(who)
     spec = importlib.util.find_spec("executorch.exir") if importlib.util.find_spec("executorch") else None
-    if spec is None or spec.submodule_search_locations is None:
-        import_module("executorch.exir", who)  # not installed: the one line that says how to install it
+    locations = spec.submodule_search_locations if spec is not None else None
+    if locations is None:  # not installed: import_module raises the one line that says how to install it
+        import_module("executorch.exir", who)
+        return _load_kernels(who)  # imported whole: nothing left to save
     bare = types.ModuleType("executorch.exir")
-    bare.__path__ = list(spec.submodule_search_locations)
+    bare.__path__ = list(locations)
     sys.modules["executorch.exir"] = bare
     try:
         return _load_kernels(who)
@@ -151,7 +153,7 @@ def _load_kernels(who: str) -> Runtime:
         found = [library for folder in folders for library in sorted(Path(folder).glob(f"**/{pattern}"))]
         if not found:
             raise DevplanError(f"{who}: ExecuTorch's LLM kernels ({package}) are not installed; {INSTALL}")
-        torch.ops.load_library(str(found[0]))
+        torch.ops.load_library(str(found[0]))  # type: ignore[no-untyped-call]  # torch declares it untyped
     return Runtime(runtime, portable)
 
 

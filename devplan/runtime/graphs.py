@@ -18,7 +18,7 @@ import torch
 
 from devplan.errors import first_line
 from devplan.ops import TO_DEVICE, TO_HOST
-from devplan.runtime.interpreter import Refs, Step, interpret
+from devplan.runtime.interpreter import Bounds, Refs, Step, interpret
 
 log = logging.getLogger("devplan.runtime")
 
@@ -27,22 +27,22 @@ class GraphSteps:
     """Runs a payload's steps: step by step on the first call, then as a CUDA graph captured on
     the second and replayed after, re-captured when its inputs move."""
 
-    def __init__(self, steps: list[Step], arenas: list[torch.Tensor], bounds: dict, where: str) -> None:
+    def __init__(self, steps: list[Step], arenas: list[torch.Tensor], bounds: Bounds, where: str) -> None:
         self.steps, self.where = steps, where
         self.off = _why_not(steps, arenas, bounds)
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.key: tuple = ()
+        self.key: tuple[Any, ...] = ()
         self.work = 0  # tensor elements one call reads and writes, counted when it ran step by step
         self.calls = 0
         # warm-up and capture on one stream of their own: cuBLAS keeps a workspace per stream,
         # and a capture on a stream its warm-up did not use would take a second one
-        self.stream = torch.cuda.Stream() if not self.off else None
+        self.stream = torch.cuda.Stream() if not self.off else None  # type: ignore[no-untyped-call]  # torch declares it untyped
         if self.off and any(a.is_cuda for a in arenas) and any(s.kind == "kernel" for s in steps):
             log.debug("%s: no CUDA graph (%s); it runs step by step", where, self.off)
 
-    def __call__(self, values: list, bounds: dict) -> int:
+    def __call__(self, values: list[Any], bounds: Bounds) -> int:
         self.calls += 1
-        if self.off:
+        if self.off or self.stream is None:  # no stream of its own exactly when off
             self.work = interpret(self.steps, values, bounds, self.where)
             return self.work
         if self.calls == 1:
@@ -61,7 +61,7 @@ class GraphSteps:
         self.graph.replay()
         return self.work
 
-    def _capture(self, values: list, bounds: dict) -> torch.cuda.CUDAGraph | None:
+    def _capture(self, values: list[Any], bounds: Bounds) -> torch.cuda.CUDAGraph | None:
         """The steps captured as a graph (not yet run), or None when a kernel cannot be captured:
         then they have run step by step, and always will."""
         graph = torch.cuda.CUDAGraph()
@@ -80,7 +80,7 @@ class GraphSteps:
         self.graph = None  # its memory pool goes back with it
 
 
-def _why_not(steps: list[Step], arenas: list[torch.Tensor], bounds: dict) -> str:
+def _why_not(steps: list[Step], arenas: list[torch.Tensor], bounds: Bounds) -> str:
     """Why these steps cannot be one graph, or "" when they can."""
     if not arenas or not all(a.is_cuda for a in arenas):
         return "its buffers are not in CUDA memory"
@@ -98,7 +98,7 @@ def _why_not(steps: list[Step], arenas: list[torch.Tensor], bounds: dict) -> str
     return ""
 
 
-def _addresses(values: list) -> tuple:
+def _addresses(values: list[Any]) -> tuple[Any, ...]:
     """What a captured graph has baked in: each tensor's address and shape, each number."""
     return tuple(
         (v.data_ptr(), tuple(v.shape))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 
@@ -47,7 +47,10 @@ class Refs:
     items: tuple[int, ...]
 
 
-def value_of(values: list, index: int) -> Any:
+Bounds = dict[int, list[int]]  # each dynamic tensor's planned bound (its largest shape), by value
+
+
+def value_of(values: list[Any], index: int) -> Any:
     """Value `index` as a kernel reads it: a list value as the list of what its items hold."""
     value = values[index]
     if isinstance(value, Refs):
@@ -58,7 +61,11 @@ def value_of(values: list, index: int) -> Any:
 
 
 def interpret(
-    steps: list[Step], values: list, bounds: dict[int, list[int]], where: str, clock: list | None = None
+    steps: list[Step],
+    values: list[Any],
+    bounds: Bounds,
+    where: str,
+    clock: list[tuple[int, int, int]] | None = None,
 ) -> int:
     """Run the steps once from the first, `values` updated in place; `bounds`: the planned
     upper bound of each dynamic tensor. Returns the tensor elements its instructions read and
@@ -103,7 +110,7 @@ def interpret(
     return done
 
 
-def _elements(values: list, indices) -> int:
+def _elements(values: list[Any], indices: Iterable[int]) -> int:
     """Tensor elements of these values, lists' items included."""
     total = 0
     for index in indices:
@@ -114,7 +121,7 @@ def _elements(values: list, indices) -> int:
     return total
 
 
-def _run(pc: int, step: Step, values: list, bounds: dict, where: str) -> tuple[int, int]:
+def _run(pc: int, step: Step, values: list[Any], bounds: Bounds, where: str) -> tuple[int, int]:
     """The next instruction, and the tensor elements this one read and wrote."""
     if step.kind == "kernel":
         for index in step.emptied:  # else torch warns of the resize, or sees an in-place input overlap it

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -28,7 +28,7 @@ from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.runtime.device_kernels import IN_PLACE, OnDevice
 
 
-def resize_within(out: torch.Tensor, size: list[int]) -> torch.Tensor:
+def resize_within(out: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
     """`out` resized to `size`, a shape the program gives, only within the bytes of the storage it
     views: torch would otherwise grow the arena to whatever the file asks."""
     room = out.untyped_storage().nbytes() - out.storage_offset() * out.element_size()
@@ -44,7 +44,14 @@ def et_view(source: torch.Tensor, size: list[int], out: torch.Tensor) -> None:
     out.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
 
 
-def _dim_order_copy(self, non_blocking: bool, dim_order, out, *, cast: bool = True):
+def _dim_order_copy(
+    self: torch.Tensor,
+    non_blocking: bool,
+    dim_order: Sequence[int] | None,
+    out: torch.Tensor,
+    *,
+    cast: bool = True,
+) -> torch.Tensor:
     # ExecuTorch's dim order copies refuse (InvalidArgument) a non-blocking copy, and a clone
     # to another dtype
     if non_blocking:
@@ -84,7 +91,7 @@ NUMBERS = {name: fn for fn, name in NUMBER_OPS.items()}
 _QUANTIZED_BY_OUT = {schema_name(schema): functional for functional, schema in QUANTIZED.items()}
 
 
-def schema_op(name: str):
+def schema_op(name: str) -> Any:  # a torch op, or a _Checked or _Functional standing for one
     """The callable with a schema (`_schema`) that runs operator `name`, or None: torch's op of
     that name, or for an ExecuTorch quantized out variant, its functional op writing the outs."""
     functional = _QUANTIZED_BY_OUT.get(name)
@@ -111,7 +118,9 @@ def schema_op(name: str):
     return op
 
 
-def _linear_bias(input, weight, bias=None, *, out) -> None:
+def _linear_bias(
+    input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *, out: torch.Tensor
+) -> None:
     if bias is not None and (bias.dtype != out.dtype or bias.dim() != 1 or bias.shape[0] not in (weight.shape[0], 1)):
         raise ValueError(
             f"bias is {bias.dtype}{list(bias.shape)}; ExecuTorch's linear kernel takes a 1-D bias of "
@@ -124,7 +133,7 @@ def _dtype_arguments(schema: torch._C.FunctionSchema) -> list[tuple[int, str]]:
     return [(i, a.name) for i, a in enumerate(schema.arguments) if "ScalarType" in str(a.real_type)]
 
 
-def _known_dtypes(dtypes: list[tuple[int, str]], *args, **kwargs) -> None:
+def _known_dtypes(dtypes: list[tuple[int, str]], *args: Any, **kwargs: Any) -> None:
     """torch's kernels read a dtype code it does not define past the end of their tables and
     crash the process (sum.IntList_out's dtype of -19, dequantize's out_dtype), so a number no
     ScalarType has is refused first. A check at each call, as a value an earlier instruction
@@ -148,12 +157,12 @@ class _Checked:
     op: Any
     check: Any
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.check(*args, **kwargs)
         return self.op(*args, **kwargs)
 
 
-def writes_its_outs(op, name: str) -> bool:
+def writes_its_outs(op: Any, name: str) -> bool:
     """Whether a schema op's result lands in its arguments: an out variant, or one of the few
     in-place kernels ExecuTorch has. A functional op's result would be dropped."""
     return any(a.is_out for a in op._schema.arguments) or (
@@ -173,8 +182,8 @@ class _Functional:
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtypes", _dtype_arguments(self._schema))
 
-    def __call__(self, *args, **kwargs):
-        outs = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        outs: list[torch.Tensor] = [kwargs.pop(a.name) for a in self._schema.arguments if a.is_out]
         given = {**{a.name: value for a, value in zip(self._schema.arguments, args)}, **kwargs}
         _known_dtypes(self.dtypes, *args, **kwargs)
         if given.get("quant_min", 0) > given.get("quant_max", 0):  # ExecuTorch's kernels abort on it

@@ -12,6 +12,7 @@ import torch
 
 from devplan.errors import DevplanError
 from devplan.pte import PteFile
+from devplan.spec import Device
 
 # Memory a method may take for its arenas and unplanned tensors unless its caller says more:
 # every size comes from the file, and a few damaged bytes can ask for terabytes.
@@ -27,7 +28,7 @@ class Memory:
     limit: int
     taken: int = 0
     delegates: int = 0
-    uploads: dict = field(default_factory=dict)
+    uploads: dict[tuple[int, Device], tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     def take(self, nbytes: int, what: str) -> None:
         """Count `nbytes` more, refusing first what passes the limit (`what`: the file and

@@ -11,6 +11,7 @@ from __future__ import annotations
 from devplan.errors import DevplanError
 from devplan.pte import PteFile
 from devplan.pte.decode import negative_buffer
+from devplan.pte.fb.Tensor import TensorT
 from devplan.pte.kinds import tensor_of
 from devplan.pte.program_view import program_view
 from devplan.pte.reader import ints, text
@@ -45,7 +46,7 @@ def check_every_method(pte: PteFile) -> None:
                 )
 
 
-def _tensor_fault(tensor) -> str:
+def _tensor_fault(tensor: TensorT) -> str:
     """Of program_validation.cpp's checks, those reading leaves to the method run: the sizes'
     values, their product and tensor lists are checked for every method as the program is read."""
     if tensor.scalarType not in _SCALAR_TYPES:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final, Mapping
 
 from devplan.documents import DeviceMemory, Latency, Reference, RunDocument, TensorSummary, ValueSummary
 from devplan.jsontext import number
+
+if TYPE_CHECKING:
+    from devplan.runtime.executor import LoadedMethod
+    from devplan.spec import Device
 
 SCHEMA_VERSION: Final = 1
 
@@ -13,7 +17,7 @@ SCHEMA_VERSION: Final = 1
 def run_document(
     name: str,
     method: str,
-    results: list[list],
+    results: list[list[Any]],
     memory: list[DeviceMemory] | None = None,
     reference: Reference | None = None,
     latency: Latency | None = None,
@@ -36,13 +40,13 @@ def run_document(
     return document
 
 
-def device_memory(method, peaks: dict) -> list[DeviceMemory]:
+def device_memory(method: LoadedMethod, peaks: Mapping[Device, int | None]) -> list[DeviceMemory]:
     """Per device, in order: the bytes a loaded method and its delegates planned there (their own
     arenas; a window is its caller's bytes), the constants copied there, the most its allocator
     held at once during the load and runs (`peaks`: device -> bytes or None) and what that was
     beyond the two: kernels' own results and library workspaces."""
-    planned: dict = {}
-    constants: dict = {}
+    planned: dict[Device, int] = {}
+    constants: dict[Device, int] = {}
     seen: set[int] = set()
     stack = [method]
     while stack:
@@ -72,7 +76,7 @@ def device_memory(method, peaks: dict) -> list[DeviceMemory]:
     return rows
 
 
-def describe(value) -> TensorSummary | ValueSummary:
+def describe(value: Any) -> TensorSummary | ValueSummary:
     """A tensor as dtype, shape and value range; anything else as itself (NaN and the
     infinities as jsontext.number writes them, so that --json stays JSON)."""
     import torch

@@ -73,9 +73,10 @@ class _Steps:
     def step(self, row: Instruction, chain_length: int) -> Step:
         index = row.index
         args = [value_index(self.view, a, f"instruction {index}") for a in row.args]
-        if row.kind == "kernel":
+        # decode.py sets a kernel's op, a delegate call's delegate and a jump's destination
+        if row.kind == "kernel" and row.op is not None:
             return self._kernel(index, self.view.operator(row.op), args, self.view.kinds)
-        if row.kind == "delegate":
+        if row.kind == "delegate" and row.delegate is not None:
             return self._delegate(index, row.delegate, args)
         if row.kind == "move":
             source, target = args
@@ -85,13 +86,13 @@ class _Steps:
                     f"another type or shape; the program is damaged"
                 )
             return Step("move", "move", args=(source, target))
-        if row.kind == "jump_false":
-            return self._jump(row, args[0], chain_length)
+        if row.kind == "jump_false" and row.destination is not None:
+            return self._jump(row, row.destination, args[0], chain_length)
         if row.kind != "free":  # as ExecuTorch's runtime refuses it
             raise DevplanError(f"{self.where}: instruction {index} has no call; the program is damaged")
         return Step("free", "free")  # planned memory needs no freeing
 
-    def _jump(self, row: Instruction, condition: int, chain_length: int) -> Step:
+    def _jump(self, row: Instruction, destination: int, condition: int, chain_length: int) -> Step:
         """A JumpFalseCall as ExecuTorch's runtime runs it: its condition a Bool, or a bool
         tensor (true when every element is), and its destination an index within its own
         chain, one at or past the chain's end (or negative: the runtime reads it unsigned)
@@ -109,7 +110,7 @@ class _Steps:
                 f"program is damaged"
             )
         start = row.index - row.at  # the chain's first instruction, across the method's chains
-        within = row.destination if 0 <= row.destination < chain_length else chain_length
+        within = destination if 0 <= destination < chain_length else chain_length
         return Step("jump_false", "jump_false", args=(condition, start + within))
 
     def _delegate(self, index: int, delegate: int, args: list[int]) -> Step:
@@ -206,6 +207,8 @@ class _Steps:
         functional = getattr(
             op.overloadpacket, op._overloadname.removesuffix("out").removesuffix("_") or "default", None
         )
+        if functional is None:  # no functional form to run: its planned dtypes stand
+            return
         mode = torch._subclasses.fake_tensor.FakeTensorMode(allow_non_fake_inputs=False)
         fakes = [
             pytree.tree_map(
@@ -229,7 +232,7 @@ class _Steps:
             offset, rest = divmod(int(planned.storage_offset()) * planned.element_size(), result.element_size())
             if rest or result.element_size() > planned.element_size():
                 raise DevplanError(
-                    f"{self.where}: instruction {index} ({op.name()}) writes value {out} as "
+                    f"{self.where}: instruction {index} ({op.name()}) writes value {out} as "  # type: ignore[no-untyped-call]  # torch's, untyped
                     f"{result.dtype} on {planned.device}, which its planned {planned.dtype} bytes "
                     f"cannot hold"
                 )
@@ -237,7 +240,9 @@ class _Steps:
                 planned.untyped_storage(), offset, planned.shape, planned.stride()
             )
 
-    def _check_kinds(self, index: int, name: str, arguments: list, kinds: tuple[int, ...]) -> None:
+    def _check_kinds(
+        self, index: int, name: str, arguments: list[tuple[int, str, str, Any]], kinds: tuple[int, ...]
+    ) -> None:
         """Each (value, argument name, its type's text, the value types it may be or None) of a
         kernel call: ExecuTorch's kernels assert (abort) on a value of another type."""
         for value, argument, typed, wanted in arguments:

@@ -68,7 +68,7 @@ def test_devplan_and_executorch_programs_pair_tensors_of_one_shape_and_dtype(tmp
     theirs, mine = tmp_path / "executorch.pte", tmp_path / "devplan.pte"
     theirs.write_bytes(executorch_pte(ep))
     mine.write_bytes(devplan.compile(ep).data)
-    a, b = side(theirs).placements["forward"], side(mine).placements["forward"]
+    a, b = side(theirs).program.placements["forward"], side(mine).program.placements["forward"]
     pairs, removed, added = pair_tensors(a, b)
     assert pairs and len(pairs) + len(removed) == len(a) and len(pairs) + len(added) == len(b)
     assert all(x.form == y.form for x, y in pairs), [

@@ -165,3 +165,14 @@ def test_a_device_buffer_executorch_cannot_allocate_is_named_as_devplan_names_it
     said = str(result.exception)
     assert re.search(r"method forward plans buffer \d+ on cuda:0 \(\d+ bytes\)", said), said
     assert f"no allocator for cuda:0 memory; run it on devplan's runtime: devplan run {program}" in said
+
+
+def test_an_output_value_equal_to_the_references_reads_equal():
+    """A value output (not a tensor) has no error to measure: its line says it is equal
+    rather than formatting the missing statistics (a TypeError before)."""
+    from devplan.inspection.reports import reference_lines
+    from devplan.runtime.compare import OutputTolerance, compare_outputs
+
+    outputs = compare_outputs([3], [3], OutputTolerance())
+    reference = {"file": {"name": "r.pt2"}, "atol": 1e-4, "rtol": 1e-4, "min_sqnr_db": None, "outputs": outputs}
+    assert reference_lines(reference)[1:] == ["  output 0: ok    equal"]

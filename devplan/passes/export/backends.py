@@ -144,11 +144,11 @@ def _provenance_shared():
             self.node_info = source.NodeInfo(name=node.name, target=str(node.target), graph_id=id(node.graph))
             self.from_node = list(node.meta.get("from_node") or ())
 
-    source.__init__ = shared
+    source.__init__ = shared  # type: ignore[method-assign]  # torch's, patched while ExecuTorch lowers, restored after
     try:
         yield
     finally:
-        source.__init__ = deep
+        source.__init__ = deep  # type: ignore[method-assign]  # torch's, patched while ExecuTorch lowers, restored after
 
 
 @contextlib.contextmanager
@@ -163,11 +163,11 @@ def _code_on_demand():
     def lazy(cls, *args, **kwargs):
         return new(_CodeOnDemand if cls is graph_module else cls, *args, **kwargs)
 
-    graph_module.__new__ = lazy
+    graph_module.__new__ = lazy  # type: ignore[method-assign]  # torch's, patched while ExecuTorch lowers, restored after
     try:
         yield
     finally:
-        graph_module.__new__ = new
+        graph_module.__new__ = new  # type: ignore[method-assign]  # torch's, patched while ExecuTorch lowers, restored after
 
 
 class _CodeOnDemand(_LazyGraphModule):

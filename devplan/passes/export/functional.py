@@ -126,7 +126,7 @@ def refuse_unlowerable(gm: torch.fx.GraphModule) -> None:
     for node in gm.graph.nodes:  # a higher-order op first: its submodules are attributes too
         if node.op == "call_function" and isinstance(node.target, HigherOrderOperator):
             raise DevplanError(
-                f"{at(node)}: higher-order op torch.ops.higher_order.{node.target.name()} is not "
+                f"{at(node)}: higher-order op torch.ops.higher_order.{node.target.name()} is not "  # type: ignore[no-untyped-call]  # torch declares it untyped
                 f"supported; export the model without it (for torch.cond, each branch as its own program)"
             )
     for node in gm.graph.nodes:
@@ -144,7 +144,7 @@ def refuse_unlowerable(gm: torch.fx.GraphModule) -> None:
                 )
 
 
-def _unsupported(value) -> str | None:
+def _unsupported(value: object) -> str | None:
     if not isinstance(value, torch.Tensor):
         return None
     if value.dtype.is_complex:
@@ -175,9 +175,9 @@ def _functional_of(node: torch.fx.Node) -> OpOverload | None:
         return None
     packet = getattr(torch.ops.aten, name[:-1], None) if op.namespace == "aten" else None
     twin = getattr(packet, op._overloadname, None) if packet is not None else None
-    if twin is None or twin._schema.is_mutable or len(twin._schema.arguments) != len(schema.arguments):
+    if not isinstance(twin, torch._ops.OpOverload) or twin._schema.is_mutable:
         return None
-    return twin
+    return twin if len(twin._schema.arguments) == len(schema.arguments) else None
 
 
 def _fresh(value: object) -> TypeGuard[torch.fx.Node]:  # the caller then reads it as a node

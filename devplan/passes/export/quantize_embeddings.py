@@ -12,13 +12,14 @@ from typing import Any
 import torch
 
 from devplan.extras import import_module
+from devplan.ir.fx import arg_node
 
 QUANTIZER_API = "torchao.quantization.pt2e.quantizer"
 # registers quantized_decomposed::embedding_byte with torch (its fake and eager kernels)
 EMBEDDING_BYTE = "executorch.exir.passes._quant_patterns_and_replacements"
 
 
-def annotate_embeddings(model: torch.fx.GraphModule, spec) -> None:
+def annotate_embeddings(model: torch.fx.GraphModule, spec: Any) -> None:  # spec: torchao's QuantizationSpec
     """Mark each embedding's table for quantization by `spec` (XNNPACK's 8-bit symmetric
     per-channel weight spec: channel 0 is a table's row), and as taken, so the report counts it
     quantized. Symmetric, since ExecuTorch's dequantize kernel takes integer zero points only
@@ -40,7 +41,8 @@ def fuse_embeddings(converted: torch.fx.GraphModule) -> None:
         table = node.args[0]
         if not (isinstance(table, torch.fx.Node) and table.target == dequantize and len(table.users) == 1):
             continue
-        weight, scales, zero_points, axis, low, high, _ = table.args
+        weight, scales, _, axis, low, high, _ = table.args
+        zero_points = arg_node(table, 2)
         # rows only (embedding_byte's scales are per row), and symmetric: it takes no integer zero points
         if axis != 0 or zero_points.op != "get_attr" or getattr(converted, str(zero_points.target)).any():
             continue

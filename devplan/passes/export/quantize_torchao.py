@@ -15,6 +15,7 @@ from typing import Any, cast
 import torch
 
 from devplan.extras import import_module
+from devplan.ir.fx import arg_node
 
 ALGORITHM = "hqq_scale_only"  # the recipes' choice of scales (export_llama's use_hqq, optimum's default)
 QUANTIZATION = "torchao.quantization"
@@ -29,13 +30,15 @@ def taken_8da4w(module: torch.fx.GraphModule, group_size: int) -> list[torch.fx.
     tables, and the linears whose input size is a multiple of `group_size` (the recipes leave
     the others float), each of a weight the module holds."""
     tables = [
-        node for node in _weighted(module, torch.ops.aten.embedding.default, 0) if node.args[0].meta["val"].dim() == 2
+        node
+        for node in _weighted(module, torch.ops.aten.embedding.default, 0)
+        if arg_node(node, 0).meta["val"].dim() == 2
     ]
     linears = [
         node
         for node in _weighted(module, torch.ops.aten.linear.default, 1)
-        if node.args[1].meta["val"].shape[-1] % group_size == 0
-        and (len(node.args) < 3 or node.args[2] is None or node.args[2].op == "get_attr")  # a weight's bias
+        if arg_node(node, 1).meta["val"].shape[-1] % group_size == 0
+        and (len(node.args) < 3 or node.args[2] is None or arg_node(node, 2).op == "get_attr")  # a weight's bias
     ]
     return tables + linears
 
@@ -65,7 +68,7 @@ def quantize_8da4w(module: torch.fx.GraphModule, taken: list[torch.fx.Node], gro
     module.recompile()
 
 
-def _weighted(module: torch.fx.GraphModule, op, position: int) -> list[torch.fx.Node]:
+def _weighted(module: torch.fx.GraphModule, op: torch._ops.OpOverload, position: int) -> list[torch.fx.Node]:
     """The calls of `op` whose argument at `position` is a float weight the module holds."""
     found = []
     for node in module.graph.find_nodes(op="call_function", target=op):
@@ -76,7 +79,7 @@ def _weighted(module: torch.fx.GraphModule, op, position: int) -> list[torch.fx.
     return found
 
 
-def _gather_8bit(module: torch.fx.GraphModule, node: torch.fx.Node, ao, granularity) -> None:
+def _gather_8bit(module: torch.fx.GraphModule, node: torch.fx.Node, ao: Any, granularity: Any) -> None:
     """The table `node` reads quantized by torchao to 8 bits a row (as the recipes' embedding
     config does), kept as its int8 rows and scales, and `node` an embedding_byte on them."""
     import_module(EMBEDDING_BYTE, "--quantize")
@@ -127,7 +130,8 @@ def _as_linear(module: torch.fx.GraphModule, node: torch.fx.Node) -> torch.nn.Li
 
 
 def _attr(module: torch.nn.Module, node: torch.fx.Node) -> torch.Tensor:
-    return operator.attrgetter(str(node.target))(module)
+    weight: torch.Tensor = operator.attrgetter(str(node.target))(module)
+    return weight
 
 
 def _drop_unread(module: torch.fx.GraphModule) -> None:

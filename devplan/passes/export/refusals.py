@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from devplan.backend import Backend
 from devplan.errors import first_line
+from devplan.ir.fx import arg_node
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class Refused(Exception):
         self.fallbacks, self.message, self.drop = fallbacks, message, drop
 
 
-def preprocess_one(work: tuple):
+def preprocess_one(work: tuple[Any, Any, Any]) -> Any:  # ExecuTorch's PreprocessResult, or a Fallback
     """The partition's PreprocessResult, or the Fallback that says what its backend refused
     (plain strings, which a worker's pipe carries)."""
     cls, program, specs = work
@@ -89,9 +91,11 @@ def op_name(node: torch.fx.Node) -> str:
     return str(getattr(node.target, "_op", node.target))
 
 
-def left_out(earlier: tuple[Backend, ...], refused: dict[str, frozenset[str]], specs: dict, node) -> bool:
+def left_out(
+    earlier: tuple[Backend, ...], refused: dict[str, frozenset[str]], specs: dict[str, Any], node: torch.fx.Node
+) -> bool:
     """Whether a tagged node stays out of its partition: devplan's earlier backends take it
     (an edge op has its ATen op's schema), or the partition's backend refused its op."""
     backend = specs[node.meta["delegation_tag"]].backend_id
-    op = node.args[0] if node.target is operator.getitem else node  # a getitem goes with the op it reads
+    op = arg_node(node, 0) if node.target is operator.getitem else node  # a getitem goes with the op it reads
     return any(b.takes(node) for b in earlier) or op_name(op) in refused.get(backend, ())

@@ -11,6 +11,8 @@ planned."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from devplan.ir.fx import arg_list, arg_node
@@ -39,7 +41,7 @@ _ELEMENTWISE = {
 }
 
 
-def sink_slices(gm: torch.fx.GraphModule, fake) -> int:
+def sink_slices(gm: torch.fx.GraphModule, fake: Any) -> int:  # fake: the export's FakeTensorMode
     """Rewrite every slice (step 1) of an expand, elementwise op, unsqueeze or reshape as that op over
     slices of its inputs, to a fixed point; the whole results no slice needs any more are
     dropped. Returns how many slices were rewritten. `fake`: the graph's fake mode, in which
@@ -73,7 +75,7 @@ def _plain(node: torch.fx.Node) -> bool:
     )
 
 
-def _sunk(graph: torch.fx.Graph, node: torch.fx.Node, fake) -> torch.fx.Node | None:
+def _sunk(graph: torch.fx.Graph, node: torch.fx.Node, fake: Any) -> torch.fx.Node | None:
     """The slice's value made from slices of its source's inputs, or None when it cannot be."""
     source, dim, start, end = node.args[:4]
     assert isinstance(source, torch.fx.Node) and isinstance(dim, int)  # _plain's
@@ -83,7 +85,7 @@ def _sunk(graph: torch.fx.Graph, node: torch.fx.Node, fake) -> torch.fx.Node | N
     if isinstance(length, torch.SymInt):
         return None
 
-    def sliced(operand, at: int):
+    def sliced(operand: Any, at: int) -> Any:
         """The operand's part of the slice, along its own dim `at` (aligned from the right)."""
         value = operand.meta.get("val") if isinstance(operand, torch.fx.Node) else None
         if not isinstance(value, torch.Tensor) or at < 0 or value.shape[at] == 1:
@@ -121,7 +123,9 @@ def _rank(operand: torch.fx.Node) -> int:
     return value.dim() if isinstance(value, torch.Tensor) else 0
 
 
-def _call(graph: torch.fx.Graph, target, args: tuple, fake, *, before: torch.fx.Node) -> torch.fx.Node:
+def _call(
+    graph: torch.fx.Graph, target: Any, args: tuple[Any, ...], fake: Any, *, before: torch.fx.Node
+) -> torch.fx.Node:
     """A new node of `target` over `args`, its value computed on their fake values."""
     with graph.inserting_before(before):
         made = graph.call_function(target, args)

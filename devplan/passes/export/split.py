@@ -4,6 +4,7 @@ Lowered IR's constants, state, user inputs and the user's names."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from torch.export.graph_signature import InputKind, OutputKind
@@ -140,7 +141,7 @@ def _dumps(spec: pytree.TreeSpec) -> str:
         return pytree.treespec_dumps(pytree.tree_structure(_as_tuples(tree)))
 
 
-def _as_tuples(tree):
+def _as_tuples(tree: Any) -> Any:
     if isinstance(tree, tuple):  # named tuples and torch's result structs included
         return tuple(_as_tuples(item) for item in tree)
     if isinstance(tree, list):

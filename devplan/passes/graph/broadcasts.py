@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import TypeGuard, cast
+from typing import Any, Callable, TypeGuard, cast
 
 import torch
 from torch._guards import detect_fake_mode
@@ -48,7 +48,10 @@ def read_broadcasts_once(low: Lowered) -> Lowered:
     return low
 
 
-def _call(graph: torch.fx.Graph, mode, origin: torch.fx.Node, op, *args, **kwargs) -> torch.fx.Node:
+Call = Callable[..., torch.fx.Node]  # _call with its graph, fake mode and origin given: op, *args
+
+
+def _call(graph: torch.fx.Graph, mode: Any, origin: torch.fx.Node, op: Any, *args: Any, **kwargs: Any) -> torch.fx.Node:
     """A new node of op, with its fake value and the module and line of the node it replaces."""
     made = graph.call_function(op, args, kwargs)
     fakes = torch.fx.map_arg((args, kwargs), lambda n: n.meta["val"])
@@ -58,7 +61,7 @@ def _call(graph: torch.fx.Graph, mode, origin: torch.fx.Node, op, *args, **kwarg
     return made
 
 
-def _gather_rows(node: torch.fx.Node, call) -> torch.fx.Node | None:
+def _gather_rows(node: torch.fx.Node, call: Call) -> torch.fx.Node | None:
     lead = _broadcast_lead(node)
     if lead is None:
         return None
@@ -115,7 +118,7 @@ def _broadcast_lead(node: torch.fx.Node) -> int | None:
     return lead
 
 
-def _bmm_per_entry(node: torch.fx.Node, call) -> torch.fx.Node | None:
+def _bmm_per_entry(node: torch.fx.Node, call: Call) -> torch.fx.Node | None:
     if node.op != "call_function" or node.target is not aten.bmm.default:
         return None
     for side in (0, 1):
@@ -137,7 +140,7 @@ def _bmm_per_entry(node: torch.fx.Node, call) -> torch.fx.Node | None:
     return None
 
 
-def _repeated(operand) -> tuple[torch.fx.Node, int, bool] | None:
+def _repeated(operand: object) -> tuple[torch.fx.Node, int, bool] | None:
     """(table, times, swapped) when the operand is repeat(table, [times, 1, 1]), its last two
     dims swapped or not, of static sizes."""
     swapped = False

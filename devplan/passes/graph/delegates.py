@@ -83,6 +83,6 @@ def _group(low: Lowered, node: torch.fx.Node) -> tuple[Lowered, tuple[torch.fx.N
     return Lowered(sub, constants, {}, tuple(inputs), in_spec, out_spec, names=names), tuple(runtime_args)
 
 
-def _flat_spec(tree) -> str:
+def _flat_spec(tree: object) -> str:
     """The pytree spec of a flat call: the payload's method takes and returns plain tensors."""
     return pytree.treespec_dumps(pytree.tree_structure(pytree.tree_map(lambda _: 0, tree)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import operator
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -209,18 +209,18 @@ class _Held:
             )
         return False
 
-    def add(self, value) -> None:
+    def add(self, value: Any) -> None:
         for tensor in torch.utils._pytree.tree_leaves(value):
             if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().data_ptr() not in self.storages:
                 self.storages.add(tensor.untyped_storage().data_ptr())
                 self.bytes += tensor.untyped_storage().nbytes()
 
 
-def _run_peak(inside: set[torch.fx.Node], values) -> int:
+def _run_peak(inside: set[torch.fx.Node], values: Mapping[torch.fx.Node, Any]) -> int:
     """The bytes the run holds at once to compute a constant subgraph: the most, over its ops,
     of an op's result and the results of the subgraph's ops it reads."""
 
-    def nbytes(n):
+    def nbytes(n: torch.fx.Node) -> int:
         value = values[n]
         return sum(
             t.nbytes for t in (value if isinstance(value, (tuple, list)) else [value]) if isinstance(t, torch.Tensor)
@@ -251,7 +251,7 @@ def read_constants(low: Lowered) -> list[torch.Tensor]:
     return [t for t in read if isinstance(t, torch.Tensor)]
 
 
-def _nbytes(value) -> int:
+def _nbytes(value: object) -> int:
     return value.nbytes if isinstance(value, torch.Tensor) else 0
 
 
@@ -271,7 +271,7 @@ def _result_bytes(node: torch.fx.Node) -> float:
     return total
 
 
-def _foldable(node: torch.fx.Node, values) -> bool:
+def _foldable(node: torch.fx.Node, values: Mapping[torch.fx.Node, Any]) -> bool:
     inputs = node.all_input_nodes
     if node.target is operator.getitem:  # one result of a constant multi-result op (layer norm's output)
         return bool(inputs) and all(n in values for n in inputs)

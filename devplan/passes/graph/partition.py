@@ -41,7 +41,7 @@ def partition(low: Lowered, backends: Sequence[Backend]) -> Lowered:
     )
 
 
-def _takes(backend: Backend, submodules, node: torch.fx.Node) -> bool:
+def _takes(backend: Backend, submodules: object, node: torch.fx.Node) -> bool:
     return backend.takes(node)
 
 

@@ -4,6 +4,8 @@ by sym_size while the program runs, so that it shares its input's bytes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from devplan.ir.lowered import Lowered
@@ -67,7 +69,11 @@ def _static(tensor: torch.Tensor) -> bool:
     return all(isinstance(size, int) for size in tensor.shape)
 
 
-def _source_dims(after, before) -> list[int | None] | None:
+def _same_symbol(size: int | torch.SymInt, symbol: torch.SymInt) -> bool:
+    return isinstance(size, torch.SymInt) and bool(size.node.expr == symbol.node.expr)
+
+
+def _source_dims(after: Sequence[int | torch.SymInt], before: Sequence[int | torch.SymInt]) -> list[int | None] | None:
     """For each dim of the result, the dim of the input with the same run-time size (None
     where the size is a plain number), matched in order; None when one has no match."""
     dims: list[int | None] = []
@@ -76,9 +82,7 @@ def _source_dims(after, before) -> list[int | None] | None:
         if isinstance(size, int):
             dims.append(None)
             continue
-        while at < len(before) and not (
-            isinstance(before[at], torch.SymInt) and before[at].node.expr == size.node.expr
-        ):
+        while at < len(before) and not _same_symbol(before[at], size):
             at += 1
         if at == len(before):
             return None

@@ -6,20 +6,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from devplan.ir.method import Kernel, Method, OptionalTensorList, TensorList, Use
+from devplan.ir.method import Kernel, Method, OptionalTensorList, TensorList, Use, Value, tensor_at
 from devplan.ops import TO_DEVICE, TO_HOST
 from devplan.spec import CPU, Device, TensorSpec
 
 
 def insert_copies(method: Method) -> Method:
-    values: list = []
+    values: list[Value] = []
     new: dict[int, int] = {}  # old value index -> new
     made: dict[tuple[int, Device], int] = {}  # (new source index, device) -> its copy there
     making: dict[int, list[Kernel]] = {}  # old Use index -> the copies that make it, in order
 
     def copy(source: int, device: Device, use: int) -> int:
         if (source, device) not in made:
-            spec = values[source]
+            spec = tensor_at(values, source)
             values.append(TensorSpec(spec.shape, spec.dtype, spec.dim_order, device, dynamic=spec.dynamic))
             made[source, device] = len(values) - 1
             op = TO_HOST if device == CPU else TO_DEVICE
@@ -32,7 +32,7 @@ def insert_copies(method: Method) -> Method:
             new[old] = len(values) - 1
             continue
         source, making[old] = new[value.source], []
-        have = values[source].device
+        have = tensor_at(values, source).device
         if have == value.device:
             new[old] = source
         elif CPU in (have, value.device):

@@ -11,6 +11,7 @@ is exact; the original order is kept unless the search beats it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Iterable
 
 from devplan.ir.method import IntList, Kernel, Method, OptionalTensorList, TensorList
 from devplan.ops import written_inputs
@@ -90,7 +91,7 @@ class _Problem:
             freed += self.unread
         return live + allocated, live + allocated - freed
 
-    def peak(self, order) -> int:
+    def peak(self, order: Iterable[int]) -> int:
         done, live, peak = 0, self.start, self.start
         for k in order:
             held, live = self.run(done, live, k)
@@ -102,7 +103,7 @@ class _Problem:
         allowance = max(1, EXPANSIONS // n)  # per step; the best set is always expanded
         beam = [_Step(self.start, self.start, 0, tuple(k for k in range(n) if not self.deps[k]), None, -1)]
         for _ in range(n):
-            after: dict[int, tuple] = {}
+            after: dict[int, tuple[int, int, _Step, int]] = {}
             tried = 0
             for step in beam:
                 if tried >= allowance:
@@ -161,9 +162,12 @@ def _writes(method: Method, kernel: Kernel) -> list[int]:
 def _dependencies(method: Method, root: dict[int, int]) -> list[tuple[int, ...]]:
     """For each kernel, the earlier kernels it must follow: the last writer of whatever it
     touches, and, for what it writes, every reader since that write."""
-    where = lambda i: ("bytes", root[i]) if i in root else ("value", i)  # noqa: E731
-    last_writer: dict = {}
-    readers: dict = {}
+
+    def where(i: int) -> tuple[str, int]:
+        return ("bytes", root[i]) if i in root else ("value", i)
+
+    last_writer: dict[tuple[str, int], int] = {}
+    readers: dict[tuple[str, int], list[int]] = {}
     deps = []
     for step, kernel in enumerate(method.kernels):
         reads = {where(i) for i in (*kernel.args, *_items(method, kernel))}
