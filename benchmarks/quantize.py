@@ -3,7 +3,7 @@ devplan's quantized program against the float XNNPACK program and against ExecuT
 quantized program of the same quantizer configuration.
 
     python benchmarks/quantize.py [--models resnet,vit] [--modes dynamic-int8,int8] [--size real] [--runs 20] [--quick] [--json]
-    python benchmarks/quantize.py --conv-sweep [--models regnet,convnext] [--json]
+    python benchmarks/quantize.py --conv-sweep [--models regnet,convnext] [--modes int8] [--side 224] [--json]
 
 Models: testbed/quantize_models.py's, at `--size real` (default: ResNet-18, MobileNet-V3-Small,
 a ViT, a BERT encoder and a Llama of width 256, 3-12 MB of float weights, so that the file's
@@ -25,13 +25,14 @@ programs, with devplan's over the float program's (below 1: quantizing made it f
 ExecuTorch's. `max diff` is the largest difference between devplan's and ExecuTorch's outputs on
 the example inputs (0: the same computation).
 
---conv-sweep: issue 51's conv nets (testbed.quantize_models.CONV_SWEEP: transformers' ResNet
+--conv-sweep: issue 51's conv nets (testbed.conv_sweep.CONV_SWEEP: transformers' ResNet
 bottleneck and basic, RegNet, ConvNeXt, MobileNetV2, EfficientNet, and a torchvision-style
-ResNet, at 96x96) in dynamic-int8 and int8 (dynamic-int4 takes linear layers alone: a conv
-net's classifier), a row each (testbed.quantize_models.sweep_row): SQNR against the float model
-and argmax agreement on 4 fresh inputs, run on ExecuTorch's runtime, planned bytes and delegates,
-of devplan's program and ExecuTorch's flow's of the same quantizer configuration (and the SQNR of
-ExecuTorch's flow with its quantizer as it ships), and whether the row holds issue 51's
+ResNet, at `--side` pixels a side, 96 by default) in dynamic-int8, int8 and dynamic-int4 (its
+classifier alone), a row each (testbed.conv_sweep.sweep_row): SQNR against the float model and
+argmax agreement on 4 fresh inputs, run on ExecuTorch's runtime, planned bytes and delegates, of
+devplan's program and of ExecuTorch's own flow with its XNNPACKQuantizer as it ships in the same
+configuration (and, where that program fails on ExecuTorch's runtime, of ExecuTorch's flow with
+devplan's quantizer, which the row is then judged against), and whether the row holds issue 51's
 acceptance (SQNR within 1 dB, argmax kept, planned bytes and delegates no more)."""
 
 from __future__ import annotations
@@ -51,18 +52,10 @@ import torch  # noqa: E402
 
 import devplan  # noqa: E402
 from benchmarks.harness import choose, number, table  # noqa: E402
+from testbed.conv_sweep import ALL_MODES, CONV_SWEEP, SWEEP_SIZE, sweep_failures, sweep_model, sweep_row  # noqa: E402
 from testbed.executorch import planned_bytes  # noqa: E402
 from testbed.lowerings import patterns_exported_once  # noqa: E402
-from testbed.quantize_models import (  # noqa: E402
-    CONV_SWEEP,
-    MODELS,
-    SWEEP_MODES,
-    calibration,
-    executorch_quantized,
-    exported,
-    sweep_failures,
-    sweep_row,
-)
+from testbed.quantize_models import MODELS, calibration, executorch_quantized, exported  # noqa: E402
 
 MODES = ("dynamic-int8", "int8", "dynamic-int4")
 CONV_NETS = ("resnet", "mobilenet_v3")  # dynamic-int4 takes linear layers alone: only their classifier
@@ -196,7 +189,7 @@ SWEEP_HEADERS = (
     "mode",
     "SQNR dB",
     "ET SQNR dB",
-    "ET shipped dB",
+    "ET devplan-q dB",
     "argmax",
     "ET argmax",
     "planned",
@@ -210,7 +203,7 @@ SWEEP_KEYS = (
     "mode",
     "devplan_sqnr_db",
     "executorch_sqnr_db",
-    "shipped_sqnr_db",
+    "departed_sqnr_db",
     "devplan_argmax",
     "executorch_argmax",
     "devplan_planned_bytes",
@@ -221,29 +214,35 @@ SWEEP_KEYS = (
 )
 
 
-def conv_sweep(names: list[str], modes: list[str], as_json: bool) -> int:
+def conv_sweep(names: list[str], modes: list[str], side: int, as_json: bool) -> int:
     """Issue 51's conv-net sweep: a row per model and mode (sweep_row), and what fails."""
     import executorch.kernels.quantized  # noqa: F401 - the quantized kernels the programs outside delegates call
 
     rows = []
     with patterns_exported_once():
         for name in names:
+            model = sweep_model(name, side)  # exported once for every mode
             for mode in modes:
-                row = sweep_row(name, mode)
+                row = sweep_row(model, mode)
                 row["failures"] = sweep_failures(row)
                 row["holds"] = "yes" if not row["failures"] else "NO"
                 rows.append(row)
                 gc.collect()
     if as_json:
-        print(json.dumps({"rows": rows}, indent=2))
+        print(json.dumps({"side": side, "rows": rows}, indent=2))
         return 0
     print(
-        "96x96 inputs; on ExecuTorch's runtime, 4 fresh inputs against the float model; ET: ExecuTorch's own flow "
-        "with devplan's quantizer configuration; ET shipped: with its XNNPACKQuantizer as it ships; planned: "
-        "non-constant bytes; holds: SQNR within 1 dB of ET's, argmax kept, planned bytes and delegates no more"
+        f"{side}x{side} inputs; on ExecuTorch's runtime, 4 fresh inputs against the float model; ET: ExecuTorch's own "
+        "flow with its XNNPACKQuantizer as it ships, same configuration; ET devplan-q: ExecuTorch's flow with "
+        "devplan's quantizer, built where ET's program fails on its runtime (the row is then judged against it); "
+        "planned: non-constant bytes; holds: SQNR within 1 dB, argmax kept, planned bytes and delegates no more"
     )
-    print(table(SWEEP_HEADERS, [[row[key] for key in SWEEP_KEYS] for row in rows]))
+    print(table(SWEEP_HEADERS, [[row.get(key) for key in SWEEP_KEYS] for row in rows]))
     for row in rows:
+        for key in ("devplan", "executorch", "departed"):
+            if row.get(f"{key}_error"):
+                failed = row[f"{key}_error"].splitlines()[0]
+                print(f"{row['model']} {row['mode']}: {key}'s program fails on ExecuTorch's runtime: {failed}")
         if row["failures"]:
             print(f"{row['model']} {row['mode']}: " + "; ".join(row["failures"]))
     return 0
@@ -268,12 +267,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"issue 51's conv nets ({', '.join(CONV_SWEEP)}) against ExecuTorch's flow, a row each (see above)",
     )
+    parser.add_argument(
+        "--side", type=int, default=SWEEP_SIZE, help=f"--conv-sweep's input side in pixels (default {SWEEP_SIZE})"
+    )
     args = parser.parse_args(argv)
     if args.conv_sweep:
-        sweep_modes = [m for m in MODES if m in SWEEP_MODES]
         return conv_sweep(
             choose(args.models, list(CONV_SWEEP), known=list(CONV_SWEEP)),
-            choose(args.modes, sweep_modes, known=sweep_modes),
+            choose(args.modes, list(ALL_MODES), known=list(ALL_MODES)),
+            args.side,
             args.json,
         )
     names = choose(args.models, QUICK if args.quick else list(MODELS), known=list(MODELS))

@@ -190,23 +190,23 @@ def test_embedding_tables_are_stored_in_8_bits_and_gathered_quantized(mode):
     assert_as_executorchs(result, executorchs_program(ep, mode, [inputs]), inputs)
 
 
-def test_dynamic_int8_takes_the_convolutions_a_relu_follows():
-    """ExecuTorch's conv pattern leaves such a convolution to conv_relu, a static-only pattern,
-    so its dynamic config kept them float (ResNet-18's file 0.55x the float one's); devplan's
-    quantizer takes them, XNNPACK runs them dynamically quantized and the ReLU in float. The
-    depthwise one stays float: XNNPACK has no dynamically quantized depthwise kernel."""
+def test_dynamic_int8_leaves_float_the_convolutions_ExecuTorchs_quantizer_leaves_float():
+    """ExecuTorch's dynamic conv pattern leaves a convolution a ReLU follows to conv_relu, a
+    static-only pattern, and a depthwise one (XNNPACK has no dynamically quantized depthwise
+    kernel): devplan's quantizer annotates what it annotates. It took the first too, which cost
+    1.3-4.3 dB against ExecuTorch's own program on its runtime (the conv sweep's ResNets, RegNet;
+    issue 51): a departure not taken."""
     torch.manual_seed(0)
     module = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3, groups=8), nn.ReLU(), nn.Conv2d(8, 4, 1))
     inputs = (torch.randn(1, 3, 12, 12),)
     ep = torch.export.export(module.eval(), inputs)
     result = compiled(ep, quantize="dynamic-int8")
     report = result.summary()["quantization"]
-    assert report["float_ops"] == {"aten::relu": 2, "aten::conv2d": 1}
-    # the departure from ExecuTorch's quantizer proven where the program runs (issue 51)
+    assert report["float_ops"] == {"aten::conv2d": 2, "aten::relu": 2}
     assert report["measured_on"] == "executorch" and report["warning"] is None
     with patterns_exported_once():
-        edge = executorch_quantized_edge(ep, "dynamic-int8", [inputs])
-    assert float_computed(edge, "aten.convolution.default") == 1
+        edge = executorch_quantized_edge(ep, "dynamic-int8", [inputs], own=True)  # its quantizer as it ships
+    assert float_computed(edge, "aten.convolution.default") == 2
     assert_as_executorchs(result, edge.to_executorch().buffer, inputs)
 
 
@@ -214,22 +214,23 @@ def _sqnr(want: torch.Tensor, got: torch.Tensor) -> float:
     return float(10 * torch.log10(want.square().sum() / (want - got).square().sum()))
 
 
-# measured (devplan's, ExecuTorch's own, on ExecuTorch's runtime): tiny 42.6 and 46.0 dB (13.1
-# before); real (hidden 32-64-128-256, 128x128) 35.6 and 39.3 dB (7.1 before, in 5 delegates)
-@pytest.mark.parametrize("size,floor", tiered([("tiny", 40), ("real", 30)], fast=[("tiny", 40)]))
-def test_a_bottleneck_resnet_in_dynamic_int8_is_right_on_executorchs_runtime(size, floor):
+# measured (devplan's, ExecuTorch's own, on ExecuTorch's runtime): tiny MEASURE_TINY dB; real
+# (hidden 32-64-128-256, 128x128) MEASURE_REAL. Before: 13.1 and 7.1 (a shared quantized tensor,
+# 5 delegates), then with the convolution a ReLU follows taken 42.6 and 35.6 against 46.0 and 39.3
+@pytest.mark.parametrize("size", tiered(["tiny", "real"], fast=["tiny"]))
+def test_a_bottleneck_resnet_in_dynamic_int8_is_as_right_as_executorchs_on_its_runtime(size):
     """Issue 51: a block's input, dynamically quantized once, was read by its 1x1 shortcut and by
-    its first 1x1 convolution (the one a ReLU follows, which devplan's quantizer takes): XNNPACK
+    its first 1x1 convolution (the one a ReLU follows, which devplan's quantizer took): XNNPACK
     then computes one of them wrong (13.1 dB against the float model where the eager quantized
-    module says 41.2). Devplan's program, the convolution taken, is as close as ExecuTorch's
-    own, in one delegate as theirs, and plans no more."""
+    module says 41.2). Devplan's program is within 1 dB of ExecuTorch's own flow with its
+    quantizer as it ships, in one delegate as theirs, and plans no more."""
     ep, inputs = exported("resnet_bottleneck", size)
     result = compiled(ep, quantize="dynamic-int8")
     want = ep.module()(*inputs).logits
-    assert _sqnr(want, run_executorch(result.data, inputs)[0][0]) > floor
+    ours = _sqnr(want, run_executorch(result.data, inputs)[0][0])
     with patterns_exported_once():
         theirs = executorch_quantized_edge(ep, "dynamic-int8", [inputs], own=True).to_executorch().buffer
-    assert _sqnr(want, run_executorch(theirs, inputs)[0][0]) > floor
+    assert ours > _sqnr(want, run_executorch(theirs, inputs)[0][0]) - 1 > 30
     assert result.summary()["methods"][0]["counts"]["delegates"] == 1
     assert planned_bytes(result.data) <= planned_bytes(theirs)
 
@@ -238,8 +239,13 @@ def test_a_program_that_parts_from_the_eager_estimate_is_a_warning_naming_where(
     """Issue 51: the summary is the written program's, run on ExecuTorch's runtime. A program
     broken on purpose (the block inputs quantized once again, as before the fix) is measured
     as it runs, and compile says it parts from the eager module, and at which delegate."""
+    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer_utils
+
     from devplan.inspection.reports import quantization_lines
 
+    # the block's first convolution taken too (no node a ReLU), read with its shortcut from one
+    # quantized input: both as before the fix
+    monkeypatch.setattr(xnnpack_quantizer_utils, "is_relu_node", lambda node: False)
     monkeypatch.setattr("devplan.passes.export.quantize._quantize_per_reader", lambda converted: None)
     ep, _ = exported("resnet_bottleneck", "tiny")
     report = compiled(ep, quantize="dynamic-int8").summary()["quantization"]

@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence, cast
+from typing import Callable, Literal, Sequence, cast
 
 import torch
 import torch.utils._pytree as pytree
@@ -233,12 +233,12 @@ def xnnpack_quantizer(mode: str):
     """ExecuTorch's XNNPACKQuantizer for `mode`, except that the scalars of integer add and
     mul stay numbers: ExecuTorch 1.5.1 makes every such scalar a float tensor before it
     annotates, and integer arithmetic on one (BERT's position ids) then indexes with floats;
-    that dynamic-int8 takes a convolution a ReLU follows: ExecuTorch's conv pattern leaves
-    it to conv_relu, a static-only pattern, so in its dynamic modes it stayed float (half of
-    ResNet-18's weights, every first convolution of a block), which XNNPACK computes right once
-    each reader quantizes for itself (_quantize_per_reader; on ExecuTorch's runtime, the
-    bottleneck ResNet of tests/quantize/test_quantize.py); and that every mode stores
-    embedding tables in 8 bits a row (passes/export/quantize_embeddings.py)."""
+    that dynamic-int8 leaves float a convolution reading a pad of the model's input, whose
+    program ExecuTorch's runtime refuses otherwise (passes/export/quantize_stems.py); and that
+    every mode stores embedding tables in 8 bits a row (passes/export/quantize_embeddings.py). A
+    convolution a ReLU follows stays float in the dynamic modes, as ExecuTorch's quantizer leaves
+    it (to conv_relu, a static-only pattern): taken, it cost 1.3-4.3 dB SQNR against
+    ExecuTorch's own program on its runtime (the conv sweep's ResNets and RegNet, issue 51)."""
     xnnpack = import_module(QUANTIZER, "--quantize")
     config = xnnpack.get_symmetric_quantization_config(**MODES[mode])
     rows = xnnpack.get_symmetric_quantization_config(is_per_channel=True).weight  # 8 bits, whatever the mode
@@ -247,7 +247,6 @@ def xnnpack_quantizer(mode: str):
         def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
             model = super().annotate(model)
             if mode == "dynamic-int8":
-                _annotate_convs_before_relu(model, config)
                 leave_padded_input_convolutions_float(model)
             annotate_embeddings(model, rows)
             return model
@@ -266,19 +265,6 @@ def xnnpack_quantizer(mode: str):
     if mode == "dynamic-int4":
         return Quantizer().set_operator_type(torch.ops.aten.linear.default, config)
     return Quantizer().set_global(config)
-
-
-def _annotate_convs_before_relu(model: torch.fx.GraphModule, config) -> None:
-    """ExecuTorch's own conv annotator run again with no node taken for a ReLU, so that it
-    annotates the convolutions it skipped for one, under its own conditions (2-D, not
-    depthwise: XNNPACK has no dynamically quantized depthwise kernel); the ReLU stays float."""
-    utils: Any = import_module(f"{QUANTIZER}_utils", "--quantize")  # ExecuTorch ships no stubs
-    is_relu = utils.is_relu_node
-    utils.is_relu_node = lambda node: False  # read by _do_annotate_conv at call time
-    try:
-        utils._do_annotate_conv(model, config)
-    finally:
-        utils.is_relu_node = is_relu
 
 
 def _quantize_per_reader(converted: torch.fx.GraphModule) -> None:
