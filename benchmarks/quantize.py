@@ -3,7 +3,7 @@ devplan's quantized program against the float XNNPACK program and against ExecuT
 quantized program of the same quantizer configuration.
 
     python benchmarks/quantize.py [--models resnet,vit] [--modes dynamic-int8,int8] [--size real] [--runs 20] [--quick] [--json]
-    python benchmarks/quantize.py --conv-sweep [--models regnet,convnext] [--modes int8] [--side 224] [--json]
+    python benchmarks/quantize.py --conv-sweep [--models regnet,convnext] [--modes int8] [--side 224] [--record] [--json]
 
 Models: testbed/quantize_models.py's, at `--size real` (default: ResNet-18, MobileNet-V3-Small,
 a ViT, a BERT encoder and a Llama of width 256, 3-12 MB of float weights, so that the file's
@@ -33,7 +33,9 @@ argmax agreement on 4 fresh inputs, run on ExecuTorch's runtime, planned bytes a
 devplan's program and of ExecuTorch's own flow with its XNNPACKQuantizer as it ships in the same
 configuration (and, where that program fails on ExecuTorch's runtime, of ExecuTorch's flow with
 devplan's quantizer, which the row is then judged against), and whether the row holds issue 51's
-acceptance (SQNR within 1 dB, argmax kept, planned bytes and delegates no more)."""
+acceptance (SQNR within 1 dB, argmax kept, planned bytes and delegates no more). `--record`
+writes ExecuTorch's rows into testbed/conv_sweep_executorch.json, against which the suite's
+sweep (tests/quantize/test_conv_sweep.py) judges devplan's programs."""
 
 from __future__ import annotations
 
@@ -52,7 +54,16 @@ import torch  # noqa: E402
 
 import devplan  # noqa: E402
 from benchmarks.harness import choose, number, table  # noqa: E402
-from testbed.conv_sweep import ALL_MODES, CONV_SWEEP, SWEEP_SIZE, sweep_failures, sweep_model, sweep_row  # noqa: E402
+from testbed.conv_sweep import (  # noqa: E402
+    ALL_MODES,
+    CONV_SWEEP,
+    RECORD,
+    SWEEP_SIZE,
+    record,
+    sweep_failures,
+    sweep_model,
+    sweep_row,
+)
 from testbed.executorch import planned_bytes  # noqa: E402
 from testbed.lowerings import patterns_exported_once  # noqa: E402
 from testbed.quantize_models import MODELS, calibration, executorch_quantized, exported  # noqa: E402
@@ -214,7 +225,7 @@ SWEEP_KEYS = (
 )
 
 
-def conv_sweep(names: list[str], modes: list[str], side: int, as_json: bool) -> int:
+def conv_sweep(names: list[str], modes: list[str], side: int, as_json: bool, recording: bool = False) -> int:
     """Issue 51's conv-net sweep: a row per model and mode (sweep_row), and what fails."""
     import executorch.kernels.quantized  # noqa: F401 - the quantized kernels the programs outside delegates call
 
@@ -228,6 +239,8 @@ def conv_sweep(names: list[str], modes: list[str], side: int, as_json: bool) -> 
                 row["holds"] = "yes" if not row["failures"] else "NO"
                 rows.append(row)
                 gc.collect()
+    if recording:
+        record(rows)
     if as_json:
         print(json.dumps({"side": side, "rows": rows}, indent=2))
         return 0
@@ -270,13 +283,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--side", type=int, default=SWEEP_SIZE, help=f"--conv-sweep's input side in pixels (default {SWEEP_SIZE})"
     )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help=f"--conv-sweep: write ExecuTorch's rows into {RECORD.name}, which the suite's sweep reads",
+    )
     args = parser.parse_args(argv)
+    if args.record and (not args.conv_sweep or args.side != SWEEP_SIZE):
+        parser.error(f"--record: only with --conv-sweep at --side {SWEEP_SIZE}")
     if args.conv_sweep:
         return conv_sweep(
             choose(args.models, list(CONV_SWEEP), known=list(CONV_SWEEP)),
             choose(args.modes, list(ALL_MODES), known=list(ALL_MODES)),
             args.side,
             args.json,
+            args.record,
         )
     names = choose(args.models, QUICK if args.quick else list(MODELS), known=list(MODELS))
     modes = choose(args.modes, QUICK_MODES if args.quick else MODES, known=MODES)

@@ -1,13 +1,17 @@
 """Issue 51's conv-net sweep: transformers' ResNet (bottleneck and basic), RegNet, ConvNeXt,
 MobileNetV2 and EfficientNet and a torchvision-style ResNet, each quantized by devplan and by
 ExecuTorch's own flow with its XNNPACKQuantizer as it ships (the same configuration), both run
-on ExecuTorch's runtime against the float model. tests/quantize/test_conv_sweep.py holds every
-row to issue 51's acceptance (sweep_failures); benchmarks/quantize.py --conv-sweep prints them."""
+on ExecuTorch's runtime against the float model. benchmarks/quantize.py --conv-sweep prints the
+rows, and with --record keeps ExecuTorch's in RECORD; tests/quantize/test_conv_sweep.py holds
+devplan's programs, made and run now, to issue 51's acceptance (sweep_failures) against it."""
 
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -16,11 +20,11 @@ from testbed.hf_models import HFCase, _build, _randomize_batch_norm
 from testbed.quantize_models import calibration, executorch_quantized_edge
 
 SWEEP_SIZE = 96  # pixels a side: a real input, small enough that each lowering takes seconds
-# int8's calibration inputs, the same to both flows; dynamic-int4 takes linear layers alone (a
-# conv net's classifier): the benchmark runs it, the suite holds the modes that take convolutions
+# dynamic-int4 takes linear layers alone (a conv net's classifier): the benchmark runs it, the
+# suite holds the modes that take convolutions
 SWEEP_MODES = ("dynamic-int8", "int8")
 ALL_MODES = ("dynamic-int8", "int8", "dynamic-int4")
-CALIBRATION = 8
+CALIBRATION = 8  # int8's calibration inputs, the same to both flows
 EVALUATIONS = 4  # fresh inputs each program runs on, against the float model
 
 
@@ -182,26 +186,79 @@ def _measured(model: SweepModel, pte: bytes) -> dict:
     return {**measured, "sqnr_db": sqnr, "argmax": float((got.argmax(-1) == want.argmax(-1)).double().mean())}
 
 
-def sweep_row(model: SweepModel, mode: str, samples: int = CALIBRATION) -> dict:
-    """devplan's program of `model` in `mode` (int8 calibrated on `samples` inputs) and
-    ExecuTorch's own flow's with its quantizer as it ships, each measured on ExecuTorch's runtime
-    (_measured): keys devplan_* and executorch_*. Where ExecuTorch's program fails on its runtime,
-    also ExecuTorch's flow with devplan's quantizer (passes/quantize.py's xnnpack_quantizer: its
-    departures, such as the stems dynamic-int8 leaves float), keys departed_*: the departure
-    proven on the runtime, as issue 51 asks, and the row judged against that program."""
+def sweep_row(model: SweepModel, mode: str, executorch: dict | None = None) -> dict:
+    """devplan's program of `model` in `mode` (int8 calibrated on CALIBRATION inputs) measured
+    on ExecuTorch's runtime (_measured: keys devplan_*), beside ExecuTorch's (`executorch`, as
+    recorded, or else executorch_flows run now)."""
     import devplan
 
     static = mode == "int8"
-    given = calibration(model.inputs, samples) if static else [model.inputs]
+    given = _given(model, mode)
     ours = devplan.compile(copy.deepcopy(model.ep), quantize=mode, calibration=given if static else None).data
     row: dict = {"model": model.name, "mode": mode, "size": model.size}
+    row.update({f"devplan_{what}": value for what, value in _measured(model, ours).items()})
+    row.update(executorch_flows(model, mode) if executorch is None else executorch)
+    return row
+
+
+def _given(model: SweepModel, mode: str) -> list[tuple]:
+    """What both flows calibrate on: CALIBRATION seeded inputs for int8, the example for the
+    dynamic modes (whose activations' ranges are taken at run time)."""
+    return calibration(model.inputs, CALIBRATION) if mode == "int8" else [model.inputs]
+
+
+def executorch_flows(model: SweepModel, mode: str) -> dict:
+    """ExecuTorch's own flow's program of `model` in `mode`, with its quantizer as it ships,
+    measured on its runtime (keys executorch_*); where that program fails there, also its flow
+    with devplan's quantizer (passes/export/quantize.py's xnnpack_quantizer: its departures, such as the
+    stems dynamic-int8 leaves float; keys departed_*): the departure proven on the runtime, as
+    issue 51 asks, and the row judged against that program."""
+    given = _given(model, mode)
     shipped = executorch_quantized_edge(model.ep, mode, given, own=True).to_executorch().buffer
-    for key, pte in (("devplan", ours), ("executorch", shipped)):
-        row.update({f"{key}_{what}": value for what, value in _measured(model, pte).items()})
+    row = {f"executorch_{what}": value for what, value in _measured(model, shipped).items()}
     if row["executorch_sqnr_db"] is None:
         departed = executorch_quantized_edge(model.ep, mode, given).to_executorch().buffer
         row.update({f"departed_{what}": value for what, value in _measured(model, departed).items()})
     return row
+
+
+# ExecuTorch's rows as benchmarks/quantize.py --conv-sweep --record measured them: ExecuTorch's
+# flows are half of each row's time, and the same for every run of the same versions
+RECORD = Path(__file__).with_name("conv_sweep_executorch.json")
+
+
+def recorded(name: str, mode: str) -> dict:
+    """ExecuTorch's keys of the row of `name` in `mode` at SWEEP_SIZE, as RECORD holds them."""
+    return record_held()["rows"][f"{name} {mode}"]
+
+
+@lru_cache(maxsize=1)
+def record_held() -> dict:
+    return json.loads(RECORD.read_text())
+
+
+def record(rows: list[dict]) -> None:
+    """RECORD with ExecuTorch's keys of `rows` (run at SWEEP_SIZE) in place of what it held."""
+    import executorch.version
+
+    held = json.loads(RECORD.read_text()) if RECORD.exists() else {"rows": {}}
+    held.update(
+        executorch=executorch.version.__version__,
+        torch=torch.__version__,
+        side=SWEEP_SIZE,
+        calibration=CALIBRATION,
+        evaluations=EVALUATIONS,
+    )
+    for row in rows:
+        assert row["size"] == SWEEP_SIZE, "the record is of SWEEP_SIZE's rows"
+        held["rows"][f"{row['model']} {row['mode']}"] = {
+            key: value.splitlines()[0] if key.endswith("_error") else value
+            for key, value in row.items()
+            if key.startswith(("executorch_", "departed_"))
+        }
+    held["rows"] = dict(sorted(held["rows"].items()))
+    RECORD.write_text(json.dumps(held, indent=1) + "\n")
+    record_held.cache_clear()
 
 
 def sweep_failures(row: dict, tolerance_db: float = 1.0) -> list[str]:
