@@ -276,6 +276,8 @@ def test_quantize_conv_sweep_prints_a_row_a_model_and_mode_and_whether_it_holds(
     assert 0 < int(row[7]) <= int(row[8]) and int(row[9]) == 1
     with pytest.raises(SystemExit, match="unknown model"):
         quantize.main(["--conv-sweep", "--models", "resnet"])
+    with pytest.raises(SystemExit):  # the record the suite reads is of 96x96 rows alone
+        quantize.main(["--conv-sweep", "--record", "--side", "64"])
 
 
 def test_llm_runner_table_sets_each_example_against_executorchs_program() -> None:
