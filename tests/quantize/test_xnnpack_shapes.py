@@ -46,8 +46,8 @@ class _PaddedInside(_PaddedStem):
         super().__init__()
         self.first = nn.Conv2d(3, 3, 3, padding=1)
 
-    def forward(self, x):
-        return super().forward(torch.relu(self.first(x)))
+    def forward(self, x):  # no ReLU after `first`: dynamic-int8 leaves such a convolution float, as ExecuTorch's
+        return super().forward(self.first(x))
 
 
 @pytest.mark.parametrize("padding", [0, "valid"])
