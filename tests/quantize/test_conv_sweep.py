@@ -33,6 +33,7 @@ from testbed.conv_sweep import (
 from testbed.lowerings import patterns_exported_once
 
 pytest.importorskip("executorch.backends.xnnpack.quantizer.xnnpack_quantizer")
+SHARE_BY = "model"  # a family's modes on one worker, sharing _model's export (tests/conftest.py)
 
 
 @lru_cache(maxsize=1)  # a family's modes run one after another: its export and float outputs once
