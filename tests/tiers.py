@@ -10,20 +10,16 @@ from typing import Iterable
 import pytest
 
 
-def tiered(params: Iterable, fast: Iterable, suite: Iterable | None = None) -> list:
+def tiered(params: Iterable, fast: Iterable) -> list:
     """`params` for pytest.mark.parametrize, each one not in `fast` marked sweep (a tuple is
-    the values of several names); given `suite`, those in neither marked release as well."""
+    the values of several names)."""
     fast = set(fast)
-    kept = None if suite is None else fast | set(suite)
-    unknown = (kept or fast) - set(params := list(params))
-    assert not unknown, f"tier picks that are not parameters: {sorted(unknown)}"
-
-    def marks(p) -> list:
-        if p in fast:
-            return []
-        return [pytest.mark.sweep] if kept is None or p in kept else [pytest.mark.sweep, pytest.mark.release]
-
-    return [pytest.param(*(p if isinstance(p, tuple) else (p,)), marks=marks(p)) if marks(p) else p for p in params]
+    unknown = fast - set(params := list(params))
+    assert not unknown, f"fast-tier picks that are not parameters: {sorted(unknown)}"
+    return [
+        p if p in fast else pytest.param(*(p if isinstance(p, tuple) else (p,)), marks=pytest.mark.sweep)
+        for p in params
+    ]
 
 
 def rotation(cases: Iterable[str], options: list[str], among: set | None = None) -> set[tuple[str, str]]:
