@@ -228,7 +228,15 @@ def _executorch_sizes(ep: torch.export.ExportedProgram) -> tuple[dict[str, int],
     return sizes, errors
 
 
-@pytest.mark.parametrize("name,mode", [p for p in CASE_PARAMS if p.values[1] in (BYTES_MODE, "grad")])
+# every family's BYTES_MODE program against ExecuTorch's; its grad-mode program, to release
+@pytest.mark.parametrize(
+    "name,mode",
+    [
+        pytest.param(name, mode, id=f"{name}-{mode}", marks=() if mode == BYTES_MODE else pytest.mark.release)
+        for name, mode in CASES
+        if mode in (BYTES_MODE, "grad")
+    ],
+)
 def test_planned_bytes(name, mode):
     from testbed.executorch import planned_bytes
 

@@ -148,10 +148,22 @@ FOLD_GRID = [
 ]
 
 
+FAST_SIZE = ("deberta_v2", 32, 8, 2, 64)
+# the suite holds the grid's corners; the rest of it, to release (benchmarks/fold_sweep.py prints it all)
+SUITE_SIZES = {FAST_SIZE, ("deberta_v2", 128, 64, 2, 64), ("deberta", 32, 8, 2, 16), ("deberta", 128, 64, 2, 64)}
+
+
 @pytest.mark.parametrize(
     "model,hidden,tokens,batch,buckets",
     [
-        pytest.param(*size, marks=() if size == ("deberta_v2", 32, 8, 2, 64) else pytest.mark.sweep)
+        pytest.param(
+            *size,
+            marks=()
+            if size == FAST_SIZE
+            else pytest.mark.sweep
+            if size in SUITE_SIZES
+            else (pytest.mark.sweep, pytest.mark.release),
+        )
         for size in FOLD_GRID
     ],
     ids=["{}-h{}-t{}-b{}-k{}".format(*size) for size in FOLD_GRID],
