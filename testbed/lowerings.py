@@ -77,10 +77,11 @@ class BoundedCache:
         return value
 
 
-def by_program(limit: int = CACHE_BYTES, size: Callable[[Any], int] = len):
+def by_program(limit: int = CACHE_BYTES, size: Callable[[Any], int] = len, shared: str | None = None):
     """Decorator: `fn(ep)` computed once per distinct program (fingerprint) and kept in a
     BoundedCache; `fn` gets a deep copy of `ep`, so what it does to it stays there. A failure
-    is not cached (it raises again next time). `fn.cache` is the cache."""
+    is not cached (it raises again next time). `fn.cache` is the cache. Given `shared` (a name
+    for the files), `fn` returns bytes, made once per run for all the workers (testbed/shared.py)."""
 
     def decorate(fn: Callable[[torch.export.ExportedProgram], Any]):
         cache = BoundedCache(limit, size)
@@ -90,7 +91,9 @@ def by_program(limit: int = CACHE_BYTES, size: Callable[[Any], int] = len):
             key = fingerprint(ep)
             if key is None:
                 return fn(copy.deepcopy(ep))
-            return cache.get(key, lambda: fn(copy.deepcopy(ep)))
+            if shared is None:
+                return cache.get(key, lambda: fn(copy.deepcopy(ep)))
+            return cache.get(key, lambda: shared_bytes(f"{shared}-{key}", lambda: fn(copy.deepcopy(ep))))
 
         cached.cache = cache
         return cached
@@ -98,13 +101,11 @@ def by_program(limit: int = CACHE_BYTES, size: Callable[[Any], int] = len):
     return decorate
 
 
-@by_program()
+@by_program(shared="executorch")
 def executorch_lowered(ep: torch.export.ExportedProgram) -> bytes:
     """testbed.executorch.executorch_pte(ep), lowered once per distinct program in the run, the
-    workers sharing it (testbed/shared.py; the benchmarks time executorch_pte itself, so it
-    stays uncached)."""
-    key = fingerprint(ep)
-    return executorch_pte(ep) if key is None else shared_bytes(f"executorch-{key}", lambda: executorch_pte(ep))
+    workers sharing it (the benchmarks time executorch_pte itself, so it stays uncached)."""
+    return executorch_pte(ep)
 
 
 def released_after_module(*caches):
