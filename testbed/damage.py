@@ -375,21 +375,26 @@ def _command():
     return typer.main.get_command(app)
 
 
-def outcome(path, command: list[str], limit_s: float = LIMIT_S) -> str:
+def outcome(path, command: list[str], limit_s: float = LIMIT_S, wall_s: float | None = None) -> str:
     """'ok', 'refused', or what escaped. The command runs as `devplan.cli.main` runs it (click
     outside standalone mode, so its exit code comes back), its output kept to be read: exit 0
     is ok, exit 1 (check's failed buffer) or a DevplanError (exit 2) refused, anything else
-    escaped: an exception (exit 3 from the CLI), a command over `limit_s` seconds ("Hang"), a
+    escaped: an exception (exit 3 from the CLI), a command over `limit_s` seconds of this
+    process's CPU time or `wall_s` seconds on the clock (10 times `limit_s` unless given) ("Hang"), a
     traceback that something printed on the way ("Traceback: ", its last line), or a line a CI
     runner would take as a workflow command ("workflow command: ", the line), the refusal's
     own line (as the CLI prints it) among them."""
     from devplan.errors import DevplanError
     from devplan.units import inert, printable
 
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit_s)
+    # CPU time, as a run at nice 19 on shared cores waits for minutes without hanging; the clock
+    # for what waits without computing (a read that never ends)
+    wall_s = 10 * limit_s if wall_s is None else wall_s
+    previous = signal.signal(signal.SIGALRM, _alarm), signal.signal(signal.SIGPROF, _alarm)
+    signal.setitimer(signal.ITIMER_PROF, limit_s)
+    signal.setitimer(signal.ITIMER_REAL, wall_s)
     stdout, stderr = io.StringIO(), io.StringIO()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             code = _command().main([command[0], str(path), *command[1:]], prog_name="devplan", standalone_mode=False)
@@ -403,9 +408,12 @@ def outcome(path, command: list[str], limit_s: float = LIMIT_S) -> str:
         cause = error.__cause__  # an internal error's: what devplan's stage caught
         return f"{type(error).__name__}: {error}" + (f" from {type(cause).__name__}: {cause}"[:200] if cause else "")
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-    if time.perf_counter() - start >= limit_s:  # the alarm fell where nothing could raise it (a finalizer)
+        signal.signal(signal.SIGALRM, previous[0])
+        signal.signal(signal.SIGPROF, previous[1])
+    # an alarm that fell where nothing could raise it (a finalizer)
+    if time.process_time() - cpu >= limit_s or time.perf_counter() - start >= wall_s:
         return "Hang"
     printed = stderr.getvalue()
     if "Traceback" in printed or "Logging error" in printed:

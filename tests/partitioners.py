@@ -8,7 +8,9 @@ from __future__ import annotations
 import operator
 import os
 import signal
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
@@ -85,11 +87,13 @@ class RaisingBackend(AddsTo):
 class InProcesses(AddsTo):
     def __init__(self) -> None:
         super().__init__("NamesItsProcess")
+        _compiling[:] = os.getpid(), Path(tempfile.mkdtemp(prefix="devplan-test-jobs-"))
 
 
-class DiesInAWorker(AddsTo):
+class DiesInAWorker(InProcesses):
     def __init__(self) -> None:
-        super().__init__("DiesOutsideTheTest")
+        super().__init__()
+        self.delegation_spec = DelegationSpec("DiesOutsideTheTest", [])
 
 
 class TakesState(AddsTo):
@@ -129,19 +133,39 @@ class NamesItsProcess(BackendDetails):
 
     @staticmethod
     def preprocess(edge_program, compile_specs):
-        time.sleep(0.5)  # long enough that every process takes a partition before none are left
+        _meet()
         return PreprocessResult(processed_bytes=str(os.getpid()).encode())
 
 
-_TEST_PROCESS = os.getpid()
-
-
 class DiesOutsideTheTest(BackendDetails):
-    """A preprocess that kills any process but the one that imported it: a --jobs worker crashing."""
+    """A preprocess that kills any process but the compile's own: a --jobs worker crashing."""
 
     @staticmethod
     def preprocess(edge_program, compile_specs):
-        if os.getpid() != _TEST_PROCESS:
+        _meet()
+        if os.getpid() != _compiling[0]:
             os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(0.5)  # as NamesItsProcess: the worker takes a partition
-        return PreprocessResult(processed_bytes=b"made in the test process")
+        return PreprocessResult(processed_bytes=b"made in the compiling process")
+
+
+# The compiling process (the one that made the partitioner; --jobs workers fork from it) and a
+# folder where each process of the compile marks itself on its first preprocess
+_compiling: list = [None, None]
+
+
+def _meet() -> None:
+    """On a process's first preprocess, wait until the compile's other process has taken a
+    partition too, where there is one (a --jobs 2 worker, or this process's worker): which
+    process takes which partition is then fixed however busy the machine is."""
+    maker, room = _compiling
+    mark = room / str(os.getpid())
+    if mark.exists() or (os.getpid() == maker and not _has_children()):
+        return
+    mark.touch()
+    deadline = time.monotonic() + 120
+    while len(list(room.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _has_children() -> bool:
+    return any(open(f"/proc/self/task/{task}/children").read().split() for task in os.listdir("/proc/self/task"))

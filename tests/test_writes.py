@@ -21,7 +21,8 @@ import torch
 import devplan
 from devplan.errors import DevplanError
 from devplan.files import read_input, write_atomic
-from tests.compile.test_cli import ROOT, assert_one_line_error, devplan as cli
+from testbed.cli import assert_one_line_error, devplan as cli
+from tests.compile.test_cli import ROOT
 
 MLP = ROOT / "samples" / "mlp.pt2"
 

@@ -15,7 +15,7 @@ import torch
 
 import devplan
 from devplan.backend import Partitioner
-from tests.compile.test_cli import devplan as run_devplan
+from testbed.cli import devplan as run_devplan
 
 ROOT = Path(__file__).resolve().parents[2]
 CNN = ROOT / "samples" / "cnn.pt2"

@@ -20,6 +20,7 @@ import devplan
 from devplan.backend import Partitioner
 from devplan.errors import DevplanError
 from devplan.pte import read_pte
+from testbed.cli import devplan as devplan_cli
 from testbed.hf_models import FAMILIES
 from testbed.models import CORPUS, STATEFUL, eager_outputs, eager_runs, export, pt2e_quantize, run_executorch
 from tests.tiers import tiered
@@ -158,12 +159,6 @@ def test_target_device_compile_spec_places_the_delegate():
     assert "cuda:0" in {str(b.device) for b in result.planned.buffers}
     ops = {k.op for k in result.planned.method.kernels}
     assert "et_copy::_h2d_copy.out" in ops and "et_copy::_d2h_copy.out" in ops
-
-
-def devplan_cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "devplan", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=300
-    )
 
 
 def one_line_error(run, *needles):

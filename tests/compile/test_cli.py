@@ -10,22 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from testbed.cli import assert_one_line_error, devplan
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def devplan(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "devplan", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
-
-
-def assert_one_line_error(run, *needles):
-    assert run.returncode == 2, run.stderr
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("devplan: error:"), run.stderr
-    assert "Traceback" not in run.stderr
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 def test_compile_sample_then_inspect(tmp_path):

@@ -20,8 +20,8 @@ from devplan.pte import read_pte
 from devplan.pte.ptd import Entry, Layout, ptd_image, read_ptd
 from devplan.pte.reader import text
 from devplan.runtime import HostAllocator, registered, run
+from testbed.cli import assert_one_line_error, devplan as run_devplan
 from testbed.lowerings import executorch_lowered_external, executorch_xnnpack_external
-from tests.compile.test_cli import assert_one_line_error, devplan as run_devplan
 from tests.inspection.runner import invoke
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ import devplan
 from devplan.cli import app
 from devplan.errors import DevplanError
 from devplan.runtime import run
+from testbed.cli import devplan as devplan_cli
 from testbed.models import eager_outputs, run_executorch
-from tests.compile.test_cli import devplan as devplan_cli
 
 runner = CliRunner()
 

@@ -209,6 +209,7 @@ def _one_line(run: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.sweep  # a Mixtral compiled in a fresh process, as the finding needs
 def test_an_unregistered_op_names_the_kernels_option_that_registers_it(mixtral, tmp_path):
     """A fresh process has not imported transformers, whose import registers the routing's
     grouped_mm_fallback: the .pt2 is refused in one line naming the op and --kernels

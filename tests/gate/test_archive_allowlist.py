@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import devplan
 from devplan.errors import DevplanError
 from devplan.gate import expressions
+from testbed.cli import assert_one_line_error, devplan as run_devplan
 from testbed.damage import Payload
 from testbed.small_programs import MLP, saved
-from tests.compile.test_cli import assert_one_line_error, devplan as run_devplan
 
 
 def members(source) -> list[tuple[str, bytes]]:

@@ -22,7 +22,7 @@ from torch import nn
 from devplan.errors import DevplanError
 from devplan.gate import allowlist
 from devplan.gate.archive import check_archive
-from tests.compile.test_cli import assert_one_line_error, devplan as run_devplan
+from testbed.cli import assert_one_line_error, devplan as run_devplan
 from tests.tiers import tiered
 
 

@@ -12,8 +12,9 @@ import torch
 
 from devplan.errors import DevplanError
 from devplan.gate.load import load
+from testbed.cli import assert_one_line_error, devplan
 from testbed.damage import Payload
-from tests.compile.test_cli import ROOT, assert_one_line_error, devplan
+from tests.compile.test_cli import ROOT
 
 
 def rewrite(source, target, change):

@@ -9,9 +9,9 @@ import torch
 
 import devplan
 from devplan.errors import DevplanError
+from testbed.cli import assert_one_line_error, devplan as cli
 from testbed.lowerings import executorch_lowered
 from testbed.models import export
-from tests.compile.test_cli import assert_one_line_error, devplan as cli
 from tests.runtime.test_device_arena import two_blocks
 from tests.runtime.test_runtime import Chain, on_cuda, planned, program_bytes
 

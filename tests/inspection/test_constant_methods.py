@@ -11,7 +11,7 @@ import torch
 
 import devplan
 from devplan.inspection.golden import golden_document
-from tests.compile.test_cli import devplan as cli
+from testbed.cli import devplan as cli
 
 METADATA = {
     "get_max_seq_len": 128,

@@ -16,9 +16,10 @@ import devplan
 from devplan.inspection.diff import LARGEST_SHOWN
 from devplan.inspection.golden import golden_document
 from devplan.units import exact_size_text
+from testbed.cli import assert_one_line_error
 from testbed.lowerings import executorch_lowered
 from testbed.models import export, transformer
-from tests.compile.test_cli import ROOT, assert_one_line_error
+from tests.compile.test_cli import ROOT
 from tests.inspection.runner import REPO, invoke, run_devplan
 
 

@@ -12,7 +12,7 @@ from torch import nn
 import devplan
 from devplan.errors import DevplanError
 from devplan.inspection.changes import Tolerance, parse_tolerance
-from tests.compile.test_cli import assert_one_line_error
+from testbed.cli import assert_one_line_error
 from tests.inspection.runner import invoke, run_devplan
 
 

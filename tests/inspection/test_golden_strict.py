@@ -12,7 +12,7 @@ import pytest
 
 import devplan
 from devplan.errors import DevplanError
-from tests.compile.test_cli import assert_one_line_error
+from testbed.cli import assert_one_line_error
 from tests.inspection.runner import invoke, one_line, run_devplan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,7 +190,7 @@ def test_a_golden_file_with_a_key_twice_is_refused(tmp_path):
 def test_golden_dash_reads_standard_input_as_update_dash_writes_standard_output(tmp_path):
     import json
 
-    from tests.compile.test_cli import devplan as devplan_cli
+    from testbed.cli import devplan as devplan_cli
 
     program = tmp_path / "m.pte"
     assert invoke("compile", str(MLP), "-o", str(program)).exit_code == 0

@@ -13,7 +13,7 @@ import devplan
 from devplan.inspection.check import check, check_golden
 from devplan.inspection.diff import diff
 from devplan.testing import assert_matches_golden
-from tests.compile.test_cli import devplan as devplan_cli
+from testbed.cli import devplan as devplan_cli
 
 
 class Tower(torch.nn.Module):

@@ -14,8 +14,8 @@ import torch
 
 import devplan
 from devplan.inspection.golden import golden_document
+from testbed.cli import devplan as cli
 from testbed.lowerings import executorch_lowered
-from tests.compile.test_cli import devplan as cli
 
 
 class Accumulator(torch.nn.Module):

@@ -6,8 +6,8 @@ import torch
 
 import devplan
 from devplan.inspection.svg import HEIGHT, LEFT, TOP, WIDTH, layout_svg
+from testbed.cli import devplan as cli
 from testbed.models import export
-from tests.compile.test_cli import devplan as cli
 
 NS = {"svg": "http://www.w3.org/2000/svg"}
 

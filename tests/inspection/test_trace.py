@@ -7,8 +7,8 @@ import pytest
 
 import devplan
 from devplan.inspection.trace import STEP, memory_trace, trace_json
+from testbed.cli import assert_one_line_error, devplan as cli
 from testbed.models import export
-from tests.compile.test_cli import assert_one_line_error, devplan as cli
 
 
 def check_trace(doc: dict) -> None:

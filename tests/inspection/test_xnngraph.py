@@ -24,8 +24,8 @@ from devplan.pte.verify import vtable_entry
 from devplan.pte.xnn_fb.XNNGraph import XNNGraph
 from devplan.pte.xnn_graph import read_graph
 from devplan.pte.xnn_verify import XNN_GRAPH_TABLES
+from testbed.cli import assert_one_line_error
 from testbed.models import export, pt2e_quantize
-from tests.compile.test_cli import assert_one_line_error
 from tests.inspection.runner import invoke, run_devplan
 from tests.tiers import tiered
 

@@ -28,7 +28,13 @@ PROMPT = "the quick brown fox"
 
 
 # Qwen2 is the issue's reproducer; the same on README's Llama, to release
-@pytest.mark.parametrize("family", ["qwen2", pytest.param("llama", marks=(pytest.mark.sweep, pytest.mark.release))])
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param("qwen2", marks=pytest.mark.sweep),
+        pytest.param("llama", marks=(pytest.mark.sweep, pytest.mark.release)),
+    ],
+)
 def test_dynamic_int8_lowers_a_decoder_whose_projections_share_their_input(tmp_path, family):
     """q, k and v (and gate and up) read one normalized tensor: quantized once for all its
     readers, XNNPACK's partitioner put the shared quantize chain in one linear's partition that
@@ -158,6 +164,7 @@ def test_group_size_is_refused_without_8da4w_and_when_not_a_size():
         )
 
 
+@pytest.mark.sweep  # an 8da4w compile through the command line; the fast tier keeps README's 8da4w command
 def test_8da4w_from_the_command_line_leaves_a_linear_the_group_does_not_divide_float(tmp_path):
     """`--quantize 8da4w --group-size 64` in a fresh process: the table and the linear of 64
     inputs quantized, the linear of 48 inputs left float (as the recipes leave it) and said so."""

@@ -128,6 +128,7 @@ def test_export_llama_refuses_a_folder_it_would_read_as_pre_quantized(tmp_path):
         export_llama(tmp_path / "export_llama-8da4w", qmode="8da4w")
 
 
+@pytest.mark.sweep  # three LLM exports; the fast tier lists kernels in tests/inspection/test_kernels.py
 def test_the_program_names_the_llm_kernels_it_needs_and_lists_them_as_executorch_does(llama, tmp_path):
     """Issue 57: an LLM program says it needs ExecuTorch's LLM custom ops (and, with a quantized
     embedding, its quantized kernels), and --oplist writes what gen_oplist writes for it."""

@@ -31,6 +31,7 @@ def readme_export_at(cache: int) -> torch.export.ExportedProgram:
 
 
 @pytest.mark.xdist_group("long_context")
+@pytest.mark.sweep  # README's Llama at 2,048 tokens beside ExecuTorch's lowering
 def test_the_readmes_llm_at_2048_tokens_plans_an_eighth_of_executorchs(tmp_path):
     pytest.importorskip("executorch.extension.llm.runner")
     from testbed.llama_export import generate, word_tokenizer

@@ -77,6 +77,7 @@ def test_blocked_attention_matches_eager_on_both_runtimes(case):
             torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.sweep  # a long context compiled twice; the fast tier keeps blocked attention against eager
 def test_blocks_cut_the_plan_of_a_long_context():
     """The static-cache Llama's scores are the largest tensors it plans; in blocks they are gone."""
     ep, _ = _static_cache_llama()
@@ -96,6 +97,7 @@ def test_softcapped_attention_stays_whole_and_the_summary_says_why(tmp_path):
     assert "attention: 2 materialized (softcapping: a tanh on the scores" in " ".join(run.output.split())
 
 
+@pytest.mark.sweep  # an XNNPACK lowering of a long context; the fast tier keeps blocked attention against eager
 def test_no_xnnpack_delegate_takes_the_whole_scores_back():
     """Blocked before the backends partition: no XNNPACK delegate of the ViT holds a whole
     attention's scores (an intermediate shaped queries x keys, 17 x 17, in its graph as inspect
@@ -121,6 +123,7 @@ def test_no_xnnpack_delegate_takes_the_whole_scores_back():
         torch.testing.assert_close(got, want, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.sweep  # a static-cache Llama at a long context; the fast tier keeps blocked attention against eager
 def test_blocks_read_their_part_of_the_mask_and_the_cache():
     """The static-cache Llama's mask (prompt x cache, transformers' comparison of two ranges)
     and its grouped keys and values repeated for every head are never planned whole once its

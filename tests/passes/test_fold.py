@@ -222,7 +222,9 @@ print(result.constant_bytes)
 """
 
 
-@pytest.mark.parametrize("how", [pytest.param("expand", marks=pytest.mark.sweep), "repeat", "adds", "expands"])
+@pytest.mark.parametrize(
+    "how", [*(pytest.param(how, marks=pytest.mark.sweep) for how in ("expand", "expands")), "repeat", "adds"]
+)
 def test_constant_subgraph_too_large_to_fold_stays_a_run_time_op(how):
     """Folding checks each step's result size (its fake value) before evaluating it: a step
     larger than the constants it comes from is left to run time, and so is one that would

@@ -103,7 +103,7 @@ def test_the_order_is_valid_and_no_order_has_a_lower_bound_below_it(method):
 
 @pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
 def test_keep_order_on_the_command_line_plans_the_exported_order(tmp_path):
-    from tests.compile.test_cli import devplan as run_cli
+    from testbed.cli import devplan as run_cli
 
     model = tmp_path / "branches.pt2"
     torch.export.save(torch.export.export(TwoBranches(), (torch.randn(32, 4),), strict=False), model)

@@ -9,7 +9,7 @@ import struct
 
 from devplan.pte import read_pte
 from devplan.pte.xnnpack import WorkingMemory, named_keys, working_memory
-from tests.compile.test_cli import devplan as run_devplan
+from testbed.cli import devplan as run_devplan
 
 
 def _graph_span(payload: bytes) -> range:

@@ -83,7 +83,7 @@ def _xnnpack_damaged(tmp_path: Path, damage) -> tuple[Path, Path]:
 def _refused_before_executorch_aborts(pte: Path, ptd: Path, needle: str) -> None:
     """`check` and `run --executorch` (a process of its own: ExecuTorch aborted it) refuse in one
     line naming the delegate."""
-    from tests.compile.test_cli import assert_one_line_error, devplan
+    from testbed.cli import assert_one_line_error, devplan
 
     one_line(invoke("check", str(pte), "--data", str(ptd)), str(pte), "delegate 0 (XnnpackBackend)", needle)
     assert_one_line_error(devplan("run", pte, "--data", ptd, "--executorch"), "delegate 0 (XnnpackBackend)", needle)

@@ -499,7 +499,7 @@ def test_xnnpack_is_implied_and_may_be_given():
 
 @pytest.mark.sweep  # end to end through a fresh process
 def test_the_command_line_refuses_in_one_line_and_reports_the_cost(tmp_path):
-    from tests.compile.test_cli import assert_one_line_error, devplan as devplan_cli
+    from testbed.cli import assert_one_line_error, devplan as devplan_cli
 
     ep, inputs = _wide_mlp()
     torch.export.save(ep, tmp_path / "m.pt2")

@@ -14,8 +14,9 @@ import devplan
 from devplan.errors import DevplanError
 from devplan.runtime import HostAllocator, registered, run
 from samples.make_samples import sample_models
+from testbed.cli import devplan as devplan_cli
 from testbed.models import CORPUS, assert_runs_match, eager_outputs, export
-from tests.compile.test_cli import ROOT, devplan as devplan_cli
+from tests.compile.test_cli import ROOT
 from tests.runtime.test_runtime import Recording
 
 MODELS = ("mlp", "cnn", "transformer", "two_io", "rolling_cache", "cat_split_chunk", "gated_mlp", "embedding")

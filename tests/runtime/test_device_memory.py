@@ -13,7 +13,8 @@ from devplan.pte import read_pte
 from devplan.runtime import HostAllocator, LoadedMethod, registered
 from devplan.runtime.report import device_memory
 from devplan.spec import Device
-from tests.compile.test_cli import ROOT, devplan as cli
+from testbed.cli import devplan as cli
+from tests.compile.test_cli import ROOT
 
 CUDA = Device.parse("cuda:0")
 

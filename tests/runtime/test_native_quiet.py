@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.compile.test_cli import ROOT, assert_one_line_error, devplan
+from testbed.cli import assert_one_line_error, devplan, fresh_devplan
+from tests.compile.test_cli import ROOT
 
 pytest.importorskip("executorch.runtime")
 MLP = ROOT / "samples" / "mlp.pt2"
@@ -17,10 +18,10 @@ MLP = ROOT / "samples" / "mlp.pt2"
 def test_an_executorch_run_prints_devplans_lines_only(tmp_path):
     program = tmp_path / "mlp.pte"
     assert devplan("compile", MLP, "--backend", "xnnpack", "-o", program, "-q").returncode == 0
-    run = devplan("run", program, "--executorch")
+    run = fresh_devplan("run", program, "--executorch")  # where ExecuTorch's runtime first loads, as users run it
     assert run.returncode == 0 and run.stderr == "", run.stderr
     assert run.stdout.startswith("output 0: float32 (8, 10)")
-    loud = devplan("--debug", "run", program, "--executorch")
+    loud = fresh_devplan("--debug", "run", program, "--executorch")
     assert loud.returncode == 0 and "cpuinfo" in loud.stderr  # what --debug is for
 
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from samples.make_samples import sample_models
-from tests.compile.test_cli import ROOT, assert_one_line_error, devplan
+from testbed.cli import assert_one_line_error, devplan, fresh_devplan
+from tests.compile.test_cli import ROOT
 
 
 def compiled(tmp_path, name="two_io"):
@@ -70,7 +71,8 @@ def test_a_device_program_without_the_device_says_how_to_run_it_anyway(tmp_path)
 def test_a_warning_torch_prints_from_cpp_stays_off_stderr(tmp_path):
     """A kernel resizing an out tensor declared with fewer elements than its result makes torch
     warn from C++ (Resize.cpp, straight to stderr, where Python's warning filters cannot reach)
-    before devplan refuses the program: stderr is the one error line alone."""
+    before devplan refuses the program: stderr is the one error line alone. In a fresh
+    interpreter, as torch reads its log level from the environment when first imported."""
     from testbed.small_programs import compiled as block
     from tests.runtime.test_strict_runtime import _kernel_calls, damaged
 
@@ -81,4 +83,4 @@ def test_a_warning_torch_prints_from_cpp_stays_off_stderr(tmp_path):
 
     program = tmp_path / "resized.pte"
     program.write_bytes(damaged(block(), change))
-    assert_one_line_error(devplan("run", program), "aten::relu.out", "where the plan holds (1, 6)")
+    assert_one_line_error(fresh_devplan("run", program), "aten::relu.out", "where the plan holds (1, 6)")
