@@ -1,6 +1,6 @@
 """devplan reads only what torch.export.save writes (issue 29, finding 1): the four ways a
-crafted .pt2 still ran code under the old denylist, each refused by `devplan compile` in a
-fresh process with exit code 2, one line and no code run; and a property test that random
+crafted .pt2 still ran code under the old denylist, each refused by `devplan compile` (in a
+process of its own, testbed/cli.py) with exit code 2, one line and no code run; and a property test that random
 extra members, JSON keys and expression strings grafted onto a real archive never run code and
 either compile or are refused in one line."""
 

@@ -497,7 +497,7 @@ def test_xnnpack_is_implied_and_may_be_given():
     assert CompileOptions.of(quantize="dynamic-int8", backends=["xnnpack"]).delegates == implied
 
 
-@pytest.mark.sweep  # end to end through a fresh process
+@pytest.mark.sweep  # end to end through the command line
 def test_the_command_line_refuses_in_one_line_and_reports_the_cost(tmp_path):
     from testbed.cli import assert_one_line_error, devplan as devplan_cli
 

@@ -97,7 +97,7 @@ def test_executorch_reads_the_device_table_and_the_delegates():
     ]
 
 
-@pytest.mark.sweep  # end to end through fresh processes; the device programs run in-process above
+@pytest.mark.sweep  # end to end through the command line; the device programs run in-process above
 def test_run_cli_proves_a_device_program_on_the_host(tmp_path):
     program = tmp_path / "mlp.pte"
     compiled = devplan_cli("compile", ROOT / "samples" / "mlp.pt2", "-o", program, "--delegate", "cuda:0=aten::linear")

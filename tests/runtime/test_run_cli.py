@@ -16,7 +16,7 @@ def compiled(tmp_path, name="two_io"):
     return program
 
 
-@pytest.mark.sweep  # end to end through fresh processes; the run command's other cases stay fast
+@pytest.mark.sweep  # end to end through the command line; the run command's other cases stay fast
 def test_run_with_saved_inputs_matches_eager_and_saves_outputs(tmp_path):
     program = compiled(tmp_path)
     module, args = sample_models()["two_io"]
@@ -33,7 +33,7 @@ def test_run_with_saved_inputs_matches_eager_and_saves_outputs(tmp_path):
         assert abs(summary["max"] - float(want.max())) < 1e-5
 
 
-@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
+@pytest.mark.sweep  # end to end through the command line; the full suite runs it
 def test_run_twice_with_random_inputs_prints_each_output(tmp_path):
     run = devplan("run", compiled(tmp_path), "--runs", "2", "--seed", "3")
     assert run.returncode == 0, run.stderr
@@ -46,7 +46,7 @@ def test_run_twice_with_random_inputs_prints_each_output(tmp_path):
     assert again.strip().splitlines()[:-1] == lines
 
 
-@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
+@pytest.mark.sweep  # end to end through the command line; the full suite runs it
 def test_run_errors_are_one_line(tmp_path):
     program = compiled(tmp_path)
     torch.save([torch.randn(4, 16)], tmp_path / "one.pt")
@@ -58,7 +58,7 @@ def test_run_errors_are_one_line(tmp_path):
     assert_one_line_error(devplan("run", program, "--method", "nope"), "no method 'nope'")
 
 
-@pytest.mark.sweep  # end to end through fresh processes; the full suite runs it
+@pytest.mark.sweep  # end to end through the command line; the full suite runs it
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_a_device_program_without_the_device_says_how_to_run_it_anyway(tmp_path):
     program = tmp_path / "cuda.pte"
