@@ -9,7 +9,6 @@ import operator
 import os
 import signal
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -17,6 +16,8 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
 from executorch.exir.backend.utils import tag_constant_data, tag_mutated_buffer
+
+from testbed.processes import children, meet
 
 
 def _computing(gm: torch.fx.GraphModule):
@@ -155,17 +156,7 @@ _compiling: list = [None, None]
 
 def _meet() -> None:
     """On a process's first preprocess, wait until the compile's other process has taken a
-    partition too, where there is one (a --jobs 2 worker, or this process's worker): which
-    process takes which partition is then fixed however busy the machine is."""
+    partition too, where there is one (a --jobs 2 worker, or this process's worker)."""
     maker, room = _compiling
-    mark = room / str(os.getpid())
-    if mark.exists() or (os.getpid() == maker and not _has_children()):
-        return
-    mark.touch()
-    deadline = time.monotonic() + 120
-    while len(list(room.iterdir())) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def _has_children() -> bool:
-    return any(open(f"/proc/self/task/{task}/children").read().split() for task in os.listdir("/proc/self/task"))
+    if os.getpid() != maker or children():
+        meet(room, 2)

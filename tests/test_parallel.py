@@ -16,24 +16,13 @@ from pathlib import Path
 import pytest
 
 from devplan.parallel import forked_map
+from testbed.processes import children, meet
 
 _HERE = os.getpid()  # this test process; forked workers see another pid
 
 
-def _meet(room: Path, processes: int) -> None:
-    """Wait, on a process's first item, until `processes` processes have each taken one."""
-    mark = room / str(os.getpid())
-    if mark.exists():
-        return
-    mark.touch()
-    deadline = time.monotonic() + 120
-    while len(list(room.iterdir())) < processes:
-        assert time.monotonic() < deadline, "the other processes never took an item"
-        time.sleep(0.01)
-
-
 def _pid_and_square(room: Path, processes: int, x: int) -> tuple[int, int]:
-    _meet(room, processes)
+    meet(room, processes)
     return os.getpid(), x * x
 
 
@@ -45,7 +34,7 @@ def test_results_come_back_in_order_from_several_processes(tmp_path):
 
 
 def _pid_and_start(room: Path, x: int) -> tuple[int, float]:
-    _meet(room, 2)
+    meet(room, 2)
     return os.getpid(), time.monotonic()
 
 
@@ -63,7 +52,7 @@ def test_one_job_runs_here():
 
 
 def _fails_in(here: bool, room: Path, x: int) -> int:
-    _meet(room, 2)
+    meet(room, 2)
     if (os.getpid() == _HERE) == here:
         raise ValueError(f"cannot take {x}\nsecond line")
     return x
@@ -71,31 +60,31 @@ def _fails_in(here: bool, room: Path, x: int) -> int:
 
 @pytest.mark.parametrize("here", [True, False])  # the failure in this process, then in the worker
 def test_a_failure_is_raised_here_with_its_first_line(here, tmp_path):
-    before = _children()
+    before = children()
     # this process's own exception as it is; a worker's told by its first line
     with pytest.raises(
         ValueError if here else RuntimeError, match=r"^cannot take \d+\nsecond line$" if here else r"^cannot take \d+$"
     ):
         forked_map(functools.partial(_fails_in, here, tmp_path), [10, 3], jobs=2)
-    assert _children() <= before
+    assert children() <= before
 
 
 def _dies_in_the_worker(room: Path, x: int) -> int:
-    _meet(room, 2)
+    meet(room, 2)
     if os.getpid() != _HERE:
         os.kill(os.getpid(), signal.SIGKILL)
     return x
 
 
 def test_a_worker_that_dies_is_named_with_its_signal(tmp_path):
-    before = _children()
+    before = children()
     with pytest.raises(RuntimeError, match=r"worker process \d+ died without an answer \(signal SIGKILL\)"):
         forked_map(functools.partial(_dies_in_the_worker, tmp_path), [10, 3], jobs=2)
-    assert _children() <= before
+    assert children() <= before
 
 
 def _unsendable(room: Path, x: int):
-    _meet(room, 2)
+    meet(room, 2)
     return lambda: x
 
 
@@ -105,24 +94,15 @@ def test_a_result_no_pipe_can_carry_is_an_error_that_says_so(tmp_path):
 
 
 def _fails_here_or_waits(room: Path, x: int) -> None:
-    _meet(room, 2)
+    meet(room, 2)
     if os.getpid() == _HERE:
         raise ValueError(f"cannot take {x}")
     time.sleep(60)
 
 
 def test_when_this_process_fails_the_workers_are_stopped_not_awaited(tmp_path):
-    before = _children()
+    before = children()
     start = time.monotonic()
     with pytest.raises(ValueError):
         forked_map(functools.partial(_fails_here_or_waits, tmp_path), [3, 60], jobs=2)
-    assert time.monotonic() - start < 30 and _children() <= before
-
-
-def _children() -> set[int]:
-    """This process's living (or unreaped) children, as the kernel lists them."""
-    return {
-        int(pid)
-        for task in os.listdir("/proc/self/task")
-        for pid in open(f"/proc/self/task/{task}/children").read().split()
-    }
+    assert time.monotonic() - start < 30 and children() <= before
