@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from devplan.ir.method import BoolList, DoubleList, IntList, Method, OptionalTensorList, TensorList, Use
+from devplan.ir.method import BoolList, DoubleList, IntList, Method, OptionalTensorList, TensorList, Use, Value
 from devplan.spec import TensorSpec
 
+if TYPE_CHECKING:
+    from devplan.ir.planned import PlannedMethod
+    from devplan.passes.export.attention import Attention
+    from devplan.pte.fb.Program import ProgramT
+    from devplan.pte.writer import Spread
 
-def stage_text(result, stage: str = "") -> str:
+
+def stage_text(result: object, stage: str = "") -> str:
     """A stage's result as text: a graph stage's FX graph; a method stage's tables (values,
     instructions, and after planning each buffer's layout); emit's program objects by their
     facts; serialize's bytes by digest; the written file by name."""
@@ -57,7 +65,7 @@ def stage_text(result, stage: str = "") -> str:
     return f"{type(result).__qualname__}\n"  # a stage this dump does not know yet
 
 
-def _folding_text(folding) -> str:
+def _folding_text(folding: Mapping[str, int]) -> str:
     return (
         f"folded {folding['subgraphs']} constant subgraphs, {folding['shared_inputs']} of them reading weights "
         f"the run reads too: constant bytes {folding['constant_bytes_added']:+d}, run bytes removed "
@@ -65,7 +73,7 @@ def _folding_text(folding) -> str:
     )
 
 
-def _method_text(method) -> str:
+def _method_text(method: Method) -> str:
     lines = [f"method {method.name}: inputs {_refs(method.inputs)}; outputs {_refs(method.outputs)}", "", "values"]
     lines += [f"  v{i:<4} {_value_text(value)}" for i, value in enumerate(method.values)]
     lines += ["", "instructions"]
@@ -84,7 +92,7 @@ def _method_text(method) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _layout_text(planned) -> str:
+def _layout_text(planned: PlannedMethod) -> str:
     """Each buffer's tensors by offset: where every byte goes and when."""
     lines = ["", "layout"]
     for b in planned.buffers:
@@ -103,11 +111,11 @@ def _layout_text(planned) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _refs(indices) -> str:
+def _refs(indices: Iterable[int]) -> str:
     return ", ".join(f"v{i}" for i in indices)
 
 
-def _value_text(value) -> str:
+def _value_text(value: Value) -> str:
     if isinstance(value, TensorSpec):
         facts = [value.dtype, f"{list(value.shape)}{' dynamic' if value.dynamic else ''}", str(value.device)]
         facts += ["constant"] if value.constant else []
@@ -125,7 +133,7 @@ def _value_text(value) -> str:
     return "none" if value is None else f"{type(value).__name__} {value!r}"  # int, float, bool, str
 
 
-def _sha256(data) -> str:
+def _sha256(data: bytes | bytearray | Spread) -> str:
     """The digest of bytes, or of a Spread's pieces one after another (never joined)."""
     from devplan.pte.writer import pieces
 
@@ -135,12 +143,12 @@ def _sha256(data) -> str:
     return digest.hexdigest()
 
 
-def _program_text(program, segments) -> str:
+def _program_text(program: ProgramT, segments: Sequence[bytes | Spread]) -> str:
     """emit's ET12 objects: each plan's counts, operators, buffers and delegates; each segment's size and digest."""
     from devplan.pte.fb.DataLocation import DataLocation
 
     lines = []
-    for plan in program.executionPlan:
+    for plan in program.executionPlan or ():
         instructions = sum(len(chain.instructions or ()) for chain in plan.chains or ())
         lines.append(f"plan {_text(plan.name)}: {len(plan.values or ())} values, {instructions} instructions")
         lines += [f"  operator {i}: {_text(op.name)}.{_text(op.overload)}" for i, op in enumerate(plan.operators or ())]
@@ -150,15 +158,16 @@ def _program_text(program, segments) -> str:
             for d in plan.nonConstBufferDevice or ()
         ]
         for i, d in enumerate(plan.delegates or ()):
-            where = "segment" if d.processed.location == DataLocation.SEGMENT else "inline data"
-            lines.append(f"  delegate {i}: {_text(d.id)}, payload in {where} {d.processed.index}")
+            ref = d.processed
+            where = "segment" if ref is not None and ref.location == DataLocation.SEGMENT else "inline data"
+            lines.append(f"  delegate {i}: {_text(d.id)}, payload in {where} {ref.index if ref else None}")
     lines += [f"segment {i}: {len(data)} bytes, sha256 {_sha256(data)}" for i, data in enumerate(segments)]
     return "\n".join(lines) + "\n"
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _form(attention) -> str:
+def _form(attention: Attention) -> str:
     return f"blocks of {attention.block}" if attention.block is not None else f"materialized ({attention.why})"

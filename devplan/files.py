@@ -27,6 +27,8 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any, BinaryIO
 
+from typing_extensions import Buffer
+
 from devplan.errors import DevplanError
 
 STDIO = "-"
@@ -49,7 +51,7 @@ _KINDS = (
 
 def write_atomic(
     path: str | os.PathLike[str],
-    data: "bytes | Iterable[bytes | memoryview]",
+    data: "bytes | bytearray | memoryview | Iterable[Buffer]",
     *,
     follow_links: bool = True,
     parents: bool = False,
@@ -122,9 +124,7 @@ def _stat(path: str, follow_links: bool) -> os.stat_result | None:
         return None
 
 
-def _counted(
-    chunks: tuple[bytes | memoryview, ...], on_written: Callable[[int], None] | None
-) -> Iterator[bytes | memoryview]:
+def _counted(chunks: tuple[Buffer, ...], on_written: Callable[[int], None] | None) -> Iterator[Buffer]:
     """`chunks` in steps of at most _STEP bytes, `on_written` told the bytes written so far after
     each step (once the caller has written it, as the generator resumes)."""
     if on_written is None:
@@ -144,7 +144,7 @@ def _counted(
             on_written(written)
 
 
-def _write_stream(path: str, chunks: Iterable[bytes | memoryview]) -> None:
+def _write_stream(path: str, chunks: Iterable[Buffer]) -> None:
     """A character device or pipe, opened without O_CREAT: should it vanish meanwhile, no
     regular file appears in its place half written."""
     descriptor = os.open(path, os.O_WRONLY | os.O_NOCTTY)

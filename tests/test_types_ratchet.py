@@ -24,24 +24,12 @@ STRICT = (
 # and check_untyped_defs.
 LENIENT: set[str] = set()
 NOT_STRICT = {
-    "devplan.dump",
-    "devplan.emit.build",
-    "devplan.emit.program",
     "devplan.gate.allowlist",
-    "devplan.gate.archive",
     "devplan.gate.load",
-    "devplan.passes.export.attention",
     "devplan.passes.export.backends",
-    "devplan.passes.method.concat",
     "devplan.passes.graph.decompose",
     "devplan.passes.graph.decompositions",
-    "devplan.passes.graph.device_results",
-    "devplan.passes.export.quantize",
-    "devplan.pte.reader",
-    "devplan.pte.verify",
-    "devplan.pte.writer",
     "devplan.pytest_plugin",
-    "devplan.runtime.device_kernels",
 }
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import operator
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import torch
 from torch.utils import _pytree as pytree
@@ -38,21 +40,21 @@ from devplan.spec import CPU, INT32_MAX, Device, TensorSpec
 
 @dataclass
 class _Builder:
-    values: list = field(default_factory=list)
-    of_node: dict = field(default_factory=dict)  # fx node -> value index
-    constants: dict = field(default_factory=dict)
-    state: dict = field(default_factory=dict)  # value index -> initial data of updated buffers
-    mutated: set = field(default_factory=set)  # value indices of user inputs updated in place
-    kernels: list = field(default_factory=list)
-    delegates: list = field(default_factory=list)
-    uses: dict = field(default_factory=dict)  # (value index, device) -> its Use there
+    values: list[Value] = field(default_factory=list)
+    of_node: dict[torch.fx.Node, int] = field(default_factory=dict)  # fx node -> value index
+    constants: dict[int, torch.Tensor] = field(default_factory=dict)
+    state: dict[int, torch.Tensor] = field(default_factory=dict)  # value index -> initial data of updated buffers
+    mutated: set[int] = field(default_factory=set)  # value indices of user inputs updated in place
+    kernels: list[Kernel] = field(default_factory=list)
+    delegates: list[Delegate] = field(default_factory=list)
+    uses: dict[tuple[int, Device], int] = field(default_factory=dict)  # (value index, device) -> its Use there
 
     def add(self, value: Value) -> int:
         """A new value; numbers too get their own (compact shares equal ones among those kept)."""
         self.values.append(value)
         return len(self.values) - 1
 
-    def tensor(self, fake: torch.Tensor, **facts) -> int:
+    def tensor(self, fake: torch.Tensor, **facts: Any) -> int:
         return self.add(spec_of(fake, **facts))
 
     def use(self, index: int, device: Device = CPU) -> int:
@@ -65,7 +67,7 @@ class _Builder:
         return self.uses[index, device]
 
 
-def spec_of(t: torch.Tensor, **facts) -> TensorSpec:
+def spec_of(t: torch.Tensor, **facts: Any) -> TensorSpec:
     """Every tensor is contiguous: view ops became copies, so a view's strides say nothing
     about the tensor the runtime will hold. A dynamic size is planned at its upper bound."""
     shape = tuple(size if isinstance(size, int) else _upper_bound(size) for size in t.shape)
@@ -162,8 +164,9 @@ def build_method(low: Lowered, name: str = "forward", *, device_io: bool = False
 
 
 def _name(b: _Builder, index: int, name: tuple[str, str]) -> None:
-    if isinstance(b.values[index], TensorSpec):
-        b.values[index] = replace(b.values[index], name=name)
+    value = b.values[index]
+    if isinstance(value, TensorSpec):
+        b.values[index] = replace(value, name=name)
 
 
 _FRAME = re.compile(r'File "(.*?)", line (\d+), in (.*?)\n([^\n]*)')
@@ -203,7 +206,7 @@ def _only_device(node: torch.fx.Node, low: Lowered) -> Device:
     return devices.pop() if len(devices) == 1 else CPU
 
 
-def _output(b: _Builder, value, device_io: bool) -> int:
+def _output(b: _Builder, value: object, device_io: bool) -> int:
     if isinstance(value, torch.fx.Node):
         return b.of_node[value] if device_io else b.use(b.of_node[value])
     raise DevplanError(f"output {value!r}: only tensors can be method outputs; return tensors from forward")
@@ -287,10 +290,11 @@ def _emit_number(b: _Builder, node: torch.fx.Node) -> None:
     b.kernels.append(Kernel(NUMBER_OPS[node.target], args + (b.of_node[node],), node.name))
 
 
-def _slot(value):
+def _slot(value: Any) -> Value:
     """A number value as stored; a size known only at run time (a delegate's size input, a
     number op's result) is written there on every run, so any start value does."""
-    return {torch.SymInt: 0, torch.SymFloat: 0.0, torch.SymBool: False}.get(type(value), value)
+    start: Value = {torch.SymInt: 0, torch.SymFloat: 0.0, torch.SymBool: False}.get(type(value), value)
+    return start
 
 
 def _emit_delegate(b: _Builder, node: torch.fx.Node, low: Lowered) -> None:
@@ -299,7 +303,7 @@ def _emit_delegate(b: _Builder, node: torch.fx.Node, low: Lowered) -> None:
     name = str(node.target)  # a call_module's target: the group's name
     backend, payload = low.backends[name], low.payloads[name]
     device = backend.device
-    args = node.args if payload.inputs is None else payload.inputs
+    args = [arg_node(node, i) for i in range(len(node.args))] if payload.inputs is None else payload.inputs
     inputs = tuple(b.use(b.of_node[arg], device) for arg in args)
     val = node.meta["val"]
     outs = tuple(b.tensor(result, device=device) for result in (val if isinstance(val, (list, tuple)) else (val,)))
@@ -319,13 +323,13 @@ def _emit_delegate(b: _Builder, node: torch.fx.Node, low: Lowered) -> None:
     _bind(b, node, outs)
 
 
-def _bind(b: _Builder, node: torch.fx.Node, results) -> None:
+def _bind(b: _Builder, node: torch.fx.Node, results: Sequence[int]) -> None:
     """The node's value is its one tensor result; getitem users pick theirs out of several."""
     if isinstance(node.meta.get("val"), torch.Tensor):
         b.of_node[node] = results[0]
     for user in node.users:
         if user.target is operator.getitem:
-            b.of_node[user] = results[user.args[1]]
+            b.of_node[user] = results[cast(int, user.args[1])]  # a getitem's index
 
 
 def _runs(node: torch.fx.Node) -> list[int] | None:
@@ -350,7 +354,7 @@ def _runs(node: torch.fx.Node) -> list[int] | None:
     return [p.storage_offset() * p.element_size() for p in pieces]
 
 
-def _out_values(b: _Builder, node: torch.fx.Node, out_args) -> dict[str, int]:
+def _out_values(b: _Builder, node: torch.fx.Node, out_args: list[torch._C.Argument]) -> dict[str, int]:
     """Value indices for the op's out arguments: the node's own value for one output, one
     value per element for several (getitem users pick them up), a TensorList for Tensor[]."""
     val = node.meta["val"]
@@ -364,7 +368,7 @@ def _out_values(b: _Builder, node: torch.fx.Node, out_args) -> dict[str, int]:
     return {a.name: i for a, i in zip(out_args, items)}
 
 
-def _arg(b: _Builder, value, kind, where: str) -> int:
+def _arg(b: _Builder, value: Any, kind: object, where: str) -> int:
     kind_text = str(kind)
     if isinstance(value, torch.fx.Node):
         return b.use(b.of_node[value])
@@ -411,7 +415,7 @@ def _arg(b: _Builder, value, kind, where: str) -> int:
 _INT64 = range(-(1 << 63), 1 << 63)
 
 
-def constant_method(name: str, value) -> Method:
+def constant_method(name: str, value: Any) -> Method:
     """A method that runs nothing and returns `value`, as ExecuTorch writes the constant methods
     an LLM runner reads before anything runs (get_max_seq_len, use_kv_cache, get_eos_ids): an
     int, float, bool or string is one value; a list of ints (floats, bools) one value per item,

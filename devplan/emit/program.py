@@ -4,14 +4,26 @@ calls, per-buffer sizes and devices; the constant data of all laid out as one se
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import astuple
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from devplan.dtypes import code_of
 from devplan.errors import DevplanError
-from devplan.ir.method import BoolList, DoubleList, IntList, OptionalTensorList, Source, TensorList
+from devplan.ir.method import (
+    BoolList,
+    Delegate,
+    DoubleList,
+    IntList,
+    Method,
+    OptionalTensorList,
+    Source,
+    TensorList,
+    Value,
+)
 from devplan.ir.planned import PlannedMethod
 from devplan.pte.fb import InstructionArguments, KernelTypes
 from devplan.pte.fb.AllocationDetails import AllocationDetailsT
@@ -29,6 +41,7 @@ from devplan.pte.fb.DoubleList import DoubleListT
 from devplan.pte.fb.EValue import EValueT
 from devplan.pte.fb.ExecutionPlan import ExecutionPlanT
 from devplan.pte.fb.ExtraTensorInfo import ExtraTensorInfoT
+from devplan.pte.fb.FrameList import FrameListT
 from devplan.pte.fb.Instruction import InstructionT
 from devplan.pte.fb.Int import IntT
 from devplan.pte.fb.IntList import IntListT
@@ -54,7 +67,7 @@ from devplan.spec import CPU, Device, TensorSpec
 CONSTANT_ALIGNMENT = 16
 
 
-def stored_size(tensors) -> int:
+def stored_size(tensors: Iterable[torch.Tensor]) -> int:
     """The bytes a program's constant segment takes for these tensors: equal ones once, each aligned."""
     blob = _Blob()
     for tensor in tensors:
@@ -71,7 +84,7 @@ class _Blob:
         # `snapshot` copies each tensor: the initial values of state, which running the model
         # (a KV cache) changes in place before the program's bytes may be asked for
         self.snapshot = snapshot
-        self.tensors: list = []  # each distinct tensor's bytes (a numpy view), item i + 1's
+        self.tensors: list[np.ndarray[Any, Any]] = []  # each distinct tensor's bytes (a numpy view), item i + 1's
         self.size = 0
         self.offsets = [0]
         self.index: dict[tuple[int, bytes], list[tuple[torch.Tensor, int]]] = {}
@@ -154,8 +167,8 @@ def to_program(
     .ptd, and the program's tensors name them by key (its constant segment stays empty)."""
     constants, state = _Blob(), _Blob(snapshot=True)
 
-    def stored(method, index: int, tensor: torch.Tensor) -> int | str:
-        return constants.add(tensor) if external is None else external.add(tensor, method.values[index])
+    def stored(method: Method, index: int, tensor: torch.Tensor) -> int | str:
+        return constants.add(tensor) if external is None else external.add(tensor, method.tensor(index))
 
     data_index = [{i: stored(p.method, i, t) for i, t in p.method.constants.items()} for p in planned]
     initial = [{i: state.add(t) for i, t in p.method.state.items() if bool(torch.count_nonzero(t))} for p in planned]
@@ -192,7 +205,13 @@ def to_program(
     return program, segments
 
 
-def _plan(planned: PlannedMethod, data_index: dict, initial: dict, segments: list, source: bool) -> ExecutionPlanT:
+def _plan(
+    planned: PlannedMethod,
+    data_index: dict[int, int | str],
+    initial: dict[int, int],
+    segments: list[bytes | Spread],
+    source: bool,
+) -> ExecutionPlanT:
     """One method's execution plan; its delegates' payloads are appended to `segments`."""
     method = planned.method
     operators: dict[str, int] = {}
@@ -233,7 +252,7 @@ def _plan(planned: PlannedMethod, data_index: dict, initial: dict, segments: lis
     return plan
 
 
-def _delegate(delegate, segment: int) -> BackendDelegateT:
+def _delegate(delegate: Delegate, segment: int) -> BackendDelegateT:
     entry = BackendDelegateT()
     entry.id = delegate.backend
     entry.processed = BackendDelegateDataReferenceT()
@@ -266,7 +285,7 @@ def _instruction(call: KernelCallT | DelegateCallT) -> InstructionT:
     return instruction
 
 
-def _stacktrace(method) -> list:
+def _stacktrace(method: Method) -> list[FrameListT]:
     """One frame list per instruction: where it came from, and the user's names of the
     inputs and weights it is the first to read."""
     first_reader: dict[int, int] = {}
@@ -275,7 +294,7 @@ def _stacktrace(method) -> list:
             value = method.values[index]
             if isinstance(value, TensorSpec) and value.name is not None and index not in first_reader:
                 first_reader[index] = at
-    names: dict[int, list] = {}
+    names: dict[int, list[tuple[int, str, str]]] = {}
     for index, value in enumerate(method.values):
         # one that no kernel reads itself (read only through a view) is named on the first
         if isinstance(value, TensorSpec) and value.name is not None:
@@ -331,13 +350,13 @@ _LISTS: dict[type, tuple[int, Callable[[], Any]]] = {
 }
 
 
-def _evalue(index: int, value, data_index: dict, initial: dict) -> EValueT:
+def _evalue(index: int, value: Value, data_index: dict[int, int | str], initial: dict[int, int]) -> EValueT:
     e = EValueT()
     if isinstance(value, TensorSpec):
         e.valType, e.val = _KINDS.Tensor, _tensor(value, data_index.get(index, initial.get(index, 0)))
     elif value is None:
         e.valType, e.val = _KINDS.Null, NullT()
-    elif type(value) in _LISTS:
+    elif isinstance(value, (IntList, DoubleList, BoolList, TensorList, OptionalTensorList)):
         e.valType, table = _LISTS[type(value)]
         e.val = items = table()
         items.items = list(value.items)

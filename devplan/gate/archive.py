@@ -16,7 +16,7 @@ import struct
 import zipfile
 from collections import Counter
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from devplan.errors import DevplanError, first_line
 from devplan.gate import allowlist
@@ -215,7 +215,7 @@ def _check_known(refuse: _Refusal, root: str, names: list[str], named: set[str])
             raise refuse.member(name, "is a weight or constant that no config names")
 
 
-def _check_document(refuse: _Refusal, name: str, archive: zipfile.ZipFile, schema: str):
+def _check_document(refuse: _Refusal, name: str, archive: zipfile.ZipFile, schema: str) -> Any:
     """The JSON member `name` as torch's schema class `schema` has it; its document."""
     document = _json(refuse, archive, name)
     _check_ranks(refuse, name, document)
@@ -232,10 +232,12 @@ def _check_document(refuse: _Refusal, name: str, archive: zipfile.ZipFile, schem
 MAX_RANK = 16
 
 
-def _check_ranks(refuse: _Refusal, name: str, document) -> None:
+def _check_ranks(refuse: _Refusal, name: str, document: Any) -> None:
     """Every tensor meta in `document` (an object with sizes, strides and a dtype, wherever the
     schema nests it) of at most MAX_RANK dimensions; walked with a stack, never recursion."""
-    stack: list = [(document, None)]  # (value, its path as nested (parent, key) pairs, rendered only to refuse)
+    stack: list[tuple[Any, Any]] = [
+        (document, None)
+    ]  # (value, its path as nested (parent, key) pairs, rendered only to refuse)
     while stack:
         value, where = stack.pop()
         if isinstance(value, list):
@@ -251,7 +253,7 @@ def _check_ranks(refuse: _Refusal, name: str, document) -> None:
             stack += [(item, (where, key)) for key, item in value.items() if key != "sizes"]
 
 
-def _path(where) -> str:
+def _path(where: Any) -> str:
     keys = []
     while where is not None:
         where, key = where
@@ -259,7 +261,7 @@ def _path(where) -> str:
     return ".".join(reversed(keys)) or "the top level"
 
 
-def _json(refuse: _Refusal, archive: zipfile.ZipFile, name: str):
+def _json(refuse: _Refusal, archive: zipfile.ZipFile, name: str) -> Any:
     try:
         return json.loads(archive.read(name))
     except (ValueError, RecursionError) as error:
@@ -294,14 +296,14 @@ def _check_payload_config(
 _DATA_DEVICES = ("cpu", "cuda")
 
 
-def _device_type(meta) -> object:
+def _device_type(meta: Any) -> object:
     try:
         return meta["device"]["type"]
     except (KeyError, TypeError):
         return None
 
 
-def _tensor_bytes(meta) -> int | None:
+def _tensor_bytes(meta: Any) -> int | None:
     """Bytes of its storage that a serialized tensor spans, or None when its sizes, strides,
     offset or dtype are malformed (symbolic, negative or unknown)."""
     from torch._export.serde.serialize import _SERIALIZE_TO_TORCH_DTYPE
@@ -316,7 +318,8 @@ def _tensor_bytes(meta) -> int | None:
         return None
     if 0 in sizes:
         return 0
-    return (offset + sum((size - 1) * stride for size, stride in zip(sizes, strides)) + 1) * dtype.itemsize
+    spanned: int = (offset + sum((size - 1) * stride for size, stride in zip(sizes, strides)) + 1) * dtype.itemsize
+    return spanned
 
 
 def _check_sample_inputs(refuse: _Refusal, name: str, data: bytes) -> None:

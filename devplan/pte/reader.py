@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Callable, Hashable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Hashable, TypeVar
 
 from devplan import dtypes
 from devplan.errors import DevplanError
@@ -20,6 +21,9 @@ from devplan.pte.payloads import payload_format
 from devplan.pte.ptd import PtdFile, key_text, read_ptd
 from devplan.pte.unpack import unpack_program
 from devplan.pte.verify import verify_program
+
+if TYPE_CHECKING:
+    from devplan.pte.frames import Where
 
 _DAMAGED = "the file is damaged or not a .pte"
 # devplan's payloads hold no delegates of their own; deeper nesting is damage, and each level
@@ -49,7 +53,7 @@ class PteFile:
     # the .ptd data file holding the weights its external tensors name by key, when given
     external: PtdFile | None = None
     # what is worked out once per file (see memo); only memo reaches it
-    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+    _memo: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def memo(self, key: Hashable, make: Callable[[], T]) -> T:
         """What `make()` gives, worked out once per file for `key`: payloads and their programs,
@@ -58,7 +62,8 @@ class PteFile:
         raises leaves nothing behind, and the next call tries again."""
         if key not in self._memo:
             self._memo[key] = make()
-        return self._memo[key]
+        made: T = self._memo[key]
+        return made
 
     @property
     def mapped(self) -> bool:
@@ -74,7 +79,7 @@ class PteFile:
         segment = self.program.constantSegment
         return segment is not None and (segment.offsets is None or len(segment.offsets) == 0)
 
-    def stacktrace(self, plan_index: int, chain_index: int) -> list | None:
+    def stacktrace(self, plan_index: int, chain_index: int) -> list[Where | None] | None:
         """What each instruction's frames say (devplan.pte.frames.Where, None for an
         instruction without a frame list), or None when the chain keeps no stacktrace."""
         from devplan.pte.frames import read_stacktrace
@@ -178,10 +183,10 @@ class PteFile:
 
 
 def read_pte(
-    source: "str | os.PathLike | bytes | memoryview | PteFile",
+    source: "str | os.PathLike[str] | bytes | memoryview | PteFile",
     name: str | None = None,
     *,
-    data: "str | os.PathLike | PtdFile | None" = None,
+    data: "str | os.PathLike[str] | PtdFile | None" = None,
 ) -> PteFile:
     """Read and check a .pte from a path or from its bytes; any problem is a DevplanError
     whose message starts with `name` (default: the path, or "<bytes>"). A PteFile is already
@@ -192,7 +197,7 @@ def read_pte(
     return pte if data is None else _with_data(pte, read_ptd(data))
 
 
-def _read_program(source: "str | os.PathLike | bytes | memoryview", name: str | None) -> PteFile:
+def _read_program(source: "str | os.PathLike[str] | bytes | memoryview", name: str | None) -> PteFile:
     if isinstance(source, (bytes, bytearray, memoryview)):
         # A private immutable copy: the unpacked program keeps views into it.
         data: bytes | memoryview = bytes(source)
@@ -317,7 +322,7 @@ def delegate_data_sizes(pte: PteFile) -> dict[str, tuple[int, str]]:
     return pte.memo("delegate_data_sizes", collect)
 
 
-def external_key(tensor) -> str | None:
+def external_key(tensor: Any) -> str | None:
     """The key of a constant the program keeps in a .ptd (a tensor value whose data is
     EXTERNAL and which is not planned), else None."""
     info = getattr(tensor, "extraTensorInfo", None)
@@ -411,7 +416,7 @@ def _check_method_names(program: ProgramT, name: str) -> None:
     """Two methods of one name are refused: ExecuTorch's runtime loads the first, and every
     reader here that looks a method up by name would find another. So is a name that is not
     UTF-8, which would otherwise read as text with replacement characters."""
-    first: dict = {}
+    first: dict[bytes, int] = {}
     for index, plan in enumerate(program.executionPlan or []):
         key = bytes(plan.name or b"") if not isinstance(plan.name, str) else plan.name.encode()
         try:  # ExecuTorch's runtime (its Python API) fails to load a program whose names are not
@@ -429,7 +434,7 @@ def _check_method_names(program: ProgramT, name: str) -> None:
         first[key] = index
 
 
-def text(value) -> str:
+def text(value: object) -> str:
     """A string field as str: FlatBuffers strings read back as bytes, programs built in
     memory hold str, and an absent one is empty."""
     if value is None:
@@ -437,6 +442,6 @@ def text(value) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def ints(vector) -> list[int]:
+def ints(vector: Iterable[Any] | None) -> list[int]:
     """A FlatBuffers vector of numbers (a numpy array, or None when absent) as ints."""
     return [] if vector is None else [int(item) for item in vector]

@@ -9,6 +9,7 @@ in the number of objects; byte vectors are checked by their length, never byte b
 from __future__ import annotations
 
 import struct
+from typing import Any, Callable, NoReturn
 
 from devplan.errors import DevplanError
 
@@ -189,13 +190,16 @@ _MAX_DEPTH = 32
 MAX_TABLES = 1_000_000
 _DAMAGED = "the file is damaged or not a .pte"
 
-_u16 = struct.Struct("<H").unpack_from
-_u16_pair = struct.Struct("<HH").unpack_from
-_u32 = struct.Struct("<I").unpack_from
-_i32 = struct.Struct("<i").unpack_from
+_u16: Callable[[bytes, int], tuple[int]] = struct.Struct("<H").unpack_from
+_u16_pair: Callable[[bytes, int], tuple[int, int]] = struct.Struct("<HH").unpack_from
+_u32: Callable[[bytes, int], tuple[int]] = struct.Struct("<I").unpack_from
+_i32: Callable[[bytes, int], tuple[int]] = struct.Struct("<i").unpack_from
+Slot = tuple[int, int, str, str, int]  # (vtable entry offset, kind, detail, name, bytes inside the table)
+# a path through the file's tables, kept as nested (parent, label) pairs: rendered only to refuse
+TablePath = Any
 
 
-def _slots(fields: tuple[tuple, ...]) -> tuple[tuple, ...]:
+def _slots(fields: tuple[Field, ...]) -> tuple[Slot, ...]:
     """(vtable entry offset, kind, detail, name, bytes the field takes inside its table)."""
     compiled, slot = [], 0
     for name, kind, detail in fields:
@@ -205,7 +209,7 @@ def _slots(fields: tuple[tuple, ...]) -> tuple[tuple, ...]:
     return tuple(compiled)
 
 
-def vtable_entry(fields: tuple[tuple, ...], name: str) -> int:
+def vtable_entry(fields: tuple[Field, ...], name: str) -> int:
     """Where in its table's vtable field `name` of `fields` (one table's schema above) is found."""
     return next(entry for entry, _, _, field, _ in _slots(fields) if field == name)
 
@@ -214,7 +218,7 @@ _COMPILED = {name: _slots(fields) for name, fields in TABLES.items()}
 _FLAT_TENSOR_COMPILED = {name: _slots(fields) for name, fields in FLAT_TENSOR_TABLES.items()}
 
 
-def _where(path) -> str:
+def _where(path: TablePath) -> str:
     """Render a path kept as nested (parent, label) pairs; built only when reporting."""
     parts = []
     while path is not None:
@@ -230,9 +234,9 @@ class _Walker:
         end: int,
         name: str,
         whole_file: bool,
-        compiled: dict = _COMPILED,
+        compiled: dict[str, tuple[Slot, ...]] = _COMPILED,
         damaged: str = _DAMAGED,
-        unions: dict = UNIONS,
+        unions: dict[str, tuple[str, ...]] = UNIONS,
     ) -> None:
         self.data = data
         self.compiled, self.damaged, self.unions = compiled, damaged, unions
@@ -244,15 +248,15 @@ class _Walker:
         self.budget = end // 4
         self.tables = 0  # tables verified so far, as FlatBuffers' verifier counts them
 
-    def corrupt(self, path, what: str):
+    def corrupt(self, path: TablePath, what: str) -> NoReturn:
         raise DevplanError(f"{self.name}: corrupt: {_where(path)}: {what}; {self.damaged}")
 
-    def truncated(self, path, what: str):
+    def truncated(self, path: TablePath, what: str) -> NoReturn:
         raise DevplanError(
             f"{self.name}: truncated: {_where(path)}: {what} but {self.limit} at byte {self.end}; {self.damaged}"
         )
 
-    def follow(self, at: int, path) -> int:
+    def follow(self, at: int, path: TablePath) -> int:
         """Target of the uoffset stored at byte `at` (which the caller has bounds-checked)."""
         (offset,) = _u32(self.data, at)
         target = at + offset
@@ -267,20 +271,20 @@ class _Walker:
             self.corrupt(path, f"offsets lead to more objects than {self.end} bytes can hold")
         return target
 
-    def vector(self, pos: int, width: int, path) -> int:
+    def vector(self, pos: int, width: int, path: TablePath) -> int:
         (count,) = _u32(self.data, pos)
         if pos + 4 + count * width > self.end:
             self.truncated(path, f"vector at byte {pos} claims {count} elements of {width} bytes")
         return count
 
-    def string(self, pos: int, path) -> None:
+    def string(self, pos: int, path: TablePath) -> None:
         (length,) = _u32(self.data, pos)
         if pos + 5 + length > self.end:
             self.truncated(path, f"string at byte {pos} claims {length} bytes")
         if self.data[pos + 4 + length] != 0:
             self.corrupt(path, f"string at byte {pos} is not NUL-terminated")
 
-    def table(self, pos: int, table: str, path, depth: int) -> None:
+    def table(self, pos: int, table: str, path: TablePath, depth: int) -> None:
         data, end = self.data, self.end
         if depth > _MAX_DEPTH:
             self.corrupt(path, f"tables nest deeper than {_MAX_DEPTH}")
@@ -323,7 +327,7 @@ class _Walker:
                     element = (field_path, index)
                     self.table(self.follow(target + 4 + 4 * index, element), detail, element, depth + 1)
 
-    def count_tables(self, count: int, path) -> None:
+    def count_tables(self, count: int, path: TablePath) -> None:
         """Count `count` more tables, refusing more than ExecuTorch's runtime verifies."""
         self.tables += count
         if self.tables > MAX_TABLES:
@@ -334,7 +338,7 @@ class _Walker:
             )
 
     def field(
-        self, pos: int, vtable: int, vtable_size: int, table_size: int, entry: int, inline: int, path
+        self, pos: int, vtable: int, vtable_size: int, table_size: int, entry: int, inline: int, path: TablePath
     ) -> int | None:
         """Byte where the field in vtable entry `entry` starts, or None when it is absent."""
         if entry >= vtable_size:
@@ -348,7 +352,7 @@ class _Walker:
             self.corrupt(path, f"{inline}-byte field at byte {pos + offset} is misaligned")
         return pos + offset
 
-    def union(self, tag: int, union: str, value: int | None, path, name: str, depth: int) -> None:
+    def union(self, tag: int, union: str, value: int | None, path: TablePath, name: str, depth: int) -> None:
         members = self.unions[union]
         if tag > len(members):
             self.corrupt((path, name), f"{union} tag {tag} is not one of 0..{len(members)}")

@@ -6,8 +6,9 @@ from __future__ import annotations
 import copy
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import flatbuffers
 
@@ -30,11 +31,11 @@ class Spread:
     segment of weights, or a whole program, written piece by piece and joined into one bytes
     object only when asked (bytes(spread)), so that a compile holds its weights once."""
 
-    parts: tuple
+    parts: tuple[Any, ...]  # bytes-like: numpy's arrays are a Buffer only to Python 3.12's typing
     size: int
 
     @classmethod
-    def of(cls, parts) -> "Spread":
+    def of(cls, parts: Iterable[Any]) -> "Spread":
         parts = tuple(parts)
         return cls(parts, sum(memoryview(part).nbytes for part in parts))
 
@@ -45,13 +46,21 @@ class Spread:
         return b"".join(self.parts)
 
 
-def pieces(data) -> tuple:
+# a data segment: bytes-like, or a Spread of pieces
+Segment = bytes | bytearray | memoryview | Spread
+
+
+def pieces(data: Segment) -> tuple[Any, ...]:
     """The buffers that make `data`, a Spread or one bytes-like object, in order."""
     return data.parts if isinstance(data, Spread) else (data,)
 
 
 def dumps_pte(
-    program: ProgramT, segments: Sequence = (), *, segment_alignment: int = SEGMENT_ALIGNMENT, share: bool = False
+    program: ProgramT,
+    segments: Sequence[Segment] = (),
+    *,
+    segment_alignment: int = SEGMENT_ALIGNMENT,
+    share: bool = False,
 ) -> bytes:
     """The bytes of a .pte holding `program` and the data of its segments (bytes-like, or
     Spreads), in order: pte_image's, joined."""
@@ -59,7 +68,11 @@ def dumps_pte(
 
 
 def pte_image(
-    program: ProgramT, segments: Sequence = (), *, segment_alignment: int = SEGMENT_ALIGNMENT, share: bool = False
+    program: ProgramT,
+    segments: Sequence[Segment] = (),
+    *,
+    segment_alignment: int = SEGMENT_ALIGNMENT,
+    share: bool = False,
 ) -> Spread:
     """A .pte holding `program` and the data of its segments, in order, as the pieces to
     write one after another: the segments' own buffers are never copied. With `share`, each
@@ -99,7 +112,7 @@ def pte_image(
     base = _round_up(program_size, segment_alignment)
     header = ExtendedHeader(program_size, base, data_size).to_bytes()
     (root,) = _root_offset.unpack_from(flat)
-    parts = [
+    parts: list[Any] = [
         _root_offset.pack(root + padded) + flat[4:HEADER_OFFSET] + header.ljust(padded, b"\0") + flat[HEADER_OFFSET:]
     ]
     end = program_size
@@ -110,7 +123,7 @@ def pte_image(
     return Spread(tuple(part for part in parts if memoryview(part).nbytes), base + data_size)
 
 
-def write_pte(path: str | os.PathLike, program: ProgramT, segments: Sequence = ()) -> None:
+def write_pte(path: str | os.PathLike[str], program: ProgramT, segments: Sequence[Segment] = ()) -> None:
     write_atomic(path, pte_image(program, segments).parts)
 
 
@@ -136,7 +149,7 @@ class _AlignedBlob:
     data: bytes | None
 
     @classmethod
-    def of(cls, vector) -> "_AlignedBlob":
+    def of(cls, vector: Iterable[int] | None) -> "_AlignedBlob":
         return cls(None if vector is None else bytes(vector))
 
     def Pack(self, builder: flatbuffers.Builder) -> int:
@@ -149,4 +162,5 @@ class _AlignedBlob:
         builder.StartObject(1)
         if self.data is not None:
             builder.PrependUOffsetTRelativeSlot(0, vector, 0)
-        return builder.EndObject()
+        packed: int = builder.EndObject()
+        return packed

@@ -17,12 +17,13 @@ from typing import Any, Callable
 import torch
 
 aten = torch.ops.aten
+Kernel = Callable[..., torch.Tensor]
 
 
-def _view_copy(view: Callable) -> Callable:
+def _view_copy(view: Callable[..., torch.Tensor]) -> Kernel:
     """A `*_copy` op as its view copied into `out` (the generated kernel makes the copy first)."""
 
-    def kernel(self, *args, out, **kwargs):
+    def kernel(self: torch.Tensor, *args: Any, out: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         kwargs.pop("implicit", None)  # expand_copy's flag changes nothing a view sees
         result = view(self, *args, **kwargs)
         return out.copy_(result) if out.shape == result.shape else out.resize_(result.shape).copy_(result)
@@ -30,45 +31,69 @@ def _view_copy(view: Callable) -> Callable:
     return kernel
 
 
-def _relu(self, *, out):
+def _relu(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
     return torch.clamp_min(self, 0, out=out)  # clamp_min's out kernel writes `out`; relu.out's allocates
 
 
-def _full_like(self, fill_value, *, memory_format=None, out):
+def _full_like(
+    self: torch.Tensor, fill_value: float, *, memory_format: torch.memory_format | None = None, out: torch.Tensor
+) -> torch.Tensor:
     return out.fill_(fill_value)
 
 
-def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False, *, out):
+def _embedding(
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    padding_idx: int = -1,
+    scale_grad_by_freq: bool = False,
+    sparse: bool = False,
+    *,
+    out: torch.Tensor,
+) -> torch.Tensor:
     if weight.dim() != 2 or not out.is_contiguous() or out.shape != (*indices.shape, weight.shape[1]):
-        return aten.embedding.out(weight, indices, padding_idx, scale_grad_by_freq, sparse, out=out)
+        aten.embedding.out(weight, indices, padding_idx, scale_grad_by_freq, sparse, out=out)  # returns `out`
+        return out
     torch.index_select(weight, 0, indices.reshape(-1), out=out.view(-1, weight.shape[1]))
     return out
 
 
-def _scalar(op: Callable, alpha: bool) -> Callable:
+def _scalar(op: Callable[..., torch.Tensor], alpha: bool) -> Kernel:
     """A `.Scalar_out` op through the Tensor overload's out kernel (the scalar wrapped), which
     writes `out`; the Scalar one's generated kernel allocates. `alpha`: the op takes one (add,
     sub: positional in the schema, keyword-only in torch's Python)."""
 
-    def kernel(self, other, alpha=1, *, out):
+    def kernel(self: torch.Tensor, other: float, alpha: float = 1, *, out: torch.Tensor) -> torch.Tensor:
         return op(self, other, alpha=alpha, out=out)
 
     return kernel if alpha else lambda self, other, *, out: op(self, other, out=out)
 
 
-def _convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, *, out):
+def _convolution(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    transposed: bool,
+    output_padding: list[int],
+    groups: int,
+    *,
+    out: torch.Tensor,
+) -> torch.Tensor:
     """cuDNN's out convolution, then the bias added in place, where cuDNN runs it; else torch's."""
     if (
         transposed
         or input.dim() != 4
-        or not torch.backends.cudnn.is_available()
+        or not torch.backends.cudnn.is_available()  # type: ignore[no-untyped-call]  # torch leaves it untyped
         or not torch.backends.cudnn.enabled
         or input.dtype not in (torch.float32, torch.float16, torch.bfloat16)
         or not out.is_contiguous()
     ):
-        return aten.convolution.out(
+        aten.convolution.out(
             input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out=out
         )
+        return out
     aten.cudnn_convolution.out(
         input,
         weight,
@@ -86,7 +111,7 @@ def _convolution(input, weight, bias, stride, padding, dilation, transposed, out
     return out
 
 
-IN_PLACE: dict[str, Callable] = {
+IN_PLACE: dict[str, Kernel] = {
     "aten::relu.out": _relu,
     "aten::full_like.out": _full_like,
     "aten::embedding.out": _embedding,
@@ -119,9 +144,9 @@ class OnDevice:
 
     _schema: torch._C.FunctionSchema
     op: Any
-    kernel: Callable
+    kernel: Kernel
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         out = kwargs.get("out")
         if isinstance(out, torch.Tensor) and out.is_cuda:
             return self.kernel(*args, **kwargs)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 import torch
 from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
-from torch.export.graph_signature import TensorArgument
+from torch.export.graph_signature import ExportGraphSignature, TensorArgument
 
 from devplan.ir.fx import arg_list, arg_node
 from devplan.ir.lowered import own_graph
@@ -64,7 +65,7 @@ def chunk_attention(ep: ExportedProgram, mode: str, block_bytes: int) -> Blocked
         return Blocked(ep, tuple(found))
     gm = own_graph(ep.graph_module)
     fake = detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"])
-    traces: dict = {}
+    traces: dict[Any, Any] = {}
     for node in [n for n in gm.graph.nodes if n.name in blocks]:
         inline(gm, node, functools.partial(blocked_attention, block=blocks[node.name]), traces, fake)
     sink_slices(gm, fake)  # each block reads its part of the mask, never the whole
@@ -73,7 +74,7 @@ def chunk_attention(ep: ExportedProgram, mode: str, block_bytes: int) -> Blocked
     return Blocked(ep._update(gm, _outputs_renamed(ep, gm)), tuple(found))
 
 
-def _outputs_renamed(ep: ExportedProgram, gm: torch.fx.GraphModule):
+def _outputs_renamed(ep: ExportedProgram, gm: torch.fx.GraphModule) -> ExportGraphSignature:
     """ep's signature with its outputs named as gm's output node names them: an attention the
     program returns is now the last node of its blocks."""
     names = [a.name if isinstance(a, torch.fx.Node) else None for a in arg_list(gm.graph.output_node(), 0)]
@@ -83,7 +84,8 @@ def _outputs_renamed(ep: ExportedProgram, gm: torch.fx.GraphModule):
         else spec
         for spec, name in zip(ep.graph_signature.output_specs, names)
     ]
-    return dataclasses.replace(ep.graph_signature, output_specs=specs)
+    renamed: ExportGraphSignature = dataclasses.replace(ep.graph_signature, output_specs=specs)
+    return renamed
 
 
 _SOFTMAX = {torch.ops.aten.softmax.int, torch.ops.aten._softmax.default}
@@ -101,7 +103,7 @@ _ON_SCORES = {
 }
 
 
-def _scores(node, seen: tuple = ()) -> tuple | None:
+def _scores(node: object, seen: tuple[object, ...] = ()) -> tuple[object, ...] | None:
     """The ops from a product of queries and keys to `node` (a softmax's input), or None when
     it does not come from one: attention the model computes with its own ops."""
     if not isinstance(node, torch.fx.Node) or len(seen) > 8:
@@ -145,7 +147,7 @@ def _block(node: torch.fx.Node, block_bytes: int) -> tuple[int | None, str]:
     return (block, "") if block < keys else (None, "scores within one block")
 
 
-def _upper(size) -> int:
+def _upper(size: int | torch.SymInt) -> int:
     """The largest value a size can take: from its symbol's range, never int() of it, which
     would pin a dynamic size to its example's value for every later stage."""
     if not isinstance(size, torch.SymInt):
@@ -160,8 +162,17 @@ def _module(node: torch.fx.Node) -> str:
 
 
 def blocked_attention(
-    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False, *, block: int
-):
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+    *,
+    block: int,
+) -> torch.Tensor:
     """scaled_dot_product_attention (eval: no dropout) over blocks of `block` keys. A masked
     score is the dtype's lowest number, not -inf: a block whose keys are all masked for a row
     then adds nothing once any later block has one that is not, and never makes a NaN."""
@@ -197,7 +208,9 @@ def blocked_attention(
     return out / total
 
 
-def _mask_block(attn_mask, is_causal: bool, rows, start: int, end: int, device):
+def _mask_block(
+    attn_mask: torch.Tensor | None, is_causal: bool, rows: int, start: int, end: int, device: torch.device
+) -> torch.Tensor | None:
     """The mask's columns for keys start..end (a mask of one column broadcasts whole), or the
     causal mask's (query i sees keys up to i, as torch aligns it), or None."""
     if is_causal:

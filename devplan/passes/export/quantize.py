@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Literal, Sequence, cast
+from typing import Any, Callable, Literal, Sequence, cast
 
 import torch
 import torch.utils._pytree as pytree
@@ -93,7 +93,7 @@ class Reference:
     """What the program is measured against: the samples, flat, and the float model's float
     outputs on each."""
 
-    samples: tuple[tuple, ...]
+    samples: tuple[tuple[Any, ...], ...]
     want: tuple[tuple[torch.Tensor, ...], ...]
 
 
@@ -110,7 +110,7 @@ class Quantized:
 def quantize(
     ep: torch.export.ExportedProgram,
     mode: str,
-    calibration: "Path | tuple | None",
+    calibration: "Path | tuple[Any, ...] | None",
     on_sample: Callable[[int, int], None] | None = None,
     group_size: int = GROUP_SIZE,
 ) -> Quantized:
@@ -193,7 +193,7 @@ def _restorer(ep: torch.export.ExportedProgram) -> Callable[[], None]:
 def _pt2e(
     ep: torch.export.ExportedProgram,
     mode: str,
-    samples: list[tuple],
+    samples: list[tuple[Any, ...]],
     on_sample: Callable[[int, int], None] | None,
     restore: Callable[[], None],
 ) -> tuple[torch.fx.GraphModule, tuple[tuple[str, int], ...]]:
@@ -229,7 +229,7 @@ def _pt2e(
     return converted, float_ops
 
 
-def xnnpack_quantizer(mode: str):
+def xnnpack_quantizer(mode: str) -> Any:
     """ExecuTorch's XNNPACKQuantizer for `mode`, except that the scalars of integer add and
     mul stay numbers: ExecuTorch 1.5.1 makes every such scalar a float tensor before it
     annotates, and integer arithmetic on one (BERT's position ids) then indexes with floats;
@@ -243,7 +243,7 @@ def xnnpack_quantizer(mode: str):
     config = xnnpack.get_symmetric_quantization_config(**MODES[mode])
     rows = xnnpack.get_symmetric_quantization_config(is_per_channel=True).weight  # 8 bits, whatever the mode
 
-    class Quantizer(xnnpack.XNNPACKQuantizer):  # type: ignore[name-defined]  # imported at run time
+    class Quantizer(xnnpack.XNNPACKQuantizer):  # type: ignore[name-defined, misc]  # imported at run time, untyped
         def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
             model = super().annotate(model)
             if mode == "dynamic-int8":
@@ -299,7 +299,7 @@ def _refuse_quantized(ep: torch.export.ExportedProgram) -> None:
             )
 
 
-def _annotated(node) -> bool:
+def _annotated(node: torch.fx.Node) -> bool:
     annotation = node.meta.get("quantization_annotation")
     return annotation is not None and getattr(annotation, "_annotated", False)
 
@@ -325,7 +325,7 @@ def _unannotated(
             or (static and _quantized_pad(node))
         ):
             continue
-        ops[node.target.name()] += 1
+        ops[node.target.name()] += 1  # type: ignore[no-untyped-call]  # torch leaves OpOverload.name untyped
     return tuple(sorted(ops.items(), key=lambda item: (-item[1], item[0])))
 
 
@@ -366,8 +366,8 @@ def _identity(node: torch.fx.Node) -> bool:
 
 
 def _float_outputs(
-    module: torch.nn.Module, ep: torch.export.ExportedProgram, sample: tuple, restore: Callable[[], None]
-) -> tuple:
+    module: torch.nn.Module, ep: torch.export.ExportedProgram, sample: tuple[Any, ...], restore: Callable[[], None]
+) -> tuple[torch.Tensor, ...]:
     """`module`'s float outputs on `sample`, from the program's initial state (`restore`)."""
     restore()
     args, kwargs = call(ep, sample)
@@ -393,7 +393,7 @@ def error_of(want: Sequence[Sequence[torch.Tensor]], got: Sequence[Sequence[torc
     return Error(sqnr, largest, agree / rows if rows else None)
 
 
-def _is_float(value) -> bool:
+def _is_float(value: object) -> bool:
     return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
 
 

@@ -9,6 +9,8 @@ the traced one."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch.utils import _pytree as pytree
 
@@ -22,7 +24,7 @@ def results_on_device(low: Lowered, device: Device) -> Lowered:
     if device.type == "cpu":
         return low
     target = torch.device(device.type, device.index)
-    moved: dict[torch.fx.Node, object] = {}  # node -> its value on the device
+    moved: dict[torch.fx.Node, Any] = {}  # node -> its value on the device
     for node in low.gm.graph.nodes:
         val = node.meta.get("val")
         mode = _fake_mode(val)
@@ -38,7 +40,7 @@ def results_on_device(low: Lowered, device: Device) -> Lowered:
     return low
 
 
-def _on(val, device: torch.device):
+def _on(val: Any, device: torch.device) -> Any:
     """A fake value with every tensor in it made anew on `device` (a move would run autograd's
     and the device's own machinery, which a host-only torch lacks)."""
     return pytree.tree_map(
@@ -49,7 +51,7 @@ def _on(val, device: torch.device):
     )
 
 
-def _run_on(node: torch.fx.Node, moved: dict, target: torch.device):
+def _run_on(node: torch.fx.Node, moved: dict[torch.fx.Node, Any], target: torch.device) -> Any:
     """The node's op over its arguments' values on the device, or None where the op cannot run
     on fake tensors (its traced value stands)."""
     args, kwargs = pytree.tree_map(
@@ -63,7 +65,7 @@ def _run_on(node: torch.fx.Node, moved: dict, target: torch.device):
         return None
 
 
-def _fake_mode(val):
+def _fake_mode(val: Any) -> torch._subclasses.fake_tensor.FakeTensorMode | None:
     """The fake mode a traced value belongs to, if it holds a fake tensor."""
     for leaf in pytree.tree_leaves(val):
         if isinstance(leaf, torch._subclasses.fake_tensor.FakeTensor):
@@ -71,7 +73,7 @@ def _fake_mode(val):
     return None
 
 
-def _differs(made, traced) -> bool:
+def _differs(made: Any, traced: Any) -> bool:
     """Whether the device's results differ from the traced ones in structure, shape or dtype."""
     made_leaves, made_spec = pytree.tree_flatten(made)
     traced_leaves, traced_spec = pytree.tree_flatten(traced)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
-from devplan.ir.method import Method, TensorList
+from devplan.ir.method import Kernel, Method, TensorList
 from devplan.planning.lifetimes import lifetimes, storages
 
 
 def write_cats_in_place(method: Method) -> Method:
-    values: list = list(method.values)  # the cat's pieces and result among them are TensorSpecs
+    values: list[Any] = list(method.values)  # the cat's pieces and result among them are TensorSpecs
     root, _ = storages(method, lifetimes(method))
     fixed = {*method.state, *method.constants, *method.mutated}  # their bytes are their own to the end
     kernels = []
@@ -35,7 +36,7 @@ def write_cats_in_place(method: Method) -> Method:
     return replace(method, values=tuple(values), kernels=tuple(kernels))
 
 
-def _places(values, kernel, root, fixed) -> dict[int, int] | None:
+def _places(values: list[Any], kernel: Kernel, root: dict[int, int], fixed: set[int]) -> dict[int, int] | None:
     """piece storage -> byte offset in the cat's result, when every piece can move there."""
     pieces, dim, result = values[kernel.args[0]], values[kernel.args[1]], kernel.args[-1]
     out = values[result]
