@@ -14,19 +14,25 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Callable, Generator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from devplan.testing import Seen
 from devplan.units import inert, printable
 
+if TYPE_CHECKING:
+    from devplan.compiler import CompileResult
+    from devplan.inspection.changes import Tolerance
+
 GOLDEN_FOLDER = "golden"  # beside the test file: golden/<its module>/<its test>.golden.json
 SUFFIX = ".golden.json"
 _KEY = pytest.StashKey[Seen]()
 
 
-def pytest_addoption(parser) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("devplan")
     group.addoption(
         "--devplan-update-golden",
@@ -51,7 +57,7 @@ def pytest_addoption(parser) -> None:
     )
 
 
-def pytest_configure(config) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     # the session is module state so that assert_matches_golden, which has no pytest request,
     # sees the flags and reports what it wrote and read
     from devplan import testing
@@ -62,19 +68,19 @@ def pytest_configure(config) -> None:
     config.stash[_KEY] = Seen(partial=_named_alone(config))
 
 
-def pytest_unconfigure(config) -> None:
+def pytest_unconfigure(config: pytest.Config) -> None:
     from devplan import testing
 
     testing.session = None
 
 
-def _named_alone(config) -> set[str]:
+def _named_alone(config: pytest.Config) -> set[str]:
     """Test files whose tests were picked one by one (path::test): their other tests did not run,
     so their goldens are not unused."""
     return {os.path.abspath(arg.split("::")[0]) for arg in config.args if "::" in arg}
 
 
-def _given_whole(config) -> list[str]:
+def _given_whole(config: pytest.Config) -> list[str]:
     """The paths the run was given whole (test folders and files, not path::test), absolute;
     none where it was given modules (--pyargs) or told to leave out paths by pattern (--ignore-glob)."""
     if config.getoption("ignore_glob", None) or config.getoption("pyargs", False):
@@ -83,26 +89,26 @@ def _given_whole(config) -> list[str]:
     return [os.path.abspath(here / arg) for arg in config.args if "::" not in arg]
 
 
-def _left_out(config) -> list[str]:
+def _left_out(config: pytest.Config) -> list[str]:
     """The paths --ignore leaves out, absolute: a folder holding one is not run whole."""
     here = config.invocation_params.dir
     return [os.path.abspath(here / path) for path in config.getoption("ignore", None) or ()]
 
 
-def pytest_deselected(items) -> None:
+def pytest_deselected(items: list[pytest.Item]) -> None:
     for item in items:  # -k, -m: the file's other tests did not run
         item.config.stash[_KEY].partial.add(os.fspath(item.path))
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_finish(session) -> None:
+def pytest_collection_finish(session: pytest.Session) -> None:
     seen = session.config.stash[_KEY]
     for item in session.items:
         seen.collected.setdefault(os.fspath(item.path), []).append(_golden_name(item.name))
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     """Under --devplan-force-regen a test goes on past each golden it rewrites, so that one run
     rewrites every golden of a test that checks several; the test fails at its end, saying
     each (beside its own failure, if it has one)."""
@@ -126,14 +132,16 @@ def pytest_runtest_call(item):
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if report.when == "call" and report.passed:  # a test that passed read every golden it calls for
         item.config.stash[_KEY].passed.add((os.fspath(item.path), _golden_name(item.name)))
     return report
 
 
-def pytest_sessionfinish(session) -> None:
+def pytest_sessionfinish(session: pytest.Session) -> None:
     from devplan import testing
 
     seen = session.config.stash[_KEY]
@@ -155,7 +163,7 @@ def pytest_sessionfinish(session) -> None:
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist, never called (and not an unknown hook)
-def pytest_testnodedown(node, error) -> None:
+def pytest_testnodedown(node: Any, error: object) -> None:
     """xdist's controller: what a worker saw, merged into this session's."""
     from devplan import testing
 
@@ -164,7 +172,7 @@ def pytest_testnodedown(node, error) -> None:
         node.config.stash[_KEY].merge(found, testing.session)
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     from devplan import testing
 
     found, seen = testing.session, config.stash.get(_KEY, None)
@@ -174,7 +182,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     terminalreporter.section("devplan goldens")
     shown = functools.partial(_shown, here=config.invocation_params.dir)
     # names from the project (a golden's file name) escaped, and no line a CI runner's command
-    write = lambda text, **markup: terminalreporter.write_line(inert(printable(text)), **markup)  # noqa: E731
+
+    def write(text: str, **markup: bool) -> None:
+        terminalreporter.write_line(inert(printable(text)), **markup)
+
     if found.written:
         write(f"wrote {len(found.written)} golden file(s):")
         for path in found.written:
@@ -197,7 +208,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             write(f"  {shown(path)}")
 
 
-def _shown(path: str | os.PathLike, here: Path) -> str:
+def _shown(path: str | os.PathLike[str], here: Path) -> str:
     """`path` relative to where pytest ran, as pytest names test files (else as it is)."""
     return os.path.relpath(path, here) if Path(path).resolve().is_relative_to(here.resolve()) else os.fspath(path)
 
@@ -209,7 +220,7 @@ def _golden_name(test: str) -> str:
 
 
 @pytest.fixture
-def devplan_golden(request):
+def devplan_golden(request: pytest.FixtureRequest) -> Callable[..., None]:
     """A callable (pte, golden=None, tolerance=None, exact=False, runtime=None,
     weights_tolerance=None) that asserts the program plans as the golden file records (within
     tolerance of the planned memory, and of the weights unless weights_tolerance gives theirs), or writes the file under --devplan-update-golden,
@@ -224,7 +235,15 @@ def devplan_golden(request):
     here = request.config.invocation_params.dir
     calls = [0]
 
-    def check(pte, golden=None, *, tolerance=None, exact: bool = False, runtime=None, weights_tolerance=None) -> None:
+    def check(
+        pte: str | os.PathLike[str] | bytes | CompileResult,
+        golden: str | os.PathLike[str] | None = None,
+        *,
+        tolerance: Tolerance | str | None = None,
+        exact: bool = False,
+        runtime: str | os.PathLike[str] | None = None,
+        weights_tolerance: Tolerance | str | None = None,
+    ) -> None:
         __tracebackhide__ = True
         calls[0] += 1
         if golden is None:

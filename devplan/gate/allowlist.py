@@ -28,6 +28,8 @@ import functools
 import re
 import types
 import typing
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from devplan.gate import expressions, names
 
@@ -90,7 +92,7 @@ def member_kind(inner: str) -> str | None:
 # ----------------------------------------------------------------------------- JSON documents
 
 
-def check_document(cls_name: str, document) -> None:
+def check_document(cls_name: str, document: Any) -> None:
     """`document` holds exactly the fields of torch's schema dataclass `cls_name`
     (ExportedProgram, PayloadConfig), each of its type, and its evaluated strings parse."""
     from torch._export.serde import schema
@@ -99,7 +101,7 @@ def check_document(cls_name: str, document) -> None:
 
 
 @functools.cache
-def _fields(cls) -> tuple[dict[str, object], frozenset[str]]:
+def _fields(cls: type) -> tuple[dict[str, object], frozenset[str]]:
     """A schema dataclass's field types, and the fields torch always writes (no default)."""
     from torch._export.serde import schema
 
@@ -112,7 +114,7 @@ def _fields(cls) -> tuple[dict[str, object], frozenset[str]]:
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}, required
 
 
-def _check(tp, value, where: str) -> None:
+def _check(tp: Any, value: Any, where: str) -> None:
     """`value` as torch's JSON writes a value of schema type `tp`."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
@@ -133,7 +135,7 @@ def _check(tp, value, where: str) -> None:
         _check_scalar(tp, value, where)
 
 
-def _check_object(cls, value, where: str) -> None:
+def _check_object(cls: Any, value: Any, where: str) -> None:
     from torch._export.serde.union import _Union
 
     _expect(isinstance(value, dict), where, "an object")
@@ -154,7 +156,7 @@ def _check_object(cls, value, where: str) -> None:
             rule(item, f"{where}.{key}")
 
 
-def _check_scalar(tp, value, where: str) -> None:
+def _check_scalar(tp: Any, value: Any, where: str) -> None:
     if tp is bool:
         _expect(type(value) is bool, where, "true or false")
     elif tp is int:
@@ -191,6 +193,9 @@ def shown(text: str) -> str:
 
 # ----------------------------------------------------------------------------- evaluated strings
 
+Rule = Callable[[Any, str], None]  # a field's value, and where it is: refused with Unexpected
+NameCheck = Callable[[str], str | None]  # devplan.gate.names': what is wrong with a name, or None
+
 
 def _expression(text: str, where: str) -> None:
     """A string torch hands to sympy.sympify, which runs it as Python."""
@@ -200,7 +205,7 @@ def _expression(text: str, where: str) -> None:
         raise Unexpected(where, f"is not a size expression export writes ({shown(text)!r} {refused})") from None
 
 
-def _range_constraints(constraints: dict, where: str) -> None:
+def _range_constraints(constraints: dict[str, Any], where: str) -> None:
     for key in constraints:
         _expression(key, f"{where}[{shown(key)!r}]")
 
@@ -210,8 +215,8 @@ def _target(target: str, where: str) -> None:
         raise Unexpected(where, f"is {shown(target)!r}, not an operator that export calls")
 
 
-def _metadata_keys(allowed: set[str]):
-    def check(metadata: dict, where: str) -> None:
+def _metadata_keys(allowed: set[str]) -> Rule:
+    def check(metadata: dict[str, Any], where: str) -> None:
         unknown = sorted(set(metadata) - allowed)
         if unknown:
             raise Unexpected(f"{where}[{shown(unknown[0])!r}]", "is metadata that torch.export.save does not write")
@@ -222,7 +227,7 @@ def _metadata_keys(allowed: set[str]):
 _node_metadata_keys = _metadata_keys(NODE_METADATA)
 
 
-def _node_metadata(metadata: dict, where: str) -> None:
+def _node_metadata(metadata: dict[str, Any], where: str) -> None:
     """A node's metadata by known keys, its module stack's paths names."""
     _node_metadata_keys(metadata, where)
     stack = metadata.get("nn_module_stack")
@@ -238,7 +243,7 @@ def _node_metadata(metadata: dict, where: str) -> None:
 _NAMES = " (torch writes names into Python code it runs: letters, digits and '_', paths joined by '.')"
 
 
-def _name(check):
+def _name(check: NameCheck) -> Rule:
     """A rule holding a name to `check`, one of devplan.gate.names'."""
 
     def rule(name: str, where: str) -> None:
@@ -249,11 +254,11 @@ def _name(check):
     return rule
 
 
-def _each(check):
+def _each(check: NameCheck) -> Rule:
     """A rule holding each name of a list, or each key of an object, to `check`."""
     one = _name(check)
 
-    def rule(items, where: str) -> None:
+    def rule(items: Iterable[str] | None, where: str) -> None:
         for item in items or ():  # forward_arg_names may be null
             one(item, where)
 
@@ -266,7 +271,7 @@ def _signature_keywords(in_spec: str, where: str) -> None:
         raise Unexpected(where, f"{shown(wrong)}{_NAMES}")
 
 
-def _identifiers(names: list, where: str) -> None:
+def _identifiers(names: list[str], where: str) -> None:
     """namedtuple field names: torch builds a namedtuple class of them."""
     for name in names:
         if not re.fullmatch(_IDENTIFIER, name):
@@ -302,7 +307,7 @@ _NAMES_BY_GRAMMAR = {
 }
 
 # (schema class, field) -> a check of that field's value, after its type is checked
-_RULES = {
+_RULES: dict[tuple[str, str], Rule] = {
     ("SymExpr", "expr_str"): _expression,
     ("ExportedProgram", "range_constraints"): _range_constraints,
     ("Node", "target"): _target,

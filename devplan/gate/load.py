@@ -13,9 +13,10 @@ import json
 import os
 import re
 import zipfile
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from devplan.errors import DevplanError, first_line
 from devplan.files import open_input, present, stdout_to_stderr
@@ -26,9 +27,11 @@ from devplan.spec import INT32_MAX
 
 if TYPE_CHECKING:
     import torch
+    from torch.export import ExportedProgram
+    from torch.utils._pytree import TreeSpec
 
 
-def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
+def load(path: str | os.PathLike[str]) -> ExportedProgram:
     """Load a torch.export archive, refusing first any archive that is not what
     torch.export.save writes for one program (a crafted one can run code as torch reads it)."""
     path = check_input(path)
@@ -79,7 +82,7 @@ def load(path: str | os.PathLike) -> "torch.export.ExportedProgram":
     return ep
 
 
-def _check_sizes(ep, path: Path) -> None:
+def _check_sizes(ep: ExportedProgram, path: Path) -> None:
     """Refuse a tensor with a size no .pte can hold, or a size whose symbol has no range (a
     damaged or crafted archive's), before anything plans bytes for it."""
     import torch
@@ -106,7 +109,7 @@ def _check_sizes(ep, path: Path) -> None:
                 )
 
 
-def import_kernels(modules) -> None:
+def import_kernels(modules: Iterable[str]) -> None:
     """Import each module named (--kernels), for the op libraries its import registers: a
     graph that calls a library's custom ops loads only once they exist in torch. A known op
     namespace (ops.OP_LIBRARIES: transformers) stands for the module that registers its ops."""
@@ -173,7 +176,7 @@ def _node_failure(who: str, target: str, cause: BaseException) -> str:
     return f"{who} calls {namespace}::{op}, an op that no library imported here registers; pass {option}"
 
 
-def check_input(path: str | os.PathLike) -> Path:
+def check_input(path: str | os.PathLike[str]) -> Path:
     """Refuse what is plainly no .pt2 (missing, a folder, not a zip, a .pte program) before
     anything else looks at it: `devplan compile X.pte` is told the input is a program, not
     that its output would overwrite it."""
@@ -190,7 +193,7 @@ def check_input(path: str | os.PathLike) -> Path:
     return path
 
 
-def _without_guards(ep):
+def _without_guards(ep: ExportedProgram) -> ExportedProgram:
     """The loaded program without its guards code and sample inputs: unlifting it
     (run_decompositions, ep.module()) builds Python source from both and execs it, and a
     crafted archive chooses that text. A .pte program carries neither, and devplan drops the
@@ -206,7 +209,7 @@ def _unknown_tree_types(path: Path) -> set[str]:
     library's import, which devplan does not make, and a type never is needed to plan."""
     from torch.utils._pytree import SERIALIZED_TYPE_TO_PYTHON_TYPE
 
-    def types(spec) -> set[str]:
+    def types(spec: Any) -> set[str]:
         if isinstance(spec, list):
             return set().union(*map(types, spec)) if spec else set()
         if not isinstance(spec, dict):
@@ -227,7 +230,7 @@ def _unknown_tree_types(path: Path) -> set[str]:
 
 
 @contextlib.contextmanager
-def _weights_mapped(path: Path):
+def _weights_mapped(path: Path) -> Iterator[None]:
     """torch's reader copies every weight out of the archive, all read before any is needed
     and then held beside the archive's pages. torch.export.save stores its members
     uncompressed and aligned, so while torch reads, each such tensor is instead a view of a
@@ -247,8 +250,8 @@ def _weights_mapped(path: Path):
         mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
     original = package._build_file_map
 
-    def build_file_map(archive_reader, config, base_dir):
-        mapped = {}
+    def build_file_map(archive_reader: Any, config: Any, base_dir: str) -> dict[str, Any]:
+        mapped: dict[str, torch.Tensor] = {}
         for meta in config.config.values():
             record, tensor_meta = os.path.join(base_dir, meta.path_name), meta.tensor_meta
             if meta.use_pickle or tensor_meta is None or meta.path_name in mapped or record not in stored:
@@ -274,7 +277,7 @@ def _weights_mapped(path: Path):
 
 
 @contextlib.contextmanager
-def _readable(path: Path):
+def _readable(path: Path) -> Iterator[Path | BinaryIO]:
     """`path` as torch's archive reader can open it: it takes a name as UTF-8 text, so a name
     that is not (bytes a Linux file name may hold) is handed over as an open file."""
     try:
@@ -287,7 +290,7 @@ def _readable(path: Path):
 
 
 @contextlib.contextmanager
-def _type_hints_once():
+def _type_hints_once() -> Iterator[None]:
     """torch's deserializer asks typing.get_type_hints of the same few schema dataclasses for
     every field of every node (25,000 times for a 32-layer transformer, half of
     torch.export.load); their answers never change, so while it reads, each is asked once."""
@@ -296,9 +299,11 @@ def _type_hints_once():
 
     from torch._export.serde import serialize
 
-    answers: dict = {}
+    answers: dict[tuple[Any, ...], dict[str, Any]] = {}
 
-    def get_type_hints(obj, globalns=None, localns=None, include_extras=False):
+    def get_type_hints(
+        obj: Any, globalns: Any = None, localns: Any = None, include_extras: bool = False
+    ) -> dict[str, Any]:
         key = (obj, id(globalns), id(localns), include_extras)
         if key not in answers:
             answers[key] = typing.get_type_hints(obj, globalns, localns, include_extras)
@@ -314,7 +319,7 @@ def _type_hints_once():
 
 
 @contextlib.contextmanager
-def _stand_ins(names: set[str]):
+def _stand_ins(names: set[str]) -> Iterator[None]:
     """Register a dict-like stand-in for each named type while torch reads the archive, and
     take them out again afterwards (they would clash with the real types' registration)."""
     from torch.utils import _pytree as pytree
@@ -336,12 +341,12 @@ def _stand_ins(names: set[str]):
             pytree._deregister_pytree_node(cls)
 
 
-def _plain_specs(ep):
+def _plain_specs(ep: ExportedProgram) -> ExportedProgram:
     """Rewrite the calling convention's stand-in nodes as dicts (a ModelOutput's context is
     its keys) or tuples, which every reader of the program knows."""
     from torch.utils._pytree import TreeSpec
 
-    def plain(spec):
+    def plain(spec: TreeSpec) -> TreeSpec:
         children = [plain(child) for child in spec.children()]
         # torch caches parsed specs by their text, so a spec may hold an earlier load's stand-in
         if not hasattr(spec.type, "stand_in_for") or spec.type.__module__ != __name__:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.fx._lazy_graph_module import _LazyGraphModule
@@ -85,7 +87,7 @@ def lower_to_backends(
     return Delegated(lowered, tuple(fallbacks))
 
 
-def _lowered(exir, ep: torch.export.ExportedProgram, made: list[Guarded], jobs: int):
+def _lowered(exir: Any, ep: torch.export.ExportedProgram, made: list[Guarded], jobs: int) -> Any:
     """ExecuTorch's edge program of `ep`, lowered by the guarded partitioners `made`. A failure
     outside any preprocess (a partitioner's check, or ExecuTorch finding an op kept whole for a
     partitioner that did not take it) is the Refused of the partitioner it belongs to."""
@@ -114,7 +116,7 @@ def _lowered(exir, ep: torch.export.ExportedProgram, made: list[Guarded], jobs: 
 
 
 @contextlib.contextmanager
-def _preprocess_on(jobs: int, label: str):
+def _preprocess_on(jobs: int, label: str) -> Iterator[None]:
     """ExecuTorch's lowering with each backend that keeps ExecuTorch's own
     preprocess_multimethod (a preprocess per partition, nothing shared among them) running
     its partitions on `jobs` processes; the payloads are the same bytes as one process makes.
@@ -129,7 +131,7 @@ def _preprocess_on(jobs: int, label: str):
 
 
 @contextlib.contextmanager
-def _provenance_shared():
+def _provenance_shared() -> Iterator[None]:
     """torch's NodeSource with its provenance chain shared, not deep-copied: each pass of
     ExecuTorch's lowering (some twenty per XNNPACK partition) records every new node's source
     by copying the whole chain of sources before it, a cost that grows with every pass (a
@@ -138,7 +140,7 @@ def _provenance_shared():
     source = torch.fx.traceback.NodeSource
     deep = source.__init__
 
-    def shared(self, node, pass_name: str = "", action=None) -> None:
+    def shared(self: Any, node: torch.fx.Node | None, pass_name: str = "", action: Any = None) -> None:
         deep(self, None, pass_name, action)
         if node:
             self.node_info = source.NodeInfo(name=node.name, target=str(node.target), graph_id=id(node.graph))
@@ -152,7 +154,7 @@ def _provenance_shared():
 
 
 @contextlib.contextmanager
-def _code_on_demand():
+def _code_on_demand() -> Iterator[None]:
     """GraphModules whose Python code is written when they are first called, not at every
     recompile: ExecuTorch's passes recompile each graph they touch (thousands of times in an
     XNNPACK lowering, a sixth of its time) and call few of them. torch's own lazy
@@ -160,7 +162,7 @@ def _code_on_demand():
     graph_module = torch.fx.GraphModule
     new = graph_module.__new__
 
-    def lazy(cls, *args, **kwargs):
+    def lazy(cls: type, *args: Any, **kwargs: Any) -> Any:
         return new(_CodeOnDemand if cls is graph_module else cls, *args, **kwargs)
 
     graph_module.__new__ = lazy  # type: ignore[method-assign]  # torch's, patched while ExecuTorch lowers, restored after
@@ -174,7 +176,7 @@ class _CodeOnDemand(_LazyGraphModule):
     """torch's lazy GraphModule, its code also written when what only that writes is read
     (torch.export of a graph reads its input spec)."""
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         if name in ("_code", "_in_spec", "_out_spec") and self._needs_recompile():
             self.real_recompile()
             return getattr(self, name)
@@ -182,7 +184,7 @@ class _CodeOnDemand(_LazyGraphModule):
 
 
 @contextlib.contextmanager
-def _decompositions_where_needed(label: str):
+def _decompositions_where_needed(label: str) -> Iterator[None]:
     """ExecuTorch's last decomposition on its way to an edge program, the one after it sets
     aside the ops a partitioner keeps, skipped where the graph calls none of the table's ops
     (the usual case, a tenth of an XNNPACK lowering): the shortcut ExecuTorch takes itself on
@@ -190,10 +192,10 @@ def _decompositions_where_needed(label: str):
     program_module = import_module("executorch.exir.program._program", label)
     set_aside, calls_any = getattr(program_module, _SET_ASIDE), program_module.contains_any_call_fn_target_op
 
-    def then_where_needed(name, program, partitioners):
+    def then_where_needed(name: str, program: Any, partitioners: Any) -> Any:
         kept = set_aside(name, program, partitioners)
 
-        def once(decomp_table=None, *args, **kwargs):
+        def once(decomp_table: Any = None, *args: Any, **kwargs: Any) -> Any:
             del program.run_decompositions  # the method again, for every later call
             if decomp_table and not args and not kwargs and not calls_any(program.graph_module, decomp_table):
                 return program
@@ -212,7 +214,9 @@ def _decompositions_where_needed(label: str):
 _SET_ASIDE = "_replace_aten_ops_with_transformed_ops"  # ExecuTorch's: the kept ops out of the table's reach
 
 
-def _preprocess_all(cls, edge_programs: dict, compile_specs: dict, *, jobs: int) -> dict:
+def _preprocess_all(
+    cls: Any, edge_programs: dict[str, list[Any]], compile_specs: dict[str, list[Any]], *, jobs: int
+) -> dict[str, list[Any]]:
     """BackendDetails.preprocess_multimethod's results, the partitions shared among processes."""
     work = [
         (cls, program, specs)
@@ -262,7 +266,7 @@ def _adopt(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
-def _foreign(lowered) -> ForeignCall:
+def _foreign(lowered: Any) -> ForeignCall:
     """What an ExecuTorch LoweredBackendModule holds that a program stores: the backend's id,
     its payload, its compile specs and the named data it keeps beside the payload."""
     store = lowered.named_data_store_output
@@ -289,7 +293,7 @@ def _foreign(lowered) -> ForeignCall:
     return ForeignCall(lowered.backend_id, bytes(lowered.processed_bytes), specs, tuple(named), _handles(lowered))
 
 
-def _handles(lowered) -> tuple[tuple[int, str, str, str], ...]:
+def _handles(lowered: Any) -> tuple[tuple[int, str, str, str], ...]:
     """(debug handle, module path, module class, op) of the first node of each debug handle in
     the partition the backend compiled: the handles its payload's nodes record (XNNPACK's),
     which the program's frames then map to the user's modules (devplan/pte/frames.py)."""
@@ -304,24 +308,24 @@ def _handles(lowered) -> tuple[tuple[int, str, str, str], ...]:
     return tuple(sorted(found.values()))
 
 
-def _where_from(lowered) -> dict:
+def _where_from(lowered: Any) -> dict[str, Any]:
     """The module and source line of the partition's first op, which inspect names the
     delegate's tensors after (the call ExecuTorch makes carries neither)."""
     nodes = _partition_ops(lowered)
     return {key: nodes[0].meta[key] for key in ("nn_module_stack", "stack_trace") if nodes and key in nodes[0].meta}
 
 
-def _first_op(lowered) -> str:
+def _first_op(lowered: Any) -> str:
     """The first op node of a lowered partition, to name it in messages."""
     nodes = _partition_ops(lowered)
     return f"node {nodes[0].name}" if nodes else "no ops"
 
 
-def _partition_ops(lowered) -> list[torch.fx.Node]:
+def _partition_ops(lowered: Any) -> list[torch.fx.Node]:
     return [n for n in lowered.original_module.graph_module.graph.nodes if n.op == "call_function"]
 
 
-def _view_of_copy(op):
+def _view_of_copy(op: torch._ops.OpOverload) -> torch._ops.OpOverload:
     """ExecuTorch writes views as their copies (view_copy, permute_copy); devplan's own view
     handling (aliases where the bytes allow, copies elsewhere) starts from the view."""
     name = op._schema.name.removeprefix("aten::")

@@ -8,11 +8,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import operator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch._guards import detect_fake_mode
 from torch._ops import OpOverload
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
@@ -37,7 +39,7 @@ def decompose(low: Lowered) -> Lowered:
     """Leave only ops with portable kernels (or getitem) in the graph; raise naming the node otherwise."""
     gm = low.gm
     pending = [n for n in gm.graph.nodes if n.op == "call_function"]
-    traces: dict = {}
+    traces: dict[Any, torch.fx.GraphModule] = {}
     mode = detect_fake_mode([n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"])
     for _ in range(_MAX_ROUNDS):
         gm.graph.eliminate_dead_code()  # decompositions leave unused results (e.g. empty stats buffers)
@@ -65,7 +67,7 @@ def decompose(low: Lowered) -> Lowered:
     return low
 
 
-def _decomposer(node: torch.fx.Node):
+def _decomposer(node: torch.fx.Node) -> Callable[..., Any]:
     """The function that rewrites the node (its own op when there is none, which _trace
     refuses). bincount's result is as long as its input's largest value: export bounds it
     only when the model says how long it is, and then it counts up to that size."""
@@ -79,11 +81,13 @@ def _decomposer(node: torch.fx.Node):
                 f"call (with minlength=N), or count with torch.histc or scatter_add into N bins"
             )
         return functools.partial(bincount, size=size)
-    found = decomposition(node.target)
-    return node.target if found is None else found
+    target = node.target
+    assert isinstance(target, OpOverload)  # decompose hands over nodes of ops only
+    found = decomposition(target)
+    return target if found is None else found
 
 
-def _fixed(size) -> int | None:
+def _fixed(size: int | torch.SymInt) -> int | None:
     """The one value a size can take (a data-dependent one that the model's checks pinned),
     or None when it can take several."""
     if not isinstance(size, torch.SymInt):
@@ -173,12 +177,18 @@ def _dynamic(node: torch.fx.Node) -> bool:
     )
 
 
-def _number(arg):
+def _number(arg: object) -> Any:
     """A number argument, or the size a number node computes while the program runs."""
     return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
 
-def inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict, mode) -> list[torch.fx.Node]:
+def inline(
+    gm: torch.fx.GraphModule,
+    node: torch.fx.Node,
+    fn: Callable[..., Any],
+    traces: dict[Any, torch.fx.GraphModule],
+    mode: FakeTensorMode | None,
+) -> list[torch.fx.Node]:
     """Trace fn on the node's fake inputs and splice the resulting ops in place of the node.
     A model repeats the same op on the same shapes many times (one per layer): `traces`
     keeps each trace for the rest of this compile."""
@@ -190,20 +200,20 @@ def inline(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, traces: dict, mode
     return _splice(gm, node, traces[key], [a for a in flat if isinstance(a, torch.fx.Node)], mode)
 
 
-def _signature(arg) -> object:
+def _signature(arg: object) -> object:
     value = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
     if isinstance(value, torch.Tensor):
         return ("tensor", repr(tuple(value.shape)), value.dtype)  # sizes may be symbolic, which do not hash
     return repr(value)
 
 
-def _trace(node: torch.fx.Node, fn, mode) -> torch.fx.GraphModule:
+def _trace(node: torch.fx.Node, fn: Callable[..., Any], mode: FakeTensorMode | None) -> torch.fx.GraphModule:
     """fn traced on the node's fake tensors, its other arguments fixed; `mode` is the graph's fake mode."""
     flat, spec = pytree.tree_flatten((node.args, node.kwargs))
     positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
     fakes = [flat[i].meta["val"] for i in positions]
 
-    def call(*tensors):
+    def call(*tensors: Any) -> Any:
         values = list(flat)
         for i, t in zip(positions, tensors):
             values[i] = t
@@ -227,16 +237,17 @@ def _trace(node: torch.fx.Node, fn, mode) -> torch.fx.GraphModule:
             f"node {origin[0]}: op {origin[1]}{via} has no portable kernel and torch cannot "
             f"decompose it ({first_line(error)}); rewrite the model without it"
         ) from None
-    if fn is node.target and _only_calls(sub, node.target):
+    if fn is node.target and isinstance(fn, OpOverload) and _only_calls(sub, fn):
         refusal = _rank_refusal(node)
         if refusal:
             raise DevplanError(
                 f"node {origin[0]}{f' ({origin[1]})' if via else ''}: {refusal}; rewrite the model without it"
             )
-        if node.target.namespace not in TORCH_NAMESPACES:
+        if fn.namespace not in TORCH_NAMESPACES:
+            name = fn.name().split("::")[-1]  # type: ignore[no-untyped-call]  # torch leaves OpOverload.name untyped
             raise DevplanError(
                 f"node {origin[0]}: custom op {node.target} has no out variant, so no kernel can write "
-                f"its result into planned memory; register {node.target.name().split('::')[-1]}.out "
+                f"its result into planned memory; register {name}.out "
                 f"beside it (as ExecuTorch's custom ops do)"
             )
         raise DevplanError(
@@ -247,14 +258,19 @@ def _trace(node: torch.fx.Node, fn, mode) -> torch.fx.GraphModule:
 
 
 def _splice(
-    gm: torch.fx.GraphModule, node: torch.fx.Node, sub: torch.fx.GraphModule, tensors, mode
+    gm: torch.fx.GraphModule,
+    node: torch.fx.Node,
+    sub: torch.fx.GraphModule,
+    tensors: list[torch.fx.Node],
+    mode: FakeTensorMode | None,
 ) -> list[torch.fx.Node]:
     """Each spliced node's value is its own, described in the graph's fake mode `mode` (a trace
     has its own), so that later rounds can trace ops that read values of different traces together."""
     origin = _origin(node)
     # the pieces came from the user's node: they keep its module and line, for the program's stacktrace
     where: dict[str, object] = {key: node.meta[key] for key in ("nn_module_stack", "stack_trace") if key in node.meta}
-    env, added = {}, []
+    env: dict[torch.fx.Node, Any] = {}
+    added: list[torch.fx.Node] = []
     inputs = iter(tensors)
     with gm.graph.inserting_before(node):
         for sub_node in sub.graph.nodes:
@@ -297,7 +313,7 @@ def _splice(
     return added
 
 
-def _fresh(value, mode):
+def _fresh(value: Any, mode: FakeTensorMode | None) -> Any:
     """A fake tensor of the node's own, in the graph's fake mode where it has one. One cached
     trace is spliced at many nodes, and tracing tells tensors apart by identity: two nodes
     sharing one value would trace as one input, and an op reading both would read one twice."""
@@ -308,7 +324,7 @@ def _fresh(value, mode):
 
 
 @contextlib.contextmanager
-def _no_pending_symbols(mode):
+def _no_pending_symbols(mode: FakeTensorMode | None) -> Iterator[None]:
     """Data-dependent sizes (`input_pos.item()`, an LLM's cache position) that loading the
     export left pending in its shape environment belong to the graph, not to this trace, which
     torch would otherwise blame for not returning them."""
@@ -324,7 +340,7 @@ def _no_pending_symbols(mode):
 
 
 @contextlib.contextmanager
-def _without_mkldnn():
+def _without_mkldnn() -> Iterator[None]:
     """torch.backends.mkldnn.flags(enabled=False) without the TF32 warning its exit prints."""
     enabled = torch._C._get_mkldnn_enabled()
     torch._C._set_mkldnn_enabled(False)
@@ -334,24 +350,25 @@ def _without_mkldnn():
         torch._C._set_mkldnn_enabled(enabled)
 
 
-def _named_tuple(target) -> bool:
+def _named_tuple(target: object) -> bool:
     return isinstance(target, type) and issubclass(target, tuple)
 
 
 def _origin(node: torch.fx.Node) -> tuple[str, str]:
     """(name, op) of the user's own node that `node` came from, so that messages name it
     even when the failing op came out of decomposing it."""
-    return node.meta.get("devplan_origin", (node.name, str(node.target)))
+    origin: tuple[str, str] = node.meta.get("devplan_origin", (node.name, str(node.target)))
+    return origin
 
 
-def _only_calls(sub: torch.fx.GraphModule, op) -> bool:
+def _only_calls(sub: torch.fx.GraphModule, op: object) -> bool:
     """Whether the trace calls op and nothing else; one that calls nothing (a cast to the
     dtype the tensor has) is the identity, which needs no kernel."""
     calls = [n.target for n in sub.graph.nodes if n.op == "call_function"]
     return bool(calls) and all(target == op for target in calls)
 
 
-def _replace(node: torch.fx.Node, result) -> None:
+def _replace(node: torch.fx.Node, result: Any) -> None:
     if isinstance(result, torch.fx.Node) or not isinstance(result, (tuple, list)):
         node.replace_all_uses_with(result)
         return
