@@ -15,6 +15,7 @@ from rich.markup import render
 from typer.testing import CliRunner
 
 from devplan.cli import app
+from testbed.cli import devplan as devplan_cli
 
 COMMANDS = typer.main.get_command(app).commands
 
@@ -62,16 +63,8 @@ def test_no_color_help_has_no_styles_at_all():
 def test_help_at_80_and_60_columns_shows_every_option_name_whole(width):
     """In a CI log or a pipe (not a terminal) or a narrow terminal, help is click's wrapped
     text: rich's panels cut option names and help below about 100 columns ('--partitio…')."""
-    import subprocess
-    import sys
-
     for name in ("compile", "check", "run"):
-        shown = subprocess.run(
-            [sys.executable, "-m", "devplan", name, "--help"],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "COLUMNS": str(width)},
-        ).stdout
+        shown = devplan_cli(name, "--help", env={**os.environ, "COLUMNS": str(width)}).stdout
         assert "…" not in shown and max(map(len, shown.splitlines())) <= width, shown
         words = set(shown.replace(",", " ").replace("/", " ").split())
         for param in COMMANDS[name].params:

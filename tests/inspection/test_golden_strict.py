@@ -12,7 +12,7 @@ import pytest
 
 import devplan
 from devplan.errors import DevplanError
-from testbed.cli import assert_one_line_error
+from testbed.cli import assert_one_line_error, devplan as devplan_cli
 from tests.inspection.runner import invoke, one_line, run_devplan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,35 +188,22 @@ def test_a_golden_file_with_a_key_twice_is_refused(tmp_path):
 
 
 def test_golden_dash_reads_standard_input_as_update_dash_writes_standard_output(tmp_path):
-    import json
-
-    from testbed.cli import devplan as devplan_cli
-
     program = tmp_path / "m.pte"
     assert invoke("compile", str(MLP), "-o", str(program)).exit_code == 0
-    written = subprocess_check(devplan_cli, ["check", str(program), "--golden", "-", "--update"], "")
+    written = devplan_cli("check", str(program), "--golden", "-", "--update", input="")
     golden = written.stdout  # the golden file alone: the report goes to stderr
     assert written.returncode == 0 and json.loads(golden)["document"] == "devplan-golden", written.stderr
     assert "ok" in written.stderr
-    checked = subprocess_check(devplan_cli, ["check", str(program), "--golden", "-"], golden)
+    checked = devplan_cli("check", str(program), "--golden", "-", input=golden)
     assert checked.returncode == 0, checked.stderr
     drifted = json.loads(golden)
     drifted["methods"][0]["buffers"][0]["size"] -= 16
-    failed = subprocess_check(devplan_cli, ["check", str(program), "--golden", "-"], json.dumps(drifted))
+    failed = devplan_cli("check", str(program), "--golden", "-", input=json.dumps(drifted))
     assert failed.returncode == 1 and "size" in failed.stdout
-    both = subprocess_check(devplan_cli, ["check", "-", "--golden", "-"], golden)
+    both = devplan_cli("check", "-", "--golden", "-", input=golden)
     assert both.returncode == 2 and "standard input can be read once" in both.stderr
-    from_stdin = subprocess_check(devplan_cli, ["diff", "-", str(program)], golden)
+    from_stdin = devplan_cli("diff", "-", str(program), input=golden)
     assert from_stdin.returncode == 0, from_stdin.stderr
-
-
-def subprocess_check(cli, args: list[str], stdin: str):
-    import subprocess
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-m", "devplan", *args], input=stdin, capture_output=True, text=True, timeout=120
-    )
 
 
 def test_format_is_the_programs_format_and_golden_files_say_what_they_are_as_document(tmp_path):

@@ -13,6 +13,10 @@ pytest.importorskip("executorch.extension.llm.runner")
 
 import devplan  # noqa: E402
 from devplan.errors import DevplanError  # noqa: E402
+from testbed.cli import (
+    devplan as devplan_cli,  # noqa: E402
+    fresh_devplan,  # noqa: E402
+)
 from testbed.llama_export import (  # noqa: E402
     CUSTOM_OPS,
     export_hf_llama,
@@ -108,16 +112,20 @@ def test_8da4w_holds_the_recipes_weights_and_plans_no_more(quantized_8da4w):
 def test_readmes_one_command_writes_the_same_program(quantized_8da4w, tmp_path):
     """README's LLM section: `devplan compile llama.pt2 --llm --quantize 8da4w --constant-method
     ...` in a fresh process writes the bytes the API wrote."""
-    import subprocess
-    import sys
-
     exported, result, _ = quantized_8da4w
     out = tmp_path / "cli.pte"
-    done = subprocess.run(
-        [sys.executable, "-m", "devplan", "compile", str(exported.pt2), "-o", str(out), "--llm"]
-        + ["--quantize", "8da4w", "--constant-method", "get_bos_id=1", "--constant-method", "get_eos_ids=[511]"],
-        capture_output=True,
-        text=True,
+    done = fresh_devplan(
+        "compile",
+        exported.pt2,
+        "-o",
+        out,
+        "--llm",
+        "--quantize",
+        "8da4w",
+        "--constant-method",
+        "get_bos_id=1",
+        "--constant-method",
+        "get_eos_ids=[511]",
     )
     assert done.returncode == 0, done.stderr
     assert out.read_bytes() == result.data
@@ -171,8 +179,6 @@ def test_8da4w_from_the_command_line_leaves_a_linear_the_group_does_not_divide_f
     """`--quantize 8da4w --group-size 64` in a fresh process: the table and the linear of 64
     inputs quantized, the linear of 48 inputs left float (as the recipes leave it) and said so."""
     import json
-    import subprocess
-    import sys
 
     class Model(torch.nn.Module):
         def __init__(self):
@@ -186,11 +192,8 @@ def test_8da4w_from_the_command_line_leaves_a_linear_the_group_does_not_divide_f
 
     torch.manual_seed(0)
     torch.export.save(torch.export.export(Model().eval(), (torch.tensor([[1, 2, 3]]),)), tmp_path / "m.pt2")
-    done = subprocess.run(
-        [sys.executable, "-m", "devplan", "compile", str(tmp_path / "m.pt2"), "-o", str(tmp_path / "m.pte")]
-        + ["--quantize", "8da4w", "--group-size", "64", "--json"],
-        capture_output=True,
-        text=True,
+    done = devplan_cli(
+        "compile", tmp_path / "m.pt2", "-o", tmp_path / "m.pte", "--quantize", "8da4w", "--group-size", "64", "--json"
     )
     assert done.returncode == 0, done.stderr
     quantization = json.loads(done.stdout)["quantization"]

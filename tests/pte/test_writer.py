@@ -20,6 +20,7 @@ from devplan.pte.fb.ExecutionPlan import ExecutionPlanT
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.Program import Program, ProgramT
 from devplan.pte.fb.Tensor import TensorT
+from testbed.cli import devplan as devplan_cli
 
 SEGMENTS = (b"first segment", b"", b"x" * 300)
 
@@ -244,10 +245,6 @@ def test_sigterm_mid_write_leaves_no_temporary_and_a_stale_one_is_removed(tmp_pa
 
     stale = tmp_path / ".mlp.pte.999999999.abc123.tmp"  # no process has this pid
     stale.write_bytes(b"half a program")
-    run = subprocess.run(
-        [sys.executable, "-m", "devplan", "compile", root / "samples" / "mlp.pt2", "-o", out],
-        capture_output=True,
-        text=True,
-    )
+    run = devplan_cli("compile", root / "samples" / "mlp.pt2", "-o", out)
     assert run.returncode == 0, run.stderr
     assert not stale.exists() and out.exists()

@@ -15,6 +15,7 @@ import torch
 import devplan
 import devplan.runtime
 from devplan.ops import QUANTIZED, schema_name
+from testbed.cli import fresh_devplan
 from testbed.lowerings import executorch_lowered
 from testbed.models import run_executorch
 from testbed.quantized import CONFIGS, MODELS, quantize
@@ -98,11 +99,7 @@ def test_a_saved_quantized_archive_compiles_in_a_fresh_process(tmp_path):
     """Loading a .pt2 needs the quantized_decomposed ops defined; devplan defines them itself."""
     ep, _, _ = quantize("mlp", "per_tensor")
     torch.export.save(ep, tmp_path / "q.pt2")
-    done = subprocess.run(
-        [sys.executable, "-m", "devplan", "compile", str(tmp_path / "q.pt2"), "-o", str(tmp_path / "q.pte")],
-        capture_output=True,
-        text=True,
-    )
+    done = fresh_devplan("compile", tmp_path / "q.pt2", "-o", tmp_path / "q.pte")
     assert done.returncode == 0, done.stderr
     assert devplan.read_pte(tmp_path / "q.pte").program.executionPlan[0].operators
 
@@ -127,12 +124,12 @@ def test_an_op_no_library_defines_is_named_in_one_line(tmp_path):
         f"torch.export.save(torch.export.export(M(), (torch.randn(3),)), {str(tmp_path / 'c.pt2')!r})\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, cwd=tmp_path)
-    compile_c = [sys.executable, "-m", "devplan", "compile", str(tmp_path / "c.pt2"), "-o", str(tmp_path / "c.pte")]
-    done = subprocess.run(compile_c, capture_output=True, text=True, cwd=tmp_path)
+    compile_c = ["compile", tmp_path / "c.pt2", "-o", tmp_path / "c.pte"]
+    done = fresh_devplan(*compile_c, cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and len(done.stderr) < 300
     assert "devplan_test::twice" in done.stderr and "pass --kernels MODULE" in done.stderr
-    done = subprocess.run([*compile_c, "--kernels", "twice_ops"], capture_output=True, text=True, cwd=tmp_path)
+    done = fresh_devplan(*compile_c, "--kernels", "twice_ops", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
     assert "custom op devplan_test.twice.default has no out variant" in done.stderr, done.stderr
     assert not (tmp_path / "c.pte").exists()

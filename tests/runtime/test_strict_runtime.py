@@ -26,6 +26,7 @@ from devplan.pte.fb.JumpFalseCall import JumpFalseCallT
 from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.MoveCall import MoveCallT
 from devplan.runtime import HostAllocator, registered
+from testbed.cli import devplan as devplan_cli
 from testbed.models import run_executorch
 from testbed.small_programs import ARGS, Block, compiled
 
@@ -203,13 +204,11 @@ def test_names_from_the_file_cannot_split_the_error_line_or_drive_the_terminal(t
 
     path = tmp_path / "bad.pte"
     path.write_bytes(damaged(compiled(), change))
-    run = subprocess.run([sys.executable, "-m", "devplan", "run", path], capture_output=True, text=True)
+    run = devplan_cli("run", path)
     assert run.returncode == 2
     (line,) = run.stderr.splitlines()
     assert "\x1b" not in line and "aten::\\x1b[2J\\x1b[31mevil\\nsecond line" in line
-    shown = subprocess.run(
-        [sys.executable, "-m", "devplan", "inspect", path, "-s", "instructions"], capture_output=True, text=True
-    )
+    shown = devplan_cli("inspect", path, "-s", "instructions")
     assert shown.returncode == 0 and "\x1b" not in shown.stdout
     assert "evil\\nsecond line" in shown.stdout
 
@@ -256,11 +255,7 @@ def test_impossible_shapes_and_places_are_one_line_in_every_view(tmp_path, chang
 
     path = tmp_path / "bad.pte"
     path.write_bytes(damaged(compiled(), change))
-    run = subprocess.run(
-        [sys.executable, "-m", "devplan", command[0], path, *(a.format(tmp=tmp_path) for a in command[1:])],
-        capture_output=True,
-        text=True,
-    )
+    run = devplan_cli(command[0], path, *(a.format(tmp=tmp_path) for a in command[1:]))
     assert run.returncode == 2, run.stderr
     (line,) = run.stderr.splitlines()
     assert line.startswith(f"devplan: error: {path}: method forward: value ") and needle in line
@@ -361,9 +356,7 @@ def test_memory_past_the_limit_is_refused_naming_the_buffer_or_value(tmp_path):
     path = tmp_path / "model.pte"
     path.write_bytes(data)
     for limit, needle in (("16B", "buffer 1 (cpu) needs"), ("lots", "bad --max-memory 'lots'"), ("64MiB", None)):
-        run = subprocess.run(
-            [sys.executable, "-m", "devplan", "run", path, "--max-memory", limit], capture_output=True, text=True
-        )
+        run = devplan_cli("run", path, "--max-memory", limit)
         assert run.returncode == (2 if needle else 0), run.stderr
         assert needle is None or (len(run.stderr.splitlines()) == 1 and needle in run.stderr), run.stderr
 
