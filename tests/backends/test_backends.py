@@ -337,3 +337,26 @@ def test_dynamic_shapes_run_at_every_size_within_the_bound():
         x = torch.randn(size, 16)
         (got,) = run_executorch(result.data, (x,))[0]
         torch.testing.assert_close(got, module(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_table_over_a_program_decomposed_in_the_lowering_runs_only_where_the_graph_calls_its_ops():
+    """ExecuTorch's table passes on a program its functionalizing decomposition just made are
+    skipped where the graph calls none of the table's ops (passes/export/backends.py); a program
+    from outside the lowering, or one that calls a table op, is decomposed as before."""
+    from devplan.passes.export.backends import _decompositions_where_needed
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.hardswish(x) + 1
+
+    ep = torch.export.export(Model(), (torch.randn(2, 3),))
+    calls = torch.ops.aten.hardswish.default
+    table = {op: fn for op, fn in torch.export.default_decompositions().items() if op is not calls}
+    with _decompositions_where_needed("--backend"):
+        assert ep.run_decompositions(table) is not ep  # not made here: decomposed
+        made = ep.run_decompositions({})
+        assert made.run_decompositions(table) is made  # calls none of the table's ops
+        decomposed = made.run_decompositions({calls: table.get(calls) or torch._decomp.decomposition_table[calls]})
+        assert decomposed is not made
+        assert calls not in {node.target for node in decomposed.graph.nodes}
+    assert torch.export.ExportedProgram.run_decompositions.__name__ != "where_needed"  # restored

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -185,33 +186,31 @@ class _CodeOnDemand(_LazyGraphModule):
 
 @contextlib.contextmanager
 def _decompositions_where_needed(label: str) -> Iterator[None]:
-    """ExecuTorch's last decomposition on its way to an edge program, the one after it sets
-    aside the ops a partitioner keeps, skipped where the graph calls none of the table's ops
-    (the usual case, a tenth of an XNNPACK lowering): the shortcut ExecuTorch takes itself on
-    its other path there, with its own check of the graph. Every other decomposition runs as it does."""
-    program_module = import_module("executorch.exir.program._program", label)
-    set_aside, calls_any = getattr(program_module, _SET_ASIDE), program_module.contains_any_call_fn_target_op
+    """ExecuTorch's decompositions on its way to an edge program, each one that applies a table
+    to a program a decomposition of this lowering made skipped where the graph calls none of the
+    table's ops: such a program is functional already, so the table would change nothing. That
+    is the shortcut ExecuTorch takes itself on one of its paths, with its own check of the graph;
+    taken on its other path too, the two table passes after its first (functionalizing)
+    decomposition, the same bytes come out and a small model's --quantize compile takes half the
+    time (a graph that calls the table's ops, a Llama's, runs them as before). Every other
+    decomposition runs."""
+    calls_any = import_module("executorch.exir.program._program", label).contains_any_call_fn_target_op
+    program = torch.export.ExportedProgram
+    run = program.run_decompositions
+    made: weakref.WeakSet[torch.export.ExportedProgram] = weakref.WeakSet()  # by a decomposition here
 
-    def then_where_needed(name: str, program: Any, partitioners: Any) -> Any:
-        kept = set_aside(name, program, partitioners)
+    def where_needed(self: torch.export.ExportedProgram, decomp_table: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if self in made and decomp_table and not args and not kwargs and not calls_any(self.graph_module, decomp_table):
+            return self
+        decomposed = run(self, decomp_table, *args, **kwargs)
+        made.add(decomposed)
+        return decomposed
 
-        def once(decomp_table: Any = None, *args: Any, **kwargs: Any) -> Any:
-            del program.run_decompositions  # the method again, for every later call
-            if decomp_table and not args and not kwargs and not calls_any(program.graph_module, decomp_table):
-                return program
-            return program.run_decompositions(decomp_table, *args, **kwargs)
-
-        program.run_decompositions = once
-        return kept
-
-    setattr(program_module, _SET_ASIDE, then_where_needed)
+    program.run_decompositions = where_needed  # type: ignore[method-assign]  # torch's, patched while ExecuTorch lowers, restored after
     try:
         yield
     finally:
-        setattr(program_module, _SET_ASIDE, set_aside)
-
-
-_SET_ASIDE = "_replace_aten_ops_with_transformed_ops"  # ExecuTorch's: the kept ops out of the table's reach
+        program.run_decompositions = run  # type: ignore[method-assign]  # torch's, patched while ExecuTorch lowers, restored after
 
 
 def _preprocess_all(
