@@ -65,9 +65,17 @@ def check_unliftable(ep: "torch.export.ExportedProgram", needed_by: str) -> None
 def _check_argument_names(ep: "torch.export.ExportedProgram", needed_by: str) -> None:
     """Refuse a program whose forward's argument names (what ep.module()'s forward takes) are
     not its input spec's: positional ones first, then the keywords the spec names, in order.
-    Disagreeing, the module refused its own inputs (a TypeError, exit 3)."""
+    Disagreeing, the module refused its own inputs (a TypeError, exit 3). Nor may one be a
+    global the generated forward reads (an input renamed fx_pytree there alone: exit 3)."""
     signature = ep.module_call_graph[0].signature if ep.module_call_graph else None
     names, spec = getattr(signature, "forward_arg_names", None), ep.call_spec.in_spec
+    shadowing = [name for name in names or () if name in FX_GLOBALS]
+    if shadowing:  # the forward's parameter, not the graph's input, then stands for the global
+        raise DevplanError(
+            f"{needed_by}: torch cannot run a module of this program (ep.module()): its forward's "
+            f"argument {shadowing[0]!r} shadows the global of that name torch's generated code reads; "
+            f"rename the model's input and export again"
+        )
     if not names or spec is None or spec.num_children != 2:
         return
     positional, keywords = spec.child(0).num_children, list(spec.child(1).context or ())

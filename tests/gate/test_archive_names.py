@@ -327,12 +327,22 @@ def _calibration(tmp_path: Path) -> Path:
     return calibration(tmp_path / "calibration.pt")
 
 
-@pytest.mark.parametrize("names", [["x", "device"], ["x"], ["y", "x"]])
-def test_forward_argument_names_that_are_not_the_inputs_are_refused_where_devplan_unlifts(tmp_path, names):
+@pytest.mark.parametrize(
+    "names, says",
+    [
+        (["x", "device"], "argument 'device' shadows the global"),  # and not the keyword y either
+        (["x"], "argument names"),
+        (["y", "x"], "argument names"),
+        (["fx_pytree", "y"], "argument 'fx_pytree' shadows the global"),  # the names fuzz, seed 61
+    ],
+)
+def test_forward_argument_names_that_are_not_the_inputs_are_refused_where_devplan_unlifts(tmp_path, names, says):
     """An archive whose forward's argument names (module_call_graph's forward_arg_names, what
     ep.module()'s forward takes) disagree with its input spec (the names fuzz renamed the keyword
     input `y` there alone): --quantize int8 and run --reference exited 3 (forward() got an
-    unexpected keyword argument 'y'); each is now one line, and the plain compile still works."""
+    unexpected keyword argument 'y'), and on one renamed to a global the generated forward reads
+    ('Tensor' object has no attribute 'tree_flatten_spec'); each is now one line, and the plain
+    compile still works."""
     import devplan
     from testbed.names import named_archive
 
@@ -344,8 +354,8 @@ def test_forward_argument_names_that_are_not_the_inputs_are_refused_where_devpla
     quantized = run_devplan(
         "compile", archive, "--quantize", "int8", "--calibration", _calibration(tmp_path), "-o", tmp_path / "q.pte"
     )
-    assert_one_line_error(quantized, str(archive), "--quantize int8: torch cannot run", "argument names")
+    assert_one_line_error(quantized, str(archive), "--quantize int8: torch cannot run", says)
     program = tmp_path / "model.pte"
     program.write_bytes(devplan.compile(archive).data)
     referenced = run_devplan("run", program, "--reference", archive)
-    assert_one_line_error(referenced, f"--reference {archive}: torch cannot run", "argument names")
+    assert_one_line_error(referenced, f"--reference {archive}: torch cannot run", says)
