@@ -235,9 +235,8 @@ MAX_RANK = 16
 def _check_ranks(refuse: _Refusal, name: str, document: Any) -> None:
     """Every tensor meta in `document` (an object with sizes, strides and a dtype, wherever the
     schema nests it) of at most MAX_RANK dimensions; walked with a stack, never recursion."""
-    stack: list[tuple[Any, Any]] = [
-        (document, None)
-    ]  # (value, its path as nested (parent, key) pairs, rendered only to refuse)
+    # (value, its path as nested (parent, key) pairs, rendered only to refuse)
+    stack: list[tuple[Any, Any]] = [(document, None)]
     while stack:
         value, where = stack.pop()
         if isinstance(value, list):

@@ -38,7 +38,7 @@ def _attributes() -> tuple[frozenset[str], frozenset[str]]:
 def check_unliftable(ep: "torch.export.ExportedProgram", needed_by: str) -> None:
     """Refuse, in one line starting with `needed_by`, a program ep.module() cannot build: a
     weight's, constant's or submodule's path through an attribute torch's modules have, or a
-    value named as a global its generated code reads."""
+    value or forward argument named as a global its generated code reads."""
     root, below = _attributes()
     signature = ep.graph_signature
     paths = [("weight", name) for name in (*signature.parameters, *signature.buffers)]
@@ -52,30 +52,24 @@ def check_unliftable(ep: "torch.export.ExportedProgram", needed_by: str) -> None
                     f"{shown(path)!r} goes through {shown(part)!r}, which torch's modules have as an attribute "
                     f"already; rename it in the model and export again"
                 )
-    _check_argument_names(ep, needed_by)
-    for node in ep.graph.nodes:
-        if node.name in FX_GLOBALS:
+    # what the generated forward binds: its arguments (forward_arg_names), then the graph's values
+    bound = [("forward's argument", "input", name) for name in _forward_arg_names(ep) or ()]
+    bound += [("value", "input" if node.op == "placeholder" else "value", node.name) for node in ep.graph.nodes]
+    for kind, what, name in bound:
+        if name in FX_GLOBALS:
             raise DevplanError(
-                f"{needed_by}: torch cannot run a module of this program (ep.module()): its value "
-                f"{node.name!r} shadows the global of that name torch's generated code reads; rename the "
-                f"model's {'input' if node.op == 'placeholder' else 'value'} and export again"
+                f"{needed_by}: torch cannot run a module of this program (ep.module()): its {kind} "
+                f"{name!r} shadows the global of that name torch's generated code reads; rename the "
+                f"model's {what} and export again"
             )
+    _check_argument_names(ep, needed_by)
 
 
 def _check_argument_names(ep: "torch.export.ExportedProgram", needed_by: str) -> None:
     """Refuse a program whose forward's argument names (what ep.module()'s forward takes) are
     not its input spec's: positional ones first, then the keywords the spec names, in order.
-    Disagreeing, the module refused its own inputs (a TypeError, exit 3). Nor may one be a
-    global the generated forward reads (an input renamed fx_pytree there alone: exit 3)."""
-    signature = ep.module_call_graph[0].signature if ep.module_call_graph else None
-    names, spec = getattr(signature, "forward_arg_names", None), ep.call_spec.in_spec
-    shadowing = [name for name in names or () if name in FX_GLOBALS]
-    if shadowing:  # the forward's parameter, not the graph's input, then stands for the global
-        raise DevplanError(
-            f"{needed_by}: torch cannot run a module of this program (ep.module()): its forward's "
-            f"argument {shadowing[0]!r} shadows the global of that name torch's generated code reads; "
-            f"rename the model's input and export again"
-        )
+    Disagreeing, the module refused its own inputs (a TypeError, exit 3)."""
+    names, spec = _forward_arg_names(ep), ep.call_spec.in_spec
     if not names or spec is None or spec.num_children != 2:
         return
     positional, keywords = spec.child(0).num_children, list(spec.child(1).context or ())
@@ -85,3 +79,10 @@ def _check_argument_names(ep: "torch.export.ExportedProgram", needed_by: str) ->
             f"argument names {shown(str(list(names)))} are not its inputs' ({positional} positional, "
             f"keywords {shown(str(keywords))}); export the model again"
         )
+
+
+def _forward_arg_names(ep: "torch.export.ExportedProgram") -> list[str] | None:
+    """The names ep.module()'s forward takes (module_call_graph's forward_arg_names), if any."""
+    signature = ep.module_call_graph[0].signature if ep.module_call_graph else None
+    names: list[str] | None = getattr(signature, "forward_arg_names", None)
+    return names
