@@ -365,6 +365,14 @@ def _alarm(signum, frame):
 
 
 @cache
+def _streams() -> tuple[io.StringIO, io.StringIO]:
+    """The stdout and stderr every command writes to, emptied before each. click keeps the text
+    stream it found for each sys.stdout it met, in a WeakKeyDictionary whose value is that stream
+    itself, so a fresh StringIO per command was never freed: the names fuzz grew with its length."""
+    return io.StringIO(), io.StringIO()
+
+
+@cache
 def _command():
     """The click command behind `devplan`, made once: typer builds it from the app's
     signatures on every call (20 ms, more than most commands take on a small file)."""
@@ -393,7 +401,10 @@ def outcome(path, command: list[str], limit_s: float = LIMIT_S, wall_s: float | 
     previous = signal.signal(signal.SIGALRM, _alarm), signal.signal(signal.SIGPROF, _alarm)
     signal.setitimer(signal.ITIMER_PROF, limit_s)
     signal.setitimer(signal.ITIMER_REAL, wall_s)
-    stdout, stderr = io.StringIO(), io.StringIO()
+    stdout, stderr = _streams()
+    for stream in (stdout, stderr):
+        stream.seek(0)
+        stream.truncate()
     start, cpu = time.perf_counter(), time.process_time()
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
