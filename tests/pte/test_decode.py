@@ -12,7 +12,7 @@ from devplan.pte import read_pte
 from devplan.pte.decode import methods
 from devplan.pte.fb.KernelTypes import KernelTypes
 from testbed.small_programs import ARGS, compiled
-from tests.runtime.test_strict_runtime import damaged
+from tests.runtime.damaged_programs import damaged
 
 
 def _executorch_plans(data: bytes):
@@ -117,7 +117,7 @@ def test_a_type_without_content_is_one_line_for_inspect_and_run(change, needle):
 
 
 def test_a_value_of_no_type_is_shown_by_inspect_and_refused_by_run_as_executorch_refuses_it():
-    from tests.runtime.test_strict_runtime import executorch_refuses
+    from tests.runtime.damaged_programs import executorch_refuses
 
     def change(plan):
         plan.values[-1].valType, plan.values[-1].val = KernelTypes.NONE, None

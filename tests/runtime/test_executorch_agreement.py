@@ -27,7 +27,7 @@ from devplan.pte.fb.KernelTypes import KernelTypes
 from devplan.pte.fb.TensorShapeDynamism import TensorShapeDynamism
 from testbed.models import run_executorch
 from testbed.small_programs import ARGS, compiled
-from tests.runtime.test_strict_runtime import damaged, executorch_refuses, refused
+from tests.runtime.damaged_programs import damaged, executorch_refuses, refused
 
 
 def _value(plan, kind, table, field, value) -> int:

@@ -74,11 +74,11 @@ def test_a_warning_torch_prints_from_cpp_stays_off_stderr(tmp_path):
     before devplan refuses the program: stderr is the one error line alone. In a fresh
     interpreter, as torch reads its log level from the environment when first imported."""
     from testbed.small_programs import compiled as block
-    from tests.runtime.test_strict_runtime import _kernel_calls, damaged
+    from tests.runtime.damaged_programs import damaged, kernel_calls
 
     def change(plan):
         relu = next(i for i, op in enumerate(plan.operators) if op.name in (b"aten::relu", "aten::relu"))
-        out = plan.values[next(i.instrArgs for i in _kernel_calls(plan) if i.instrArgs.opIndex == relu).args[-1]].val
+        out = plan.values[next(i.instrArgs for i in kernel_calls(plan) if i.instrArgs.opIndex == relu).args[-1]].val
         out.sizes = [1, *list(out.sizes)[1:]]
 
     program = tmp_path / "resized.pte"
