@@ -16,8 +16,11 @@ from typing import Callable
 import torch
 import torch.utils._pytree as pytree
 
+import devplan
+from devplan.compiler.result import CompileResult
 from testbed import hf_models
 from testbed.hf_models import HFCase, _build, _randomize_batch_norm
+from testbed.lowerings import patterns_exported_once
 from testbed.mobilenet_v3 import mobilenet_v3
 
 VOCAB = 2048
@@ -123,6 +126,31 @@ def calibration(inputs: tuple, count: int = 8, seed: int = 1) -> list[tuple]:
         return flat[torch.randperm(flat.numel(), generator=generator)].reshape(x.shape)
 
     return [tuple(like(x) for x in inputs) for _ in range(count)]
+
+
+def wide_mlp() -> tuple[torch.export.ExportedProgram, tuple]:
+    """Weights large enough that the program's size is the weights', not the file's framing."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).eval()
+    inputs = (torch.randn(4, 64),)
+    return torch.export.export(module, inputs), inputs
+
+
+class TinyLM(torch.nn.Module):
+    """A vocabulary table most of whose bytes are the embedding's, as a small LLM's or BERT's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.proj = torch.nn.Embedding(2000, 64), torch.nn.Linear(64, 64)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.embed(ids)).relu()
+
+
+def devplan_quantized(ep: torch.export.ExportedProgram, **choices) -> CompileResult:
+    """devplan.compile(ep, **choices), the quantizer's pattern graphs exported once per session."""
+    with patterns_exported_once():
+        return devplan.compile(ep, **choices)
 
 
 def executorch_quantized(ep: torch.export.ExportedProgram, mode: str, samples: list[tuple]) -> bytes:
