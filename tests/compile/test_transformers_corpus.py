@@ -28,11 +28,7 @@ and once per family, on its strict=False no_grad export:
                             with one error line; never a traceback
   test_compile_in_one_process  the same files compiled one after another by devplan.compile in
                             one process, as a script or server would: each as in a fresh process
-test_static_cache_decode drives transformers' own ExecuTorch recipe (a Llama with a static KV
-cache in buffers, TorchExportableModuleWithStaticCache) three decode steps on one loaded method
-of each runtime, so that the cache carries over, and compares each step with eager; exported
-under no_grad strict (the recipe's default) and non-strict. torch's own ep.module() must decode
-as eager does first, else the case is torch's.
+transformers' static KV cache recipe: test_transformers_static_cache.py.
 
 Floats compare at rtol=1e-4, atol=1e-5 (integers exactly). A case torch.export or ExecuTorch
 cannot handle xfails naming them ("torch.export: ...", "executorch: ..."); devplan's own
@@ -54,17 +50,16 @@ from torch import Tensor
 from torch.utils import _pytree as pytree
 
 import devplan
-from devplan.errors import DevplanError
-from testbed.hf_models import DECODERS, FAMILIES, MOE_FAMILIES, static_cache_decoder
-from testbed.lowerings import by_program, released_after_module
+from testbed.hf_models import DECODERS, FAMILIES, MOE_FAMILIES
+from testbed.lowerings import released_after_module
 from testbed.models import eager_runs, run_executorch
 from testbed.shared import shared_export
+from tests.compile.corpus_checks import compare, executorch_baseline, first_line, memo
 
 pytestmark = pytest.mark.sweep
 SHARE_BY = "name"  # a family's tests share its export and compile (tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
-RTOL, ATOL = 1e-4, 1e-5
 CORPUS = {**FAMILIES, **MOE_FAMILIES}
 STRICT_FAMILIES = (*DECODERS, "bert", "t5", "resnet")
 MODES = {"grad": (False, True), "no_grad": (False, False), "strict_grad": (True, True), "strict_no_grad": (True, False)}
@@ -77,33 +72,6 @@ CASE_PARAMS = [
     pytest.param(name, mode, id=f"{name}-{mode}", marks=() if (name, mode) in SUITE else pytest.mark.release)
     for name, mode in CASES
 ]
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:300]
-
-
-def _memo(fn):
-    """lru_cache that also remembers a raised exception and raises it again, so that the
-    checks sharing a failed stage do not pay for it again."""
-
-    @functools.lru_cache(maxsize=None)
-    def outcome(*key):
-        try:
-            return True, fn(*key)
-        except Exception as error:  # noqa: BLE001 - re-raised by the caller
-            return False, error
-
-    @functools.wraps(fn)
-    def call(*key):
-        ok, value = outcome(*key)
-        if not ok:
-            raise value
-        return value
-
-    call.cache_clear = outcome.cache_clear
-    return call
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,7 +93,7 @@ def exported(name: str, mode: str) -> tuple[torch.export.ExportedProgram | None,
         # cli_runs saves BYTES_MODE's programs for every family, on whichever worker it lands
         return (shared_export(f"hf-{name}-{mode}", export) if mode == BYTES_MODE else export()), None
     except Exception as error:  # torch.export's failure, not devplan's
-        return None, _first_line(error)
+        return None, first_line(error)
 
 
 def _program(name: str, mode: str) -> torch.export.ExportedProgram:
@@ -135,7 +103,7 @@ def _program(name: str, mode: str) -> torch.export.ExportedProgram:
     return ep
 
 
-@_memo
+@memo
 def compiled(name: str, mode: str) -> devplan.compiler.CompileResult:
     return devplan.compile(exported(name, mode)[0])
 
@@ -151,20 +119,6 @@ def _flat_inputs(name: str) -> list[Tensor]:
     return pytree.tree_leaves((args, kwargs))
 
 
-def _compare(runtime: str, got_runs: list[list], want_runs: list[list]) -> None:
-    assert len(got_runs) == len(want_runs), f"{runtime}: {len(got_runs)} runs instead of {len(want_runs)}"
-    for run, (got, want) in enumerate(zip(got_runs, want_runs)):
-        assert len(got) == len(want), f"{runtime} run {run}: {len(got)} outputs, eager has {len(want)}"
-        for i, (g, w) in enumerate(zip(got, want)):
-            where = f"{runtime} run {run} output {i}"
-            assert isinstance(g, Tensor), f"{where}: {type(g).__name__} instead of a tensor"
-            assert (g.dtype, g.shape) == (w.dtype, w.shape), (
-                f"{where}: {g.dtype}{tuple(g.shape)} instead of {w.dtype}{tuple(w.shape)}"
-            )
-            tolerance = {"rtol": RTOL, "atol": ATOL} if w.dtype.is_floating_point else {"rtol": 0, "atol": 0}
-            torch.testing.assert_close(g, w, **tolerance, msg=lambda m: f"{where}: {m}")
-
-
 # ------------------------------------------------------------------------------ per export mode
 
 
@@ -172,60 +126,17 @@ def _compare(runtime: str, got_runs: list[list], want_runs: list[list]) -> None:
 def test_executorch_runtime(name, mode):
     _program(name, mode)
     result = compiled(name, mode)
-    _compare("executorch", run_executorch(result.data, _flat_inputs(name)), expected(name))
+    compare("executorch", run_executorch(result.data, _flat_inputs(name)), expected(name))
 
 
 @pytest.mark.parametrize("name,mode", CASE_PARAMS)
 def test_devplan_runtime(name, mode):
     _program(name, mode)
     result = compiled(name, mode)
-    _compare("devplan", devplan.run(result.data, _flat_inputs(name)), expected(name))
+    compare("devplan", devplan.run(result.data, _flat_inputs(name)), expected(name))
 
 
 # ------------------------------------------------------------------------------- per family
-
-
-def _executorch_baseline(ep: torch.export.ExportedProgram) -> tuple[int, str]:
-    """ExecuTorch's smaller planned total over its two configurations (default, constant
-    propagation), and which one; xfails when ExecuTorch lowers the program in neither."""
-    sizes, errors = _executorch_sizes(ep)
-    if not sizes:
-        pytest.xfail(f"executorch: {errors[0]}")
-    config = min(sizes, key=sizes.get)
-    return sizes[config], config
-
-
-@by_program(limit=1024, size=lambda _: 1)  # a family's grad and no_grad exports are often the same program
-def _executorch_sizes(ep: torch.export.ExportedProgram) -> tuple[dict[str, int], list[str]]:
-    """({config: planned bytes} for the configurations ExecuTorch lowers the program in, the
-    errors of the others); cached per distinct program (testbed/lowerings.py).
-
-    benchmarks.harness.executorch_pte's pipeline, with the edge lowering (three quarters of
-    the time) shared by both configurations; the sizes are the same as two executorch_pte calls."""
-    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
-    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
-
-    from testbed.executorch import planned_bytes
-
-    sizes, errors = {}, []
-    with torch.no_grad():
-        try:
-            edge = to_edge_transform_and_lower(ep)  # by_program hands over a copy
-        except Exception as error:  # ExecuTorch's own failure
-            return {}, [_first_line(error)]
-        signature = edge.exported_program().graph_signature
-        mutated = set(signature.buffers_to_mutate.values())
-        placeholders = [name for name, fqn in signature.inputs_to_buffers.items() if fqn in mutated]
-        for config, const_prop in (("const_prop", True), ("default", False)):
-            config_edge = copy.deepcopy(edge) if const_prop else edge
-            backend = ExecutorchBackendConfig(
-                passes=[InitializedMutableBufferPass(placeholders)], do_quant_fusion_and_const_prop=const_prop
-            )
-            try:
-                sizes[config] = planned_bytes(config_edge.to_executorch(backend).buffer)
-            except Exception as error:  # ExecuTorch's own failure
-                errors.append(f"{config}: {_first_line(error)}")
-    return sizes, errors
 
 
 # every family's BYTES_MODE program against ExecuTorch's; its grad-mode program, to release
@@ -242,7 +153,7 @@ def test_planned_bytes(name, mode):
 
     ep = _program(name, mode)
     ours = planned_bytes(compiled(name, mode).data)
-    theirs, config = _executorch_baseline(ep)
+    theirs, config = executorch_baseline(ep)
     print(f"{name} {mode}: devplan {ours} planned bytes, executorch {theirs} ({config})")
     assert ours <= theirs, f"devplan plans {ours} bytes, ExecuTorch ({config}) {theirs}"
 
@@ -384,127 +295,4 @@ def test_compile_in_one_process(name, cli_runs):
     )
 
 
-# ---------------------------------------------------------------------------- static KV cache
-
-STATIC_MODES = {"no_grad": False, "strict_no_grad": True}  # the recipe exports under no_grad, strict by default
-
-
-@functools.lru_cache(maxsize=None)
-def static_cache() -> tuple[torch.nn.Module, list[dict[str, Tensor]], list[list]]:
-    module, steps = static_cache_decoder()
-    return module, steps, eager_runs(module, [((), step) for step in steps])
-
-
-@functools.lru_cache(maxsize=None)
-def static_cache_exported(mode: str) -> tuple[torch.export.ExportedProgram | None, str | None]:
-    module, steps, _ = static_cache()
-    try:
-        with torch.no_grad():
-            return torch.export.export(copy.deepcopy(module), (), steps[0], strict=STATIC_MODES[mode]), None
-    except Exception as error:
-        return None, _first_line(error)
-
-
-@_memo
-def static_cache_compiled(mode: str) -> devplan.compiler.CompileResult:
-    return devplan.compile(static_cache_exported(mode)[0])
-
-
-@functools.lru_cache(maxsize=None)
-def _static_cache_in_torch(mode: str) -> str | None:
-    """None when the exported program itself (ep.module(), in torch) reproduces eager over the
-    three steps, else what differs: a program that loses the cache is torch's to answer for."""
-    ep, _ = static_cache_exported(mode)
-    _, steps, want = static_cache()
-    try:
-        program = ep.module()
-        with torch.no_grad():
-            got = [[out.clone() for out in pytree.tree_leaves(program(**copy.deepcopy(step)))] for step in steps]
-        _compare("torch", got, want)
-    except Exception as error:
-        return _first_line(error)
-    return None
-
-
-def _static_cache_program(mode: str) -> torch.export.ExportedProgram:
-    ep, reason = static_cache_exported(mode)
-    if ep is None:
-        pytest.xfail(f"torch.export: {reason}")
-    reason = _static_cache_in_torch(mode)
-    if reason is not None:
-        pytest.xfail(f"torch.export: its program does not decode as eager does: {reason}")
-    reason = _static_cache_functionalizes(mode)
-    if reason is not None:  # devplan cannot do better than torch here, but it says so in one line
-        with pytest.raises(DevplanError, match="writes in place to .*lifted as a constant") as refused:
-            devplan.compile(copy.deepcopy(ep))
-        assert "\n" not in str(refused.value)
-        pytest.xfail(
-            f"torch.export: non-strict export lifts the cache as constants that the program writes in "
-            f"place; torch's own run_decompositions fails on it ({reason}), as ExecuTorch's lowering does"
-        )
-    return ep
-
-
-@functools.lru_cache(maxsize=None)
-def _static_cache_functionalizes(mode: str) -> str | None:
-    """None when torch's functionalizing retrace (ep.run_decompositions) takes the program."""
-    try:
-        static_cache_exported(mode)[0].run_decompositions()
-    except Exception as error:
-        return _first_line(error)
-    return None
-
-
-_release_caches = released_after_module(
-    built,
-    exported,
-    compiled,
-    expected,
-    static_cache,
-    static_cache_exported,
-    static_cache_compiled,
-    _static_cache_in_torch,
-    _static_cache_functionalizes,
-)
-
-
-@pytest.mark.parametrize("mode", list(STATIC_MODES))
-@pytest.mark.parametrize("runtime", ["executorch", "devplan"])
-def test_static_cache_decode(runtime, mode):
-    from devplan.runtime import LoadedMethod
-
-    _static_cache_program(mode)
-    _, steps, want = static_cache()
-    data = static_cache_compiled(mode).data
-    inputs = [pytree.tree_leaves(step) for step in steps]
-    if runtime == "executorch":
-        from executorch.runtime import Runtime
-
-        program = Runtime.get().load_program(data)  # keep it referenced while the method runs
-        method = program.load_method("forward")
-        got = [[out.clone() for out in method.execute(flat)] for flat in inputs]
-    else:
-        method = LoadedMethod(devplan.read_pte(data), "forward")
-        try:
-            got = [[out.clone() for out in method.execute(flat)] for flat in inputs]
-        finally:
-            method.release()
-    _compare(runtime, got, want)
-
-
-def test_static_cache_steps_depend_on_the_cache():
-    """The comparison above tells a carried cache from a fresh one: the last step alone, on
-    an empty cache, gives other logits than after the first two steps."""
-    module, steps, want = static_cache()
-    alone = eager_runs(module, [((), steps[-1])])[0][0]
-    assert not torch.allclose(alone, want[-1][0], rtol=RTOL, atol=ATOL)
-
-
-def test_static_cache_planned_bytes():
-    from testbed.executorch import planned_bytes
-
-    ep = _static_cache_program("strict_no_grad")  # the recipe's own export mode
-    ours = planned_bytes(static_cache_compiled("strict_no_grad").data)
-    theirs, config = _executorch_baseline(ep)
-    print(f"static cache: devplan {ours} planned bytes, executorch {theirs} ({config})")
-    assert ours <= theirs, f"devplan plans {ours} bytes, ExecuTorch ({config}) {theirs}"
+_release_caches = released_after_module(built, exported, compiled, expected)
