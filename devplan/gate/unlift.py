@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 # builtins), never renamed to make way for a value
 FX_GLOBALS = frozenset({"torch", "fx_pytree", "pytree", "device", "inf", "nan", "NoneType"})
 
+# ep.module() makes a module for each part of a path and compiles `self.a.b...` in its forward,
+# recursing once a part: past about a thousand parts that is a RecursionError. A model's paths
+# are tens of parts deep.
+MAX_PATH_PARTS = 256
+
 
 @functools.cache
 def _attributes() -> tuple[frozenset[str], frozenset[str]]:
@@ -37,15 +42,23 @@ def _attributes() -> tuple[frozenset[str], frozenset[str]]:
 
 def check_unliftable(ep: "torch.export.ExportedProgram", needed_by: str) -> None:
     """Refuse, in one line starting with `needed_by`, a program ep.module() cannot build: a
-    weight's, constant's or submodule's path through an attribute torch's modules have, or a
-    value or forward argument named as a global its generated code reads."""
+    weight's, constant's or submodule's path deeper than MAX_PATH_PARTS or through an attribute
+    torch's modules have, or a value or forward argument named as a global its generated code
+    reads."""
     root, below = _attributes()
     signature = ep.graph_signature
     paths = [("weight", name) for name in (*signature.parameters, *signature.buffers)]
     paths += [("constant", name) for name in (*signature.lifted_tensor_constants, *signature.lifted_custom_objs)]
     paths += [("submodule", entry.fqn.partition("@")[0]) for entry in ep.module_call_graph if entry.fqn]
     for kind, path in paths:
-        for depth, part in enumerate(path.split(".")):
+        parts = path.split(".")
+        if len(parts) > MAX_PATH_PARTS:
+            raise DevplanError(
+                f"{needed_by}: torch cannot build a module of this program (ep.module()): the {kind} "
+                f"{shown(path)!r} is a path {len(parts):,} modules deep, past the {MAX_PATH_PARTS} devplan "
+                f"lets torch nest; rename it in the model and export again"
+            )
+        for depth, part in enumerate(parts):
             if part in (root if depth == 0 else below):
                 raise DevplanError(
                     f"{needed_by}: torch cannot build a module of this program (ep.module()): the {kind} "

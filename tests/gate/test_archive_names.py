@@ -296,6 +296,29 @@ def test_a_name_unlifting_cannot_build_is_refused_where_devplan_unlifts(tmp_path
     assert_one_line_error(referenced, f"--reference {archive}: torch cannot", name)
 
 
+@pytest.mark.parametrize("parts", [256, 16_668])
+def test_a_path_deeper_than_torch_can_nest_is_refused_where_devplan_unlifts(tmp_path, parts):
+    """Found by the names fuzz (seed 67): a weight renamed to a 100,000-character path of 16,668
+    parts. ep.module() nests a module a part and compiles `self.c.c...`, and --quantize and run
+    --reference exited 3 (RecursionError); past 256 parts both refuse in one line, and the plain
+    compile, which never unlifts, still works. 256 parts still quantize."""
+    import devplan
+    from testbed.damage import archive_members
+    from testbed.names import named_archive, rename
+
+    archive = tmp_path / "model.pt2"
+    archive.write_bytes(rename(archive_members(named_archive()), "parameter", "const", ".".join(["c"] * parts)))
+    program = tmp_path / "model.pte"
+    program.write_bytes(devplan.compile(archive).data)
+    quantized = run_devplan("compile", archive, "--quantize", "dynamic-int8", "-o", tmp_path / "out.pte")
+    referenced = run_devplan("run", program, "--reference", archive)
+    if parts <= 256:
+        assert quantized.returncode == referenced.returncode == 0, quantized.stderr + referenced.stderr
+        return
+    assert_one_line_error(quantized, str(archive), "--quantize dynamic-int8: torch cannot", "16,668 modules deep")
+    assert_one_line_error(referenced, f"--reference {archive}: torch cannot", "16,668 modules deep")
+
+
 @pytest.mark.parametrize(
     "kind,old,new,says",
     [
