@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 FX_GLOBALS = frozenset({"torch", "fx_pytree", "pytree", "device", "inf", "nan", "NoneType"})
 
 # ep.module() makes a module for each part of a path and compiles `self.a.b...` in its forward,
-# recursing once a part: past about a thousand parts that is a RecursionError. A model's paths
-# are tens of parts deep.
+# recursing once a part: 2,500 parts was a RecursionError (Python's compiler alone fails near
+# 3,000). A model's paths are tens of parts deep.
 MAX_PATH_PARTS = 256
 
 
